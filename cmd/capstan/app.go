@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/platform"
+	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/store"
+)
+
+// app holds the opened store and the domain services built on it.
+type app struct {
+	store    *store.Store
+	key      *secrets.Key
+	audit    *audit.Log
+	auth     *auth.Service
+	platform *platform.Service
+	schema   int64
+}
+
+// openApp prepares the data dir, loads or creates the secret key, opens the
+// store and applies migrations.
+func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) {
+	if err := os.MkdirAll(f.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.Chmod(f.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	key, err := secrets.LoadOrCreate(f.DataDir, os.Getenv("CAPSTAN_SECRET_KEY"))
+	if err != nil {
+		return nil, fmt.Errorf("secret key: %w", err)
+	}
+	st, err := store.Open(ctx, f.DatabaseURL, f.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	v, err := st.Migrate(ctx)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	now := func() time.Time { return time.Now().UTC() }
+	log := audit.NewLog(st, now)
+	return &app{
+		store:    st,
+		key:      key,
+		audit:    log,
+		auth:     auth.NewService(st, key, log, now, platform.Name),
+		platform: platform.NewService(st, key, publicURL, version, now),
+		schema:   v,
+	}, nil
+}
+
+func (a *app) Close() error { return a.store.Close() }
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

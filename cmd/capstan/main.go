@@ -1,0 +1,53 @@
+// Command capstan is the Capstan control plane: the API server, schema
+// migrations, user administration and recovery-kit tools.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/alecthomas/kong"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// StoreFlags are shared by every subcommand that opens the store.
+type StoreFlags struct {
+	DataDir     string `name:"data-dir" env:"CAPSTAN_DATA_DIR" default:"./data" help:"Directory for the SQLite database, the secret key and artifacts (created 0700)."`
+	DatabaseURL string `name:"database-url" env:"CAPSTAN_DATABASE_URL" help:"Empty: SQLite file capstan.db in the data dir. postgres://…: PostgreSQL."`
+}
+
+type cli struct {
+	Serve       serveCmd       `cmd:"" help:"Run the control plane."`
+	Migrate     migrateCmd     `cmd:"" help:"Apply pending schema migrations and exit."`
+	User        userCmd        `cmd:"" help:"Manage users."`
+	RecoveryKit recoveryKitCmd `cmd:"" name:"recovery-kit" help:"Recovery kit tools."`
+	Version     versionCmd     `cmd:"" help:"Print the version."`
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run() error {
+	fmt.Println(version)
+	return nil
+}
+
+func main() {
+	var c cli
+	kctx := kong.Parse(&c,
+		kong.Name("capstan"),
+		kong.Description("Capstan: a self-hosted control plane for a fleet of Linux servers."),
+		kong.UsageOnError(),
+	)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "capstan:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/httpapi"
+)
+
+type serveCmd struct {
+	StoreFlags
+	Listen       string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
+	PublicURL    string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
+	LogLevel     string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	TrustedProxy bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
+	ShutdownWait time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
+}
+
+func (c *serveCmd) Run(ctx context.Context) error {
+	log := newLogger(c.LogLevel)
+	ln, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return err
+	}
+	publicURL, err := derivePublicURL(c.PublicURL, ln.Addr().String())
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	a, err := openApp(ctx, c.StoreFlags, publicURL)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer a.Close()
+
+	api := httpapi.New(httpapi.Deps{
+		Auth: a.auth, Audit: a.audit, Platform: a.platform, Logger: log,
+		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
+	})
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      90 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	log.Info("listening", "addr", ln.Addr().String(), "public_url", publicURL, "store", a.store.DialectName(),
+		"schema_version", a.schema, "version", version)
+	if users, err := a.auth.ListUsers(ctx); err == nil && len(users) == 0 {
+		log.Info("no users yet; create the first administrator with: capstan user create --data-dir " +
+			c.DataDir + " --email you@example.com --admin --password-stdin")
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; waiting for in-flight requests", "timeout", c.ShutdownWait.String())
+	sctx, cancel := context.WithTimeout(context.Background(), c.ShutdownWait)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// derivePublicURL validates an explicit public URL or derives one from the
+// address the server listens on.
+func derivePublicURL(explicit, addr string) (string, error) {
+	if explicit != "" {
+		u, err := url.Parse(explicit)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("--public-url must be an absolute http:// or https:// URL")
+		}
+		return strings.TrimRight(u.String(), "/"), nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil {
+			host = h
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
+}

@@ -1,0 +1,158 @@
+// Package audit owns the append-only audit log: who did what, to what, when
+// (UTC) and from where. Entries never hold secrets or tokens; callers put only
+// identifiers and non-secret facts into Details.
+package audit
+
+import (
+	"context"
+	"encoding/base64"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+)
+
+// Actor types.
+const (
+	ActorUser   = "user"
+	ActorAgent  = "agent"
+	ActorSystem = "system"
+)
+
+// Actions recorded by the control plane. New actions are added at the end of
+// their group; names are stable because clients filter on them.
+const (
+	LoginSucceeded        = "auth.login.succeeded"
+	LoginFailed           = "auth.login.failed"
+	LoginThrottled        = "auth.login.throttled"
+	SecondFactorFailed    = "auth.2fa.failed"
+	RefreshReused         = "auth.refresh.reused"
+	Logout                = "auth.logout"
+	UserCreated           = "user.created"
+	UserDisabled          = "user.disabled"
+	UserTOTPReset         = "user.2fa.reset"
+	RecoveryKitDownloaded = "platform.recovery_kit.downloaded"
+	RecoveryKitRefused    = "platform.recovery_kit.refused"
+)
+
+// Actor is who performed an action.
+type Actor struct {
+	Type  string `json:"type" enum:"user,agent,system"`
+	ID    string `json:"id"`
+	Email string `json:"email,omitempty"`
+}
+
+// Target is what an action was performed on. Both fields may be empty.
+type Target struct {
+	Type string `json:"type,omitempty"`
+	ID   string `json:"id,omitempty"`
+}
+
+// Entry is one audit record.
+type Entry struct {
+	ID        string         `json:"id"`
+	At        time.Time      `json:"at"`
+	Actor     Actor          `json:"actor"`
+	Action    string         `json:"action"`
+	Target    Target         `json:"target"`
+	IP        string         `json:"ip"`
+	UserAgent string         `json:"user_agent"`
+	Details   map[string]any `json:"details"`
+}
+
+// Query selects entries, newest first.
+type Query struct {
+	Limit int
+	// BeforeID, when set, returns only entries older than this id.
+	BeforeID string
+	// Action matches exactly, or every action under a prefix when it ends
+	// in ".*" ("auth.*").
+	Action string
+}
+
+// Store persists entries.
+type Store interface {
+	AppendAudit(ctx context.Context, e Entry) error
+	ListAudit(ctx context.Context, q Query) ([]Entry, error)
+}
+
+// Log records and lists audit entries.
+type Log struct {
+	store Store
+	now   func() time.Time
+}
+
+// NewLog returns a Log writing to store, with now as its clock.
+func NewLog(store Store, now func() time.Time) *Log {
+	return &Log{store: store, now: now}
+}
+
+// Record appends an entry, filling in its id and time.
+func (l *Log) Record(ctx context.Context, e Entry) error {
+	at := l.now().UTC()
+	e.ID = ids.NewAt(ids.Audit, at)
+	e.At = at
+	if e.Details == nil {
+		e.Details = map[string]any{}
+	}
+	return l.store.AppendAudit(ctx, e)
+}
+
+// Page limits.
+const (
+	DefaultLimit = 50
+	MaxLimit     = 200
+)
+
+var actionPattern = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)*(\.\*)?$`)
+
+// List returns one page of entries, newest first, and the cursor for the
+// next page ("" when there is none). before is a cursor from a previous page.
+func (l *Log) List(ctx context.Context, limit int, before, action string) ([]Entry, string, error) {
+	var errs fault.Fields
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+	if limit < 1 || limit > MaxLimit {
+		errs.Add("limit", "must be between 1 and %d", MaxLimit)
+	}
+	q := Query{Limit: limit, Action: action}
+	if before != "" {
+		id, ok := decodeCursor(before)
+		if !ok {
+			errs.Add("before", "is not a cursor returned by this endpoint")
+		}
+		q.BeforeID = id
+	}
+	if action != "" && (len(action) > 100 || !actionPattern.MatchString(action)) {
+		errs.Add("action", "must be an action name such as auth.login.failed, or a prefix such as auth.*")
+	}
+	if err := errs.Err(); err != nil {
+		return nil, "", err
+	}
+	q.Limit = limit + 1 // one more tells whether there is a next page
+	entries, err := l.store.ListAudit(ctx, q)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(entries) > limit {
+		entries = entries[:limit]
+		next = encodeCursor(entries[limit-1].ID)
+	}
+	return entries, next, nil
+}
+
+func encodeCursor(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("a1:" + id))
+}
+
+func decodeCursor(c string) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || !strings.HasPrefix(string(b), "a1:"+ids.Audit+"_") || len(b) > 64 {
+		return "", false
+	}
+	return strings.TrimPrefix(string(b), "a1:"), true
+}

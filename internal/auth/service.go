@@ -1,0 +1,466 @@
+package auth
+
+import (
+	"context"
+	"net/mail"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/secrets"
+)
+
+// Lifetimes and limits of sign-in.
+const (
+	AccessTTL          = 900 * time.Second
+	ChallengeTTL       = 5 * time.Minute
+	MaxCodeFailures    = 5
+	SessionAbsoluteTTL = 30 * 24 * time.Hour
+	SessionIdleTTL     = 7 * 24 * time.Hour
+)
+
+// Token prefixes.
+const (
+	accessPrefix    = "cat"
+	refreshPrefix   = "crt"
+	challengePrefix = "chl"
+)
+
+// Problem codes returned by this package.
+const (
+	CodeInvalidCredentials = "invalid-credentials"
+	CodeInvalidChallenge   = "invalid-challenge"
+	CodeInvalidCode        = "invalid-code"
+	CodeCodeReused         = "code-reused"
+	CodeInvalidToken       = "invalid-token"
+	CodeInvalidRefresh     = "invalid-refresh-token"
+	CodeRefreshReused      = "refresh-token-reused"
+	CodeThrottled          = "too-many-attempts"
+	CodeAdminRequired      = "admin-required"
+)
+
+// Client describes where a request came from, for throttling and audit.
+type Client struct {
+	IP        string
+	UserAgent string
+}
+
+// Service implements sign-in and account management.
+type Service struct {
+	store  Store
+	key    *secrets.Key
+	audit  *audit.Log
+	now    func() time.Time
+	issuer string
+
+	perAccount *throttle
+	perAddress *throttle
+	// hashSlots bounds concurrent argon2id computations (19 MiB each).
+	hashSlots chan struct{}
+}
+
+// NewService returns a Service. issuer names the control plane in
+// authenticator apps.
+func NewService(store Store, key *secrets.Key, log *audit.Log, now func() time.Time, issuer string) *Service {
+	return &Service{
+		store: store, key: key, audit: log, now: now, issuer: issuer,
+		// 5 failures in a row per account, then one attempt a minute.
+		perAccount: newThrottle(5, time.Minute),
+		// 20 failures in a row per address, then one every 15 seconds.
+		perAddress: newThrottle(20, 15*time.Second),
+		hashSlots:  make(chan struct{}, 8),
+	}
+}
+
+func (s *Service) checkPassword(ctx context.Context, phc, pw string) (bool, error) {
+	select {
+	case s.hashSlots <- struct{}{}:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	defer func() { <-s.hashSlots }()
+	return checkPassword(phc, pw)
+}
+
+// NormalizeEmail lowercases and trims an e-mail address.
+func NormalizeEmail(email string) string { return strings.ToLower(strings.TrimSpace(email)) }
+
+// ValidateEmail checks the form of an e-mail address.
+func ValidateEmail(field, email string) error {
+	if len(email) > 254 {
+		return fault.Invalidf(field, "must be at most 254 characters")
+	}
+	a, err := mail.ParseAddress(email)
+	if err != nil || a.Address != email || !strings.Contains(email, "@") {
+		return fault.Invalidf(field, "must be an e-mail address such as admin@example.com")
+	}
+	return nil
+}
+
+func (s *Service) sealTOTP(userID, secret string) string {
+	return s.key.Seal("users.totp_secret:"+userID, []byte(secret))
+}
+
+func (s *Service) openTOTP(a Account) (string, error) {
+	b, err := s.key.Open("users.totp_secret:"+a.ID, a.TOTPSecret)
+	return string(b), err
+}
+
+// CreateUser creates an account and returns it with its TOTP enrollment.
+func (s *Service) CreateUser(ctx context.Context, actor audit.Actor, email, password string, admin bool) (User, Enrollment, error) {
+	email = NormalizeEmail(email)
+	if err := ValidateEmail("email", email); err != nil {
+		return User{}, Enrollment{}, err
+	}
+	if err := ValidatePassword("password", password, email); err != nil {
+		return User{}, Enrollment{}, err
+	}
+	now := s.now().UTC()
+	en, err := newEnrollment(s.issuer, email)
+	if err != nil {
+		return User{}, Enrollment{}, err
+	}
+	a := Account{
+		User:         User{ID: ids.NewAt(ids.User, now), Email: email, Admin: admin, CreatedAt: now},
+		PasswordHash: hashPassword(password),
+		UpdatedAt:    now,
+	}
+	a.TOTPSecret = s.sealTOTP(a.ID, en.Secret)
+	if err := s.store.CreateAccount(ctx, a); err != nil {
+		return User{}, Enrollment{}, err
+	}
+	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserCreated,
+		Target: audit.Target{Type: "user", ID: a.ID}, Details: map[string]any{"email": email, "admin": admin}})
+	return a.User, en, err
+}
+
+// ListUsers returns every account.
+func (s *Service) ListUsers(ctx context.Context) ([]User, error) { return s.store.ListUsers(ctx) }
+
+// ResetTOTP gives the user a new TOTP secret; the old one stops working.
+func (s *Service) ResetTOTP(ctx context.Context, actor audit.Actor, email string) (User, Enrollment, error) {
+	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
+	if err != nil {
+		return User{}, Enrollment{}, err
+	}
+	en, err := newEnrollment(s.issuer, a.Email)
+	if err != nil {
+		return User{}, Enrollment{}, err
+	}
+	if err := s.store.SetTOTPSecret(ctx, a.ID, s.sealTOTP(a.ID, en.Secret), s.now()); err != nil {
+		return User{}, Enrollment{}, err
+	}
+	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserTOTPReset, Target: audit.Target{Type: "user", ID: a.ID}})
+	return a.User, en, err
+}
+
+// DisableUser disables an account and ends its sessions at once.
+func (s *Service) DisableUser(ctx context.Context, actor audit.Actor, email string) (User, error) {
+	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
+	if err != nil {
+		return User{}, err
+	}
+	if err := s.store.DisableUser(ctx, a.ID, s.now()); err != nil {
+		return User{}, err
+	}
+	a.Disabled = true
+	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserDisabled, Target: audit.Target{Type: "user", ID: a.ID}})
+	return a.User, err
+}
+
+// throttled returns a TooManyRequests error if either key must wait.
+func (s *Service) throttled(email, ip string, now time.Time) error {
+	wait := max(s.perAccount.wait("acct:"+email, now), s.perAddress.wait("ip:"+ip, now))
+	if wait <= 0 {
+		return nil
+	}
+	return &fault.Error{Kind: fault.TooManyRequests, Code: CodeThrottled,
+		Message: "Too many failed sign-in attempts. Try again later.", RetryAfter: wait}
+}
+
+func (s *Service) recordFailure(email, ip string, now time.Time) {
+	s.perAccount.fail("acct:"+email, now)
+	s.perAddress.fail("ip:"+ip, now)
+}
+
+// LoginResult is the outcome of a correct password.
+type LoginResult struct {
+	ChallengeID string
+	ExpiresAt   time.Time
+}
+
+var errBadCredentials = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidCredentials,
+	Message: "The e-mail address or password is incorrect."}
+
+// Login checks the password and starts a second-factor challenge. The
+// response does not tell whether the e-mail exists: unknown accounts cost
+// the same password hash and give the same error.
+func (s *Service) Login(ctx context.Context, c Client, email, password string) (LoginResult, error) {
+	email = NormalizeEmail(email)
+	now := s.now()
+	if err := s.throttled(email, c.IP, now); err != nil {
+		return LoginResult{}, err
+	}
+	a, err := s.store.AccountByEmail(ctx, email)
+	known := err == nil
+	if err != nil && !fault.Is(err, fault.NotFound) {
+		return LoginResult{}, err
+	}
+	hash := dummyHash
+	if known {
+		hash = a.PasswordHash
+	}
+	ok, err := s.checkPassword(ctx, hash, password)
+	if err != nil {
+		return LoginResult{}, err
+	}
+	if !known || !ok || a.DisabledAt != nil {
+		s.recordFailure(email, c.IP, now)
+		reason := "wrong_password"
+		switch {
+		case !known:
+			reason = "unknown_email"
+		case a.DisabledAt != nil && ok:
+			reason = "disabled"
+		}
+		if err := s.audit.Record(ctx, audit.Entry{
+			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: email}, Action: audit.LoginFailed,
+			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
+			Details: map[string]any{"reason": reason},
+		}); err != nil {
+			return LoginResult{}, err
+		}
+		return LoginResult{}, errBadCredentials
+	}
+	id := ids.Token(challengePrefix)
+	ch := Challenge{IDHash: ids.Hash(id), UserID: a.ID, CreatedAt: now, ExpiresAt: now.Add(ChallengeTTL)}
+	if err := s.store.CreateChallenge(ctx, ch); err != nil {
+		return LoginResult{}, err
+	}
+	return LoginResult{ChallengeID: id, ExpiresAt: ch.ExpiresAt.UTC()}, nil
+}
+
+// Tokens is what a completed sign-in or a refresh hands out.
+type Tokens struct {
+	AccessToken      string
+	AccessExpiresAt  time.Time
+	RefreshToken     string
+	RefreshExpiresAt time.Time // when the session ends at the latest
+	User             User
+}
+
+var errBadChallenge = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidChallenge,
+	Message: "The sign-in challenge is unknown, expired or used up. Sign in again."}
+
+// Verify checks the TOTP code of a challenge and, if it is right, starts a
+// session. A code is accepted once: a code of a time step that was already
+// used is refused.
+func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string) (Tokens, error) {
+	now := s.now()
+	hash := ids.Hash(challengeID)
+	ch, err := s.store.ChallengeByHash(ctx, hash)
+	if fault.Is(err, fault.NotFound) {
+		return Tokens{}, errBadChallenge
+	}
+	if err != nil {
+		return Tokens{}, err
+	}
+	if ch.ConsumedAt != nil || !now.Before(ch.ExpiresAt) || ch.Failures >= MaxCodeFailures {
+		return Tokens{}, errBadChallenge
+	}
+	a, err := s.store.AccountByID(ctx, ch.UserID)
+	if err != nil {
+		return Tokens{}, err
+	}
+	if err := s.throttled(a.Email, c.IP, now); err != nil {
+		return Tokens{}, err
+	}
+	if a.DisabledAt != nil {
+		return Tokens{}, errBadChallenge
+	}
+	secret, err := s.openTOTP(a)
+	if err != nil {
+		return Tokens{}, err
+	}
+	step := matchTOTP(secret, code, now)
+	fresh := false
+	if step > a.TOTPLastStep {
+		if fresh, err = s.store.AdvanceTOTPStep(ctx, a.ID, step); err != nil {
+			return Tokens{}, err
+		}
+	}
+	if !fresh {
+		s.recordFailure(a.Email, c.IP, now)
+		if _, err := s.store.FailChallenge(ctx, hash); err != nil {
+			return Tokens{}, err
+		}
+		reason, codeName, msg := "wrong_code", CodeInvalidCode, "The code is incorrect."
+		if step != 0 {
+			reason, codeName, msg = "code_reused", CodeCodeReused, "This code was already used. Wait for the next code."
+		}
+		if err := s.audit.Record(ctx, audit.Entry{
+			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.SecondFactorFailed,
+			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
+			Details: map[string]any{"reason": reason},
+		}); err != nil {
+			return Tokens{}, err
+		}
+		return Tokens{}, fault.Unauthenticatedf(codeName, "%s", msg)
+	}
+	if ok, err := s.store.ConsumeChallenge(ctx, hash, now); err != nil {
+		return Tokens{}, err
+	} else if !ok {
+		return Tokens{}, errBadChallenge
+	}
+
+	sess := Session{ID: ids.NewAt(ids.Session, now), UserID: a.ID, CreatedAt: now, LastUsedAt: now,
+		ExpiresAt: now.Add(SessionAbsoluteTTL), IP: c.IP, UserAgent: c.UserAgent}
+	refresh, rt := newRefresh(sess.ID, now)
+	access, at := newAccess(sess.ID, a.ID, now)
+	if err := s.store.CreateSession(ctx, sess, rt, at); err != nil {
+		return Tokens{}, err
+	}
+	if err := s.audit.Record(ctx, audit.Entry{
+		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.LoginSucceeded,
+		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
+		Details: map[string]any{"method": "totp"},
+	}); err != nil {
+		return Tokens{}, err
+	}
+	return Tokens{AccessToken: access, AccessExpiresAt: at.ExpiresAt, RefreshToken: refresh,
+		RefreshExpiresAt: sess.ExpiresAt, User: a.User}, nil
+}
+
+func newRefresh(sessionID string, now time.Time) (string, RefreshToken) {
+	tok := ids.Token(refreshPrefix)
+	return tok, RefreshToken{Hash: ids.Hash(tok), SessionID: sessionID, CreatedAt: now}
+}
+
+func newAccess(sessionID, userID string, now time.Time) (string, AccessToken) {
+	tok := ids.Token(accessPrefix)
+	return tok, AccessToken{Hash: ids.Hash(tok), SessionID: sessionID, UserID: userID, CreatedAt: now, ExpiresAt: now.Add(AccessTTL)}
+}
+
+var errBadRefresh = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidRefresh,
+	Message: "The refresh token is missing, unknown, expired or revoked. Sign in again."}
+
+// Refresh exchanges a refresh token for a new access token and a new refresh
+// token. Presenting a refresh token a second time revokes its whole session:
+// one of the two holders is not the user.
+func (s *Service) Refresh(ctx context.Context, c Client, refreshToken string) (Tokens, error) {
+	now := s.now()
+	if refreshToken == "" {
+		return Tokens{}, errBadRefresh
+	}
+	hash := ids.Hash(refreshToken)
+	rt, sess, err := s.store.RefreshTokenByHash(ctx, hash)
+	if fault.Is(err, fault.NotFound) {
+		return Tokens{}, errBadRefresh
+	}
+	if err != nil {
+		return Tokens{}, err
+	}
+	if rt.UsedAt != nil {
+		return Tokens{}, s.refreshReused(ctx, c, sess, now)
+	}
+	if sess.RevokedAt != nil || !now.Before(sess.ExpiresAt) || !now.Before(sess.LastUsedAt.Add(SessionIdleTTL)) {
+		return Tokens{}, errBadRefresh
+	}
+	a, err := s.store.AccountByID(ctx, sess.UserID)
+	if err != nil {
+		return Tokens{}, err
+	}
+	if a.DisabledAt != nil {
+		return Tokens{}, errBadRefresh
+	}
+	refresh, next := newRefresh(sess.ID, now)
+	access, at := newAccess(sess.ID, a.ID, now)
+	ok, err := s.store.RotateRefresh(ctx, hash, next, at, now)
+	if err != nil {
+		return Tokens{}, err
+	}
+	if !ok { // lost a race with another use of the same token
+		return Tokens{}, s.refreshReused(ctx, c, sess, now)
+	}
+	return Tokens{AccessToken: access, AccessExpiresAt: at.ExpiresAt, RefreshToken: refresh,
+		RefreshExpiresAt: sess.ExpiresAt, User: a.User}, nil
+}
+
+func (s *Service) refreshReused(ctx context.Context, c Client, sess Session, now time.Time) error {
+	if err := s.store.RevokeSession(ctx, sess.ID, "refresh_reused", now); err != nil {
+		return err
+	}
+	if err := s.audit.Record(ctx, audit.Entry{
+		Actor: audit.Actor{Type: audit.ActorUser, ID: sess.UserID}, Action: audit.RefreshReused,
+		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
+		Details: map[string]any{"session_revoked": true},
+	}); err != nil {
+		return err
+	}
+	return fault.Unauthenticatedf(CodeRefreshReused, "This refresh token was already used; the session has been revoked. Sign in again.")
+}
+
+// Logout ends the caller's session: every refresh and access token of it.
+func (s *Service) Logout(ctx context.Context, c Client, p Principal) error {
+	if err := s.store.RevokeSession(ctx, p.SessionID, "logout", s.now()); err != nil {
+		return err
+	}
+	return s.audit.Record(ctx, audit.Entry{
+		Actor: audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}, Action: audit.Logout,
+		Target: audit.Target{Type: "session", ID: p.SessionID}, IP: c.IP, UserAgent: c.UserAgent,
+	})
+}
+
+// RevokeByRefresh ends the session that a refresh token belongs to, if any.
+// Logout uses it when the caller presents the cookie but no access token.
+func (s *Service) RevokeByRefresh(ctx context.Context, refreshToken string) error {
+	if refreshToken == "" {
+		return nil
+	}
+	_, sess, err := s.store.RefreshTokenByHash(ctx, ids.Hash(refreshToken))
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.store.RevokeSession(ctx, sess.ID, "logout", s.now())
+}
+
+var errBadToken = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidToken,
+	Message: "The access token is missing, invalid, expired or revoked."}
+
+// Authenticate resolves a bearer access token.
+func (s *Service) Authenticate(ctx context.Context, token string) (Principal, error) {
+	if !strings.HasPrefix(token, accessPrefix+"_") || len(token) > 100 {
+		return Principal{}, errBadToken
+	}
+	p, err := s.store.Principal(ctx, ids.Hash(token), s.now())
+	if fault.Is(err, fault.NotFound) || fault.Is(err, fault.Unauthenticated) {
+		return Principal{}, errBadToken
+	}
+	return p, err
+}
+
+// CheckOwnPassword re-checks the signed-in user's password before a
+// sensitive operation.
+func (s *Service) CheckOwnPassword(ctx context.Context, c Client, p Principal, password string) (bool, error) {
+	now := s.now()
+	if err := s.throttled(p.User.Email, c.IP, now); err != nil {
+		return false, err
+	}
+	a, err := s.store.AccountByID(ctx, p.User.ID)
+	if err != nil {
+		return false, err
+	}
+	ok, err := s.checkPassword(ctx, a.PasswordHash, password)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		s.recordFailure(p.User.Email, c.IP, now)
+	}
+	return ok, nil
+}

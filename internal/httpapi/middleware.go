@@ -1,0 +1,167 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/auth"
+)
+
+type requestKey struct{}
+
+type requestInfo struct {
+	id     string
+	client auth.Client
+	req    *http.Request
+}
+
+func info(ctx context.Context) *requestInfo {
+	ri, _ := ctx.Value(requestKey{}).(*requestInfo)
+	if ri == nil {
+		return &requestInfo{req: &http.Request{}}
+	}
+	return ri
+}
+
+// requestID returns the id of the request being served.
+func requestID(ctx context.Context) string { return info(ctx).id }
+
+// clientOf returns the address and user agent of the request's client.
+func clientOf(ctx context.Context) auth.Client { return info(ctx).client }
+
+// requestFrom returns the request being served, for cookies.
+func requestFrom(ctx context.Context) *http.Request { return info(ctx).req }
+
+var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func newRequestID() string {
+	var b [12]byte
+	rand.Read(b[:]) //nolint:errcheck // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// statusWriter remembers the status and size of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// withRequestContext gives every request an id, resolves the client
+// address, and writes one structured log line per request.
+func (s *Server) withRequestContext(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-ID")
+		if !validRequestID.MatchString(id) {
+			id = newRequestID()
+		}
+		w.Header().Set("X-Request-ID", id)
+		ri := &requestInfo{id: id, client: auth.Client{IP: s.clientIP(r), UserAgent: r.UserAgent()}}
+		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, ri))
+		ri.req = r
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		if sw.status == 0 {
+			sw.status = http.StatusOK
+		}
+		level := slog.LevelInfo
+		if sw.status >= 500 {
+			level = slog.LevelError
+		}
+		s.log.LogAttrs(r.Context(), level, "request",
+			slog.String("request_id", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", sw.status), slog.Int64("bytes", sw.bytes),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("ip", ri.client.IP))
+	})
+}
+
+func (s *Server) clientIP(r *http.Request) string {
+	if s.deps.TrustedProxy {
+		if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+			parts := strings.Split(xff, ",")
+			if ip := net.ParseIP(strings.TrimSpace(parts[len(parts)-1])); ip != nil {
+				return ip.String()
+			}
+		}
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// withRecover turns a panic in a handler into a 500 problem and a log line.
+func (s *Server) withRecover(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw, _ := w.(*statusWriter)
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				panic(v)
+			}
+			s.log.ErrorContext(r.Context(), "panic in handler", "request_id", requestID(r.Context()),
+				"panic", v, "stack", string(debug.Stack()))
+			if sw != nil && sw.status != 0 {
+				// Too late for a problem: the status is out. Abort the
+				// connection so the client sees the response is incomplete.
+				panic(http.ErrAbortHandler)
+			}
+			p := newProblem(http.StatusInternalServerError, "", "An internal error occurred. The request id identifies it in the server log.")
+			writeProblem(w, r, p)
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withSecurityHeaders sets headers every response should carry.
+func (s *Server) withSecurityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w io.Writer, v any) {
+	json.NewEncoder(w).Encode(v) //nolint:errchkjson // the client may have gone
+}

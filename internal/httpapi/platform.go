@@ -1,0 +1,98 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/platform"
+)
+
+type platformOutput struct {
+	Body platform.Info
+}
+
+type healthOutput struct {
+	Body struct {
+		Status string `json:"status" enum:"ok"`
+	}
+}
+
+type recoveryKitInput struct {
+	Body struct {
+		Password string `json:"password" minLength:"1" maxLength:"1024" doc:"The caller's own account password; it also encrypts the kit"`
+	}
+}
+
+type recoveryKitOutput struct {
+	ContentType        string `header:"Content-Type"`
+	ContentDisposition string `header:"Content-Disposition"`
+	Body               []byte `contentType:"application/octet-stream" doc:"age-encrypted (scrypt) recovery kit"`
+}
+
+func (s *Server) registerPlatform() {
+	op(s, huma.Operation{
+		OperationID: "healthz", Method: http.MethodGet, Path: "/healthz", Tags: []string{"Platform"},
+		Summary: "Liveness and store health", Description: "200 when the control plane's store answers; 503 otherwise.",
+		Errors: []int{http.StatusServiceUnavailable},
+	}, Public, func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+		if err := s.deps.Platform.Health(ctx); err != nil {
+			s.log.WarnContext(ctx, "health check failed", "err", err.Error())
+			return nil, newProblem(http.StatusServiceUnavailable, "store-unavailable", "The store does not answer.")
+		}
+		out := &healthOutput{}
+		out.Body.Status = "ok"
+		return out, nil
+	})
+
+	op(s, huma.Operation{
+		OperationID: "get-platform", Method: http.MethodGet, Path: "/api/v1/platform", Tags: []string{"Platform"},
+		Summary: "Control plane name, public URL, versions and schema",
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*platformOutput, error) {
+		info, err := s.deps.Platform.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &platformOutput{Body: info}, nil
+	})
+
+	op(s, huma.Operation{
+		OperationID: "download-recovery-kit", Method: http.MethodPost, Path: "/api/v1/platform/recovery-kit", Tags: []string{"Platform"},
+		Summary: "Download the recovery kit",
+		Description: "Returns a file, encrypted with the caller's password, that holds the secret key, public URL and schema version: " +
+			"what is needed to decrypt this control plane's secrets and artifacts. The password is checked again; " +
+			"a wrong password is refused (403). Both outcomes are audited. Open a kit with `capstan recovery-kit open`.",
+		Errors: []int{http.StatusTooManyRequests},
+	}, Admin, func(ctx context.Context, in *recoveryKitInput) (*recoveryKitOutput, error) {
+		p, c := principal(ctx), clientOf(ctx)
+		actor := audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}
+		ok, err := s.deps.Auth.CheckOwnPassword(ctx, c, p, in.Body.Password)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			if err := s.deps.Audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.RecoveryKitRefused,
+				Target: audit.Target{Type: "platform"}, IP: c.IP, UserAgent: c.UserAgent,
+				Details: map[string]any{"reason": "wrong_password"}}); err != nil {
+				return nil, err
+			}
+			return nil, fault.Forbiddenf("wrong-password", "The password is not this account's password.")
+		}
+		kit, err := s.deps.Platform.RecoveryKit(ctx, in.Body.Password)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.deps.Audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.RecoveryKitDownloaded,
+			Target: audit.Target{Type: "platform"}, IP: c.IP, UserAgent: c.UserAgent}); err != nil {
+			return nil, err
+		}
+		name := fmt.Sprintf("capstan-recovery-kit-%s.age", time.Now().UTC().Format("20060102-150405"))
+		return &recoveryKitOutput{ContentType: "application/octet-stream",
+			ContentDisposition: fmt.Sprintf(`attachment; filename="%s"`, name), Body: kit}, nil
+	})
+}

@@ -1,0 +1,279 @@
+// Package httpapi serves the client API under /api/v1, the OpenAPI document
+// at /openapi.json and the interactive reference at /docs. Handlers are thin:
+// they decode, call a domain service, and encode. This is the one place where
+// domain errors become HTTP statuses, as RFC 9457 problems.
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/platform"
+)
+
+// Deps are the services the API serves.
+type Deps struct {
+	Auth     *auth.Service
+	Audit    *audit.Log
+	Platform *platform.Service
+	Logger   *slog.Logger
+	Version  string
+	// PublicURL decides the refresh cookie's name and Secure attribute.
+	PublicURL string
+	// TrustedProxy, when true, takes the client address from the last
+	// X-Forwarded-For entry. Only set it behind a reverse proxy that sets it.
+	TrustedProxy bool
+}
+
+// Server is the HTTP handler of the control plane.
+type Server struct {
+	deps    Deps
+	log     *slog.Logger
+	mux     *http.ServeMux
+	api     huma.API
+	handler http.Handler
+	cookie  cookieConfig
+
+	mu     sync.Mutex // guards routes
+	routes []Route
+}
+
+// Route is one registered operation.
+type Route struct {
+	Method string
+	Path   string
+	Access Access
+}
+
+// Access says who may call an operation.
+type Access int
+
+// Access levels.
+const (
+	Public   Access = iota // no credentials
+	SignedIn               // any signed-in user
+	Admin                  // signed-in administrator
+)
+
+// Default request body limit for JSON endpoints.
+const maxJSONBody = 64 << 10
+
+// New builds the API.
+func New(d Deps) *Server {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL)}
+
+	cfg := huma.DefaultConfig(platform.Name+" API", d.Version)
+	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
+	cfg.DocsPath = ""     // /docs is ours, served from embedded assets
+	cfg.SchemasPath = ""
+	cfg.OpenAPIPath = "/openapi"
+	cfg.RejectUnknownQueryParameters = true
+	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json)."
+	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "Access token from POST /api/v1/auth/2fa/verify or /api/v1/auth/refresh (valid 900 s)."},
+	}
+	if d.PublicURL != "" {
+		cfg.Servers = []*huma.Server{{URL: d.PublicURL}}
+	}
+	s.api = humago.New(s.mux, cfg)
+	s.api.UseMiddleware(s.authenticate)
+
+	s.registerAuth()
+	s.registerPlatform()
+	s.registerAudit()
+	s.registerDocs()
+
+	s.handler = s.withRequestContext(s.withRecover(s.withSecurityHeaders(http.HandlerFunc(s.route))))
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// API exposes the huma API, for the OpenAPI document.
+func (s *Server) API() huma.API { return s.api }
+
+// Routes lists the registered operations.
+func (s *Server) Routes() []Route {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := append([]Route(nil), s.routes...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Path+out[i].Method < out[j].Path+out[j].Method })
+	return out
+}
+
+// route dispatches to the mux, answering unknown paths and wrong methods
+// with problems instead of the mux's plain-text replies.
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		h.ServeHTTP(w, r)
+		return
+	}
+	// Let the mux decide between 404, 405 and a redirect, but keep its body.
+	rec := &headerRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	switch rec.status {
+	case http.StatusMethodNotAllowed:
+		p := newProblem(http.StatusMethodNotAllowed, "", fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path))
+		p.GetHeaders().Set("Allow", rec.header.Get("Allow"))
+		writeProblem(w, r, p)
+	case http.StatusMovedPermanently, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		for k, v := range rec.header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.status)
+	default:
+		writeProblem(w, r, newProblem(http.StatusNotFound, "", "No resource at "+r.URL.Path+"."))
+	}
+}
+
+type headerRecorder struct {
+	header http.Header
+	status int
+}
+
+func (h *headerRecorder) Header() http.Header { return h.header }
+func (h *headerRecorder) Write(b []byte) (int, error) {
+	if h.status == 0 {
+		h.status = http.StatusOK
+	}
+	return len(b), nil
+}
+func (h *headerRecorder) WriteHeader(code int) {
+	if h.status == 0 {
+		h.status = code
+	}
+}
+
+// op registers one operation with its access level, standard error
+// responses, body limit and error mapping.
+func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Context, *I) (*O, error)) {
+	if o.Metadata == nil {
+		o.Metadata = map[string]any{}
+	}
+	o.Metadata[accessKey] = access
+	errs := []int{http.StatusInternalServerError}
+	if access != Public {
+		o.Security = []map[string][]string{{"bearer": {}}}
+		errs = append(errs, http.StatusUnauthorized)
+	}
+	if access == Admin {
+		errs = append(errs, http.StatusForbidden)
+	}
+	if hasBody(reflect.TypeFor[I]()) {
+		errs = append(errs, http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity)
+		if o.MaxBodyBytes == 0 {
+			o.MaxBodyBytes = maxJSONBody
+		}
+	} else if hasParams(reflect.TypeFor[I]()) {
+		errs = append(errs, http.StatusUnprocessableEntity)
+	}
+	for _, e := range errs {
+		if !containsInt(o.Errors, e) {
+			o.Errors = append(o.Errors, e)
+		}
+	}
+	sort.Ints(o.Errors)
+	s.mu.Lock()
+	s.routes = append(s.routes, Route{Method: o.Method, Path: o.Path, Access: access})
+	s.mu.Unlock()
+	huma.Register(s.api, o, func(ctx context.Context, in *I) (*O, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			return nil, problemFor(ctx, s.log, err)
+		}
+		return out, nil
+	})
+}
+
+func hasBody(t reflect.Type) bool {
+	f, ok := t.FieldByName("Body")
+	return ok && f.Type.Kind() != reflect.Invalid
+}
+
+func hasParams(t reflect.Type) bool {
+	for i := 0; i < t.NumField(); i++ {
+		tag := t.Field(i).Tag
+		if tag.Get("query") != "" || tag.Get("path") != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+const accessKey = "capstan-access"
+
+type principalKey struct{}
+
+// principal returns the authenticated caller; only valid in operations
+// registered as SignedIn or Admin.
+func principal(ctx context.Context) auth.Principal {
+	p, _ := ctx.Value(principalKey{}).(auth.Principal)
+	return p
+}
+
+// authenticate is huma middleware that enforces each operation's access
+// level before its input is read.
+func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
+	access, _ := ctx.Operation().Metadata[accessKey].(Access)
+	if access == Public {
+		next(ctx)
+		return
+	}
+	fail := func(p *Problem) {
+		r := requestFrom(ctx.Context())
+		if p.Status == http.StatusUnauthorized {
+			p.GetHeaders().Set("WWW-Authenticate", `Bearer realm="capstan"`)
+		}
+		p.RequestID = requestID(ctx.Context())
+		for k, vs := range p.headers {
+			for _, v := range vs {
+				ctx.AppendHeader(k, v)
+			}
+		}
+		ctx.SetHeader("Content-Type", "application/problem+json")
+		ctx.SetStatus(p.Status)
+		p.Instance = r.URL.Path
+		writeJSON(ctx.BodyWriter(), p)
+	}
+	h := ctx.Header("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		fail(newProblem(http.StatusUnauthorized, auth.CodeInvalidToken, "This endpoint needs an Authorization: Bearer access token."))
+		return
+	}
+	p, err := s.deps.Auth.Authenticate(ctx.Context(), strings.TrimSpace(token))
+	if err != nil {
+		fail(problemFor(ctx.Context(), s.log, err))
+		return
+	}
+	if access == Admin && !p.User.Admin {
+		fail(newProblem(http.StatusForbidden, auth.CodeAdminRequired, "This endpoint needs an administrator account."))
+		return
+	}
+	next(huma.WithValue(ctx, principalKey{}, p))
+}

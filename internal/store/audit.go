@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+)
+
+var _ audit.Store = (*Store)(nil)
+
+type auditRow struct {
+	ID         string `db:"id"`
+	At         int64  `db:"at"`
+	ActorType  string `db:"actor_type"`
+	ActorID    string `db:"actor_id"`
+	ActorEmail string `db:"actor_email"`
+	Action     string `db:"action"`
+	TargetType string `db:"target_type"`
+	TargetID   string `db:"target_id"`
+	IP         string `db:"ip"`
+	UserAgent  string `db:"user_agent"`
+	Details    string `db:"details"`
+}
+
+// AppendAudit appends one entry to the audit log.
+func (s *Store) AppendAudit(ctx context.Context, e audit.Entry) error {
+	details, err := json.Marshal(e.Details)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO audit_log (id, at, actor_type, actor_id, actor_email, action, target_type, target_id, ip, user_agent, details)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		e.ID, ms(e.At), e.Actor.Type, e.Actor.ID, e.Actor.Email, e.Action, e.Target.Type, e.Target.ID, e.IP, truncate(e.UserAgent, 512), string(details))
+	return err
+}
+
+// ListAudit returns entries newest first.
+func (s *Store) ListAudit(ctx context.Context, q audit.Query) ([]audit.Entry, error) {
+	where, args := []string{"1 = 1"}, []any{}
+	if q.BeforeID != "" {
+		where, args = append(where, "id < ?"), append(args, q.BeforeID)
+	}
+	switch {
+	case strings.HasSuffix(q.Action, ".*"):
+		// Prefix match as a range, so the index serves it and no LIKE
+		// wildcards in the input matter.
+		prefix := strings.TrimSuffix(q.Action, "*")
+		where, args = append(where, "action >= ? AND action < ?"), append(args, prefix, prefix[:len(prefix)-1]+"/")
+	case q.Action != "":
+		where, args = append(where, "action = ?"), append(args, q.Action)
+	}
+	args = append(args, q.Limit)
+	var rows []auditRow
+	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, at, actor_type, actor_id, actor_email, action, target_type, target_id, ip, user_agent, details
+		FROM audit_log WHERE `+strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT ?`), args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]audit.Entry, len(rows))
+	for i, r := range rows {
+		e := audit.Entry{ID: r.ID, At: fromMS(r.At), Actor: audit.Actor{Type: r.ActorType, ID: r.ActorID, Email: r.ActorEmail},
+			Action: r.Action, Target: audit.Target{Type: r.TargetType, ID: r.TargetID}, IP: r.IP, UserAgent: r.UserAgent}
+		if err := json.Unmarshal([]byte(r.Details), &e.Details); err != nil {
+			return nil, err
+		}
+		out[i] = e
+	}
+	return out, nil
+}

@@ -1,0 +1,310 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+var _ auth.Store = (*Store)(nil)
+
+type accountRow struct {
+	ID           string        `db:"id"`
+	Email        string        `db:"email"`
+	PasswordHash string        `db:"password_hash"`
+	TOTPSecret   string        `db:"totp_secret"`
+	TOTPLastStep int64         `db:"totp_last_step"`
+	Admin        bool          `db:"admin"`
+	DisabledAt   sql.NullInt64 `db:"disabled_at"`
+	CreatedAt    int64         `db:"created_at"`
+	UpdatedAt    int64         `db:"updated_at"`
+}
+
+func (r accountRow) account() auth.Account {
+	return auth.Account{
+		User: auth.User{ID: r.ID, Email: r.Email, Admin: r.Admin, Disabled: r.DisabledAt.Valid,
+			CreatedAt: fromMS(r.CreatedAt)},
+		PasswordHash: r.PasswordHash, TOTPSecret: r.TOTPSecret, TOTPLastStep: r.TOTPLastStep,
+		DisabledAt: nullMS(r.DisabledAt), UpdatedAt: fromMS(r.UpdatedAt),
+	}
+}
+
+const accountColumns = `id, email, password_hash, totp_secret, totp_last_step, admin, disabled_at, created_at, updated_at`
+
+// CreateAccount stores a new account; a taken e-mail is a conflict.
+func (s *Store) CreateAccount(ctx context.Context, a auth.Account) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO users (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)`),
+		a.ID, a.Email, a.PasswordHash, a.TOTPSecret, a.TOTPLastStep, a.Admin, ms(a.CreatedAt), ms(a.UpdatedAt))
+	if isUniqueViolation(err) {
+		return fault.Conflictf("email-taken", "An account with this e-mail address already exists.")
+	}
+	return err
+}
+
+func (s *Store) accountWhere(ctx context.Context, where string, arg any) (auth.Account, error) {
+	var r accountRow
+	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+accountColumns+` FROM users WHERE `+where), arg)
+	if notFound(err) {
+		return auth.Account{}, fault.NotFoundf("No such user.")
+	}
+	if err != nil {
+		return auth.Account{}, err
+	}
+	return r.account(), nil
+}
+
+// AccountByEmail returns the account with this (normalized) e-mail.
+func (s *Store) AccountByEmail(ctx context.Context, email string) (auth.Account, error) {
+	return s.accountWhere(ctx, "email = ?", email)
+}
+
+// AccountByID returns the account with this id.
+func (s *Store) AccountByID(ctx context.Context, id string) (auth.Account, error) {
+	return s.accountWhere(ctx, "id = ?", id)
+}
+
+// ListUsers returns every user, oldest first.
+func (s *Store) ListUsers(ctx context.Context) ([]auth.User, error) {
+	var rows []accountRow
+	if err := s.r.SelectContext(ctx, &rows, `SELECT `+accountColumns+` FROM users ORDER BY id`); err != nil {
+		return nil, err
+	}
+	users := make([]auth.User, len(rows))
+	for i, r := range rows {
+		users[i] = r.account().User
+	}
+	return users, nil
+}
+
+func mustAffect(res sql.Result, err error, what string) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fault.NotFoundf("No such %s.", what)
+	}
+	return nil
+}
+
+// SetTOTPSecret replaces a user's sealed TOTP secret and resets its replay guard.
+func (s *Store) SetTOTPSecret(ctx context.Context, userID, sealed string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET totp_secret = ?, totp_last_step = 0, updated_at = ? WHERE id = ?`),
+		sealed, ms(now), userID)
+	return mustAffect(res, err, "user")
+}
+
+// DisableUser disables a user and revokes every session it has.
+func (s *Store) DisableUser(ctx context.Context, userID string, now time.Time) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE users SET disabled_at = COALESCE(disabled_at, ?), updated_at = ? WHERE id = ?`),
+			ms(now), ms(now), userID)
+		if err := mustAffect(res, err, "user"); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE sessions SET revoked_at = ?, revoked_reason = 'user_disabled' WHERE user_id = ? AND revoked_at IS NULL`),
+			ms(now), userID)
+		return err
+	})
+}
+
+// AdvanceTOTPStep records a used TOTP step if it is newer than the last one.
+func (s *Store) AdvanceTOTPStep(ctx context.Context, userID string, step int64) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET totp_last_step = ? WHERE id = ? AND totp_last_step < ?`), step, userID, step)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+type challengeRow struct {
+	IDHash     string        `db:"id_hash"`
+	UserID     string        `db:"user_id"`
+	CreatedAt  int64         `db:"created_at"`
+	ExpiresAt  int64         `db:"expires_at"`
+	Failures   int           `db:"failures"`
+	ConsumedAt sql.NullInt64 `db:"consumed_at"`
+}
+
+// CreateChallenge stores a second-factor challenge.
+func (s *Store) CreateChallenge(ctx context.Context, c auth.Challenge) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO login_challenges (id_hash, user_id, created_at, expires_at, failures) VALUES (?, ?, ?, ?, 0)`),
+		c.IDHash, c.UserID, ms(c.CreatedAt), ms(c.ExpiresAt))
+	return err
+}
+
+// ChallengeByHash returns a challenge by the hash of its id.
+func (s *Store) ChallengeByHash(ctx context.Context, hash string) (auth.Challenge, error) {
+	var r challengeRow
+	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT id_hash, user_id, created_at, expires_at, failures, consumed_at FROM login_challenges WHERE id_hash = ?`), hash)
+	if notFound(err) {
+		return auth.Challenge{}, fault.NotFoundf("No such challenge.")
+	}
+	if err != nil {
+		return auth.Challenge{}, err
+	}
+	return auth.Challenge{IDHash: r.IDHash, UserID: r.UserID, CreatedAt: fromMS(r.CreatedAt), ExpiresAt: fromMS(r.ExpiresAt),
+		Failures: r.Failures, ConsumedAt: nullMS(r.ConsumedAt)}, nil
+}
+
+// FailChallenge counts one wrong code.
+func (s *Store) FailChallenge(ctx context.Context, hash string) (int, error) {
+	var n int
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE login_challenges SET failures = failures + 1 WHERE id_hash = ?`), hash); err != nil {
+			return err
+		}
+		return tx.GetContext(ctx, &n, tx.Rebind(`SELECT failures FROM login_challenges WHERE id_hash = ?`), hash)
+	})
+	return n, err
+}
+
+// ConsumeChallenge marks a challenge used, once.
+func (s *Store) ConsumeChallenge(ctx context.Context, hash string, now time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET consumed_at = ? WHERE id_hash = ? AND consumed_at IS NULL`), ms(now), hash)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+func insertAccess(ctx context.Context, tx *sqlx.Tx, a auth.AccessToken) error {
+	_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO access_tokens (token_hash, session_id, user_id, created_at, expires_at) VALUES (?, ?, ?, ?, ?)`),
+		a.Hash, a.SessionID, a.UserID, ms(a.CreatedAt), ms(a.ExpiresAt))
+	return err
+}
+
+func insertRefresh(ctx context.Context, tx *sqlx.Tx, r auth.RefreshToken) error {
+	_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO refresh_tokens (token_hash, session_id, created_at) VALUES (?, ?, ?)`),
+		r.Hash, r.SessionID, ms(r.CreatedAt))
+	return err
+}
+
+// CreateSession stores a new session with its first refresh and access tokens.
+func (s *Store) CreateSession(ctx context.Context, sess auth.Session, r auth.RefreshToken, a auth.AccessToken) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO sessions (id, user_id, created_at, last_used_at, expires_at, ip, user_agent) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+			sess.ID, sess.UserID, ms(sess.CreatedAt), ms(sess.LastUsedAt), ms(sess.ExpiresAt), sess.IP, truncate(sess.UserAgent, 512))
+		if err != nil {
+			return err
+		}
+		if err := insertRefresh(ctx, tx, r); err != nil {
+			return err
+		}
+		return insertAccess(ctx, tx, a)
+	})
+}
+
+type sessionRow struct {
+	ID         string        `db:"id"`
+	UserID     string        `db:"user_id"`
+	CreatedAt  int64         `db:"created_at"`
+	LastUsedAt int64         `db:"last_used_at"`
+	ExpiresAt  int64         `db:"expires_at"`
+	RevokedAt  sql.NullInt64 `db:"revoked_at"`
+	IP         string        `db:"ip"`
+	UserAgent  string        `db:"user_agent"`
+}
+
+// RefreshTokenByHash returns a refresh token and its session.
+func (s *Store) RefreshTokenByHash(ctx context.Context, hash string) (auth.RefreshToken, auth.Session, error) {
+	var r struct {
+		TokenHash string        `db:"token_hash"`
+		CreatedAt int64         `db:"token_created_at"`
+		UsedAt    sql.NullInt64 `db:"used_at"`
+		sessionRow
+	}
+	err := s.r.GetContext(ctx, &r, s.rebind(`
+		SELECT t.token_hash, t.created_at AS token_created_at, t.used_at,
+		       s.id, s.user_id, s.created_at, s.last_used_at, s.expires_at, s.revoked_at, s.ip, s.user_agent
+		FROM refresh_tokens t JOIN sessions s ON s.id = t.session_id
+		WHERE t.token_hash = ?`), hash)
+	if notFound(err) {
+		return auth.RefreshToken{}, auth.Session{}, fault.NotFoundf("No such refresh token.")
+	}
+	if err != nil {
+		return auth.RefreshToken{}, auth.Session{}, err
+	}
+	return auth.RefreshToken{Hash: r.TokenHash, SessionID: r.ID, CreatedAt: fromMS(r.CreatedAt), UsedAt: nullMS(r.UsedAt)},
+		auth.Session{ID: r.ID, UserID: r.UserID, CreatedAt: fromMS(r.sessionRow.CreatedAt), LastUsedAt: fromMS(r.LastUsedAt),
+			ExpiresAt: fromMS(r.ExpiresAt), RevokedAt: nullMS(r.RevokedAt), IP: r.IP, UserAgent: r.UserAgent}, nil
+}
+
+// RotateRefresh replaces a refresh token by its successor, once.
+func (s *Store) RotateRefresh(ctx context.Context, oldHash string, next auth.RefreshToken, access auth.AccessToken, now time.Time) (bool, error) {
+	rotated := false
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE refresh_tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL`), ms(now), oldHash)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE sessions SET last_used_at = ? WHERE id = ?`), ms(now), next.SessionID); err != nil {
+			return err
+		}
+		if err := insertRefresh(ctx, tx, next); err != nil {
+			return err
+		}
+		if err := insertAccess(ctx, tx, access); err != nil {
+			return err
+		}
+		rotated = true
+		return nil
+	})
+	return rotated && err == nil, err
+}
+
+// RevokeSession revokes a session and every access token issued in it.
+func (s *Store) RevokeSession(ctx context.Context, sessionID, reason string, now time.Time) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE sessions SET revoked_at = ?, revoked_reason = ? WHERE id = ? AND revoked_at IS NULL`),
+			ms(now), reason, sessionID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE access_tokens SET revoked_at = ? WHERE session_id = ? AND revoked_at IS NULL`), ms(now), sessionID)
+		return err
+	})
+}
+
+// Principal resolves a live access token to its user and session.
+func (s *Store) Principal(ctx context.Context, accessHash string, now time.Time) (auth.Principal, error) {
+	var r struct {
+		SessionID string `db:"session_id"`
+		ExpiresAt int64  `db:"expires_at"`
+		accountRow
+	}
+	err := s.r.GetContext(ctx, &r, s.rebind(`
+		SELECT a.session_id, a.expires_at,
+		       u.id, u.email, u.password_hash, u.totp_secret, u.totp_last_step, u.admin, u.disabled_at, u.created_at, u.updated_at
+		FROM access_tokens a
+		JOIN sessions s ON s.id = a.session_id
+		JOIN users u ON u.id = a.user_id
+		WHERE a.token_hash = ? AND a.revoked_at IS NULL AND a.expires_at > ?
+		  AND s.revoked_at IS NULL AND u.disabled_at IS NULL`), accessHash, ms(now))
+	if notFound(err) {
+		return auth.Principal{}, fault.Unauthenticatedf(auth.CodeInvalidToken, "The access token is invalid.")
+	}
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	return auth.Principal{User: r.account().User, SessionID: r.SessionID, TokenHash: accessHash, ExpiresAt: fromMS(r.ExpiresAt)}, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

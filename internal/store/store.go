@@ -1,0 +1,236 @@
+// Package store persists every domain's records in SQLite (the default, one
+// file in the data directory) or PostgreSQL (for scale-out). One set of
+// queries serves both dialects: they are written with ? placeholders and
+// rebound for PostgreSQL. Schemas differ per dialect and live in embedded,
+// append-only goose migrations under migrations/<dialect>.
+//
+// Times are stored as Unix milliseconds (BIGINT) in both dialects, so that
+// comparisons and ordering mean the same everywhere.
+//
+// Public methods own their transaction: they open it, defer the rollback,
+// call unexported helpers that take the transaction, and commit last.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+	"github.com/jmoiron/sqlx"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Dialect names a supported database.
+type Dialect string
+
+// The supported dialects.
+const (
+	SQLite   Dialect = "sqlite"
+	Postgres Dialect = "postgres"
+)
+
+//go:embed migrations
+var migrations embed.FS
+
+// FileName is the SQLite database file inside the data directory.
+const FileName = "capstan.db"
+
+// Store is the persistence layer. It is safe for concurrent use.
+type Store struct {
+	dialect Dialect
+	// r serves reads. w serves writes; for SQLite it holds exactly one
+	// connection (SQLite allows one writer at a time, and queueing writers in
+	// Go is cheaper than retrying on SQLITE_BUSY). For PostgreSQL r == w.
+	r, w *sqlx.DB
+}
+
+// Open connects to the database named by databaseURL: empty means the SQLite
+// file capstan.db in dataDir, postgres:// or postgresql:// means PostgreSQL.
+// It does not apply migrations; call Migrate.
+func Open(ctx context.Context, databaseURL, dataDir string) (*Store, error) {
+	switch {
+	case databaseURL == "" || strings.HasPrefix(databaseURL, "sqlite:") || strings.HasPrefix(databaseURL, "file:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(databaseURL, "sqlite:"), "file:")
+		if path == "" {
+			path = filepath.Join(dataDir, FileName)
+		}
+		return openSQLite(ctx, path)
+	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
+		return openPostgres(ctx, databaseURL)
+	default:
+		return nil, fmt.Errorf("unsupported database URL scheme (want postgres:// or empty for SQLite)")
+	}
+}
+
+func openSQLite(ctx context.Context, path string) (*Store, error) {
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(ON)", "synchronous(NORMAL)"} {
+		q.Add("_pragma", p)
+	}
+	base := "file:" + path + "?" + q.Encode()
+	w, err := sqlx.Open("sqlite", base+"&_txlock=immediate")
+	if err != nil {
+		return nil, err
+	}
+	w.SetMaxOpenConns(1)
+	w.SetConnMaxIdleTime(0)
+	r, err := sqlx.Open("sqlite", base)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	r.SetMaxOpenConns(8)
+	r.SetMaxIdleConns(8)
+	s := &Store{dialect: SQLite, r: r, w: w}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func openPostgres(ctx context.Context, dsn string) (*Store, error) {
+	db, err := sqlx.Open("pgx", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(16)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	s := &Store{dialect: Postgres, r: db, w: db}
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dialect reports which database this store uses.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.w.PingContext(ctx); err != nil {
+		return err
+	}
+	var one int
+	return s.r.GetContext(ctx, &one, "SELECT 1")
+}
+
+// Close closes the connections.
+func (s *Store) Close() error {
+	err := s.w.Close()
+	if s.r != s.w {
+		err = errors.Join(err, s.r.Close())
+	}
+	return err
+}
+
+func (s *Store) provider() (*goose.Provider, error) {
+	sub, err := fs.Sub(migrations, "migrations/"+string(s.dialect))
+	if err != nil {
+		return nil, err
+	}
+	if s.dialect == Postgres {
+		// Several control planes may start at once: one migrates, the
+		// others wait on the advisory lock.
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return nil, err
+		}
+		return goose.NewProvider(goose.DialectPostgres, s.w.DB, sub, goose.WithSessionLocker(locker))
+	}
+	return goose.NewProvider(goose.DialectSQLite3, s.w.DB, sub)
+}
+
+// Migrate applies every pending migration and returns the schema version.
+func (s *Store) Migrate(ctx context.Context) (int64, error) {
+	p, err := s.provider()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return 0, fmt.Errorf("migrate: %w", err)
+	}
+	return p.GetDBVersion(ctx)
+}
+
+// SchemaVersion returns the applied schema version and the latest version
+// this binary knows.
+func (s *Store) SchemaVersion(ctx context.Context) (current, latest int64, err error) {
+	p, err := s.provider()
+	if err != nil {
+		return 0, 0, err
+	}
+	current, err = p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	srcs := p.ListSources()
+	if len(srcs) > 0 {
+		latest = srcs[len(srcs)-1].Version
+	}
+	return current, latest, nil
+}
+
+// tx runs fn in a write transaction, committing when fn returns nil.
+func (s *Store) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	tx, err := s.w.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// rebind turns ? placeholders into the dialect's.
+func (s *Store) rebind(q string) string { return s.r.Rebind(q) }
+
+// isUniqueViolation reports whether err is a unique-constraint violation.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505"
+	}
+	var sqErr *sqlite.Error
+	if errors.As(err, &sqErr) {
+		return sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+	}
+	return false
+}
+
+// ms converts a time to the stored form.
+func ms(t time.Time) int64 { return t.UnixMilli() }
+
+// fromMS converts the stored form to a UTC time.
+func fromMS(v int64) time.Time { return time.UnixMilli(v).UTC() }
+
+// nullMS converts a nullable stored time.
+func nullMS(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMS(v.Int64)
+	return &t
+}
+
+// notFound maps sql.ErrNoRows to ok=false.
+func notFound(err error) bool { return errors.Is(err, sql.ErrNoRows) }
+
+// DialectName returns the dialect as a string.
+func (s *Store) DialectName() string { return string(s.dialect) }
