@@ -9,8 +9,10 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -21,12 +23,18 @@ type app struct {
 	audit    *audit.Log
 	auth     *auth.Service
 	platform *platform.Service
+	jobs     *jobs.Service
+	servers  *servers.Service
 	schema   int64
 }
 
 // openApp prepares the data dir, loads or creates the secret key, opens the
 // store and applies migrations.
 func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) {
+	return openAppWith(ctx, f, publicURL, time.Hour, slog.Default())
+}
+
+func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollmentTTL time.Duration, logger *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(f.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -48,12 +56,15 @@ func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) 
 	}
 	now := func() time.Time { return time.Now().UTC() }
 	log := audit.NewLog(st, now)
+	js := jobs.NewService(st, key, now, logger)
 	return &app{
 		store:    st,
 		key:      key,
 		audit:    log,
 		auth:     auth.NewService(st, key, log, now, platform.Name),
 		platform: platform.NewService(st, key, publicURL, version, now),
+		jobs:     js,
+		servers:  servers.NewService(st, js, log, now, publicURL, enrollmentTTL),
 		schema:   v,
 	}, nil
 }

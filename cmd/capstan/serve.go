@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agentapi"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 )
 
@@ -20,7 +22,9 @@ type serveCmd struct {
 	PublicURL    string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
 	LogLevel     string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
 	TrustedProxy bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
-	ShutdownWait time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
+	ShutdownWait  time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
+	AgentDir      string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
+	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
@@ -34,7 +38,20 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
-	a, err := openApp(ctx, c.StoreFlags, publicURL)
+	if c.EnrollmentTTL < time.Minute || c.EnrollmentTTL > 30*24*time.Hour {
+		ln.Close()
+		return fmt.Errorf("--enrollment-ttl must be between 1m and 720h")
+	}
+	agentDir := c.AgentDir
+	if agentDir == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		agentDir = filepath.Dir(exe)
+	}
+	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -42,9 +59,12 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	defer a.Close()
 
 	api := httpapi.New(httpapi.Deps{
-		Auth: a.auth, Audit: a.audit, Platform: a.platform, Logger: log,
+		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Logger: log,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
-	})
+	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version}))
+	bg, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	go a.jobs.RunReaper(bg, 2*time.Second)
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

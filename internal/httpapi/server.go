@@ -19,7 +19,9 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/platform"
+	"github.com/capstan-dev/capstan/internal/servers"
 )
 
 // Deps are the services the API serves.
@@ -27,6 +29,8 @@ type Deps struct {
 	Auth     *auth.Service
 	Audit    *audit.Log
 	Platform *platform.Service
+	Servers  *servers.Service
+	Jobs     *jobs.Service
 	Logger   *slog.Logger
 	Version  string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
@@ -64,13 +68,14 @@ const (
 	Public   Access = iota // no credentials
 	SignedIn               // any signed-in user
 	Admin                  // signed-in administrator
+	Agent                  // an enrolled agent (Bearer agt_…)
 )
 
 // Default request body limit for JSON endpoints.
 const maxJSONBody = 64 << 10
 
-// New builds the API.
-func New(d Deps) *Server {
+// New builds the API. mounts register further routes (the agent protocol).
+func New(d Deps, mounts ...func(*Server)) *Server {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
@@ -84,7 +89,8 @@ func New(d Deps) *Server {
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json)."
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		"bearer": {Type: "http", Scheme: "bearer", Description: "Access token from POST /api/v1/auth/2fa/verify or /api/v1/auth/refresh (valid 900 s)."},
+		"bearer":     {Type: "http", Scheme: "bearer", Description: "Access token from POST /api/v1/auth/2fa/verify or /api/v1/auth/refresh (valid 900 s)."},
+		"agentToken": {Type: "http", Scheme: "bearer", Description: "Agent token (agt_…) from POST /agent/v1/enroll."},
 	}
 	if d.PublicURL != "" {
 		cfg.Servers = []*huma.Server{{URL: d.PublicURL}}
@@ -96,6 +102,11 @@ func New(d Deps) *Server {
 	s.registerPlatform()
 	s.registerAudit()
 	s.registerDocs()
+	s.registerServers()
+	s.registerJobs()
+	for _, m := range mounts {
+		m(s)
+	}
 
 	s.handler = s.withRequestContext(s.withRecover(s.withSecurityHeaders(http.HandlerFunc(s.route))))
 	return s
@@ -160,15 +171,28 @@ func (h *headerRecorder) WriteHeader(code int) {
 	}
 }
 
-// op registers one operation with its access level, standard error
+// Register registers one operation with its access level, standard error
 // responses, body limit and error mapping.
+func Register[I, O any](s *Server, o huma.Operation, access Access, h func(context.Context, *I) (*O, error)) {
+	op(s, o, access, h)
+}
+
+// Mux returns the underlying mux, for routes that are not JSON operations.
+func (s *Server) Mux() *http.ServeMux { return s.mux }
+
+// Logger returns the server's logger.
+func (s *Server) Logger() *slog.Logger { return s.log }
+
 func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Context, *I) (*O, error)) {
 	if o.Metadata == nil {
 		o.Metadata = map[string]any{}
 	}
 	o.Metadata[accessKey] = access
 	errs := []int{http.StatusInternalServerError}
-	if access != Public {
+	if access == Agent {
+		o.Security = []map[string][]string{{"agentToken": {}}}
+		errs = append(errs, http.StatusUnauthorized)
+	} else if access != Public {
 		o.Security = []map[string][]string{{"bearer": {}}}
 		errs = append(errs, http.StatusUnauthorized)
 	}
@@ -229,6 +253,18 @@ const accessKey = "capstan-access"
 
 type principalKey struct{}
 
+type agentKey struct{}
+
+// AgentServer returns the server of the authenticated agent; only valid in
+// operations registered as Agent.
+func AgentServer(ctx context.Context) servers.Server {
+	srv, _ := ctx.Value(agentKey{}).(servers.Server)
+	return srv
+}
+
+// Client returns the address and user agent of the request's client.
+func Client(ctx context.Context) auth.Client { return clientOf(ctx) }
+
 // principal returns the authenticated caller; only valid in operations
 // registered as SignedIn or Admin.
 func principal(ctx context.Context) auth.Principal {
@@ -263,7 +299,20 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	h := ctx.Header("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		if access == Agent {
+			fail(newProblem(http.StatusUnauthorized, "invalid-agent-token", "This endpoint needs an Authorization: Bearer agent token."))
+			return
+		}
 		fail(newProblem(http.StatusUnauthorized, auth.CodeInvalidToken, "This endpoint needs an Authorization: Bearer access token."))
+		return
+	}
+	if access == Agent {
+		srv, err := s.deps.Servers.Authenticate(ctx.Context(), strings.TrimSpace(token))
+		if err != nil {
+			fail(problemFor(ctx.Context(), s.log, err))
+			return
+		}
+		next(huma.WithValue(ctx, agentKey{}, srv))
 		return
 	}
 	p, err := s.deps.Auth.Authenticate(ctx.Context(), strings.TrimSpace(token))

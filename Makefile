@@ -1,0 +1,47 @@
+# Capstan: make run (start a control plane on SQLite in ./data), make test
+# (install and start what the tests need, then run every test).
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X main.version=$(VERSION)
+GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
+LISTEN   ?= 127.0.0.1:8080
+DATA_DIR ?= ./data
+
+.PHONY: all build run test test-go fuzz lint testenv-down clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/capstan ./cmd/capstan
+
+run: build
+	@echo "Starting Capstan on http://$(LISTEN) with data in $(DATA_DIR)."
+	@echo "Create the first administrator in another terminal:"
+	@echo "  ./bin/capstan user create --data-dir $(DATA_DIR) --email you@example.com --admin"
+	@echo "API reference: http://$(LISTEN)/docs"
+	./bin/capstan serve --data-dir $(DATA_DIR) --listen $(LISTEN)
+
+# test installs and starts PostgreSQL, the Docker engine and Caddy when
+# missing (scripts/testenv.sh), then runs every test, a short fuzz run and
+# the linters.
+test: build
+	scripts/testenv.sh up
+	. ./.testenv/env && $(MAKE) --no-print-directory test-go fuzz lint
+
+test-go:
+	$(GO) test -count=1 -timeout 25m ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzAuthRequests$$' -fuzztime 10s ./internal/httpapi
+
+lint:
+	@out=$$(gofmt -l cmd internal); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	shellcheck scripts/*.sh .ci/run
+
+testenv-down:
+	scripts/testenv.sh down
+
+clean:
+	rm -rf bin dist

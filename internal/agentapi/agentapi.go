@@ -1,0 +1,173 @@
+// Package agentapi serves the agent protocol under /agent/v1 and the
+// installer (/agent/install.sh) and agent package (/agent/package.tar.gz)
+// that put an agent on a server. Wire types come from agentproto.
+package agentapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/httpapi"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+// Deps are what the agent protocol needs.
+type Deps struct {
+	Servers *servers.Service
+	Jobs    *jobs.Service
+	// PublicURL is filled into install.sh.
+	PublicURL string
+	// AgentDir holds the agent binaries served by /agent/package.tar.gz.
+	AgentDir string
+	// Version is the control plane's version.
+	Version string
+}
+
+type enrollInput struct {
+	Body agentproto.EnrollRequest
+}
+
+type enrollOutput struct {
+	Body agentproto.EnrollResponse
+}
+
+type heartbeatInput struct {
+	Body agentproto.HeartbeatRequest
+}
+
+type heartbeatOutput struct {
+	Body agentproto.HeartbeatResponse
+}
+
+type claimInput struct {
+	Body agentproto.ClaimRequest
+}
+
+type claimOutput struct {
+	Status int `json:"-"`
+	Body   *agentproto.ClaimResponse
+}
+
+type jobIDInput struct {
+	ID string `path:"id" maxLength:"64"`
+}
+
+type secretsOutput struct {
+	Body agentproto.SecretsResponse
+}
+
+type eventsInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body agentproto.EventsRequest
+}
+
+type completeInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body agentproto.CompleteRequest
+}
+
+type completeOutput struct {
+	Body struct {
+		Status jobs.Status `json:"status"`
+	}
+}
+
+// Mount returns a function that registers the agent protocol on s.
+func Mount(d Deps) func(*httpapi.Server) {
+	return func(s *httpapi.Server) { register(s, d) }
+}
+
+func register(s *httpapi.Server, d Deps) {
+	tags := []string{"Agent protocol"}
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-enroll", Method: http.MethodPost, Path: "/agent/v1/enroll", Tags: tags,
+		Summary:     "Redeem an enrollment token for an agent token",
+		Description: "The token is one-time; a used, expired or unknown token gets 401 (…/invalid-enrollment-token).",
+		Errors:      []int{http.StatusUnauthorized},
+	}, httpapi.Public, func(ctx context.Context, in *enrollInput) (*enrollOutput, error) {
+		c := httpapi.Client(ctx)
+		res, err := d.Servers.Enroll(ctx, audit.Entry{IP: c.IP, UserAgent: c.UserAgent}, in.Body)
+		if err != nil {
+			return nil, err
+		}
+		return &enrollOutput{Body: res}, nil
+	})
+
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-heartbeat", Method: http.MethodPost, Path: "/agent/v1/heartbeat", Tags: tags,
+		Summary: "Liveness; extends the leases of the running jobs named; the reply carries the agent's configuration",
+	}, httpapi.Agent, func(ctx context.Context, in *heartbeatInput) (*heartbeatOutput, error) {
+		res, err := d.Servers.Heartbeat(ctx, httpapi.AgentServer(ctx), in.Body)
+		if err != nil {
+			return nil, err
+		}
+		return &heartbeatOutput{Body: res}, nil
+	})
+
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-claim", Method: http.MethodPost, Path: "/agent/v1/jobs/claim", Tags: tags,
+		Summary:     "Claim the next queued job (long poll)",
+		Description: "Waits up to wait_seconds (at most 30) for a job; 200 with the job, or 204 when none came. Queuing a job wakes the wait at once.",
+	}, httpapi.Agent, func(ctx context.Context, in *claimInput) (*claimOutput, error) {
+		wait := in.Body.WaitSeconds
+		if wait < 0 || wait > agentproto.MaxClaimWaitSeconds {
+			return nil, invalidWait()
+		}
+		srv := httpapi.AgentServer(ctx)
+		j, ok, err := d.Jobs.Claim(ctx, srv.ID, time.Duration(wait)*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return &claimOutput{Status: http.StatusNoContent}, nil
+		}
+		return &claimOutput{Status: http.StatusOK, Body: &agentproto.ClaimResponse{Job: agentproto.Job{
+			ID: j.ID, Type: j.Type, Payload: j.Payload, HasSecrets: j.HasSecrets,
+			TimeoutSeconds: j.TimeoutSeconds, LeaseSeconds: j.LeaseSeconds, CreatedAt: j.CreatedAt,
+		}}}, nil
+	})
+
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-job-secrets", Method: http.MethodGet, Path: "/agent/v1/jobs/{id}/secrets", Tags: tags,
+		Summary: "Secrets of a running job, for the agent that holds it",
+		Errors:  []int{http.StatusForbidden, http.StatusNotFound},
+	}, httpapi.Agent, func(ctx context.Context, in *jobIDInput) (*secretsOutput, error) {
+		sec, err := d.Jobs.Secrets(ctx, httpapi.AgentServer(ctx).ID, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &secretsOutput{Body: agentproto.SecretsResponse{Secrets: sec}}, nil
+	})
+
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-job-events", Method: http.MethodPost, Path: "/agent/v1/jobs/{id}/events", Tags: tags,
+		Summary: "Progress events of a running job; extends its lease", DefaultStatus: http.StatusNoContent,
+		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+	}, httpapi.Agent, func(ctx context.Context, in *eventsInput) (*struct{}, error) {
+		return &struct{}{}, d.Jobs.AddEvents(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Body.Events)
+	})
+
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-job-complete", Method: http.MethodPost, Path: "/agent/v1/jobs/{id}/complete", Tags: tags,
+		Summary:     "The result of a job",
+		Description: "Completing a job twice is idempotent; completing another server's job is 403.",
+		Errors:      []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+		MaxBodyBytes: 4 << 20,
+	}, httpapi.Agent, func(ctx context.Context, in *completeInput) (*completeOutput, error) {
+		j, err := d.Jobs.Complete(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Body)
+		if err != nil {
+			return nil, err
+		}
+		out := &completeOutput{}
+		out.Body.Status = j.Status
+		return out, nil
+	})
+
+	registerInstall(s, d)
+}

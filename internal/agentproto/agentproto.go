@@ -1,0 +1,230 @@
+// Package agentproto is the wire contract between the control plane and its
+// agents: the request and response bodies of /agent/v1 and the payload and
+// result of every job type. Both binaries import it; it imports only the
+// standard library.
+//
+// Agents and control planes of different ages talk to each other, so this
+// package changes by adding, never by editing: new fields are optional and
+// say what their zero value means, enums grow at the end, nothing is removed.
+//
+// History of protocol changes (newest last):
+//
+//	2026-11-22  v1: enroll, heartbeat, jobs claim/secrets/events/complete;
+//	            job types agent.ping, service.*, container.*.
+package agentproto
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Version is the protocol version, the path segment after /agent/.
+const Version = "v1"
+
+// Token prefixes.
+const (
+	EnrollmentTokenPrefix = "ept_"
+	AgentTokenPrefix      = "agt_"
+)
+
+// ProblemTypeBase prefixes every problem type URI the control plane sends.
+const ProblemTypeBase = "https://capstan.dev/problems/"
+
+// Problem types an agent acts on.
+const (
+	// ProblemAgentRevoked: the server was revoked or deleted; the agent must
+	// stop and exit with ExitRevoked.
+	ProblemAgentRevoked = ProblemTypeBase + "agent-revoked"
+	// ProblemInvalidAgentToken: the token is unknown (never issued here).
+	ProblemInvalidAgentToken = ProblemTypeBase + "invalid-agent-token"
+	// ProblemInvalidEnrollmentToken: the enrollment token is unknown, used
+	// or expired.
+	ProblemInvalidEnrollmentToken = ProblemTypeBase + "invalid-enrollment-token"
+)
+
+// ExitRevoked is the agent's exit status when its credential is revoked;
+// the service manager is told not to restart it (RestartPreventExitStatus).
+const ExitRevoked = 78
+
+// Problem is the RFC 9457 body of every error response.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// Facts describe the host an agent runs on.
+type Facts struct {
+	Hostname         string   `json:"hostname"`
+	OS               string   `json:"os" doc:"Operating system id, e.g. debian"`
+	OSVersion        string   `json:"os_version"`
+	Kernel           string   `json:"kernel"`
+	Arch             string   `json:"arch" doc:"amd64 or arm64"`
+	CPUCount         int      `json:"cpu_count"`
+	MemoryBytes      uint64   `json:"memory_bytes"`
+	AgentVersion     string   `json:"agent_version"`
+	PublicAddresses  []string `json:"public_addresses" doc:"Globally routable addresses of the host's interfaces"`
+	PrivateAddresses []string `json:"private_addresses" doc:"Private and loopback-excluded local addresses"`
+}
+
+// EnrollRequest redeems a one-time enrollment token: POST /agent/v1/enroll.
+type EnrollRequest struct {
+	Token string `json:"token"`
+	Facts Facts  `json:"facts"`
+}
+
+// EnrollResponse carries the agent's credential; it is shown once.
+type EnrollResponse struct {
+	ServerID         string `json:"server_id"`
+	ServerName       string `json:"server_name"`
+	AgentToken       string `json:"agent_token"`
+	HeartbeatSeconds int    `json:"heartbeat_seconds"`
+	MetricsSeconds   int    `json:"metrics_seconds"`
+}
+
+// HeartbeatRequest: POST /agent/v1/heartbeat.
+type HeartbeatRequest struct {
+	AgentVersion  string `json:"agent_version"`
+	UptimeSeconds int64  `json:"uptime_seconds" doc:"Seconds since the agent process started"`
+	// RunningJobIDs are the jobs the agent is running; their leases are
+	// extended. Nil means none.
+	RunningJobIDs []string `json:"running_job_ids"`
+	// Facts, when set, replace the stored host facts. Nil means unchanged.
+	Facts *Facts `json:"facts,omitempty"`
+}
+
+// Config is the agent's runtime configuration, sent with every heartbeat.
+// A zero field means "keep the agent's current value".
+type Config struct {
+	HeartbeatSeconds int `json:"heartbeat_seconds"`
+	MetricsSeconds   int `json:"metrics_seconds"`
+	// ClaimWaitSeconds is how long a claim long-poll should wait (≤ 30).
+	ClaimWaitSeconds int `json:"claim_wait_seconds"`
+	// MaxConcurrentJobs bounds how many jobs the agent runs at once.
+	MaxConcurrentJobs int `json:"max_concurrent_jobs"`
+}
+
+// HeartbeatResponse: the agent's configuration and the control plane's clock.
+type HeartbeatResponse struct {
+	Config     Config    `json:"config"`
+	ServerTime time.Time `json:"server_time"`
+}
+
+// MaxClaimWaitSeconds bounds ClaimRequest.WaitSeconds.
+const MaxClaimWaitSeconds = 30
+
+// ClaimRequest: POST /agent/v1/jobs/claim. The reply is 200 ClaimResponse
+// when a job was claimed, or 204 with no body when none came within the wait.
+type ClaimRequest struct {
+	WaitSeconds int `json:"wait_seconds"`
+}
+
+// Job is a unit of work claimed by an agent.
+type Job struct {
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload"`
+	// HasSecrets says the agent must fetch GET /agent/v1/jobs/{id}/secrets.
+	HasSecrets bool `json:"has_secrets"`
+	// TimeoutSeconds is how long the job may run before it is failed.
+	TimeoutSeconds int `json:"timeout_seconds"`
+	// LeaseSeconds is how long the claim lasts without a heartbeat or event.
+	LeaseSeconds int       `json:"lease_seconds"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// ClaimResponse holds the claimed job.
+type ClaimResponse struct {
+	Job Job `json:"job"`
+}
+
+// SecretsResponse: GET /agent/v1/jobs/{id}/secrets.
+type SecretsResponse struct {
+	Secrets map[string]string `json:"secrets"`
+}
+
+// Event levels.
+const (
+	LevelDebug = "debug"
+	LevelInfo  = "info"
+	LevelWarn  = "warn"
+	LevelError = "error"
+)
+
+// Event is one progress event of a job.
+type Event struct {
+	At      time.Time       `json:"at"`
+	Level   string          `json:"level"`
+	Message string          `json:"message"`
+	Data    json.RawMessage `json:"data,omitempty"`
+}
+
+// EventsRequest: POST /agent/v1/jobs/{id}/events.
+type EventsRequest struct {
+	Events []Event `json:"events"`
+}
+
+// Job outcomes an agent reports.
+const (
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// CompleteRequest: POST /agent/v1/jobs/{id}/complete. Completing a job
+// twice is idempotent.
+type CompleteRequest struct {
+	Status string          `json:"status"`
+	Error  string          `json:"error,omitempty"`
+	Data   json.RawMessage `json:"data,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// Job types.
+const (
+	JobAgentPing        = "agent.ping"
+	JobServiceStart     = "service.start"
+	JobServiceStop      = "service.stop"
+	JobServiceRestart   = "service.restart"
+	JobServiceLogs      = "service.logs"
+	JobContainerStart   = "container.start"
+	JobContainerStop    = "container.stop"
+	JobContainerRestart = "container.restart"
+	JobContainerLogs    = "container.logs"
+)
+
+// PingPayload is the payload of agent.ping.
+type PingPayload struct {
+	// Message is echoed back; it may be empty.
+	Message string `json:"message,omitempty"`
+}
+
+// PingResult is the data of a finished agent.ping.
+type PingResult struct {
+	Message      string    `json:"message,omitempty"`
+	AgentVersion string    `json:"agent_version"`
+	Facts        Facts     `json:"facts"`
+	AgentTime    time.Time `json:"agent_time"`
+}
+
+// ServicePayload is the payload of service.start|stop|restart.
+type ServicePayload struct {
+	Unit string `json:"unit"`
+}
+
+// ServiceLogsPayload is the payload of service.logs.
+type ServiceLogsPayload struct {
+	Unit  string `json:"unit"`
+	Lines int    `json:"lines"`
+}
+
+// ContainerPayload is the payload of container.start|stop|restart.
+type ContainerPayload struct {
+	Container string `json:"container"`
+}
+
+// ContainerLogsPayload is the payload of container.logs.
+type ContainerLogsPayload struct {
+	Container string `json:"container"`
+	Lines     int    `json:"lines"`
+}

@@ -1,0 +1,81 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+type jobListInput struct {
+	ServerID string `query:"server_id" maxLength:"64" doc:"Only this server's jobs"`
+	Limit    int    `query:"limit" minimum:"1" maximum:"100" doc:"At most 100; default 30"`
+}
+
+type jobListOutput struct {
+	Body struct {
+		Jobs []jobs.Job `json:"jobs" doc:"Newest first"`
+	}
+}
+
+type jobIDInput struct {
+	ID string `path:"id" maxLength:"64"`
+}
+
+type jobDetail struct {
+	jobs.Job
+	Events []jobs.Event `json:"events"`
+}
+
+type jobOutput struct {
+	Body jobDetail
+}
+
+func (s *Server) registerJobs() {
+	tags := []string{"Jobs"}
+	op(s, huma.Operation{
+		OperationID: "list-jobs", Method: http.MethodGet, Path: "/api/v1/jobs", Tags: tags,
+		Summary: "Recent jobs, newest first",
+	}, SignedIn, func(ctx context.Context, in *jobListInput) (*jobListOutput, error) {
+		list, err := s.deps.Jobs.List(ctx, in.ServerID, in.Limit)
+		if err != nil {
+			return nil, err
+		}
+		out := &jobListOutput{}
+		out.Body.Jobs = list
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-job", Method: http.MethodGet, Path: "/api/v1/jobs/{id}", Tags: tags,
+		Summary: "A job with its events and output", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *jobIDInput) (*jobOutput, error) {
+		j, ev, err := s.deps.Jobs.Get(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if ev == nil {
+			ev = []jobs.Event{}
+		}
+		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "cancel-job", Method: http.MethodPost, Path: "/api/v1/jobs/{id}/cancel", Tags: tags,
+		Summary: "Cancel a queued job", Description: "409 when the job is not queued.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *jobIDInput) (*jobOutput, error) {
+		j, err := s.deps.Jobs.Cancel(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		_, ev, err := s.deps.Jobs.Get(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if ev == nil {
+			ev = []jobs.Event{}
+		}
+		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
+	})
+}

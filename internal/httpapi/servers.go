@@ -1,0 +1,159 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+type enrollmentInput struct {
+	Body struct {
+		Name string   `json:"name" doc:"1 to 63 letters, digits, '.', '-' or '_'; unique"`
+		Tags []string `json:"tags,omitempty" doc:"At most 20 tags of 1 to 40 characters"`
+	}
+}
+
+type enrollmentOutput struct {
+	Body servers.Enrollment
+}
+
+type serverIDInput struct {
+	ID string `path:"id" maxLength:"64"`
+}
+
+type serverOutput struct {
+	Body servers.Server
+}
+
+type serverListOutput struct {
+	Body struct {
+		Servers []servers.Server `json:"servers"`
+	}
+}
+
+type actionInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body struct {
+		Type           string          `json:"type" doc:"service.start|stop|restart|logs, container.start|stop|restart|logs, or agent.ping"`
+		Payload        json.RawMessage `json:"payload,omitempty" doc:"Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {message?}"`
+		IdempotencyKey string          `json:"idempotency_key,omitempty" maxLength:"255" doc:"Repeating a key with the same request returns the first job (200); with a different request it is refused (422). Kept at least 24 h, per server."`
+	}
+}
+
+// acceptedOutput is the reply of every endpoint that queues a job.
+type acceptedOutput struct {
+	Status   int    `json:"-"`
+	Location string `header:"Location" doc:"The job's URL"`
+	Body     acceptedBody
+}
+
+type acceptedBody struct {
+	JobID  string      `json:"job_id"`
+	Status jobs.Status `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
+	Job    jobs.Job    `json:"job"`
+}
+
+func accepted(j jobs.Job, created bool) *acceptedOutput {
+	status := http.StatusAccepted
+	if !created {
+		status = http.StatusOK
+	}
+	return &acceptedOutput{Status: status, Location: "/api/v1/jobs/" + j.ID, Body: acceptedBody{JobID: j.ID, Status: j.Status, Job: j}}
+}
+
+func actor(ctx context.Context) (audit.Actor, audit.Entry) {
+	p, c := principal(ctx), clientOf(ctx)
+	return audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}, audit.Entry{IP: c.IP, UserAgent: c.UserAgent}
+}
+
+func (s *Server) registerServers() {
+	tags := []string{"Servers"}
+	op(s, huma.Operation{
+		OperationID: "create-enrollment", Method: http.MethodPost, Path: "/api/v1/servers/enrollments", Tags: tags,
+		Summary:       "Enroll a new server",
+		Description:   "Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.",
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *enrollmentInput) (*enrollmentOutput, error) {
+		a, c := actor(ctx)
+		e, err := s.deps.Servers.CreateEnrollment(ctx, a, c, in.Body.Name, in.Body.Tags)
+		if err != nil {
+			return nil, err
+		}
+		return &enrollmentOutput{Body: e}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "reissue-enrollment", Method: http.MethodPost, Path: "/api/v1/servers/{id}/enrollments", Tags: tags,
+		Summary:       "New enrollment token for a server that has not enrolled",
+		Description:   "Invalidates the previous token. 409 for a server that already enrolled.",
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *serverIDInput) (*enrollmentOutput, error) {
+		a, c := actor(ctx)
+		e, err := s.deps.Servers.ReissueEnrollment(ctx, a, c, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &enrollmentOutput{Body: e}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "list-servers", Method: http.MethodGet, Path: "/api/v1/servers", Tags: tags,
+		Summary: "Servers with status and facts",
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*serverListOutput, error) {
+		list, err := s.deps.Servers.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := &serverListOutput{}
+		out.Body.Servers = list
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-server", Method: http.MethodGet, Path: "/api/v1/servers/{id}", Tags: tags,
+		Summary: "Server detail", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *serverIDInput) (*serverOutput, error) {
+		srv, err := s.deps.Servers.Get(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &serverOutput{Body: srv}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "revoke-server", Method: http.MethodPost, Path: "/api/v1/servers/{id}/revoke", Tags: tags,
+		Summary:     "Revoke the server's agent credential",
+		Description: "The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.",
+		Errors:      []int{http.StatusNotFound},
+	}, Admin, func(ctx context.Context, in *serverIDInput) (*serverOutput, error) {
+		a, c := actor(ctx)
+		srv, err := s.deps.Servers.Revoke(ctx, a, c, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &serverOutput{Body: srv}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "delete-server", Method: http.MethodDelete, Path: "/api/v1/servers/{id}", Tags: tags,
+		Summary: "Revoke and delete a server", Description: "Its jobs stay readable.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+	}, Admin, func(ctx context.Context, in *serverIDInput) (*struct{}, error) {
+		a, c := actor(ctx)
+		return &struct{}{}, s.deps.Servers.Delete(ctx, a, c, in.ID)
+	})
+	op(s, huma.Operation{
+		OperationID: "queue-server-action", Method: http.MethodPost, Path: "/api/v1/servers/{id}/actions", Tags: tags,
+		Summary:       "Queue an action on a server",
+		Description:   "Returns 202 with the queued job (Location: the job). With an idempotency key seen before: 200 and the first job.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *actionInput) (*acceptedOutput, error) {
+		a, c := actor(ctx)
+		j, created, err := s.deps.Servers.QueueAction(ctx, a, c, in.ID, in.Body.Type, in.Body.Payload, in.Body.IdempotencyKey)
+		if err != nil {
+			return nil, err
+		}
+		return accepted(j, created), nil
+	})
+}

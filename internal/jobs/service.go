@@ -1,0 +1,402 @@
+package jobs
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/secrets"
+)
+
+// Listing limits.
+const (
+	DefaultListLimit = 30
+	MaxListLimit     = 100
+)
+
+// Service runs the job queue.
+type Service struct {
+	store  Store
+	key    *secrets.Key
+	now    func() time.Time
+	log    *slog.Logger
+	wake   *notifier
+	lease  time.Duration
+	hookMu sync.RWMutex // guards hooks
+	hooks  map[string]CompletionHook
+
+	inflightMu sync.Mutex // guards inflight
+	inflight   map[string]struct{}
+}
+
+// CompletionHook runs after a job of its type finished (succeeded, failed or
+// cancelled), for the owning capability to update its own records.
+type CompletionHook func(ctx context.Context, j Job) error
+
+// NewService returns a job service.
+func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.Logger) *Service {
+	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), lease: DefaultLease,
+		hooks: map[string]CompletionHook{}, inflight: map[string]struct{}{}}
+}
+
+// OnComplete registers the completion hook of a job type.
+func (s *Service) OnComplete(jobType string, h CompletionHook) {
+	s.hookMu.Lock()
+	s.hooks[jobType] = h
+	s.hookMu.Unlock()
+}
+
+// NewJob describes a job to enqueue.
+type NewJob struct {
+	ServerID string
+	Type     string
+	// Payload is marshalled to JSON; it must not hold secrets.
+	Payload any
+	// Secrets are sealed at rest and only handed to the agent holding the job.
+	Secrets        map[string]string
+	IdempotencyKey string
+	CreatedBy      string
+}
+
+func requestHash(jobType string, payload []byte) string {
+	h := sha256.New()
+	h.Write([]byte(jobType))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Enqueue queues a job and wakes the server's waiting claim. With an
+// idempotency key that was used before for the same server, it returns the
+// first job (created=false) if the request is the same, and a problem if it
+// differs or the first request is still being created.
+func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, err error) {
+	spec, ok := Spec(n.Type)
+	if !ok {
+		return Job{}, false, fault.Invalidf("type", "unknown job type %q", n.Type)
+	}
+	payload, err := json.Marshal(n.Payload)
+	if err != nil {
+		return Job{}, false, err
+	}
+	hash := requestHash(n.Type, payload)
+	if n.IdempotencyKey != "" {
+		flight := n.ServerID + "\x00" + n.IdempotencyKey
+		s.inflightMu.Lock()
+		if _, busy := s.inflight[flight]; busy {
+			s.inflightMu.Unlock()
+			return Job{}, false, fault.Conflictf("idempotency-key-in-flight", "A request with this idempotency key is still being processed.")
+		}
+		s.inflight[flight] = struct{}{}
+		s.inflightMu.Unlock()
+		defer func() {
+			s.inflightMu.Lock()
+			delete(s.inflight, flight)
+			s.inflightMu.Unlock()
+		}()
+		if prev, err := s.store.JobByIdempotencyKey(ctx, n.ServerID, n.IdempotencyKey); err == nil {
+			return s.sameRequest(prev, hash)
+		} else if !fault.Is(err, fault.NotFound) {
+			return Job{}, false, err
+		}
+	}
+	now := s.now().UTC()
+	j = Job{
+		ID: ids.NewAt(ids.Job, now), ServerID: n.ServerID, Type: n.Type, Status: Queued, Payload: payload,
+		HasSecrets: len(n.Secrets) > 0, IdempotencyKey: n.IdempotencyKey, CreatedBy: n.CreatedBy,
+		TimeoutSeconds: int(spec.Timeout / time.Second), LeaseSeconds: int(s.lease / time.Second),
+		CreatedAt: now, UpdatedAt: now, RequestHash: hash,
+	}
+	sealed := ""
+	if j.HasSecrets {
+		b, err := json.Marshal(n.Secrets)
+		if err != nil {
+			return Job{}, false, err
+		}
+		sealed = s.key.Seal("jobs.secrets:"+j.ID, b)
+	}
+	if err := s.store.InsertJob(ctx, j, sealed); err != nil {
+		if fe := fault.As(err); fe != nil && fe.Code == "idempotency-key" {
+			// Another replica created it between our read and insert.
+			prev, err := s.store.JobByIdempotencyKey(ctx, n.ServerID, n.IdempotencyKey)
+			if err != nil {
+				return Job{}, false, err
+			}
+			return s.sameRequest(prev, hash)
+		}
+		return Job{}, false, err
+	}
+	s.wake.notify(n.ServerID)
+	return j, true, nil
+}
+
+func (s *Service) sameRequest(prev Job, hash string) (Job, bool, error) {
+	if prev.RequestHash != hash {
+		return Job{}, false, &fault.Error{Kind: fault.Invalid, Code: "idempotency-key-reused",
+			Message: "This idempotency key was already used for a different request on this server.",
+			Fields:  []fault.FieldError{{Field: "idempotency_key", Message: "was used for a different request"}}}
+	}
+	return prev, false, nil
+}
+
+// Get returns a job with its events.
+func (s *Service) Get(ctx context.Context, id string) (Job, []Event, error) {
+	j, err := s.store.Job(ctx, id)
+	if err != nil {
+		return Job{}, nil, err
+	}
+	ev, err := s.store.JobEvents(ctx, id)
+	return j, ev, err
+}
+
+// List returns recent jobs, newest first.
+func (s *Service) List(ctx context.Context, serverID string, limit int) ([]Job, error) {
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return nil, fault.Invalidf("limit", "must be between 1 and %d", MaxListLimit)
+	}
+	return s.store.ListJobs(ctx, serverID, limit)
+}
+
+// Cancel cancels a queued job.
+func (s *Service) Cancel(ctx context.Context, id string) (Job, error) {
+	j, err := s.store.CancelJob(ctx, id, s.now())
+	if err != nil {
+		return Job{}, err
+	}
+	s.runHook(ctx, j)
+	return j, nil
+}
+
+// Claim waits up to wait for a queued job of the server and moves it to
+// running. ok is false when none came in time.
+func (s *Service) Claim(ctx context.Context, serverID string, wait time.Duration) (Job, bool, error) {
+	woken, unsubscribe := s.wake.subscribe(serverID)
+	defer unsubscribe()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		j, ok, err := s.store.ClaimJob(ctx, serverID, s.now())
+		if err != nil || ok {
+			return j, ok, err
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+			return Job{}, false, nil
+		case <-ctx.Done():
+			return Job{}, false, nil
+		}
+	}
+}
+
+// owned returns the job if it belongs to serverID.
+func (s *Service) owned(ctx context.Context, serverID, jobID string) (Job, error) {
+	j, err := s.store.Job(ctx, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.ServerID != serverID {
+		return Job{}, fault.Forbiddenf("not-your-job", "This job belongs to another server.")
+	}
+	return j, nil
+}
+
+// Secrets returns the secrets of a job to the agent that holds it.
+func (s *Service) Secrets(ctx context.Context, serverID, jobID string) (map[string]string, error) {
+	j, err := s.owned(ctx, serverID, jobID)
+	if err != nil {
+		return nil, err
+	}
+	if j.Status != Running {
+		return nil, fault.Forbiddenf("job-not-running", "Secrets are only available while the job runs.")
+	}
+	out := map[string]string{}
+	if !j.HasSecrets {
+		return out, nil
+	}
+	sealed, err := s.store.JobSecrets(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.key.Open("jobs.secrets:"+jobID, sealed)
+	if err != nil {
+		return nil, err
+	}
+	return out, json.Unmarshal(b, &out)
+}
+
+// Limits on events.
+const (
+	MaxEventsPerCall  = 500
+	MaxEventMessage   = 4096
+	MaxEventDataBytes = 16 << 10
+)
+
+// AddEvents stores progress events of a running job and extends its lease.
+func (s *Service) AddEvents(ctx context.Context, serverID, jobID string, in []agentproto.Event) error {
+	var errs fault.Fields
+	if len(in) > MaxEventsPerCall {
+		errs.Add("events", "at most %d events per call", MaxEventsPerCall)
+	}
+	evs := make([]Event, 0, len(in))
+	now := s.now().UTC()
+	for i, e := range in {
+		switch e.Level {
+		case agentproto.LevelDebug, agentproto.LevelInfo, agentproto.LevelWarn, agentproto.LevelError:
+		default:
+			errs.Add(fieldIndex("events", i, "level"), "must be debug, info, warn or error")
+		}
+		if len(e.Message) > MaxEventMessage {
+			errs.Add(fieldIndex("events", i, "message"), "at most %d bytes", MaxEventMessage)
+		}
+		if len(e.Data) > MaxEventDataBytes {
+			errs.Add(fieldIndex("events", i, "data"), "at most %d bytes", MaxEventDataBytes)
+		}
+		at := e.At
+		if at.IsZero() {
+			at = now
+		}
+		evs = append(evs, Event{At: at.UTC(), Level: e.Level, Message: e.Message, Data: e.Data})
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	j, err := s.owned(ctx, serverID, jobID)
+	if err != nil {
+		return err
+	}
+	if j.Status != Running {
+		return fault.Conflictf("job-not-running", "The job is %s; it takes no more events.", j.Status)
+	}
+	return s.store.AppendJobEvents(ctx, jobID, evs, now)
+}
+
+func fieldIndex(list string, i int, field string) string {
+	b, _ := json.Marshal(i)
+	return list + "[" + string(b) + "]." + field
+}
+
+// Complete records the result an agent reports. Completing a finished job
+// again is accepted and changes nothing.
+func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agentproto.CompleteRequest) (Job, error) {
+	var errs fault.Fields
+	var status Status
+	switch req.Status {
+	case agentproto.StatusSucceeded:
+		status = Succeeded
+	case agentproto.StatusFailed:
+		status = Failed
+		if req.Error == "" {
+			req.Error = "failed"
+		}
+	default:
+		errs.Add("status", "must be succeeded or failed")
+	}
+	if len(req.Error) > MaxEventMessage {
+		errs.Add("error", "at most %d bytes", MaxEventMessage)
+	}
+	if err := errs.Err(); err != nil {
+		return Job{}, err
+	}
+	j, err := s.owned(ctx, serverID, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.Status.Finished() {
+		return j, nil
+	}
+	if j.Status != Running {
+		return Job{}, fault.Conflictf("job-not-running", "The job is %s; only a running job can be completed.", j.Status)
+	}
+	var errText *string
+	if status == Failed {
+		errText = &req.Error
+	}
+	data := req.Data
+	if len(data) == 0 || string(data) == "null" {
+		data = json.RawMessage("{}")
+	}
+	ok, err := s.store.FinishJob(ctx, jobID, status, errText, data, req.Output, s.now())
+	if err != nil {
+		return Job{}, err
+	}
+	if j, err = s.store.Job(ctx, jobID); err != nil {
+		return Job{}, err
+	}
+	if ok {
+		s.runHook(ctx, j)
+	}
+	return j, nil
+}
+
+// Heartbeat extends the leases of the jobs the agent says it runs.
+func (s *Service) Heartbeat(ctx context.Context, serverID string, running []string) error {
+	if len(running) == 0 {
+		return nil
+	}
+	if len(running) > 1000 {
+		return fault.Invalidf("running_job_ids", "at most 1000 ids")
+	}
+	return s.store.ExtendLeases(ctx, serverID, running, s.now())
+}
+
+// EndServerJobs cancels a server's queued jobs and fails its running ones.
+func (s *Service) EndServerJobs(ctx context.Context, serverID string) error {
+	return s.store.EndServerJobs(ctx, serverID, ErrServerRevoked, s.now())
+}
+
+func (s *Service) runHook(ctx context.Context, j Job) {
+	s.hookMu.RLock()
+	h := s.hooks[j.Type]
+	s.hookMu.RUnlock()
+	if h == nil {
+		return
+	}
+	if err := h(ctx, j); err != nil {
+		s.log.ErrorContext(ctx, "job completion hook failed", "job_id", j.ID, "type", j.Type, "err", err.Error())
+	}
+}
+
+// Expire fails the running jobs whose lease lapsed or deadline passed.
+func (s *Service) Expire(ctx context.Context) (int, error) {
+	expired, err := s.store.ExpireJobs(ctx, s.now())
+	for _, j := range expired {
+		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
+		s.runHook(ctx, j)
+	}
+	return len(expired), err
+}
+
+// RunReaper expires jobs every interval until ctx ends.
+func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
+	backoff := time.Duration(0)
+	for {
+		wait := interval + backoff
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if _, err := s.Expire(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.log.ErrorContext(ctx, "job reaper", "err", err.Error())
+			backoff = min(max(2*backoff, time.Second), 30*time.Second)
+			backoff = time.Duration(rand.Int64N(int64(backoff)) + 1)
+			continue
+		}
+		backoff = 0
+	}
+}

@@ -1,0 +1,39 @@
+package jobs
+
+import (
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// TypeSpec describes a job type.
+type TypeSpec struct {
+	// Timeout bounds how long a job of this type may run.
+	Timeout time.Duration
+}
+
+// DefaultLease is how long a claim lasts without a heartbeat or event from
+// the agent: three heartbeat intervals.
+const DefaultLease = 3 * HeartbeatInterval
+
+// HeartbeatInterval is the agents' heartbeat period.
+const HeartbeatInterval = 10 * time.Second
+
+// types lists every job type the control plane queues.
+var types = map[string]TypeSpec{
+	agentproto.JobAgentPing:        {Timeout: 30 * time.Second},
+	agentproto.JobServiceStart:     {Timeout: 2 * time.Minute},
+	agentproto.JobServiceStop:      {Timeout: 2 * time.Minute},
+	agentproto.JobServiceRestart:   {Timeout: 2 * time.Minute},
+	agentproto.JobServiceLogs:      {Timeout: time.Minute},
+	agentproto.JobContainerStart:   {Timeout: 2 * time.Minute},
+	agentproto.JobContainerStop:    {Timeout: 2 * time.Minute},
+	agentproto.JobContainerRestart: {Timeout: 2 * time.Minute},
+	agentproto.JobContainerLogs:    {Timeout: time.Minute},
+}
+
+// Spec returns the type's spec and whether the type exists.
+func Spec(jobType string) (TypeSpec, bool) {
+	s, ok := types[jobType]
+	return s, ok
+}

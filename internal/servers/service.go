@@ -1,0 +1,254 @@
+package servers
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+// Audit actions of this package.
+const (
+	ActionEnrollmentCreated = "server.enrollment.created"
+	ActionEnrolled          = "server.enrolled"
+	ActionRevoked           = "server.revoked"
+	ActionDeleted           = "server.deleted"
+	ActionQueued            = "server.action.queued"
+)
+
+// Agent intervals sent at enrollment and in every heartbeat reply.
+const (
+	HeartbeatSeconds  = int(jobs.HeartbeatInterval / time.Second)
+	MetricsSeconds    = 15
+	ClaimWaitSeconds  = 25
+	MaxConcurrentJobs = 4
+)
+
+// Service manages servers.
+type Service struct {
+	store         Store
+	jobs          *jobs.Service
+	audit         *audit.Log
+	now           func() time.Time
+	publicURL     string
+	enrollmentTTL time.Duration
+}
+
+// NewService returns a server service. publicURL goes into install commands.
+func NewService(store Store, j *jobs.Service, log *audit.Log, now func() time.Time, publicURL string, enrollmentTTL time.Duration) *Service {
+	if enrollmentTTL <= 0 {
+		enrollmentTTL = time.Hour
+	}
+	return &Service{store: store, jobs: j, audit: log, now: now, publicURL: strings.TrimRight(publicURL, "/"), enrollmentTTL: enrollmentTTL}
+}
+
+// Enrollment is a new server's one-time token and how to use it.
+type Enrollment struct {
+	Server         Server    `json:"server"`
+	Token          string    `json:"token" doc:"One-time enrollment token (ept_…); shown once"`
+	InstallCommand string    `json:"install_command" doc:"Run as root on the server to install and enroll the agent"`
+	ExpiresAt      time.Time `json:"expires_at"`
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+
+// Limits on tags.
+const (
+	MaxTags   = 20
+	MaxTagLen = 40
+)
+
+func validateNameTags(name string, tags []string) error {
+	var errs fault.Fields
+	if !namePattern.MatchString(name) {
+		errs.Add("name", "must be 1 to 63 letters, digits, '.', '-' or '_'")
+	}
+	if len(tags) > MaxTags {
+		errs.Add("tags", "at most %d tags", MaxTags)
+	}
+	seen := map[string]bool{}
+	for i, t := range tags {
+		n := utf8.RuneCountInString(t)
+		field := fmt.Sprintf("tags[%d]", i)
+		switch {
+		case n < 1 || n > MaxTagLen:
+			errs.Add(field, "must be 1 to %d characters", MaxTagLen)
+		case strings.TrimSpace(t) != t || strings.ContainsFunc(t, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+			errs.Add(field, "must not have control characters or surrounding spaces")
+		case seen[t]:
+			errs.Add(field, "is a duplicate")
+		}
+		seen[t] = true
+	}
+	return errs.Err()
+}
+
+// InstallCommand is the shell line that installs and enrolls an agent.
+func (s *Service) InstallCommand(token string) string {
+	return fmt.Sprintf("curl -fsSL %s/agent/install.sh | sudo sh -s -- --token %s", s.publicURL, token)
+}
+
+func (s *Service) enrollment(srv Server, token string, expires time.Time) Enrollment {
+	return Enrollment{Server: srv, Token: token, InstallCommand: s.InstallCommand(token), ExpiresAt: expires.UTC()}
+}
+
+// withStatus derives offline from the last heartbeat.
+func (s *Service) withStatus(srv Server) Server {
+	if srv.Status == Online && srv.LastSeenAt != nil && s.now().Sub(*srv.LastSeenAt) > 3*jobs.HeartbeatInterval {
+		srv.Status = Offline
+	}
+	if srv.Tags == nil {
+		srv.Tags = []string{}
+	}
+	return srv
+}
+
+// CreateEnrollment creates a pending server and its one-time token.
+func (s *Service) CreateEnrollment(ctx context.Context, actor audit.Actor, c audit.Entry, name string, tags []string) (Enrollment, error) {
+	if tags == nil {
+		tags = []string{}
+	}
+	if err := validateNameTags(name, tags); err != nil {
+		return Enrollment{}, err
+	}
+	now := s.now().UTC()
+	srv := Server{ID: ids.NewAt(ids.Server, now), Name: name, Tags: tags, Status: Pending, CreatedAt: now, UpdatedAt: now}
+	token := ids.Token(strings.TrimSuffix(agentproto.EnrollmentTokenPrefix, "_"))
+	expires := now.Add(s.enrollmentTTL)
+	if err := s.store.CreateServer(ctx, srv, ids.Hash(token), expires); err != nil {
+		return Enrollment{}, err
+	}
+	if err := s.record(ctx, actor, c, ActionEnrollmentCreated, srv.ID, map[string]any{"name": name}); err != nil {
+		return Enrollment{}, err
+	}
+	return s.enrollment(s.withStatus(srv), token, expires), nil
+}
+
+// ReissueEnrollment replaces the token of a server that has not enrolled.
+func (s *Service) ReissueEnrollment(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Enrollment, error) {
+	now := s.now().UTC()
+	token := ids.Token(strings.TrimSuffix(agentproto.EnrollmentTokenPrefix, "_"))
+	expires := now.Add(s.enrollmentTTL)
+	srv, err := s.store.ReplaceEnrollment(ctx, id, ids.Hash(token), expires, now)
+	if err != nil {
+		return Enrollment{}, err
+	}
+	if err := s.record(ctx, actor, c, ActionEnrollmentCreated, srv.ID, map[string]any{"reissued": true}); err != nil {
+		return Enrollment{}, err
+	}
+	return s.enrollment(s.withStatus(srv), token, expires), nil
+}
+
+func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, serverID string, details map[string]any) error {
+	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: "server", ID: serverID},
+		IP: c.IP, UserAgent: c.UserAgent, Details: details})
+}
+
+// Get returns a server.
+func (s *Service) Get(ctx context.Context, id string) (Server, error) {
+	srv, err := s.store.Server(ctx, id)
+	return s.withStatus(srv), err
+}
+
+// List returns every server.
+func (s *Service) List(ctx context.Context) ([]Server, error) {
+	list, err := s.store.ListServers(ctx)
+	for i := range list {
+		list[i] = s.withStatus(list[i])
+	}
+	return list, err
+}
+
+// Revoke invalidates the server's agent credential at once, cancels its
+// queued jobs and fails its running ones.
+func (s *Service) Revoke(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Server, error) {
+	srv, err := s.store.RevokeServer(ctx, id, s.now())
+	if err != nil {
+		return Server{}, err
+	}
+	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
+		return Server{}, err
+	}
+	return s.withStatus(srv), s.record(ctx, actor, c, ActionRevoked, id, nil)
+}
+
+// Delete revokes the server and deletes its record; its jobs stay readable.
+func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) error {
+	if err := s.store.DeleteServer(ctx, id, s.now()); err != nil {
+		return err
+	}
+	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
+		return err
+	}
+	return s.record(ctx, actor, c, ActionDeleted, id, nil)
+}
+
+// AgentConfig is the configuration every agent gets.
+func AgentConfig() agentproto.Config {
+	return agentproto.Config{HeartbeatSeconds: HeartbeatSeconds, MetricsSeconds: MetricsSeconds,
+		ClaimWaitSeconds: ClaimWaitSeconds, MaxConcurrentJobs: MaxConcurrentJobs}
+}
+
+// Enroll redeems an enrollment token for an agent token.
+func (s *Service) Enroll(ctx context.Context, c audit.Entry, req agentproto.EnrollRequest) (agentproto.EnrollResponse, error) {
+	if !strings.HasPrefix(req.Token, agentproto.EnrollmentTokenPrefix) || len(req.Token) > 100 {
+		return agentproto.EnrollResponse{}, errBadEnrollment
+	}
+	agentToken := ids.Token(strings.TrimSuffix(agentproto.AgentTokenPrefix, "_"))
+	srv, err := s.store.RedeemEnrollment(ctx, ids.Hash(req.Token), ids.Hash(agentToken), req.Facts, s.now())
+	if fault.Is(err, fault.Unauthenticated) || fault.Is(err, fault.NotFound) {
+		return agentproto.EnrollResponse{}, errBadEnrollment
+	}
+	if err != nil {
+		return agentproto.EnrollResponse{}, err
+	}
+	if err := s.record(ctx, audit.Actor{Type: audit.ActorAgent, ID: srv.ID}, c, ActionEnrolled, srv.ID,
+		map[string]any{"hostname": req.Facts.Hostname, "agent_version": req.Facts.AgentVersion}); err != nil {
+		return agentproto.EnrollResponse{}, err
+	}
+	return agentproto.EnrollResponse{ServerID: srv.ID, ServerName: srv.Name, AgentToken: agentToken,
+		HeartbeatSeconds: HeartbeatSeconds, MetricsSeconds: MetricsSeconds}, nil
+}
+
+var errBadEnrollment = fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, already used or expired. Create a new enrollment.")
+
+// Authenticate resolves an agent token to its server.
+func (s *Service) Authenticate(ctx context.Context, token string) (Server, error) {
+	if !strings.HasPrefix(token, agentproto.AgentTokenPrefix) || len(token) > 100 {
+		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
+	}
+	srv, revoked, err := s.store.ServerByAgentToken(ctx, ids.Hash(token))
+	if fault.Is(err, fault.NotFound) {
+		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
+	}
+	if err != nil {
+		return Server{}, err
+	}
+	if revoked {
+		return Server{}, fault.Unauthenticatedf("agent-revoked", "This server's agent credential was revoked. The agent must stop.")
+	}
+	return srv, nil
+}
+
+// Heartbeat records that the agent is alive and extends its jobs' leases.
+func (s *Service) Heartbeat(ctx context.Context, srv Server, req agentproto.HeartbeatRequest) (agentproto.HeartbeatResponse, error) {
+	if len(req.AgentVersion) > 64 {
+		return agentproto.HeartbeatResponse{}, fault.Invalidf("agent_version", "at most 64 characters")
+	}
+	if err := s.jobs.Heartbeat(ctx, srv.ID, req.RunningJobIDs); err != nil {
+		return agentproto.HeartbeatResponse{}, err
+	}
+	now := s.now().UTC()
+	if err := s.store.TouchServer(ctx, srv.ID, req.AgentVersion, req.Facts, now); err != nil {
+		return agentproto.HeartbeatResponse{}, err
+	}
+	return agentproto.HeartbeatResponse{Config: AgentConfig(), ServerTime: now}, nil
+}

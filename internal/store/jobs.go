@@ -1,0 +1,292 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+var _ jobs.Store = (*Store)(nil)
+
+const jobColumns = `id, server_id, type, status, payload, secrets != '' AS has_secrets, idempotency_key, request_hash, created_by,
+	timeout_seconds, lease_seconds, created_at, updated_at, started_at, lease_expires_at, deadline_at, finished_at, error, data, output`
+
+type jobRow struct {
+	ID             string         `db:"id"`
+	ServerID       string         `db:"server_id"`
+	Type           string         `db:"type"`
+	Status         string         `db:"status"`
+	Payload        string         `db:"payload"`
+	HasSecrets     bool           `db:"has_secrets"`
+	IdempotencyKey sql.NullString `db:"idempotency_key"`
+	RequestHash    string         `db:"request_hash"`
+	CreatedBy      string         `db:"created_by"`
+	TimeoutSeconds int            `db:"timeout_seconds"`
+	LeaseSeconds   int            `db:"lease_seconds"`
+	CreatedAt      int64          `db:"created_at"`
+	UpdatedAt      int64          `db:"updated_at"`
+	StartedAt      sql.NullInt64  `db:"started_at"`
+	LeaseExpiresAt sql.NullInt64  `db:"lease_expires_at"`
+	DeadlineAt     sql.NullInt64  `db:"deadline_at"`
+	FinishedAt     sql.NullInt64  `db:"finished_at"`
+	Error          sql.NullString `db:"error"`
+	Data           sql.NullString `db:"data"`
+	Output         sql.NullString `db:"output"`
+}
+
+func rawOrNil(s sql.NullString) json.RawMessage {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	return json.RawMessage(s.String)
+}
+
+func (r jobRow) job() jobs.Job {
+	j := jobs.Job{ID: r.ID, ServerID: r.ServerID, Type: r.Type, Status: jobs.Status(r.Status), Payload: json.RawMessage(r.Payload),
+		HasSecrets: r.HasSecrets, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash, CreatedBy: r.CreatedBy,
+		TimeoutSeconds: r.TimeoutSeconds, LeaseSeconds: r.LeaseSeconds, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
+		StartedAt: nullMS(r.StartedAt), LeaseExpiresAt: nullMS(r.LeaseExpiresAt), DeadlineAt: nullMS(r.DeadlineAt),
+		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output)}
+	if r.Error.Valid {
+		e := r.Error.String
+		j.Error = &e
+	}
+	return j
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func nullRaw(b json.RawMessage) sql.NullString {
+	if len(b) == 0 {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+// InsertJob stores a new queued job.
+func (s *Store) InsertJob(ctx context.Context, j jobs.Job, sealedSecrets string) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO jobs (id, server_id, type, status, payload, secrets, idempotency_key, request_hash,
+		created_by, timeout_seconds, lease_seconds, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		j.ID, j.ServerID, j.Type, string(j.Status), string(j.Payload), sealedSecrets, nullString(j.IdempotencyKey), j.RequestHash,
+		j.CreatedBy, j.TimeoutSeconds, j.LeaseSeconds, ms(j.CreatedAt), ms(j.UpdatedAt))
+	if isUniqueViolation(err) {
+		return fault.Conflictf("idempotency-key", "A job with this idempotency key exists.")
+	}
+	return err
+}
+
+func (s *Store) jobWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (jobs.Job, error) {
+	var r jobRow
+	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE `+where), args...)
+	if notFound(err) {
+		return jobs.Job{}, fault.NotFoundf("No such job.")
+	}
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	return r.job(), nil
+}
+
+// JobByIdempotencyKey returns the server's job created with key.
+func (s *Store) JobByIdempotencyKey(ctx context.Context, serverID, key string) (jobs.Job, error) {
+	return s.jobWhere(ctx, s.r, "server_id = ? AND idempotency_key = ?", serverID, key)
+}
+
+// Job returns a job.
+func (s *Store) Job(ctx context.Context, id string) (jobs.Job, error) {
+	return s.jobWhere(ctx, s.r, "id = ?", id)
+}
+
+// JobEvents returns a job's events in order.
+func (s *Store) JobEvents(ctx context.Context, id string) ([]jobs.Event, error) {
+	var rows []struct {
+		Seq     int            `db:"seq"`
+		At      int64          `db:"at"`
+		Level   string         `db:"level"`
+		Message string         `db:"message"`
+		Data    sql.NullString `db:"data"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT seq, at, level, message, data FROM job_events WHERE job_id = ? ORDER BY seq`), id); err != nil {
+		return nil, err
+	}
+	out := make([]jobs.Event, len(rows))
+	for i, r := range rows {
+		out[i] = jobs.Event{Seq: r.Seq, At: fromMS(r.At), Level: r.Level, Message: r.Message, Data: rawOrNil(r.Data)}
+	}
+	return out, nil
+}
+
+// ListJobs returns jobs newest first.
+func (s *Store) ListJobs(ctx context.Context, serverID string, limit int) ([]jobs.Job, error) {
+	var rows []jobRow
+	var err error
+	if serverID == "" {
+		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+jobColumns+` FROM jobs ORDER BY id DESC LIMIT ?`), limit)
+	} else {
+		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE server_id = ? ORDER BY id DESC LIMIT ?`), serverID, limit)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]jobs.Job, len(rows))
+	for i, r := range rows {
+		out[i] = r.job()
+	}
+	return out, nil
+}
+
+// CancelJob cancels a queued job.
+func (s *Store) CancelJob(ctx context.Context, id string, now time.Time) (jobs.Job, error) {
+	var j jobs.Job
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		cur, err := s.jobWhere(ctx, tx, "id = ?", id)
+		if err != nil {
+			return err
+		}
+		if cur.Status != jobs.Queued {
+			return fault.Conflictf("job-not-queued", "Only a queued job can be cancelled; this one is %s.", cur.Status)
+		}
+		msg := "cancelled"
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, data = NULL WHERE id = ? AND status = 'queued'`),
+			msg, ms(now), ms(now), id); err != nil {
+			return err
+		}
+		j, err = s.jobWhere(ctx, tx, "id = ?", id)
+		return err
+	})
+	return j, err
+}
+
+// ClaimJob moves the oldest queued job of the server to running.
+func (s *Store) ClaimJob(ctx context.Context, serverID string, now time.Time) (jobs.Job, bool, error) {
+	var j jobs.Job
+	var ok bool
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		for attempt := 0; attempt < 3; attempt++ {
+			var id string
+			err := tx.GetContext(ctx, &id, tx.Rebind(`SELECT id FROM jobs WHERE server_id = ? AND status = 'queued' ORDER BY id LIMIT 1`), serverID)
+			if notFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'running', started_at = ?, updated_at = ?,
+				lease_expires_at = ? + lease_seconds * 1000, deadline_at = ? + timeout_seconds * 1000
+				WHERE id = ? AND status = 'queued'`), ms(now), ms(now), ms(now), ms(now), id)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				continue // another replica took it
+			}
+			j, err = s.jobWhere(ctx, tx, "id = ?", id)
+			ok = err == nil
+			return err
+		}
+		return nil
+	})
+	return j, ok, err
+}
+
+// JobSecrets returns a job's sealed secrets.
+func (s *Store) JobSecrets(ctx context.Context, id string) (string, error) {
+	var sealed string
+	err := s.r.GetContext(ctx, &sealed, s.rebind(`SELECT secrets FROM jobs WHERE id = ?`), id)
+	if notFound(err) {
+		return "", fault.NotFoundf("No such job.")
+	}
+	return sealed, err
+}
+
+// AppendJobEvents stores events and extends the job's lease.
+func (s *Store) AppendJobEvents(ctx context.Context, jobID string, events []jobs.Event, now time.Time) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		var next int
+		if err := tx.GetContext(ctx, &next, tx.Rebind(`SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?`), jobID); err != nil {
+			return err
+		}
+		for i, e := range events {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO job_events (job_id, seq, at, level, message, data) VALUES (?, ?, ?, ?, ?, ?)`),
+				jobID, next+i, ms(e.At), e.Level, e.Message, nullRaw(e.Data)); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET lease_expires_at = ? + lease_seconds * 1000 WHERE id = ? AND status = 'running'`), ms(now), jobID)
+		return err
+	})
+}
+
+// FinishJob moves a running job to a final status.
+func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, errText *string, data, output json.RawMessage, now time.Time) (bool, error) {
+	var e sql.NullString
+	if errText != nil {
+		e = sql.NullString{String: *errText, Valid: true}
+	}
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
+		lease_expires_at = NULL WHERE id = ? AND status = 'running'`), string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), id)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ExtendLeases extends the leases of a server's running jobs.
+func (s *Store) ExtendLeases(ctx context.Context, serverID string, ids []string, now time.Time) error {
+	q, args, err := sqlx.In(`UPDATE jobs SET lease_expires_at = ? + lease_seconds * 1000 WHERE server_id = ? AND status = 'running' AND id IN (?)`,
+		ms(now), serverID, ids)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, s.rebind(q), args...)
+	return err
+}
+
+// ExpireJobs fails running jobs whose lease lapsed or deadline passed.
+func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, error) {
+	var out []jobs.Job
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		var rows []jobRow
+		if err := tx.SelectContext(ctx, &rows, tx.Rebind(`SELECT `+jobColumns+` FROM jobs WHERE status = 'running'
+			AND (lease_expires_at < ? OR deadline_at < ?) ORDER BY id LIMIT 500`), ms(now), ms(now)); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			reason := jobs.ErrAgentLost
+			if r.DeadlineAt.Valid && r.DeadlineAt.Int64 < ms(now) {
+				reason = jobs.ErrTimedOut
+			}
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
+				lease_expires_at = NULL WHERE id = ? AND status = 'running'`), reason, ms(now), ms(now), r.ID); err != nil {
+				return err
+			}
+			j := r.job()
+			j.Status, j.Error = jobs.Failed, &reason
+			t := fromMS(ms(now))
+			j.FinishedAt = &t
+			out = append(out, j)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// EndServerJobs cancels queued and fails running jobs of a server.
+func (s *Store) EndServerJobs(ctx context.Context, serverID, reason string, now time.Time) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?
+			WHERE server_id = ? AND status = 'queued'`), reason, ms(now), ms(now), serverID); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?, lease_expires_at = NULL
+			WHERE server_id = ? AND status = 'running'`), reason, ms(now), ms(now), serverID)
+		return err
+	})
+}

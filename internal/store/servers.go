@@ -1,0 +1,212 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+var _ servers.Store = (*Store)(nil)
+
+const serverColumns = `id, name, tags, status, facts, agent_version, enrolled_at, last_seen_at, revoked_at, created_at, updated_at`
+
+type serverRow struct {
+	ID           string        `db:"id"`
+	Name         string        `db:"name"`
+	Tags         string        `db:"tags"`
+	Status       string        `db:"status"`
+	Facts        string        `db:"facts"`
+	AgentVersion string        `db:"agent_version"`
+	EnrolledAt   sql.NullInt64 `db:"enrolled_at"`
+	LastSeenAt   sql.NullInt64 `db:"last_seen_at"`
+	RevokedAt    sql.NullInt64 `db:"revoked_at"`
+	CreatedAt    int64         `db:"created_at"`
+	UpdatedAt    int64         `db:"updated_at"`
+}
+
+func (r serverRow) server() (servers.Server, error) {
+	s := servers.Server{ID: r.ID, Name: r.Name, Status: r.Status, AgentVersion: r.AgentVersion,
+		EnrolledAt: nullMS(r.EnrolledAt), LastSeenAt: nullMS(r.LastSeenAt), RevokedAt: nullMS(r.RevokedAt),
+		CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt)}
+	if err := json.Unmarshal([]byte(r.Tags), &s.Tags); err != nil {
+		return s, err
+	}
+	if r.Facts != "" && r.Facts != "{}" {
+		s.Facts = &agentproto.Facts{}
+		if err := json.Unmarshal([]byte(r.Facts), s.Facts); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// CreateServer stores a pending server.
+func (s *Store) CreateServer(ctx context.Context, srv servers.Server, enrollHash string, expires time.Time) error {
+	tags, err := json.Marshal(srv.Tags)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO servers (id, name, tags, status, enrollment_token_hash, enrollment_expires_at, created_at, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), srv.ID, srv.Name, string(tags), srv.Status, enrollHash, ms(expires), ms(srv.CreatedAt), ms(srv.UpdatedAt))
+	if isUniqueViolation(err) {
+		return fault.Conflictf("server-name-taken", "A server named %q exists.", srv.Name)
+	}
+	return err
+}
+
+func (s *Store) serverWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (servers.Server, error) {
+	var r serverRow
+	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+serverColumns+` FROM servers WHERE `+where), args...)
+	if notFound(err) {
+		return servers.Server{}, fault.NotFoundf("No such server.")
+	}
+	if err != nil {
+		return servers.Server{}, err
+	}
+	return r.server()
+}
+
+// Server returns a server.
+func (s *Store) Server(ctx context.Context, id string) (servers.Server, error) {
+	return s.serverWhere(ctx, s.r, "id = ?", id)
+}
+
+// ListServers returns every server, oldest first.
+func (s *Store) ListServers(ctx context.Context) ([]servers.Server, error) {
+	var rows []serverRow
+	if err := s.r.SelectContext(ctx, &rows, `SELECT `+serverColumns+` FROM servers ORDER BY id`); err != nil {
+		return nil, err
+	}
+	out := make([]servers.Server, len(rows))
+	for i, r := range rows {
+		srv, err := r.server()
+		if err != nil {
+			return nil, err
+		}
+		out[i] = srv
+	}
+	return out, nil
+}
+
+// ReplaceEnrollment gives a pending server a new enrollment token.
+func (s *Store) ReplaceEnrollment(ctx context.Context, id, enrollHash string, expires, now time.Time) (servers.Server, error) {
+	var srv servers.Server
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
+		if err != nil {
+			return err
+		}
+		if cur.Status != servers.Pending {
+			return fault.Conflictf("server-already-enrolled", "The server is %s; only a server that has not enrolled gets a new enrollment token.", cur.Status)
+		}
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET enrollment_token_hash = ?, enrollment_expires_at = ?, updated_at = ? WHERE id = ?`),
+			enrollHash, ms(expires), ms(now), id); err != nil {
+			return err
+		}
+		srv, err = s.serverWhere(ctx, tx, "id = ?", id)
+		return err
+	})
+	return srv, err
+}
+
+// RedeemEnrollment exchanges an enrollment token for an agent token, once.
+func (s *Store) RedeemEnrollment(ctx context.Context, enrollHash, agentHash string, facts agentproto.Facts, now time.Time) (servers.Server, error) {
+	var srv servers.Server
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET enrollment_token_hash = NULL, enrollment_expires_at = NULL,
+			agent_token_hash = ?, status = 'online', facts = ?, agent_version = ?, enrolled_at = ?, last_seen_at = ?, updated_at = ?
+			WHERE enrollment_token_hash = ? AND enrollment_expires_at > ? AND status = 'pending'`),
+			agentHash, servers.RawFacts(&facts), facts.AgentVersion, ms(now), ms(now), ms(now), enrollHash, ms(now))
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, used or expired.")
+		}
+		srv, err = s.serverWhere(ctx, tx, "agent_token_hash = ?", agentHash)
+		return err
+	})
+	return srv, err
+}
+
+// ServerByAgentToken resolves an agent token.
+func (s *Store) ServerByAgentToken(ctx context.Context, agentHash string) (servers.Server, bool, error) {
+	srv, err := s.serverWhere(ctx, s.r, "agent_token_hash = ?", agentHash)
+	if err == nil {
+		return srv, srv.Status == servers.Revoked, nil
+	}
+	if !fault.Is(err, fault.NotFound) {
+		return servers.Server{}, false, err
+	}
+	var serverID string
+	err = s.r.GetContext(ctx, &serverID, s.rebind(`SELECT server_id FROM revoked_agent_tokens WHERE token_hash = ?`), agentHash)
+	if notFound(err) {
+		return servers.Server{}, false, fault.NotFoundf("No such agent token.")
+	}
+	if err != nil {
+		return servers.Server{}, false, err
+	}
+	return servers.Server{ID: serverID, Status: servers.Revoked}, true, nil
+}
+
+// TouchServer records a heartbeat.
+func (s *Store) TouchServer(ctx context.Context, id, agentVersion string, facts *agentproto.Facts, now time.Time) error {
+	var err error
+	if facts != nil {
+		_, err = s.w.ExecContext(ctx, s.rebind(`UPDATE servers SET last_seen_at = ?, agent_version = ?, facts = ?, status = 'online' WHERE id = ? AND status != 'revoked'`),
+			ms(now), agentVersion, servers.RawFacts(facts), id)
+	} else {
+		_, err = s.w.ExecContext(ctx, s.rebind(`UPDATE servers SET last_seen_at = ?, agent_version = ?, status = 'online' WHERE id = ? AND status != 'revoked'`),
+			ms(now), agentVersion, id)
+	}
+	return err
+}
+
+func revokeTx(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) error {
+	if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO revoked_agent_tokens (token_hash, server_id, revoked_at)
+		SELECT agent_token_hash, id, ? FROM servers WHERE id = ? AND agent_token_hash IS NOT NULL
+		AND agent_token_hash NOT IN (SELECT token_hash FROM revoked_agent_tokens)`), ms(now), id); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET status = 'revoked', revoked_at = COALESCE(revoked_at, ?),
+		enrollment_token_hash = NULL, enrollment_expires_at = NULL, updated_at = ? WHERE id = ?`), ms(now), ms(now), id)
+	return err
+}
+
+// RevokeServer invalidates a server's agent token.
+func (s *Store) RevokeServer(ctx context.Context, id string, now time.Time) (servers.Server, error) {
+	var srv servers.Server
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := s.serverWhere(ctx, tx, "id = ?", id); err != nil {
+			return err
+		}
+		if err := revokeTx(ctx, tx, id, now); err != nil {
+			return err
+		}
+		var err error
+		srv, err = s.serverWhere(ctx, tx, "id = ?", id)
+		return err
+	})
+	return srv, err
+}
+
+// DeleteServer revokes a server and deletes its record.
+func (s *Store) DeleteServer(ctx context.Context, id string, now time.Time) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := s.serverWhere(ctx, tx, "id = ?", id); err != nil {
+			return err
+		}
+		if err := revokeTx(ctx, tx, id, now); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
+		return err
+	})
+}
