@@ -18,10 +18,10 @@ import (
 
 type serveCmd struct {
 	StoreFlags
-	Listen       string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
-	PublicURL    string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
-	LogLevel     string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
-	TrustedProxy bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
+	Listen        string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
+	PublicURL     string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
+	LogLevel      string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	TrustedProxy  bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
 	ShutdownWait  time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
 	AgentDir      string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
 	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`

@@ -155,9 +155,9 @@ func register(s *httpapi.Server, d Deps) {
 
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-job-complete", Method: http.MethodPost, Path: "/agent/v1/jobs/{id}/complete", Tags: tags,
-		Summary:     "The result of a job",
-		Description: "Completing a job twice is idempotent; completing another server's job is 403.",
-		Errors:      []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+		Summary:      "The result of a job",
+		Description:  "Completing a job twice is idempotent; completing another server's job is 403.",
+		Errors:       []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
 		MaxBodyBytes: 4 << 20,
 	}, httpapi.Agent, func(ctx context.Context, in *completeInput) (*completeOutput, error) {
 		j, err := d.Jobs.Complete(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Body)
