@@ -8,12 +8,24 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 LISTEN   ?= 127.0.0.1:8080
 DATA_DIR ?= ./data
 
-.PHONY: all build run test test-go fuzz lint testenv-down clean
+.PHONY: all build dist run test test-go fuzz lint testenv-down clean
 
 all: build
 
+# build writes the control plane and, next to it, a native agent binary
+# that the control plane serves to servers of the same architecture.
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/capstan ./cmd/capstan
+	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/capstan-agent ./cmd/capstan-agent
+
+# dist cross-builds the agent for every supported server architecture into
+# dist/, ready to serve with capstan serve --agent-dir dist.
+dist: build
+	mkdir -p dist
+	cp bin/capstan dist/capstan
+	for arch in amd64 arm64; do \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o dist/capstan-agent-linux-$$arch ./cmd/capstan-agent || exit 1; \
+	done
 
 run: build
 	@echo "Starting Capstan on http://$(LISTEN) with data in $(DATA_DIR)."
