@@ -114,6 +114,13 @@ resolve_dirs() {
 	fi
 }
 
+# Serialise concurrent up/down on one STATE_DIR. fd 9 must be closed in any
+# daemon we spawn (postgres, dockerd), or it would hold the lock forever.
+take_lock() {
+	exec 9>"$STATE_DIR/lock"
+	flock -w 300 9 || die "timed out waiting for $STATE_DIR/lock"
+}
+
 # ---------------------------------------------------------------------------
 # up: packages
 
@@ -210,7 +217,7 @@ EOF
 	for try in 1 2 3 4 5; do
 		port="$(pick_port)"
 		if as_pg "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DIR/postgres.log" -w -t 60 \
-			-o "-p $port" start >/dev/null 2>&1; then
+			-o "-p $port" start >/dev/null 2>&1 9>&-; then
 			printf '%s\n' "$port" >"$port_file"
 			PG_PORT=$port
 			PG_STATUS="started (pid $(head -n1 "$PG_DATA/postmaster.pid"))"
@@ -248,7 +255,7 @@ ensure_docker() {
 		rm -f "$DOCKERD_PID_FILE"
 		log "docker: starting dockerd (log: $DOCKERD_LOG)"
 		# subshell execs into setsid which execs into dockerd: $! is dockerd's pid
-		(cd / && exec setsid dockerd) >"$DOCKERD_LOG" 2>&1 </dev/null &
+		(cd / && exec setsid dockerd) >"$DOCKERD_LOG" 2>&1 </dev/null 9>&- &
 		pid=$!
 		printf '%s\n' "$pid" >"$DOCKERD_PID_FILE"
 	fi
@@ -277,8 +284,7 @@ cmd_up() {
 	ensure_packages
 	resolve_dirs "${1:-}"
 
-	exec 9>"$STATE_DIR/lock"
-	flock 9
+	take_lock
 
 	ensure_postgres
 	ensure_docker
@@ -306,8 +312,7 @@ cmd_down() {
 	[[ $(id -u) -eq 0 ]] || die "must run as root"
 	resolve_dirs "${1:-}"
 
-	exec 9>"$STATE_DIR/lock"
-	flock 9
+	take_lock
 
 	# postgres
 	local bin
