@@ -4,6 +4,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"strings"
 )
 
 // docsUI holds Swagger UI (swagger-ui-dist, Apache-2.0) and our page around
@@ -23,6 +24,11 @@ func (s *Server) registerDocs() {
 		if r.URL.Path == "/docs" || r.URL.Path == "/docs/" || r.URL.Path == "/docs/index.html" {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Write(page) //nolint:errcheck
+			return
+		}
+		name := strings.TrimPrefix(r.URL.Path, "/docs/")
+		if st, err := fs.Stat(sub, name); err != nil || st.IsDir() {
+			writeProblem(w, r, newProblem(http.StatusNotFound, "", "No resource at "+r.URL.Path+"."))
 			return
 		}
 		w.Header().Set("Cache-Control", "public, max-age=86400")
