@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+type runCmd struct {
+	configFlag
+	LogLevel string `name:"log-level" env:"CAPSTAN_AGENT_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
+}
+
+func (r *runCmd) Run(ctx context.Context, io stdio) error {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(r.LogLevel))
+	log := slog.New(slog.NewJSONHandler(io.err, &slog.HandlerOptions{Level: level}))
+	cfg, err := agent.LoadConfig(r.Config)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return err
+	}
+	if st, err := os.Stat(r.Config); err == nil && st.Mode().Perm()&0o077 != 0 {
+		log.Warn("agent configuration is readable by other users; it holds the agent's credential (chmod 600)",
+			"path", r.Config, "mode", st.Mode().Perm().String())
+	}
+	a, err := agent.New(agent.Options{
+		Config:    cfg,
+		Version:   version,
+		Executors: executors(),
+		Logger:    log,
+	})
+	if err != nil {
+		log.Error("invalid agent configuration", "path", r.Config, "err", err)
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// executors are the job types this build runs.
+func executors() agent.Registry {
+	r := agent.Registry{}
+	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
+	return r
+}

@@ -1,0 +1,374 @@
+// Package agenttest is a small in-memory fake of the control plane's
+// /agent/v1 endpoints, for the agent's tests. It checks the agent's bearer
+// token, queues jobs for claims (long poll), and records heartbeats, events
+// and completions.
+package agenttest
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/ids"
+)
+
+// ControlPlane is the fake. Its fields are set by New; use the methods.
+type ControlPlane struct {
+	URL string
+
+	mu           sync.Mutex
+	srv          *httptest.Server
+	enrollTokens map[string]bool // token → used
+	enrolls      []agentproto.EnrollRequest
+	serverID     string
+	serverName   string
+	agentToken   string
+	revoked      bool
+	config       agentproto.Config
+	queue        []agentproto.Job
+	jobAdded     chan struct{} // closed and replaced when a job is queued
+	secrets      map[string]map[string]string
+	heartbeats   []agentproto.HeartbeatRequest
+	claims       int
+	eventPosts   map[string]int
+	events       map[string][]agentproto.Event
+	completions  map[string][]agentproto.CompleteRequest
+	eventsAtDone map[string]int
+	attempts     map[string]int
+	completeHook func(jobID string, attempt int) int
+	heartbeatErr int
+}
+
+// New starts a fake control plane, closed by t.Cleanup. Its agent token is
+// fixed from the start so tests can write a config without enrolling.
+func New(t testing.TB) *ControlPlane {
+	cp := &ControlPlane{
+		enrollTokens: map[string]bool{},
+		serverID:     ids.New(ids.Server),
+		serverName:   "test-server",
+		agentToken:   ids.Token(strings.TrimSuffix(agentproto.AgentTokenPrefix, "_")),
+		config:       agentproto.Config{HeartbeatSeconds: 1, MetricsSeconds: 60, ClaimWaitSeconds: 2, MaxConcurrentJobs: 4},
+		jobAdded:     make(chan struct{}),
+		secrets:      map[string]map[string]string{},
+		eventPosts:   map[string]int{},
+		events:       map[string][]agentproto.Event{},
+		completions:  map[string][]agentproto.CompleteRequest{},
+		eventsAtDone: map[string]int{},
+		attempts:     map[string]int{},
+	}
+	mux := http.NewServeMux()
+	p := "/agent/" + agentproto.Version
+	mux.HandleFunc("POST "+p+"/enroll", cp.enroll)
+	mux.HandleFunc("POST "+p+"/heartbeat", cp.auth(cp.heartbeat))
+	mux.HandleFunc("POST "+p+"/jobs/claim", cp.auth(cp.claim))
+	mux.HandleFunc("GET "+p+"/jobs/{id}/secrets", cp.auth(cp.jobSecrets))
+	mux.HandleFunc("POST "+p+"/jobs/{id}/events", cp.auth(cp.postEvents))
+	mux.HandleFunc("POST "+p+"/jobs/{id}/complete", cp.auth(cp.complete))
+	cp.srv = httptest.NewServer(mux)
+	cp.URL = cp.srv.URL
+	t.Cleanup(cp.Close)
+	return cp
+}
+
+// Close shuts the server down.
+func (cp *ControlPlane) Close() {
+	cp.srv.CloseClientConnections()
+	cp.srv.Close()
+}
+
+// ServerID, ServerName and AgentToken are what enroll hands out.
+func (cp *ControlPlane) ServerID() string   { return cp.serverID }
+func (cp *ControlPlane) ServerName() string { return cp.serverName }
+func (cp *ControlPlane) AgentToken() string { return cp.agentToken }
+
+// AddEnrollmentToken makes token redeemable once.
+func (cp *ControlPlane) AddEnrollmentToken(token string) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.enrollTokens[token] = false
+}
+
+// Enrolls returns the enroll requests received.
+func (cp *ControlPlane) Enrolls() []agentproto.EnrollRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.enrolls)
+}
+
+// Revoke makes every authenticated call answer 401 agent-revoked.
+func (cp *ControlPlane) Revoke() {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.revoked = true
+}
+
+// SetConfig sets the configuration heartbeats return.
+func (cp *ControlPlane) SetConfig(c agentproto.Config) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.config = c
+}
+
+// FailHeartbeats makes the next n heartbeats answer 503.
+func (cp *ControlPlane) FailHeartbeats(n int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.heartbeatErr = n
+}
+
+// Enqueue queues a job for the next claim; secrets (if not nil) are served
+// by GET /jobs/{id}/secrets. Enqueuing the same job twice delivers it twice.
+func (cp *ControlPlane) Enqueue(job agentproto.Job, secrets map[string]string) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if job.CreatedAt.IsZero() {
+		job.CreatedAt = time.Now().UTC()
+	}
+	if job.LeaseSeconds == 0 {
+		job.LeaseSeconds = 60
+	}
+	if secrets != nil {
+		cp.secrets[job.ID] = secrets
+		job.HasSecrets = true
+	}
+	cp.queue = append(cp.queue, job)
+	close(cp.jobAdded)
+	cp.jobAdded = make(chan struct{})
+}
+
+// SetCompleteHook makes POST /jobs/{id}/complete answer with the status the
+// hook returns for the attempt (1, 2, …); 0 or 2xx accepts the result.
+func (cp *ControlPlane) SetCompleteHook(h func(jobID string, attempt int) int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.completeHook = h
+}
+
+// Heartbeats returns the heartbeats received.
+func (cp *ControlPlane) Heartbeats() []agentproto.HeartbeatRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.heartbeats)
+}
+
+// Claims is the number of claims received.
+func (cp *ControlPlane) Claims() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.claims
+}
+
+// Events returns the events of a job, and how many POSTs carried them.
+func (cp *ControlPlane) Events(jobID string) ([]agentproto.Event, int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.events[jobID]), cp.eventPosts[jobID]
+}
+
+// EventsAtCompletion is how many events of a job had been received when
+// its last completion was accepted.
+func (cp *ControlPlane) EventsAtCompletion(jobID string) int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.eventsAtDone[jobID]
+}
+
+// QueueLen is the number of jobs not claimed yet.
+func (cp *ControlPlane) QueueLen() int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return len(cp.queue)
+}
+
+// Completions returns the accepted completions of a job.
+func (cp *ControlPlane) Completions(jobID string) []agentproto.CompleteRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.completions[jobID])
+}
+
+// CompleteAttempts is how many completion calls a job received, accepted
+// or not.
+func (cp *ControlPlane) CompleteAttempts(jobID string) int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.attempts[jobID]
+}
+
+// Wait polls cond every 10 ms until it is true, failing t after timeout.
+func Wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Problem writes an RFC 9457 problem.
+func Problem(w http.ResponseWriter, status int, typ, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(agentproto.Problem{Type: typ, Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		Problem(w, http.StatusBadRequest, agentproto.ProblemTypeBase+"malformed-request", err.Error())
+		return false
+	}
+	return true
+}
+
+func (cp *ControlPlane) auth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		cp.mu.Lock()
+		valid, revoked := ok && tok == cp.agentToken, cp.revoked
+		cp.mu.Unlock()
+		switch {
+		case !valid:
+			Problem(w, http.StatusUnauthorized, agentproto.ProblemInvalidAgentToken, "unknown agent token")
+		case revoked:
+			Problem(w, http.StatusUnauthorized, agentproto.ProblemAgentRevoked, "server was revoked")
+		default:
+			h(w, r)
+		}
+	}
+}
+
+func (cp *ControlPlane) enroll(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.EnrollRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.enrolls = append(cp.enrolls, req)
+	if used, ok := cp.enrollTokens[req.Token]; !ok || used {
+		Problem(w, http.StatusUnauthorized, agentproto.ProblemInvalidEnrollmentToken, "enrollment token is invalid, used or expired")
+		return
+	}
+	cp.enrollTokens[req.Token] = true
+	writeJSON(w, agentproto.EnrollResponse{
+		ServerID: cp.serverID, ServerName: cp.serverName, AgentToken: cp.agentToken,
+		HeartbeatSeconds: cp.config.HeartbeatSeconds, MetricsSeconds: cp.config.MetricsSeconds,
+	})
+}
+
+func (cp *ControlPlane) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.HeartbeatRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	cp.mu.Lock()
+	cp.heartbeats = append(cp.heartbeats, req)
+	fail := cp.heartbeatErr > 0
+	if fail {
+		cp.heartbeatErr--
+	}
+	c := cp.config
+	cp.mu.Unlock()
+	if fail {
+		Problem(w, http.StatusServiceUnavailable, agentproto.ProblemTypeBase+"unavailable", "try later")
+		return
+	}
+	writeJSON(w, agentproto.HeartbeatResponse{Config: c, ServerTime: time.Now().UTC()})
+}
+
+func (cp *ControlPlane) claim(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.ClaimRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.WaitSeconds < 0 || req.WaitSeconds > agentproto.MaxClaimWaitSeconds {
+		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "wait_seconds out of range")
+		return
+	}
+	cp.mu.Lock()
+	cp.claims++
+	cp.mu.Unlock()
+	timer := time.NewTimer(time.Duration(req.WaitSeconds) * time.Second)
+	defer timer.Stop()
+	for {
+		cp.mu.Lock()
+		if len(cp.queue) > 0 {
+			job := cp.queue[0]
+			cp.queue = cp.queue[1:]
+			cp.mu.Unlock()
+			writeJSON(w, agentproto.ClaimResponse{Job: job})
+			return
+		}
+		added := cp.jobAdded
+		cp.mu.Unlock()
+		select {
+		case <-added:
+		case <-timer.C:
+			w.WriteHeader(http.StatusNoContent)
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+func (cp *ControlPlane) jobSecrets(w http.ResponseWriter, r *http.Request) {
+	cp.mu.Lock()
+	s, ok := cp.secrets[r.PathValue("id")]
+	cp.mu.Unlock()
+	if !ok {
+		Problem(w, http.StatusNotFound, agentproto.ProblemTypeBase+"not-found", "no such job")
+		return
+	}
+	writeJSON(w, agentproto.SecretsResponse{Secrets: s})
+}
+
+func (cp *ControlPlane) postEvents(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.EventsRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	id := r.PathValue("id")
+	cp.mu.Lock()
+	cp.eventPosts[id]++
+	cp.events[id] = append(cp.events[id], req.Events...)
+	cp.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (cp *ControlPlane) complete(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.CompleteRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	id := r.PathValue("id")
+	cp.mu.Lock()
+	cp.attempts[id]++
+	status := 0
+	if cp.completeHook != nil {
+		status = cp.completeHook(id, cp.attempts[id])
+	}
+	if status == 0 || status/100 == 2 {
+		cp.completions[id] = append(cp.completions[id], req)
+		cp.eventsAtDone[id] = len(cp.events[id])
+	}
+	cp.mu.Unlock()
+	if status != 0 && status/100 != 2 {
+		Problem(w, status, agentproto.ProblemTypeBase+"http-"+http.StatusText(status), "refused by the test")
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

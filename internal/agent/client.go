@@ -1,0 +1,260 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// Time limits of calls to the control plane.
+const (
+	// RequestTimeout bounds every call except the claim long poll.
+	RequestTimeout = 30 * time.Second
+	// ClaimSlack is added to the claim's wait_seconds for its timeout.
+	ClaimSlack = 15 * time.Second
+
+	maxReplyBytes   = 1 << 20
+	maxProblemBytes = 64 << 10
+)
+
+// ErrRevoked matches (errors.Is) the error of any call whose reply says the
+// agent's credential is revoked or unknown. The agent must stop and exit
+// with agentproto.ExitRevoked.
+var ErrRevoked = errors.New("agent credential revoked")
+
+// RevokedError is the error of a call answered 401 with problem type
+// agentproto.ProblemAgentRevoked or agentproto.ProblemInvalidAgentToken.
+type RevokedError struct {
+	Problem agentproto.Problem
+}
+
+func (e *RevokedError) Error() string {
+	msg := "the control plane rejected this agent's credential"
+	if e.Problem.Type == agentproto.ProblemAgentRevoked {
+		msg = "this server was revoked or deleted on the control plane"
+	} else if e.Problem.Type == agentproto.ProblemInvalidAgentToken {
+		msg = "the control plane does not know this agent's token"
+	}
+	if e.Problem.Detail != "" {
+		msg += ": " + e.Problem.Detail
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrRevoked) true.
+func (e *RevokedError) Is(target error) bool { return target == ErrRevoked }
+
+// ExitCode is the process exit status for this error (kong.ExitCoder).
+func (e *RevokedError) ExitCode() int { return agentproto.ExitRevoked }
+
+// APIError is a non-2xx reply other than a revocation.
+type APIError struct {
+	Method string
+	Path   string
+	Status int
+	// Problem is the RFC 9457 body, zero if the body was not one.
+	Problem agentproto.Problem
+	// RetryAfter is the reply's Retry-After, zero if absent.
+	RetryAfter time.Duration
+}
+
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Status, http.StatusText(e.Status))
+	if e.Problem.Detail != "" {
+		s += ": " + e.Problem.Detail
+	} else if e.Problem.Title != "" {
+		s += ": " + e.Problem.Title
+	}
+	return s
+}
+
+// Temporary reports whether the same call may succeed later: 408, 425, 429
+// and 5xx.
+func (e *APIError) Temporary() bool {
+	switch e.Status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return true
+	}
+	return e.Status >= 500
+}
+
+// StatusOf returns the HTTP status of an *APIError in err's chain, else 0.
+func StatusOf(err error) int {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae.Status
+	}
+	return 0
+}
+
+// NewHTTPClient returns the one HTTP client an agent uses: keep-alives, few
+// idle connections, no overall timeout (each call sets its own deadline, the
+// claim long poll a longer one).
+func NewHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          4,
+		MaxIdleConnsPerHost:   2,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+}
+
+// Client calls /agent/v1 on the control plane.
+type Client struct {
+	base      string
+	token     string
+	userAgent string
+	hc        *http.Client
+	onRevoked func(*RevokedError)
+}
+
+// NewClient returns a client for the control plane at apiURL (see
+// ParseAPIURL) that authenticates with token (empty for Enroll only).
+// onRevoked, if not nil, is called for every reply that revokes the agent.
+// A nil hc means NewHTTPClient().
+func NewClient(apiURL, token, version string, hc *http.Client, onRevoked func(*RevokedError)) (*Client, error) {
+	base, err := ParseAPIURL(apiURL)
+	if err != nil {
+		return nil, err
+	}
+	if hc == nil {
+		hc = NewHTTPClient()
+	}
+	if version == "" {
+		version = "dev"
+	}
+	return &Client{
+		base:      base + "/agent/" + agentproto.Version,
+		token:     token,
+		userAgent: "capstan-agent/" + version,
+		hc:        hc,
+		onRevoked: onRevoked,
+	}, nil
+}
+
+// Enroll redeems a one-time enrollment token.
+func (c *Client) Enroll(ctx context.Context, req agentproto.EnrollRequest) (agentproto.EnrollResponse, error) {
+	var resp agentproto.EnrollResponse
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/enroll", false, req, &resp)
+	return resp, err
+}
+
+// Heartbeat reports liveness and running jobs and fetches the configuration.
+func (c *Client) Heartbeat(ctx context.Context, req agentproto.HeartbeatRequest) (agentproto.HeartbeatResponse, error) {
+	var resp agentproto.HeartbeatResponse
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/heartbeat", true, req, &resp)
+	return resp, err
+}
+
+// Claim long-polls for a job for up to waitSeconds. It returns nil, nil when
+// no job came within the wait.
+func (c *Client) Claim(ctx context.Context, waitSeconds int) (*agentproto.Job, error) {
+	var resp agentproto.ClaimResponse
+	timeout := time.Duration(waitSeconds)*time.Second + ClaimSlack
+	status, err := c.do(ctx, timeout, http.MethodPost, "/jobs/claim", true, agentproto.ClaimRequest{WaitSeconds: waitSeconds}, &resp)
+	if err != nil || status == http.StatusNoContent {
+		return nil, err
+	}
+	if resp.Job.ID == "" {
+		return nil, errors.New("claim reply has no job id")
+	}
+	return &resp.Job, nil
+}
+
+// Secrets fetches the secrets of a job.
+func (c *Client) Secrets(ctx context.Context, jobID string) (map[string]string, error) {
+	var resp agentproto.SecretsResponse
+	_, err := c.do(ctx, RequestTimeout, http.MethodGet, "/jobs/"+url.PathEscape(jobID)+"/secrets", true, nil, &resp)
+	return resp.Secrets, err
+}
+
+// PostEvents appends progress events to a job.
+func (c *Client) PostEvents(ctx context.Context, jobID string, events []agentproto.Event) error {
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/events", true, agentproto.EventsRequest{Events: events}, nil)
+	return err
+}
+
+// Complete reports a job's outcome.
+func (c *Client) Complete(ctx context.Context, jobID string, req agentproto.CompleteRequest) error {
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/complete", true, req, nil)
+	return err
+}
+
+// do sends one request and decodes a 2xx JSON reply into out (unless nil or
+// 204). It returns the status and, for non-2xx replies, a *RevokedError or
+// *APIError. The body is always read to the end (bounded) and closed so the
+// connection can be reused.
+func (c *Client) do(ctx context.Context, timeout time.Duration, method, path string, auth bool, in, out any) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("encoding %s request: %w", path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", c.userAgent)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+		lr := io.LimitReader(resp.Body, maxReplyBytes)
+		if out != nil && resp.StatusCode != http.StatusNoContent {
+			if err := json.NewDecoder(lr).Decode(out); err != nil {
+				return resp.StatusCode, fmt.Errorf("%s %s: decoding reply: %w", method, path, err)
+			}
+		}
+		_, _ = io.Copy(io.Discard, lr)
+		return resp.StatusCode, nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBytes))
+	var p agentproto.Problem
+	if json.Unmarshal(b, &p) != nil {
+		p = agentproto.Problem{}
+	}
+	if resp.StatusCode == http.StatusUnauthorized &&
+		(p.Type == agentproto.ProblemAgentRevoked || p.Type == agentproto.ProblemInvalidAgentToken) {
+		rerr := &RevokedError{Problem: p}
+		if c.onRevoked != nil {
+			c.onRevoked(rerr)
+		}
+		return resp.StatusCode, rerr
+	}
+	ae := &APIError{Method: method, Path: path, Status: resp.StatusCode, Problem: p}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		ae.RetryAfter = time.Duration(s) * time.Second
+	}
+	return resp.StatusCode, ae
+}
