@@ -26,7 +26,6 @@ const (
 const (
 	LoginSucceeded        = "auth.login.succeeded"
 	LoginFailed           = "auth.login.failed"
-	LoginThrottled        = "auth.login.throttled"
 	SecondFactorFailed    = "auth.2fa.failed"
 	RefreshReused         = "auth.refresh.reused"
 	Logout                = "auth.logout"

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/argon2"
@@ -60,13 +61,43 @@ func ValidatePassword(field, pw, email string) error {
 		return fault.Invalidf(field, "must be at most %d characters", MaxPasswordLen)
 	}
 	lower := strings.ToLower(pw)
-	if _, common := commonPasswords[lower]; common {
+	if isCommon(lower) {
 		return fault.Invalidf(field, "is one of the most commonly used passwords; choose another")
 	}
 	if email != "" && lower == strings.ToLower(email) {
 		return fault.Invalidf(field, "must not be the e-mail address")
 	}
 	return nil
+}
+
+// isCommon reports whether lower is a common password, a common password
+// padded with digits or symbols ("password1234", "123456789012"), or two
+// common passwords joined ("qwertyqwerty"). Every listed password is
+// shorter than MinPasswordLen, so an exact match alone would never refuse a
+// password that passes the length rule.
+func isCommon(lower string) bool {
+	if _, ok := commonPasswords[lower]; ok {
+		return true
+	}
+	for i := 1; i < len(lower); i++ {
+		head, tail := lower[:i], lower[i:]
+		_, h := commonPasswords[head]
+		_, t := commonPasswords[tail]
+		if (h && (t || padding(tail))) || (t && padding(head)) {
+			return true
+		}
+	}
+	return false
+}
+
+// padding reports whether s holds only digits, punctuation and symbols.
+func padding(s string) bool {
+	for _, r := range s {
+		if !unicode.IsDigit(r) && !unicode.IsPunct(r) && !unicode.IsSymbol(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // hashPassword returns the PHC string of an argon2id hash of pw.

@@ -185,6 +185,12 @@ func (s *Service) recordFailure(email, ip string, now time.Time) {
 	s.perAddress.fail("ip:"+ip, now)
 }
 
+// storable makes client input storable as text: PostgreSQL refuses NUL
+// characters and invalid UTF-8.
+func storable(s string) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+}
+
 // LoginResult is the outcome of a correct password.
 type LoginResult struct {
 	ChallengeID string
@@ -203,10 +209,17 @@ func (s *Service) Login(ctx context.Context, c Client, email, password string) (
 	if err := s.throttled(email, c.IP, now); err != nil {
 		return LoginResult{}, err
 	}
-	a, err := s.store.AccountByEmail(ctx, email)
-	known := err == nil
-	if err != nil && !fault.Is(err, fault.NotFound) {
-		return LoginResult{}, err
+	var a Account
+	known := false
+	// No account has an address that fails ValidateEmail (CreateUser checks
+	// it), and PostgreSQL refuses some such strings (NUL): skip the lookup.
+	if ValidateEmail("email", email) == nil {
+		var err error
+		a, err = s.store.AccountByEmail(ctx, email)
+		if err != nil && !fault.Is(err, fault.NotFound) {
+			return LoginResult{}, err
+		}
+		known = err == nil
 	}
 	hash := dummyHash
 	if known {
@@ -226,7 +239,7 @@ func (s *Service) Login(ctx context.Context, c Client, email, password string) (
 			reason = "disabled"
 		}
 		if err := s.audit.Record(ctx, audit.Entry{
-			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: email}, Action: audit.LoginFailed,
+			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: storable(email)}, Action: audit.LoginFailed,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 			Details: map[string]any{"reason": reason},
 		}); err != nil {

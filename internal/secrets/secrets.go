@@ -81,23 +81,37 @@ func LoadOrCreate(dataDir, env string) (*Key, error) {
 	if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
+	// Write the key to a temporary file, then link it into place: the key
+	// file appears complete or not at all, and a concurrent first start
+	// loses the link race and reads the winner's key.
 	k := GenerateKey()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	tmp, err := os.CreateTemp(dataDir, ".secret.key-*")
 	if err != nil {
-		if errors.Is(err, os.ErrExist) { // another process won the race
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if _, err := tmp.WriteString(k.Encode() + "\n"); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, os.ErrExist) {
 			return LoadOrCreate(dataDir, env)
 		}
 		return nil, err
 	}
-	if _, err := f.WriteString(k.Encode() + "\n"); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return k, f.Close()
+	return k, nil
 }
 
 // ID is a short fingerprint of the key, stored with every sealed value.

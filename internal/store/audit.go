@@ -44,10 +44,10 @@ func (s *Store) ListAudit(ctx context.Context, q audit.Query) ([]audit.Entry, er
 	}
 	switch {
 	case strings.HasSuffix(q.Action, ".*"):
-		// Prefix match as a range, so the index serves it and no LIKE
-		// wildcards in the input matter.
+		// Prefix match by comparing the leading characters: exact in every
+		// collation, and free of LIKE wildcards.
 		prefix := strings.TrimSuffix(q.Action, "*")
-		where, args = append(where, "action >= ? AND action < ?"), append(args, prefix, prefix[:len(prefix)-1]+"/")
+		where, args = append(where, "SUBSTR(action, 1, ?) = ?"), append(args, len(prefix), prefix)
 	case q.Action != "":
 		where, args = append(where, "action = ?"), append(args, q.Action)
 	}

@@ -259,8 +259,13 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, erro
 			return err
 		}
 		for _, r := range rows {
+			// The reason is whichever lapsed first: a job whose agent
+			// vanished before (or as) its deadline passed was lost, not
+			// slow. (With a timeout equal to the lease, as agent.ping
+			// has, a dead agent's job reaches both at once.)
 			reason := jobs.ErrAgentLost
-			if r.DeadlineAt.Valid && r.DeadlineAt.Int64 < ms(now) {
+			if r.DeadlineAt.Valid && r.DeadlineAt.Int64 < ms(now) &&
+				(!r.LeaseExpiresAt.Valid || r.DeadlineAt.Int64 < r.LeaseExpiresAt.Int64) {
 				reason = jobs.ErrTimedOut
 			}
 			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,

@@ -61,7 +61,12 @@ CREATE TABLE job_events (
     PRIMARY KEY (job_id, seq)
 );
 
+-- The audit log is append-only: TRUNCATE is refused too.
+CREATE TRIGGER audit_log_no_truncate BEFORE TRUNCATE ON audit_log
+    FOR EACH STATEMENT EXECUTE FUNCTION audit_log_append_only();
+
 -- +goose Down
+DROP TRIGGER audit_log_no_truncate ON audit_log;
 DROP TABLE job_events;
 DROP TABLE jobs;
 DROP TABLE revoked_agent_tokens;
