@@ -11,6 +11,8 @@
 //
 //	2026-11-22  v1: enroll, heartbeat, jobs claim/secrets/events/complete;
 //	            job types agent.ping, service.*, container.*.
+//	2026-11-22  v1: metrics and inventory reports; job type logs.read;
+//	            results of service.*, container.* and the log reads.
 package agentproto
 
 import (
@@ -227,4 +229,161 @@ type ContainerPayload struct {
 type ContainerLogsPayload struct {
 	Container string `json:"container"`
 	Lines     int    `json:"lines"`
+}
+
+// Limits of a metrics report.
+const (
+	MaxMetricSamples     = 720 // one hour of 5 s samples
+	MaxFilesystemsSample = 64
+)
+
+// MetricsRequest: POST /agent/v1/metrics. Samples carry their own times;
+// an agent that could not reach the control plane sends what it buffered,
+// oldest first, and each sample is stored at its own time.
+type MetricsRequest struct {
+	Samples []MetricSample `json:"samples"`
+}
+
+// MetricSample is one measurement of a host. Byte counts are bytes;
+// percentages are 0 to 100.
+type MetricSample struct {
+	At         time.Time `json:"at"`
+	CPUPercent float64   `json:"cpu_percent"`
+	Load1      float64   `json:"load1"`
+	Load5      float64   `json:"load5"`
+	Load15     float64   `json:"load15"`
+	// MemoryUsed excludes page cache and reclaimable memory:
+	// total − available, as the kernel's MemAvailable estimates it.
+	MemoryTotal     uint64 `json:"memory_total"`
+	MemoryUsed      uint64 `json:"memory_used"`
+	MemoryAvailable uint64 `json:"memory_available"`
+	SwapTotal       uint64 `json:"swap_total"`
+	SwapUsed        uint64 `json:"swap_used"`
+	// Filesystems lists real filesystems only (no tmpfs, overlay, proc…).
+	Filesystems    []FilesystemSample `json:"filesystems"`
+	NetRxBytesPerS float64            `json:"net_rx_bytes_per_s"`
+	NetTxBytesPerS float64            `json:"net_tx_bytes_per_s"`
+	UptimeSeconds  uint64             `json:"uptime_seconds"`
+}
+
+// FilesystemSample is the usage of one mounted filesystem.
+type FilesystemSample struct {
+	Mount       string `json:"mount"`
+	Device      string `json:"device"`
+	FSType      string `json:"fstype"`
+	BytesTotal  uint64 `json:"bytes_total"`
+	BytesUsed   uint64 `json:"bytes_used"`
+	InodesTotal uint64 `json:"inodes_total"`
+	InodesUsed  uint64 `json:"inodes_used"`
+}
+
+// InventoryRequest: POST /agent/v1/inventory. The agent sends it at start,
+// every few minutes, and when it changes. A nil list means the agent could
+// not read that part (e.g. no Docker); an empty list means there is none.
+type InventoryRequest struct {
+	CollectedAt time.Time       `json:"collected_at"`
+	Services    []ServiceInfo   `json:"services"`
+	Containers  []ContainerInfo `json:"containers"`
+	Ports       []ListeningPort `json:"ports"`
+}
+
+// ServiceInfo is one systemd service unit.
+type ServiceInfo struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	LoadState   string `json:"load_state"`
+	ActiveState string `json:"active_state"`
+	SubState    string `json:"sub_state"`
+	// Enabled is the unit file state: enabled, disabled, static, masked…
+	Enabled string `json:"enabled"`
+}
+
+// ContainerInfo is one Docker container.
+type ContainerInfo struct {
+	ID           string            `json:"id"`
+	Name         string            `json:"name"`
+	Image        string            `json:"image"`
+	State        string            `json:"state"`
+	Status       string            `json:"status"`
+	Ports        []ContainerPort   `json:"ports"`
+	Labels       map[string]string `json:"labels"`
+	RestartCount int               `json:"restart_count"`
+}
+
+// ContainerPort is a published container port.
+type ContainerPort struct {
+	IP            string `json:"ip,omitempty"`
+	HostPort      int    `json:"host_port,omitempty"`
+	ContainerPort int    `json:"container_port"`
+	Protocol      string `json:"protocol"`
+}
+
+// ListeningPort is a socket listening on the host.
+type ListeningPort struct {
+	Protocol string `json:"protocol"` // tcp, tcp6, udp, udp6
+	Address  string `json:"address"`
+	Port     int    `json:"port"`
+	// Process and PID are empty when the agent may not read them.
+	Process string `json:"process,omitempty"`
+	PID     int    `json:"pid,omitempty"`
+}
+
+// UnitState is the data of a finished service.start|stop|restart.
+type UnitState struct {
+	Unit        string `json:"unit"`
+	LoadState   string `json:"load_state"`
+	ActiveState string `json:"active_state"`
+	SubState    string `json:"sub_state"`
+}
+
+// ContainerState is the data of a finished container.start|stop|restart.
+type ContainerState struct {
+	Container    string    `json:"container"`
+	ID           string    `json:"id"`
+	State        string    `json:"state"`
+	Status       string    `json:"status"`
+	RestartCount int       `json:"restart_count"`
+	StartedAt    time.Time `json:"started_at"`
+}
+
+// LogLine is one line of a journal or container log.
+type LogLine struct {
+	At time.Time `json:"at"`
+	// Priority is the syslog priority (0 emergency … 7 debug); container
+	// lines are 6 (info) on stdout and 3 (error) on stderr.
+	Priority int    `json:"priority"`
+	Message  string `json:"message"`
+	// Stream is stdout or stderr for container lines, empty for journal.
+	Stream string `json:"stream,omitempty"`
+}
+
+// LogsResult is the data of service.logs, container.logs and logs.read.
+type LogsResult struct {
+	Lines []LogLine `json:"lines"`
+	// Cursor continues a logs.read after the last line returned; pass it
+	// back to read what came since, without duplicates or gaps.
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// JobLogsRead reads a journal unit or a container log, optionally after a
+// cursor. Appended at the end of the job types.
+const JobLogsRead = "logs.read"
+
+// Log sources of logs.read.
+const (
+	LogSourceJournal   = "journal"
+	LogSourceContainer = "container"
+)
+
+// LogsReadPayload is the payload of logs.read.
+type LogsReadPayload struct {
+	Source    string `json:"source"`
+	Unit      string `json:"unit,omitempty"`
+	Container string `json:"container,omitempty"`
+	Lines     int    `json:"lines"`
+	// Priority, journal only: lines of this priority or more urgent. Nil
+	// means all.
+	Priority *int `json:"priority,omitempty"`
+	// Cursor, when set, reads the lines after it (up to Lines).
+	Cursor string `json:"cursor,omitempty"`
 }
