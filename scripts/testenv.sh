@@ -131,6 +131,8 @@ ensure_packages() {
 	have dockerd || pkgs+=(docker.io)
 	have caddy || pkgs+=(caddy)
 	have shellcheck || pkgs+=(shellcheck)
+	have systemd-nspawn || pkgs+=(systemd-container)
+	have debootstrap || pkgs+=(debootstrap)
 	[[ ${#pkgs[@]} -eq 0 ]] && return 0
 
 	log "installing: ${pkgs[*]}"
@@ -144,6 +146,8 @@ ensure_packages() {
 	have dockerd || die "docker.io installed but dockerd not found"
 	have caddy || die "caddy installed but not found"
 	have shellcheck || die "shellcheck installed but not found"
+	have systemd-nspawn || die "systemd-container installed but systemd-nspawn not found"
+	have debootstrap || die "debootstrap installed but not found"
 }
 
 # ---------------------------------------------------------------------------

@@ -67,6 +67,7 @@ type packager struct {
 }
 
 type cachedPackage struct {
+	info os.FileInfo // of the binary packaged
 	mod  time.Time
 	size int64
 	data []byte
@@ -79,7 +80,10 @@ func (p *packager) build(path, version string) ([]byte, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c, ok := p.cache[path]; ok && c.mod.Equal(st.ModTime()) && c.size == st.Size() {
+	// A binary replaced by another file (a new inode) with the same size
+	// and modification time, as a copy that keeps times can make, is still
+	// a new binary.
+	if c, ok := p.cache[path]; ok && os.SameFile(c.info, st) && c.mod.Equal(st.ModTime()) && c.size == st.Size() {
 		return c.data, nil
 	}
 	bin, err := os.ReadFile(path)
@@ -114,7 +118,7 @@ func (p *packager) build(path, version string) ([]byte, error) {
 	if p.cache == nil {
 		p.cache = map[string]cachedPackage{}
 	}
-	p.cache[path] = cachedPackage{mod: st.ModTime(), size: st.Size(), data: buf.Bytes()}
+	p.cache[path] = cachedPackage{info: st, mod: st.ModTime(), size: st.Size(), data: buf.Bytes()}
 	return buf.Bytes(), nil
 }
 

@@ -1,0 +1,305 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Versions stamped into the two agent builds of TestInstallerOnSystemdHost.
+const (
+	agentVersion1 = "e2e-agent-1"
+	agentVersion2 = "e2e-agent-2"
+)
+
+// agentExitRevoked is the agent's exit status once its credential is revoked.
+const agentExitRevoked = "78"
+
+// buildAgent builds cmd/capstan-agent, static, into path.
+func buildAgent(t *testing.T, path, version string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-X main.version="+version,
+		"-o", path, "github.com/capstan-dev/capstan/cmd/capstan-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building capstan-agent: %v\n%s", err, out)
+	}
+}
+
+// apiServer is a server as the API shows it.
+type apiServer struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Status       string `json:"status"`
+	AgentVersion string `json:"agent_version"`
+	Facts        *struct {
+		Hostname string `json:"hostname"`
+		OS       string `json:"os"`
+		Arch     string `json:"arch"`
+	} `json:"facts"`
+}
+
+func getServer(t *testing.T, cp *ControlPlane, token, id string) apiServer {
+	t.Helper()
+	r := cp.Get(t, "/api/v1/servers/"+id, token)
+	expectStatus(t, r, http.StatusOK)
+	var s apiServer
+	r.JSON(t, &s)
+	return s
+}
+
+// waitFor polls cond every 100 ms until it returns true or timeout passes,
+// then fails with what describe says.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last: %s", what, timeout, state)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// pingAgent queues agent.ping on the server and waits until it succeeds;
+// it returns the ping's result.
+func pingAgent(t *testing.T, cp *ControlPlane, token, serverID, message string) (result struct {
+	Message      string `json:"message"`
+	AgentVersion string `json:"agent_version"`
+	Facts        struct {
+		Hostname  string `json:"hostname"`
+		OS        string `json:"os"`
+		OSVersion string `json:"os_version"`
+	} `json:"facts"`
+}) {
+	t.Helper()
+	r := cp.Post(t, "/api/v1/servers/"+serverID+"/actions", token,
+		map[string]any{"type": "agent.ping", "payload": map[string]string{"message": message}})
+	expectStatus(t, r, http.StatusAccepted)
+	var queued struct {
+		JobID string `json:"job_id"`
+	}
+	r.JSON(t, &queued)
+	var body []byte
+	waitFor(t, 30*time.Second, "agent.ping "+queued.JobID+" succeeds", func() (bool, string) {
+		r := cp.Get(t, "/api/v1/jobs/"+queued.JobID, token)
+		expectStatus(t, r, http.StatusOK)
+		var j struct {
+			Status string `json:"status"`
+		}
+		r.JSON(t, &j)
+		switch j.Status {
+		case "failed", "cancelled":
+			t.Fatalf("agent.ping %s ended %s: %s", queued.JobID, j.Status, r.Body)
+		}
+		body = r.Body
+		return j.Status == "succeeded", string(r.Body)
+	})
+	var j struct {
+		Data json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(body, &j); err != nil || json.Unmarshal(j.Data, &result) != nil {
+		t.Fatalf("agent.ping result: %s", body)
+	}
+	if result.Message != message {
+		t.Fatalf("agent.ping echoed %q, want %q", result.Message, message)
+	}
+	return result
+}
+
+// agentConfig reads the agent's configuration inside the container.
+func agentConfig(t *testing.T, c *Container) (cfg struct {
+	APIURL     string `json:"api_url"`
+	ServerID   string `json:"server_id"`
+	AgentToken string `json:"agent_token"`
+}) {
+	t.Helper()
+	out := c.MustExec(t, "cat /etc/capstan/agent.json")
+	if err := json.Unmarshal([]byte(out), &cfg); err != nil {
+		t.Fatalf("/etc/capstan/agent.json is not JSON: %v", err)
+	}
+	return cfg
+}
+
+// TestInstallerOnSystemdHost installs the agent with the served installer
+// on a booted Debian (systemd-nspawn), as an operator would, and follows
+// the agent through its life: online, running a job, upgraded in place,
+// revoked.
+func TestInstallerOnSystemdHost(t *testing.T) {
+	t.Parallel()
+	requireNspawnHost(t)
+	root := debianRootfs(t)
+	start := time.Now()
+
+	agentDir := t.TempDir()
+	buildAgent(t, filepath.Join(agentDir, "capstan-agent"), agentVersion1)
+	// The upgrade: built now, put in place later.
+	upgrade := filepath.Join(t.TempDir(), "capstan-agent")
+	buildAgent(t, upgrade, agentVersion2)
+
+	cp := startControlPlane(t, Options{Args: []string{"--agent-dir", agentDir}})
+	admin := signInUser(t, cp, newAdmin(t, cp, "admin@example.com"))
+	tok := admin.AccessToken
+
+	r := cp.Post(t, "/api/v1/servers/enrollments", tok, map[string]any{"name": "nspawn-1", "tags": []string{"e2e"}})
+	expectStatus(t, r, http.StatusCreated)
+	var enr struct {
+		Server         apiServer `json:"server"`
+		Token          string    `json:"token"`
+		InstallCommand string    `json:"install_command"`
+	}
+	r.JSON(t, &enr)
+	serverID := enr.Server.ID
+	if serverID == "" || !strings.HasPrefix(enr.Token, "ept_") {
+		t.Fatalf("enrollment: %s", r.Body)
+	}
+	installURL := cp.URL + "/agent/install.sh"
+	if want := "curl -fsSL " + installURL + " |"; !strings.HasPrefix(enr.InstallCommand, want) ||
+		!strings.HasSuffix(enr.InstallCommand, "sh -s -- --token "+enr.Token) {
+		t.Fatalf("install_command %q does not fetch %s and pass the token", enr.InstallCommand, installURL)
+	}
+
+	c := bootContainer(t, root)
+	t.Logf("container %s booted after %s", c.Name, time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("capstan-agent journal:\n%s", c.Exec(t, "journalctl -u capstan-agent --no-pager -n 80").Stdout)
+		}
+	})
+	// A Docker host: the agent's account must join the docker group.
+	c.MustExec(t, "groupadd --system docker")
+
+	// Install as root, as the enrollment says (this host has no sudo).
+	res := c.Exec(t, "curl -fsSL "+installURL+" | sh -s -- --token "+enr.Token)
+	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "capstan-agent is running") {
+		t.Fatalf("installer: exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	t.Logf("installed after %s", time.Since(start).Round(time.Millisecond))
+
+	// The service account: no login shell, in the groups that exist.
+	passwd := strings.Split(strings.TrimSpace(c.MustExec(t, "getent passwd capstan")), ":")
+	if len(passwd) != 7 || passwd[6] != "/usr/sbin/nologin" {
+		t.Fatalf("capstan account: %q, want the shell /usr/sbin/nologin", passwd)
+	}
+	groups := strings.Fields(c.MustExec(t, "id -nG capstan"))
+	for _, g := range []string{"docker", "systemd-journal"} {
+		if c.Exec(t, "getent group "+g).ExitCode == 0 && !slices.Contains(groups, g) {
+			t.Errorf("capstan is not in the %s group (groups: %v)", g, groups)
+		}
+	}
+
+	// The credential: readable by the agent's account only.
+	if got, want := strings.TrimSpace(c.MustExec(t, "stat -c '%a %U' /etc/capstan/agent.json")), "600 capstan"; got != want {
+		t.Errorf("/etc/capstan/agent.json mode and owner: %q, want %q", got, want)
+	}
+	if got, want := strings.TrimSpace(c.MustExec(t, "stat -c '%a %U' /etc/capstan")), "700 capstan"; got != want {
+		t.Errorf("/etc/capstan mode and owner: %q, want %q", got, want)
+	}
+	cfg := agentConfig(t, c)
+	if cfg.ServerID != serverID || cfg.APIURL != cp.URL || !strings.HasPrefix(cfg.AgentToken, "agt_") {
+		t.Fatalf("agent.json: server %q at %q, want %q at %q", cfg.ServerID, cfg.APIURL, serverID, cp.URL)
+	}
+
+	// The service: enabled, running as capstan, not restarted once revoked.
+	props := c.Show(t, "capstan-agent", "ActiveState", "User", "RestartPreventExitStatus", "UnitFileState", "MainPID")
+	if props["ActiveState"] != "active" || props["User"] != "capstan" || props["UnitFileState"] != "enabled" ||
+		props["RestartPreventExitStatus"] != agentExitRevoked {
+		t.Fatalf("capstan-agent.service: %v", props)
+	}
+	uid := strings.TrimSpace(c.MustExec(t, "id -u capstan"))
+	status := c.MustExec(t, "cat /proc/"+props["MainPID"]+"/status")
+	if !strings.Contains(status, "\nUid:\t"+uid+"\t"+uid+"\t"+uid+"\t"+uid+"\n") {
+		t.Fatalf("the agent (pid %s) does not run as capstan (uid %s):\n%s", props["MainPID"], uid, status)
+	}
+
+	// polkit lets the agent's account start, stop and restart services.
+	rules := c.MustExec(t, "stat -c '%a %U' /etc/polkit-1/rules.d/50-capstan-agent.rules && cat /etc/polkit-1/rules.d/50-capstan-agent.rules")
+	if !strings.HasPrefix(rules, "644 root\n") || !strings.Contains(rules, `subject.user == "capstan"`) {
+		t.Fatalf("polkit rule:\n%s", rules)
+	}
+	c.MustExec(t, `printf '[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n' >/etc/systemd/system/e2e-dummy.service &&
+		systemctl daemon-reload`)
+	if res := c.Exec(t, "runuser -u capstan -- systemctl restart e2e-dummy.service"); res.ExitCode != 0 {
+		t.Fatalf("capstan may not restart a service through polkit: exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	if res := c.Exec(t, "runuser -u capstan -- systemctl mask e2e-dummy.service"); res.ExitCode == 0 {
+		t.Fatal("capstan may mask a service; the polkit rule allows only start, stop and restart")
+	}
+	// The journal is readable through the systemd-journal group.
+	if out := c.MustExec(t, "runuser -u capstan -- journalctl -q -u capstan-agent -n 5 --no-pager"); !strings.Contains(out, "capstan-agent") {
+		t.Fatalf("capstan cannot read the agent's journal:\n%s", out)
+	}
+
+	// The control plane sees the agent, and the agent runs its jobs.
+	waitFor(t, 30*time.Second, "the server is online", func() (bool, string) {
+		s := getServer(t, cp, tok, serverID)
+		return s.Status == "online" && s.AgentVersion == agentVersion1, fmt.Sprintf("%+v", s)
+	})
+	pong := pingAgent(t, cp, tok, serverID, "hello from e2e")
+	if pong.AgentVersion != agentVersion1 || pong.Facts.Hostname != c.Name || pong.Facts.OS != "debian" {
+		t.Fatalf("agent.ping ran elsewhere: %+v, want version %s on host %s (debian)", pong, agentVersion1, c.Name)
+	}
+	t.Logf("online and pinged after %s", time.Since(start).Round(time.Millisecond))
+
+	// Re-running the installer without a token upgrades the agent and keeps
+	// the enrollment.
+	if err := os.Rename(upgrade, filepath.Join(agentDir, "capstan-agent")); err != nil {
+		t.Fatal(err)
+	}
+	res = c.Exec(t, "curl -fsSL "+installURL+" | sh -s --")
+	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "already enrolled") {
+		t.Fatalf("installer (upgrade): exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if got := strings.TrimSpace(c.MustExec(t, "/opt/capstan-agent/capstan-agent version")); got != agentVersion2 {
+		t.Fatalf("after the upgrade, capstan-agent version says %q, want %q", got, agentVersion2)
+	}
+	if cfg2 := agentConfig(t, c); cfg2 != cfg {
+		t.Fatalf("the upgrade changed agent.json: server %q, want %q (token kept: %v)",
+			cfg2.ServerID, cfg.ServerID, cfg2.AgentToken == cfg.AgentToken)
+	}
+	if got, want := strings.TrimSpace(c.MustExec(t, "stat -c '%a %U' /etc/capstan/agent.json")), "600 capstan"; got != want {
+		t.Errorf("after the upgrade, /etc/capstan/agent.json mode and owner: %q, want %q", got, want)
+	}
+	props2 := c.Show(t, "capstan-agent", "ActiveState", "MainPID")
+	if props2["ActiveState"] != "active" || props2["MainPID"] == props["MainPID"] {
+		t.Fatalf("after the upgrade, capstan-agent.service: %v (before: MainPID %s)", props2, props["MainPID"])
+	}
+	waitFor(t, 30*time.Second, "the server reports the new agent version", func() (bool, string) {
+		s := getServer(t, cp, tok, serverID)
+		return s.Status == "online" && s.AgentVersion == agentVersion2, fmt.Sprintf("%+v", s)
+	})
+	if pong := pingAgent(t, cp, tok, serverID, "after the upgrade"); pong.AgentVersion != agentVersion2 {
+		t.Fatalf("agent.ping after the upgrade ran version %q, want %q", pong.AgentVersion, agentVersion2)
+	}
+	t.Logf("upgraded after %s", time.Since(start).Round(time.Millisecond))
+
+	// Revocation: the agent exits 78 and systemd leaves it down.
+	r = cp.Post(t, "/api/v1/servers/"+serverID+"/revoke", tok, nil)
+	expectStatus(t, r, http.StatusOK)
+	var last map[string]string
+	waitFor(t, 45*time.Second, "the revoked agent exits 78 and stays down", func() (bool, string) {
+		last = c.Show(t, "capstan-agent", "ActiveState", "SubState", "Result", "ExecMainStatus", "NRestarts")
+		down := last["ActiveState"] == "failed" || last["ActiveState"] == "inactive"
+		return down && last["ExecMainStatus"] == agentExitRevoked, fmt.Sprintf("%v", last)
+	})
+	// failed or inactive, not activating (auto-restart): no restart is
+	// pending, and none happened.
+	if last["NRestarts"] != "0" {
+		t.Fatalf("systemd restarted the revoked agent: %v", last)
+	}
+	if s := getServer(t, cp, tok, serverID); s.Status != "revoked" {
+		t.Fatalf("server status %q after revocation, want revoked", s.Status)
+	}
+	t.Logf("revoked and stopped after %s", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,267 @@
+package agentapi_test
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/capstan-dev/capstan/internal/agentapi"
+	"github.com/capstan-dev/capstan/internal/httpapi"
+)
+
+const testPublicURL = "https://cp.example.test:8443"
+
+// inCI reports whether missing tools must fail the test instead of skipping it.
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+func TestInstallScriptShellcheck(t *testing.T) {
+	bin, err := exec.LookPath("shellcheck")
+	if err != nil {
+		if inCI() {
+			t.Fatal("shellcheck is not installed (CI=true: required; apt-get install shellcheck)")
+		}
+		t.Skip("shellcheck is not installed")
+	}
+	path := filepath.Join(t.TempDir(), "install.sh")
+	if err := os.WriteFile(path, []byte(agentapi.InstallScript(testPublicURL)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "-s", "sh", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("shellcheck -s sh install.sh: %v\n%s", err, out)
+	}
+}
+
+func TestInstallScriptPublicURL(t *testing.T) {
+	for _, url := range []string{testPublicURL, testPublicURL + "/"} {
+		s := agentapi.InstallScript(url)
+		if strings.Contains(s, "__CAPSTAN_PUBLIC_URL__") {
+			t.Fatalf("InstallScript(%q) left the placeholder in", url)
+		}
+		if want := `CAPSTAN_URL="${CAPSTAN_URL:-` + testPublicURL + `}"`; !strings.Contains(s, want) {
+			t.Fatalf("InstallScript(%q) does not set %s", url, want)
+		}
+		if !strings.HasPrefix(s, "#!/bin/sh\n") {
+			t.Fatalf("InstallScript(%q) does not start with #!/bin/sh", url)
+		}
+	}
+}
+
+// newServer serves the agent routes (only the public ones are used here)
+// with agent binaries in agentDir.
+func newServer(t *testing.T, agentDir string) *httptest.Server {
+	t.Helper()
+	api := httpapi.New(httpapi.Deps{Version: "test", PublicURL: testPublicURL, Logger: slog.New(slog.DiscardHandler)},
+		agentapi.Mount(agentapi.Deps{PublicURL: testPublicURL, AgentDir: agentDir, Version: "v9.9.9-test"}))
+	ts := httptest.NewServer(api)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func get(t *testing.T, ts *httptest.Server, path string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := ts.Client().Get(ts.URL + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp, b
+}
+
+func TestInstallScriptServed(t *testing.T) {
+	ts := newServer(t, t.TempDir())
+	resp, body := get(t, ts, "/agent/install.sh")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, body)
+	}
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || (mt != "text/x-shellscript" && mt != "application/x-sh" && mt != "text/x-sh") {
+		t.Fatalf("Content-Type %q is not a shell script type", resp.Header.Get("Content-Type"))
+	}
+	if got, want := string(body), agentapi.InstallScript(testPublicURL); got != want {
+		t.Fatalf("body is not InstallScript(public URL):\n%s", got)
+	}
+}
+
+// writeAgent puts a small fake agent binary at dir/name.
+func writeAgent(t *testing.T, dir, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type tarFile struct {
+	mode int64
+	data string
+}
+
+func readPackage(t *testing.T, body []byte) map[string]tarFile {
+	t.Helper()
+	zr, err := gzip.NewReader(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("package is not gzip: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	files := map[string]tarFile{}
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("package is not a tar: %v", err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			t.Fatalf("%s: not a regular file (type %c)", h.Name, h.Typeflag)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatalf("reading %s: %v", h.Name, err)
+		}
+		files[h.Name] = tarFile{mode: h.Mode, data: string(b)}
+	}
+	return files
+}
+
+func TestInstallPackage(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+	}{
+		{"arch-specific", "capstan-agent-linux-amd64"},
+		{"plain", "capstan-agent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.file == "capstan-agent" && runtime.GOARCH != "amd64" {
+				t.Skip("capstan-agent stands for the control plane's own architecture only")
+			}
+			dir := t.TempDir()
+			const bin = "#!/bin/sh\necho fake agent\n"
+			writeAgent(t, dir, tc.file, bin)
+			ts := newServer(t, dir)
+			resp, body := get(t, ts, "/agent/package.tar.gz?arch=amd64")
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, body)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/gzip" {
+				t.Fatalf("Content-Type %q, want application/gzip", ct)
+			}
+			if cd := resp.Header.Get("Content-Disposition"); !strings.Contains(cd, "capstan-agent-linux-amd64.tar.gz") {
+				t.Fatalf("Content-Disposition %q does not name the package", cd)
+			}
+			files := readPackage(t, body)
+			agent, ok := files["capstan-agent"]
+			if !ok {
+				t.Fatalf("package has no capstan-agent; it has %v", files)
+			}
+			if agent.data != bin {
+				t.Fatalf("capstan-agent in the package is %q, want %q", agent.data, bin)
+			}
+			if agent.mode&0o111 != 0o111 {
+				t.Fatalf("capstan-agent mode %o is not executable", agent.mode)
+			}
+			if v := files["VERSION"].data; v != "v9.9.9-test\n" {
+				t.Fatalf("VERSION is %q", v)
+			}
+
+			// A new binary in place of the old one is served, not the
+			// cached package of the old one.
+			writeAgent(t, dir, tc.file, bin+"# a longer, newer build\n")
+			_, body = get(t, ts, "/agent/package.tar.gz?arch=amd64")
+			if got := readPackage(t, body)["capstan-agent"].data; got != bin+"# a longer, newer build\n" {
+				t.Fatalf("after replacing the binary, the package holds %q", got)
+			}
+
+			// Another file of the same size and time renamed over it (as
+			// cp -p or an unpacked release can make) is new too.
+			path := filepath.Join(dir, tc.file)
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			same := bin + "# a longer, NEWER build\n"
+			writeAgent(t, dir, "next", same)
+			if err := os.Chtimes(filepath.Join(dir, "next"), st.ModTime(), st.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(dir, "next"), path); err != nil {
+				t.Fatal(err)
+			}
+			_, body = get(t, ts, "/agent/package.tar.gz?arch=amd64")
+			if got := readPackage(t, body)["capstan-agent"].data; got != same {
+				t.Fatalf("after renaming a same-size, same-time binary into place, the package holds %q", got)
+			}
+		})
+	}
+}
+
+type problem struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+func expectProblem(t *testing.T, resp *http.Response, body []byte, status int, typ string) problem {
+	t.Helper()
+	if resp.StatusCode != status {
+		t.Fatalf("status %d, want %d: %s", resp.StatusCode, status, body)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q, want application/problem+json", ct)
+	}
+	var p problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("problem is not JSON: %v: %s", err, body)
+	}
+	if p.Status != status || p.Type != "https://capstan.dev/problems/"+typ || p.Detail == "" {
+		t.Fatalf("unexpected problem: %s", body)
+	}
+	return p
+}
+
+func TestInstallPackageMissingBinary(t *testing.T) {
+	dir := t.TempDir()
+	// Only an amd64 binary: arm64 has none (capstan-agent stands for the
+	// control plane's own architecture, so it is not used here).
+	writeAgent(t, dir, "capstan-agent-linux-amd64", "x")
+	if runtime.GOARCH == "arm64" {
+		t.Skip("on arm64, capstan-agent-linux-amd64 is not the missing case")
+	}
+	ts := newServer(t, dir)
+	resp, body := get(t, ts, "/agent/package.tar.gz?arch=arm64")
+	p := expectProblem(t, resp, body, http.StatusNotFound, "not-found")
+	if !strings.Contains(p.Detail, "capstan-agent-linux-arm64") {
+		t.Fatalf("detail %q does not name the missing binary", p.Detail)
+	}
+
+	// An empty agent dir has nothing for amd64 either.
+	ts = newServer(t, t.TempDir())
+	resp, body = get(t, ts, "/agent/package.tar.gz?arch=amd64")
+	expectProblem(t, resp, body, http.StatusNotFound, "not-found")
+}
+
+func TestInstallPackageBadArch(t *testing.T) {
+	dir := t.TempDir()
+	writeAgent(t, dir, "capstan-agent", "x")
+	ts := newServer(t, dir)
+	for _, q := range []string{"?arch=sparc", "", "?arch="} {
+		resp, body := get(t, ts, "/agent/package.tar.gz"+q)
+		expectProblem(t, resp, body, http.StatusUnprocessableEntity, "validation-failed")
+	}
+}
