@@ -10,6 +10,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -25,6 +26,7 @@ type app struct {
 	platform *platform.Service
 	jobs     *jobs.Service
 	servers  *servers.Service
+	metrics  *metrics.Service
 	schema   int64
 }
 
@@ -57,6 +59,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	now := func() time.Time { return time.Now().UTC() }
 	log := audit.NewLog(st, now)
 	js := jobs.NewService(st, key, now, logger)
+	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)
 	return &app{
 		store:    st,
 		key:      key,
@@ -64,7 +67,8 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		auth:     auth.NewService(st, key, log, now, platform.Name),
 		platform: platform.NewService(st, key, publicURL, version, now),
 		jobs:     js,
-		servers:  servers.NewService(st, js, log, now, publicURL, enrollmentTTL),
+		servers:  srv,
+		metrics:  metrics.NewService(st, srv, now, logger),
 		schema:   v,
 	}, nil
 }

@@ -25,6 +25,7 @@ type serveCmd struct {
 	ShutdownWait  time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
 	AgentDir      string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
 	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
+	MetricsEvery  time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
@@ -41,6 +42,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.EnrollmentTTL < time.Minute || c.EnrollmentTTL > 30*24*time.Hour {
 		ln.Close()
 		return fmt.Errorf("--enrollment-ttl must be between 1m and 720h")
+	}
+	if c.MetricsEvery < time.Second || c.MetricsEvery > time.Hour {
+		ln.Close()
+		return fmt.Errorf("--metrics-rollup-interval must be between 1s and 1h")
 	}
 	agentDir := c.AgentDir
 	if agentDir == "" {
@@ -59,12 +64,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	defer a.Close()
 
 	api := httpapi.New(httpapi.Deps{
-		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Logger: log,
+		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logger: log,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version}))
 	bg, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	go a.jobs.RunReaper(bg, 2*time.Second)
+	go a.metrics.Run(bg, c.MetricsEvery)
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -74,6 +80,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          nil,
 	}
+	// Claim long polls wait up to 30 s; end them when shutdown begins.
+	srv.RegisterOnShutdown(a.jobs.StopClaims)
 	log.Info("listening", "addr", ln.Addr().String(), "public_url", publicURL, "store", a.store.DialectName(),
 		"schema_version", a.schema, "version", version)
 	if users, err := a.auth.ListUsers(ctx); err == nil && len(users) == 0 {

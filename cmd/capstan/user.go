@@ -60,7 +60,7 @@ func explain(err error) error {
 	if fe := fault.As(err); fe != nil && len(fe.Fields) > 0 {
 		var parts []string
 		for _, f := range fe.Fields {
-			parts = append(parts, "--"+f.Field+" "+f.Message)
+			parts = append(parts, f.Field+" "+f.Message)
 		}
 		return errors.New(strings.Join(parts, "; "))
 	}

@@ -49,9 +49,29 @@ type claimInput struct {
 	Body agentproto.ClaimRequest
 }
 
+// huma names schemas by Go type name, and jobs.Job and jobs.Event (the API's
+// job resources) already take "Job" and "Event": registering
+// agentproto.ClaimResponse or agentproto.EventsRequest as is panics at
+// startup with a duplicate schema name. These types have the same wire
+// form under names of their own.
+type (
+	// AgentJob is agentproto.Job.
+	AgentJob agentproto.Job
+	// AgentClaimResponse is agentproto.ClaimResponse.
+	AgentClaimResponse struct {
+		Job AgentJob `json:"job"`
+	}
+	// AgentEvent is agentproto.Event.
+	AgentEvent agentproto.Event
+	// AgentEventsRequest is agentproto.EventsRequest.
+	AgentEventsRequest struct {
+		Events []AgentEvent `json:"events"`
+	}
+)
+
 type claimOutput struct {
 	Status int `json:"-"`
-	Body   *agentproto.ClaimResponse
+	Body   *AgentClaimResponse
 }
 
 type jobIDInput struct {
@@ -64,7 +84,7 @@ type secretsOutput struct {
 
 type eventsInput struct {
 	ID   string `path:"id" maxLength:"64"`
-	Body agentproto.EventsRequest
+	Body AgentEventsRequest
 }
 
 type completeInput struct {
@@ -87,9 +107,10 @@ func register(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-enroll", Method: http.MethodPost, Path: "/agent/v1/enroll", Tags: tags,
-		Summary:     "Redeem an enrollment token for an agent token",
-		Description: "The token is one-time; a used, expired or unknown token gets 401 (…/invalid-enrollment-token).",
-		Errors:      []int{http.StatusUnauthorized},
+		Summary:          "Redeem an enrollment token for an agent token",
+		Description:      "The token is one-time; a used, expired or unknown token gets 401 (…/invalid-enrollment-token).",
+		Errors:           []int{http.StatusUnauthorized},
+		SkipValidateBody: true, // agents of any version enroll
 	}, httpapi.Public, func(ctx context.Context, in *enrollInput) (*enrollOutput, error) {
 		c := httpapi.Client(ctx)
 		res, err := d.Servers.Enroll(ctx, audit.Entry{IP: c.IP, UserAgent: c.UserAgent}, in.Body)
@@ -127,7 +148,7 @@ func register(s *httpapi.Server, d Deps) {
 		if !ok {
 			return &claimOutput{Status: http.StatusNoContent}, nil
 		}
-		return &claimOutput{Status: http.StatusOK, Body: &agentproto.ClaimResponse{Job: agentproto.Job{
+		return &claimOutput{Status: http.StatusOK, Body: &AgentClaimResponse{Job: AgentJob{
 			ID: j.ID, Type: j.Type, Payload: j.Payload, HasSecrets: j.HasSecrets,
 			TimeoutSeconds: j.TimeoutSeconds, LeaseSeconds: j.LeaseSeconds, CreatedAt: j.CreatedAt,
 		}}}, nil
@@ -150,7 +171,11 @@ func register(s *httpapi.Server, d Deps) {
 		Summary: "Progress events of a running job; extends its lease", DefaultStatus: http.StatusNoContent,
 		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
 	}, httpapi.Agent, func(ctx context.Context, in *eventsInput) (*struct{}, error) {
-		return &struct{}{}, d.Jobs.AddEvents(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Body.Events)
+		events := make([]agentproto.Event, len(in.Body.Events))
+		for i, e := range in.Body.Events {
+			events[i] = agentproto.Event(e)
+		}
+		return &struct{}{}, d.Jobs.AddEvents(ctx, httpapi.AgentServer(ctx).ID, in.ID, events)
 	})
 
 	httpapi.Register(s, huma.Operation{
@@ -169,5 +194,6 @@ func register(s *httpapi.Server, d Deps) {
 		return out, nil
 	})
 
+	registerMetrics(s)
 	registerInstall(s, d)
 }

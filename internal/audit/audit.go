@@ -148,10 +148,13 @@ func encodeCursor(id string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte("a1:" + id))
 }
 
+var auditIDPattern = regexp.MustCompile(`^` + ids.Audit + `_[0-9a-hjkmnp-tv-z]{26}$`)
+
 func decodeCursor(c string) (string, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !strings.HasPrefix(string(b), "a1:"+ids.Audit+"_") || len(b) > 64 {
+	if err != nil || !strings.HasPrefix(string(b), "a1:") {
 		return "", false
 	}
-	return strings.TrimPrefix(string(b), "a1:"), true
+	id := strings.TrimPrefix(string(b), "a1:")
+	return id, auditIDPattern.MatchString(id)
 }

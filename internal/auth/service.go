@@ -426,22 +426,6 @@ func (s *Service) Logout(ctx context.Context, c Client, p Principal) error {
 	})
 }
 
-// RevokeByRefresh ends the session that a refresh token belongs to, if any.
-// Logout uses it when the caller presents the cookie but no access token.
-func (s *Service) RevokeByRefresh(ctx context.Context, refreshToken string) error {
-	if refreshToken == "" {
-		return nil
-	}
-	_, sess, err := s.store.RefreshTokenByHash(ctx, ids.Hash(refreshToken))
-	if fault.Is(err, fault.NotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	return s.store.RevokeSession(ctx, sess.ID, "logout", s.now())
-}
-
 var errBadToken = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidToken,
 	Message: "The access token is missing, invalid, expired or revoked."}
 

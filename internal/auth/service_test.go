@@ -598,18 +598,6 @@ func TestLogout(t *testing.T) {
 	if got, want := entries[0].Target.ID, p.SessionID; got != want {
 		t.Fatalf("auth.logout target: got %q, want %q", got, want)
 	}
-
-	// Logout by refresh token, for callers without an access token.
-	for _, tok := range []string{"", "crt_unknown"} {
-		if err := f.svc.RevokeByRefresh(ctx, tok); err != nil {
-			t.Fatalf("revoke by refresh %q: %v", tok, err)
-		}
-	}
-	if err := f.svc.RevokeByRefresh(ctx, keep.RefreshToken); err != nil {
-		t.Fatalf("revoke by refresh: %v", err)
-	}
-	_, err = f.svc.Authenticate(ctx, keep.AccessToken)
-	wantFault(t, "access token after revoke by refresh", err, fault.Unauthenticated, auth.CodeInvalidToken)
 }
 
 func TestDisableUserEndsSessions(t *testing.T) {

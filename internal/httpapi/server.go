@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -31,6 +32,7 @@ type Deps struct {
 	Platform *platform.Service
 	Servers  *servers.Service
 	Jobs     *jobs.Service
+	Metrics  *metrics.Service // optional; without it servers show no metrics and the metric views fail
 	Logger   *slog.Logger
 	Version  string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
@@ -104,6 +106,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerDocs()
 	s.registerServers()
 	s.registerJobs()
+	s.registerMetrics()
 	for _, m := range mounts {
 		m(s)
 	}
@@ -132,7 +135,9 @@ func (s *Server) Routes() []Route {
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
-		h.ServeHTTP(w, r)
+		// Through the mux, not h: only ServeMux.ServeHTTP sets the
+		// request's path values ({id}), which Handler does not.
+		s.mux.ServeHTTP(w, r)
 		return
 	}
 	// Let the mux decide between 404, 405 and a redirect, but keep its body.
@@ -188,8 +193,14 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 		o.Metadata = map[string]any{}
 	}
 	o.Metadata[accessKey] = access
-	errs := []int{http.StatusInternalServerError}
+	// Unknown query parameters are refused everywhere, so every operation
+	// can answer 422.
+	errs := []int{http.StatusInternalServerError, http.StatusUnprocessableEntity}
 	if access == Agent {
+		// Agents may be older or newer than this control plane: their
+		// bodies are decoded leniently (unknown fields ignored, missing
+		// ones zero) and checked by the domain, not by the schema.
+		o.SkipValidateBody = true
 		o.Security = []map[string][]string{{"agentToken": {}}}
 		errs = append(errs, http.StatusUnauthorized)
 	} else if access != Public {
@@ -204,8 +215,6 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 		if o.MaxBodyBytes == 0 {
 			o.MaxBodyBytes = maxJSONBody
 		}
-	} else if hasParams(reflect.TypeFor[I]()) {
-		errs = append(errs, http.StatusUnprocessableEntity)
 	}
 	for _, e := range errs {
 		if !containsInt(o.Errors, e) {

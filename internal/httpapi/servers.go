@@ -33,8 +33,12 @@ type serverOutput struct {
 
 type serverListOutput struct {
 	Body struct {
-		Servers []servers.Server `json:"servers"`
+		Servers []ServerSummary `json:"servers"`
 	}
+}
+
+type serverDetailOutput struct {
+	Body ServerDetail
 }
 
 type actionInput struct {
@@ -102,25 +106,29 @@ func (s *Server) registerServers() {
 	})
 	op(s, huma.Operation{
 		OperationID: "list-servers", Method: http.MethodGet, Path: "/api/v1/servers", Tags: tags,
-		Summary: "Servers with status and facts",
+		Summary: "Servers with status, facts and latest metrics",
 	}, SignedIn, func(ctx context.Context, _ *struct{}) (*serverListOutput, error) {
 		list, err := s.deps.Servers.List(ctx)
 		if err != nil {
 			return nil, err
 		}
 		out := &serverListOutput{}
-		out.Body.Servers = list
-		return out, nil
+		out.Body.Servers, err = s.serverSummaries(ctx, list)
+		return out, err
 	})
 	op(s, huma.Operation{
 		OperationID: "get-server", Method: http.MethodGet, Path: "/api/v1/servers/{id}", Tags: tags,
-		Summary: "Server detail", Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *serverIDInput) (*serverOutput, error) {
+		Summary: "Server detail with latest metrics and inventory", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *serverIDInput) (*serverDetailOutput, error) {
 		srv, err := s.deps.Servers.Get(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
-		return &serverOutput{Body: srv}, nil
+		d, err := s.serverDetail(ctx, srv)
+		if err != nil {
+			return nil, err
+		}
+		return &serverDetailOutput{Body: d}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "revoke-server", Method: http.MethodPost, Path: "/api/v1/servers/{id}/revoke", Tags: tags,

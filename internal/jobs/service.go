@@ -35,7 +35,18 @@ type Service struct {
 
 	inflightMu sync.Mutex // guards inflight
 	inflight   map[string]struct{}
+
+	stopClaims     chan struct{} // closed by StopClaims
+	stopClaimsOnce sync.Once
+
+	// ended holds the servers whose jobs were ended (revoked or deleted) by
+	// this process, so their waiting claims answer at once.
+	ended sync.Map // server id → struct{}
 }
+
+// ErrServerEnded is returned by Claim when the server was revoked while
+// its agent waited.
+var ErrServerEnded = fault.Unauthenticatedf("agent-revoked", "This server's agent credential was revoked. The agent must stop.")
 
 // CompletionHook runs after a job of its type finished (succeeded, failed or
 // cancelled), for the owning capability to update its own records.
@@ -44,7 +55,15 @@ type CompletionHook func(ctx context.Context, j Job) error
 // NewService returns a job service.
 func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), lease: DefaultLease,
-		hooks: map[string]CompletionHook{}, inflight: map[string]struct{}{}}
+		hooks: map[string]CompletionHook{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
+}
+
+// StopClaims ends the claims that wait for a job at once, with no job, and
+// makes later claims return without waiting. The server calls it when it
+// shuts down: a waiting claim would otherwise hold the shutdown up for its
+// whole wait.
+func (s *Service) StopClaims() {
+	s.stopClaimsOnce.Do(func() { close(s.stopClaims) })
 }
 
 // OnComplete registers the completion hook of a job type.
@@ -192,9 +211,14 @@ func (s *Service) Claim(ctx context.Context, serverID string, wait time.Duration
 		}
 		select {
 		case <-woken:
+			if _, ended := s.ended.Load(serverID); ended {
+				return Job{}, false, ErrServerEnded
+			}
 		case <-timer.C:
 			return Job{}, false, nil
 		case <-ctx.Done():
+			return Job{}, false, nil
+		case <-s.stopClaims:
 			return Job{}, false, nil
 		}
 	}
@@ -353,6 +377,8 @@ func (s *Service) Heartbeat(ctx context.Context, serverID string, running []stri
 
 // EndServerJobs cancels a server's queued jobs and fails its running ones.
 func (s *Service) EndServerJobs(ctx context.Context, serverID string) error {
+	s.ended.Store(serverID, struct{}{})
+	s.wake.notify(serverID)
 	return s.store.EndServerJobs(ctx, serverID, ErrServerRevoked, s.now())
 }
 

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/capstan-dev/capstan/internal/store"
+)
+
+func TestRecoveryKit(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Dialect) {
+		cp := startControlPlane(t, Options{Dialect: d})
+		admin := newAdmin(t, cp, "admin@example.com")
+		s := signInUser(t, cp, admin)
+
+		keyFile, err := os.ReadFile(filepath.Join(cp.DataDir, "secret.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secretKey := strings.TrimSpace(string(keyFile))
+
+		expectProblem(t, cp.Post(t, "/api/v1/platform/recovery-kit", "", map[string]string{"password": admin.Password}),
+			http.StatusUnauthorized, "invalid-token")
+
+		r := cp.Post(t, "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
+		expectStatus(t, r, http.StatusOK)
+		if got, want := r.Header.Get("Content-Type"), "application/octet-stream"; got != want {
+			t.Fatalf("Content-Type: got %q, want %q", got, want)
+		}
+		cd := r.Header.Get("Content-Disposition")
+		if !regexp.MustCompile(`^attachment; filename="capstan-recovery-kit-\d{8}-\d{6}\.age"$`).MatchString(cd) {
+			t.Fatalf("Content-Disposition: got %q, want an attachment named capstan-recovery-kit-<time>.age", cd)
+		}
+		if got, want := r.Header.Get("Cache-Control"), "no-store"; got != want {
+			t.Fatalf("Cache-Control: got %q, want %q", got, want)
+		}
+		if !bytes.HasPrefix(r.Body, []byte("age-encryption.org/v1\n")) {
+			t.Fatalf("the kit is not an age file: %.60q", r.Body)
+		}
+		if bytes.Contains(r.Body, []byte(secretKey)) {
+			t.Fatal("the kit holds the secret key in the clear")
+		}
+		kitFile := filepath.Join(t.TempDir(), "kit.age")
+		if err := os.WriteFile(kitFile, r.Body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+
+		res := cp.CLI(t, admin.Password+"\n", "recovery-kit", "open", "--file", kitFile, "--json")
+		if res.ExitCode != 0 {
+			t.Fatalf("recovery-kit open: exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		var kit struct {
+			Format      string `json:"format"`
+			PublicURL   string `json:"public_url"`
+			Version     string `json:"version"`
+			SecretKey   string `json:"secret_key"`
+			SecretKeyID string `json:"secret_key_id"`
+			Schema      struct {
+				Dialect string `json:"dialect"`
+				Version int64  `json:"version"`
+			} `json:"schema"`
+		}
+		if err := json.Unmarshal([]byte(res.Stdout), &kit); err != nil {
+			t.Fatalf("recovery-kit open --json: %v: %s", err, res.Stdout)
+		}
+		if got, want := kit.SecretKey, secretKey; got != want {
+			t.Fatalf("kit secret_key: got %q, want the content of secret.key %q", got, want)
+		}
+		for _, c := range []struct{ field, got, want string }{
+			{"format", kit.Format, "capstan-recovery-kit/1"},
+			{"public_url", kit.PublicURL, cp.URL},
+			{"version", kit.Version, buildVersion},
+			{"schema.dialect", kit.Schema.Dialect, string(d)},
+		} {
+			if c.got != c.want {
+				t.Fatalf("kit %s: got %q, want %q", c.field, c.got, c.want)
+			}
+		}
+		if kit.SecretKeyID == "" || kit.Schema.Version < 1 {
+			t.Fatalf("kit: secret_key_id %q, schema version %d", kit.SecretKeyID, kit.Schema.Version)
+		}
+
+		// A wrong password is refused, on the endpoint and by the CLI.
+		r = cp.Post(t, "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": "not my password at all"})
+		expectProblem(t, r, http.StatusForbidden, "wrong-password")
+		res = cp.CLI(t, "not my password at all\n", "recovery-kit", "open", "--file", kitFile, "--json")
+		if res.ExitCode == 0 {
+			t.Fatal("recovery-kit open with a wrong password: exit 0, want non-zero")
+		}
+		if res.Stdout != "" {
+			t.Fatalf("recovery-kit open with a wrong password printed %q", res.Stdout)
+		}
+		if strings.Contains(res.Stderr, secretKey) {
+			t.Fatal("recovery-kit open with a wrong password shows the key")
+		}
+
+		// Both outcomes are in the audit log.
+		entries := auditEntries(t, cp, s.AccessToken, "platform.recovery_kit.*")
+		var actions []string
+		for _, e := range entries {
+			if e.Actor.ID != admin.ID || e.Actor.Email != admin.Email {
+				t.Fatalf("%s actor: got %+v, want the administrator", e.Action, e.Actor)
+			}
+			actions = append(actions, e.Action)
+			if e.Action == "platform.recovery_kit.refused" && e.Details["reason"] != "wrong_password" {
+				t.Fatalf("refusal reason: got %v, want wrong_password", e.Details["reason"])
+			}
+		}
+		if got, want := strings.Join(actions, ","), "platform.recovery_kit.refused,platform.recovery_kit.downloaded"; got != want {
+			t.Fatalf("audit actions, newest first: got %s, want %s", got, want)
+		}
+		for _, e := range entries {
+			b, _ := json.Marshal(e)
+			if strings.Contains(string(b), secretKey) || strings.Contains(string(b), admin.Password) {
+				t.Fatalf("audit entry holds a secret: %s", b)
+			}
+		}
+	})
+}
+
+// TestRecoveryKitRestores loses the secret key file and starts the control
+// plane again on the same store with only the kit's key, as a restore
+// would: sign-in works, so the sealed TOTP secrets open with it.
+func TestRecoveryKitRestores(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Dialect) {
+		cp := startControlPlane(t, Options{Dialect: d})
+		admin := newAdmin(t, cp, "admin@example.com")
+		s := signInUser(t, cp, admin)
+		r := cp.Post(t, "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
+		expectStatus(t, r, http.StatusOK)
+		kitFile := filepath.Join(t.TempDir(), "kit.age")
+		if err := os.WriteFile(kitFile, r.Body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		res := cp.CLI(t, admin.Password+"\n", "recovery-kit", "open", "--file", kitFile, "--json")
+		if res.ExitCode != 0 {
+			t.Fatalf("recovery-kit open: exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		var kit struct {
+			SecretKey string `json:"secret_key"`
+		}
+		if err := json.Unmarshal([]byte(res.Stdout), &kit); err != nil {
+			t.Fatal(err)
+		}
+		cp.Stop(t)
+		if err := os.Remove(filepath.Join(cp.DataDir, "secret.key")); err != nil {
+			t.Fatal(err)
+		}
+
+		restored := startControlPlane(t, Options{Dialect: d, DataDir: cp.DataDir, DatabaseURL: cp.DatabaseURL,
+			Env: []string{"CAPSTAN_SECRET_KEY=" + kit.SecretKey}})
+		signIn(t, restored, admin.Email, admin.Password, admin.TOTPSecret)
+		if _, err := os.Stat(filepath.Join(cp.DataDir, "secret.key")); !os.IsNotExist(err) {
+			t.Fatalf("secret.key after a start with CAPSTAN_SECRET_KEY: %v, want none", err)
+		}
+	})
+}
