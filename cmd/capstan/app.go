@@ -10,6 +10,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/secrets"
@@ -27,6 +28,7 @@ type app struct {
 	jobs     *jobs.Service
 	servers  *servers.Service
 	metrics  *metrics.Service
+	logs     *logs.Service
 	schema   int64
 }
 
@@ -60,6 +62,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	log := audit.NewLog(st, now)
 	js := jobs.NewService(st, key, now, logger)
 	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)
+	ms := metrics.NewService(st, srv, now, logger)
 	return &app{
 		store:    st,
 		key:      key,
@@ -68,7 +71,8 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		platform: platform.NewService(st, key, publicURL, version, now),
 		jobs:     js,
 		servers:  srv,
-		metrics:  metrics.NewService(st, srv, now, logger),
+		metrics:  ms,
+		logs:     logs.NewService(js, srv, ms),
 		schema:   v,
 	}, nil
 }

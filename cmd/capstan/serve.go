@@ -64,7 +64,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	defer a.Close()
 
 	api := httpapi.New(httpapi.Deps{
-		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logger: log,
+		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version}))
 	bg, stopBackground := context.WithCancel(context.Background())

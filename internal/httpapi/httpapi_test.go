@@ -18,6 +18,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	logsvc "github.com/capstan-dev/capstan/internal/logs"
+	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -104,6 +106,8 @@ func newTestEnv(t testing.TB, o envOptions) *testEnv {
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	log := audit.NewLog(st, clock.Now)
 	js := jobs.NewService(st, key, clock.Now, logger)
+	srvs := servers.NewService(st, js, log, clock.Now, o.publicURL, time.Hour)
+	ms := metrics.NewService(st, srvs, clock.Now, logger)
 	e := &testEnv{
 		clock: clock,
 		auth:  auth.NewService(st, key, log, clock.Now, platform.Name),
@@ -115,8 +119,10 @@ func newTestEnv(t testing.TB, o envOptions) *testEnv {
 		Auth:      e.auth,
 		Audit:     log,
 		Platform:  platform.NewService(st, key, o.publicURL, "test", clock.Now),
-		Servers:   servers.NewService(st, js, log, clock.Now, o.publicURL, time.Hour),
+		Servers:   srvs,
 		Jobs:      js,
+		Metrics:   ms,
+		Logs:      logsvc.NewService(js, srvs, ms),
 		Logger:    logger,
 		Version:   "test",
 		PublicURL: o.publicURL,

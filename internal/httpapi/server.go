@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -33,6 +34,7 @@ type Deps struct {
 	Servers  *servers.Service
 	Jobs     *jobs.Service
 	Metrics  *metrics.Service // optional; without it servers show no metrics and the metric views fail
+	Logs     *logs.Service
 	Logger   *slog.Logger
 	Version  string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
@@ -107,6 +109,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerServers()
 	s.registerJobs()
 	s.registerMetrics()
+	s.registerLogs()
 	for _, m := range mounts {
 		m(s)
 	}

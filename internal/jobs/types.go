@@ -30,6 +30,7 @@ var types = map[string]TypeSpec{
 	agentproto.JobContainerStop:    {Timeout: 2 * time.Minute},
 	agentproto.JobContainerRestart: {Timeout: 2 * time.Minute},
 	agentproto.JobContainerLogs:    {Timeout: time.Minute},
+	agentproto.JobLogsRead:         {Timeout: time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.

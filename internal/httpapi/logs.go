@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/logs"
+)
+
+type logSourcesInput struct {
+	ServerID string `query:"server_id" required:"true" maxLength:"64"`
+}
+
+type logSourcesOutput struct {
+	Body logs.Sources
+}
+
+type logReadInput struct {
+	Body struct {
+		ServerID  string `json:"server_id" maxLength:"64"`
+		Source    string `json:"source" doc:"journal or container"`
+		Unit      string `json:"unit,omitempty" doc:"systemd unit ending in .service (source journal)"`
+		Container string `json:"container,omitempty" doc:"Docker container name or id (source container)"`
+		Lines     int    `json:"lines,omitempty" doc:"1 to 1000; default 200"`
+		Priority  *int   `json:"priority,omitempty" doc:"journal only: 0 (emergency) to 7 (debug); lines of this priority or more urgent"`
+		Cursor    string `json:"cursor,omitempty" doc:"The cursor of a previous read: continue after its last line"`
+	}
+}
+
+type logResultInput struct {
+	JobID string `path:"job_id" maxLength:"64"`
+}
+
+type logResultOutput struct {
+	Body logs.Result
+}
+
+func (s *Server) registerLogs() {
+	tags := []string{"Logs"}
+	op(s, huma.Operation{
+		OperationID: "list-log-sources", Method: http.MethodGet, Path: "/api/v1/logs/sources", Tags: tags,
+		Summary: "Units and containers readable on a server (from its latest inventory)", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *logSourcesInput) (*logSourcesOutput, error) {
+		src, err := s.deps.Logs.Sources(ctx, in.ServerID)
+		if err != nil {
+			return nil, err
+		}
+		return &logSourcesOutput{Body: src}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "read-logs", Method: http.MethodPost, Path: "/api/v1/logs", Tags: tags,
+		Summary:       "Read a journal unit or a container log",
+		Description:   "Queues a logs.read job (202). Poll GET /api/v1/logs/{job_id} for the lines and a cursor; pass the cursor to the next read to continue with no duplicates and no gaps.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *logReadInput) (*acceptedOutput, error) {
+		b := in.Body
+		j, err := s.deps.Logs.Queue(ctx, logs.Read{ServerID: b.ServerID, Source: b.Source, Unit: b.Unit, Container: b.Container,
+			Lines: b.Lines, Priority: b.Priority, Cursor: b.Cursor, Actor: principal(ctx).User.ID})
+		if err != nil {
+			return nil, err
+		}
+		out := accepted(j, true)
+		out.Location = "/api/v1/logs/" + j.ID
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-log-read", Method: http.MethodGet, Path: "/api/v1/logs/{job_id}", Tags: tags,
+		Summary: "Lines and cursor of a log read", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *logResultInput) (*logResultOutput, error) {
+		res, err := s.deps.Logs.Get(ctx, in.JobID)
+		if err != nil {
+			return nil, err
+		}
+		return &logResultOutput{Body: res}, nil
+	})
+}
