@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -433,6 +434,28 @@ func TestAgentReconnectsAfterControlPlaneRestart(t *testing.T) {
 	}
 }
 
+// waitClaimClosed waits until the control plane has answered a claim after
+// since: the long poll of an agent that was killed at since ends when the
+// server notices the closed connection, and a job queued before that could
+// still be handed to the dead connection.
+func waitClaimClosed(t *testing.T, cp *ControlPlane, since time.Time) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, l := range cp.LogLines() {
+			if l["msg"] != "request" || l["path"] != "/agent/v1/jobs/claim" {
+				continue
+			}
+			at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(l["time"]))
+			if at.After(since) {
+				return
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("the killed agent's claim did not end within 10 s:\n%s", cp.Logs())
+}
+
 // claimEndedByShutdown reports whether cp's log shows a claim long poll
 // answered 204 after the shutdown began.
 func claimEndedByShutdown(cp *ControlPlane) bool {
@@ -462,7 +485,9 @@ func TestAgentLostJobFails(t *testing.T) {
 
 	// The agent dies; whoever holds its credential claims the next job and
 	// never finishes it.
+	killed := time.Now()
 	agent.Kill(t)
+	waitClaimClosed(t, f.ControlPlane, killed)
 	id := f.ping(t, e.Server.ID, "lost")
 	claimed := time.Now()
 	job := f.claim(t, token, 5)

@@ -6,6 +6,9 @@ import (
 	"os"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/container"
+	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agent/service"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -44,5 +47,19 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 func executors() agent.Registry {
 	r := agent.Registry{}
 	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
+
+	systemd := &service.Systemd{}
+	r.Register(agentproto.JobServiceStart, systemd.Start())
+	r.Register(agentproto.JobServiceStop, systemd.Stop())
+	r.Register(agentproto.JobServiceRestart, systemd.Restart())
+	r.Register(agentproto.JobServiceLogs, systemd.Logs())
+
+	docker := &container.Docker{}
+	r.Register(agentproto.JobContainerStart, docker.Start())
+	r.Register(agentproto.JobContainerStop, docker.Stop())
+	r.Register(agentproto.JobContainerRestart, docker.Restart())
+	r.Register(agentproto.JobContainerLogs, docker.Logs())
+
+	r.Register(agentproto.JobLogsRead, logs.ReadExecutor{Journal: systemd, Container: docker})
 	return r
 }

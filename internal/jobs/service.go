@@ -205,6 +205,12 @@ func (s *Service) Claim(ctx context.Context, serverID string, wait time.Duration
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
+		if ctx.Err() != nil {
+			// The agent hung up (or the server is stopping): a job
+			// claimed now would be written to a dead connection and sit
+			// running until its lease lapsed.
+			return Job{}, false, nil
+		}
 		j, ok, err := s.store.ClaimJob(ctx, serverID, s.now())
 		if err != nil || ok {
 			return j, ok, err

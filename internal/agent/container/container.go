@@ -1,0 +1,205 @@
+// Package container runs the container.* jobs and the container reads of
+// logs.read through the Docker Engine API (github.com/moby/moby/client) on
+// the local engine: unix:///var/run/docker.sock, or DOCKER_HOST. The client
+// negotiates the API version down to the engine's (API 1.40 and later).
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// containerPattern is a container name or id as the control plane accepts
+// it; checked again here, before any name reaches the engine.
+var containerPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+
+// ValidContainer reports whether name is a Docker container name or id.
+func ValidContainer(name string) bool { return containerPattern.MatchString(name) }
+
+func checkContainer(name string) error {
+	if !ValidContainer(name) {
+		return fmt.Errorf("invalid container name %q: must be a Docker container name or id", name)
+	}
+	return nil
+}
+
+// Docker runs container jobs against one Docker engine. Its zero value
+// uses the local engine; it is safe for concurrent jobs.
+type Docker struct {
+	// Host is the engine's address (e.g. unix:///var/run/docker.sock);
+	// empty means DOCKER_HOST, or the default socket.
+	Host string
+
+	once sync.Once
+	cli  *client.Client
+	err  error
+}
+
+// client returns the engine's API client, made on first use. Making it
+// does not connect; the API version is negotiated on the first request.
+func (d *Docker) client() (*client.Client, error) {
+	d.once.Do(func() {
+		opts := []client.Opt{client.FromEnv}
+		if d.Host != "" {
+			opts = append(opts, client.WithHost(d.Host))
+		}
+		d.cli, d.err = client.New(opts...)
+		if d.err != nil {
+			d.err = fmt.Errorf("docker client: %w", d.err)
+		}
+	})
+	return d.cli, d.err
+}
+
+// Close releases the client's connections; jobs after it fail.
+func (d *Docker) Close() error {
+	d.once.Do(func() { d.err = errors.New("docker client closed") })
+	if d.cli != nil {
+		return d.cli.Close()
+	}
+	return nil
+}
+
+// Start is the executor of container.start.
+func (d *Docker) Start() agent.Executor { return d.action("start") }
+
+// Stop is the executor of container.stop. The engine sends the
+// container's stop signal and kills it after its stop timeout (10 s by
+// default).
+func (d *Docker) Stop() agent.Executor { return d.action("stop") }
+
+// Restart is the executor of container.restart.
+func (d *Docker) Restart() agent.Executor { return d.action("restart") }
+
+// engineError words an engine error for a job's result.
+func engineError(name, doing string, err error) error {
+	if cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("no such container: %s", name)
+	}
+	return fmt.Errorf("%s %s: %w", doing, name, err)
+}
+
+// action returns the executor of container.<verb>: it inspects the
+// container, acts on it, and returns its state afterwards
+// (agentproto.ContainerState).
+func (d *Docker) action(verb string) agent.Executor {
+	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
+		var p agentproto.ContainerPayload
+		if err := logs.DecodePayload(job, &p); err != nil {
+			return nil, nil, err
+		}
+		if err := checkContainer(p.Container); err != nil {
+			return nil, nil, err
+		}
+		cli, err := d.client()
+		if err != nil {
+			return nil, nil, err
+		}
+		before, err := state(ctx, cli, p.Container)
+		if err != nil {
+			return nil, nil, err
+		}
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("container %s (%s) is %s; %s it", before.Container, shortID(before.ID), before.State, verbing(verb)), before)
+		// Act on the id inspected, not on a name that may change hands.
+		switch verb {
+		case "start":
+			_, err = cli.ContainerStart(ctx, before.ID, client.ContainerStartOptions{})
+		case "stop":
+			_, err = cli.ContainerStop(ctx, before.ID, client.ContainerStopOptions{})
+		case "restart":
+			_, err = cli.ContainerRestart(ctx, before.ID, client.ContainerRestartOptions{})
+		}
+		if err != nil {
+			return nil, nil, engineError(p.Container, verbing(verb), err)
+		}
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("the engine %s container %s", pastTense(verb), before.Container), nil)
+		after, err := state(ctx, cli, before.ID)
+		if err != nil {
+			return nil, nil, err
+		}
+		after.Container = before.Container
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("container %s is %s (%s)", after.Container, after.State, after.Status), after)
+		return after, nil, nil
+	})
+}
+
+func verbing(verb string) string {
+	switch verb {
+	case "stop":
+		return "stopping"
+	case "start":
+		return "starting"
+	}
+	return "restarting"
+}
+
+func pastTense(verb string) string {
+	switch verb {
+	case "stop":
+		return "stopped"
+	case "start":
+		return "started"
+	}
+	return "restarted"
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// inspect returns a container's details; a missing one is "no such
+// container".
+func inspect(ctx context.Context, cli *client.Client, name string) (container.InspectResponse, error) {
+	res, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil {
+		return container.InspectResponse{}, engineError(name, "inspecting container", err)
+	}
+	if res.Container.State == nil {
+		return container.InspectResponse{}, fmt.Errorf("inspecting container %s: the engine sent no state", name)
+	}
+	return res.Container, nil
+}
+
+// state inspects a container. Status is the engine's human summary, as in
+// docker ps ("Up 3 seconds", "Exited (0) 2 seconds ago").
+func state(ctx context.Context, cli *client.Client, name string) (agentproto.ContainerState, error) {
+	c, err := inspect(ctx, cli, name)
+	if err != nil {
+		return agentproto.ContainerState{}, err
+	}
+	st := agentproto.ContainerState{
+		Container:    strings.TrimPrefix(c.Name, "/"),
+		ID:           c.ID,
+		State:        string(c.State.Status),
+		Status:       string(c.State.Status),
+		RestartCount: c.RestartCount,
+	}
+	if t, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil && t.Year() > 1 {
+		st.StartedAt = t.UTC()
+	}
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("id", c.ID)})
+	if err == nil {
+		for _, s := range list.Items {
+			if s.ID == c.ID && s.Status != "" {
+				st.Status = s.Status
+			}
+		}
+	}
+	return st, nil
+}
