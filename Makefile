@@ -48,7 +48,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthRequests$$' -fuzztime 10s ./internal/httpapi
 
 lint:
-	@out=$$(gofmt -l cmd internal); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd internal e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	shellcheck scripts/*.sh .ci/run
 

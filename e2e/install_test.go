@@ -252,6 +252,11 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	}
 	t.Logf("online and pinged after %s", time.Since(start).Round(time.Millisecond))
 
+	// Services through the API, with the agent's real permissions: a unit
+	// is stopped, started, restarted and its journal read.
+	t.Run("HostWorkServices", func(t *testing.T) { hostWorkServices(t, cp, tok, serverID, c) })
+	t.Logf("service work done after %s", time.Since(start).Round(time.Millisecond))
+
 	// Re-running the installer without a token upgrades the agent and keeps
 	// the enrollment.
 	if err := os.Rename(upgrade, filepath.Join(agentDir, "capstan-agent")); err != nil {
