@@ -13,6 +13,8 @@
 //	            job types agent.ping, service.*, container.*.
 //	2026-11-22  v1: metrics and inventory reports; job type logs.read;
 //	            results of service.*, container.* and the log reads.
+//	2026-11-22  v1: applications: app.deploy, app.remove, app.logs,
+//	            proxy.apply, domain.check; request traffic reports.
 package agentproto
 
 import (
@@ -386,4 +388,158 @@ type LogsReadPayload struct {
 	Priority *int `json:"priority,omitempty"`
 	// Cursor, when set, reads the lines after it (up to Lines).
 	Cursor string `json:"cursor,omitempty"`
+}
+
+// Application job types. Appended at the end of the job types.
+const (
+	JobAppDeploy   = "app.deploy"
+	JobAppRemove   = "app.remove"
+	JobAppLogs     = "app.logs"
+	JobProxyApply  = "proxy.apply"
+	JobDomainCheck = "domain.check"
+)
+
+// Docker labels the agent puts on application containers. The agent finds
+// an application's live container, and so its proxy upstream, by them.
+const (
+	LabelApp        = "dev.capstan.app"
+	LabelAppName    = "dev.capstan.app.name"
+	LabelDeployment = "dev.capstan.deployment"
+	LabelPort       = "dev.capstan.container-port"
+)
+
+// TLS modes of a proxied site.
+const (
+	TLSAuto     = "auto"     // publicly trusted certificate through ACME
+	TLSInternal = "internal" // certificate from the proxy's local CA
+	TLSOff      = "off"      // plain HTTP only
+)
+
+// ProxyConfig is the desired reverse-proxy state of one server: every
+// domain of every application on it. The agent renders the whole proxy
+// configuration from it, with each site's upstream being the application's
+// live container, and loads it atomically.
+type ProxyConfig struct {
+	Sites []ProxySite `json:"sites"`
+}
+
+// ProxySite is one hostname served by the proxy.
+type ProxySite struct {
+	Hostname string `json:"hostname"`
+	AppID    string `json:"app_id"`
+	TLSMode  string `json:"tls_mode"`
+	// RedirectWWW serves www.<hostname> as a permanent redirect to hostname.
+	RedirectWWW bool `json:"redirect_www"`
+}
+
+// DeployPayload is the payload of app.deploy: release one application's
+// image with health check and no downtime. Environment values travel in the
+// job's secrets, keyed by name; EnvKeys lists them in order.
+type DeployPayload struct {
+	AppID        string `json:"app_id"`
+	AppName      string `json:"app_name"`
+	DeploymentID string `json:"deployment_id"`
+	// Image is the reference to run. ImageID, when set (rollback), is the
+	// exact local image id to run instead; the job fails if it is gone.
+	Image         string   `json:"image"`
+	ImageID       string   `json:"image_id,omitempty"`
+	ContainerPort int      `json:"container_port"`
+	HealthPath    string   `json:"health_path"`
+	EnvKeys       []string `json:"env_keys"`
+	// MemoryLimitBytes is 0 for no limit.
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// HealthTimeoutSeconds bounds the wait for a healthy answer.
+	HealthTimeoutSeconds int `json:"health_timeout_seconds"`
+	// KeepImageIDs are the images rollbacks may need; others of this app
+	// may be pruned after a successful release.
+	KeepImageIDs []string `json:"keep_image_ids"`
+	// Proxy is the server's desired proxy state, applied with this
+	// application's upstream switched to the new container.
+	Proxy ProxyConfig `json:"proxy"`
+}
+
+// DeployResult is the data of a finished app.deploy.
+type DeployResult struct {
+	ContainerID   string `json:"container_id"`
+	ContainerName string `json:"container_name"`
+	ImageID       string `json:"image_id"`
+	HostPort      int    `json:"host_port"`
+	// Pulled is false when the registry was unreachable and a local image
+	// with that exact reference was used.
+	Pulled          bool     `json:"pulled"`
+	RemovedIDs      []string `json:"removed_container_ids"`
+	PrunedImageIDs  []string `json:"pruned_image_ids"`
+	HealthStatus    int      `json:"health_status"`
+	HealthCheckedAt string   `json:"health_checked_at"`
+}
+
+// RemovePayload is the payload of app.remove: remove the application's
+// containers and apply the proxy state without its sites.
+type RemovePayload struct {
+	AppID string      `json:"app_id"`
+	Proxy ProxyConfig `json:"proxy"`
+}
+
+// ProxyApplyPayload is the payload of proxy.apply.
+type ProxyApplyPayload struct {
+	Proxy ProxyConfig `json:"proxy"`
+}
+
+// AppLogsPayload is the payload of app.logs.
+type AppLogsPayload struct {
+	AppID string `json:"app_id"`
+	Lines int    `json:"lines"`
+	// Since, when set, returns only lines at or after it.
+	Since *time.Time `json:"since,omitempty"`
+}
+
+// AppLogsResult is the data of app.logs: the live container's log.
+type AppLogsResult struct {
+	Lines        []LogLine `json:"lines"`
+	State        string    `json:"state"`
+	StartedAt    time.Time `json:"started_at"`
+	RestartCount int       `json:"restart_count"`
+	ContainerID  string    `json:"container_id"`
+}
+
+// DomainCheckPayload is the payload of domain.check.
+type DomainCheckPayload struct {
+	Hostname string `json:"hostname"`
+	TLSMode  string `json:"tls_mode"`
+}
+
+// DomainCheckResult is the data of domain.check: what the host's resolver
+// answers for the name, and the certificate the local proxy serves for it.
+type DomainCheckResult struct {
+	Addresses []string `json:"addresses"`
+	DNSError  string   `json:"dns_error,omitempty"`
+	// Certificate fields are empty when TLS is off or no certificate is
+	// served yet.
+	CertIssuer   string    `json:"cert_issuer,omitempty"`
+	CertNotAfter time.Time `json:"cert_not_after,omitempty"`
+	CertDNSNames []string  `json:"cert_dns_names,omitempty"`
+	CertError    string    `json:"cert_error,omitempty"`
+	CheckedAt    time.Time `json:"checked_at"`
+}
+
+// RequestsReport: POST /agent/v1/requests. Per-host, per-minute aggregates
+// from the proxy's access log. A minute may be reported again with more
+// requests as the log grows; the control plane keeps the latest counts of
+// each (host, minute), so reports are idempotent.
+type RequestsReport struct {
+	Minutes []RequestMinute `json:"minutes"`
+}
+
+// RequestMinute aggregates one host's requests in one minute.
+type RequestMinute struct {
+	Host      string    `json:"host"`
+	Minute    time.Time `json:"minute"`
+	Count     int64     `json:"count"`
+	Status2xx int64     `json:"status_2xx"`
+	Status3xx int64     `json:"status_3xx"`
+	Status4xx int64     `json:"status_4xx"`
+	Status5xx int64     `json:"status_5xx"`
+	BytesOut  int64     `json:"bytes_out"`
+	P50Ms     float64   `json:"p50_ms"`
+	P95Ms     float64   `json:"p95_ms"`
 }
