@@ -1,6 +1,7 @@
 // Package agent is capstan-agent's runtime: its configuration file, the
-// /agent/v1 client, host facts, and Agent, which runs the heartbeat and job
-// claim loops and executes claimed jobs with the executors of a Registry.
+// /agent/v1 client, host facts, and Agent, which runs the heartbeat, job
+// claim, metrics and inventory loops and executes claimed jobs with the
+// executors of a Registry.
 //
 // The agent only makes outbound calls. Every loop backs off exponentially
 // with full jitter while the control plane is unreachable (Backoff,
@@ -18,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agent/metrics"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -25,7 +27,7 @@ import (
 // otherwise.
 const (
 	DefaultHeartbeatSeconds  = 30
-	DefaultMetricsSeconds    = 60
+	DefaultMetricsSeconds    = 15
 	DefaultClaimWaitSeconds  = 25
 	DefaultMaxConcurrentJobs = 4
 	// DefaultJobTimeout applies to a job without timeout_seconds.
@@ -42,6 +44,13 @@ const (
 	// minClaimSpacing keeps a control plane that answers claims with 204 at
 	// once from being polled in a tight loop.
 	minClaimSpacing = time.Second
+
+	// InventoryCheckInterval is how often the inventory is collected and
+	// compared with the one last sent; it is sent when it differs.
+	InventoryCheckInterval = 30 * time.Second
+	// InventoryRefreshInterval is how often an unchanged inventory is sent
+	// again.
+	InventoryRefreshInterval = 5 * time.Minute
 )
 
 // processStart is when this process started, for uptime_seconds.
@@ -59,6 +68,30 @@ type Options struct {
 	ShutdownGrace time.Duration
 	// Backoff is the retry policy of every loop; zero: 1 s to 30 s.
 	Backoff Backoff
+	// Sampler takes the metric samples; nil: this host's
+	// (metrics.NewSampler("/")).
+	Sampler MetricsSampler
+	// Inventory collects the inventory; nil: this host's
+	// (inventory.New("/")), closed when Run returns.
+	Inventory InventoryCollector
+
+	// Intervals for tests (export_test.go); zero: metrics_seconds,
+	// InventoryCheckInterval, InventoryRefreshInterval.
+	metricsInterval  time.Duration
+	inventoryCheck   time.Duration
+	inventoryRefresh time.Duration
+}
+
+// MetricsSampler takes a sample of the host at now. An error names the
+// figures it could not read; the sample is sent anyway.
+type MetricsSampler interface {
+	Sample(now time.Time) (agentproto.MetricSample, error)
+}
+
+// InventoryCollector collects the host's inventory. An error names the
+// parts it could not read (nil in the report); the report is sent anyway.
+type InventoryCollector interface {
+	Collect(ctx context.Context) (agentproto.InventoryRequest, error)
 }
 
 // Agent runs the agent's loops. Make one with New and call Run once.
@@ -150,8 +183,8 @@ func (a *Agent) revoke(err *RevokedError) {
 	})
 }
 
-// Run runs the heartbeat and claim loops until ctx ends or the control
-// plane revokes the agent.
+// Run runs the heartbeat, claim, metrics and inventory loops until ctx
+// ends or the control plane revokes the agent.
 //
 // When ctx ends, Run stops claiming, lets running jobs finish and report
 // for up to ShutdownGrace, then cancels them, and returns nil. On
@@ -176,12 +209,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.execCtx, a.sendCtx = execCtx, sendCtx
 
 	a.log.Info("agent started", "version", a.opts.Version, "api_url", a.opts.Config.APIURL,
-		"server_id", a.opts.Config.ServerID, "job_types", a.opts.Executors.Types())
+		"server_id", a.opts.Config.ServerID, "job_types", a.opts.Executors.Types(),
+		"metrics_seconds", a.Settings().MetricsSeconds)
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	var loops sync.WaitGroup
 	loops.Go(func() { a.heartbeatLoop(loopCtx) })
 	loops.Go(func() { a.claimLoop(loopCtx) })
+	samples := metrics.NewBuffer(metrics.BufferCapacity(a.metricsInterval()))
+	loops.Go(func() { a.sampleLoop(loopCtx, samples) })
+	loops.Go(func() { a.metricsSendLoop(loopCtx, samples) })
+	loops.Go(func() { a.inventoryLoop(loopCtx) })
 
 	revoked := false
 	select {

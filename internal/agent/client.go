@@ -197,6 +197,20 @@ func (c *Client) Complete(ctx context.Context, jobID string, req agentproto.Comp
 	return err
 }
 
+// PostMetrics delivers metric samples, oldest first; each is stored at its
+// own time.
+func (c *Client) PostMetrics(ctx context.Context, samples []agentproto.MetricSample) error {
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/metrics", true, agentproto.MetricsRequest{Samples: samples}, nil)
+	return err
+}
+
+// PostInventory reports the host's services, containers and listening
+// ports.
+func (c *Client) PostInventory(ctx context.Context, inv agentproto.InventoryRequest) error {
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/inventory", true, inv, nil)
+	return err
+}
+
 // do sends one request and decodes a 2xx JSON reply into out (unless nil or
 // 204). It returns the status and, for non-2xx replies, a *RevokedError or
 // *APIError. The body is always read to the end (bounded) and closed so the

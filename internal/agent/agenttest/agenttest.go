@@ -1,7 +1,7 @@
 // Package agenttest is a small in-memory fake of the control plane's
 // /agent/v1 endpoints, for the agent's tests. It checks the agent's bearer
-// token, queues jobs for claims (long poll), and records heartbeats, events
-// and completions.
+// token, queues jobs for claims (long poll), and records heartbeats, events,
+// completions, metric samples and inventories.
 package agenttest
 
 import (
@@ -43,6 +43,13 @@ type ControlPlane struct {
 	attempts     map[string]int
 	completeHook func(jobID string, attempt int) int
 	heartbeatErr int
+
+	samples         []agentproto.MetricSample // accepted, in arrival order
+	metricsPosts    int                       // accepted posts
+	metricsAttempts int                       // posts, accepted or not
+	metricsStatus   int                       // answer to metrics posts; 0: accept
+	inventories     []agentproto.InventoryRequest
+	inventoryStatus int // answer to inventory posts; 0: accept
 }
 
 // New starts a fake control plane, closed by t.Cleanup. Its agent token is
@@ -70,6 +77,8 @@ func New(t testing.TB) *ControlPlane {
 	mux.HandleFunc("GET "+p+"/jobs/{id}/secrets", cp.auth(cp.jobSecrets))
 	mux.HandleFunc("POST "+p+"/jobs/{id}/events", cp.auth(cp.postEvents))
 	mux.HandleFunc("POST "+p+"/jobs/{id}/complete", cp.auth(cp.complete))
+	mux.HandleFunc("POST "+p+"/metrics", cp.auth(cp.metrics))
+	mux.HandleFunc("POST "+p+"/inventory", cp.auth(cp.inventory))
 	cp.srv = httptest.NewServer(mux)
 	cp.URL = cp.srv.URL
 	t.Cleanup(cp.Close)
@@ -199,6 +208,43 @@ func (cp *ControlPlane) CompleteAttempts(jobID string) int {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	return cp.attempts[jobID]
+}
+
+// SetMetricsStatus makes POST /metrics answer status (e.g. 503 for an
+// outage, 422 to refuse); 0 or 2xx accepts the samples again.
+func (cp *ControlPlane) SetMetricsStatus(status int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.metricsStatus = status
+}
+
+// Samples returns the metric samples accepted, in the order they arrived.
+func (cp *ControlPlane) Samples() []agentproto.MetricSample {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.samples)
+}
+
+// MetricsPosts is the number of accepted metrics posts, and of all of them.
+func (cp *ControlPlane) MetricsPosts() (accepted, attempts int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return cp.metricsPosts, cp.metricsAttempts
+}
+
+// SetInventoryStatus makes POST /inventory answer status; 0 or 2xx
+// accepts again.
+func (cp *ControlPlane) SetInventoryStatus(status int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.inventoryStatus = status
+}
+
+// Inventories returns the inventories accepted, in arrival order.
+func (cp *ControlPlane) Inventories() []agentproto.InventoryRequest {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.inventories)
 }
 
 // Wait polls cond every 10 ms until it is true, failing t after timeout.
@@ -370,5 +416,54 @@ func (cp *ControlPlane) complete(w http.ResponseWriter, r *http.Request) {
 		Problem(w, status, agentproto.ProblemTypeBase+"http-"+http.StatusText(status), "refused by the test")
 		return
 	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// metrics accepts a batch of samples that agentproto allows: 1 to
+// MaxMetricSamples samples, each with a time and at most
+// MaxFilesystemsSample filesystems. A refused batch stores nothing.
+func (cp *ControlPlane) metrics(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.MetricsRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.metricsAttempts++
+	if st := cp.metricsStatus; st != 0 && st/100 != 2 {
+		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
+		return
+	}
+	if n := len(req.Samples); n == 0 || n > agentproto.MaxMetricSamples {
+		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "samples: 1 to 720")
+		return
+	}
+	for _, s := range req.Samples {
+		if s.At.IsZero() || len(s.Filesystems) > agentproto.MaxFilesystemsSample {
+			Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "sample without time or with too many filesystems")
+			return
+		}
+	}
+	cp.metricsPosts++
+	cp.samples = append(cp.samples, req.Samples...)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (cp *ControlPlane) inventory(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.InventoryRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if st := cp.inventoryStatus; st != 0 && st/100 != 2 {
+		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
+		return
+	}
+	if req.CollectedAt.IsZero() {
+		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "collected_at is required")
+		return
+	}
+	cp.inventories = append(cp.inventories, req)
 	w.WriteHeader(http.StatusNoContent)
 }
