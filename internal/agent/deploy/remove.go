@@ -1,0 +1,72 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// RemoveResult is the data of a finished app.remove. (agentproto has no
+// type for it yet.)
+type RemoveResult struct {
+	RemovedIDs []string `json:"removed_container_ids"`
+}
+
+// runRemove stops and removes every container of the application, then
+// applies the proxy state (which no longer has its sites). Removing an
+// application that has no container here succeeds.
+func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
+	var p agentproto.RemovePayload
+	if err := logs.DecodePayload(job, &p); err != nil {
+		return nil, nil, err
+	}
+	if err := checkAppID(p.AppID); err != nil {
+		return nil, nil, fmt.Errorf("invalid app.remove payload: %w", err)
+	}
+	if n := siteCount(p.Proxy, p.AppID); n > 0 {
+		events.Emit(agentproto.LevelWarn, fmt.Sprintf("the proxy state still has %d sites of application %s; they will have no upstream", n, p.AppID), nil)
+	}
+	cli, err := d.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock, err := d.locks.lock(ctx, p.AppID, events)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer unlock()
+
+	list, err := appContainers(ctx, cli, p.AppID)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := RemoveResult{RemovedIDs: []string{}}
+	if len(list) == 0 {
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("application %s has no container on this server", p.AppID), nil)
+	}
+	for _, c := range list {
+		if err := ctx.Err(); err != nil {
+			return res, nil, fmt.Errorf("removing the containers of application %s: %w", p.AppID, context.Cause(ctx))
+		}
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("stopping and removing container %s (deployment %s, %s)",
+			containerName(c), c.Labels[agentproto.LabelDeployment], c.State), nil)
+		if err := d.removeContainer(ctx, cli, c); err != nil {
+			return res, nil, err
+		}
+		res.RemovedIDs = append(res.RemovedIDs, c.ID)
+	}
+
+	if d.opts.Proxy == nil {
+		events.Emit(agentproto.LevelInfo, "this agent has no proxy; nothing to apply", nil)
+		return res, nil, nil
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("applying the proxy state (%d sites)", len(p.Proxy.Sites)), nil)
+	if err := d.sw.apply(ctx, p.Proxy, nil); err != nil {
+		return res, nil, fmt.Errorf("applying the proxy state: %w", err)
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s: %d containers", p.AppID, len(res.RemovedIDs)), nil)
+	return res, nil, nil
+}

@@ -1,0 +1,61 @@
+// web is the program of the deploy tests' images: a tiny HTTP server.
+// GET / answers "<VERSION> <GREETING>"; GET /health answers HEALTH_STATUS
+// (200 unless set); PORT is the port (8080 unless set); with CRASH set it
+// exits at once with status 3. As PID 1 it handles SIGTERM itself and
+// shuts down gracefully.
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if os.Getenv("CRASH") != "" {
+		fmt.Fprintln(os.Stderr, "crashing as asked")
+		os.Exit(3)
+	}
+	version := os.Getenv("VERSION")
+	port := os.Getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	health := http.StatusOK
+	if s, err := strconv.Atoi(os.Getenv("HEALTH_STATUS")); err == nil {
+		health = s
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", version, os.Getenv("GREETING"))
+	})
+	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(health)
+		if health >= 400 {
+			fmt.Fprintf(w, "unhealthy: version %s is broken", version)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	srv := &http.Server{Addr: ":" + port, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-stop
+		fmt.Println("shutting down")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+	fmt.Printf("version %s listening on :%s\n", version, port)
+	fmt.Fprintln(os.Stderr, "ready (stderr)")
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
