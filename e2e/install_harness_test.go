@@ -32,7 +32,7 @@ const (
 	rootfsStamp = ".capstan-rootfs"
 	// libpam-systemd provides "logind", which polkitd depends on and
 	// debootstrap cannot resolve by itself.
-	rootfsPackages = "systemd,systemd-sysv,dbus,libpam-systemd,curl,ca-certificates,polkitd"
+	rootfsPackages = "systemd,systemd-sysv,dbus,libpam-systemd,curl,ca-certificates,polkitd,caddy"
 	rootfsRecipe   = "v2 " + rootfsSuite + " minbase " + rootfsPackages + "\n"
 
 	rootfsBuildTimeout = 15 * time.Minute

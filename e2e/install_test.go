@@ -236,6 +236,17 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if res := c.Exec(t, "runuser -u capstan -- systemctl mask e2e-dummy.service"); res.ExitCode == 0 {
 		t.Fatal("capstan may mask a service; the polkit rule allows only start, stop and restart")
 	}
+	// Caddy runs in API mode, so the configuration the agent loads
+	// survives restarts, and the agent may read the proxy's access log.
+	if out := c.MustExec(t, "systemctl is-enabled caddy-api.service; systemctl is-enabled caddy.service || true"); !strings.HasPrefix(out, "enabled\n") || !strings.Contains(out, "disabled") {
+		t.Fatalf("caddy-api.service should be enabled and caddy.service disabled:\n%s", out)
+	}
+	if out := c.MustExec(t, "stat -c '%a %U %G' /var/log/caddy/capstan-access.log"); strings.TrimSpace(out) != "640 caddy capstan" {
+		t.Fatalf("access log: got %q, want mode 640 owned by caddy, group capstan", out)
+	}
+	if res := c.Exec(t, "runuser -u capstan -- cat /var/log/caddy/capstan-access.log"); res.ExitCode != 0 {
+		t.Fatalf("capstan cannot read the access log: %s", res.Stderr)
+	}
 	// The journal is readable through the systemd-journal group.
 	if out := c.MustExec(t, "runuser -u capstan -- journalctl -q -u capstan-agent -n 5 --no-pager"); !strings.Contains(out, "capstan-agent") {
 		t.Fatalf("capstan cannot read the agent's journal:\n%s", out)
