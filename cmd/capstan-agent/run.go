@@ -7,7 +7,9 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/container"
+	"github.com/capstan-dev/capstan/internal/agent/deploy"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agent/service"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
@@ -15,6 +17,7 @@ import (
 type runCmd struct {
 	configFlag
 	LogLevel string `name:"log-level" env:"CAPSTAN_AGENT_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
+	proxyFlags
 }
 
 func (r *runCmd) Run(ctx context.Context, io stdio) error {
@@ -30,11 +33,17 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		log.Warn("agent configuration is readable by other users; it holds the agent's credential (chmod 600)",
 			"path", r.Config, "mode", st.Mode().Perm().String())
 	}
+	ps := r.settings()
+	if err := ps.Check(); err != nil {
+		log.Error("invalid proxy settings", "err", err)
+		return err
+	}
 	a, err := agent.New(agent.Options{
 		Config:    cfg,
 		Version:   version,
-		Executors: executors(),
+		Executors: executorsFor(ps),
 		Logger:    log,
+		Loops:     []agent.Loop{r.trafficLoop(log)},
 	})
 	if err != nil {
 		log.Error("invalid agent configuration", "path", r.Config, "err", err)
@@ -43,8 +52,12 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 	return a.Run(ctx)
 }
 
-// executors are the job types this build runs.
-func executors() agent.Registry {
+// executors are the job types this build runs, the proxy's with its
+// default settings.
+func executors() agent.Registry { return executorsFor(proxy.Settings{}) }
+
+// executorsFor are the job types this build runs, the proxy's on ps.
+func executorsFor(ps proxy.Settings) agent.Registry {
 	r := agent.Registry{}
 	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
 
@@ -61,5 +74,19 @@ func executors() agent.Registry {
 	r.Register(agentproto.JobContainerLogs, docker.Logs())
 
 	r.Register(agentproto.JobLogsRead, logs.ReadExecutor{Journal: systemd, Container: docker})
+
+	// One proxy for every job that applies it (app.*, proxy.apply): its
+	// applies are serialized.
+	var proxyDocker proxy.Docker // nil (no discovery) if the client cannot be made
+	if c, err := proxy.LocalDocker(); err == nil {
+		proxyDocker = c
+	}
+	px := proxy.New(ps, proxyDocker)
+	r.Register(agentproto.JobProxyApply, px.ApplyExecutor())
+	r.Register(agentproto.JobDomainCheck, px.CheckExecutor())
+	apps := deploy.New(deploy.Options{Proxy: px})
+	r.Register(agentproto.JobAppDeploy, apps.Deploy())
+	r.Register(agentproto.JobAppRemove, apps.Remove())
+	r.Register(agentproto.JobAppLogs, apps.Logs())
 	return r
 }

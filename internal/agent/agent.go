@@ -74,6 +74,9 @@ type Options struct {
 	// Inventory collects the inventory; nil: this host's
 	// (inventory.New("/")), closed when Run returns.
 	Inventory InventoryCollector
+	// Loops are further background loops (e.g. the proxy's traffic
+	// report), run next to the agent's own until Run's context ends.
+	Loops []Loop
 
 	// Intervals for tests (export_test.go); zero: metrics_seconds,
 	// InventoryCheckInterval, InventoryRefreshInterval.
@@ -220,6 +223,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	loops.Go(func() { a.sampleLoop(loopCtx, samples) })
 	loops.Go(func() { a.metricsSendLoop(loopCtx, samples) })
 	loops.Go(func() { a.inventoryLoop(loopCtx) })
+	for _, l := range a.opts.Loops {
+		loops.Go(func() { a.extraLoop(loopCtx, l) })
+	}
 
 	revoked := false
 	select {

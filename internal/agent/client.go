@@ -211,6 +211,13 @@ func (c *Client) PostInventory(ctx context.Context, inv agentproto.InventoryRequ
 	return err
 }
 
+// PostRequests reports per-host, per-minute request aggregates; a minute
+// sent again replaces the one sent before.
+func (c *Client) PostRequests(ctx context.Context, rep agentproto.RequestsReport) error {
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/requests", true, rep, nil)
+	return err
+}
+
 // do sends one request and decodes a 2xx JSON reply into out (unless nil or
 // 204). It returns the status and, for non-2xx replies, a *RevokedError or
 // *APIError. The body is always read to the end (bounded) and closed so the

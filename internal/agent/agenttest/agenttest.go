@@ -1,7 +1,7 @@
 // Package agenttest is a small in-memory fake of the control plane's
 // /agent/v1 endpoints, for the agent's tests. It checks the agent's bearer
 // token, queues jobs for claims (long poll), and records heartbeats, events,
-// completions, metric samples and inventories.
+// completions, metric samples, inventories and request reports.
 package agenttest
 
 import (
@@ -50,6 +50,8 @@ type ControlPlane struct {
 	metricsStatus   int                       // answer to metrics posts; 0: accept
 	inventories     []agentproto.InventoryRequest
 	inventoryStatus int // answer to inventory posts; 0: accept
+	requestReports  []agentproto.RequestsReport
+	requestsStatus  int // answer to request report posts; 0: accept
 }
 
 // New starts a fake control plane, closed by t.Cleanup. Its agent token is
@@ -79,6 +81,7 @@ func New(t testing.TB) *ControlPlane {
 	mux.HandleFunc("POST "+p+"/jobs/{id}/complete", cp.auth(cp.complete))
 	mux.HandleFunc("POST "+p+"/metrics", cp.auth(cp.metrics))
 	mux.HandleFunc("POST "+p+"/inventory", cp.auth(cp.inventory))
+	mux.HandleFunc("POST "+p+"/requests", cp.auth(cp.requests))
 	cp.srv = httptest.NewServer(mux)
 	cp.URL = cp.srv.URL
 	t.Cleanup(cp.Close)
@@ -245,6 +248,35 @@ func (cp *ControlPlane) Inventories() []agentproto.InventoryRequest {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	return slices.Clone(cp.inventories)
+}
+
+// SetRequestsStatus makes POST /requests answer status; 0 or 2xx accepts
+// again.
+func (cp *ControlPlane) SetRequestsStatus(status int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.requestsStatus = status
+}
+
+// RequestReports returns the request reports accepted, in arrival order.
+func (cp *ControlPlane) RequestReports() []agentproto.RequestsReport {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.requestReports)
+}
+
+// RequestMinutes is what the control plane keeps of the accepted reports:
+// the latest values of each (host, minute), keyed "host minute(RFC 3339)".
+func (cp *ControlPlane) RequestMinutes() map[string]agentproto.RequestMinute {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := map[string]agentproto.RequestMinute{}
+	for _, r := range cp.requestReports {
+		for _, m := range r.Minutes {
+			out[m.Host+" "+m.Minute.UTC().Format(time.RFC3339)] = m
+		}
+	}
+	return out
 }
 
 // Wait polls cond every 10 ms until it is true, failing t after timeout.
@@ -465,5 +497,30 @@ func (cp *ControlPlane) inventory(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cp.inventories = append(cp.inventories, req)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (cp *ControlPlane) requests(w http.ResponseWriter, r *http.Request) {
+	var req agentproto.RequestsReport
+	if !decode(w, r, &req) {
+		return
+	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if st := cp.requestsStatus; st != 0 && st/100 != 2 {
+		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
+		return
+	}
+	if len(req.Minutes) == 0 {
+		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "minutes: at least one")
+		return
+	}
+	for _, m := range req.Minutes {
+		if m.Host == "" || m.Minute.IsZero() || !m.Minute.Equal(m.Minute.Truncate(time.Minute)) || m.Count < 0 {
+			Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "minute without host, or not on a minute")
+			return
+		}
+	}
+	cp.requestReports = append(cp.requestReports, req)
 	w.WriteHeader(http.StatusNoContent)
 }

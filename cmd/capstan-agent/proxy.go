@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/proxy"
+	"github.com/capstan-dev/capstan/internal/agent/traffic"
+)
+
+// proxyFlags configure the reverse proxy (Caddy) the agent drives and the
+// traffic report read from its access log.
+type proxyFlags struct {
+	CaddyAdmin     string `name:"caddy-admin" env:"CAPSTAN_CADDY_ADMIN" default:"http://127.0.0.1:2019" help:"Caddy's admin API (http://host:port)."`
+	ProxyHTTPPort  int    `name:"proxy-http-port" env:"CAPSTAN_PROXY_HTTP_PORT" default:"80" help:"Port the proxy serves HTTP on."`
+	ProxyHTTPSPort int    `name:"proxy-https-port" env:"CAPSTAN_PROXY_HTTPS_PORT" default:"443" help:"Port the proxy serves HTTPS on."`
+	ProxyListen    string `name:"proxy-listen-host" env:"CAPSTAN_PROXY_LISTEN_HOST" help:"IP address the proxy's servers listen on (default: every interface)."`
+	ProxyAccessLog string `name:"proxy-access-log" env:"CAPSTAN_PROXY_ACCESS_LOG" default:"/var/log/caddy/capstan-access.log" help:"File Caddy writes its JSON access log to; the traffic report reads it."`
+	ACMEEmail      string `name:"acme-email" env:"CAPSTAN_ACME_EMAIL" help:"E-mail of the ACME account for automatic certificates (optional)."`
+	DNSServer      string `name:"dns-server" env:"CAPSTAN_DNS_SERVER" help:"DNS server (ip:port) domain checks ask instead of the host's resolver."`
+	StateDir       string `name:"state-dir" env:"CAPSTAN_AGENT_STATE_DIR" default:"/var/lib/capstan-agent" type:"path" help:"Directory of the agent's state (created 0700)."`
+}
+
+func (f proxyFlags) settings() proxy.Settings {
+	return proxy.Settings{
+		AdminURL: f.CaddyAdmin, HTTPPort: f.ProxyHTTPPort, HTTPSPort: f.ProxyHTTPSPort, ListenHost: f.ProxyListen,
+		AccessLog: f.ProxyAccessLog, ACMEEmail: f.ACMEEmail, DNSServer: f.DNSServer,
+	}
+}
+
+// trafficLoop reports the requests of the proxy's access log.
+func (f proxyFlags) trafficLoop(log *slog.Logger) agent.Loop {
+	rep := traffic.New(traffic.Options{LogPath: f.ProxyAccessLog, StateDir: f.StateDir, Logger: log})
+	return agent.Loop{Name: "traffic report", Run: func(ctx context.Context, c *agent.Client) error {
+		return rep.Run(ctx, c)
+	}}
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/alecthomas/kong"
+
+	"github.com/capstan-dev/capstan/internal/agent/proxy"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// TestExecutorsRunProxyJobs: this build runs proxy.apply and domain.check.
+func TestExecutorsRunProxyJobs(t *testing.T) {
+	types := executors().Types()
+	for _, want := range []string{agentproto.JobProxyApply, agentproto.JobDomainCheck} {
+		if !slices.Contains(types, want) {
+			t.Errorf("no executor for %s; registered: %v", want, types)
+		}
+	}
+}
+
+func parseRun(t *testing.T, args ...string) runCmd {
+	t.Helper()
+	var c cli
+	p, err := kong.New(&c, kong.Name("capstan-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Parse(append([]string{"run"}, args...)); err != nil {
+		t.Fatal(err)
+	}
+	return c.Run
+}
+
+func TestProxyFlags(t *testing.T) {
+	r := parseRun(t)
+	want := proxy.Settings{AdminURL: "http://127.0.0.1:2019", HTTPPort: 80, HTTPSPort: 443, AccessLog: "/var/log/caddy/capstan-access.log"}
+	if got := r.settings(); got != want || r.StateDir != "/var/lib/capstan-agent" {
+		t.Errorf("defaults: %+v, state dir %q; want %+v, /var/lib/capstan-agent", got, r.StateDir, want)
+	}
+
+	t.Setenv("CAPSTAN_CADDY_ADMIN", "http://127.0.0.1:3019")
+	t.Setenv("CAPSTAN_PROXY_HTTP_PORT", "8080")
+	t.Setenv("CAPSTAN_PROXY_HTTPS_PORT", "8443")
+	t.Setenv("CAPSTAN_PROXY_ACCESS_LOG", "/tmp/access.log")
+	t.Setenv("CAPSTAN_ACME_EMAIL", "ops@example.com")
+	t.Setenv("CAPSTAN_DNS_SERVER", "127.0.0.1:5353")
+	t.Setenv("CAPSTAN_AGENT_STATE_DIR", "/tmp/capstan-state")
+	r = parseRun(t)
+	want = proxy.Settings{
+		AdminURL: "http://127.0.0.1:3019", HTTPPort: 8080, HTTPSPort: 8443, AccessLog: "/tmp/access.log",
+		ACMEEmail: "ops@example.com", DNSServer: "127.0.0.1:5353",
+	}
+	if got := r.settings(); got != want || r.StateDir != "/tmp/capstan-state" {
+		t.Errorf("from the environment: %+v, state dir %q; want %+v", got, r.StateDir, want)
+	}
+	r = parseRun(t, "--proxy-https-port", "9443", "--caddy-admin", "http://localhost:2999", "--proxy-listen-host", "127.0.0.1")
+	if s := r.settings(); s.HTTPSPort != 9443 || s.AdminURL != "http://localhost:2999" || s.ListenHost != "127.0.0.1" {
+		t.Errorf("flags: %+v", s)
+	}
+}

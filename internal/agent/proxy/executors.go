@@ -1,0 +1,77 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// ApplyResult is the data of a finished proxy.apply.
+type ApplyResult struct {
+	Sites int `json:"sites"`
+	// Upstreams maps app ids to the address their sites proxy to.
+	Upstreams map[string]string `json:"upstreams"`
+	// NoUpstream lists the apps without a live container; their sites
+	// answer 503.
+	NoUpstream []string `json:"no_upstream,omitempty"`
+}
+
+// ApplyExecutor is the executor of proxy.apply: it applies the payload's
+// configuration with every upstream found from the live containers.
+func (p *Proxy) ApplyExecutor() agent.Executor {
+	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
+		var pl agentproto.ProxyApplyPayload
+		if err := logs.DecodePayload(job, &pl); err != nil {
+			return nil, nil, err
+		}
+		ups, err := p.apply(ctx, pl.Proxy, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		res := ApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: ups}
+		for _, s := range pl.Proxy.Sites {
+			if ups[s.AppID] == "" && !slices.Contains(res.NoUpstream, s.AppID) {
+				res.NoUpstream = append(res.NoUpstream, s.AppID)
+			}
+		}
+		slices.Sort(res.NoUpstream)
+		if len(res.NoUpstream) > 0 {
+			events.Emit(agentproto.LevelWarn, "no running container for "+strings.Join(res.NoUpstream, ", ")+"; their sites answer 503", nil)
+		}
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("proxy configuration loaded: %d sites, %d upstreams", res.Sites, len(ups)), res)
+		return res, nil, nil
+	})
+}
+
+// CheckExecutor is the executor of domain.check. Its result is the
+// diagnosis: DNS and certificate problems are reported in it, and the job
+// succeeds; only an invalid payload fails it.
+func (p *Proxy) CheckExecutor() agent.Executor {
+	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
+		var pl agentproto.DomainCheckPayload
+		if err := logs.DecodePayload(job, &pl); err != nil {
+			return nil, nil, err
+		}
+		host := strings.ToLower(pl.Hostname)
+		if err := CheckHostname(host); err != nil {
+			return nil, nil, fmt.Errorf("invalid domain.check payload: %w", err)
+		}
+		switch pl.TLSMode {
+		case agentproto.TLSAuto, agentproto.TLSInternal, agentproto.TLSOff:
+		default:
+			return nil, nil, fmt.Errorf("invalid domain.check payload: tls_mode %q", pl.TLSMode)
+		}
+		res := p.CheckDomain(ctx, host, pl.TLSMode)
+		level := agentproto.LevelInfo
+		if res.DNSError != "" || res.CertError != "" {
+			level = agentproto.LevelWarn
+		}
+		events.Emit(level, fmt.Sprintf("%s resolves to %v", host, res.Addresses), res)
+		return res, nil, nil
+	})
+}

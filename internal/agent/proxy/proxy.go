@@ -1,0 +1,342 @@
+// Package proxy drives the server's reverse proxy, Caddy, through its admin
+// API: it renders the whole Caddy configuration from an
+// agentproto.ProxyConfig, with each site's upstream being its application's
+// live container, and loads it with POST /load, which Caddy applies
+// atomically. It also runs the proxy.apply and domain.check jobs.
+//
+// What Caddy 2.6 (Debian's) does with a load, and how this package copes:
+//   - A configuration refused while it is provisioned leaves the previous
+//     one serving, untouched. One that fails after its servers started
+//     (e.g. a certificate file name too long for the filesystem) leaves
+//     those servers serving next to the previous ones until Caddy
+//     restarts; hostnames are therefore checked here first (CheckHostname)
+//     and both servers always listen, so that later loads bind nothing new.
+//   - A reload binds new SO_REUSEPORT sockets and closes the old ones:
+//     requests on established connections are not lost, but a connection
+//     being set up in that instant may be reset (fewer with
+//     net.ipv4.tcp_migrate_req=1) or fail its TLS handshake.
+//   - A loaded configuration lives in Caddy's memory and its autosave; run
+//     Caddy with --resume (Debian's caddy-api.service) so that a restart
+//     of Caddy keeps it.
+//
+// The package imports agentproto, the agent runtime and the Docker client;
+// nothing of the control plane.
+package proxy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// Defaults of Settings.
+const (
+	DefaultAdminURL  = "http://127.0.0.1:2019"
+	DefaultHTTPPort  = 80
+	DefaultHTTPSPort = 443
+	DefaultAccessLog = "/var/log/caddy/capstan-access.log"
+
+	// loadTimeout bounds one POST /load: Caddy waits up to gracePeriod for
+	// the previous configuration's requests.
+	loadTimeout = 60 * time.Second
+	maxErrBytes = 64 << 10
+)
+
+// Settings say where Caddy is and what it serves on.
+type Settings struct {
+	// AdminURL is Caddy's admin API, http://host:port. The rendered
+	// configuration keeps the admin endpoint on that address.
+	AdminURL string
+	// HTTPPort and HTTPSPort are the ports Caddy listens on.
+	HTTPPort, HTTPSPort int
+	// ListenHost is the address Caddy's servers listen on; empty means
+	// every interface (tests use 127.0.0.1).
+	ListenHost string
+	// AccessLog is the file Caddy writes its JSON access log to.
+	AccessLog string
+	// ACMEEmail is the ACME account's e-mail for tls auto; may be empty.
+	ACMEEmail string
+	// DNSServer, ip:port, is the DNS server domain.check asks; empty means
+	// the host's resolver.
+	DNSServer string
+}
+
+// withDefaults fills the zero fields.
+func (s Settings) withDefaults() Settings {
+	s.AdminURL = cmp.Or(s.AdminURL, DefaultAdminURL)
+	s.HTTPPort = cmp.Or(s.HTTPPort, DefaultHTTPPort)
+	s.HTTPSPort = cmp.Or(s.HTTPSPort, DefaultHTTPSPort)
+	s.AccessLog = cmp.Or(s.AccessLog, DefaultAccessLog)
+	return s
+}
+
+// adminListen is the admin URL's host:port, kept as admin.listen so that a
+// /load does not move the admin endpoint.
+func (s Settings) adminListen() string {
+	u, err := url.Parse(s.AdminURL)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}
+
+// Check reports settings that cannot work.
+func (s Settings) Check() error {
+	s = s.withDefaults()
+	u, err := url.Parse(s.AdminURL)
+	if err != nil || u.Scheme != "http" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
+		return fmt.Errorf("caddy admin URL %q: want http://host:port", s.AdminURL)
+	}
+	for _, p := range []int{s.HTTPPort, s.HTTPSPort} {
+		if p < 1 || p > 65535 {
+			return fmt.Errorf("proxy port %d out of range", p)
+		}
+	}
+	if s.HTTPPort == s.HTTPSPort {
+		return fmt.Errorf("proxy HTTP and HTTPS ports are both %d", s.HTTPPort)
+	}
+	if s.ListenHost != "" {
+		if _, err := netip.ParseAddr(s.ListenHost); err != nil {
+			return fmt.Errorf("proxy listen host %q: want an IP address", s.ListenHost)
+		}
+	}
+	if s.DNSServer != "" {
+		if _, err := netAddrPort(s.DNSServer); err != nil {
+			return fmt.Errorf("DNS server %q: want ip:port", s.DNSServer)
+		}
+	}
+	return nil
+}
+
+// Docker lists containers; *client.Client (github.com/moby/moby/client)
+// satisfies it.
+type Docker interface {
+	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
+}
+
+// LocalDocker returns a client of the local engine (DOCKER_HOST, or the
+// default socket). Making it does not connect.
+func LocalDocker() (*client.Client, error) {
+	return client.New(client.FromEnv)
+}
+
+// Proxy applies proxy configurations to one Caddy. It is safe for
+// concurrent use; applies are serialized.
+type Proxy struct {
+	settings Settings
+	docker   Docker // nil: no discovery, sites without an override answer 503
+	hc       *http.Client
+
+	mu sync.Mutex // serializes applies; guards current
+	// current is the upstream of each app in the configuration loaded
+	// last.
+	current map[string]string
+	// beforeLoad, for tests, edits the rendered configuration.
+	beforeLoad func(*caddyConfig)
+}
+
+// New returns a Proxy for the Caddy of settings (zero fields: defaults).
+// docker finds the applications' live containers; nil disables that, and
+// then only the upstreams passed to Apply are served.
+func New(settings Settings, docker Docker) *Proxy {
+	return &Proxy{
+		settings: settings.withDefaults(),
+		docker:   docker,
+		hc:       &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}},
+	}
+}
+
+// Settings returns the proxy's settings, defaults filled in.
+func (p *Proxy) Settings() Settings { return p.settings }
+
+// Apply renders cfg into a whole Caddy configuration and loads it. The
+// upstream ("127.0.0.1:PORT") of an app in upstreams is that one; every
+// other app's is its live container's (found by Docker labels); a site
+// whose app has neither answers 503. Caddy applies a load atomically: when
+// it refuses one, the previous configuration keeps serving and the error
+// carries Caddy's message.
+func (p *Proxy) Apply(ctx context.Context, cfg agentproto.ProxyConfig, upstreams map[string]string) error {
+	_, err := p.apply(ctx, cfg, upstreams)
+	return err
+}
+
+// apply is Apply, returning the upstream of every app that has one.
+func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides map[string]string) (map[string]string, error) {
+	ss, err := sites(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("proxy configuration: %w", err)
+	}
+	for app, addr := range overrides {
+		if err := checkUpstream(addr); err != nil {
+			return nil, fmt.Errorf("app %s: %w", app, err)
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ups, err := p.upstreams(ctx, ss, overrides)
+	if err != nil {
+		return nil, err
+	}
+	c := render(p.settings, ss, ups)
+	if p.beforeLoad != nil {
+		p.beforeLoad(&c)
+	}
+	body, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.load(ctx, body); err != nil {
+		return nil, err
+	}
+	p.current = ups
+	return maps.Clone(ups), nil
+}
+
+// upstreams resolves the upstream of every app of ss.
+func (p *Proxy) upstreams(ctx context.Context, ss []site, overrides map[string]string) (map[string]string, error) {
+	ups := map[string]string{}
+	need := false
+	for _, s := range ss {
+		if addr, ok := overrides[s.appID]; ok {
+			ups[s.appID] = addr
+		} else {
+			need = true
+		}
+	}
+	if !need || p.docker == nil {
+		return ups, nil
+	}
+	live, err := liveContainers(ctx, p.docker)
+	if err != nil {
+		// Better the previous configuration than every site a 503.
+		return nil, err
+	}
+	for _, s := range ss {
+		addrs := live[s.appID]
+		if _, ok := ups[s.appID]; ok || len(addrs) == 0 {
+			continue
+		}
+		// While a release runs, an app has two containers: the one the
+		// proxy sends it to stays until the deployer switches (with an
+		// override), so that no apply picks a container not yet healthy
+		// or one about to be stopped.
+		if cur := p.current[s.appID]; slices.Contains(addrs, cur) {
+			ups[s.appID] = cur
+		} else {
+			ups[s.appID] = addrs[0]
+		}
+	}
+	return ups, nil
+}
+
+// LiveUpstreams maps app ids to the address of their live container: a
+// running container labelled agentproto.LabelApp whose container port
+// (label agentproto.LabelPort) is published on 127.0.0.1. When an app has
+// several (during a deploy), the newest is live.
+func LiveUpstreams(ctx context.Context, docker Docker) (map[string]string, error) {
+	live, err := liveContainers(ctx, docker)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for app, addrs := range live {
+		out[app] = addrs[0]
+	}
+	return out, nil
+}
+
+// liveContainers maps app ids to the addresses of their running
+// containers, newest first.
+func liveContainers(ctx context.Context, docker Docker) (map[string][]string, error) {
+	res, err := docker.ContainerList(ctx, client.ContainerListOptions{
+		Filters: client.Filters{}.Add("label", agentproto.LabelApp).Add("status", "running"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing application containers: %w", err)
+	}
+	items := slices.Clone(res.Items)
+	slices.SortStableFunc(items, func(a, b container.Summary) int { return cmp.Compare(b.Created, a.Created) })
+	out := map[string][]string{}
+	for _, c := range items {
+		app := c.Labels[agentproto.LabelApp]
+		if app == "" || c.State != container.StateRunning {
+			continue
+		}
+		cport, err := strconv.Atoi(c.Labels[agentproto.LabelPort])
+		if err != nil {
+			continue
+		}
+		for _, pt := range c.Ports {
+			if int(pt.PrivatePort) == cport && pt.PublicPort != 0 && (pt.Type == "" || pt.Type == "tcp") &&
+				pt.IP.IsValid() && pt.IP.IsLoopback() && pt.IP.Is4() {
+				out[app] = append(out[app], net.JoinHostPort(pt.IP.String(), strconv.Itoa(int(pt.PublicPort))))
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// load posts a whole configuration to Caddy's /load.
+func (p *Proxy) load(ctx context.Context, body []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	u := p.settings.AdminURL
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"/load", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := p.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("caddy admin API at %s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrBytes))
+	if resp.StatusCode == http.StatusOK {
+		return nil
+	}
+	var e struct {
+		Error string `json:"error"`
+	}
+	msg := string(bytes.TrimSpace(b))
+	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		msg = e.Error
+	}
+	return &LoadError{Status: resp.StatusCode, Message: msg}
+}
+
+// LoadError is Caddy refusing a configuration; the previous one still
+// serves.
+type LoadError struct {
+	Status  int
+	Message string // Caddy's error text
+}
+
+func (e *LoadError) Error() string {
+	return fmt.Sprintf("caddy refused the configuration (%d): %s", e.Status, e.Message)
+}
+
+// IsLoadError reports whether err is Caddy refusing a configuration.
+func IsLoadError(err error) bool {
+	var le *LoadError
+	return errors.As(err, &le)
+}
