@@ -296,7 +296,7 @@ func TestJobIdempotencyAndValidation(t *testing.T) {
 		field string
 	}{
 		{"unknown type", map[string]any{"type": "shell.exec", "payload": map[string]any{}}, "type"},
-		{"missing type", map[string]any{"payload": map[string]any{}}, ""}, // huma's required-property error names no field
+		{"missing type", map[string]any{"payload": map[string]any{}}, "type"},
 		{"unit with shell metacharacters", map[string]any{"type": "service.restart", "payload": map[string]any{"unit": "foo;rm -rf /.service"}}, "payload.unit"},
 		{"unit with a path", map[string]any{"type": "service.start", "payload": map[string]any{"unit": "../x.service"}}, "payload.unit"},
 		{"unit without .service", map[string]any{"type": "service.stop", "payload": map[string]any{"unit": "nginx"}}, "payload.unit"},

@@ -7,8 +7,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -29,6 +31,8 @@ type app struct {
 	servers  *servers.Service
 	metrics  *metrics.Service
 	logs     *logs.Service
+	apps     *apps.Service
+	domains  *domains.Service
 	schema   int64
 }
 
@@ -63,6 +67,10 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	js := jobs.NewService(st, key, now, logger)
 	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)
 	ms := metrics.NewService(st, srv, now, logger)
+	as := apps.NewService(st, js, srv, log, key, now, logger)
+	ds := domains.NewService(st, as, js, srv, log, now, logger)
+	// Request traffic ages out with the metrics' maintenance runs.
+	ms.AddMaintenance("request traffic retention", ds.PruneTraffic)
 	return &app{
 		store:    st,
 		key:      key,
@@ -73,6 +81,8 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		servers:  srv,
 		metrics:  ms,
 		logs:     logs.NewService(js, srv, ms),
+		apps:     as,
+		domains:  ds,
 		schema:   v,
 	}, nil
 }

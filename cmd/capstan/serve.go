@@ -14,6 +14,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentapi"
 	"github.com/capstan-dev/capstan/internal/httpapi"
+	"github.com/capstan-dev/capstan/internal/servers"
 )
 
 type serveCmd struct {
@@ -26,6 +27,7 @@ type serveCmd struct {
 	AgentDir      string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
 	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
 	MetricsEvery  time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
+	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
@@ -56,17 +58,40 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		agentDir = filepath.Dir(exe)
 	}
+	var pprofLn net.Listener
+	if c.PprofListen != "" {
+		if pprofLn, err = listenPprof(c.PprofListen); err != nil {
+			ln.Close()
+			return err
+		}
+		defer pprofLn.Close()
+	}
 	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer a.Close()
+	if pprofLn != nil {
+		log.Info("pprof listening", "addr", pprofLn.Addr().String())
+		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
+	}
 
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
+		Apps: a.apps, Domains: a.domains,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version}))
+	// Heartbeats are written in batches; the last batch is written after
+	// the HTTP server has shut down, before the store closes.
+	stopTouches := a.servers.StartTouchBatching(servers.TouchFlushInterval, log)
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := stopTouches(fctx); err != nil {
+			log.Error("writing the last heartbeats", "err", err.Error())
+		}
+	}()
 	bg, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	go a.jobs.RunReaper(bg, 2*time.Second)

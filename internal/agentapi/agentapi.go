@@ -195,5 +195,6 @@ func register(s *httpapi.Server, d Deps) {
 	})
 
 	registerMetrics(s)
+	registerRequests(s)
 	registerInstall(s, d)
 }

@@ -78,7 +78,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // withRequestContext gives every request an id, resolves the client
-// address, and writes one structured log line per request.
+// address, and writes one structured log line per request (at debug for
+// the agent protocol's successes).
 func (s *Server) withRequestContext(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -95,9 +96,18 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
+		// Agents make a few requests each every 10 s: thousands per
+		// second from a large fleet. Their successes are logged at debug;
+		// their failures, like every other request, at info or error.
 		level := slog.LevelInfo
-		if sw.status >= 500 {
+		switch {
+		case sw.status >= 500:
 			level = slog.LevelError
+		case sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/v1/"):
+			level = slog.LevelDebug
+		}
+		if !s.log.Enabled(r.Context(), level) {
+			return
 		}
 		s.log.LogAttrs(r.Context(), level, "request",
 			slog.String("request_id", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),

@@ -92,7 +92,7 @@ func init() {
 			}
 			if d, ok := e.(huma.ErrorDetailer); ok {
 				det := d.ErrorDetail()
-				p.Errors = append(p.Errors, fault.FieldError{Field: fieldName(det.Location), Message: det.Message})
+				p.Errors = append(p.Errors, fault.FieldError{Field: requiredField(fieldName(det.Location), det.Message), Message: det.Message})
 			} else if status == http.StatusUnprocessableEntity {
 				p.Errors = append(p.Errors, fault.FieldError{Message: e.Error()})
 			}
@@ -137,6 +137,22 @@ func fieldName(loc string) string {
 		return ""
 	}
 	return loc
+}
+
+// requiredField names the missing property of huma's "expected required
+// property NAME to be present", which huma locates at the object holding
+// it (field "" for a top-level property): the field is the property.
+func requiredField(field, msg string) string {
+	const prefix, suffix = "expected required property ", " to be present"
+	name, ok := strings.CutPrefix(msg, prefix)
+	if !ok || !strings.HasSuffix(name, suffix) {
+		return field
+	}
+	name = strings.TrimSuffix(name, suffix)
+	if field == "" {
+		return name
+	}
+	return field + "." + name
 }
 
 var kindStatus = map[fault.Kind]int{

@@ -17,8 +17,10 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 
+	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -35,6 +37,8 @@ type Deps struct {
 	Jobs     *jobs.Service
 	Metrics  *metrics.Service // optional; without it servers show no metrics and the metric views fail
 	Logs     *logs.Service
+	Apps     *apps.Service    // optional; without it the application endpoints fail
+	Domains  *domains.Service // optional; without it the domain endpoints fail
 	Logger   *slog.Logger
 	Version  string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
@@ -110,6 +114,8 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerJobs()
 	s.registerMetrics()
 	s.registerLogs()
+	s.registerApps()
+	s.registerDomains()
 	for _, m := range mounts {
 		m(s)
 	}

@@ -31,6 +31,11 @@ var types = map[string]TypeSpec{
 	agentproto.JobContainerRestart: {Timeout: 2 * time.Minute},
 	agentproto.JobContainerLogs:    {Timeout: time.Minute},
 	agentproto.JobLogsRead:         {Timeout: time.Minute},
+	agentproto.JobAppDeploy:        {Timeout: 15 * time.Minute},
+	agentproto.JobAppRemove:        {Timeout: 5 * time.Minute},
+	agentproto.JobAppLogs:          {Timeout: time.Minute},
+	agentproto.JobProxyApply:       {Timeout: 2 * time.Minute},
+	agentproto.JobDomainCheck:      {Timeout: time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.

@@ -2,8 +2,10 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -25,6 +27,27 @@ type Service struct {
 	servers Servers
 	now     func() time.Time
 	log     *slog.Logger
+
+	tasksMu sync.Mutex // guards tasks
+	tasks   []maintenanceTask
+}
+
+// MaintenanceTask is further work of the maintenance loop, such as the
+// retention of another package's time series. It returns how many rows it
+// deleted.
+type MaintenanceTask func(ctx context.Context, now time.Time) (int, error)
+
+type maintenanceTask struct {
+	name string
+	fn   MaintenanceTask
+}
+
+// AddMaintenance adds a task that every maintenance run does after its
+// own work.
+func (s *Service) AddMaintenance(name string, fn MaintenanceTask) {
+	s.tasksMu.Lock()
+	s.tasks = append(s.tasks, maintenanceTask{name: name, fn: fn})
+	s.tasksMu.Unlock()
 }
 
 // NewService returns a metrics service.
@@ -375,6 +398,16 @@ func (s *Service) Maintain(ctx context.Context) (MaintenanceStats, error) {
 		}
 		if n < pruneBatch {
 			break
+		}
+	}
+	s.tasksMu.Lock()
+	tasks := append([]maintenanceTask(nil), s.tasks...)
+	s.tasksMu.Unlock()
+	for _, t := range tasks {
+		n, err := t.fn(ctx, now)
+		st.RowsPruned += n
+		if err != nil {
+			return st, fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
 	return st, nil

@@ -52,6 +52,9 @@ type Store interface {
 	ServerByAgentToken(ctx context.Context, agentHash string) (srv Server, revoked bool, err error)
 	// TouchServer records a heartbeat, and new facts when not nil.
 	TouchServer(ctx context.Context, id, agentVersion string, facts *agentproto.Facts, now time.Time) error
+	// TouchServers records many heartbeats at once. None moves a server's
+	// last_seen_at back or touches a revoked server.
+	TouchServers(ctx context.Context, touches []Touch) error
 	// RevokeServer invalidates the agent token at once.
 	RevokeServer(ctx context.Context, id string, now time.Time) (Server, error)
 	// DeleteServer revokes and deletes the record.

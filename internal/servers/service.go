@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -40,6 +41,9 @@ type Service struct {
 	now           func() time.Time
 	publicURL     string
 	enrollmentTTL time.Duration
+
+	auth    *authCache                   // agent tokens checked recently
+	touches atomic.Pointer[touchBatcher] // nil: heartbeats are written at once
 }
 
 // NewService returns a server service. publicURL goes into install commands.
@@ -47,7 +51,8 @@ func NewService(store Store, j *jobs.Service, log *audit.Log, now func() time.Ti
 	if enrollmentTTL <= 0 {
 		enrollmentTTL = time.Hour
 	}
-	return &Service{store: store, jobs: j, audit: log, now: now, publicURL: strings.TrimRight(publicURL, "/"), enrollmentTTL: enrollmentTTL}
+	return &Service{store: store, jobs: j, audit: log, now: now, publicURL: strings.TrimRight(publicURL, "/"), enrollmentTTL: enrollmentTTL,
+		auth: newAuthCache(now, AgentAuthTTL)}
 }
 
 // Enrollment is a new server's one-time token and how to use it.
@@ -100,8 +105,14 @@ func (s *Service) enrollment(srv Server, token string, expires time.Time) Enroll
 	return Enrollment{Server: srv, Token: token, InstallCommand: s.InstallCommand(token), ExpiresAt: expires.UTC()}
 }
 
-// withStatus derives offline from the last heartbeat.
+// withStatus derives offline from the last heartbeat, counting the
+// heartbeats not yet written.
 func (s *Service) withStatus(srv Server) Server {
+	if b := s.touches.Load(); b != nil && srv.Status == Online {
+		if at, ok := b.seen(srv.ID); ok && (srv.LastSeenAt == nil || at.After(*srv.LastSeenAt)) {
+			srv.LastSeenAt = &at
+		}
+	}
 	if srv.Status == Online && srv.LastSeenAt != nil && s.now().Sub(*srv.LastSeenAt) > 3*jobs.HeartbeatInterval {
 		srv.Status = Offline
 	}
@@ -174,6 +185,7 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return Server{}, err
 	}
+	s.forgetAgent(id)
 	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
 		return Server{}, err
 	}
@@ -185,6 +197,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.store.DeleteServer(ctx, id, s.now()); err != nil {
 		return err
 	}
+	s.forgetAgent(id)
 	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
 		return err
 	}
@@ -220,12 +233,29 @@ func (s *Service) Enroll(ctx context.Context, c audit.Entry, req agentproto.Enro
 
 var errBadEnrollment = fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, already used or expired. Create a new enrollment.")
 
-// Authenticate resolves an agent token to its server.
+// forgetAgent drops what this process remembers of a server's agent once
+// its credential is revoked: its cached token, so that the next request
+// with it is refused, and its pending heartbeat.
+func (s *Service) forgetAgent(id string) {
+	s.auth.invalidate(id)
+	if b := s.touches.Load(); b != nil {
+		b.drop(id)
+	}
+}
+
+// Authenticate resolves an agent token to its server. A token checked
+// within AgentAuthTTL is accepted from memory; the server it returns is
+// as the store had it then (only its ID is meant to be used).
 func (s *Service) Authenticate(ctx context.Context, token string) (Server, error) {
 	if !strings.HasPrefix(token, agentproto.AgentTokenPrefix) || len(token) > 100 {
 		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
 	}
-	srv, revoked, err := s.store.ServerByAgentToken(ctx, ids.Hash(token))
+	hash := ids.Hash(token)
+	if srv, ok := s.auth.get(hash); ok {
+		return srv, nil
+	}
+	gen, checked := s.auth.generation(), s.now()
+	srv, revoked, err := s.store.ServerByAgentToken(ctx, hash)
 	if fault.Is(err, fault.NotFound) {
 		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
 	}
@@ -235,6 +265,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Server, error
 	if revoked {
 		return Server{}, fault.Unauthenticatedf("agent-revoked", "This server's agent credential was revoked. The agent must stop.")
 	}
+	s.auth.put(hash, srv, gen, checked)
 	return srv, nil
 }
 
@@ -247,7 +278,9 @@ func (s *Service) Heartbeat(ctx context.Context, srv Server, req agentproto.Hear
 		return agentproto.HeartbeatResponse{}, err
 	}
 	now := s.now().UTC()
-	if err := s.store.TouchServer(ctx, srv.ID, req.AgentVersion, req.Facts, now); err != nil {
+	if b := s.touches.Load(); b != nil && req.Facts == nil {
+		b.add(Touch{ServerID: srv.ID, AgentVersion: req.AgentVersion, At: now})
+	} else if err := s.store.TouchServer(ctx, srv.ID, req.AgentVersion, req.Facts, now); err != nil {
 		return agentproto.HeartbeatResponse{}, err
 	}
 	return agentproto.HeartbeatResponse{Config: AgentConfig(), ServerTime: now}, nil

@@ -163,11 +163,18 @@ func (s *Store) CancelJob(ctx context.Context, id string, now time.Time) (jobs.J
 	return j, err
 }
 
-// ClaimJob moves the oldest queued job of the server to running.
+// ClaimJob moves the oldest queued job of the server to running. Most
+// claims find nothing: that is found out with a read, and only a claim
+// that has a job to take opens a write transaction.
 func (s *Store) ClaimJob(ctx context.Context, serverID string, now time.Time) (jobs.Job, bool, error) {
+	var queued int
+	err := s.getR(ctx, &queued, `SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE server_id = ? AND status = 'queued' LIMIT 1) q`, serverID)
+	if err != nil || queued == 0 {
+		return jobs.Job{}, false, err
+	}
 	var j jobs.Job
 	var ok bool
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
 		for attempt := 0; attempt < 3; attempt++ {
 			var id string
 			err := tx.GetContext(ctx, &id, tx.Rebind(`SELECT id FROM jobs WHERE server_id = ? AND status = 'queued' ORDER BY id LIMIT 1`), serverID)

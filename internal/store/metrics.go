@@ -142,29 +142,32 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 			newest = i
 		}
 	}
+	// SQLite: the statements this report needs are prepared before its
+	// transaction (see stmtcache.go).
+	queries := []string{latestUpsertSQL, dirtyHoursSQL(1)}
+	for start := 0; start < len(args); start += insertChunk {
+		queries = append(queries, sampleInsertSQL(min(insertChunk, len(args)-start)))
+	}
+	if err := s.prepareWrites(ctx, queries...); err != nil {
+		return 0, err
+	}
 	var inserted []int64
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+	unit := func(ctx context.Context, tx *sqlx.Tx) error {
 		inserted = inserted[:0]
 		// The latest sample first: on PostgreSQL this locks the server's
 		// row, which the rollup of the server takes too.
 		l := samples[newest]
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO metric_latest (server_id, at, cpu_percent, load1, memory_used_percent, disk_used_percent, uptime_seconds)
-			VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (server_id) DO UPDATE SET at = excluded.at, cpu_percent = excluded.cpu_percent, load1 = excluded.load1,
-				memory_used_percent = excluded.memory_used_percent, disk_used_percent = excluded.disk_used_percent, uptime_seconds = excluded.uptime_seconds
-			WHERE excluded.at > metric_latest.at`),
+		if _, err := s.execIn(ctx, tx, latestUpsertSQL,
 			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds)); err != nil {
 			return err
 		}
 		for start := 0; start < len(args); start += insertChunk {
 			chunk := args[start:min(start+insertChunk, len(args))]
-			values := strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", len(chunk)), ", ")
 			flat := make([]any, 0, len(chunk)*sampleColumnCount)
 			for _, a := range chunk {
 				flat = append(flat, a...)
 			}
-			rows, err := tx.QueryContext(ctx, tx.Rebind(`INSERT INTO metric_samples (`+sampleColumns+`) VALUES `+values+`
-				ON CONFLICT (server_id, at) DO NOTHING RETURNING at`), flat...)
+			rows, err := s.queryIn(ctx, tx, sampleInsertSQL(len(chunk)), flat...)
 			if err != nil {
 				return err
 			}
@@ -197,13 +200,11 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 		}
 		if len(dirty) > 0 {
 			hours := sortedKeys(dirty)
-			q := `INSERT INTO metric_dirty_hours (server_id, hour) VALUES ` +
-				strings.TrimSuffix(strings.Repeat("(?, ?), ", len(hours)), ", ") + ` ON CONFLICT (server_id, hour) DO NOTHING`
 			a := make([]any, 0, 2*len(hours))
 			for _, h := range hours {
 				a = append(a, serverID, h)
 			}
-			if _, err := tx.ExecContext(ctx, tx.Rebind(q), a...); err != nil {
+			if _, err := s.execIn(ctx, tx, dirtyHoursSQL(len(hours)), a...); err != nil {
 				return err
 			}
 		}
@@ -219,8 +220,37 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 			}
 		}
 		return nil
-	})
+	}
+	var err error
+	if s.group != nil {
+		// SQLite: committed together with other reports that arrive
+		// meanwhile (see groupcommit.go).
+		err = s.group.do(ctx, unit)
+	} else {
+		err = s.tx(ctx, func(tx *sqlx.Tx) error { return unit(ctx, tx) })
+	}
 	return len(inserted), err
+}
+
+// latestUpsertSQL stores a server's newest sample, unless it has a newer one.
+const latestUpsertSQL = `INSERT INTO metric_latest (server_id, at, cpu_percent, load1, memory_used_percent, disk_used_percent, uptime_seconds)
+	VALUES (?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (server_id) DO UPDATE SET at = excluded.at, cpu_percent = excluded.cpu_percent, load1 = excluded.load1,
+		memory_used_percent = excluded.memory_used_percent, disk_used_percent = excluded.disk_used_percent, uptime_seconds = excluded.uptime_seconds
+	WHERE excluded.at > metric_latest.at`
+
+// sampleInsertSQL inserts n samples, returning the times of those that
+// were not stored already.
+func sampleInsertSQL(n int) string {
+	values := strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", n), ", ")
+	return `INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + values + `
+		ON CONFLICT (server_id, at) DO NOTHING RETURNING at`
+}
+
+// dirtyHoursSQL marks n hours of a server for a rollup.
+func dirtyHoursSQL(n int) string {
+	return `INSERT INTO metric_dirty_hours (server_id, hour) VALUES ` +
+		strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") + ` ON CONFLICT (server_id, hour) DO NOTHING`
 }
 
 func sortedKeys[V any](m map[int64]V) []int64 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -138,11 +140,13 @@ func (s *Store) RedeemEnrollment(ctx context.Context, enrollHash, agentHash stri
 
 // ServerByAgentToken resolves an agent token.
 func (s *Store) ServerByAgentToken(ctx context.Context, agentHash string) (servers.Server, bool, error) {
-	srv, err := s.serverWhere(ctx, s.r, "agent_token_hash = ?", agentHash)
+	var r serverRow
+	err := s.getR(ctx, &r, `SELECT `+serverColumns+` FROM servers WHERE agent_token_hash = ?`, agentHash)
 	if err == nil {
-		return srv, srv.Status == servers.Revoked, nil
+		srv, err := r.server()
+		return srv, srv.Status == servers.Revoked, err
 	}
-	if !fault.Is(err, fault.NotFound) {
+	if !notFound(err) {
 		return servers.Server{}, false, err
 	}
 	var serverID string
@@ -167,6 +171,54 @@ func (s *Store) TouchServer(ctx context.Context, id, agentVersion string, facts 
 			ms(now), agentVersion, id)
 	}
 	return err
+}
+
+// touchSQL records one heartbeat of a batch.
+const touchSQL = `UPDATE servers SET last_seen_at = ?, agent_version = ?, status = 'online'
+	WHERE id = ? AND status != 'revoked' AND (last_seen_at IS NULL OR last_seen_at < ?)`
+
+// touchChunk is how many heartbeats one transaction of TouchServers
+// writes, so that the single SQLite writer is not held for long.
+const touchChunk = 250
+
+// TouchServers records many heartbeats, in id order (so that concurrent
+// batches of several control planes lock rows in the same order). A
+// heartbeat older than the stored one, or of a revoked server, changes
+// nothing.
+func (s *Store) TouchServers(ctx context.Context, touches []servers.Touch) error {
+	touches = slices.Clone(touches)
+	slices.SortFunc(touches, func(a, b servers.Touch) int { return strings.Compare(a.ServerID, b.ServerID) })
+	for len(touches) > 0 {
+		chunk := touches[:min(touchChunk, len(touches))]
+		touches = touches[len(chunk):]
+		var err error
+		if s.dialect == Postgres {
+			ids, versions, ats := make([]string, len(chunk)), make([]string, len(chunk)), make([]int64, len(chunk))
+			for i, t := range chunk {
+				ids[i], versions[i], ats[i] = t.ServerID, t.AgentVersion, ms(t.At)
+			}
+			_, err = s.w.ExecContext(ctx, `UPDATE servers SET last_seen_at = t.at, agent_version = t.version, status = 'online'
+				FROM unnest($1::text[], $2::text[], $3::bigint[]) AS t(id, version, at)
+				WHERE servers.id = t.id AND servers.status != 'revoked' AND (servers.last_seen_at IS NULL OR servers.last_seen_at < t.at)`,
+				ids, versions, ats)
+		} else {
+			if err := s.prepareWrites(ctx, touchSQL); err != nil {
+				return err
+			}
+			err = s.tx(ctx, func(tx *sqlx.Tx) error {
+				for _, t := range chunk {
+					if _, err := s.execIn(ctx, tx, touchSQL, ms(t.At), t.AgentVersion, t.ServerID, ms(t.At)); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func revokeTx(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) error {

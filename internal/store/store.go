@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -54,6 +55,10 @@ type Store struct {
 	// connection (SQLite allows one writer at a time, and queueing writers in
 	// Go is cheaper than retrying on SQLITE_BUSY). For PostgreSQL r == w.
 	r, w *sqlx.DB
+
+	stmts     stmtCache    // SQLite: prepared statements of hot queries
+	stmtCount atomic.Int64 // how many stmts holds
+	group     *groupCommitter
 }
 
 // Open connects to the database named by databaseURL: empty means the SQLite
@@ -94,6 +99,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
 	s := &Store{dialect: SQLite, r: r, w: w}
+	s.group = newGroupCommitter(s)
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -131,6 +137,10 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close closes the connections.
 func (s *Store) Close() error {
+	if s.group != nil {
+		s.group.stop()
+	}
+	s.closeStmts()
 	err := s.w.Close()
 	if s.r != s.w {
 		err = errors.Join(err, s.r.Close())

@@ -1,0 +1,232 @@
+// Package apps owns applications and their deployments on the control
+// plane. An application is a container image run on one server behind the
+// server's reverse proxy; a deployment is one release of it: a frozen copy
+// of the application's settings (image, port, health path, environment,
+// memory limit) queued as an app.deploy job on the server's agent.
+//
+// One deployment runs at a time per application. A new deployment is
+// created queued; its job is enqueued only when no other deployment of the
+// application holds the application's slot (stored status running, which
+// the database guarantees with a partial unique index). When the running
+// deployment ends, the completion hook dispatches the next one: the newest
+// queued deployment runs and older queued ones are superseded.
+//
+// Environment values are secrets: sealed at rest (bound to the application
+// or deployment id), handed to the agent only through the deploy job's
+// secrets, shown decrypted to administrators in the application's detail
+// and never in lists, jobs, logs or audit entries.
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+// ID prefixes.
+const (
+	AppIDPrefix        = "app"
+	DeploymentIDPrefix = "dep"
+)
+
+// Application states (stored). Removal is a job on the agent; the
+// application is deleted when it succeeds.
+const (
+	StateActive        = "active"
+	StateRemoving      = "removing"
+	StateRemovalFailed = "removal_failed"
+)
+
+// Application statuses (derived, as the API shows them).
+const (
+	AppNew           = "new"            // never deployed
+	AppDeploying     = "deploying"      // a deployment is queued or running
+	AppRunning       = "running"        // a deployment succeeded and none is in progress
+	AppFailed        = "failed"         // the latest deployment failed and none ever succeeded
+	AppRemoving      = "removing"       // app.remove is queued or running
+	AppRemovalFailed = "removal_failed" // app.remove failed; the application stays
+)
+
+// Deployment statuses.
+const (
+	Queued     = "queued"
+	Running    = "running"
+	Succeeded  = "succeeded"
+	Failed     = "failed"
+	Cancelled  = "cancelled"
+	Superseded = "superseded"
+)
+
+// Source types.
+const (
+	SourceImage = "image"
+	SourceGit   = "git"
+)
+
+// Defaults and limits.
+const (
+	DefaultHealthPath = "/"
+	// HealthTimeoutSeconds bounds the agent's wait for a healthy answer.
+	HealthTimeoutSeconds = 60
+	// KeepImages is how many succeeded deployments' images the agent
+	// keeps for rollbacks.
+	KeepImages = 5
+	// Listing limits of deployments.
+	DefaultDeploymentLimit = 30
+	MaxDeploymentLimit     = 100
+)
+
+// Source is where an application's image comes from.
+type Source struct {
+	Type           string `json:"type" enum:"image,git" doc:"image: a Docker image reference. git: a repository (not available yet)"`
+	Image          string `json:"image,omitempty" doc:"type image: registry/namespace/name[:tag][@sha256:…]"`
+	InstallationID int64  `json:"installation_id,omitempty" doc:"type git: the Git provider installation"`
+	RepoID         int64  `json:"repo_id,omitempty" doc:"type git: the repository"`
+	Branch         string `json:"branch,omitempty" doc:"type git: the branch to build"`
+}
+
+// EnvVar is one environment variable of an application.
+type EnvVar struct {
+	Key   string `json:"key" doc:"[A-Za-z_][A-Za-z0-9_]*, unique"`
+	Value string `json:"value" doc:"At most 32 KiB"`
+}
+
+// App is an application as stored.
+type App struct {
+	ID            string
+	ServerID      string
+	Name          string
+	Source        Source
+	ContainerPort int
+	HealthPath    string
+	EnvKeys       []string
+	AutoDeploy    bool
+	MemoryLimit   string
+	State         string
+	// CurrentDeploymentID is the live deployment: the last that succeeded.
+	CurrentDeploymentID string
+	RemoveJobID         string
+	RemoveError         string
+	CreatedBy           string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
+
+	// Derived by the store's reads.
+	LatestStatus string // status of the newest deployment, "" if none
+	InProgress   bool   // a deployment is queued or running
+}
+
+// Spec is the frozen specification of a deployment: what it deploys.
+// Environment values are not part of it; they are sealed with the
+// deployment.
+type Spec struct {
+	AppName       string   `json:"app_name" doc:"The application's name when the deployment was created"`
+	Image         string   `json:"image" doc:"The image reference deployed"`
+	ImageID       string   `json:"pinned_image_id,omitempty" doc:"Rollbacks: the exact local image id to run"`
+	ContainerPort int      `json:"container_port"`
+	HealthPath    string   `json:"health_path"`
+	EnvKeys       []string `json:"env_keys" doc:"Names of the environment variables; the values are never shown here"`
+	MemoryLimit   string   `json:"memory_limit" doc:"e.g. 512m; empty for none"`
+	// MemoryLimitBytes is MemoryLimit in bytes; 0 for none.
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+}
+
+// DeploymentRecord is one release of an application, as stored.
+type DeploymentRecord struct {
+	ID           string
+	AppID        string
+	ServerID     string
+	Status       string // stored: running means it holds the app's slot
+	Spec         Spec
+	Ref          string
+	RollbackOf   string
+	JobID        string
+	ImageID      string
+	Result       json.RawMessage
+	Error        string
+	CreatedBy    string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+	DispatchedAt *time.Time
+	FinishedAt   *time.Time
+
+	// Joined from the job, "" without one.
+	JobStatus    string
+	JobStartedAt *time.Time
+}
+
+// Finish is the outcome of a dispatched deployment.
+type Finish struct {
+	Status  string // Succeeded, Failed or Cancelled
+	Error   string
+	Result  json.RawMessage
+	ImageID string
+	At      time.Time
+}
+
+// Store persists applications and deployments.
+type Store interface {
+	// InsertApp stores a new application; a name taken on the server is
+	// fault.Conflict "application-name-taken".
+	InsertApp(ctx context.Context, a App, sealedEnv string) error
+	// App returns an application; fault.NotFound if none.
+	App(ctx context.Context, id string) (App, error)
+	// AppEnv returns an application's sealed environment ("" if none).
+	AppEnv(ctx context.Context, id string) (string, error)
+	// ListApps returns applications, oldest first; serverID "" means all.
+	ListApps(ctx context.Context, serverID string) ([]App, error)
+	// UpdateApp replaces an application's settings (not its state);
+	// sealedEnv nil keeps the environment.
+	UpdateApp(ctx context.Context, a App, sealedEnv *string) error
+	// SetAppState moves an application from one of the states in from to
+	// state, with the removal job and error; fault.Conflict
+	// "application-removing" when it is in none of them.
+	SetAppState(ctx context.Context, id string, from []string, state, removeJobID, removeError string, now time.Time) error
+	// DeleteApp deletes an application with its deployments and domains.
+	DeleteApp(ctx context.Context, id string) error
+	// AppByRemoveJob returns the application being removed by a job.
+	AppByRemoveJob(ctx context.Context, jobID string) (App, error)
+
+	// InsertDeployment stores a queued deployment.
+	InsertDeployment(ctx context.Context, d DeploymentRecord, sealedEnv string) error
+	// Deployment returns a deployment with its job's status.
+	Deployment(ctx context.Context, id string) (DeploymentRecord, error)
+	// DeploymentEnv returns a deployment's sealed environment ("" if none).
+	DeploymentEnv(ctx context.Context, id string) (string, error)
+	// ListDeployments returns deployments newest first; appID "" means
+	// every application's.
+	ListDeployments(ctx context.Context, appID string, limit int) ([]DeploymentRecord, error)
+	// ClaimDeployment gives the application's slot to its newest queued
+	// deployment and supersedes the older queued ones, unless a deployment
+	// holds the slot already or the application is being removed. ok is
+	// false when nothing was claimed.
+	ClaimDeployment(ctx context.Context, appID string, now time.Time) (d DeploymentRecord, superseded []string, ok bool, err error)
+	// SetDeploymentJob records the job of a running deployment that has
+	// none yet.
+	SetDeploymentJob(ctx context.Context, id, jobID string, now time.Time) error
+	// FinishDeployment ends a running deployment; on success the
+	// application's current deployment becomes it. false when it was not
+	// running.
+	FinishDeployment(ctx context.Context, id string, f Finish) (bool, error)
+	// CancelQueuedDeployments cancels the queued deployments (those
+	// without a job) of an application, or only the one named by id when
+	// id is not empty; it returns the ids cancelled.
+	CancelQueuedDeployments(ctx context.Context, appID, id string, now time.Time) ([]string, error)
+	// SucceededImageIDs returns the resolved image ids of the newest
+	// succeeded deployments of an application, newest first, distinct.
+	SucceededImageIDs(ctx context.Context, appID string, limit int) ([]string, error)
+	// RunningDeployments returns the deployments that hold their
+	// application's slot (with their jobs' statuses); appID "" means all.
+	RunningDeployments(ctx context.Context, appID string) ([]DeploymentRecord, error)
+
+	// ProxySites returns the sites of every domain of the server's
+	// applications that are not being removed, by hostname.
+	ProxySites(ctx context.Context, serverID string) ([]agentproto.ProxySite, error)
+
+	// JobByIdempotencyKey finds a deployment's job after an interrupted
+	// dispatch (jobs.Store).
+	JobByIdempotencyKey(ctx context.Context, serverID, key string) (jobs.Job, error)
+}

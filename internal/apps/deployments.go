@@ -1,0 +1,527 @@
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+// dispatchGrace is how long a deployment may hold its application's slot
+// without a job before a reconcile enqueues the job again (the process
+// that dispatched it stopped between the two steps).
+const dispatchGrace = 30 * time.Second
+
+// idempotencyKey makes the deploy job of a deployment unique on its server.
+func idempotencyKey(deploymentID string) string { return "deployment:" + deploymentID }
+
+// Deployment is a deployment as the API shows it.
+type Deployment struct {
+	ID            string                   `json:"id"`
+	ApplicationID string                   `json:"application_id"`
+	ServerID      string                   `json:"server_id"`
+	Status        string                   `json:"status" enum:"queued,running,succeeded,failed,cancelled,superseded" doc:"queued until the agent takes its job (it waits for the application's previous deployment first), then running; superseded when a newer deployment was queued behind it"`
+	Spec          Spec                     `json:"spec" doc:"What it deploys, frozen when it was created"`
+	Ref           string                   `json:"ref,omitempty" doc:"The image reference given for this deployment, overriding the application's"`
+	RollbackOf    *string                  `json:"rollback_of" doc:"The deployment this one rolls back to"`
+	JobID         *string                  `json:"job_id" doc:"Its app.deploy job; null while it waits for the application's previous deployment"`
+	ImageID       string                   `json:"image_id" doc:"The local image id the agent ran (from its result); empty until it succeeded"`
+	Result        *agentproto.DeployResult `json:"result" doc:"The agent's result; null until it succeeded"`
+	Error         *string                  `json:"error" doc:"Why it failed or was cancelled"`
+	CreatedBy     string                   `json:"created_by,omitempty"`
+	CreatedAt     time.Time                `json:"created_at"`
+	StartedAt     *time.Time               `json:"started_at" doc:"When the agent took its job"`
+	FinishedAt    *time.Time               `json:"finished_at"`
+}
+
+// DeploymentDetail is a deployment with its job's events and output.
+type DeploymentDetail struct {
+	Deployment
+	Job    *jobs.Job    `json:"job" doc:"Its app.deploy job (with output); null while it waits"`
+	Events []jobs.Event `json:"events" doc:"The job's progress events"`
+}
+
+// status is what the API shows: a deployment holding the slot is queued
+// until the agent takes its job.
+func (d DeploymentRecord) status() string {
+	if d.Status != Running {
+		return d.Status
+	}
+	switch jobs.Status(d.JobStatus) {
+	case jobs.Running:
+		return Running
+	case jobs.Succeeded:
+		return Succeeded
+	case jobs.Failed:
+		return Failed
+	case jobs.Cancelled:
+		return Cancelled
+	default:
+		return Queued
+	}
+}
+
+func (d DeploymentRecord) view() Deployment {
+	v := Deployment{ID: d.ID, ApplicationID: d.AppID, ServerID: d.ServerID, Status: d.status(), Spec: d.Spec, Ref: d.Ref,
+		RollbackOf: strp(d.RollbackOf), JobID: strp(d.JobID), ImageID: d.ImageID, Error: strp(d.Error),
+		CreatedBy: d.CreatedBy, CreatedAt: d.CreatedAt, StartedAt: d.JobStartedAt, FinishedAt: d.FinishedAt}
+	if v.Spec.EnvKeys == nil {
+		v.Spec.EnvKeys = []string{}
+	}
+	if d.Status == Succeeded && len(d.Result) > 0 {
+		var r agentproto.DeployResult
+		if json.Unmarshal(d.Result, &r) == nil {
+			v.Result = &r
+		}
+	}
+	return v
+}
+
+func specOf(a App, ref string) (Spec, error) {
+	mem, p := ParseMemory(a.MemoryLimit)
+	if p != "" {
+		return Spec{}, fault.Conflictf("invalid-settings", "The application's memory limit %s", p)
+	}
+	image := a.Source.Image
+	if ref != "" {
+		image = ref
+	}
+	if a.Source.Type != SourceImage {
+		return Spec{}, fault.Invalidf("source.type", "git sources are not available yet")
+	}
+	return Spec{AppName: a.Name, Image: image, ContainerPort: a.ContainerPort, HealthPath: a.HealthPath,
+		EnvKeys: a.EnvKeys, MemoryLimit: a.MemoryLimit, MemoryLimitBytes: mem}, nil
+}
+
+// Deploy queues a deployment of the application's current settings; ref,
+// when set, overrides the image reference for this deployment only. The
+// deployment's job is enqueued at once unless another deployment of the
+// application holds its slot.
+func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, appID, ref string) (DeploymentDetail, error) {
+	if ref != "" {
+		if p := ImageProblem(ref); p != "" {
+			return DeploymentDetail{}, fault.Invalidf("ref", "%s", p)
+		}
+	}
+	a, err := s.store.App(ctx, appID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	if a.State == StateRemoving {
+		return DeploymentDetail{}, errRemoving()
+	}
+	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
+		return DeploymentDetail{}, err
+	}
+	spec, err := specOf(a, ref)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	sealed, err := s.store.AppEnv(ctx, appID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	env, err := s.openEnv("applications", appID, sealed)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	d, err := s.queue(ctx, a, spec, env, ref, "", actor.ID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	if err := s.record(ctx, actor, c, ActionDeploymentCreated, "application", appID, map[string]any{
+		"deployment_id": d.ID, "image": spec.Image}); err != nil {
+		return DeploymentDetail{}, err
+	}
+	return s.settleAndGet(ctx, d)
+}
+
+// Rollback queues a new deployment with the frozen specification and
+// environment of an earlier one that succeeded, pinned to the exact image
+// the agent ran then. If that image is gone from the server the agent
+// fails the job, and so the deployment, saying so.
+func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry, deploymentID string) (DeploymentDetail, error) {
+	old, err := s.store.Deployment(ctx, deploymentID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	if old.Status != Succeeded || old.ImageID == "" {
+		return DeploymentDetail{}, fault.Conflictf("deployment-not-succeeded",
+			"Only a deployment that succeeded (and so has an image id) can be rolled back to; this one is %s.", old.status())
+	}
+	a, err := s.store.App(ctx, old.AppID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	if a.State == StateRemoving {
+		return DeploymentDetail{}, errRemoving()
+	}
+	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
+		return DeploymentDetail{}, err
+	}
+	sealed, err := s.store.DeploymentEnv(ctx, old.ID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	env, err := s.openEnv("deployments", old.ID, sealed)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	spec := old.Spec
+	spec.ImageID = old.ImageID
+	d, err := s.queue(ctx, a, spec, env, old.Ref, old.ID, actor.ID)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	if err := s.record(ctx, actor, c, ActionRollback, "application", a.ID, map[string]any{
+		"deployment_id": d.ID, "rollback_of": old.ID, "image": spec.Image, "image_id": spec.ImageID}); err != nil {
+		return DeploymentDetail{}, err
+	}
+	return s.settleAndGet(ctx, d)
+}
+
+// queue stores a queued deployment with its environment sealed to it.
+func (s *Service) queue(ctx context.Context, a App, spec Spec, env []EnvVar, ref, rollbackOf, createdBy string) (DeploymentRecord, error) {
+	now := s.now().UTC()
+	if spec.EnvKeys == nil {
+		spec.EnvKeys = []string{}
+	}
+	d := DeploymentRecord{ID: ids.NewAt(DeploymentIDPrefix, now), AppID: a.ID, ServerID: a.ServerID, Status: Queued,
+		Spec: spec, Ref: ref, RollbackOf: rollbackOf, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
+	sealed, err := s.sealEnv("deployments", d.ID, env)
+	if err != nil {
+		return DeploymentRecord{}, err
+	}
+	return d, s.store.InsertDeployment(ctx, d, sealed)
+}
+
+// settleAndGet dispatches what can start and returns the deployment. A
+// failure to dispatch is logged: the deployment exists, and the next
+// read of the application or deployment dispatches it.
+func (s *Service) settleAndGet(ctx context.Context, d DeploymentRecord) (DeploymentDetail, error) {
+	if err := s.reconcile(ctx, d.AppID); err != nil {
+		s.log.ErrorContext(ctx, "dispatching deployments", "app_id", d.AppID, "err", err.Error())
+	}
+	return s.deploymentDetail(ctx, d.ID)
+}
+
+// GetDeployment returns a deployment with its job, events and output.
+func (s *Service) GetDeployment(ctx context.Context, id string) (DeploymentDetail, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	if d.Status == Running || d.Status == Queued {
+		if err := s.reconcile(ctx, d.AppID); err != nil {
+			s.log.WarnContext(ctx, "settling deployments", "app_id", d.AppID, "err", err.Error())
+		}
+	}
+	return s.deploymentDetail(ctx, id)
+}
+
+func (s *Service) deploymentDetail(ctx context.Context, id string) (DeploymentDetail, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	out := DeploymentDetail{Deployment: d.view(), Events: []jobs.Event{}}
+	if d.JobID != "" {
+		j, ev, err := s.jobs.Get(ctx, d.JobID)
+		if err != nil && !fault.Is(err, fault.NotFound) {
+			return DeploymentDetail{}, err
+		}
+		if err == nil {
+			out.Job = &j
+			if ev != nil {
+				out.Events = ev
+			}
+		}
+	}
+	return out, nil
+}
+
+// ListDeployments returns deployments newest first: of one application, or
+// of all when appID is "". limit is 1 to 100; 0 means 30.
+func (s *Service) ListDeployments(ctx context.Context, appID string, limit int) ([]Deployment, error) {
+	if limit == 0 {
+		limit = DefaultDeploymentLimit
+	}
+	if limit < 1 || limit > MaxDeploymentLimit {
+		return nil, fault.Invalidf("limit", "must be between 1 and %d", MaxDeploymentLimit)
+	}
+	if appID != "" {
+		if _, err := s.store.App(ctx, appID); err != nil {
+			return nil, err
+		}
+	}
+	list, err := s.store.ListDeployments(ctx, appID, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Deployment, len(list))
+	for i, d := range list {
+		out[i] = d.view()
+	}
+	return out, nil
+}
+
+// CancelDeployment cancels a queued deployment: one that waits for the
+// application's previous deployment, or whose job the agent has not taken
+// yet (the job is cancelled with it). 409 otherwise.
+func (s *Service) CancelDeployment(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (DeploymentDetail, error) {
+	d, err := s.store.Deployment(ctx, id)
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	notQueued := func(status string) error {
+		return fault.Conflictf("deployment-not-queued", "Only a queued deployment can be cancelled; this one is %s.", status)
+	}
+	switch {
+	case d.Status == Queued:
+		done, err := s.store.CancelQueuedDeployments(ctx, d.AppID, d.ID, s.now().UTC())
+		if err != nil {
+			return DeploymentDetail{}, err
+		}
+		if len(done) == 0 {
+			cur, err := s.store.Deployment(ctx, id)
+			if err != nil {
+				return DeploymentDetail{}, err
+			}
+			return DeploymentDetail{}, notQueued(cur.status())
+		}
+	case d.Status == Running && d.JobID != "" && jobs.Status(d.JobStatus) == jobs.Queued:
+		// The job's completion hook cancels the deployment and starts
+		// the next one.
+		if _, err := s.jobs.Cancel(ctx, d.JobID); err != nil {
+			if fault.Is(err, fault.Conflict) {
+				return DeploymentDetail{}, notQueued(Running)
+			}
+			return DeploymentDetail{}, err
+		}
+	default:
+		return DeploymentDetail{}, notQueued(d.status())
+	}
+	if err := s.record(ctx, actor, c, ActionDeploymentCancelled, "application", d.AppID, map[string]any{"deployment_id": d.ID}); err != nil {
+		return DeploymentDetail{}, err
+	}
+	return s.deploymentDetail(ctx, id)
+}
+
+// reconcile settles an application's deployments: it applies the outcome
+// of jobs that ended without their completion hook (a server revoked
+// while its job ran, a control plane that stopped between the two),
+// re-enqueues the job of a dispatch that was interrupted, settles an
+// interrupted removal, and dispatches the next deployment when the slot is
+// free.
+func (s *Service) reconcile(ctx context.Context, appID string) error {
+	a, err := s.store.App(ctx, appID)
+	if err != nil {
+		return err
+	}
+	if a.State == StateRemoving && a.RemoveJobID != "" {
+		if j, _, err := s.jobs.Get(ctx, a.RemoveJobID); err == nil && j.Status.Finished() {
+			if err := s.removeFinished(ctx, j); err != nil {
+				return err
+			}
+			if j.Status == jobs.Succeeded {
+				return nil
+			}
+		}
+	}
+	running, err := s.store.RunningDeployments(ctx, appID)
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	for _, d := range running {
+		switch {
+		case d.JobID != "" && jobs.Status(d.JobStatus).Finished():
+			j, _, err := s.jobs.Get(ctx, d.JobID)
+			if err != nil {
+				return err
+			}
+			if err := s.deployFinished(ctx, j); err != nil {
+				return err
+			}
+		case d.JobID == "" && d.DispatchedAt != nil && now.Sub(*d.DispatchedAt) > dispatchGrace:
+			if err := s.startJob(ctx, d); err != nil {
+				return err
+			}
+		}
+	}
+	return s.dispatch(ctx, appID)
+}
+
+// dispatch gives the application's free slot to its newest queued
+// deployment (superseding older queued ones) and enqueues its job. A
+// deployment that cannot start (its server was revoked) fails, and the
+// next one is tried.
+func (s *Service) dispatch(ctx context.Context, appID string) error {
+	for range 100 {
+		d, superseded, ok, err := s.store.ClaimDeployment(ctx, appID, s.now().UTC())
+		if err != nil || !ok {
+			return err
+		}
+		if len(superseded) > 0 {
+			s.log.InfoContext(ctx, "deployments superseded", "app_id", appID, "by", d.ID, "superseded", superseded)
+		}
+		err = s.startJob(ctx, d)
+		var cannot *cannotStart
+		if !errors.As(err, &cannot) {
+			return err
+		}
+		if _, err := s.store.FinishDeployment(ctx, d.ID, Finish{Status: Failed, Error: cannot.reason, At: s.now().UTC()}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type cannotStart struct{ reason string }
+
+func (c *cannotStart) Error() string { return c.reason }
+
+// startJob enqueues the app.deploy job of a deployment that holds its
+// application's slot and records it. The job's idempotency key is the
+// deployment's, so a repeated start finds the job made before.
+func (s *Service) startJob(ctx context.Context, d DeploymentRecord) error {
+	srv, err := s.servers.Get(ctx, d.ServerID)
+	if fault.Is(err, fault.NotFound) {
+		return &cannotStart{reason: "the server no longer exists"}
+	}
+	if err != nil {
+		return err
+	}
+	if srv.Status == servers.Revoked || srv.Status == servers.Pending {
+		return &cannotStart{reason: "the server is " + srv.Status}
+	}
+	payload, secrets, err := s.deployPayload(ctx, d)
+	if err != nil {
+		return err
+	}
+	key := idempotencyKey(d.ID)
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, Type: agentproto.JobAppDeploy, Payload: payload,
+		Secrets: secrets, IdempotencyKey: key, CreatedBy: d.CreatedBy})
+	if fe := fault.As(err); fe != nil && fe.Code == "idempotency-key-reused" {
+		// An interrupted dispatch made the job already, with the proxy
+		// state of its time.
+		j, err = s.store.JobByIdempotencyKey(ctx, d.ServerID, key)
+	}
+	if err != nil {
+		return err
+	}
+	return s.store.SetDeploymentJob(ctx, d.ID, j.ID, s.now().UTC())
+}
+
+// deployPayload builds the job of a deployment: its frozen spec, the
+// images to keep for rollbacks, the server's whole proxy state, and its
+// environment as secrets.
+func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentproto.DeployPayload, map[string]string, error) {
+	keep, err := s.store.SucceededImageIDs(ctx, d.AppID, KeepImages)
+	if err != nil {
+		return agentproto.DeployPayload{}, nil, err
+	}
+	if d.Spec.ImageID != "" && !contains(keep, d.Spec.ImageID) {
+		keep = append(keep, d.Spec.ImageID)
+	}
+	if keep == nil {
+		keep = []string{}
+	}
+	proxy, err := s.ProxyConfig(ctx, d.ServerID)
+	if err != nil {
+		return agentproto.DeployPayload{}, nil, err
+	}
+	sealed, err := s.store.DeploymentEnv(ctx, d.ID)
+	if err != nil {
+		return agentproto.DeployPayload{}, nil, err
+	}
+	env, err := s.openEnv("deployments", d.ID, sealed)
+	if err != nil {
+		return agentproto.DeployPayload{}, nil, err
+	}
+	secrets := make(map[string]string, len(env))
+	keys := make([]string, 0, len(env))
+	for _, e := range env {
+		secrets[e.Key] = e.Value
+		keys = append(keys, e.Key)
+	}
+	return agentproto.DeployPayload{
+		AppID: d.AppID, AppName: d.Spec.AppName, DeploymentID: d.ID, Image: d.Spec.Image, ImageID: d.Spec.ImageID,
+		ContainerPort: d.Spec.ContainerPort, HealthPath: d.Spec.HealthPath, EnvKeys: keys,
+		MemoryLimitBytes: d.Spec.MemoryLimitBytes, HealthTimeoutSeconds: HealthTimeoutSeconds,
+		KeepImageIDs: keep, Proxy: proxy,
+	}, secrets, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// deployFinished is the completion hook of app.deploy (and of its
+// cancellation): it ends the deployment with the job's outcome, makes a
+// succeeded one the application's current deployment, and dispatches the
+// next. A failed deployment leaves the previous container serving (the
+// agent guarantees it).
+func (s *Service) deployFinished(ctx context.Context, j jobs.Job) error {
+	// The hook runs on the agent's request; finish even if it hangs up.
+	ctx = context.WithoutCancel(ctx)
+	var p agentproto.DeployPayload
+	if err := json.Unmarshal(j.Payload, &p); err != nil || p.DeploymentID == "" {
+		return err
+	}
+	d, err := s.store.Deployment(ctx, p.DeploymentID)
+	if fault.Is(err, fault.NotFound) {
+		return nil // the application was deleted
+	}
+	if err != nil {
+		return err
+	}
+	if d.JobID != "" && d.JobID != j.ID {
+		return nil // not this deployment's job
+	}
+	f := Finish{At: s.now().UTC()}
+	if j.FinishedAt != nil {
+		f.At = *j.FinishedAt
+	}
+	switch j.Status {
+	case jobs.Succeeded:
+		var res agentproto.DeployResult
+		if len(j.Data) > 0 {
+			if err := json.Unmarshal(j.Data, &res); err != nil {
+				s.log.WarnContext(ctx, "app.deploy result is not a DeployResult", "job_id", j.ID, "err", err.Error())
+			}
+		}
+		f.Status, f.Result, f.ImageID = Succeeded, j.Data, res.ImageID
+	case jobs.Cancelled:
+		f.Status, f.Error = Cancelled, "cancelled"
+		if j.Error != nil && *j.Error != "cancelled" {
+			f.Error = "cancelled: " + *j.Error
+		}
+	default:
+		f.Status, f.Error = Failed, "failed"
+		if j.Error != nil {
+			f.Error = *j.Error
+		}
+	}
+	if d.JobID == "" {
+		if err := s.store.SetDeploymentJob(ctx, d.ID, j.ID, f.At); err != nil {
+			return err
+		}
+	}
+	if _, err := s.store.FinishDeployment(ctx, d.ID, f); err != nil {
+		return err
+	}
+	return s.dispatch(ctx, d.AppID)
+}

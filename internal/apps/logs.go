@@ -1,0 +1,92 @@
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+// Bounds of an application log read.
+const (
+	DefaultLogLines = 200
+	MaxLogLines     = 1000
+)
+
+// AppLogs is the result of an app.logs job: the live container's log.
+type AppLogs struct {
+	JobID        string               `json:"job_id"`
+	Status       jobs.Status          `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
+	Error        *string              `json:"error"`
+	Lines        []agentproto.LogLine `json:"lines" doc:"Oldest first; empty until the job succeeded"`
+	State        string               `json:"state" doc:"The container's state (running, restarting, exited…); empty until the job succeeded"`
+	StartedAt    *time.Time           `json:"started_at" doc:"When the container last started"`
+	RestartCount int                  `json:"restart_count"`
+	ContainerID  string               `json:"container_id,omitempty"`
+}
+
+// QueueLogs queues a read of the application's live container log: lines
+// 1 to 1000 (0 means 200); since, when set, an RFC 3339 time.
+func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines int, since string) (jobs.Job, error) {
+	var errs fault.Fields
+	if lines == 0 {
+		lines = DefaultLogLines
+	}
+	if lines < 1 || lines > MaxLogLines {
+		errs.Add("lines", "must be between 1 and %d", MaxLogLines)
+	}
+	p := agentproto.AppLogsPayload{AppID: appID, Lines: lines}
+	if since != "" {
+		t, err := time.Parse(time.RFC3339Nano, since)
+		if err != nil {
+			errs.Add("since", "must be an RFC 3339 time, e.g. 2026-01-02T15:04:05Z")
+		} else {
+			t = t.UTC()
+			p.Since = &t
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return jobs.Job{}, err
+	}
+	a, err := s.store.App(ctx, appID)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
+		return jobs.Job{}, err
+	}
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppLogs, Payload: p, CreatedBy: actorID})
+	return j, err
+}
+
+// Logs returns the result of an app.logs job of the application; 404 if
+// the job is not one.
+func (s *Service) Logs(ctx context.Context, appID, jobID string) (AppLogs, error) {
+	j, _, err := s.jobs.Get(ctx, jobID)
+	if err != nil {
+		return AppLogs{}, err
+	}
+	var p agentproto.AppLogsPayload
+	if j.Type != agentproto.JobAppLogs || json.Unmarshal(j.Payload, &p) != nil || p.AppID != appID {
+		return AppLogs{}, fault.NotFoundf("No log read of this application with this job id.")
+	}
+	out := AppLogs{JobID: j.ID, Status: j.Status, Error: j.Error, Lines: []agentproto.LogLine{}}
+	if j.Status == jobs.Succeeded && len(j.Data) > 0 {
+		var r agentproto.AppLogsResult
+		if err := json.Unmarshal(j.Data, &r); err != nil {
+			return AppLogs{}, err
+		}
+		if r.Lines != nil {
+			out.Lines = r.Lines
+		}
+		out.State, out.RestartCount, out.ContainerID = r.State, r.RestartCount, r.ContainerID
+		if !r.StartedAt.IsZero() {
+			t := r.StartedAt
+			out.StartedAt = &t
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,233 @@
+package apps_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/servers"
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/store/storetest"
+)
+
+// fakeClock moves only when told to.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// rig is the control plane's application side on a real SQLite store and
+// a fake clock, with one enrolled server whose agent the test plays.
+type rig struct {
+	t        *testing.T
+	ctx      context.Context
+	st       *store.Store
+	clock    *fakeClock
+	jobs     *jobs.Service
+	servers  *servers.Service
+	apps     *apps.Service
+	domains  *domains.Service
+	serverID string
+	admin    audit.Actor
+	client   audit.Entry
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	st := storetest.Open(t, store.SQLite)
+	clock := &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	key := secrets.GenerateKey()
+	log := audit.NewLog(st, clock.Now)
+	js := jobs.NewService(st, key, clock.Now, logger)
+	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
+	as := apps.NewService(st, js, srvs, log, key, clock.Now, logger)
+	ds := domains.NewService(st, as, js, srvs, log, clock.Now, logger)
+	r := &rig{t: t, ctx: context.Background(), st: st, clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
+		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "127.0.0.1"}}
+	r.serverID = r.enroll("web-1", agentproto.Facts{Hostname: "web-1", PublicAddresses: []string{"203.0.113.10"}})
+	return r
+}
+
+// enroll creates and enrolls a server.
+func (r *rig) enroll(name string, facts agentproto.Facts) string {
+	r.t.Helper()
+	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, r.client, name, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	res, err := r.servers.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return res.ServerID
+}
+
+func (r *rig) createApp(name string, env []apps.EnvVar, deploy bool) apps.ApplicationDetail {
+	r.t.Helper()
+	d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID,
+		Source: apps.Source{Type: apps.SourceImage, Image: "ghcr.io/acme/" + name + ":v1"}, ContainerPort: 8080,
+		HealthPath: "/healthz", Env: env, MemoryLimit: "512m", Deploy: deploy})
+	if err != nil {
+		r.t.Fatalf("create application: %v", err)
+	}
+	return d
+}
+
+func (r *rig) deploy(appID, ref string) apps.DeploymentDetail {
+	r.t.Helper()
+	d, err := r.apps.Deploy(r.ctx, r.admin, r.client, appID, ref)
+	if err != nil {
+		r.t.Fatalf("deploy: %v", err)
+	}
+	return d
+}
+
+// claim takes the server's next job as the agent, which must be of type
+// typ; ok false when none is queued.
+func (r *rig) claim(typ string) jobs.Job {
+	r.t.Helper()
+	j, ok, err := r.jobs.Claim(r.ctx, r.serverID, 0)
+	if err != nil {
+		r.t.Fatalf("claim: %v", err)
+	}
+	if !ok {
+		r.t.Fatalf("claim: no job queued, want %s", typ)
+	}
+	if j.Type != typ {
+		r.t.Fatalf("claimed a %s job, want %s", j.Type, typ)
+	}
+	return j
+}
+
+// noJob checks that no job is queued for the server.
+func (r *rig) noJob() {
+	r.t.Helper()
+	if j, ok, err := r.jobs.Claim(r.ctx, r.serverID, 0); err != nil || ok {
+		r.t.Fatalf("claimed %s %s (err %v), want no queued job", j.Type, j.ID, err)
+	}
+}
+
+func (r *rig) complete(j jobs.Job, status string, data any, errText string) {
+	r.t.Helper()
+	var raw json.RawMessage
+	if data != nil {
+		b, err := json.Marshal(data)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		raw = b
+	}
+	if _, err := r.jobs.Complete(r.ctx, r.serverID, j.ID, agentproto.CompleteRequest{Status: status, Data: raw, Error: errText}); err != nil {
+		r.t.Fatalf("complete %s: %v", j.ID, err)
+	}
+}
+
+func (r *rig) succeed(j jobs.Job, imageID string) {
+	r.t.Helper()
+	r.complete(j, agentproto.StatusSucceeded, agentproto.DeployResult{ContainerID: "c-" + imageID, ImageID: imageID, Pulled: true, HealthStatus: 200}, "")
+}
+
+func (r *rig) deployment(id string) apps.DeploymentDetail {
+	r.t.Helper()
+	d, err := r.apps.GetDeployment(r.ctx, id)
+	if err != nil {
+		r.t.Fatalf("get deployment %s: %v", id, err)
+	}
+	return d
+}
+
+func (r *rig) app(id string) apps.ApplicationDetail {
+	r.t.Helper()
+	d, err := r.apps.Get(r.ctx, id, true)
+	if err != nil {
+		r.t.Fatalf("get application %s: %v", id, err)
+	}
+	return d
+}
+
+func payloadOf(t *testing.T, j jobs.Job) agentproto.DeployPayload {
+	t.Helper()
+	var p agentproto.DeployPayload
+	if err := json.Unmarshal(j.Payload, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (r *rig) secrets(j jobs.Job) map[string]string {
+	r.t.Helper()
+	s, err := r.jobs.Secrets(r.ctx, r.serverID, j.ID)
+	if err != nil {
+		r.t.Fatalf("secrets of %s: %v", j.ID, err)
+	}
+	return s
+}
+
+func wantStatus(t *testing.T, d apps.DeploymentDetail, status string) {
+	t.Helper()
+	if d.Status != status {
+		t.Fatalf("deployment %s: status %s, want %s (error %v)", d.ID, d.Status, status, d.Error)
+	}
+}
+
+func wantConflict(t *testing.T, err error, code string) {
+	t.Helper()
+	fe := fault.As(err)
+	if fe == nil || fe.Kind != fault.Conflict || fe.Code != code {
+		t.Fatalf("got %v, want a %s conflict", err, code)
+	}
+}
+
+func wantInvalid(t *testing.T, err error, fields ...string) {
+	t.Helper()
+	fe := fault.As(err)
+	if fe == nil || fe.Kind != fault.Invalid {
+		t.Fatalf("got %v, want invalid fields %v", err, fields)
+	}
+	var got []string
+	for _, f := range fe.Fields {
+		got = append(got, f.Field)
+	}
+	for _, want := range fields {
+		found := false
+		for _, g := range got {
+			found = found || g == want
+		}
+		if !found {
+			t.Fatalf("invalid fields %v, want %v", fe.Fields, fields)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -1,0 +1,601 @@
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+// Audit actions of this package. Details never hold environment values.
+const (
+	ActionCreated             = "application.created"
+	ActionUpdated             = "application.updated"
+	ActionDeleted             = "application.deleted" // removal requested (or done at once)
+	ActionRemoved             = "application.removed" // the agent removed it; the record is gone
+	ActionRemovalFailed       = "application.removal_failed"
+	ActionDeploymentCreated   = "deployment.created"
+	ActionRollback            = "deployment.rollback"
+	ActionDeploymentCancelled = "deployment.cancelled"
+)
+
+// Servers is what applications need of the fleet.
+type Servers interface {
+	Get(ctx context.Context, id string) (servers.Server, error)
+}
+
+// Service manages applications and deployments.
+type Service struct {
+	store   Store
+	jobs    *jobs.Service
+	servers Servers
+	audit   *audit.Log
+	key     *secrets.Key
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// NewService returns an application service and registers its job
+// completion hooks (app.deploy, app.remove) with the job service.
+func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, now: now, log: logger}
+	j.OnComplete(agentproto.JobAppDeploy, s.deployFinished)
+	j.OnComplete(agentproto.JobAppRemove, s.removeFinished)
+	return s
+}
+
+// Application is an application as the API shows it.
+type Application struct {
+	ID                  string    `json:"id"`
+	Name                string    `json:"name" doc:"DNS label, unique on its server"`
+	ServerID            string    `json:"server_id"`
+	Source              Source    `json:"source"`
+	ContainerPort       int       `json:"container_port" doc:"The port the container listens on"`
+	HealthPath          string    `json:"health_path" doc:"Path that must answer 2xx or 3xx before a release takes traffic"`
+	EnvKeys             []string  `json:"env_keys" doc:"Names of the environment variables (values: see the detail)"`
+	AutoDeploy          bool      `json:"auto_deploy"`
+	MemoryLimit         string    `json:"memory_limit" doc:"e.g. 512m or 1g; empty for none"`
+	Status              string    `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
+	CurrentDeploymentID *string   `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
+	RemoveJobID         *string   `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
+	RemoveError         *string   `json:"remove_error" doc:"Why the removal failed"`
+	CreatedBy           string    `json:"created_by,omitempty"`
+	CreatedAt           time.Time `json:"created_at"`
+	UpdatedAt           time.Time `json:"updated_at"`
+}
+
+// EnvEntry is an environment variable in an application's detail.
+type EnvEntry struct {
+	Key   string  `json:"key"`
+	Value *string `json:"value" doc:"Null unless the caller is an administrator"`
+}
+
+// ApplicationDetail is an application with its environment and its current
+// and latest deployments.
+type ApplicationDetail struct {
+	Application
+	Env     []EnvEntry  `json:"env" doc:"In order; values only for administrators"`
+	Current *Deployment `json:"current" doc:"The live deployment (the last that succeeded); null if none"`
+	Latest  *Deployment `json:"latest" doc:"The newest deployment, whatever its status; null if none"`
+}
+
+func strp(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (a App) view() Application {
+	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Source: a.Source, ContainerPort: a.ContainerPort,
+		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
+		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+	if v.EnvKeys == nil {
+		v.EnvKeys = []string{}
+	}
+	switch {
+	case a.State == StateRemoving:
+		v.Status = AppRemoving
+	case a.State == StateRemovalFailed:
+		v.Status = AppRemovalFailed
+	case a.InProgress:
+		v.Status = AppDeploying
+	case a.CurrentDeploymentID != "":
+		v.Status = AppRunning
+	case a.LatestStatus == Failed:
+		v.Status = AppFailed
+	default:
+		v.Status = AppNew
+	}
+	if a.State != StateActive {
+		v.RemoveJobID, v.RemoveError = strp(a.RemoveJobID), strp(a.RemoveError)
+	}
+	return v
+}
+
+// NewApp is a request to create an application.
+type NewApp struct {
+	Name          string
+	ServerID      string
+	Source        Source
+	ContainerPort int
+	// HealthPath "" means "/".
+	HealthPath  string
+	Env         []EnvVar
+	AutoDeploy  bool
+	MemoryLimit string
+	// Deploy, when false, creates the application without deploying it.
+	Deploy bool
+}
+
+// Patch changes an application's settings for its next deployment; nil
+// fields stay as they are. Env replaces the whole list.
+type Patch struct {
+	Name          *string
+	Image         *string
+	Source        *Source
+	ContainerPort *int
+	HealthPath    *string
+	Env           *[]EnvVar
+	AutoDeploy    *bool
+	MemoryLimit   *string
+}
+
+func envContext(prefix, id string) string { return prefix + ".env:" + id }
+
+func (s *Service) sealEnv(prefix, id string, env []EnvVar) (string, error) {
+	if len(env) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return "", err
+	}
+	return s.key.Seal(envContext(prefix, id), b), nil
+}
+
+func (s *Service) openEnv(prefix, id, sealed string) ([]EnvVar, error) {
+	if sealed == "" {
+		return []EnvVar{}, nil
+	}
+	b, err := s.key.Open(envContext(prefix, id), sealed)
+	if err != nil {
+		return nil, err
+	}
+	var env []EnvVar
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+func envKeys(env []EnvVar) []string {
+	keys := make([]string, len(env))
+	for i, e := range env {
+		keys[i] = e.Key
+	}
+	return keys
+}
+
+// enrolledServer returns the server if it has an agent to run jobs.
+func (s *Service) enrolledServer(ctx context.Context, id string) (servers.Server, error) {
+	srv, err := s.servers.Get(ctx, id)
+	if fault.Is(err, fault.NotFound) {
+		return servers.Server{}, fault.Conflictf("server-not-enrolled", "The application's server no longer exists.")
+	}
+	if err != nil {
+		return servers.Server{}, err
+	}
+	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
+		return servers.Server{}, fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to run the job.", srv.Status)
+	}
+	return srv, nil
+}
+
+func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, targetType, id string, details map[string]any) error {
+	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: targetType, ID: id},
+		IP: c.IP, UserAgent: c.UserAgent, Details: details})
+}
+
+var systemActor = audit.Actor{Type: audit.ActorSystem}
+
+// Create validates and stores an application and, unless n.Deploy is
+// false, queues its first deployment.
+func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, n NewApp) (ApplicationDetail, error) {
+	var errs fault.Fields
+	if p := NameProblem(n.Name); p != "" {
+		errs.Add("name", "%s", p)
+	}
+	validateSource(n.Source, &errs)
+	if p := PortProblem(n.ContainerPort); p != "" {
+		errs.Add("container_port", "%s", p)
+	}
+	if n.HealthPath == "" {
+		n.HealthPath = DefaultHealthPath
+	}
+	if p := HealthPathProblem(n.HealthPath); p != "" {
+		errs.Add("health_path", "%s", p)
+	}
+	if n.Env == nil {
+		n.Env = []EnvVar{}
+	}
+	validateEnv(n.Env, &errs)
+	if _, p := ParseMemory(n.MemoryLimit); p != "" {
+		errs.Add("memory_limit", "%s", p)
+	}
+	if n.ServerID == "" {
+		errs.Add("server_id", "is required")
+	} else if srv, err := s.servers.Get(ctx, n.ServerID); fault.Is(err, fault.NotFound) {
+		errs.Add("server_id", "no such server")
+	} else if err != nil {
+		return ApplicationDetail{}, err
+	} else if srv.Status == servers.Pending || srv.Status == servers.Revoked {
+		errs.Add("server_id", "the server is %s; only an enrolled server runs applications", srv.Status)
+	}
+	if err := errs.Err(); err != nil {
+		return ApplicationDetail{}, err
+	}
+	now := s.now().UTC()
+	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Source: n.Source,
+		ContainerPort: n.ContainerPort, HealthPath: n.HealthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
+		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}
+	sealed, err := s.sealEnv("applications", a.ID, n.Env)
+	if err != nil {
+		return ApplicationDetail{}, err
+	}
+	if err := s.store.InsertApp(ctx, a, sealed); err != nil {
+		return ApplicationDetail{}, err
+	}
+	if err := s.record(ctx, actor, c, ActionCreated, "application", a.ID, map[string]any{
+		"name": a.Name, "server_id": a.ServerID, "image": a.Source.Image, "env_keys": a.EnvKeys}); err != nil {
+		return ApplicationDetail{}, err
+	}
+	if n.Deploy {
+		if _, err := s.Deploy(ctx, actor, c, a.ID, ""); err != nil {
+			return ApplicationDetail{}, err
+		}
+	}
+	return s.Get(ctx, a.ID, true)
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// Get returns an application's detail; environment values only with
+// showEnv (administrators). It first settles deployments whose jobs
+// ended without their completion hook (a revoked server, a crash).
+func (s *Service) Get(ctx context.Context, id string, showEnv bool) (ApplicationDetail, error) {
+	if _, err := s.store.App(ctx, id); err != nil {
+		return ApplicationDetail{}, err
+	}
+	if err := s.reconcile(ctx, id); err != nil {
+		s.log.WarnContext(ctx, "settling deployments", "app_id", id, "err", err.Error())
+	}
+	a, err := s.store.App(ctx, id)
+	if err != nil {
+		return ApplicationDetail{}, err
+	}
+	d := ApplicationDetail{Application: a.view(), Env: []EnvEntry{}}
+	if showEnv {
+		sealed, err := s.store.AppEnv(ctx, id)
+		if err != nil {
+			return ApplicationDetail{}, err
+		}
+		env, err := s.openEnv("applications", id, sealed)
+		if err != nil {
+			return ApplicationDetail{}, err
+		}
+		for _, e := range env {
+			d.Env = append(d.Env, EnvEntry{Key: e.Key, Value: &e.Value})
+		}
+	} else {
+		for _, k := range a.EnvKeys {
+			d.Env = append(d.Env, EnvEntry{Key: k})
+		}
+	}
+	if a.CurrentDeploymentID != "" {
+		cur, err := s.store.Deployment(ctx, a.CurrentDeploymentID)
+		if err != nil && !fault.Is(err, fault.NotFound) {
+			return ApplicationDetail{}, err
+		}
+		if err == nil {
+			v := cur.view()
+			d.Current = &v
+		}
+	}
+	latest, err := s.store.ListDeployments(ctx, id, 1)
+	if err != nil {
+		return ApplicationDetail{}, err
+	}
+	if len(latest) == 1 {
+		v := latest[0].view()
+		d.Latest = &v
+	}
+	return d, nil
+}
+
+// List returns applications, oldest first; serverID "" means all. No
+// environment values.
+func (s *Service) List(ctx context.Context, serverID string) ([]Application, error) {
+	list, err := s.store.ListApps(ctx, serverID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Application, len(list))
+	for i, a := range list {
+		out[i] = a.view()
+	}
+	return out, nil
+}
+
+// App returns the stored application.
+func (s *Service) App(ctx context.Context, id string) (App, error) { return s.store.App(ctx, id) }
+
+// Update changes settings for the next deployment; the running container
+// is untouched.
+func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, id string, p Patch) (ApplicationDetail, error) {
+	a, err := s.store.App(ctx, id)
+	if err != nil {
+		return ApplicationDetail{}, err
+	}
+	var errs fault.Fields
+	var changed []string
+	if p.Name != nil {
+		if pr := NameProblem(*p.Name); pr != "" {
+			errs.Add("name", "%s", pr)
+		}
+		a.Name = *p.Name
+		changed = append(changed, "name")
+	}
+	if p.Source != nil {
+		validateSource(*p.Source, &errs)
+		a.Source = *p.Source
+		changed = append(changed, "source")
+	}
+	if p.Image != nil {
+		if p.Source != nil {
+			errs.Add("image", "give image or source, not both")
+		} else if pr := ImageProblem(*p.Image); pr != "" {
+			errs.Add("image", "%s", pr)
+		}
+		a.Source = Source{Type: SourceImage, Image: *p.Image}
+		changed = append(changed, "image")
+	}
+	if p.ContainerPort != nil {
+		if pr := PortProblem(*p.ContainerPort); pr != "" {
+			errs.Add("container_port", "%s", pr)
+		}
+		a.ContainerPort = *p.ContainerPort
+		changed = append(changed, "container_port")
+	}
+	if p.HealthPath != nil {
+		if pr := HealthPathProblem(*p.HealthPath); pr != "" {
+			errs.Add("health_path", "%s", pr)
+		}
+		a.HealthPath = *p.HealthPath
+		changed = append(changed, "health_path")
+	}
+	var sealed *string
+	if p.Env != nil {
+		env := *p.Env
+		if env == nil {
+			env = []EnvVar{}
+		}
+		validateEnv(env, &errs)
+		if len(errs) == 0 {
+			sl, err := s.sealEnv("applications", a.ID, env)
+			if err != nil {
+				return ApplicationDetail{}, err
+			}
+			sealed = &sl
+		}
+		a.EnvKeys = envKeys(env)
+		changed = append(changed, "env")
+	}
+	if p.AutoDeploy != nil {
+		a.AutoDeploy = *p.AutoDeploy
+		changed = append(changed, "auto_deploy")
+	}
+	if p.MemoryLimit != nil {
+		if _, pr := ParseMemory(*p.MemoryLimit); pr != "" {
+			errs.Add("memory_limit", "%s", pr)
+		}
+		a.MemoryLimit = lower(*p.MemoryLimit)
+		changed = append(changed, "memory_limit")
+	}
+	if err := errs.Err(); err != nil {
+		return ApplicationDetail{}, err
+	}
+	if a.State == StateRemoving {
+		return ApplicationDetail{}, errRemoving()
+	}
+	if len(changed) == 0 {
+		return s.Get(ctx, id, true)
+	}
+	a.UpdatedAt = s.now().UTC()
+	if err := s.store.UpdateApp(ctx, a, sealed); err != nil {
+		return ApplicationDetail{}, err
+	}
+	details := map[string]any{"fields": changed}
+	if p.Env != nil {
+		details["env_keys"] = a.EnvKeys
+	}
+	if err := s.record(ctx, actor, c, ActionUpdated, "application", a.ID, details); err != nil {
+		return ApplicationDetail{}, err
+	}
+	return s.Get(ctx, id, true)
+}
+
+func errRemoving() error {
+	return fault.Conflictf("application-removing", "The application is being removed.")
+}
+
+// Removal is the outcome of a delete request.
+type Removal struct {
+	ApplicationID string `json:"application_id"`
+	// Status is "removing" (the app.remove job was queued) or "deleted"
+	// (the server is gone or revoked, so nothing was left to remove).
+	Status string    `json:"status" enum:"removing,deleted"`
+	Job    *jobs.Job `json:"job" doc:"The app.remove job; null when the application was deleted at once"`
+}
+
+// Delete queues the removal of an application's containers and proxy
+// sites (app.remove); the application, its deployments and domains are
+// deleted when the job succeeds. Queued deployments are cancelled. While a
+// deployment runs it is refused (409): wait for it or cancel it first.
+// An application whose server is gone or revoked is deleted at once.
+func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Removal, error) {
+	if err := s.reconcile(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
+		s.log.WarnContext(ctx, "settling deployments", "app_id", id, "err", err.Error())
+	}
+	a, err := s.store.App(ctx, id)
+	if err != nil {
+		return Removal{}, err
+	}
+	if a.State == StateRemoving {
+		return Removal{}, errRemoving()
+	}
+	if err := s.refuseRunning(ctx, id); err != nil {
+		return Removal{}, err
+	}
+	prev := a.State
+	now := s.now().UTC()
+	if err := s.store.SetAppState(ctx, id, []string{StateActive, StateRemovalFailed}, StateRemoving, "", "", now); err != nil {
+		return Removal{}, err
+	}
+	undo := func() {
+		if err := s.store.SetAppState(context.WithoutCancel(ctx), id, []string{StateRemoving}, prev, a.RemoveJobID, a.RemoveError, s.now().UTC()); err != nil {
+			s.log.ErrorContext(ctx, "restoring the application's state", "app_id", id, "err", err.Error())
+		}
+	}
+	// No deployment starts from now on: cancel the waiting ones, and the
+	// dispatched one whose job the agent has not claimed.
+	if _, err := s.store.CancelQueuedDeployments(ctx, id, "", now); err != nil {
+		undo()
+		return Removal{}, err
+	}
+	running, err := s.store.RunningDeployments(ctx, id)
+	if err != nil {
+		undo()
+		return Removal{}, err
+	}
+	for _, d := range running {
+		if d.JobID != "" && jobs.Status(d.JobStatus) == jobs.Queued {
+			if _, err := s.jobs.Cancel(ctx, d.JobID); err != nil && !fault.Is(err, fault.Conflict) {
+				undo()
+				return Removal{}, err
+			}
+		}
+	}
+	if err := s.refuseRunning(ctx, id); err != nil {
+		undo()
+		return Removal{}, err
+	}
+
+	srv, err := s.servers.Get(ctx, a.ServerID)
+	if err != nil && !fault.Is(err, fault.NotFound) {
+		undo()
+		return Removal{}, err
+	}
+	if err != nil || srv.Status == servers.Revoked || srv.Status == servers.Pending {
+		// Nothing can be removed on a server without an agent.
+		if err := s.store.DeleteApp(ctx, id); err != nil {
+			undo()
+			return Removal{}, err
+		}
+		return Removal{ApplicationID: id, Status: "deleted"}, s.record(ctx, actor, c, ActionDeleted, "application", id,
+			map[string]any{"name": a.Name, "server_id": a.ServerID, "removed_on_server": false})
+	}
+	sites, err := s.store.ProxySites(ctx, a.ServerID) // without this application's: it is removing
+	if err != nil {
+		undo()
+		return Removal{}, err
+	}
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
+		Payload: agentproto.RemovePayload{AppID: id, Proxy: agentproto.ProxyConfig{Sites: sites}}})
+	if err != nil {
+		undo()
+		return Removal{}, err
+	}
+	if err := s.store.SetAppState(ctx, id, []string{StateRemoving}, StateRemoving, j.ID, "", s.now().UTC()); err != nil {
+		return Removal{}, err
+	}
+	return Removal{ApplicationID: id, Status: "removing", Job: &j}, s.record(ctx, actor, c, ActionDeleted, "application", id,
+		map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID})
+}
+
+// refuseRunning is a 409 when a deployment's job of the application is
+// running on the agent.
+func (s *Service) refuseRunning(ctx context.Context, appID string) error {
+	running, err := s.store.RunningDeployments(ctx, appID)
+	if err != nil {
+		return err
+	}
+	for _, d := range running {
+		if jobs.Status(d.JobStatus) == jobs.Running || (d.JobID == "" && d.Status == Running) {
+			return fault.Conflictf("deployment-running", "Deployment %s is running; wait for it to finish before deleting the application.", d.ID)
+		}
+	}
+	return nil
+}
+
+// removeFinished is the completion hook of app.remove.
+func (s *Service) removeFinished(ctx context.Context, j jobs.Job) error {
+	// The hook runs on the agent's request; finish even if it hangs up.
+	ctx = context.WithoutCancel(ctx)
+	a, err := s.store.AppByRemoveJob(ctx, j.ID)
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := s.now().UTC()
+	switch j.Status {
+	case jobs.Succeeded:
+		if err := s.store.DeleteApp(ctx, a.ID); err != nil {
+			return err
+		}
+		return s.record(ctx, systemActor, audit.Entry{}, ActionRemoved, "application", a.ID, map[string]any{"name": a.Name, "job_id": j.ID})
+	case jobs.Cancelled:
+		// The removal was called off before the agent took it.
+		return s.store.SetAppState(ctx, a.ID, []string{StateRemoving}, StateActive, "", "", now)
+	default:
+		msg := "removal failed"
+		if j.Error != nil {
+			msg = *j.Error
+		}
+		if err := s.store.SetAppState(ctx, a.ID, []string{StateRemoving}, StateRemovalFailed, j.ID, msg, now); err != nil {
+			return err
+		}
+		return s.record(ctx, systemActor, audit.Entry{}, ActionRemovalFailed, "application", a.ID, map[string]any{"job_id": j.ID, "error": msg})
+	}
+}
+
+// ProxyConfig returns the desired proxy state of a server: every domain of
+// its applications that are not being removed.
+func (s *Service) ProxyConfig(ctx context.Context, serverID string) (agentproto.ProxyConfig, error) {
+	sites, err := s.store.ProxySites(ctx, serverID)
+	if sites == nil {
+		sites = []agentproto.ProxySite{}
+	}
+	return agentproto.ProxyConfig{Sites: sites}, err
+}

@@ -1,0 +1,399 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/domains"
+)
+
+var (
+	errNoApps    = errors.New("httpapi: Deps.Apps is not set")
+	errNoDomains = errors.New("httpapi: Deps.Domains is not set")
+)
+
+// maxAppBody bounds application bodies: up to 200 environment values of
+// up to 32 KiB each.
+const maxAppBody = 8 << 20
+
+type appListInput struct {
+	ServerID string `query:"server_id" maxLength:"64" doc:"Only this server's applications"`
+}
+
+type appListOutput struct {
+	Body struct {
+		Applications []apps.Application `json:"applications" doc:"Oldest first; no environment values"`
+	}
+}
+
+type appIDInput struct {
+	ID string `path:"id" maxLength:"64"`
+}
+
+type appDetailOutput struct {
+	Location string `header:"Location" doc:"The application's URL (on create)"`
+	Body     apps.ApplicationDetail
+}
+
+type createAppInput struct {
+	Body struct {
+		Name          string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
+		ServerID      string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
+		Source        apps.Source   `json:"source" doc:"{type: image, image}; git sources are refused for now (422)"`
+		ContainerPort int           `json:"container_port" doc:"1 to 65535: the port the container listens on"`
+		HealthPath    string        `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default /"`
+		Env           []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
+		AutoDeploy    bool          `json:"auto_deploy,omitempty"`
+		MemoryLimit   string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
+		Deploy        *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
+	}
+}
+
+type patchAppInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body struct {
+		Name          *string        `json:"name,omitempty"`
+		Image         *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
+		Source        *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
+		ContainerPort *int           `json:"container_port,omitempty"`
+		HealthPath    *string        `json:"health_path,omitempty"`
+		Env           *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list"`
+		AutoDeploy    *bool          `json:"auto_deploy,omitempty"`
+		MemoryLimit   *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
+	}
+}
+
+type removalOutput struct {
+	Status int `json:"-"`
+	Body   apps.Removal
+}
+
+type deployInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body *struct {
+		Ref string `json:"ref,omitempty" doc:"Image reference for this deployment only, instead of the application's"`
+	}
+}
+
+type deploymentAcceptedOutput struct {
+	Location string `header:"Location" doc:"The deployment's URL"`
+	Body     struct {
+		DeploymentID string                `json:"deployment_id"`
+		JobID        string                `json:"job_id" doc:"Its app.deploy job; empty while it waits for the application's previous deployment"`
+		Status       string                `json:"status" enum:"queued,running,succeeded,failed,cancelled,superseded"`
+		Deployment   apps.DeploymentDetail `json:"deployment"`
+	}
+}
+
+func deploymentAccepted(d apps.DeploymentDetail) *deploymentAcceptedOutput {
+	out := &deploymentAcceptedOutput{Location: "/api/v1/deployments/" + d.ID}
+	out.Body.DeploymentID, out.Body.Status, out.Body.Deployment = d.ID, d.Status, d
+	if d.JobID != nil {
+		out.Body.JobID = *d.JobID
+	}
+	return out
+}
+
+type deploymentListInput struct {
+	Limit int `query:"limit" minimum:"1" maximum:"100" doc:"At most 100; default 30"`
+}
+
+type appDeploymentListInput struct {
+	ID    string `path:"id" maxLength:"64"`
+	Limit int    `query:"limit" minimum:"1" maximum:"100" doc:"At most 100; default 30"`
+}
+
+type deploymentListOutput struct {
+	Body struct {
+		Deployments []apps.Deployment `json:"deployments" doc:"Newest first"`
+	}
+}
+
+type deploymentIDInput struct {
+	ID string `path:"id" maxLength:"64"`
+}
+
+type deploymentOutput struct {
+	Body apps.DeploymentDetail
+}
+
+type appLogsInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body *struct {
+		Lines int    `json:"lines,omitempty" doc:"1 to 1000; default 200"`
+		Since string `json:"since,omitempty" doc:"RFC 3339: only lines at or after it"`
+	}
+}
+
+type appLogsResultInput struct {
+	ID    string `path:"id" maxLength:"64"`
+	JobID string `path:"job_id" maxLength:"64"`
+}
+
+type appLogsOutput struct {
+	Body apps.AppLogs
+}
+
+type trafficInput struct {
+	ID    string `path:"id" maxLength:"64"`
+	Range string `query:"range" default:"1h" enum:"1h,24h,7d" doc:"1h: per minute; 24h: 5-minute buckets; 7d: hourly"`
+}
+
+type trafficOutput struct {
+	Body domains.Traffic
+}
+
+func (s *Server) registerApps() {
+	tags := []string{"Applications"}
+	op(s, huma.Operation{
+		OperationID: "list-applications", Method: http.MethodGet, Path: "/api/v1/applications", Tags: tags,
+		Summary: "Applications with their status (no environment values)",
+	}, SignedIn, func(ctx context.Context, in *appListInput) (*appListOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		list, err := s.deps.Apps.List(ctx, in.ServerID)
+		if err != nil {
+			return nil, err
+		}
+		out := &appListOutput{}
+		out.Body.Applications = list
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "create-application", Method: http.MethodPost, Path: "/api/v1/applications", Tags: tags,
+		Summary: "Create an application (and deploy it)",
+		Description: "Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, " +
+			"unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is " +
+			"taken on the server.",
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict}, MaxBodyBytes: maxAppBody,
+	}, Admin, func(ctx context.Context, in *createAppInput) (*appDetailOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		b := in.Body
+		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Source: b.Source,
+			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
+			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy})
+		if err != nil {
+			return nil, err
+		}
+		return &appDetailOutput{Location: "/api/v1/applications/" + d.ID, Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-application", Method: http.MethodGet, Path: "/api/v1/applications/{id}", Tags: tags,
+		Summary:     "Application detail with its current and latest deployments",
+		Description: "Environment values are shown to administrators only (null for other users).",
+		Errors:      []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *appIDInput) (*appDetailOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		d, err := s.deps.Apps.Get(ctx, in.ID, principal(ctx).User.Admin)
+		if err != nil {
+			return nil, err
+		}
+		return &appDetailOutput{Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "update-application", Method: http.MethodPatch, Path: "/api/v1/applications/{id}", Tags: tags,
+		Summary: "Change an application's settings for its next deployment",
+		Description: "Any subset of the fields, validated as on create; env replaces the whole list. The running container is " +
+			"untouched until the next deployment.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
+	}, Admin, func(ctx context.Context, in *patchAppInput) (*appDetailOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		b := in.Body
+		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Image: b.Image, Source: b.Source,
+			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit})
+		if err != nil {
+			return nil, err
+		}
+		return &appDetailOutput{Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "delete-application", Method: http.MethodDelete, Path: "/api/v1/applications/{id}", Tags: tags,
+		Summary: "Remove an application from its server",
+		Description: "Cancels its queued deployments and queues app.remove (202, status removing): the agent removes its containers " +
+			"and applies the proxy state without its domains; when that succeeds the application, its deployments and domains are " +
+			"deleted. If the removal fails the application stays, with status removal_failed and remove_error. 409 while one of its " +
+			"deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted).",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *appIDInput) (*removalOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		r, err := s.deps.Apps.Delete(ctx, a, c, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		status := http.StatusAccepted
+		if r.Job == nil {
+			status = http.StatusOK
+		}
+		return &removalOutput{Status: status, Body: r}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "deploy-application", Method: http.MethodPost, Path: "/api/v1/applications/{id}/deployments", Tags: tags,
+		Summary: "Deploy an application",
+		Description: "Queues a deployment of the application's current settings (ref overrides the image reference for this " +
+			"deployment only). One deployment runs at a time per application: its app.deploy job is enqueued when the previous " +
+			"deployment ends (job_id is empty until then); when several are queued, the newest runs and the older ones are " +
+			"superseded. 202 with Location: the deployment.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *deployInput) (*deploymentAcceptedOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		ref := ""
+		if in.Body != nil {
+			ref = in.Body.Ref
+		}
+		d, err := s.deps.Apps.Deploy(ctx, a, c, in.ID, ref)
+		if err != nil {
+			return nil, err
+		}
+		return deploymentAccepted(d), nil
+	})
+	op(s, huma.Operation{
+		OperationID: "list-application-deployments", Method: http.MethodGet, Path: "/api/v1/applications/{id}/deployments", Tags: tags,
+		Summary: "An application's deployments, newest first", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *appDeploymentListInput) (*deploymentListOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		list, err := s.deps.Apps.ListDeployments(ctx, in.ID, in.Limit)
+		if err != nil {
+			return nil, err
+		}
+		out := &deploymentListOutput{}
+		out.Body.Deployments = list
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "read-application-logs", Method: http.MethodPost, Path: "/api/v1/applications/{id}/logs", Tags: tags,
+		Summary:       "Read the live container's log",
+		Description:   "Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *appLogsInput) (*acceptedOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		lines, since := 0, ""
+		if in.Body != nil {
+			lines, since = in.Body.Lines, in.Body.Since
+		}
+		j, err := s.deps.Apps.QueueLogs(ctx, principal(ctx).User.ID, in.ID, lines, since)
+		if err != nil {
+			return nil, err
+		}
+		out := accepted(j, true)
+		out.Location = "/api/v1/applications/" + in.ID + "/logs/" + j.ID
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-application-logs", Method: http.MethodGet, Path: "/api/v1/applications/{id}/logs/{job_id}", Tags: tags,
+		Summary: "Lines and container state of an application log read", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *appLogsResultInput) (*appLogsOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		res, err := s.deps.Apps.Logs(ctx, in.ID, in.JobID)
+		if err != nil {
+			return nil, err
+		}
+		return &appLogsOutput{Body: res}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-application-requests", Method: http.MethodGet, Path: "/api/v1/applications/{id}/requests", Tags: tags,
+		Summary: "Request traffic of an application's domains",
+		Description: "From the proxy's access log, as the agent reports it per host and minute. 1h: one point per minute; 24h: " +
+			"5-minute buckets; 7d: hourly. Every bucket is present (zeros without requests). p95_ms is the largest per-minute p95 " +
+			"in the bucket, an upper bound of the bucket's true p95. Minutes are kept 8 days.",
+		Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *trafficInput) (*trafficOutput, error) {
+		if s.deps.Domains == nil {
+			return nil, errNoDomains
+		}
+		t, err := s.deps.Domains.Traffic(ctx, in.ID, in.Range)
+		if err != nil {
+			return nil, err
+		}
+		return &trafficOutput{Body: t}, nil
+	})
+
+	dtags := []string{"Deployments"}
+	op(s, huma.Operation{
+		OperationID: "list-deployments", Method: http.MethodGet, Path: "/api/v1/deployments", Tags: dtags,
+		Summary: "Recent deployments of every application, newest first",
+	}, SignedIn, func(ctx context.Context, in *deploymentListInput) (*deploymentListOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		list, err := s.deps.Apps.ListDeployments(ctx, "", in.Limit)
+		if err != nil {
+			return nil, err
+		}
+		out := &deploymentListOutput{}
+		out.Body.Deployments = list
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-deployment", Method: http.MethodGet, Path: "/api/v1/deployments/{id}", Tags: dtags,
+		Summary: "A deployment with its frozen spec, job, events and output", Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *deploymentIDInput) (*deploymentOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		d, err := s.deps.Apps.GetDeployment(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &deploymentOutput{Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "cancel-deployment", Method: http.MethodPost, Path: "/api/v1/deployments/{id}/cancel", Tags: dtags,
+		Summary: "Cancel a queued deployment",
+		Description: "A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job " +
+			"is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *deploymentIDInput) (*deploymentOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		d, err := s.deps.Apps.CancelDeployment(ctx, a, c, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &deploymentOutput{Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "rollback-deployment", Method: http.MethodPost, Path: "/api/v1/deployments/{id}/rollback", Tags: dtags,
+		Summary: "Roll back to a deployment",
+		Description: "Queues a new deployment (rollback_of: this one) with this deployment's frozen spec and environment, pinned to " +
+			"the exact image id it ran, through the same one-at-a-time queue (202). 409 when this deployment never succeeded. " +
+			"If the image was pruned from the server since, the agent fails the new deployment with an error saying so.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *deploymentIDInput) (*deploymentAcceptedOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		d, err := s.deps.Apps.Rollback(ctx, a, c, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return deploymentAccepted(d), nil
+	})
+}

@@ -1,0 +1,98 @@
+package servers
+
+import (
+	"sync"
+	"time"
+)
+
+// AgentAuthTTL bounds how long an agent token, once checked against the
+// store, is accepted from memory. Every agent request is authenticated, a
+// few per agent every 10 seconds; the cache saves most of those lookups.
+//
+// Revocation stays immediate within this process: Revoke and Delete drop
+// the server's entries (after the store has committed) and bump a
+// generation that keeps lookups already in flight from caching what they
+// read before. A revocation made by another control plane process sharing
+// the database (PostgreSQL) is seen here within AgentAuthTTL, when the
+// entry is checked against the store again.
+const AgentAuthTTL = 30 * time.Second
+
+// maxAuthEntries bounds the cache's size; beyond it, tokens are checked
+// against the store every time until expired entries are swept.
+const maxAuthEntries = 100_000
+
+// authCache maps agent token hashes to their server.
+type authCache struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu      sync.Mutex // guards gen and entries
+	gen     uint64
+	entries map[string]authEntry
+}
+
+type authEntry struct {
+	srv     Server
+	checked time.Time // when the store last confirmed the token
+}
+
+func newAuthCache(now func() time.Time, ttl time.Duration) *authCache {
+	return &authCache{ttl: ttl, now: now, entries: map[string]authEntry{}}
+}
+
+// get returns the server of a token hash confirmed within the TTL.
+func (c *authCache) get(hash string) (Server, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[hash]
+	if !ok {
+		return Server{}, false
+	}
+	if age := c.now().Sub(e.checked); age >= c.ttl || age < 0 {
+		delete(c.entries, hash)
+		return Server{}, false
+	}
+	return e.srv, true
+}
+
+// generation is read before a store lookup and passed to put.
+func (c *authCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// put caches what a lookup that started at generation gen read at
+// checked, unless a revocation happened since.
+func (c *authCache) put(hash string, srv Server, gen uint64, checked time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen {
+		return
+	}
+	if len(c.entries) >= maxAuthEntries {
+		now := c.now()
+		for h, e := range c.entries {
+			if now.Sub(e.checked) >= c.ttl {
+				delete(c.entries, h)
+			}
+		}
+		if len(c.entries) >= maxAuthEntries {
+			return
+		}
+	}
+	c.entries[hash] = authEntry{srv: srv, checked: checked}
+}
+
+// invalidate forgets every token of a server and makes lookups in flight
+// not cache their result.
+func (c *authCache) invalidate(serverID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	for h, e := range c.entries {
+		if e.srv.ID == serverID {
+			delete(c.entries, h)
+		}
+	}
+}

@@ -1,0 +1,478 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+var _ apps.Store = (*Store)(nil)
+
+// appColumns are the columns of applications as read, with the status of
+// the newest deployment and whether one is in progress.
+const appColumns = `a.id, a.server_id, a.name, a.source, a.container_port, a.health_path, a.env_keys, a.auto_deploy, a.memory_limit,
+	a.state, a.current_deployment_id, a.remove_job_id, a.remove_error, a.created_by, a.created_at, a.updated_at,
+	COALESCE((SELECT d.status FROM deployments d WHERE d.app_id = a.id ORDER BY d.id DESC LIMIT 1), '') AS latest_status,
+	EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status IN ('queued', 'running')) AS in_progress`
+
+type appRow struct {
+	ID                  string         `db:"id"`
+	ServerID            string         `db:"server_id"`
+	Name                string         `db:"name"`
+	Source              string         `db:"source"`
+	ContainerPort       int            `db:"container_port"`
+	HealthPath          string         `db:"health_path"`
+	EnvKeys             string         `db:"env_keys"`
+	AutoDeploy          bool           `db:"auto_deploy"`
+	MemoryLimit         string         `db:"memory_limit"`
+	State               string         `db:"state"`
+	CurrentDeploymentID sql.NullString `db:"current_deployment_id"`
+	RemoveJobID         sql.NullString `db:"remove_job_id"`
+	RemoveError         sql.NullString `db:"remove_error"`
+	CreatedBy           string         `db:"created_by"`
+	CreatedAt           int64          `db:"created_at"`
+	UpdatedAt           int64          `db:"updated_at"`
+	LatestStatus        string         `db:"latest_status"`
+	InProgress          bool           `db:"in_progress"`
+}
+
+func (r appRow) app() (apps.App, error) {
+	a := apps.App{ID: r.ID, ServerID: r.ServerID, Name: r.Name, ContainerPort: r.ContainerPort, HealthPath: r.HealthPath,
+		AutoDeploy: r.AutoDeploy, MemoryLimit: r.MemoryLimit, State: r.State, CurrentDeploymentID: r.CurrentDeploymentID.String,
+		RemoveJobID: r.RemoveJobID.String, RemoveError: r.RemoveError.String, CreatedBy: r.CreatedBy,
+		CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt), LatestStatus: r.LatestStatus, InProgress: r.InProgress}
+	if err := json.Unmarshal([]byte(r.Source), &a.Source); err != nil {
+		return a, err
+	}
+	if err := json.Unmarshal([]byte(r.EnvKeys), &a.EnvKeys); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+func appNameTaken(name string) error {
+	return fault.Conflictf("application-name-taken", "An application named %q exists on this server.", name)
+}
+
+// InsertApp stores a new application.
+func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) error {
+	src, err := json.Marshal(a.Source)
+	if err != nil {
+		return err
+	}
+	keys, err := json.Marshal(nonNil(a.EnvKeys))
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
+		auto_deploy, memory_limit, state, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
+		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt))
+	if isUniqueViolation(err) {
+		return appNameTaken(a.Name)
+	}
+	return err
+}
+
+func nonNil(xs []string) []string {
+	if xs == nil {
+		return []string{}
+	}
+	return xs
+}
+
+func (s *Store) appWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (apps.App, error) {
+	var r appRow
+	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+appColumns+` FROM applications a WHERE `+where), args...)
+	if notFound(err) {
+		return apps.App{}, fault.NotFoundf("No such application.")
+	}
+	if err != nil {
+		return apps.App{}, err
+	}
+	return r.app()
+}
+
+// App returns an application.
+func (s *Store) App(ctx context.Context, id string) (apps.App, error) {
+	return s.appWhere(ctx, s.r, "a.id = ?", id)
+}
+
+// AppByRemoveJob returns the application being removed by a job.
+func (s *Store) AppByRemoveJob(ctx context.Context, jobID string) (apps.App, error) {
+	return s.appWhere(ctx, s.r, "a.remove_job_id = ?", jobID)
+}
+
+// AppEnv returns an application's sealed environment.
+func (s *Store) AppEnv(ctx context.Context, id string) (string, error) {
+	var env string
+	err := s.r.GetContext(ctx, &env, s.rebind(`SELECT env FROM applications WHERE id = ?`), id)
+	if notFound(err) {
+		return "", fault.NotFoundf("No such application.")
+	}
+	return env, err
+}
+
+// ListApps returns applications, oldest first.
+func (s *Store) ListApps(ctx context.Context, serverID string) ([]apps.App, error) {
+	var rows []appRow
+	var err error
+	if serverID == "" {
+		err = s.r.SelectContext(ctx, &rows, `SELECT `+appColumns+` FROM applications a ORDER BY a.id`)
+	} else {
+		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+appColumns+` FROM applications a WHERE a.server_id = ? ORDER BY a.id`), serverID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]apps.App, len(rows))
+	for i, r := range rows {
+		if out[i], err = r.app(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// UpdateApp replaces an application's settings.
+func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) error {
+	src, err := json.Marshal(a.Source)
+	if err != nil {
+		return err
+	}
+	keys, err := json.Marshal(nonNil(a.EnvKeys))
+	if err != nil {
+		return err
+	}
+	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
+		memory_limit = ?, updated_at = ?`
+	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt)}
+	if sealedEnv != nil {
+		q += `, env = ?`
+		args = append(args, *sealedEnv)
+	}
+	res, err := s.w.ExecContext(ctx, s.rebind(q+` WHERE id = ?`), append(args, a.ID)...)
+	if isUniqueViolation(err) {
+		return appNameTaken(a.Name)
+	}
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fault.NotFoundf("No such application.")
+	}
+	return nil
+}
+
+// SetAppState moves an application between states.
+func (s *Store) SetAppState(ctx context.Context, id string, from []string, state, removeJobID, removeError string, now time.Time) error {
+	q, args, err := sqlx.In(`UPDATE applications SET state = ?, remove_job_id = ?, remove_error = ?, updated_at = ? WHERE id = ? AND state IN (?)`,
+		state, nullString(removeJobID), nullString(removeError), ms(now), id, from)
+	if err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, s.rebind(q), args...)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.App(ctx, id); err != nil {
+			return err
+		}
+		return fault.Conflictf("application-removing", "The application is being removed.")
+	}
+	return nil
+}
+
+// DeleteApp deletes an application with its deployments and domains.
+func (s *Store) DeleteApp(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		for _, q := range []string{
+			`DELETE FROM domain_names WHERE domain_id IN (SELECT id FROM domains WHERE app_id = ?)`,
+			`DELETE FROM domains WHERE app_id = ?`,
+			`DELETE FROM deployments WHERE app_id = ?`,
+			`DELETE FROM applications WHERE id = ?`,
+		} {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(q), id); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// deploymentColumns are the columns of deployments as read, with the
+// status and start of their job.
+const deploymentColumns = `d.id, d.app_id, d.server_id, d.status, d.spec, d.ref, d.rollback_of, d.job_id, d.image_id, d.result, d.error,
+	d.created_by, d.created_at, d.updated_at, d.dispatched_at, d.finished_at,
+	COALESCE(j.status, '') AS job_status, j.started_at AS job_started_at`
+
+const deploymentFrom = ` FROM deployments d LEFT JOIN jobs j ON j.id = d.job_id`
+
+type deploymentRow struct {
+	ID           string         `db:"id"`
+	AppID        string         `db:"app_id"`
+	ServerID     string         `db:"server_id"`
+	Status       string         `db:"status"`
+	Spec         string         `db:"spec"`
+	Ref          string         `db:"ref"`
+	RollbackOf   sql.NullString `db:"rollback_of"`
+	JobID        sql.NullString `db:"job_id"`
+	ImageID      string         `db:"image_id"`
+	Result       sql.NullString `db:"result"`
+	Error        sql.NullString `db:"error"`
+	CreatedBy    string         `db:"created_by"`
+	CreatedAt    int64          `db:"created_at"`
+	UpdatedAt    int64          `db:"updated_at"`
+	DispatchedAt sql.NullInt64  `db:"dispatched_at"`
+	FinishedAt   sql.NullInt64  `db:"finished_at"`
+	JobStatus    string         `db:"job_status"`
+	JobStartedAt sql.NullInt64  `db:"job_started_at"`
+}
+
+func (r deploymentRow) deployment() (apps.DeploymentRecord, error) {
+	d := apps.DeploymentRecord{ID: r.ID, AppID: r.AppID, ServerID: r.ServerID, Status: r.Status, Ref: r.Ref,
+		RollbackOf: r.RollbackOf.String, JobID: r.JobID.String, ImageID: r.ImageID, Result: rawOrNil(r.Result),
+		Error: r.Error.String, CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
+		DispatchedAt: nullMS(r.DispatchedAt), FinishedAt: nullMS(r.FinishedAt), JobStatus: r.JobStatus, JobStartedAt: nullMS(r.JobStartedAt)}
+	return d, json.Unmarshal([]byte(r.Spec), &d.Spec)
+}
+
+func (s *Store) deployments(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]apps.DeploymentRecord, error) {
+	var rows []deploymentRow
+	if err := sqlx.SelectContext(ctx, q, &rows, s.rebind(`SELECT `+deploymentColumns+deploymentFrom+` WHERE `+where), args...); err != nil {
+		return nil, err
+	}
+	out := make([]apps.DeploymentRecord, len(rows))
+	for i, r := range rows {
+		var err error
+		if out[i], err = r.deployment(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *Store) deploymentWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (apps.DeploymentRecord, error) {
+	list, err := s.deployments(ctx, q, where, args...)
+	if err != nil {
+		return apps.DeploymentRecord{}, err
+	}
+	if len(list) == 0 {
+		return apps.DeploymentRecord{}, fault.NotFoundf("No such deployment.")
+	}
+	return list[0], nil
+}
+
+// InsertDeployment stores a queued deployment.
+func (s *Store) InsertDeployment(ctx context.Context, d apps.DeploymentRecord, sealedEnv string) error {
+	spec, err := json.Marshal(d.Spec)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO deployments (id, app_id, server_id, status, spec, env, ref, rollback_of,
+		created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		d.ID, d.AppID, d.ServerID, d.Status, string(spec), sealedEnv, d.Ref, nullString(d.RollbackOf), d.CreatedBy,
+		ms(d.CreatedAt), ms(d.UpdatedAt))
+	return err
+}
+
+// Deployment returns a deployment.
+func (s *Store) Deployment(ctx context.Context, id string) (apps.DeploymentRecord, error) {
+	return s.deploymentWhere(ctx, s.r, "d.id = ?", id)
+}
+
+// DeploymentEnv returns a deployment's sealed environment.
+func (s *Store) DeploymentEnv(ctx context.Context, id string) (string, error) {
+	var env string
+	err := s.r.GetContext(ctx, &env, s.rebind(`SELECT env FROM deployments WHERE id = ?`), id)
+	if notFound(err) {
+		return "", fault.NotFoundf("No such deployment.")
+	}
+	return env, err
+}
+
+// ListDeployments returns deployments newest first.
+func (s *Store) ListDeployments(ctx context.Context, appID string, limit int) ([]apps.DeploymentRecord, error) {
+	if appID == "" {
+		return s.deployments(ctx, s.r, "1 = 1 ORDER BY d.id DESC LIMIT ?", limit)
+	}
+	return s.deployments(ctx, s.r, "d.app_id = ? ORDER BY d.id DESC LIMIT ?", appID, limit)
+}
+
+// RunningDeployments returns the deployments holding their application's
+// slot.
+func (s *Store) RunningDeployments(ctx context.Context, appID string) ([]apps.DeploymentRecord, error) {
+	if appID == "" {
+		return s.deployments(ctx, s.r, "d.status = 'running' ORDER BY d.id")
+	}
+	return s.deployments(ctx, s.r, "d.app_id = ? AND d.status = 'running' ORDER BY d.id", appID)
+}
+
+// ClaimDeployment gives an application's free slot to its newest queued
+// deployment and supersedes the older queued ones. Most calls find
+// nothing to do: that is found out with a read before a write transaction
+// is opened. The partial unique index deployments_one_running makes a
+// concurrent claim of another replica fail rather than run two.
+func (s *Store) ClaimDeployment(ctx context.Context, appID string, now time.Time) (apps.DeploymentRecord, []string, bool, error) {
+	var n int
+	err := s.r.GetContext(ctx, &n, s.rebind(`SELECT COUNT(*) FROM applications a WHERE a.id = ? AND a.state != 'removing'
+		AND EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status = 'queued')
+		AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status = 'running')`), appID)
+	if err != nil || n == 0 {
+		return apps.DeploymentRecord{}, nil, false, err
+	}
+	var (
+		claimed    apps.DeploymentRecord
+		superseded []string
+		ok         bool
+	)
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
+		superseded, ok = nil, false
+		if s.dialect == Postgres {
+			// Serialize with every other claim and removal of the app.
+			if _, err := tx.ExecContext(ctx, `SELECT id FROM applications WHERE id = $1 FOR UPDATE`, appID); err != nil {
+				return err
+			}
+		}
+		var state string
+		if err := tx.GetContext(ctx, &state, tx.Rebind(`SELECT state FROM applications WHERE id = ?`), appID); err != nil {
+			if notFound(err) {
+				return nil
+			}
+			return err
+		}
+		var running int
+		if err := tx.GetContext(ctx, &running, tx.Rebind(`SELECT COUNT(*) FROM deployments WHERE app_id = ? AND status = 'running'`), appID); err != nil {
+			return err
+		}
+		if state == apps.StateRemoving || running > 0 {
+			return nil
+		}
+		var queued []string
+		if err := tx.SelectContext(ctx, &queued, tx.Rebind(`SELECT id FROM deployments WHERE app_id = ? AND status = 'queued' ORDER BY id DESC`), appID); err != nil {
+			return err
+		}
+		if len(queued) == 0 {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = 'running', dispatched_at = ?, updated_at = ? WHERE id = ? AND status = 'queued'`),
+			ms(now), ms(now), queued[0]); err != nil {
+			return err
+		}
+		for _, id := range queued[1:] {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = 'superseded', error = ?, finished_at = ?, updated_at = ?
+				WHERE id = ? AND status = 'queued'`), "superseded by "+queued[0], ms(now), ms(now), id); err != nil {
+				return err
+			}
+		}
+		var err error
+		claimed, err = s.deploymentWhere(ctx, tx, "d.id = ?", queued[0])
+		superseded, ok = queued[1:], err == nil
+		return err
+	})
+	if isUniqueViolation(err) {
+		return apps.DeploymentRecord{}, nil, false, nil // another replica claimed the slot
+	}
+	return claimed, superseded, ok, err
+}
+
+// SetDeploymentJob records the job of a deployment that has none yet.
+func (s *Store) SetDeploymentJob(ctx context.Context, id, jobID string, now time.Time) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE deployments SET job_id = ?, updated_at = ? WHERE id = ? AND job_id IS NULL`),
+		jobID, ms(now), id)
+	if isUniqueViolation(err) {
+		return fault.Conflictf("job-taken", "The job belongs to another deployment.")
+	}
+	return err
+}
+
+// FinishDeployment ends a running deployment.
+func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) (bool, error) {
+	var done bool
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, finished_at = ?, updated_at = ?
+			WHERE id = ? AND status = 'running'`), f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, ms(f.At), ms(f.At), id)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		done = n == 1
+		if !done || f.Status != apps.Succeeded {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
+			WHERE id = (SELECT app_id FROM deployments WHERE id = ?)`), id, ms(f.At), id)
+		return err
+	})
+	return done, err
+}
+
+// CancelQueuedDeployments cancels queued deployments of an application.
+func (s *Store) CancelQueuedDeployments(ctx context.Context, appID, id string, now time.Time) ([]string, error) {
+	var out []string
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		out = nil
+		q, args := `SELECT id FROM deployments WHERE app_id = ? AND status = 'queued'`, []any{appID}
+		if id != "" {
+			q, args = q+` AND id = ?`, append(args, id)
+		}
+		if err := tx.SelectContext(ctx, &out, tx.Rebind(q+` ORDER BY id`), args...); err != nil {
+			return err
+		}
+		for _, d := range out {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = 'cancelled', error = 'cancelled', finished_at = ?, updated_at = ?
+				WHERE id = ? AND status = 'queued'`), ms(now), ms(now), d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SucceededImageIDs returns the image ids of the newest succeeded
+// deployments, distinct, newest first.
+func (s *Store) SucceededImageIDs(ctx context.Context, appID string, limit int) ([]string, error) {
+	var rows []string
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT image_id FROM deployments WHERE app_id = ? AND status = 'succeeded' AND image_id != ''
+		ORDER BY id DESC LIMIT ?`), appID, limit); err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(rows))
+	seen := map[string]bool{}
+	for _, id := range rows {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+// ProxySites returns the sites of a server's applications that are not
+// being removed.
+func (s *Store) ProxySites(ctx context.Context, serverID string) ([]agentproto.ProxySite, error) {
+	var rows []struct {
+		Hostname    string `db:"hostname"`
+		AppID       string `db:"app_id"`
+		TLSMode     string `db:"tls_mode"`
+		RedirectWWW bool   `db:"redirect_www"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT d.hostname, d.app_id, d.tls_mode, d.redirect_www FROM domains d
+		JOIN applications a ON a.id = d.app_id WHERE d.server_id = ? AND a.state != 'removing' ORDER BY d.hostname`), serverID); err != nil {
+		return nil, err
+	}
+	out := make([]agentproto.ProxySite, len(rows))
+	for i, r := range rows {
+		out[i] = agentproto.ProxySite{Hostname: r.Hostname, AppID: r.AppID, TLSMode: r.TLSMode, RedirectWWW: r.RedirectWWW}
+	}
+	return out, nil
+}

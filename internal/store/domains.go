@@ -1,0 +1,194 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jmoiron/sqlx"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+var _ domains.Store = (*Store)(nil)
+
+const domainColumns = `id, hostname, app_id, server_id, tls_mode, redirect_www, check_job_id, check_result, created_by, created_at, updated_at`
+
+type domainRow struct {
+	ID          string         `db:"id"`
+	Hostname    string         `db:"hostname"`
+	AppID       string         `db:"app_id"`
+	ServerID    string         `db:"server_id"`
+	TLSMode     string         `db:"tls_mode"`
+	RedirectWWW bool           `db:"redirect_www"`
+	CheckJobID  sql.NullString `db:"check_job_id"`
+	CheckResult sql.NullString `db:"check_result"`
+	CreatedBy   string         `db:"created_by"`
+	CreatedAt   int64          `db:"created_at"`
+	UpdatedAt   int64          `db:"updated_at"`
+}
+
+func (r domainRow) domain() (domains.Domain, error) {
+	d := domains.Domain{ID: r.ID, Hostname: r.Hostname, ApplicationID: r.AppID, ServerID: r.ServerID, TLSMode: r.TLSMode,
+		RedirectWWW: r.RedirectWWW, CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt)}
+	if r.CheckJobID.Valid {
+		id := r.CheckJobID.String
+		d.CheckJobID = &id
+	}
+	if r.CheckResult.Valid && r.CheckResult.String != "" {
+		d.Check = &domains.DomainCheck{}
+		if err := json.Unmarshal([]byte(r.CheckResult.String), d.Check); err != nil {
+			return d, err
+		}
+	}
+	return d, nil
+}
+
+// InsertDomain stores a domain and the names it takes.
+func (s *Store) InsertDomain(ctx context.Context, d domains.Domain, names []string) error {
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		q, args, err := sqlx.In(`SELECT n.name, d.hostname FROM domain_names n JOIN domains d ON d.id = n.domain_id WHERE n.name IN (?) ORDER BY n.name`, names)
+		if err != nil {
+			return err
+		}
+		var taken []struct {
+			Name     string `db:"name"`
+			Hostname string `db:"hostname"`
+		}
+		if err := tx.SelectContext(ctx, &taken, tx.Rebind(q), args...); err != nil {
+			return err
+		}
+		if len(taken) > 0 {
+			t := taken[0]
+			if t.Name == t.Hostname {
+				return fault.Conflictf("hostname-taken", "%s is already a domain.", t.Name)
+			}
+			return fault.Conflictf("hostname-taken", "%s is taken by the domain %s, which redirects www.", t.Name, t.Hostname)
+		}
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO domains (id, hostname, app_id, server_id, tls_mode, redirect_www, created_by, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`), d.ID, d.Hostname, d.ApplicationID, d.ServerID, d.TLSMode, d.RedirectWWW, d.CreatedBy,
+			ms(d.CreatedAt), ms(d.UpdatedAt)); err != nil {
+			return err
+		}
+		for _, n := range names {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO domain_names (name, domain_id) VALUES (?, ?)`), n, d.ID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if isUniqueViolation(err) {
+		return fault.Conflictf("hostname-taken", "%s is already taken by another domain.", strings.Join(names, " or "))
+	}
+	if isForeignKeyViolation(err) {
+		return fault.NotFoundf("No such application.")
+	}
+	return err
+}
+
+func (s *Store) domainWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (domains.Domain, error) {
+	var r domainRow
+	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE `+where), args...)
+	if notFound(err) {
+		return domains.Domain{}, fault.NotFoundf("No such domain.")
+	}
+	if err != nil {
+		return domains.Domain{}, err
+	}
+	return r.domain()
+}
+
+// Domain returns a domain.
+func (s *Store) Domain(ctx context.Context, id string) (domains.Domain, error) {
+	return s.domainWhere(ctx, s.r, "id = ?", id)
+}
+
+// DomainByCheckJob returns the domain whose latest check is jobID.
+func (s *Store) DomainByCheckJob(ctx context.Context, jobID string) (domains.Domain, error) {
+	return s.domainWhere(ctx, s.r, "check_job_id = ?", jobID)
+}
+
+// ListDomains returns domains by hostname.
+func (s *Store) ListDomains(ctx context.Context, appID string) ([]domains.Domain, error) {
+	var rows []domainRow
+	var err error
+	if appID == "" {
+		err = s.r.SelectContext(ctx, &rows, `SELECT `+domainColumns+` FROM domains ORDER BY hostname`)
+	} else {
+		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE app_id = ? ORDER BY hostname`), appID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]domains.Domain, len(rows))
+	for i, r := range rows {
+		if out[i], err = r.domain(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func affectedOne(res sql.Result, err error, what string) error {
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fault.NotFoundf("No such %s.", what)
+	}
+	return nil
+}
+
+// UpdateDomainTLS changes a domain's TLS mode.
+func (s *Store) UpdateDomainTLS(ctx context.Context, id, mode string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET tls_mode = ?, updated_at = ? WHERE id = ?`), mode, ms(now), id)
+	return affectedOne(res, err, "domain")
+}
+
+// DeleteDomain deletes a domain and frees its names.
+func (s *Store) DeleteDomain(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM domain_names WHERE domain_id = ?`), id); err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM domains WHERE id = ?`), id)
+		return affectedOne(res, err, "domain")
+	})
+}
+
+// SetDomainCheckJob records a domain's latest check job.
+func (s *Store) SetDomainCheckJob(ctx context.Context, id, jobID string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_job_id = ?, updated_at = ? WHERE id = ?`), jobID, ms(now), id)
+	return affectedOne(res, err, "domain")
+}
+
+// SetDomainCheck stores a check's result if it is the domain's latest.
+func (s *Store) SetDomainCheck(ctx context.Context, id, jobID string, c domains.DomainCheck, now time.Time) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_result = ?, checked_at = ?, updated_at = ? WHERE id = ? AND check_job_id = ?`),
+		string(b), ms(c.CheckedAt), ms(now), id, jobID)
+	return err
+}
+
+// isForeignKeyViolation reports whether err is a foreign-key violation.
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23503"
+	}
+	var sqErr *sqlite.Error
+	if errors.As(err, &sqErr) {
+		return sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+	}
+	return false
+}
