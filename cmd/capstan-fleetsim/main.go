@@ -398,6 +398,7 @@ loop:
 		intervals = append(intervals, final)
 		final.write(stderr)
 	}
+	s.rec.close()
 	cancelAgents()
 	done := make(chan struct{})
 	go func() { agents.Wait(); close(done) }()

@@ -181,6 +181,7 @@ type recorder struct {
 	dispatch   [3]histogram // current window, total, steady
 	early      [3]uint64    // claims that arrived before the action's response
 	firstError map[string]string
+	closed     bool // the run is over: calls cut short by its end are not counted
 }
 
 func newRecorder() *recorder {
@@ -189,6 +190,10 @@ func newRecorder() *recorder {
 
 func (r *recorder) record(call string, d time.Duration, err error) {
 	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
 	failed := err != nil
 	r.cur.add(call, d, failed)
 	r.total.add(call, d, failed)
@@ -215,6 +220,13 @@ func (r *recorder) recordDispatch(d time.Duration) {
 		}
 		r.dispatch[i].add(max(d, 0))
 	}
+	r.mu.Unlock()
+}
+
+// close ends the measurements.
+func (r *recorder) close() {
+	r.mu.Lock()
+	r.closed = true
 	r.mu.Unlock()
 }
 
