@@ -50,6 +50,7 @@ fuzz:
 lint:
 	@out=$$(gofmt -l cmd internal e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	shellcheck scripts/*.sh .ci/run
 
 testenv-down:

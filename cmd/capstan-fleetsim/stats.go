@@ -64,15 +64,6 @@ func (h *histogram) add(d time.Duration) {
 	h.max = max(h.max, v)
 }
 
-func (h *histogram) merge(o *histogram) {
-	for i, c := range o.counts {
-		h.counts[i] += c
-	}
-	h.n += o.n
-	h.sum += o.sum
-	h.max = max(h.max, o.max)
-}
-
 // quantile returns the q-quantile (0 < q ≤ 1) in milliseconds.
 func (h *histogram) quantile(q float64) float64 {
 	if h.n == 0 {
@@ -129,20 +120,6 @@ func (w *window) add(call string, d time.Duration, failed bool) {
 		w.hist[call] = h
 	}
 	h.add(d)
-}
-
-func (w *window) merge(o *window) {
-	for k, h := range o.hist {
-		m := w.hist[k]
-		if m == nil {
-			m = &histogram{}
-			w.hist[k] = m
-		}
-		m.merge(h)
-	}
-	for k, n := range o.errs {
-		w.errs[k] += n
-	}
 }
 
 func (w *window) summaries() map[string]Summary {

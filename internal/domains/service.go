@@ -183,14 +183,14 @@ func (s *Service) UpdateTLS(ctx context.Context, actor audit.Actor, c audit.Entr
 	if p := TLSModeProblem(mode); p != "" {
 		return DomainChange{}, fault.Invalidf("tls_mode", "%s", p)
 	}
-	d, err := s.store.Domain(ctx, id)
-	if err != nil {
+	if _, err := s.store.Domain(ctx, id); err != nil {
 		return DomainChange{}, err
 	}
 	if err := s.store.UpdateDomainTLS(ctx, id, mode, s.now().UTC()); err != nil {
 		return DomainChange{}, err
 	}
-	if d, err = s.store.Domain(ctx, id); err != nil {
+	d, err := s.store.Domain(ctx, id)
+	if err != nil {
 		return DomainChange{}, err
 	}
 	ch, err := s.change(ctx, d, actor.ID)

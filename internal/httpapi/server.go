@@ -248,16 +248,6 @@ func hasBody(t reflect.Type) bool {
 	return ok && f.Type.Kind() != reflect.Invalid
 }
 
-func hasParams(t reflect.Type) bool {
-	for i := 0; i < t.NumField(); i++ {
-		tag := t.Field(i).Tag
-		if tag.Get("query") != "" || tag.Get("path") != "" {
-			return true
-		}
-	}
-	return false
-}
-
 func containsInt(xs []int, x int) bool {
 	for _, v := range xs {
 		if v == x {

@@ -89,10 +89,10 @@ func TestSummarize(t *testing.T) {
 // fakeStore records how the series were asked for.
 type fakeStore struct {
 	Store
-	count        int
-	bucket       time.Duration
-	from, to     time.Time
-	hourly, last string
+	count    int
+	bucket   time.Duration
+	from, to time.Time
+	last     string
 }
 
 func (f *fakeStore) CountMetricSamples(_ context.Context, _ string, _, _ time.Time) (int, error) {

@@ -273,7 +273,7 @@ func deployOK(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map
 	return res, rec
 }
 
-func deployFails(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map[string]string, want ...string) (error, *recorder) {
+func deployFails(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map[string]string, want ...string) (*recorder, error) {
 	t.Helper()
 	start := time.Now()
 	data, rec, err := runJob(t, d.Deploy(), agentproto.JobAppDeploy, p, secrets)
@@ -286,7 +286,7 @@ func deployFails(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets 
 		}
 	}
 	t.Logf("app.deploy %s failed as expected in %s: %v", p.DeploymentID, time.Since(start).Round(time.Millisecond), err)
-	return err, rec
+	return rec, err
 }
 
 // get answers GET http://<upstream>/.
@@ -541,7 +541,7 @@ func TestReleases(t *testing.T) {
 		calls := fake.callCount()
 		p := payload(broken)
 		p.HealthTimeoutSeconds = 2
-		_, rec := deployFails(t, d, p, secrets, "health check failed", "within 2s", "HTTP 500", "unhealthy: version broken is broken")
+		rec, _ := deployFails(t, d, p, secrets, "health check failed", "within 2s", "HTTP 500", "unhealthy: version broken is broken")
 		if !rec.has("error: health check failed") || !rec.has("warn: the last ") {
 			t.Errorf("events %q", rec.events)
 		}
@@ -557,7 +557,7 @@ func TestReleases(t *testing.T) {
 		p := payload(v2)
 		p.EnvKeys = []string{"GREETING", "CRASH"}
 		start := time.Now()
-		_, rec := deployFails(t, d, p, map[string]string{"GREETING": "x", "CRASH": "1"}, "exited")
+		rec, _ := deployFails(t, d, p, map[string]string{"GREETING": "x", "CRASH": "1"}, "exited")
 		if time.Since(start) > 10*time.Second {
 			t.Errorf("took %s", time.Since(start))
 		}
@@ -592,7 +592,7 @@ func TestReleases(t *testing.T) {
 		calls := fake.callCount()
 		fake.failNext(1, errors.New("caddy said no"))
 		p := payload(v1)
-		_, rec := deployFails(t, d, p, secrets, "switching the proxy to the new container: caddy said no")
+		rec, _ := deployFails(t, d, p, secrets, "switching the proxy to the new container: caddy said no")
 		if !rec.has("info: applied the proxy state again with the application's previous container") {
 			t.Errorf("no restore: %q", rec.events)
 		}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/agent/atomicfile"
 )
 
 // stateName is the reporter's file in the state directory.
@@ -78,21 +80,7 @@ func (r *Reporter) save() error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(r.opts.StateDir, stateName+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing traffic state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), r.statePath()); err != nil {
+	if err := atomicfile.WriteFile(r.statePath(), b, 0o600); err != nil {
 		return fmt.Errorf("writing traffic state: %w", err)
 	}
 	return nil
