@@ -83,8 +83,8 @@ const (
 type Source struct {
 	Type           string `json:"type" enum:"image,git" doc:"image: a Docker image reference. git: a repository (not available yet)"`
 	Image          string `json:"image,omitempty" doc:"type image: registry/namespace/name[:tag][@sha256:…]"`
-	InstallationID int64  `json:"installation_id,omitempty" doc:"type git: the Git provider installation"`
-	RepoID         int64  `json:"repo_id,omitempty" doc:"type git: the repository"`
+	InstallationID int64  `json:"installation_id,omitempty" minimum:"1" doc:"type git: the Git provider installation (at least 1)"`
+	RepoID         int64  `json:"repo_id,omitempty" minimum:"1" doc:"type git: the repository (at least 1)"`
 	Branch         string `json:"branch,omitempty" doc:"type git: the branch to build"`
 }
 

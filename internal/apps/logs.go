@@ -29,16 +29,18 @@ type AppLogs struct {
 }
 
 // QueueLogs queues a read of the application's live container log: lines
-// 1 to 1000 (0 means 200); since, when set, an RFC 3339 time.
-func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines int, since string) (jobs.Job, error) {
+// 1 to 1000 (nil means 200; an explicit value outside the bounds, 0
+// included, is refused); since, when set, an RFC 3339 time.
+func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines *int, since string) (jobs.Job, error) {
 	var errs fault.Fields
-	if lines == 0 {
-		lines = DefaultLogLines
+	n := DefaultLogLines
+	if lines != nil {
+		n = *lines
+		if n < 1 || n > MaxLogLines {
+			errs.Add("lines", "must be an integer between 1 and %d", MaxLogLines)
+		}
 	}
-	if lines < 1 || lines > MaxLogLines {
-		errs.Add("lines", "must be between 1 and %d", MaxLogLines)
-	}
-	p := agentproto.AppLogsPayload{AppID: appID, Lines: lines}
+	p := agentproto.AppLogsPayload{AppID: appID, Lines: n}
 	if since != "" {
 		t, err := time.Parse(time.RFC3339Nano, since)
 		if err != nil {

@@ -544,9 +544,21 @@ func TestInterruptedDispatchIsRecovered(t *testing.T) {
 func TestAppLogs(t *testing.T) {
 	r := newRig(t)
 	app := r.createApp("web", nil, false)
-	_, err := r.apps.QueueLogs(r.ctx, "usr_admin", app.ID, 1001, "yesterday")
-	wantInvalid(t, err, "lines", "since")
-	j, err := r.apps.QueueLogs(r.ctx, "usr_admin", app.ID, 50, "2030-01-02T03:04:05Z")
+	for _, n := range []int{0, -1, 1001} {
+		_, err := r.apps.QueueLogs(r.ctx, "usr_admin", app.ID, &n, "yesterday")
+		wantInvalid(t, err, "lines", "since")
+	}
+	r.noJob()
+	j, err := r.apps.QueueLogs(r.ctx, "usr_admin", app.ID, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p agentproto.AppLogsPayload
+	if err := jsonUnmarshal(r.claim(agentproto.JobAppLogs).Payload, &p); err != nil || p.Lines != apps.DefaultLogLines || p.Since != nil {
+		t.Fatalf("payload without lines: %+v %v", p, err)
+	}
+	fifty := 50
+	j, err = r.apps.QueueLogs(r.ctx, "usr_admin", app.ID, &fifty, "2030-01-02T03:04:05Z")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +567,6 @@ func TestAppLogs(t *testing.T) {
 		t.Fatalf("queued read: %+v %v", res, err)
 	}
 	c := r.claim(agentproto.JobAppLogs)
-	var p agentproto.AppLogsPayload
 	if err := jsonUnmarshal(c.Payload, &p); err != nil || p.AppID != app.ID || p.Lines != 50 || p.Since == nil || p.Since.Year() != 2030 {
 		t.Fatalf("payload %+v %v", p, err)
 	}

@@ -44,9 +44,9 @@ type createAppInput struct {
 		Name          string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
 		ServerID      string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
 		Source        apps.Source   `json:"source" doc:"{type: image, image}; git sources are refused for now (422)"`
-		ContainerPort int           `json:"container_port" doc:"1 to 65535: the port the container listens on"`
-		HealthPath    string        `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default /"`
-		Env           []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
+		ContainerPort int           `json:"container_port" minimum:"1" maximum:"65535" doc:"The port the container listens on: 1 to 65535"`
+		HealthPath    string        `json:"health_path,omitempty" minLength:"1" maxLength:"1024" doc:"Starts with '/', at most 1024 characters; default / when absent (an empty string is refused)"`
+		Env           []apps.EnvVar `json:"env,omitempty" maxItems:"200" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
 		AutoDeploy    bool          `json:"auto_deploy,omitempty"`
 		MemoryLimit   string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
 		Deploy        *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
@@ -59,9 +59,9 @@ type patchAppInput struct {
 		Name          *string        `json:"name,omitempty"`
 		Image         *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
 		Source        *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
-		ContainerPort *int           `json:"container_port,omitempty"`
-		HealthPath    *string        `json:"health_path,omitempty"`
-		Env           *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list"`
+		ContainerPort *int           `json:"container_port,omitempty" minimum:"1" maximum:"65535" doc:"1 to 65535"`
+		HealthPath    *string        `json:"health_path,omitempty" maxLength:"1024" doc:"Starts with '/', at most 1024 characters"`
+		Env           *[]apps.EnvVar `json:"env,omitempty" maxItems:"200" doc:"Replaces the whole list; at most 200"`
 		AutoDeploy    *bool          `json:"auto_deploy,omitempty"`
 		MemoryLimit   *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
 	}
@@ -75,7 +75,7 @@ type removalOutput struct {
 type deployInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body *struct {
-		Ref string `json:"ref,omitempty" doc:"Image reference for this deployment only, instead of the application's"`
+		Ref string `json:"ref,omitempty" minLength:"1" doc:"Image reference for this deployment only, instead of the application's (used when absent; an empty string is refused)"`
 	}
 }
 
@@ -99,12 +99,12 @@ func deploymentAccepted(d apps.DeploymentDetail) *deploymentAcceptedOutput {
 }
 
 type deploymentListInput struct {
-	Limit int `query:"limit" minimum:"1" maximum:"100" doc:"At most 100; default 30"`
+	Limit int `query:"limit" minimum:"1" maximum:"100" default:"30" doc:"How many deployments: 1 to 100; default 30 when absent"`
 }
 
 type appDeploymentListInput struct {
 	ID    string `path:"id" maxLength:"64"`
-	Limit int    `query:"limit" minimum:"1" maximum:"100" doc:"At most 100; default 30"`
+	Limit int    `query:"limit" minimum:"1" maximum:"100" default:"30" doc:"How many deployments: 1 to 100; default 30 when absent"`
 }
 
 type deploymentListOutput struct {
@@ -124,7 +124,7 @@ type deploymentOutput struct {
 type appLogsInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body *struct {
-		Lines int    `json:"lines,omitempty" doc:"1 to 1000; default 200"`
+		Lines *int   `json:"lines,omitempty" minimum:"1" maximum:"1000" doc:"How many lines: 1 to 1000; default 200 when absent or null (0 is refused)"`
 		Since string `json:"since,omitempty" doc:"RFC 3339: only lines at or after it"`
 	}
 }
@@ -140,7 +140,7 @@ type appLogsOutput struct {
 
 type trafficInput struct {
 	ID    string `path:"id" maxLength:"64"`
-	Range string `query:"range" default:"1h" enum:"1h,24h,7d" doc:"1h: per minute; 24h: 5-minute buckets; 7d: hourly"`
+	Range string `query:"range" default:"1h" enum:"1h,24h,7d" doc:"1h: per minute; 24h: 5-minute buckets; 7d: hourly. Default 1h when absent"`
 }
 
 type trafficOutput struct {
@@ -289,7 +289,8 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		lines, since := 0, ""
+		var lines *int
+		since := ""
 		if in.Body != nil {
 			lines, since = in.Body.Lines, in.Body.Since
 		}

@@ -10,7 +10,7 @@ import (
 )
 
 type auditListInput struct {
-	Limit  int    `query:"limit" minimum:"1" maximum:"200" doc:"Entries per page (default 50, at most 200)"`
+	Limit  int    `query:"limit" minimum:"1" maximum:"200" default:"50" doc:"Entries per page: 1 to 200; default 50 when absent"`
 	Before string `query:"before" maxLength:"128" doc:"Cursor from next_cursor of the previous page"`
 	Action string `query:"action" maxLength:"100" doc:"Exact action, or a prefix ending in .* (auth.*)"`
 }

@@ -35,7 +35,7 @@ type createDomainInput struct {
 	Body struct {
 		Hostname      string `json:"hostname" maxLength:"253" doc:"Lowercase, at least two labels, no IP address or wildcard; with redirect_www, without a leading www."`
 		ApplicationID string `json:"application_id" maxLength:"64"`
-		TLSMode       string `json:"tls_mode,omitempty" enum:"auto,internal,off" doc:"Default auto"`
+		TLSMode       string `json:"tls_mode,omitempty" enum:"auto,internal,off" doc:"auto, internal or off; default auto when absent (an empty string is refused)"`
 		RedirectWWW   bool   `json:"redirect_www,omitempty" doc:"Also serve www.<hostname> as a permanent redirect to hostname"`
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 type jobListInput struct {
 	ServerID string `query:"server_id" maxLength:"64" doc:"Only this server's jobs"`
-	Limit    int    `query:"limit" minimum:"1" maximum:"100" doc:"At most 100; default 30"`
+	Limit    int    `query:"limit" minimum:"1" maximum:"100" default:"30" doc:"How many jobs: 1 to 100; default 30 when absent"`
 }
 
 type jobListOutput struct {

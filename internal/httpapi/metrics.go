@@ -65,7 +65,7 @@ func (s *Server) serverDetail(ctx context.Context, srv servers.Server) (ServerDe
 
 type seriesInput struct {
 	ID    string `path:"id" maxLength:"64"`
-	Range string `query:"range" default:"1h" enum:"1h,24h,7d,30d,90d" doc:"Time range up to now"`
+	Range string `query:"range" default:"1h" enum:"1h,24h,7d,30d,90d" doc:"Time range up to now: 1h, 24h, 7d, 30d or 90d; default 1h when absent"`
 }
 
 type seriesOutput struct {
@@ -73,7 +73,7 @@ type seriesOutput struct {
 }
 
 type fleetInput struct {
-	Range string `query:"range" default:"1h" enum:"1h,24h,7d,30d,90d" doc:"Time range up to now"`
+	Range string `query:"range" default:"1h" enum:"1h,24h,7d,30d,90d" doc:"Time range up to now: 1h, 24h, 7d, 30d or 90d; default 1h when absent"`
 }
 
 type fleetOutput struct {

@@ -120,6 +120,7 @@ func init() {
 		if ctx != nil {
 			p.RequestID = requestID(ctx.Context())
 			p.Instance = ctx.URL().Path
+			explainBounds(p, ctx.Operation())
 		}
 		return p
 	}

@@ -202,6 +202,7 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 		o.Metadata = map[string]any{}
 	}
 	o.Metadata[accessKey] = access
+	o.Metadata[boundsKey] = boundsOf(reflect.TypeFor[I]())
 	// Unknown query parameters are refused everywhere, so every operation
 	// can answer 422.
 	errs := []int{http.StatusInternalServerError, http.StatusUnprocessableEntity}

@@ -45,7 +45,7 @@ type actionInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body struct {
 		Type           string          `json:"type" doc:"service.start|stop|restart|logs, container.start|stop|restart|logs, or agent.ping"`
-		Payload        json.RawMessage `json:"payload,omitempty" doc:"Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {message?}"`
+		Payload        json.RawMessage `json:"payload,omitempty" doc:"Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {message?}. lines (service.logs, container.logs): 1 to 500; default 200 when absent or null, 0 is refused. message (agent.ping): at most 256 characters"`
 		IdempotencyKey string          `json:"idempotency_key,omitempty" maxLength:"255" doc:"Repeating a key with the same request returns the first job (200); with a different request it is refused (422). Kept at least 24 h, per server."`
 	}
 }

@@ -55,8 +55,9 @@ type Read struct {
 	Source    string
 	Unit      string
 	Container string
-	// Lines is 1 to 1000; 0 means the default (200).
-	Lines int
+	// Lines is 1 to 1000; nil means the default (200). An explicit value
+	// outside the bounds, 0 included, is refused.
+	Lines *int
 	// Priority, journal only, 0 to 7; nil means all.
 	Priority *int
 	Cursor   string
@@ -115,12 +116,12 @@ func (s *Service) Sources(ctx context.Context, serverID string) (Sources, error)
 // Validate checks a read and returns the job payload.
 func Validate(r Read) (agentproto.LogsReadPayload, error) {
 	var errs fault.Fields
-	p := agentproto.LogsReadPayload{Source: r.Source, Lines: r.Lines, Cursor: r.Cursor}
-	if p.Lines == 0 {
-		p.Lines = DefaultLines
-	}
-	if p.Lines < 1 || p.Lines > MaxLines {
-		errs.Add("lines", "must be between 1 and %d", MaxLines)
+	p := agentproto.LogsReadPayload{Source: r.Source, Lines: DefaultLines, Cursor: r.Cursor}
+	if r.Lines != nil {
+		p.Lines = *r.Lines
+		if p.Lines < 1 || p.Lines > MaxLines {
+			errs.Add("lines", "must be an integer between 1 and %d", MaxLines)
+		}
 	}
 	if len(r.Cursor) > MaxCursorLen {
 		errs.Add("cursor", "at most %d characters", MaxCursorLen)

@@ -22,12 +22,19 @@ func TestValidateAcceptsAndDefaults(t *testing.T) {
 	if got, want := p.Cursor, "s=abc"; got != want {
 		t.Fatalf("cursor: got %q, want %q", got, want)
 	}
-	p, err = Validate(Read{Source: "container", Container: "web-1", Lines: 1000})
+	p, err = Validate(Read{Source: "container", Container: "web-1", Lines: intp(1000)})
 	if err != nil {
 		t.Fatalf("valid container read: %v", err)
 	}
 	if got, want := p.Container, "web-1"; got != want {
 		t.Fatalf("container: got %q, want %q", got, want)
+	}
+	if got, want := p.Lines, 1000; got != want {
+		t.Fatalf("lines: got %d, want %d", got, want)
+	}
+	p, err = Validate(Read{Source: "journal", Unit: "a.service", Lines: intp(1)})
+	if err != nil || p.Lines != 1 {
+		t.Fatalf("one line: %+v %v", p, err)
 	}
 }
 
@@ -39,8 +46,9 @@ func TestValidateRefuses(t *testing.T) {
 	}{
 		{"unknown source", Read{Source: "syslog", Unit: "a.service"}, "source"},
 		{"no source", Read{Unit: "a.service"}, "source"},
-		{"lines zero is default but negative is not", Read{Source: "journal", Unit: "a.service", Lines: -1}, "lines"},
-		{"too many lines", Read{Source: "journal", Unit: "a.service", Lines: 1001}, "lines"},
+		{"explicit zero lines", Read{Source: "journal", Unit: "a.service", Lines: intp(0)}, "lines"},
+		{"negative lines", Read{Source: "journal", Unit: "a.service", Lines: intp(-1)}, "lines"},
+		{"too many lines", Read{Source: "journal", Unit: "a.service", Lines: intp(1001)}, "lines"},
 		{"shell metacharacters", Read{Source: "journal", Unit: "a;rm -rf /.service"}, "unit"},
 		{"path separator", Read{Source: "journal", Unit: "../etc/passwd.service"}, "unit"},
 		{"not a service", Read{Source: "journal", Unit: "sshd.socket"}, "unit"},

@@ -69,7 +69,7 @@ func lines(n *int) (int, error) {
 		return DefaultLogLines, nil
 	}
 	if *n < 1 || *n > MaxLogLines {
-		return 0, fault.Invalidf("payload.lines", "must be between 1 and %d", MaxLogLines)
+		return 0, fault.Invalidf("payload.lines", "must be an integer between 1 and %d", MaxLogLines)
 	}
 	return *n, nil
 }
