@@ -154,9 +154,9 @@ func TestHostWorkLogsValidation(t *testing.T) {
 	f.enrollHTTP(t, e.Token)
 	id := e.Server.ID
 
-	// Valid reads are queued (no agent runs: they stay queued); lines 0
-	// means the default.
-	r := f.Post(t, "/api/v1/logs", f.Token, map[string]any{"server_id": id, "source": "journal", "unit": "nginx.service", "lines": 0})
+	// Valid reads are queued (no agent runs: they stay queued); absent
+	// lines means the default.
+	r := f.Post(t, "/api/v1/logs", f.Token, map[string]any{"server_id": id, "source": "journal", "unit": "nginx.service"})
 	expectStatus(t, r, http.StatusAccepted)
 	var a struct {
 		Job struct {
@@ -165,7 +165,7 @@ func TestHostWorkLogsValidation(t *testing.T) {
 	}
 	r.JSON(t, &a)
 	if got, want := a.Job.Payload.Lines, 200; got != want {
-		t.Errorf("lines 0: queued with lines %d, want the default %d", got, want)
+		t.Errorf("no lines: queued with lines %d, want the default %d", got, want)
 	}
 	r = f.Post(t, "/api/v1/logs", f.Token, map[string]any{"server_id": id, "source": "container", "container": "web_1.x", "lines": 1000})
 	expectStatus(t, r, http.StatusAccepted)
@@ -181,6 +181,7 @@ func TestHostWorkLogsValidation(t *testing.T) {
 		field string
 	}{
 		{"unknown source", map[string]any{"source": "syslog", "unit": "nginx.service"}, "source"},
+		{"lines 0", map[string]any{"source": "journal", "unit": "nginx.service", "lines": 0}, "lines"},
 		{"lines -1", map[string]any{"source": "journal", "unit": "nginx.service", "lines": -1}, "lines"},
 		{"lines 1001", map[string]any{"source": "container", "container": "web", "lines": 1001}, "lines"},
 		{"unit a;b.service", map[string]any{"source": "journal", "unit": "a;b.service"}, "unit"},

@@ -316,7 +316,7 @@ func TestSettingsApplyToTheNextDeployment(t *testing.T) {
 func TestCreateAndUpdateValidation(t *testing.T) {
 	r := newRig(t)
 	_, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "Bad_Name", ServerID: r.serverID,
-		Source: apps.Source{Type: apps.SourceImage, Image: "Nginx"}, ContainerPort: 70000, HealthPath: "health",
+		Source: apps.Source{Type: apps.SourceImage, Image: "Nginx"}, ContainerPort: 70000, HealthPath: ptr("health"),
 		Env: []apps.EnvVar{{Key: "OK", Value: "1"}, {Key: "OK", Value: "2"}, {Key: "9X", Value: ""}}, MemoryLimit: "1m"})
 	wantInvalid(t, err, "name", "source.image", "container_port", "health_path", "env[1].key", "env[2].key", "memory_limit")
 

@@ -90,7 +90,7 @@ func (r *rig) createApp(name string, env []apps.EnvVar, deploy bool) apps.Applic
 	r.t.Helper()
 	d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "ghcr.io/acme/" + name + ":v1"}, ContainerPort: 8080,
-		HealthPath: "/healthz", Env: env, MemoryLimit: "512m", Deploy: deploy})
+		HealthPath: ptr("/healthz"), Env: env, MemoryLimit: "512m", Deploy: deploy})
 	if err != nil {
 		r.t.Fatalf("create application: %v", err)
 	}
@@ -231,3 +231,5 @@ func deref(s *string) string {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func ptr[T any](v T) *T { return &v }

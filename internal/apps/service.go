@@ -130,8 +130,8 @@ type NewApp struct {
 	ServerID      string
 	Source        Source
 	ContainerPort int
-	// HealthPath "" means "/".
-	HealthPath  string
+	// HealthPath nil means "/"; an explicit "" is refused.
+	HealthPath  *string
 	Env         []EnvVar
 	AutoDeploy  bool
 	MemoryLimit string
@@ -221,10 +221,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if p := PortProblem(n.ContainerPort); p != "" {
 		errs.Add("container_port", "%s", p)
 	}
-	if n.HealthPath == "" {
-		n.HealthPath = DefaultHealthPath
+	healthPath := DefaultHealthPath
+	if n.HealthPath != nil {
+		healthPath = *n.HealthPath
 	}
-	if p := HealthPathProblem(n.HealthPath); p != "" {
+	if p := HealthPathProblem(healthPath); p != "" {
 		errs.Add("health_path", "%s", p)
 	}
 	if n.Env == nil {
@@ -248,7 +249,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	now := s.now().UTC()
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Source: n.Source,
-		ContainerPort: n.ContainerPort, HealthPath: n.HealthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
+		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
 		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}
 	sealed, err := s.sealEnv("applications", a.ID, n.Env)
 	if err != nil {

@@ -44,9 +44,9 @@ type createAppInput struct {
 		Name          string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
 		ServerID      string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
 		Source        apps.Source   `json:"source" doc:"{type: image, image}; git sources are refused for now (422)"`
-		ContainerPort int           `json:"container_port" minimum:"1" maximum:"65535" doc:"The port the container listens on: 1 to 65535"`
-		HealthPath    string        `json:"health_path,omitempty" minLength:"1" maxLength:"1024" doc:"Starts with '/', at most 1024 characters; default / when absent (an empty string is refused)"`
-		Env           []apps.EnvVar `json:"env,omitempty" maxItems:"200" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
+		ContainerPort int           `json:"container_port" doc:"The port the container listens on: 1 to 65535"`
+		HealthPath    *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
+		Env           []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
 		AutoDeploy    bool          `json:"auto_deploy,omitempty"`
 		MemoryLimit   string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
 		Deploy        *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
@@ -59,9 +59,9 @@ type patchAppInput struct {
 		Name          *string        `json:"name,omitempty"`
 		Image         *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
 		Source        *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
-		ContainerPort *int           `json:"container_port,omitempty" minimum:"1" maximum:"65535" doc:"1 to 65535"`
-		HealthPath    *string        `json:"health_path,omitempty" maxLength:"1024" doc:"Starts with '/', at most 1024 characters"`
-		Env           *[]apps.EnvVar `json:"env,omitempty" maxItems:"200" doc:"Replaces the whole list; at most 200"`
+		ContainerPort *int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`
+		HealthPath    *string        `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; unchanged when absent or null"`
+		Env           *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list (at most 200); unchanged when absent or null"`
 		AutoDeploy    *bool          `json:"auto_deploy,omitempty"`
 		MemoryLimit   *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
 	}

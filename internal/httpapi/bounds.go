@@ -8,15 +8,18 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 )
 
-// Bounded inputs. A numeric input of the client API declares its bounds
-// with minimum and maximum tags; huma checks them whenever the value is
-// present (a JSON property, null aside, or a non-empty query parameter),
-// so an explicit 0, a negative or a too-large value is refused with 422
-// and only an absent value takes the default. JSON null counts as absent.
+// Bounded inputs. An explicit value outside an input's bounds is refused
+// (422); only an absent input takes the default, and JSON null counts as
+// absent. Bounds are declared in the schema with minimum and maximum tags,
+// which huma checks whenever the value is present (a JSON property or a
+// non-empty query parameter), or checked by the domain on pointer fields
+// (nil: absent) where every field of a request must be reported at once,
+// as for applications.
 //
-// huma words a violation as "expected number >= 1", naming one bound; the
-// problem instead says the whole range ("must be an integer between 1 and
-// 1000"), from the bounds collected here when the operation is registered.
+// huma words a schema violation as "expected number >= 1", naming one
+// bound; the problem instead states the whole range ("must be an integer
+// between 1 and 1000"), from the bounds collected here when the operation
+// is registered.
 
 // boundsKey is the operation metadata holding its inputBounds.
 const boundsKey = "capstan-bounds"

@@ -24,7 +24,7 @@ type logReadInput struct {
 		Unit      string `json:"unit,omitempty" doc:"systemd unit ending in .service (source journal)"`
 		Container string `json:"container,omitempty" doc:"Docker container name or id (source container)"`
 		Lines     *int   `json:"lines,omitempty" minimum:"1" maximum:"1000" doc:"How many lines: 1 to 1000; default 200 when absent or null (0 is refused)"`
-		Priority  *int   `json:"priority,omitempty" minimum:"0" maximum:"7" doc:"journal only: 0 (emergency) to 7 (debug); lines of this priority or more urgent. Default: every priority"`
+		Priority  *int   `json:"priority,omitempty" minimum:"0" maximum:"7" doc:"journal only: 0 to 7 (0 emergency, 7 debug); lines of this priority or more urgent. Every priority when absent or null"`
 		Cursor    string `json:"cursor,omitempty" maxLength:"512" doc:"The cursor of a previous read (at most 512 characters): continue after its last line"`
 	}
 }
