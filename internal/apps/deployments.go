@@ -33,8 +33,8 @@ type Deployment struct {
 	RollbackOf    *string                  `json:"rollback_of" doc:"The deployment this one rolls back to"`
 	JobID         *string                  `json:"job_id" doc:"Its app.deploy job; null while it waits for the application's previous deployment"`
 	ImageID       string                   `json:"image_id" doc:"The local image id the agent ran (from its result); empty until it succeeded"`
-	Result        *agentproto.DeployResult `json:"result" doc:"The agent's result; null until it succeeded"`
-	Error         *string                  `json:"error" doc:"Why it failed or was cancelled"`
+	Result        *agentproto.DeployResult `json:"result" doc:"The agent's result; null until it succeeded, and for members"`
+	Error         *string                  `json:"error" doc:"Why it failed or was cancelled; for members the error class only (failed, cancelled, superseded, agent_lost, timed_out, server_revoked)"`
 	CreatedBy     string                   `json:"created_by,omitempty"`
 	CreatedAt     time.Time                `json:"created_at"`
 	StartedAt     *time.Time               `json:"started_at" doc:"When the agent took its job"`
@@ -44,8 +44,8 @@ type Deployment struct {
 // DeploymentDetail is a deployment with its job's events and output.
 type DeploymentDetail struct {
 	Deployment
-	Job    *jobs.Job    `json:"job" doc:"Its app.deploy job (with output); null while it waits"`
-	Events []jobs.Event `json:"events" doc:"The job's progress events"`
+	Job    *jobs.Job    `json:"job" doc:"Its app.deploy job (with output for administrators); null while it waits"`
+	Events []jobs.Event `json:"events" doc:"The job's progress events (they carry the container's log tail of a failed release); administrators only, empty for members"`
 }
 
 // status is what the API shows: a deployment holding the slot is queued
@@ -68,17 +68,29 @@ func (d DeploymentRecord) status() string {
 	}
 }
 
-func (d DeploymentRecord) view() Deployment {
+// view is the deployment as r may read it: a member gets neither the
+// agent's result nor its error text, only the error's class.
+func (d DeploymentRecord) view(r jobs.Reader) Deployment {
 	v := Deployment{ID: d.ID, ApplicationID: d.AppID, ServerID: d.ServerID, Status: d.status(), Spec: d.Spec, Ref: d.Ref,
 		RollbackOf: strp(d.RollbackOf), JobID: strp(d.JobID), ImageID: d.ImageID, Error: strp(d.Error),
 		CreatedBy: d.CreatedBy, CreatedAt: d.CreatedAt, StartedAt: d.JobStartedAt, FinishedAt: d.FinishedAt}
 	if v.Spec.EnvKeys == nil {
 		v.Spec.EnvKeys = []string{}
 	}
+	if r != jobs.AdminReader {
+		if v.Error != nil {
+			c := jobs.ErrorClass(*v.Error)
+			if d.Status == Superseded {
+				c = Superseded
+			}
+			v.Error = &c
+		}
+		return v
+	}
 	if d.Status == Succeeded && len(d.Result) > 0 {
-		var r agentproto.DeployResult
-		if json.Unmarshal(d.Result, &r) == nil {
-			v.Result = &r
+		var res agentproto.DeployResult
+		if json.Unmarshal(d.Result, &res) == nil {
+			v.Result = &res
 		}
 	}
 	return v
@@ -209,11 +221,12 @@ func (s *Service) settleAndGet(ctx context.Context, d DeploymentRecord) (Deploym
 	if err := s.reconcile(ctx, d.AppID); err != nil {
 		s.log.ErrorContext(ctx, "dispatching deployments", "app_id", d.AppID, "err", err.Error())
 	}
-	return s.deploymentDetail(ctx, d.ID)
+	return s.deploymentDetail(ctx, d.ID, jobs.AdminReader)
 }
 
-// GetDeployment returns a deployment with its job, events and output.
-func (s *Service) GetDeployment(ctx context.Context, id string) (DeploymentDetail, error) {
+// GetDeployment returns a deployment with its job, events and output, as
+// r may read them.
+func (s *Service) GetDeployment(ctx context.Context, id string, r jobs.Reader) (DeploymentDetail, error) {
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -223,17 +236,17 @@ func (s *Service) GetDeployment(ctx context.Context, id string) (DeploymentDetai
 			s.log.WarnContext(ctx, "settling deployments", "app_id", d.AppID, "err", err.Error())
 		}
 	}
-	return s.deploymentDetail(ctx, id)
+	return s.deploymentDetail(ctx, id, r)
 }
 
-func (s *Service) deploymentDetail(ctx context.Context, id string) (DeploymentDetail, error) {
+func (s *Service) deploymentDetail(ctx context.Context, id string, r jobs.Reader) (DeploymentDetail, error) {
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	out := DeploymentDetail{Deployment: d.view(), Events: []jobs.Event{}}
+	out := DeploymentDetail{Deployment: d.view(r), Events: []jobs.Event{}}
 	if d.JobID != "" {
-		j, ev, err := s.jobs.Get(ctx, d.JobID)
+		j, ev, err := s.jobs.Read(ctx, d.JobID, r)
 		if err != nil && !fault.Is(err, fault.NotFound) {
 			return DeploymentDetail{}, err
 		}
@@ -247,9 +260,9 @@ func (s *Service) deploymentDetail(ctx context.Context, id string) (DeploymentDe
 	return out, nil
 }
 
-// ListDeployments returns deployments newest first: of one application, or
-// of all when appID is "". limit is 1 to 100; 0 means 30.
-func (s *Service) ListDeployments(ctx context.Context, appID string, limit int) ([]Deployment, error) {
+// ListDeployments returns deployments newest first, as r may read them: of
+// one application, or of all when appID is "". limit is 1 to 100; 0 means 30.
+func (s *Service) ListDeployments(ctx context.Context, appID string, limit int, r jobs.Reader) ([]Deployment, error) {
 	if limit == 0 {
 		limit = DefaultDeploymentLimit
 	}
@@ -267,7 +280,7 @@ func (s *Service) ListDeployments(ctx context.Context, appID string, limit int) 
 	}
 	out := make([]Deployment, len(list))
 	for i, d := range list {
-		out[i] = d.view()
+		out[i] = d.view(r)
 	}
 	return out, nil
 }
@@ -311,7 +324,7 @@ func (s *Service) CancelDeployment(ctx context.Context, actor audit.Actor, c aud
 	if err := s.record(ctx, actor, c, ActionDeploymentCancelled, "application", d.AppID, map[string]any{"deployment_id": d.ID}); err != nil {
 		return DeploymentDetail{}, err
 	}
-	return s.deploymentDetail(ctx, id)
+	return s.deploymentDetail(ctx, id, jobs.AdminReader)
 }
 
 // reconcile settles an application's deployments: it applies the outcome

@@ -20,12 +20,14 @@ const (
 type AppLogs struct {
 	JobID        string               `json:"job_id"`
 	Status       jobs.Status          `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
-	Error        *string              `json:"error"`
-	Lines        []agentproto.LogLine `json:"lines" doc:"Oldest first; empty until the job succeeded"`
+	Error        *string              `json:"error" doc:"Why the read failed; for members the error class only"`
+	Lines        []agentproto.LogLine `json:"lines" doc:"Oldest first; empty until the job succeeded, and for members"`
 	State        string               `json:"state" doc:"The container's state (running, restarting, exited…); empty until the job succeeded"`
 	StartedAt    *time.Time           `json:"started_at" doc:"When the container last started"`
 	RestartCount int                  `json:"restart_count"`
 	ContainerID  string               `json:"container_id,omitempty"`
+	// Redacted is true when the reader may not see the result.
+	Redacted bool `json:"redacted" doc:"True when lines and container state were withheld: they are readable by administrators only"`
 }
 
 // QueueLogs queues a read of the application's live container log: lines
@@ -64,18 +66,20 @@ func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines *i
 	return j, err
 }
 
-// Logs returns the result of an app.logs job of the application; 404 if
+// Logs returns the result of an app.logs job of the application as r may
+// read it (members get its status and error class, not its lines); 404 if
 // the job is not one.
-func (s *Service) Logs(ctx context.Context, appID, jobID string) (AppLogs, error) {
-	j, _, err := s.jobs.Get(ctx, jobID)
+func (s *Service) Logs(ctx context.Context, appID, jobID string, r jobs.Reader) (AppLogs, error) {
+	whole, _, err := s.jobs.Get(ctx, jobID)
 	if err != nil {
 		return AppLogs{}, err
 	}
 	var p agentproto.AppLogsPayload
-	if j.Type != agentproto.JobAppLogs || json.Unmarshal(j.Payload, &p) != nil || p.AppID != appID {
+	if whole.Type != agentproto.JobAppLogs || json.Unmarshal(whole.Payload, &p) != nil || p.AppID != appID {
 		return AppLogs{}, fault.NotFoundf("No log read of this application with this job id.")
 	}
-	out := AppLogs{JobID: j.ID, Status: j.Status, Error: j.Error, Lines: []agentproto.LogLine{}}
+	j := whole.For(r)
+	out := AppLogs{JobID: j.ID, Status: j.Status, Error: j.Error, Lines: []agentproto.LogLine{}, Redacted: j.Redacted}
 	if j.Status == jobs.Succeeded && len(j.Data) > 0 {
 		var r agentproto.AppLogsResult
 		if err := json.Unmarshal(j.Data, &r); err != nil {

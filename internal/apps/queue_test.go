@@ -94,15 +94,15 @@ func TestDeploymentQueueOneAtATime(t *testing.T) {
 	}
 	r.noJob()
 
-	list, err := r.apps.ListDeployments(r.ctx, app.ID, 0)
+	list, err := r.apps.ListDeployments(r.ctx, app.ID, 0, jobs.AdminReader)
 	if err != nil || len(list) != 2 || list[0].ID != second.ID || list[1].ID != first.ID {
 		t.Fatalf("deployments newest first: %v %v", list, err)
 	}
-	all, err := r.apps.ListDeployments(r.ctx, "", 1)
+	all, err := r.apps.ListDeployments(r.ctx, "", 1, jobs.AdminReader)
 	if err != nil || len(all) != 1 || all[0].ID != second.ID {
 		t.Fatalf("recent deployments limit 1: %v %v", all, err)
 	}
-	if _, err := r.apps.ListDeployments(r.ctx, "", 101); fault.KindOf(err) != fault.Invalid {
+	if _, err := r.apps.ListDeployments(r.ctx, "", 101, jobs.AdminReader); fault.KindOf(err) != fault.Invalid {
 		t.Fatalf("limit 101: %v", err)
 	}
 }
@@ -279,8 +279,11 @@ func TestSettingsApplyToTheNextDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.ContainerPort != 9000 || d.MemoryLimit != "" || len(d.Env) != 1 || deref(d.Env[0].Value) != "v2" {
+	if d.ContainerPort != 9000 || d.MemoryLimit != "" || len(d.Env) != 1 || d.Env[0].Value != nil || !d.Env[0].ValueSet {
 		t.Fatalf("updated app: %+v", d)
+	}
+	if d := r.app(app.ID); len(d.Env) != 1 || deref(d.Env[0].Value) != "v2" {
+		t.Fatalf("updated app's env, revealed: %+v", d.Env)
 	}
 	j := r.claim(agentproto.JobAppDeploy)
 	if p := payloadOf(t, j); p.DeploymentID != first.ID || p.ContainerPort != 8080 || p.MemoryLimitBytes != 512<<20 {
@@ -303,11 +306,11 @@ func TestSettingsApplyToTheNextDeployment(t *testing.T) {
 	}
 
 	// Env values: decrypted for administrators only, never in lists.
-	hidden, err := r.apps.Get(r.ctx, app.ID, false)
-	if err != nil || len(hidden.Env) != 1 || hidden.Env[0].Value != nil || hidden.Env[0].Key != "TOKEN" {
+	hidden, err := r.apps.Get(r.ctx, app.ID, apps.Reading{Reader: jobs.MemberReader, Reveal: true})
+	if err != nil || len(hidden.Env) != 1 || hidden.Env[0].Value != nil || hidden.Env[0].Key != "TOKEN" || !hidden.Env[0].ValueSet {
 		t.Fatalf("detail for a non-admin: %+v %v", hidden.Env, err)
 	}
-	list, err := r.apps.List(r.ctx, "")
+	list, err := r.apps.List(r.ctx, "", jobs.MemberReader)
 	if err != nil || len(list) != 1 || !slices.Equal(list[0].EnvKeys, []string{"TOKEN"}) {
 		t.Fatalf("list: %+v %v", list, err)
 	}
@@ -362,7 +365,7 @@ func TestCreateAndUpdateValidation(t *testing.T) {
 	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, app.ID, "not a ref")
 	wantInvalid(t, err, "ref")
 	r.noJob()
-	if list, _ := r.apps.ListDeployments(r.ctx, app.ID, 0); len(list) != 0 {
+	if list, _ := r.apps.ListDeployments(r.ctx, app.ID, 0, jobs.AdminReader); len(list) != 0 {
 		t.Fatalf("invalid deploys created deployments: %v", list)
 	}
 }
@@ -435,10 +438,10 @@ func TestDeleteApplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.complete(r.claim(agentproto.JobAppRemove), agentproto.StatusSucceeded, nil, "")
-	if _, err := r.apps.Get(r.ctx, app.ID, true); fault.KindOf(err) != fault.NotFound {
+	if _, err := r.apps.Get(r.ctx, app.ID, apps.Reading{Reader: jobs.AdminReader}); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("deleted app: %v", err)
 	}
-	if _, err := r.apps.GetDeployment(r.ctx, waiting.ID); fault.KindOf(err) != fault.NotFound {
+	if _, err := r.apps.GetDeployment(r.ctx, waiting.ID, jobs.AdminReader); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("deployment of a deleted app: %v", err)
 	}
 	list, err := r.domains.List(r.ctx, "")
@@ -562,7 +565,7 @@ func TestAppLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.apps.Logs(r.ctx, app.ID, j.ID)
+	res, err := r.apps.Logs(r.ctx, app.ID, j.ID, jobs.AdminReader)
 	if err != nil || res.Status != jobs.Queued || len(res.Lines) != 0 {
 		t.Fatalf("queued read: %+v %v", res, err)
 	}
@@ -573,20 +576,26 @@ func TestAppLogs(t *testing.T) {
 	started := time.Date(2030, 1, 2, 3, 0, 0, 0, time.UTC)
 	r.complete(c, agentproto.StatusSucceeded, agentproto.AppLogsResult{Lines: []agentproto.LogLine{{At: started, Priority: 6, Message: "hello", Stream: "stdout"}},
 		State: "running", StartedAt: started, RestartCount: 2, ContainerID: "abc"}, "")
-	res, err = r.apps.Logs(r.ctx, app.ID, j.ID)
+	res, err = r.apps.Logs(r.ctx, app.ID, j.ID, jobs.AdminReader)
 	if err != nil || res.Status != jobs.Succeeded || len(res.Lines) != 1 || res.Lines[0].Message != "hello" || res.State != "running" ||
-		res.RestartCount != 2 || res.StartedAt == nil || !res.StartedAt.Equal(started) {
+		res.RestartCount != 2 || res.StartedAt == nil || !res.StartedAt.Equal(started) || res.Redacted {
 		t.Fatalf("log result: %+v %v", res, err)
 	}
+	// A member reads that the read succeeded, not what it returned.
+	res, err = r.apps.Logs(r.ctx, app.ID, j.ID, jobs.MemberReader)
+	if err != nil || res.Status != jobs.Succeeded || len(res.Lines) != 0 || res.State != "" || res.StartedAt != nil ||
+		res.RestartCount != 0 || res.ContainerID != "" || !res.Redacted {
+		t.Fatalf("log result for a member: %+v %v", res, err)
+	}
 	other := r.createApp("api", nil, false)
-	if _, err := r.apps.Logs(r.ctx, other.ID, j.ID); fault.KindOf(err) != fault.NotFound {
+	if _, err := r.apps.Logs(r.ctx, other.ID, j.ID, jobs.MemberReader); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("another app's read: %v", err)
 	}
 	ping, _, err := r.jobs.Enqueue(r.ctx, jobs.NewJob{ServerID: r.serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.apps.Logs(r.ctx, app.ID, ping.ID); fault.KindOf(err) != fault.NotFound {
+	if _, err := r.apps.Logs(r.ctx, app.ID, ping.ID, jobs.AdminReader); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("a ping job as a log read: %v", err)
 	}
 }

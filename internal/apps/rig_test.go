@@ -153,7 +153,7 @@ func (r *rig) succeed(j jobs.Job, imageID string) {
 
 func (r *rig) deployment(id string) apps.DeploymentDetail {
 	r.t.Helper()
-	d, err := r.apps.GetDeployment(r.ctx, id)
+	d, err := r.apps.GetDeployment(r.ctx, id, jobs.AdminReader)
 	if err != nil {
 		r.t.Fatalf("get deployment %s: %v", id, err)
 	}
@@ -162,7 +162,7 @@ func (r *rig) deployment(id string) apps.DeploymentDetail {
 
 func (r *rig) app(id string) apps.ApplicationDetail {
 	r.t.Helper()
-	d, err := r.apps.Get(r.ctx, id, true)
+	d, err := r.apps.Get(r.ctx, id, apps.Reading{Reader: jobs.AdminReader, Reveal: true, Actor: r.admin, Client: r.client})
 	if err != nil {
 		r.t.Fatalf("get application %s: %v", id, err)
 	}

@@ -25,6 +25,8 @@ const (
 	ActionDeploymentCreated   = "deployment.created"
 	ActionRollback            = "deployment.rollback"
 	ActionDeploymentCancelled = "deployment.cancelled"
+	// ActionEnvRead records a read that returned environment values.
+	ActionEnvRead = "application.env.read"
 )
 
 // Servers is what applications need of the fleet.
@@ -69,7 +71,7 @@ type Application struct {
 	Status              string    `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
 	CurrentDeploymentID *string   `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
 	RemoveJobID         *string   `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
-	RemoveError         *string   `json:"remove_error" doc:"Why the removal failed"`
+	RemoveError         *string   `json:"remove_error" doc:"Why the removal failed; for members the error class only"`
 	CreatedBy           string    `json:"created_by,omitempty"`
 	CreatedAt           time.Time `json:"created_at"`
 	UpdatedAt           time.Time `json:"updated_at"`
@@ -77,15 +79,18 @@ type Application struct {
 
 // EnvEntry is an environment variable in an application's detail.
 type EnvEntry struct {
-	Key   string  `json:"key"`
-	Value *string `json:"value" doc:"Null unless the caller is an administrator"`
+	Key string `json:"key"`
+	// Value is nil unless the values were revealed.
+	Value *string `json:"value,omitempty" doc:"Present only when revealed: to an administrator, on GET with reveal=true (the default), audited as application.env.read"`
+	// ValueSet is true for every stored variable.
+	ValueSet bool `json:"value_set" doc:"The variable has a value (stored encrypted)"`
 }
 
 // ApplicationDetail is an application with its environment and its current
 // and latest deployments.
 type ApplicationDetail struct {
 	Application
-	Env     []EnvEntry  `json:"env" doc:"In order; values only for administrators"`
+	Env     []EnvEntry  `json:"env" doc:"In order; values only when revealed to an administrator"`
 	Current *Deployment `json:"current" doc:"The live deployment (the last that succeeded); null if none"`
 	Latest  *Deployment `json:"latest" doc:"The newest deployment, whatever its status; null if none"`
 }
@@ -97,7 +102,9 @@ func strp(s string) *string {
 	return &s
 }
 
-func (a App) view() Application {
+// view is the application as r may read it: a member gets the class of a
+// removal error, not its text (the agent's, which may carry output).
+func (a App) view(r jobs.Reader) Application {
 	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Source: a.Source, ContainerPort: a.ContainerPort,
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
@@ -120,6 +127,10 @@ func (a App) view() Application {
 	}
 	if a.State != StateActive {
 		v.RemoveJobID, v.RemoveError = strp(a.RemoveJobID), strp(a.RemoveError)
+		if v.RemoveError != nil && r != jobs.AdminReader {
+			c := jobs.ErrorClass(*v.RemoveError)
+			v.RemoveError = &c
+		}
 	}
 	return v
 }
@@ -267,7 +278,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 			return ApplicationDetail{}, err
 		}
 	}
-	return s.Get(ctx, a.ID, true)
+	return s.Get(ctx, a.ID, Reading{Reader: jobs.AdminReader})
 }
 
 func lower(s string) string {
@@ -280,10 +291,23 @@ func lower(s string) string {
 	return string(b)
 }
 
-// Get returns an application's detail; environment values only with
-// showEnv (administrators). It first settles deployments whose jobs
-// ended without their completion hook (a revoked server, a crash).
-func (s *Service) Get(ctx context.Context, id string, showEnv bool) (ApplicationDetail, error) {
+// Reading says who reads an application's detail and whether its
+// environment values are to be revealed.
+type Reading struct {
+	Reader jobs.Reader
+	// Reveal asks for the environment values. It is honoured for
+	// administrators only, and each read that reveals them is audited
+	// (ActionEnvRead) under Actor and Client.
+	Reveal bool
+	Actor  audit.Actor
+	Client audit.Entry
+}
+
+// Get returns an application's detail as rd says: environment keys always,
+// values only when revealed to an administrator, after the read is audited.
+// It first settles deployments whose jobs ended without their completion
+// hook (a revoked server, a crash).
+func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDetail, error) {
 	if _, err := s.store.App(ctx, id); err != nil {
 		return ApplicationDetail{}, err
 	}
@@ -294,8 +318,8 @@ func (s *Service) Get(ctx context.Context, id string, showEnv bool) (Application
 	if err != nil {
 		return ApplicationDetail{}, err
 	}
-	d := ApplicationDetail{Application: a.view(), Env: []EnvEntry{}}
-	if showEnv {
+	d := ApplicationDetail{Application: a.view(rd.Reader), Env: []EnvEntry{}}
+	if rd.Reveal && rd.Reader == jobs.AdminReader && len(a.EnvKeys) > 0 {
 		sealed, err := s.store.AppEnv(ctx, id)
 		if err != nil {
 			return ApplicationDetail{}, err
@@ -304,12 +328,17 @@ func (s *Service) Get(ctx context.Context, id string, showEnv bool) (Application
 		if err != nil {
 			return ApplicationDetail{}, err
 		}
+		// No values leave without their audit entry.
+		if err := s.record(ctx, rd.Actor, rd.Client, ActionEnvRead, "application", id, map[string]any{
+			"env_keys": envKeys(env)}); err != nil {
+			return ApplicationDetail{}, err
+		}
 		for _, e := range env {
-			d.Env = append(d.Env, EnvEntry{Key: e.Key, Value: &e.Value})
+			d.Env = append(d.Env, EnvEntry{Key: e.Key, Value: &e.Value, ValueSet: true})
 		}
 	} else {
 		for _, k := range a.EnvKeys {
-			d.Env = append(d.Env, EnvEntry{Key: k})
+			d.Env = append(d.Env, EnvEntry{Key: k, ValueSet: true})
 		}
 	}
 	if a.CurrentDeploymentID != "" {
@@ -318,7 +347,7 @@ func (s *Service) Get(ctx context.Context, id string, showEnv bool) (Application
 			return ApplicationDetail{}, err
 		}
 		if err == nil {
-			v := cur.view()
+			v := cur.view(rd.Reader)
 			d.Current = &v
 		}
 	}
@@ -327,22 +356,22 @@ func (s *Service) Get(ctx context.Context, id string, showEnv bool) (Application
 		return ApplicationDetail{}, err
 	}
 	if len(latest) == 1 {
-		v := latest[0].view()
+		v := latest[0].view(rd.Reader)
 		d.Latest = &v
 	}
 	return d, nil
 }
 
-// List returns applications, oldest first; serverID "" means all. No
-// environment values.
-func (s *Service) List(ctx context.Context, serverID string) ([]Application, error) {
+// List returns applications, oldest first, as r may read them; serverID ""
+// means all. Never environment values.
+func (s *Service) List(ctx context.Context, serverID string, r jobs.Reader) ([]Application, error) {
 	list, err := s.store.ListApps(ctx, serverID)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Application, len(list))
 	for i, a := range list {
-		out[i] = a.view()
+		out[i] = a.view(r)
 	}
 	return out, nil
 }
@@ -429,7 +458,7 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return ApplicationDetail{}, errRemoving()
 	}
 	if len(changed) == 0 {
-		return s.Get(ctx, id, true)
+		return s.Get(ctx, id, Reading{Reader: jobs.AdminReader})
 	}
 	a.UpdatedAt = s.now().UTC()
 	if err := s.store.UpdateApp(ctx, a, sealed); err != nil {
@@ -442,7 +471,7 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.record(ctx, actor, c, ActionUpdated, "application", a.ID, details); err != nil {
 		return ApplicationDetail{}, err
 	}
-	return s.Get(ctx, id, true)
+	return s.Get(ctx, id, Reading{Reader: jobs.AdminReader})
 }
 
 func errRemoving() error {

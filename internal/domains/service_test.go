@@ -349,7 +349,7 @@ func TestDomainsOfARemovingApplication(t *testing.T) {
 
 func (r *rig) mustLatestJob(appID string) string {
 	r.t.Helper()
-	d, err := r.apps.Get(r.ctx, appID, false)
+	d, err := r.apps.Get(r.ctx, appID, apps.Reading{})
 	if err != nil || d.Latest == nil || d.Latest.JobID == nil {
 		r.t.Fatalf("latest deployment: %+v %v", d.Latest, err)
 	}

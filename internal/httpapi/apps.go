@@ -34,6 +34,11 @@ type appIDInput struct {
 	ID string `path:"id" maxLength:"64"`
 }
 
+type appGetInput struct {
+	ID     string `path:"id" maxLength:"64"`
+	Reveal bool   `query:"reveal" default:"true" doc:"Administrators: true (the default) returns the environment values and records an application.env.read audit entry; false returns the keys with value_set and no values, and records nothing. Members never get values, whatever it says"`
+}
+
 type appDetailOutput struct {
 	Location string `header:"Location" doc:"The application's URL (on create)"`
 	Body     apps.ApplicationDetail
@@ -156,7 +161,7 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		list, err := s.deps.Apps.List(ctx, in.ServerID)
+		list, err := s.deps.Apps.List(ctx, in.ServerID, reader(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -169,7 +174,7 @@ func (s *Server) registerApps() {
 		Summary: "Create an application (and deploy it)",
 		Description: "Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, " +
 			"unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is " +
-			"taken on the server.",
+			"taken on the server. The reply lists the environment's keys with value_set, not the values.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict}, MaxBodyBytes: maxAppBody,
 	}, Admin, func(ctx context.Context, in *createAppInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -187,14 +192,17 @@ func (s *Server) registerApps() {
 	})
 	op(s, huma.Operation{
 		OperationID: "get-application", Method: http.MethodGet, Path: "/api/v1/applications/{id}", Tags: tags,
-		Summary:     "Application detail with its current and latest deployments",
-		Description: "Environment values are shown to administrators only (null for other users).",
-		Errors:      []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *appIDInput) (*appDetailOutput, error) {
+		Summary: "Application detail with its current and latest deployments",
+		Description: "Environment values are secrets. An administrator gets them by default (reveal=true), and each such read is " +
+			"audited as application.env.read; with reveal=false the keys come with value_set and no value, unaudited. Members " +
+			"get the keys only, never the values, and the class of a removal or deployment error instead of its text.",
+		Errors: []int{http.StatusNotFound},
+	}, SignedIn, func(ctx context.Context, in *appGetInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		d, err := s.deps.Apps.Get(ctx, in.ID, principal(ctx).User.Admin)
+		a, c := actor(ctx)
+		d, err := s.deps.Apps.Get(ctx, in.ID, apps.Reading{Reader: reader(ctx), Reveal: in.Reveal, Actor: a, Client: c})
 		if err != nil {
 			return nil, err
 		}
@@ -204,7 +212,7 @@ func (s *Server) registerApps() {
 		OperationID: "update-application", Method: http.MethodPatch, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Change an application's settings for its next deployment",
 		Description: "Any subset of the fields, validated as on create; env replaces the whole list. The running container is " +
-			"untouched until the next deployment.",
+			"untouched until the next deployment. The reply lists the environment's keys with value_set, not the values.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
 	}, Admin, func(ctx context.Context, in *patchAppInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -272,7 +280,7 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		list, err := s.deps.Apps.ListDeployments(ctx, in.ID, in.Limit)
+		list, err := s.deps.Apps.ListDeployments(ctx, in.ID, in.Limit, reader(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -305,11 +313,13 @@ func (s *Server) registerApps() {
 	op(s, huma.Operation{
 		OperationID: "get-application-logs", Method: http.MethodGet, Path: "/api/v1/applications/{id}/logs/{job_id}", Tags: tags,
 		Summary: "Lines and container state of an application log read", Errors: []int{http.StatusNotFound},
+		Description: "Log lines can carry secrets: administrators get the lines and the container's state; members get the " +
+			"read's status and error class only, with no lines and redacted true.",
 	}, SignedIn, func(ctx context.Context, in *appLogsResultInput) (*appLogsOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		res, err := s.deps.Apps.Logs(ctx, in.ID, in.JobID)
+		res, err := s.deps.Apps.Logs(ctx, in.ID, in.JobID, reader(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -341,7 +351,7 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		list, err := s.deps.Apps.ListDeployments(ctx, "", in.Limit)
+		list, err := s.deps.Apps.ListDeployments(ctx, "", in.Limit, reader(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -352,11 +362,14 @@ func (s *Server) registerApps() {
 	op(s, huma.Operation{
 		OperationID: "get-deployment", Method: http.MethodGet, Path: "/api/v1/deployments/{id}", Tags: dtags,
 		Summary: "A deployment with its frozen spec, job, events and output", Errors: []int{http.StatusNotFound},
+		Description: "The job's events (with the container's log tail when a release fails), data, output, the agent's result " +
+			"and error text are shown to administrators only. Members get the deployment's spec, status, times and error class, " +
+			"the job's metadata, and no events.",
 	}, SignedIn, func(ctx context.Context, in *deploymentIDInput) (*deploymentOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		d, err := s.deps.Apps.GetDeployment(ctx, in.ID)
+		d, err := s.deps.Apps.GetDeployment(ctx, in.ID, reader(ctx))
 		if err != nil {
 			return nil, err
 		}

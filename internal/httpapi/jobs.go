@@ -38,8 +38,10 @@ func (s *Server) registerJobs() {
 	op(s, huma.Operation{
 		OperationID: "list-jobs", Method: http.MethodGet, Path: "/api/v1/jobs", Tags: tags,
 		Summary: "Recent jobs, newest first",
+		Description: "Administrators get each job whole. Members get metadata only: id, type, server, status, times and the " +
+			"error class (error_class; error holds the class too), with payload, data and output null and redacted true.",
 	}, SignedIn, func(ctx context.Context, in *jobListInput) (*jobListOutput, error) {
-		list, err := s.deps.Jobs.List(ctx, in.ServerID, in.Limit)
+		list, err := s.deps.Jobs.List(ctx, in.ServerID, in.Limit, reader(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -50,13 +52,12 @@ func (s *Server) registerJobs() {
 	op(s, huma.Operation{
 		OperationID: "get-job", Method: http.MethodGet, Path: "/api/v1/jobs/{id}", Tags: tags,
 		Summary: "A job with its events and output", Errors: []int{http.StatusNotFound},
+		Description: "Events, data, output and the error text are a job's output (log lines, command output) and are shown to " +
+			"administrators only. Members get the job's metadata and error class, an empty events list, and redacted true.",
 	}, SignedIn, func(ctx context.Context, in *jobIDInput) (*jobOutput, error) {
-		j, ev, err := s.deps.Jobs.Get(ctx, in.ID)
+		j, ev, err := s.deps.Jobs.Read(ctx, in.ID, reader(ctx))
 		if err != nil {
 			return nil, err
-		}
-		if ev == nil {
-			ev = []jobs.Event{}
 		}
 		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
 	})
@@ -69,12 +70,9 @@ func (s *Server) registerJobs() {
 		if err != nil {
 			return nil, err
 		}
-		_, ev, err := s.deps.Jobs.Get(ctx, in.ID)
+		j, ev, err := s.deps.Jobs.Read(ctx, j.ID, reader(ctx))
 		if err != nil {
 			return nil, err
-		}
-		if ev == nil {
-			ev = []jobs.Event{}
 		}
 		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
 	})

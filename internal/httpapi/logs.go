@@ -68,8 +68,10 @@ func (s *Server) registerLogs() {
 	op(s, huma.Operation{
 		OperationID: "get-log-read", Method: http.MethodGet, Path: "/api/v1/logs/{job_id}", Tags: tags,
 		Summary: "Lines and cursor of a log read", Errors: []int{http.StatusNotFound},
+		Description: "Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and " +
+			"error class only, with no lines and redacted true.",
 	}, SignedIn, func(ctx context.Context, in *logResultInput) (*logResultOutput, error) {
-		res, err := s.deps.Logs.Get(ctx, in.JobID)
+		res, err := s.deps.Logs.Get(ctx, in.JobID, reader(ctx))
 		if err != nil {
 			return nil, err
 		}

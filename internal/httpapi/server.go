@@ -281,6 +281,11 @@ func principal(ctx context.Context) auth.Principal {
 	return p
 }
 
+// reader says how much of a job the caller may read: all of it for an
+// administrator, its metadata for a member. Every handler that shows a job,
+// its result or its events passes this on to the domain.
+func reader(ctx context.Context) jobs.Reader { return jobs.ReaderFor(principal(ctx).User.Admin) }
+
 // authenticate is huma middleware that enforces each operation's access
 // level before its input is read.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {

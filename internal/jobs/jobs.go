@@ -42,8 +42,8 @@ type Job struct {
 	ServerID       string          `json:"server_id"`
 	Type           string          `json:"type"`
 	Status         Status          `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
-	Payload        json.RawMessage `json:"payload"`
-	HasSecrets     bool            `json:"has_secrets"`
+	Payload        json.RawMessage `json:"payload" doc:"What the job was asked to do; administrators only"`
+	HasSecrets     bool            `json:"has_secrets" doc:"The job holds secrets for its agent; false once it ended (they are erased then)"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	CreatedBy      string          `json:"created_by,omitempty"`
 	TimeoutSeconds int             `json:"timeout_seconds"`
@@ -54,11 +54,16 @@ type Job struct {
 	FinishedAt     *time.Time      `json:"finished_at"`
 	LeaseExpiresAt *time.Time      `json:"-"`
 	DeadlineAt     *time.Time      `json:"-"`
-	// Error is nil unless the job failed or was cancelled.
-	Error *string `json:"error"`
-	// Data is the result; nil until the job finished.
-	Data   json.RawMessage `json:"data"`
-	Output json.RawMessage `json:"output"`
+	// Error is nil unless the job failed or was cancelled. For a member
+	// (see Reader) it is the error class, not the text.
+	Error *string `json:"error" doc:"Why it failed or was cancelled; null otherwise. Members get the error class (as error_class) instead of the text, which can carry output"`
+	// ErrorClass is set by For: nil when Error is.
+	ErrorClass *string `json:"error_class" doc:"agent_lost, timed_out, server_revoked, cancelled, or failed (the agent reported an error); null when there is no error"`
+	// Data is the result; nil until the job finished, and for members.
+	Data   json.RawMessage `json:"data" doc:"The result; null until the job finished. Administrators only"`
+	Output json.RawMessage `json:"output" doc:"Administrators only"`
+	// Redacted is set by For for members.
+	Redacted bool `json:"redacted" doc:"True when payload, data, output, events and the error text were withheld (the caller is not an administrator)"`
 	// RequestHash fingerprints type and payload for idempotency checks.
 	RequestHash string `json:"-"`
 }
@@ -82,10 +87,15 @@ type Store interface {
 	JobEvents(ctx context.Context, id string) ([]Event, error)
 	// ListJobs returns jobs newest first; serverID "" means all servers.
 	ListJobs(ctx context.Context, serverID string, limit int) ([]Job, error)
+	// Every method that ends a job (CancelJob, FinishJob, ExpireJobs,
+	// EndServerJobs) erases its sealed secrets in the same conditional
+	// update: nothing reads them after the job ended.
+	//
 	// CancelJob cancels a queued job; fault.Conflict if it is not queued.
 	CancelJob(ctx context.Context, id string, now time.Time) (Job, error)
 	// ClaimJob moves the oldest queued job of the server to running.
 	ClaimJob(ctx context.Context, serverID string, now time.Time) (Job, bool, error)
+	// JobSecrets returns the sealed secrets of a job; "" once the job ended.
 	JobSecrets(ctx context.Context, id string) (string, error)
 	// AppendJobEvents stores events of a running job and extends its lease.
 	AppendJobEvents(ctx context.Context, jobID string, events []Event, now time.Time) error

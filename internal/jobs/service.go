@@ -166,7 +166,8 @@ func (s *Service) sameRequest(prev Job, hash string) (Job, bool, error) {
 	return prev, false, nil
 }
 
-// Get returns a job with its events.
+// Get returns a whole job with its events, for the control plane's own
+// use. What a caller of the API sees comes from Read.
 func (s *Service) Get(ctx context.Context, id string) (Job, []Event, error) {
 	j, err := s.store.Job(ctx, id)
 	if err != nil {
@@ -176,15 +177,33 @@ func (s *Service) Get(ctx context.Context, id string) (Job, []Event, error) {
 	return j, ev, err
 }
 
-// List returns recent jobs, newest first.
-func (s *Service) List(ctx context.Context, serverID string, limit int) ([]Job, error) {
+// Read returns a job with its events as r may read them.
+func (s *Service) Read(ctx context.Context, id string, r Reader) (Job, []Event, error) {
+	j, err := s.store.Job(ctx, id)
+	if err != nil {
+		return Job{}, nil, err
+	}
+	if r != AdminReader {
+		// Members see no events: skip reading them.
+		return j.For(r), EventsFor(r, nil), nil
+	}
+	ev, err := s.store.JobEvents(ctx, id)
+	return j.For(r), EventsFor(r, ev), err
+}
+
+// List returns recent jobs, newest first, as r may read them.
+func (s *Service) List(ctx context.Context, serverID string, limit int, r Reader) ([]Job, error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
 	if limit < 1 || limit > MaxListLimit {
 		return nil, fault.Invalidf("limit", "must be between 1 and %d", MaxListLimit)
 	}
-	return s.store.ListJobs(ctx, serverID, limit)
+	list, err := s.store.ListJobs(ctx, serverID, limit)
+	for i := range list {
+		list[i] = list[i].For(r)
+	}
+	return list, err
 }
 
 // Cancel cancels a queued job.

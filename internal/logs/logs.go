@@ -68,9 +68,11 @@ type Read struct {
 type Result struct {
 	JobID  string               `json:"job_id"`
 	Status jobs.Status          `json:"status"`
-	Error  *string              `json:"error"`
-	Lines  []agentproto.LogLine `json:"lines" doc:"Oldest first; empty until the job succeeded"`
+	Error  *string              `json:"error" doc:"Why the read failed; for members the error class only"`
+	Lines  []agentproto.LogLine `json:"lines" doc:"Oldest first; empty until the job succeeded, and for members"`
 	Cursor string               `json:"cursor,omitempty" doc:"Pass it to the next read to continue after the last line"`
+	// Redacted is true when the reader may not see the lines.
+	Redacted bool `json:"redacted" doc:"True when the lines were withheld: log lines are readable by administrators only"`
 }
 
 // Service queues and presents log reads.
@@ -175,16 +177,17 @@ func (s *Service) Queue(ctx context.Context, r Read) (jobs.Job, error) {
 	return j, err
 }
 
-// Get returns the result of a read job.
-func (s *Service) Get(ctx context.Context, jobID string) (Result, error) {
-	j, _, err := s.jobs.Get(ctx, jobID)
+// Get returns the result of a read job as r may read it: members get its
+// status and error class, not its lines.
+func (s *Service) Get(ctx context.Context, jobID string, r jobs.Reader) (Result, error) {
+	j, _, err := s.jobs.Read(ctx, jobID, r)
 	if err != nil {
 		return Result{}, err
 	}
 	if j.Type != agentproto.JobLogsRead {
 		return Result{}, fault.NotFoundf("No log read with this job id.")
 	}
-	res := Result{JobID: j.ID, Status: j.Status, Error: j.Error, Lines: []agentproto.LogLine{}}
+	res := Result{JobID: j.ID, Status: j.Status, Error: j.Error, Lines: []agentproto.LogLine{}, Redacted: j.Redacted}
 	if j.Status == jobs.Succeeded && len(j.Data) > 0 {
 		var data agentproto.LogsResult
 		if err := json.Unmarshal(j.Data, &data); err != nil {

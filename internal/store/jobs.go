@@ -153,7 +153,7 @@ func (s *Store) CancelJob(ctx context.Context, id string, now time.Time) (jobs.J
 			return fault.Conflictf("job-not-queued", "Only a queued job can be cancelled; this one is %s.", cur.Status)
 		}
 		msg := "cancelled"
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, data = NULL WHERE id = ? AND status = 'queued'`),
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, data = NULL, secrets = '' WHERE id = ? AND status = 'queued'`),
 			msg, ms(now), ms(now), id); err != nil {
 			return err
 		}
@@ -237,7 +237,7 @@ func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, er
 		e = sql.NullString{String: *errText, Valid: true}
 	}
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
-		lease_expires_at = NULL WHERE id = ? AND status = 'running'`), string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), id)
+		lease_expires_at = NULL, secrets = '' WHERE id = ? AND status = 'running'`), string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), id)
 	if err != nil {
 		return false, err
 	}
@@ -276,7 +276,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, erro
 				reason = jobs.ErrTimedOut
 			}
 			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
-				lease_expires_at = NULL WHERE id = ? AND status = 'running'`), reason, ms(now), ms(now), r.ID); err != nil {
+				lease_expires_at = NULL, secrets = '' WHERE id = ? AND status = 'running'`), reason, ms(now), ms(now), r.ID); err != nil {
 				return err
 			}
 			j := r.job()
@@ -293,11 +293,11 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, erro
 // EndServerJobs cancels queued and fails running jobs of a server.
 func (s *Store) EndServerJobs(ctx context.Context, serverID, reason string, now time.Time) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, secrets = ''
 			WHERE server_id = ? AND status = 'queued'`), reason, ms(now), ms(now), serverID); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?, lease_expires_at = NULL
+		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?, lease_expires_at = NULL, secrets = ''
 			WHERE server_id = ? AND status = 'running'`), reason, ms(now), ms(now), serverID)
 		return err
 	})
