@@ -55,8 +55,9 @@ type AppInfo struct {
 	} `json:"source"`
 	EnvKeys []string `json:"env_keys"`
 	Env     []struct {
-		Key   string  `json:"key"`
-		Value *string `json:"value"`
+		Key      string  `json:"key"`
+		Value    *string `json:"value"`
+		ValueSet bool    `json:"value_set"`
 	} `json:"env"`
 	RemoveError *string        `json:"remove_error"`
 	Current     *AppDeployment `json:"current"`
@@ -198,7 +199,7 @@ func TestApplicationDeployFlow(t *testing.T) {
 		var app AppInfo
 		resp.JSON(t, &app)
 		if resp.Header.Get("Location") != "/api/v1/applications/"+app.ID || app.Status != "deploying" || app.MemoryLimit != "256m" ||
-			app.Latest == nil || app.Latest.JobID == nil || app.Latest.Status != "queued" || len(app.Env) != 2 || *app.Env[0].Value != secretOne {
+			app.Latest == nil || app.Latest.JobID == nil || app.Latest.Status != "queued" || len(app.Env) != 2 || app.Env[0].Value != nil || !app.Env[0].ValueSet {
 			t.Fatalf("create reply: %s", resp.Body)
 		}
 		first := app.Latest
@@ -273,10 +274,14 @@ func TestApplicationDeployFlow(t *testing.T) {
 		resp = r.patch(t, "/api/v1/applications/"+app.ID, map[string]any{"env": []map[string]string{{"key": "DATABASE_URL", "value": secretTwo}},
 			"image": "ghcr.io/acme/web:1.1", "container_port": 9090})
 		expectStatus(t, resp, http.StatusOK)
+		got = AppInfo{}
 		resp.JSON(t, &got)
-		if got.ContainerPort != 9090 || got.Source.Image != "ghcr.io/acme/web:1.1" || len(got.Env) != 1 || *got.Env[0].Value != secretTwo ||
+		if got.ContainerPort != 9090 || got.Source.Image != "ghcr.io/acme/web:1.1" || len(got.Env) != 1 || got.Env[0].Value != nil ||
 			got.Current.Spec.ContainerPort != 8080 {
 			t.Fatalf("patched: %s", resp.Body)
+		}
+		if a := r.appInfo(t, app.ID); len(a.Env) != 1 || deref(a.Env[0].Value) != secretTwo {
+			t.Fatalf("patched env, revealed: %+v", a.Env)
 		}
 		third := r.deployApp(t, app.ID, nil)
 		j3 := r.claimAs(t, agentproto.JobAppDeploy)

@@ -123,6 +123,11 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 	if got, want := str(doc, "components", "securitySchemes", "bearer", "scheme"), "bearer"; got != want {
 		t.Fatalf("bearer scheme: got %q, want %q", got, want)
 	}
+	for _, d := range []string{str(doc, "components", "securitySchemes", "bearer", "description"), str(doc, "info", "description")} {
+		if !strings.Contains(d, roleModel) {
+			t.Fatalf("description %q does not state the role model", d)
+		}
+	}
 	problem := obj(doc, "components", "schemas", "Problem", "properties")
 	for _, f := range []string{"type", "title", "status", "detail", "instance", "request_id", "errors"} {
 		if _, ok := problem[f]; !ok {
@@ -162,14 +167,21 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			}
 			ids[id] = name
 
-			// Security: exactly the bearer scheme on non-public operations.
-			sec, _ := o.(map[string]any)["security"].([]any)
+			// Security: exactly the bearer scheme on non-public operations,
+			// and an explicit empty list on public ones.
+			rawSec, declared := o.(map[string]any)["security"]
+			sec, _ := rawSec.([]any)
 			if a == Public {
-				if len(sec) != 0 {
-					t.Fatalf("%s is public but declares security %v", name, sec)
+				if !declared || sec == nil || len(sec) != 0 {
+					t.Fatalf("%s is public but declares security %v (present %v), want an explicit []", name, rawSec, declared)
 				}
 			} else if req, _ := first(sec).(map[string]any); len(sec) != 1 || len(req) != 1 || req["bearer"] == nil {
 				t.Fatalf("%s needs a token but declares security %v, want [{bearer: []}]", name, sec)
+			}
+
+			// Who may call it is said in its description.
+			if d := str(o, "description"); !strings.HasSuffix(d, accessNote[a]) {
+				t.Fatalf("%s: description %q does not end with who may call it (%q)", name, d, accessNote[a])
 			}
 
 			// Error responses: all as problems, and the ones every

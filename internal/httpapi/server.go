@@ -79,6 +79,21 @@ const (
 	Agent                  // an enrolled agent (Bearer agt_…)
 )
 
+// roleModel says what each role may do; the OpenAPI document carries it.
+const roleModel = "Roles: an administrator may call every operation. A member may call the operations marked " +
+	"\"Any signed-in user\": reading servers, metrics, applications, deployments, domains, traffic and jobs; every other " +
+	"operation answers a member 403 (admin-required). A member never reads secrets (environment values, credentials) nor " +
+	"what a job returned: its data, output, events, log lines and error text are withheld (the job's metadata and error " +
+	"class remain, and redacted is true)."
+
+// accessNote ends each operation's description with who may call it.
+var accessNote = map[Access]string{
+	Public:   "No credentials needed.",
+	SignedIn: "Any signed-in user (administrator or member); members never get secrets or job output.",
+	Admin:    "Administrators only (403 admin-required for members).",
+	Agent:    "An enrolled agent, with its agent token.",
+}
+
 // Default request body limit for JSON endpoints.
 const maxJSONBody = 64 << 10
 
@@ -95,9 +110,11 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	cfg.SchemasPath = ""
 	cfg.OpenAPIPath = "/openapi"
 	cfg.RejectUnknownQueryParameters = true
-	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json)."
+	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json).\n\n" +
+		roleModel
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
-		"bearer":     {Type: "http", Scheme: "bearer", Description: "Access token from POST /api/v1/auth/2fa/verify or /api/v1/auth/refresh (valid 900 s)."},
+		"bearer": {Type: "http", Scheme: "bearer", Description: "Access token from POST /api/v1/auth/2fa/verify or " +
+			"/api/v1/auth/refresh (valid 900 s). " + roleModel},
 		"agentToken": {Type: "http", Scheme: "bearer", Description: "Agent token (agt_…) from POST /agent/v1/enroll."},
 	}
 	if d.PublicURL != "" {
@@ -203,6 +220,11 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 	}
 	o.Metadata[accessKey] = access
 	o.Metadata[boundsKey] = boundsOf(reflect.TypeFor[I]())
+	if o.Description == "" {
+		o.Description = accessNote[access]
+	} else {
+		o.Description += "\n\n" + accessNote[access]
+	}
 	// Unknown query parameters are refused everywhere, so every operation
 	// can answer 422.
 	errs := []int{http.StatusInternalServerError, http.StatusUnprocessableEntity}
@@ -216,6 +238,10 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 	} else if access != Public {
 		o.Security = []map[string][]string{{"bearer": {}}}
 		errs = append(errs, http.StatusUnauthorized)
+	} else {
+		// An explicit empty list, not an absent one: the operation needs
+		// no credentials (OpenAPI linters want this said).
+		o.Security = []map[string][]string{}
 	}
 	if access == Admin {
 		errs = append(errs, http.StatusForbidden)

@@ -1,0 +1,413 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/store"
+)
+
+// access is who may call an operation.
+type access string
+
+const (
+	public   access = "public"    // no credentials
+	signedIn access = "signed-in" // administrators and members
+	admin    access = "admin"     // administrators only
+	agent    access = "agent"     // an agent token only
+)
+
+// routeCase is how the access test calls one operation of the OpenAPI
+// document.
+type routeCase struct {
+	access access
+	// path is the concrete path to call, with ids of the fixtures for
+	// reads and unknown ids for changes (which then change nothing).
+	path string
+	// body, when not nil, is sent as JSON.
+	body any
+	// output: an administrator's answer holds job output or secret values
+	// of the fixtures (so a member's answer without them means something).
+	output bool
+	// endsSession: the call signs the caller out; it runs last.
+	endsSession bool
+}
+
+// Markers in the fixtures: job output and an environment value.
+const (
+	outputMarker = "job-output-s3cret-0451"
+	envMarker    = "env-value-s3cret-0452"
+)
+
+// accessFixtures are records that hold job output and secret values.
+type accessFixtures struct {
+	serverID, serviceJobID, logReadJobID string
+	appID, appLogsJobID, failedDeployID  string
+	domainID                             string
+}
+
+// TestAccessByRole calls every operation of the served OpenAPI document
+// with no token, a member's token and an administrator's token: no token is
+// 401 on every non-public operation; a member is 403 on every
+// administrator's operation and reads no job output and no secret value on
+// the others; an administrator is never 401 or 403. An operation the table
+// below does not name fails the test: each new one needs a decision.
+func TestAccessByRole(t *testing.T) {
+	r := newAppRig(t, store.SQLite)
+	member := createUser(t, r.ControlPlane, "member@example.com", testPassword, false)
+	memberToken := signInUser(t, r.ControlPlane, member).AccessToken
+	fx := makeAccessFixtures(t, r)
+
+	const none = "x_none" // an id that names nothing
+	cases := map[string]routeCase{
+		"GET /healthz":                                        {access: public, path: "/healthz"},
+		"POST /api/v1/auth/login":                             {access: public, path: "/api/v1/auth/login", body: map[string]any{}},
+		"POST /api/v1/auth/2fa/verify":                        {access: public, path: "/api/v1/auth/2fa/verify", body: map[string]any{}},
+		"POST /api/v1/auth/refresh":                           {access: public, path: "/api/v1/auth/refresh"},
+		"POST /api/v1/auth/logout":                            {access: signedIn, path: "/api/v1/auth/logout", endsSession: true},
+		"GET /api/v1/auth/me":                                 {access: signedIn, path: "/api/v1/auth/me"},
+		"GET /api/v1/platform":                                {access: signedIn, path: "/api/v1/platform"},
+		"POST /api/v1/platform/recovery-kit":                  {access: admin, path: "/api/v1/platform/recovery-kit", body: map[string]any{}},
+		"GET /api/v1/audit-logs":                              {access: admin, path: "/api/v1/audit-logs"},
+		"GET /api/v1/servers":                                 {access: signedIn, path: "/api/v1/servers"},
+		"POST /api/v1/servers/enrollments":                    {access: admin, path: "/api/v1/servers/enrollments", body: map[string]any{}},
+		"GET /api/v1/servers/{id}":                            {access: signedIn, path: "/api/v1/servers/" + fx.serverID},
+		"DELETE /api/v1/servers/{id}":                         {access: admin, path: "/api/v1/servers/" + none},
+		"POST /api/v1/servers/{id}/enrollments":               {access: admin, path: "/api/v1/servers/" + none + "/enrollments"},
+		"POST /api/v1/servers/{id}/revoke":                    {access: admin, path: "/api/v1/servers/" + none + "/revoke"},
+		"POST /api/v1/servers/{id}/actions":                   {access: admin, path: "/api/v1/servers/" + none + "/actions", body: map[string]any{}},
+		"GET /api/v1/servers/{id}/metrics":                    {access: signedIn, path: "/api/v1/servers/" + fx.serverID + "/metrics?range=1h"},
+		"GET /api/v1/monitoring/fleet":                        {access: signedIn, path: "/api/v1/monitoring/fleet?range=1h"},
+		"GET /api/v1/jobs":                                    {access: signedIn, path: "/api/v1/jobs?limit=100", output: true},
+		"GET /api/v1/jobs/{id}":                               {access: signedIn, path: "/api/v1/jobs/" + fx.serviceJobID, output: true},
+		"POST /api/v1/jobs/{id}/cancel":                       {access: admin, path: "/api/v1/jobs/" + none + "/cancel"},
+		"GET /api/v1/logs/sources":                            {access: signedIn, path: "/api/v1/logs/sources?server_id=" + fx.serverID},
+		"POST /api/v1/logs":                                   {access: admin, path: "/api/v1/logs", body: map[string]any{}},
+		"GET /api/v1/logs/{job_id}":                           {access: signedIn, path: "/api/v1/logs/" + fx.logReadJobID, output: true},
+		"GET /api/v1/applications":                            {access: signedIn, path: "/api/v1/applications", output: true},
+		"POST /api/v1/applications":                           {access: admin, path: "/api/v1/applications", body: map[string]any{}},
+		"GET /api/v1/applications/{id}":                       {access: signedIn, path: "/api/v1/applications/" + fx.appID, output: true},
+		"PATCH /api/v1/applications/{id}":                     {access: admin, path: "/api/v1/applications/" + none, body: map[string]any{}},
+		"DELETE /api/v1/applications/{id}":                    {access: admin, path: "/api/v1/applications/" + none},
+		"POST /api/v1/applications/{id}/deployments":          {access: admin, path: "/api/v1/applications/" + none + "/deployments"},
+		"GET /api/v1/applications/{id}/deployments":           {access: signedIn, path: "/api/v1/applications/" + fx.appID + "/deployments", output: true},
+		"POST /api/v1/applications/{id}/logs":                 {access: admin, path: "/api/v1/applications/" + none + "/logs"},
+		"GET /api/v1/applications/{id}/logs/{job_id}":         {access: signedIn, path: "/api/v1/applications/" + fx.appID + "/logs/" + fx.appLogsJobID, output: true},
+		"GET /api/v1/applications/{id}/requests":              {access: signedIn, path: "/api/v1/applications/" + fx.appID + "/requests"},
+		"GET /api/v1/deployments":                             {access: signedIn, path: "/api/v1/deployments", output: true},
+		"GET /api/v1/deployments/{id}":                        {access: signedIn, path: "/api/v1/deployments/" + fx.failedDeployID, output: true},
+		"POST /api/v1/deployments/{id}/cancel":                {access: admin, path: "/api/v1/deployments/" + none + "/cancel"},
+		"POST /api/v1/deployments/{id}/rollback":              {access: admin, path: "/api/v1/deployments/" + none + "/rollback"},
+		"GET /api/v1/domains":                                 {access: signedIn, path: "/api/v1/domains"},
+		"POST /api/v1/domains":                                {access: admin, path: "/api/v1/domains", body: map[string]any{}},
+		"GET /api/v1/domains/{id}":                            {access: signedIn, path: "/api/v1/domains/" + fx.domainID},
+		"PATCH /api/v1/domains/{id}":                          {access: admin, path: "/api/v1/domains/" + none, body: map[string]any{}},
+		"DELETE /api/v1/domains/{id}":                         {access: admin, path: "/api/v1/domains/" + none},
+		"POST /api/v1/domains/{id}/check":                     {access: admin, path: "/api/v1/domains/" + none + "/check"},
+		"POST /api/v1/domains/servers/{server_id}/apply":      {access: admin, path: "/api/v1/domains/servers/" + none + "/apply"},
+		"GET /agent/install.sh":                               {access: public, path: "/agent/install.sh"},
+		"GET /agent/package.tar.gz":                           {access: public, path: "/agent/package.tar.gz?arch=amd64"},
+		"POST /agent/v1/enroll":                               {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
+		"POST /agent/v1/heartbeat":                            {access: agent, path: "/agent/v1/heartbeat", body: map[string]any{}},
+		"POST /agent/v1/metrics":                              {access: agent, path: "/agent/v1/metrics", body: map[string]any{}},
+		"POST /agent/v1/inventory":                            {access: agent, path: "/agent/v1/inventory", body: map[string]any{}},
+		"POST /agent/v1/requests":                             {access: agent, path: "/agent/v1/requests", body: map[string]any{}},
+		"POST /agent/v1/jobs/claim":                           {access: agent, path: "/agent/v1/jobs/claim", body: map[string]any{}},
+		"GET /agent/v1/jobs/{id}/secrets":                     {access: agent, path: "/agent/v1/jobs/" + fx.serviceJobID + "/secrets"},
+		"POST /agent/v1/jobs/{id}/events":                     {access: agent, path: "/agent/v1/jobs/" + none + "/events", body: map[string]any{}},
+		"POST /agent/v1/jobs/{id}/complete":                   {access: agent, path: "/agent/v1/jobs/" + none + "/complete", body: map[string]any{}},
+	}
+
+	// The document's operations are exactly the table's, each declared
+	// with the security its access needs.
+	resp := r.Get(t, "/openapi.json", "")
+	expectStatus(t, resp, http.StatusOK)
+	var doc struct {
+		Paths map[string]map[string]struct {
+			Security  *[]map[string][]string `json:"security"`
+			Responses map[string]any         `json:"responses"`
+		} `json:"paths"`
+	}
+	resp.JSON(t, &doc)
+	var documented []string
+	for path, item := range doc.Paths {
+		for method, o := range item {
+			name := strings.ToUpper(method) + " " + path
+			documented = append(documented, name)
+			c, ok := cases[name]
+			if !ok {
+				t.Errorf("%s is in the OpenAPI document but not in this test's table: decide who may call it and add it", name)
+				continue
+			}
+			_, forbids := o.Responses["403"]
+			switch {
+			case o.Security == nil:
+				t.Errorf("%s declares no security at all; want [] (public) or a scheme", name)
+			case len(*o.Security) == 0:
+				if c.access != public {
+					t.Errorf("%s is documented as public (security: []), the table says %s", name, c.access)
+				}
+			case (*o.Security)[0]["agentToken"] != nil:
+				if c.access != agent {
+					t.Errorf("%s is documented for agents, the table says %s", name, c.access)
+				}
+			case (*o.Security)[0]["bearer"] != nil:
+				if want := map[bool]access{true: admin, false: signedIn}[forbids]; c.access != want {
+					t.Errorf("%s is documented as %s (403 listed: %v), the table says %s", name, want, forbids, c.access)
+				}
+			default:
+				t.Errorf("%s declares security %v", name, *o.Security)
+			}
+		}
+	}
+	for name := range cases {
+		if !slices.Contains(documented, name) {
+			t.Errorf("the table names %s, which the OpenAPI document does not have", name)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Calls that end the caller's session go last.
+	names := make([]string, 0, len(cases))
+	for name := range cases {
+		names = append(names, name)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if a, b := cases[names[i]].endsSession, cases[names[j]].endsSession; a != b {
+			return b
+		}
+		return names[i] < names[j]
+	})
+
+	callers := []struct{ name, token string }{{"no token", ""}, {"member", memberToken}, {"admin", r.Token}}
+	for _, name := range names {
+		c := cases[name]
+		method, _, _ := strings.Cut(name, " ")
+		for _, caller := range callers {
+			resp := r.Do(t, Req{Method: method, Path: c.path, Token: caller.token, JSON: c.body})
+			what := name + " as " + caller.name
+			body := string(resp.Body)
+			switch {
+			case c.access == public:
+				// Whatever it answers, it is not for want of a token.
+				if resp.Status == http.StatusUnauthorized && problemCode(resp) == "invalid-token" {
+					t.Errorf("%s: public operation asks for a token: %s", what, body)
+				}
+			case c.access == agent:
+				if resp.Status != http.StatusUnauthorized {
+					t.Errorf("%s: status %d, want 401 (only an agent token opens it): %s", what, resp.Status, body)
+				}
+			case caller.token == "":
+				if resp.Status != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+					t.Errorf("%s: status %d (WWW-Authenticate %q), want 401 with a challenge: %s", what, resp.Status,
+						resp.Header.Get("WWW-Authenticate"), body)
+				}
+			case caller.name == "member" && c.access == admin:
+				if resp.Status != http.StatusForbidden || problemCode(resp) != "admin-required" {
+					t.Errorf("%s: status %d, want 403 admin-required: %s", what, resp.Status, body)
+				}
+			case caller.name == "member":
+				if resp.Status/100 != 2 {
+					t.Errorf("%s: status %d, want a success: %s", what, resp.Status, body)
+				}
+				if strings.Contains(body, outputMarker) || strings.Contains(body, envMarker) {
+					t.Errorf("%s: a member reads job output or a secret value: %s", what, body)
+				}
+			default: // admin
+				if resp.Status == http.StatusUnauthorized || resp.Status == http.StatusForbidden {
+					t.Errorf("%s: status %d: %s", what, resp.Status, body)
+				}
+				if method == http.MethodGet && resp.Status != http.StatusOK {
+					t.Errorf("%s: status %d, want 200: %s", what, resp.Status, body)
+				}
+				if c.output && !strings.Contains(body, outputMarker) && !strings.Contains(body, envMarker) {
+					t.Errorf("%s: the fixtures' output is not in an administrator's answer, so the member check proves nothing: %s", what, body)
+				}
+			}
+		}
+	}
+}
+
+// problemCode returns the last segment of a problem's type.
+func problemCode(r *Response) string {
+	var p struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(r.Body, &p) != nil {
+		return ""
+	}
+	return p.Type[strings.LastIndex(p.Type, "/")+1:]
+}
+
+// makeAccessFixtures plays the agent to leave job output, an error text,
+// log lines, a failed and a succeeded deployment with a container log tail,
+// a failed removal and an environment value in the store, all marked.
+func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
+	t.Helper()
+	fx := accessFixtures{serverID: r.serverID}
+	events := func(jobID string) {
+		t.Helper()
+		resp := r.agentCall(t, r.agent, http.MethodPost, "/jobs/"+jobID+"/events", agentproto.EventsRequest{Events: []agentproto.Event{
+			{At: time.Now().UTC(), Level: agentproto.LevelWarn, Message: "the last 1 lines of the log: " + outputMarker,
+				Data: json.RawMessage(`{"lines":["stderr: ` + outputMarker + `"]}`)}}})
+		expectStatus(t, resp, http.StatusNoContent)
+	}
+	complete := func(jobID, status string, data any, errText string) {
+		t.Helper()
+		req := agentproto.CompleteRequest{Status: status, Error: errText, Output: json.RawMessage(`"` + outputMarker + `"`)}
+		if data != nil {
+			b, err := json.Marshal(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Data = b
+		}
+		expectStatus(t, r.agentCall(t, r.agent, http.MethodPost, "/jobs/"+jobID+"/complete", req), http.StatusOK)
+	}
+	lines := []agentproto.LogLine{{At: time.Now().UTC(), Priority: 6, Message: "password=" + outputMarker}}
+
+	// A service log read that returned lines, and a restart that failed
+	// with the agent's text.
+	resp := r.action(t, r.serverID, map[string]any{"type": agentproto.JobServiceLogs, "payload": map[string]any{"unit": "web.service"}})
+	expectStatus(t, resp, http.StatusAccepted)
+	j := r.claimAs(t, agentproto.JobServiceLogs)
+	fx.serviceJobID = j.ID
+	events(j.ID)
+	complete(j.ID, agentproto.StatusSucceeded, agentproto.LogsResult{Lines: lines}, "")
+	resp = r.action(t, r.serverID, map[string]any{"type": agentproto.JobServiceRestart, "payload": map[string]any{"unit": "web.service"}})
+	expectStatus(t, resp, http.StatusAccepted)
+	complete(r.claimAs(t, agentproto.JobServiceRestart).ID, agentproto.StatusFailed, nil, "systemctl: "+outputMarker)
+
+	// A journal read.
+	resp = r.Post(t, "/api/v1/logs", r.Token, map[string]any{"server_id": r.serverID, "source": "journal", "unit": "web.service"})
+	expectStatus(t, resp, http.StatusAccepted)
+	j = r.claimAs(t, agentproto.JobLogsRead)
+	fx.logReadJobID = j.ID
+	complete(j.ID, agentproto.StatusSucceeded, agentproto.LogsResult{Lines: lines, Cursor: "s=1"}, "")
+
+	// An application with a secret: a deployment that failed with a log
+	// tail, one that succeeded, and a log read of its container.
+	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
+		"name": "web", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
+		"container_port": 8080, "env": []map[string]string{{"key": "DATABASE_URL", "value": envMarker}}})
+	expectStatus(t, resp, http.StatusCreated)
+	var app AppInfo
+	resp.JSON(t, &app)
+	fx.appID, fx.failedDeployID = app.ID, app.Latest.ID
+	j = r.claimAs(t, agentproto.JobAppDeploy)
+	events(j.ID)
+	complete(j.ID, agentproto.StatusFailed, nil, "health check failed: "+outputMarker)
+	r.deployApp(t, app.ID, nil)
+	complete(r.claimAs(t, agentproto.JobAppDeploy).ID, agentproto.StatusSucceeded,
+		agentproto.DeployResult{ContainerName: "web-" + outputMarker, ImageID: "sha256:1", HealthStatus: 200}, "")
+	resp = r.Post(t, "/api/v1/applications/"+app.ID+"/logs", r.Token, map[string]any{})
+	expectStatus(t, resp, http.StatusAccepted)
+	j = r.claimAs(t, agentproto.JobAppLogs)
+	fx.appLogsJobID = j.ID
+	complete(j.ID, agentproto.StatusSucceeded, agentproto.AppLogsResult{Lines: lines, State: "running", ContainerID: outputMarker}, "")
+
+	// An application whose removal failed with the agent's text.
+	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
+		"name": "old", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/old:1.0"},
+		"container_port": 8080, "deploy": false})
+	expectStatus(t, resp, http.StatusCreated)
+	var old AppInfo
+	resp.JSON(t, &old)
+	expectStatus(t, r.del(t, "/api/v1/applications/"+old.ID), http.StatusAccepted)
+	complete(r.claimAs(t, agentproto.JobAppRemove).ID, agentproto.StatusFailed, nil, "docker rm: "+outputMarker)
+
+	// A domain (its proxy.apply job stays queued).
+	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})
+	expectStatus(t, resp, http.StatusCreated)
+	var dom struct {
+		Domain struct {
+			ID string `json:"id"`
+		} `json:"domain"`
+	}
+	resp.JSON(t, &dom)
+	fx.domainID = dom.Domain.ID
+	if fx.domainID == "" {
+		t.Fatalf("domain reply: %s", resp.Body)
+	}
+	return fx
+}
+
+// TestEnvValuesRevealAudited reads an application's environment as an
+// administrator with and without reveal, and as a member, and checks the
+// audit log and the job secrets after the deploy job ended.
+func TestEnvValuesRevealAudited(t *testing.T) {
+	r := newAppRig(t, store.SQLite)
+	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{
+		"name": "web", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
+		"container_port": 8080, "env": []map[string]string{{"key": "DATABASE_URL", "value": envMarker}}})
+	expectStatus(t, resp, http.StatusCreated)
+	if strings.Contains(string(resp.Body), envMarker) {
+		t.Fatalf("the create reply shows the env value: %s", resp.Body)
+	}
+	var app AppInfo
+	resp.JSON(t, &app)
+
+	type envEntry struct {
+		Key      string  `json:"key"`
+		Value    *string `json:"value"`
+		ValueSet bool    `json:"value_set"`
+	}
+	envOf := func(path, token string) []envEntry {
+		t.Helper()
+		resp := r.Get(t, path, token)
+		expectStatus(t, resp, http.StatusOK)
+		var d struct {
+			Env []envEntry `json:"env"`
+		}
+		resp.JSON(t, &d)
+		return d.Env
+	}
+	if env := envOf("/api/v1/applications/"+app.ID+"?reveal=false", r.Token); len(env) != 1 || env[0].Value != nil || !env[0].ValueSet ||
+		env[0].Key != "DATABASE_URL" {
+		t.Fatalf("reveal=false: %+v", env)
+	}
+	if n := len(auditEntries(t, r.ControlPlane, r.Token, "application.env.read")); n != 0 {
+		t.Fatalf("application.env.read entries after reads without values: %d", n)
+	}
+	if env := envOf("/api/v1/applications/"+app.ID, r.Token); len(env) != 1 || env[0].Value == nil || *env[0].Value != envMarker {
+		t.Fatalf("an administrator's read: %+v", env)
+	}
+	entries := auditEntries(t, r.ControlPlane, r.Token, "application.env.read")
+	if len(entries) != 1 || entries[0].Actor.ID != r.Admin.ID || entries[0].Target.ID != app.ID {
+		t.Fatalf("application.env.read entries: %+v", entries)
+	}
+	member := createUser(t, r.ControlPlane, "member@example.com", testPassword, false)
+	ms := signInUser(t, r.ControlPlane, member)
+	if env := envOf("/api/v1/applications/"+app.ID+"?reveal=true", ms.AccessToken); len(env) != 1 || env[0].Value != nil || !env[0].ValueSet {
+		t.Fatalf("a member's read with reveal=true: %+v", env)
+	}
+	if n := len(auditEntries(t, r.ControlPlane, r.Token, "application.env.read")); n != 1 {
+		t.Fatalf("application.env.read entries after a member's read: %d, want 1", n)
+	}
+
+	// The deploy job's secrets are there while it runs, gone once it ended.
+	j := r.claimAs(t, agentproto.JobAppDeploy)
+	if s := r.secretsOf(t, j.ID); s["DATABASE_URL"] != envMarker {
+		t.Fatalf("running job's secrets: %v", s)
+	}
+	r.completeJob(t, j.ID, agentproto.StatusSucceeded, agentproto.DeployResult{ImageID: "sha256:1"}, "")
+	expectProblem(t, r.agentCall(t, r.agent, http.MethodGet, "/jobs/"+j.ID+"/secrets", nil), http.StatusForbidden, "job-not-running")
+	if job := r.job(t, j.ID); job.Status != "succeeded" {
+		t.Fatalf("deploy job: %+v", job)
+	}
+	var hasSecrets struct {
+		HasSecrets bool `json:"has_secrets"`
+	}
+	r.Get(t, "/api/v1/jobs/"+j.ID, r.Token).JSON(t, &hasSecrets)
+	if hasSecrets.HasSecrets {
+		t.Fatal("the finished deploy job still holds its secrets")
+	}
+}
