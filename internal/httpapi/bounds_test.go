@@ -67,15 +67,15 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 func (b *boundsEnv) state(t *testing.T) string {
 	t.Helper()
 	d := b.srv.deps
-	js, err := d.Jobs.List(b.ctx, "", jobs.MaxListLimit)
+	js, err := d.Jobs.List(b.ctx, "", jobs.MaxListLimit, jobs.AdminReader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	as, err := d.Apps.List(b.ctx, "")
+	as, err := d.Apps.List(b.ctx, "", jobs.AdminReader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, err := d.Apps.ListDeployments(b.ctx, "", apps.MaxDeploymentLimit)
+	ds, err := d.Apps.ListDeployments(b.ctx, "", apps.MaxDeploymentLimit, jobs.AdminReader)
 	if err != nil {
 		t.Fatal(err)
 	}
