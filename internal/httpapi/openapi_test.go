@@ -128,6 +128,9 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			t.Fatalf("description %q does not state the role model", d)
 		}
 	}
+	if got, want := str(doc, "info", "license", "identifier"), "Apache-2.0"; got != want {
+		t.Fatalf("info.license.identifier: got %q, want %q", got, want)
+	}
 	problem := obj(doc, "components", "schemas", "Problem", "properties")
 	for _, f := range []string{"type", "title", "status", "detail", "instance", "request_id", "errors"} {
 		if _, ok := problem[f]; !ok {

@@ -112,6 +112,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	cfg.RejectUnknownQueryParameters = true
 	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json).\n\n" +
 		roleModel
+	cfg.Info.License = &huma.License{Name: "Apache-2.0", Identifier: "Apache-2.0"}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "Access token from POST /api/v1/auth/2fa/verify or " +
 			"/api/v1/auth/refresh (valid 900 s). " + roleModel},
