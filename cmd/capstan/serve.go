@@ -25,6 +25,7 @@ type serveCmd struct {
 	TrustedProxy  bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
 	ShutdownWait  time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
 	AgentDir      string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
+	AllowInsecure bool          `name:"allow-insecure-agents" env:"CAPSTAN_ALLOW_INSECURE_AGENTS" help:"Serve the agent installer even when the public URL is plain http:// to an address other than loopback. Agent tokens and job secrets then cross the network in clear: only on a network you trust."`
 	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
 	MetricsEvery  time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
 	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
@@ -81,7 +82,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
-	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version}))
+	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
+		AllowInsecureAgents: c.AllowInsecure}))
 	// Heartbeats are written in batches; the last batch is written after
 	// the HTTP server has shut down, before the store closes.
 	stopTouches := a.servers.StartTouchBatching(servers.TouchFlushInterval, log)
@@ -109,6 +111,15 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	srv.RegisterOnShutdown(a.jobs.StopClaims)
 	log.Info("listening", "addr", ln.Addr().String(), "public_url", publicURL, "store", a.store.DialectName(),
 		"schema_version", a.schema, "version", version)
+	if agentapi.InsecurePublicURL(publicURL) {
+		if c.AllowInsecure {
+			log.Warn("the public URL is plain http:// to an address other than loopback: agent tokens and job secrets cross the network in clear",
+				"public_url", publicURL)
+		} else {
+			log.Warn("the public URL is plain http:// to an address other than loopback, so the agent installer is not served; "+
+				"set --public-url to an https:// URL, or pass --allow-insecure-agents on a network you trust", "public_url", publicURL)
+		}
+	}
 	if users, err := a.auth.ListUsers(ctx); err == nil && len(users) == 0 {
 		log.Info("no users yet; create the first administrator with: capstan user create --data-dir " +
 			c.DataDir + " --email you@example.com --admin --password-stdin")

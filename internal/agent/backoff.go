@@ -73,17 +73,21 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// MaxRetryAfter bounds how long a reply's Retry-After makes a call wait:
+// the control plane's longest, for a full hour of metrics into an empty
+// rate-limit bucket, is 12 minutes.
+const MaxRetryAfter = 15 * time.Minute
+
 // RetryDelay is the delay before retrying after err: the next backoff, but
-// at least the server's Retry-After (capped at the backoff's maximum).
+// at least the server's Retry-After (up to MaxRetryAfter). A retry sooner
+// than the control plane asked for would only be refused again: a rate
+// limited agent waits as long as it is told, whatever its backoff's
+// maximum.
 func RetryDelay(b *Backoff, err error) time.Duration {
 	d := b.Next()
 	var ae *APIError
 	if errors.As(err, &ae) && ae.RetryAfter > d {
-		hi := b.Max
-		if hi <= 0 {
-			hi = DefaultBackoffMax
-		}
-		d = min(ae.RetryAfter, hi)
+		d = min(ae.RetryAfter, MaxRetryAfter)
 	}
 	return d
 }

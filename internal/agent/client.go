@@ -97,6 +97,24 @@ func StatusOf(err error) int {
 	return 0
 }
 
+// retryAfter parses a Retry-After header (RFC 9110 10.2.3): seconds, or an
+// HTTP date. Zero if absent, malformed or past.
+func retryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s <= 0 {
+			return 0
+		}
+		return time.Duration(min(s, int64(MaxRetryAfter/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), MaxRetryAfter)
+	}
+	return 0
+}
+
 // NewHTTPClient returns the one HTTP client an agent uses: keep-alives, few
 // idle connections, no overall timeout (each call sets its own deadline, the
 // claim long poll a longer one).
@@ -274,8 +292,6 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 		return resp.StatusCode, rerr
 	}
 	ae := &APIError{Method: method, Path: path, Status: resp.StatusCode, Problem: p}
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
-		ae.RetryAfter = time.Duration(s) * time.Second
-	}
+	ae.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
 	return resp.StatusCode, ae
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,9 +87,36 @@ func TestRetryDelayHonoursRetryAfter(t *testing.T) {
 	if got, want := RetryDelay(&b, err), 3*time.Second; got != want {
 		t.Fatalf("RetryDelay = %s, want %s", got, want)
 	}
+	// Longer than the backoff's maximum: still honoured, up to
+	// MaxRetryAfter.
 	err.RetryAfter = time.Minute
-	if got, want := RetryDelay(&b, err), 5*time.Second; got != want {
-		t.Fatalf("RetryDelay with long Retry-After = %s, want cap %s", got, want)
+	if got, want := RetryDelay(&b, err), time.Minute; got != want {
+		t.Fatalf("RetryDelay with Retry-After beyond the backoff's maximum = %s, want %s", got, want)
+	}
+	err.RetryAfter = time.Hour
+	if got, want := RetryDelay(&b, err), MaxRetryAfter; got != want {
+		t.Fatalf("RetryDelay with very long Retry-After = %s, want cap %s", got, want)
+	}
+}
+
+func TestRetryAfterHeader(t *testing.T) {
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	for _, tc := range []struct {
+		v    string
+		want time.Duration
+	}{
+		{"", 0},
+		{"0", 0},
+		{"-3", 0},
+		{"soon", 0},
+		{"7", 7 * time.Second},
+		{"99999999", MaxRetryAfter},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
+		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
+	} {
+		if got := retryAfter(tc.v, now); got != tc.want {
+			t.Errorf("retryAfter(%q) = %s, want %s", tc.v, got, tc.want)
+		}
 	}
 }
 

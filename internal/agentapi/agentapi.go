@@ -27,6 +27,9 @@ type Deps struct {
 	AgentDir string
 	// Version is the control plane's version.
 	Version string
+	// AllowInsecureAgents serves the installer even when PublicURL is
+	// plain http:// to an address other than loopback.
+	AllowInsecureAgents bool
 }
 
 type enrollInput struct {
@@ -105,6 +108,8 @@ func Mount(d Deps) func(*httpapi.Server) {
 
 func register(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
+	claims := newClaimSlots()
+	limits := newLimiter(DefaultLimits, nil)
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-enroll", Method: http.MethodPost, Path: "/agent/v1/enroll", Tags: tags,
 		Summary:          "Redeem an enrollment token for an agent token",
@@ -133,15 +138,23 @@ func register(s *httpapi.Server, d Deps) {
 
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-claim", Method: http.MethodPost, Path: "/agent/v1/jobs/claim", Tags: tags,
-		Summary:     "Claim the next queued job (long poll)",
-		Description: "Waits up to wait_seconds (at most 30) for a job; 200 with the job, or 204 when none came. Queuing a job wakes the wait at once.",
+		Summary: "Claim the next queued job (long poll)",
+		Description: "Waits up to wait_seconds (at most 30) for a job; 200 with the job, or 204 when none came. Queuing a job wakes the wait at once. " +
+			"A server holds at most 2 claims at once (per control-plane process): a third ends the oldest waiting one at once with 204.",
 	}, httpapi.Agent, func(ctx context.Context, in *claimInput) (*claimOutput, error) {
 		wait := in.Body.WaitSeconds
 		if wait < 0 || wait > agentproto.MaxClaimWaitSeconds {
 			return nil, invalidWait()
 		}
 		srv := httpapi.AgentServer(ctx)
-		j, ok, err := d.Jobs.Claim(ctx, srv.ID, time.Duration(wait)*time.Second)
+		cctx, release := claims.hold(ctx, srv.ID)
+		defer release()
+		j, ok, err := d.Jobs.Claim(cctx, srv.ID, time.Duration(wait)*time.Second)
+		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			// Pushed out by a newer claim while the store was asked:
+			// whatever the store did was rolled back.
+			err, ok = nil, false
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -169,8 +182,12 @@ func register(s *httpapi.Server, d Deps) {
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-job-events", Method: http.MethodPost, Path: "/agent/v1/jobs/{id}/events", Tags: tags,
 		Summary: "Progress events of a running job; extends its lease", DefaultStatus: http.StatusNoContent,
-		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict},
+		Description: "Rate limited per server: 2,000 events at once, then 50 a second; beyond that 429 with Retry-After, and nothing is stored.",
+		Errors:      []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *eventsInput) (*struct{}, error) {
+		if err := limits.take(httpapi.AgentServer(ctx).ID, ReportEvents, len(in.Body.Events)); err != nil {
+			return nil, err
+		}
 		events := make([]agentproto.Event, len(in.Body.Events))
 		for i, e := range in.Body.Events {
 			events[i] = agentproto.Event(e)
@@ -194,7 +211,7 @@ func register(s *httpapi.Server, d Deps) {
 		return out, nil
 	})
 
-	registerMetrics(s)
-	registerRequests(s)
+	registerMetrics(s, limits)
+	registerRequests(s, limits)
 	registerInstall(s, d)
 }

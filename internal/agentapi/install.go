@@ -5,15 +5,21 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -24,9 +30,76 @@ import (
 //go:embed install.sh.tmpl
 var installTemplate string
 
-// InstallScript returns the installer with the public URL filled in.
-func InstallScript(publicURL string) string {
-	return strings.ReplaceAll(installTemplate, "__CAPSTAN_PUBLIC_URL__", strings.TrimRight(publicURL, "/"))
+// Architectures are the CPU architectures agents are packaged for.
+var Architectures = []string{"amd64", "arm64"}
+
+// ScriptConfig is what the installer is rendered with.
+type ScriptConfig struct {
+	// PublicURL is the control plane's URL: an absolute http:// or
+	// https:// URL without spaces or control characters.
+	PublicURL string
+	// PackageSHA256 maps an architecture to the SHA-256 (lowercase hex)
+	// of the agent package served for it. The installer refuses an
+	// architecture without one, and a package whose sum differs.
+	PackageSHA256 map[string]string
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// InstallScript returns the installer with the public URL and package
+// checksums filled in. Every value is checked and single-quoted: nothing
+// in it is expanded or run by the shell.
+func InstallScript(c ScriptConfig) (string, error) {
+	u := strings.TrimRight(c.PublicURL, "/")
+	if err := checkPublicURL(u); err != nil {
+		return "", err
+	}
+	vals := []string{"__CAPSTAN_PUBLIC_URL__", shellQuote(u)}
+	for _, arch := range Architectures {
+		sum := c.PackageSHA256[arch]
+		if sum != "" && !sha256Hex.MatchString(sum) {
+			return "", fmt.Errorf("agentapi: package checksum for %s is not a SHA-256 in hex: %q", arch, sum)
+		}
+		vals = append(vals, "__CAPSTAN_SHA256_"+strings.ToUpper(arch)+"__", shellQuote(sum))
+	}
+	return strings.NewReplacer(vals...).Replace(installTemplate), nil
+}
+
+// checkPublicURL accepts an absolute http(s) URL with a host and nothing
+// a shell, a systemd unit file or a log line would take for a separator.
+func checkPublicURL(s string) error {
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || !unicode.IsPrint(r) {
+			return fmt.Errorf("agentapi: the public URL %q has spaces or control characters", s)
+		}
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("agentapi: the public URL %q is not an absolute http:// or https:// URL", s)
+	}
+	return nil
+}
+
+// shellQuote quotes s for a POSIX shell: inside single quotes nothing is
+// special but the single quote, written as '\”.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// InsecurePublicURL reports whether agents of a control plane at publicURL
+// would talk to it in clear over the network: plain http:// to a host that
+// is not loopback (localhost, 127.0.0.0/8, ::1).
+func InsecurePublicURL(publicURL string) bool {
+	u, err := url.Parse(publicURL)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }
 
 type scriptOutput struct {
@@ -71,12 +144,14 @@ type cachedPackage struct {
 	mod  time.Time
 	size int64
 	data []byte
+	sum  string // SHA-256 of data, hex
 }
 
-func (p *packager) build(path, version string) ([]byte, error) {
+// build returns the package of the binary at path and its SHA-256 (hex).
+func (p *packager) build(path, version string) ([]byte, string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -84,11 +159,11 @@ func (p *packager) build(path, version string) ([]byte, error) {
 	// and modification time, as a copy that keeps times can make, is still
 	// a new binary.
 	if c, ok := p.cache[path]; ok && os.SameFile(c.info, st) && c.mod.Equal(st.ModTime()) && c.size == st.Size() {
-		return c.data, nil
+		return c.data, c.sum, nil
 	}
 	bin, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var buf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
@@ -103,35 +178,76 @@ func (p *packager) build(path, version string) ([]byte, error) {
 	}
 	for _, f := range files {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: st.ModTime(), Typeflag: tar.TypeReg}); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if _, err := tw.Write(f.data); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := zw.Close(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if p.cache == nil {
 		p.cache = map[string]cachedPackage{}
 	}
-	p.cache[path] = cachedPackage{info: st, mod: st.ModTime(), size: st.Size(), data: buf.Bytes()}
-	return buf.Bytes(), nil
+	h := sha256.Sum256(buf.Bytes())
+	c := cachedPackage{info: st, mod: st.ModTime(), size: st.Size(), data: buf.Bytes(), sum: hex.EncodeToString(h[:])}
+	p.cache[path] = c
+	return c.data, c.sum, nil
+}
+
+// sums returns the SHA-256 of the package of every architecture this
+// control plane has an agent binary for.
+func (p *packager) sums(dir, version string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, arch := range Architectures {
+		path, err := BinaryPath(dir, arch)
+		if fault.Is(err, fault.NotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		_, sum, err := p.build(path, version)
+		if err != nil {
+			return nil, err
+		}
+		out[arch] = sum
+	}
+	return out, nil
 }
 
 func registerInstall(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
-	script := []byte(InstallScript(d.PublicURL))
+	pk := &packager{}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-install-script", Method: http.MethodGet, Path: "/agent/install.sh", Tags: tags,
-		Summary: "The agent installer (POSIX sh) with this control plane's URL filled in",
+		Summary: "The agent installer (POSIX sh) with this control plane's URL and the agent packages' SHA-256 filled in",
+		Description: "The installer downloads the agent package for the host's architecture and checks its SHA-256 against the one " +
+			"filled in here before it installs anything. A control plane whose public URL is plain http:// to an address other " +
+			"than loopback answers 409 (…/insecure-public-url) unless it was started with --allow-insecure-agents: its agents " +
+			"would send their tokens, and receive job secrets, in clear over the network.",
+		Errors: []int{http.StatusConflict},
 	}, httpapi.Public, func(ctx context.Context, _ *struct{}) (*scriptOutput, error) {
-		return &scriptOutput{ContentType: "text/x-shellscript; charset=utf-8", Body: script}, nil
+		if !d.AllowInsecureAgents && InsecurePublicURL(d.PublicURL) {
+			return nil, fault.Conflictf("insecure-public-url", "This control plane's public URL (%s) is plain http:// to an address "+
+				"other than loopback: agents would send their tokens, and receive job secrets such as environment values, in clear "+
+				"over the network. Serve the control plane over https:// and set --public-url (CAPSTAN_PUBLIC_URL) to that URL, or, "+
+				"on a network you trust, start it with --allow-insecure-agents (CAPSTAN_ALLOW_INSECURE_AGENTS=true).", d.PublicURL)
+		}
+		sums, err := pk.sums(d.AgentDir, d.Version)
+		if err != nil {
+			return nil, err
+		}
+		script, err := InstallScript(ScriptConfig{PublicURL: d.PublicURL, PackageSHA256: sums})
+		if err != nil {
+			return nil, err
+		}
+		return &scriptOutput{ContentType: "text/x-shellscript; charset=utf-8", Body: []byte(script)}, nil
 	})
-	pk := &packager{}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-package", Method: http.MethodGet, Path: "/agent/package.tar.gz", Tags: tags,
 		Summary: "The agent package (tar.gz with the capstan-agent binary) for an architecture",
@@ -141,7 +257,7 @@ func registerInstall(s *httpapi.Server, d Deps) {
 		if err != nil {
 			return nil, err
 		}
-		data, err := pk.build(path, d.Version)
+		data, _, err := pk.build(path, d.Version)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,8 @@ package agentapi_test
 import (
 	"archive/tar"
 	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,7 +38,8 @@ func TestInstallScriptShellcheck(t *testing.T) {
 		t.Skip("shellcheck is not installed")
 	}
 	path := filepath.Join(t.TempDir(), "install.sh")
-	if err := os.WriteFile(path, []byte(agentapi.InstallScript(testPublicURL)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL,
+		PackageSHA256: map[string]string{"amd64": strings.Repeat("ab", 32)}})), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "-s", "sh", path).CombinedOutput()
@@ -44,13 +48,22 @@ func TestInstallScriptShellcheck(t *testing.T) {
 	}
 }
 
+func mustScript(t *testing.T, c agentapi.ScriptConfig) string {
+	t.Helper()
+	s, err := agentapi.InstallScript(c)
+	if err != nil {
+		t.Fatalf("InstallScript(%+v): %v", c, err)
+	}
+	return s
+}
+
 func TestInstallScriptPublicURL(t *testing.T) {
 	for _, url := range []string{testPublicURL, testPublicURL + "/"} {
-		s := agentapi.InstallScript(url)
-		if strings.Contains(s, "__CAPSTAN_PUBLIC_URL__") {
-			t.Fatalf("InstallScript(%q) left the placeholder in", url)
+		s := mustScript(t, agentapi.ScriptConfig{PublicURL: url})
+		if strings.Contains(s, "__CAPSTAN_") {
+			t.Fatalf("InstallScript(%q) left a placeholder in", url)
 		}
-		if want := `CAPSTAN_URL="${CAPSTAN_URL:-` + testPublicURL + `}"`; !strings.Contains(s, want) {
+		if want := "\nSERVED_URL='" + testPublicURL + "'\n"; !strings.Contains(s, want) {
 			t.Fatalf("InstallScript(%q) does not set %s", url, want)
 		}
 		if !strings.HasPrefix(s, "#!/bin/sh\n") {
@@ -59,12 +72,79 @@ func TestInstallScriptPublicURL(t *testing.T) {
 	}
 }
 
+// scriptHeader runs the assignments at the top of an installer (all that
+// runs before main) in sh, then prints the named variables one per line.
+func scriptHeader(t *testing.T, script string, dir string, vars ...string) []string {
+	t.Helper()
+	head, _, ok := strings.Cut(script, "\nmain() {\n")
+	if !ok {
+		t.Fatal("the installer has no main function")
+	}
+	for _, v := range vars {
+		head += "\nprintf '%s\\0' \"$" + v + "\""
+	}
+	cmd := exec.Command("sh", "-c", head)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("sh: %v\n%s", err, head)
+	}
+	return strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+}
+
+// TestInstallScriptHostileValues fills the installer with values made to
+// break out of shell quoting: they reach the script's variables unchanged,
+// run nothing, and values that cannot be carried safely (newlines, spaces,
+// control characters, bad checksums) are refused.
+func TestInstallScriptHostileValues(t *testing.T) {
+	for _, u := range []string{
+		"https://cp.example.test/a'b",
+		"https://cp.example.test/'$(touch${IFS}pwned)'",
+		"https://cp.example.test/$(touch${IFS}pwned)",
+		"https://cp.example.test/`touch${IFS}pwned`",
+		`https://cp.example.test/"$(touch${IFS}pwned)"\`,
+		"https://cp.example.test/';touch${IFS}pwned;'",
+		"https://cp.example.test/${HOME:?}x",
+	} {
+		dir := t.TempDir()
+		sum := strings.Repeat("0f", 32)
+		s := mustScript(t, agentapi.ScriptConfig{PublicURL: u, PackageSHA256: map[string]string{"amd64": sum}})
+		got := scriptHeader(t, s, dir, "SERVED_URL", "CAPSTAN_URL", "SHA256_AMD64", "SHA256_ARM64")
+		if want := []string{u, u, sum, ""}; !slices.Equal(got, want) {
+			t.Errorf("public URL %q: the installer's variables are %q, want %q", u, got, want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
+			t.Errorf("public URL %q: the installer ran a command from it", u)
+		}
+	}
+	for _, c := range []agentapi.ScriptConfig{
+		{PublicURL: "https://cp.example.test/\ntouch pwned"},
+		{PublicURL: "https://cp.example.test/a b"},
+		{PublicURL: "https://cp.example.test/\x1b[2J"},
+		{PublicURL: "https://cp.example.test/\r"},
+		{PublicURL: "ftp://cp.example.test"},
+		{PublicURL: "/agent"},
+		{PublicURL: testPublicURL, PackageSHA256: map[string]string{"amd64": "'$(touch pwned)'"}},
+		{PublicURL: testPublicURL, PackageSHA256: map[string]string{"arm64": strings.Repeat("AB", 32)}},
+	} {
+		if s, err := agentapi.InstallScript(c); err == nil {
+			t.Errorf("InstallScript(%q) was accepted:\n%s", c, s)
+		}
+	}
+}
+
 // newServer serves the agent routes (only the public ones are used here)
 // with agent binaries in agentDir.
 func newServer(t *testing.T, agentDir string) *httptest.Server {
 	t.Helper()
-	api := httpapi.New(httpapi.Deps{Version: "test", PublicURL: testPublicURL, Logger: slog.New(slog.DiscardHandler)},
-		agentapi.Mount(agentapi.Deps{PublicURL: testPublicURL, AgentDir: agentDir, Version: "v9.9.9-test"}))
+	return newServerWith(t, agentapi.Deps{PublicURL: testPublicURL, AgentDir: agentDir})
+}
+
+func newServerWith(t *testing.T, d agentapi.Deps) *httptest.Server {
+	t.Helper()
+	d.Version = "v9.9.9-test"
+	api := httpapi.New(httpapi.Deps{Version: "test", PublicURL: d.PublicURL, Logger: slog.New(slog.DiscardHandler)}, agentapi.Mount(d))
 	ts := httptest.NewServer(api)
 	t.Cleanup(ts.Close)
 	return ts
@@ -85,7 +165,8 @@ func get(t *testing.T, ts *httptest.Server, path string) (*http.Response, []byte
 }
 
 func TestInstallScriptServed(t *testing.T) {
-	ts := newServer(t, t.TempDir())
+	dir := t.TempDir()
+	ts := newServer(t, dir)
 	resp, body := get(t, ts, "/agent/install.sh")
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, body)
@@ -94,8 +175,62 @@ func TestInstallScriptServed(t *testing.T) {
 	if err != nil || (mt != "text/x-shellscript" && mt != "application/x-sh" && mt != "text/x-sh") {
 		t.Fatalf("Content-Type %q is not a shell script type", resp.Header.Get("Content-Type"))
 	}
-	if got, want := string(body), agentapi.InstallScript(testPublicURL); got != want {
-		t.Fatalf("body is not InstallScript(public URL):\n%s", got)
+	if got, want := string(body), mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL}); got != want {
+		t.Fatalf("body is not InstallScript(public URL) without packages:\n%s", got)
+	}
+
+	// With agent binaries, the script carries the SHA-256 of the very
+	// packages served, and follows a binary that is replaced.
+	writeAgent(t, dir, "capstan-agent-linux-amd64", "#!/bin/sh\necho amd64\n")
+	writeAgent(t, dir, "capstan-agent-linux-arm64", "#!/bin/sh\necho arm64\n")
+	for round := range 2 {
+		_, script := get(t, ts, "/agent/install.sh")
+		got := scriptHeader(t, string(script), t.TempDir(), "SHA256_AMD64", "SHA256_ARM64")
+		for i, arch := range []string{"amd64", "arm64"} {
+			_, pkg := get(t, ts, "/agent/package.tar.gz?arch="+arch)
+			sum := sha256.Sum256(pkg)
+			if want := hex.EncodeToString(sum[:]); got[i] != want {
+				t.Errorf("round %d: the installer's SHA-256 for %s is %q, the package's is %q", round, arch, got[i], want)
+			}
+		}
+		writeAgent(t, dir, "capstan-agent-linux-amd64", "#!/bin/sh\necho a newer, longer amd64 build\n")
+	}
+}
+
+// TestInstallScriptInsecureURL: a control plane reached over plain http://
+// at an address other than loopback does not serve the installer unless
+// told to; over https:// or on loopback it does.
+func TestInstallScriptInsecureURL(t *testing.T) {
+	for _, tc := range []struct {
+		url   string
+		allow bool
+		ok    bool
+	}{
+		{"http://cp.example.test:8080", false, false},
+		{"http://192.0.2.10", false, false},
+		{"http://[2001:db8::1]:8080", false, false},
+		{"http://127.0.0.1.example.test", false, false},
+		{"http://cp.example.test:8080", true, true},
+		{"https://cp.example.test", false, true},
+		{"http://127.0.0.1:8080", false, true},
+		{"http://127.8.9.10:8080", false, true},
+		{"http://localhost:8080", false, true},
+		{"http://[::1]:8080", false, true},
+	} {
+		ts := newServerWith(t, agentapi.Deps{PublicURL: tc.url, AgentDir: t.TempDir(), AllowInsecureAgents: tc.allow})
+		resp, body := get(t, ts, "/agent/install.sh")
+		if tc.ok {
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s (allow %v): status %d, want 200: %s", tc.url, tc.allow, resp.StatusCode, body)
+			}
+			continue
+		}
+		p := expectProblem(t, resp, body, http.StatusConflict, "insecure-public-url")
+		for _, want := range []string{tc.url, "--allow-insecure-agents", "CAPSTAN_ALLOW_INSECURE_AGENTS", "https://", "in clear"} {
+			if !strings.Contains(p.Detail, want) {
+				t.Errorf("%s: the problem's detail %q does not say %q", tc.url, p.Detail, want)
+			}
+		}
 	}
 }
 

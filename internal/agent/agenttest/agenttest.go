@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -52,6 +53,14 @@ type ControlPlane struct {
 	inventoryStatus int // answer to inventory posts; 0: accept
 	requestReports  []agentproto.RequestsReport
 	requestsStatus  int // answer to request report posts; 0: accept
+
+	throttles map[string]throttle    // route → 429s still to answer
+	posts     map[string][]time.Time // route → arrival of every post
+}
+
+type throttle struct {
+	n          int
+	retryAfter time.Duration
 }
 
 // New starts a fake control plane, closed by t.Cleanup. Its agent token is
@@ -70,6 +79,8 @@ func New(t testing.TB) *ControlPlane {
 		completions:  map[string][]agentproto.CompleteRequest{},
 		eventsAtDone: map[string]int{},
 		attempts:     map[string]int{},
+		throttles:    map[string]throttle{},
+		posts:        map[string][]time.Time{},
 	}
 	mux := http.NewServeMux()
 	p := "/agent/" + agentproto.Version
@@ -77,11 +88,11 @@ func New(t testing.TB) *ControlPlane {
 	mux.HandleFunc("POST "+p+"/heartbeat", cp.auth(cp.heartbeat))
 	mux.HandleFunc("POST "+p+"/jobs/claim", cp.auth(cp.claim))
 	mux.HandleFunc("GET "+p+"/jobs/{id}/secrets", cp.auth(cp.jobSecrets))
-	mux.HandleFunc("POST "+p+"/jobs/{id}/events", cp.auth(cp.postEvents))
+	mux.HandleFunc("POST "+p+"/jobs/{id}/events", cp.auth(cp.throttled("events", cp.postEvents)))
 	mux.HandleFunc("POST "+p+"/jobs/{id}/complete", cp.auth(cp.complete))
-	mux.HandleFunc("POST "+p+"/metrics", cp.auth(cp.metrics))
-	mux.HandleFunc("POST "+p+"/inventory", cp.auth(cp.inventory))
-	mux.HandleFunc("POST "+p+"/requests", cp.auth(cp.requests))
+	mux.HandleFunc("POST "+p+"/metrics", cp.auth(cp.throttled("metrics", cp.metrics)))
+	mux.HandleFunc("POST "+p+"/inventory", cp.auth(cp.throttled("inventory", cp.inventory)))
+	mux.HandleFunc("POST "+p+"/requests", cp.auth(cp.throttled("requests", cp.requests)))
 	cp.srv = httptest.NewServer(mux)
 	cp.URL = cp.srv.URL
 	t.Cleanup(cp.Close)
@@ -277,6 +288,40 @@ func (cp *ControlPlane) RequestMinutes() map[string]agentproto.RequestMinute {
 		}
 	}
 	return out
+}
+
+// Throttle makes the next n posts to route ("metrics", "inventory",
+// "requests" or "events") answer 429 with Retry-After: retryAfter (in
+// whole seconds), as the control plane's rate limits do.
+func (cp *ControlPlane) Throttle(route string, n int, retryAfter time.Duration) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.throttles[route] = throttle{n: n, retryAfter: retryAfter}
+}
+
+// Posts returns when each post to route arrived, throttled or not.
+func (cp *ControlPlane) Posts(route string) []time.Time {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.posts[route])
+}
+
+func (cp *ControlPlane) throttled(route string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		cp.mu.Lock()
+		cp.posts[route] = append(cp.posts[route], time.Now())
+		th := cp.throttles[route]
+		if th.n > 0 {
+			cp.throttles[route] = throttle{n: th.n - 1, retryAfter: th.retryAfter}
+		}
+		cp.mu.Unlock()
+		if th.n > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(int((th.retryAfter+time.Second-1)/time.Second)))
+			Problem(w, http.StatusTooManyRequests, agentproto.ProblemTypeBase+"agent-rate-limited", "throttled by the test")
+			return
+		}
+		h(w, r)
+	}
 }
 
 // Wait polls cond every 10 ms until it is true, failing t after timeout.
