@@ -24,6 +24,7 @@ type userCmd struct {
 	List     userListCmd     `cmd:"" help:"List users."`
 	Reset2FA userReset2FACmd `cmd:"" name:"reset-2fa" help:"Give a user a new TOTP secret; the old one stops working."`
 	Disable  userDisableCmd  `cmd:"" help:"Disable a user and end its sessions at once."`
+	Unlock   userUnlockCmd   `cmd:"" help:"Lift the lock that too many failed sign-in attempts put on a user."`
 }
 
 // cliActor is the audit actor of commands run on the control plane host.
@@ -126,9 +127,9 @@ func (c *userListCmd) Run(ctx context.Context) error {
 		return json.NewEncoder(os.Stdout).Encode(users)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tEMAIL\tADMIN\tDISABLED\tCREATED")
+	fmt.Fprintln(tw, "ID\tEMAIL\tADMIN\tDISABLED\tLOCKED\tCREATED")
 	for _, u := range users {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%s\n", u.ID, u.Email, u.Admin, u.Disabled, u.CreatedAt.Format("2006-01-02 15:04:05Z"))
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%t\t%s\n", u.ID, u.Email, u.Admin, u.Disabled, u.Locked, u.CreatedAt.Format("2006-01-02 15:04:05Z"))
 	}
 	return tw.Flush()
 }
@@ -168,5 +169,28 @@ func (c *userDisableCmd) Run(ctx context.Context) error {
 		return explain(err)
 	}
 	fmt.Printf("Disabled %s (%s); its sessions have ended.\n", u.Email, u.ID)
+	return nil
+}
+
+type userUnlockCmd struct {
+	StoreFlags
+	Email string `required:"" help:"E-mail address of the user."`
+}
+
+func (c *userUnlockCmd) Run(ctx context.Context) error {
+	a, err := openApp(ctx, c.StoreFlags, "")
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	u, wasLocked, err := a.auth.UnlockUser(ctx, cliActor, c.Email)
+	if err != nil {
+		return explain(err)
+	}
+	if wasLocked {
+		fmt.Printf("Unlocked %s (%s); it can sign in again.\n", u.Email, u.ID)
+	} else {
+		fmt.Printf("%s (%s) was not locked; its count of failed sign-ins is reset.\n", u.Email, u.ID)
+	}
 	return nil
 }

@@ -32,6 +32,8 @@ const (
 	UserCreated           = "user.created"
 	UserDisabled          = "user.disabled"
 	UserTOTPReset         = "user.2fa.reset"
+	UserLocked            = "user.locked"   // failed sign-ins reached the lock ceiling
+	UserUnlocked          = "user.unlocked" // an administrator lifted a lock
 	RecoveryKitDownloaded = "platform.recovery_kit.downloaded"
 	RecoveryKitRefused    = "platform.recovery_kit.refused"
 )

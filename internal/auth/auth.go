@@ -14,10 +14,13 @@ import (
 
 // User is an account as the API shows it.
 type User struct {
-	ID        string    `json:"id"`
-	Email     string    `json:"email"`
-	Admin     bool      `json:"admin"`
-	Disabled  bool      `json:"disabled"`
+	ID       string `json:"id"`
+	Email    string `json:"email"`
+	Admin    bool   `json:"admin"`
+	Disabled bool   `json:"disabled"`
+	// Locked is true when failed sign-in attempts locked the account; an
+	// administrator lifts it with capstan user unlock.
+	Locked    bool      `json:"locked"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
@@ -31,7 +34,11 @@ type Account struct {
 	// earlier are refused (replay guard).
 	TOTPLastStep int64
 	DisabledAt   *time.Time
-	UpdatedAt    time.Time
+	// FailedSignIns counts failed credential checks in a row, from any
+	// address, including checks under way; a completed sign-in resets it.
+	FailedSignIns int
+	LockedAt      *time.Time // nil unless LockAfterFailures locked it
+	UpdatedAt     time.Time
 }
 
 // Challenge is a pending second-factor step after a correct password.
@@ -40,7 +47,7 @@ type Challenge struct {
 	UserID     string
 	CreatedAt  time.Time
 	ExpiresAt  time.Time
-	Failures   int
+	Failures   int        // wrong codes, and codes being checked
 	ConsumedAt *time.Time // nil until a correct code used it
 }
 
@@ -98,10 +105,30 @@ type Store interface {
 
 	CreateChallenge(ctx context.Context, c Challenge) error
 	ChallengeByHash(ctx context.Context, hash string) (Challenge, error)
-	// FailChallenge counts one wrong code and returns the new count.
-	FailChallenge(ctx context.Context, hash string) (int, error)
-	// ConsumeChallenge marks the challenge used; false if it already was.
+	// TakeChallengeAttempt counts one code attempt before the code is
+	// checked, if the challenge is unused, unexpired at now and has fewer
+	// than max failures; false (nothing counted) otherwise.
+	TakeChallengeAttempt(ctx context.Context, hash string, max int, now time.Time) (bool, error)
+	// ConsumeChallenge marks the challenge used and takes back the attempt
+	// of the code that was right; false if it already was used.
 	ConsumeChallenge(ctx context.Context, hash string, now time.Time) (bool, error)
+
+	// TakeSignInAttempt counts one credential attempt against the account
+	// before it is checked, if the account is not locked and has fewer
+	// than ceiling failures in a row; it returns the new count, or false
+	// (nothing counted) otherwise.
+	TakeSignInAttempt(ctx context.Context, userID string, ceiling int) (n int, ok bool, err error)
+	// ReturnSignInAttempt takes back an attempt whose credential was right
+	// or never checked.
+	ReturnSignInAttempt(ctx context.Context, userID string) error
+	// ResetSignInFailures sets the failures in a row to zero after a
+	// completed sign-in; a locked account stays as it is.
+	ResetSignInFailures(ctx context.Context, userID string) error
+	// LockAccount locks the account; false if it already was locked.
+	LockAccount(ctx context.Context, userID string, now time.Time) (bool, error)
+	// UnlockAccount lifts the lock and zeroes the failures; it reports
+	// whether the account was locked (fault.NotFound if there is none).
+	UnlockAccount(ctx context.Context, userID string, now time.Time) (bool, error)
 
 	CreateSession(ctx context.Context, s Session, r RefreshToken, a AccessToken) error
 	RefreshTokenByHash(ctx context.Context, hash string) (RefreshToken, Session, error)

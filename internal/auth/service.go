@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/mail"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/audit"
@@ -14,9 +15,13 @@ import (
 
 // Lifetimes and limits of sign-in.
 const (
-	AccessTTL          = 900 * time.Second
-	ChallengeTTL       = 5 * time.Minute
-	MaxCodeFailures    = 5
+	AccessTTL       = 900 * time.Second
+	ChallengeTTL    = 5 * time.Minute
+	MaxCodeFailures = 5
+	// LockAfterFailures is how many failed credential checks in a row on
+	// one account, from any address, lock it until an administrator runs
+	// capstan user unlock (NIST SP 800-63B 5.2.2 allows at most 100).
+	LockAfterFailures  = 100
 	SessionAbsoluteTTL = 30 * 24 * time.Hour
 	SessionIdleTTL     = 7 * 24 * time.Hour
 )
@@ -38,6 +43,8 @@ const (
 	CodeInvalidRefresh     = "invalid-refresh-token"
 	CodeRefreshReused      = "refresh-token-reused"
 	CodeThrottled          = "too-many-attempts"
+	CodeAccountLocked      = "account-locked"
+	CodeSignInBusy         = "sign-in-busy"
 	CodeAdminRequired      = "admin-required"
 )
 
@@ -55,10 +62,17 @@ type Service struct {
 	now    func() time.Time
 	issuer string
 
-	perAccount *throttle
+	// perClient throttles failed attempts per (account, client address):
+	// tightly, since one client guessing one account needs few tries.
+	perClient *throttle
+	// perAddress throttles failed attempts per client address over all
+	// accounts: broadly, against one address spraying many accounts. The
+	// account-wide limit lives in the store (LockAfterFailures), so that
+	// an attacker elsewhere cannot slow down the account's owner.
 	perAddress *throttle
-	// hashSlots bounds concurrent argon2id computations (19 MiB each).
-	hashSlots chan struct{}
+	hashes     *hashQueue
+	// checks counts password hashes compared, for tests and metrics.
+	checks atomic.Int64
 }
 
 // NewService returns a Service. issuer names the control plane in
@@ -66,21 +80,32 @@ type Service struct {
 func NewService(store Store, key *secrets.Key, log *audit.Log, now func() time.Time, issuer string) *Service {
 	return &Service{
 		store: store, key: key, audit: log, now: now, issuer: issuer,
-		// 5 failures in a row per account, then one attempt a minute.
-		perAccount: newThrottle(5, time.Minute),
-		// 20 failures in a row per address, then one every 15 seconds.
-		perAddress: newThrottle(20, 15*time.Second),
-		hashSlots:  make(chan struct{}, 8),
+		// 5 failures per account from one address, then one a minute.
+		perClient: newThrottle(ClientBurst, time.Minute),
+		// 20 failures per address, then one every 15 seconds.
+		perAddress: newThrottle(AddressBurst, 15*time.Second),
+		// 8 hashes at once (152 MiB), 32 more waiting at most.
+		hashes: newHashQueue(8, 32),
 	}
 }
 
+// Throttle bursts: how many failed attempts in a row are answered before
+// 429 and Retry-After.
+const (
+	ClientBurst  = 5  // per account and client address
+	AddressBurst = 20 // per client address
+)
+
+// PasswordChecks returns how many password hashes the service has compared
+// since it started.
+func (s *Service) PasswordChecks() int64 { return s.checks.Load() }
+
 func (s *Service) checkPassword(ctx context.Context, phc, pw string) (bool, error) {
-	select {
-	case s.hashSlots <- struct{}{}:
-	case <-ctx.Done():
-		return false, ctx.Err()
+	if err := s.hashes.acquire(ctx); err != nil {
+		return false, err
 	}
-	defer func() { <-s.hashSlots }()
+	defer s.hashes.release()
+	s.checks.Add(1)
 	return checkPassword(phc, pw)
 }
 
@@ -170,19 +195,104 @@ func (s *Service) DisableUser(ctx context.Context, actor audit.Actor, email stri
 	return a.User, err
 }
 
-// throttled returns a TooManyRequests error if either key must wait.
-func (s *Service) throttled(email, ip string, now time.Time) error {
-	wait := max(s.perAccount.wait("acct:"+email, now), s.perAddress.wait("ip:"+ip, now))
-	if wait <= 0 {
-		return nil
-	}
+func throttledFor(wait time.Duration) error {
 	return &fault.Error{Kind: fault.TooManyRequests, Code: CodeThrottled,
 		Message: "Too many failed sign-in attempts. Try again later.", RetryAfter: wait}
 }
 
-func (s *Service) recordFailure(email, ip string, now time.Time) {
-	s.perAccount.fail("acct:"+email, now)
-	s.perAddress.fail("ip:"+ip, now)
+var errLocked = &fault.Error{Kind: fault.TooManyRequests, Code: CodeAccountLocked,
+	Message:    "This account is locked after too many failed sign-in attempts. An administrator can lift the lock with capstan user unlock.",
+	RetryAfter: time.Hour}
+
+func clientKey(email, ip string) string { return ip + " " + email } // an address holds no space
+
+// takeTokens takes one throttle token for the (account, address) pair and
+// one for the address, before a credential is checked; it takes neither
+// when either must wait.
+func (s *Service) takeTokens(email, ip string, now time.Time) error {
+	if wait := s.perClient.take(clientKey(email, ip), now); wait > 0 {
+		return throttledFor(wait)
+	}
+	if wait := s.perAddress.take(ip, now); wait > 0 {
+		s.perClient.giveBack(clientKey(email, ip), now)
+		return throttledFor(wait)
+	}
+	return nil
+}
+
+// giveBackTokens returns the tokens of an attempt whose credential was
+// right or never checked.
+func (s *Service) giveBackTokens(email, ip string, now time.Time) {
+	s.perClient.giveBack(clientKey(email, ip), now)
+	s.perAddress.giveBack(ip, now)
+}
+
+// takeAccountAttempt counts an attempt against the account in the store
+// before its credential is checked, and returns the count of failures in
+// a row including it. A locked account is refused (errLocked); so is one
+// that reached LockAfterFailures, which is then locked.
+func (s *Service) takeAccountAttempt(ctx context.Context, c Client, a Account) (int, error) {
+	if a.LockedAt != nil {
+		return 0, errLocked
+	}
+	n, ok, err := s.store.TakeSignInAttempt(ctx, a.ID, LockAfterFailures)
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		if err := s.lock(ctx, c, a); err != nil {
+			return 0, err
+		}
+		return 0, errLocked
+	}
+	return n, nil
+}
+
+// returnAccountAttempt takes back an attempt counted by
+// takeAccountAttempt whose credential was right or never checked. It runs
+// even when the request was cancelled: the count must not leak.
+func (s *Service) returnAccountAttempt(ctx context.Context, a Account) error {
+	return s.store.ReturnSignInAttempt(context.WithoutCancel(ctx), a.ID)
+}
+
+// failAccountAttempt locks the account when the failed attempt counted as
+// n reached LockAfterFailures.
+func (s *Service) failAccountAttempt(ctx context.Context, c Client, a Account, n int) error {
+	if n < LockAfterFailures {
+		return nil
+	}
+	return s.lock(ctx, c, a)
+}
+
+// lock locks the account and audits it, once.
+func (s *Service) lock(ctx context.Context, c Client, a Account) error {
+	locked, err := s.store.LockAccount(ctx, a.ID, s.now())
+	if err != nil || !locked {
+		return err
+	}
+	return s.audit.Record(ctx, audit.Entry{
+		Actor: audit.Actor{Type: audit.ActorSystem}, Action: audit.UserLocked,
+		Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
+		Details: map[string]any{"email": a.Email, "failures": LockAfterFailures},
+	})
+}
+
+// UnlockUser lifts the lock that LockAfterFailures failed attempts put on
+// an account and clears its count of failures. It reports whether the
+// account was locked.
+func (s *Service) UnlockUser(ctx context.Context, actor audit.Actor, email string) (User, bool, error) {
+	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
+	if err != nil {
+		return User{}, false, err
+	}
+	wasLocked, err := s.store.UnlockAccount(ctx, a.ID, s.now())
+	if err != nil {
+		return User{}, false, err
+	}
+	a.Locked = false
+	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserUnlocked,
+		Target: audit.Target{Type: "user", ID: a.ID}, Details: map[string]any{"email": a.Email, "was_locked": wasLocked}})
+	return a.User, wasLocked, err
 }
 
 // storable makes client input storable as text: PostgreSQL refuses NUL
@@ -203,12 +313,26 @@ var errBadCredentials = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInva
 // Login checks the password and starts a second-factor challenge. The
 // response does not tell whether the e-mail exists: unknown accounts cost
 // the same password hash and give the same error.
+//
+// Throttle tokens and the account's attempt are taken before the hash is
+// computed and given back when the password is right, so parallel wrong
+// passwords get no more checks than sequential ones.
 func (s *Service) Login(ctx context.Context, c Client, email, password string) (LoginResult, error) {
 	email = NormalizeEmail(email)
 	now := s.now()
-	if err := s.throttled(email, c.IP, now); err != nil {
+	if err := s.takeTokens(email, c.IP, now); err != nil {
 		return LoginResult{}, err
 	}
+	res, keep, err := s.login(ctx, c, email, password, now)
+	if !keep {
+		s.giveBackTokens(email, c.IP, now)
+	}
+	return res, err
+}
+
+// login is Login after the throttle tokens are taken; keep reports whether
+// the attempt failed and must keep them.
+func (s *Service) login(ctx context.Context, c Client, email, password string, now time.Time) (_ LoginResult, keep bool, _ error) {
 	var a Account
 	known := false
 	// No account has an address that fails ValidateEmail (CreateUser checks
@@ -217,20 +341,33 @@ func (s *Service) Login(ctx context.Context, c Client, email, password string) (
 		var err error
 		a, err = s.store.AccountByEmail(ctx, email)
 		if err != nil && !fault.Is(err, fault.NotFound) {
-			return LoginResult{}, err
+			return LoginResult{}, false, err
 		}
 		known = err == nil
 	}
-	hash := dummyHash
+	hash, n := dummyHash, 0
 	if known {
+		var err error
+		if n, err = s.takeAccountAttempt(ctx, c, a); err != nil {
+			return LoginResult{}, err == errLocked, err
+		}
 		hash = a.PasswordHash
 	}
 	ok, err := s.checkPassword(ctx, hash, password)
 	if err != nil {
-		return LoginResult{}, err
+		if known {
+			if rerr := s.returnAccountAttempt(ctx, a); rerr != nil {
+				return LoginResult{}, false, rerr
+			}
+		}
+		return LoginResult{}, false, err
+	}
+	if known && ok {
+		if err := s.returnAccountAttempt(ctx, a); err != nil {
+			return LoginResult{}, false, err
+		}
 	}
 	if !known || !ok || a.DisabledAt != nil {
-		s.recordFailure(email, c.IP, now)
 		reason := "wrong_password"
 		switch {
 		case !known:
@@ -243,16 +380,21 @@ func (s *Service) Login(ctx context.Context, c Client, email, password string) (
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 			Details: map[string]any{"reason": reason},
 		}); err != nil {
-			return LoginResult{}, err
+			return LoginResult{}, true, err
 		}
-		return LoginResult{}, errBadCredentials
+		if known && !ok {
+			if err := s.failAccountAttempt(ctx, c, a, n); err != nil {
+				return LoginResult{}, true, err
+			}
+		}
+		return LoginResult{}, true, errBadCredentials
 	}
 	id := ids.Token(challengePrefix)
 	ch := Challenge{IDHash: ids.Hash(id), UserID: a.ID, CreatedAt: now, ExpiresAt: now.Add(ChallengeTTL)}
 	if err := s.store.CreateChallenge(ctx, ch); err != nil {
-		return LoginResult{}, err
+		return LoginResult{}, false, err
 	}
-	return LoginResult{ChallengeID: id, ExpiresAt: ch.ExpiresAt.UTC()}, nil
+	return LoginResult{ChallengeID: id, ExpiresAt: ch.ExpiresAt.UTC()}, false, nil
 }
 
 // Tokens is what a completed sign-in or a refresh hands out.
@@ -269,7 +411,8 @@ var errBadChallenge = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvali
 
 // Verify checks the TOTP code of a challenge and, if it is right, starts a
 // session. A code is accepted once: a code of a time step that was already
-// used is refused.
+// used is refused. A challenge allows MaxCodeFailures wrong codes, counted
+// before each code is checked, so parallel guesses get no more.
 func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string) (Tokens, error) {
 	now := s.now()
 	hash := ids.Hash(challengeID)
@@ -287,28 +430,44 @@ func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string
 	if err != nil {
 		return Tokens{}, err
 	}
-	if err := s.throttled(a.Email, c.IP, now); err != nil {
-		return Tokens{}, err
-	}
 	if a.DisabledAt != nil {
 		return Tokens{}, errBadChallenge
 	}
+	if err := s.takeTokens(a.Email, c.IP, now); err != nil {
+		return Tokens{}, err
+	}
+	t, keep, err := s.verify(ctx, c, a, hash, code, now)
+	if !keep {
+		s.giveBackTokens(a.Email, c.IP, now)
+	}
+	return t, err
+}
+
+// verify is Verify after the throttle tokens are taken; keep reports
+// whether the attempt failed and must keep them.
+func (s *Service) verify(ctx context.Context, c Client, a Account, hash, code string, now time.Time) (_ Tokens, keep bool, _ error) {
+	if ok, err := s.store.TakeChallengeAttempt(ctx, hash, MaxCodeFailures, now); err != nil || !ok {
+		if err == nil {
+			err = errBadChallenge
+		}
+		return Tokens{}, false, err
+	}
+	n, err := s.takeAccountAttempt(ctx, c, a)
+	if err != nil {
+		return Tokens{}, err == errLocked, err
+	}
 	secret, err := s.openTOTP(a)
 	if err != nil {
-		return Tokens{}, err
+		return Tokens{}, false, err
 	}
 	step := matchTOTP(secret, code, now)
 	fresh := false
 	if step > a.TOTPLastStep {
 		if fresh, err = s.store.AdvanceTOTPStep(ctx, a.ID, step); err != nil {
-			return Tokens{}, err
+			return Tokens{}, false, err
 		}
 	}
 	if !fresh {
-		s.recordFailure(a.Email, c.IP, now)
-		if _, err := s.store.FailChallenge(ctx, hash); err != nil {
-			return Tokens{}, err
-		}
 		reason, codeName, msg := "wrong_code", CodeInvalidCode, "The code is incorrect."
 		if step != 0 {
 			reason, codeName, msg = "code_reused", CodeCodeReused, "This code was already used. Wait for the next code."
@@ -318,14 +477,20 @@ func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 			Details: map[string]any{"reason": reason},
 		}); err != nil {
-			return Tokens{}, err
+			return Tokens{}, true, err
 		}
-		return Tokens{}, fault.Unauthenticatedf(codeName, "%s", msg)
+		if err := s.failAccountAttempt(ctx, c, a, n); err != nil {
+			return Tokens{}, true, err
+		}
+		return Tokens{}, true, fault.Unauthenticatedf(codeName, "%s", msg)
 	}
 	if ok, err := s.store.ConsumeChallenge(ctx, hash, now); err != nil {
-		return Tokens{}, err
+		return Tokens{}, false, err
 	} else if !ok {
-		return Tokens{}, errBadChallenge
+		return Tokens{}, false, errBadChallenge
+	}
+	if err := s.store.ResetSignInFailures(context.WithoutCancel(ctx), a.ID); err != nil {
+		return Tokens{}, false, err
 	}
 
 	sess := Session{ID: ids.NewAt(ids.Session, now), UserID: a.ID, CreatedAt: now, LastUsedAt: now,
@@ -333,17 +498,17 @@ func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string
 	refresh, rt := newRefresh(sess.ID, now)
 	access, at := newAccess(sess.ID, a.ID, now)
 	if err := s.store.CreateSession(ctx, sess, rt, at); err != nil {
-		return Tokens{}, err
+		return Tokens{}, false, err
 	}
 	if err := s.audit.Record(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.LoginSucceeded,
 		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
 		Details: map[string]any{"method": "totp"},
 	}); err != nil {
-		return Tokens{}, err
+		return Tokens{}, false, err
 	}
 	return Tokens{AccessToken: access, AccessExpiresAt: at.ExpiresAt, RefreshToken: refresh,
-		RefreshExpiresAt: sess.ExpiresAt, User: a.User}, nil
+		RefreshExpiresAt: sess.ExpiresAt, User: a.User}, false, nil
 }
 
 func newRefresh(sessionID string, now time.Time) (string, RefreshToken) {
@@ -442,22 +607,35 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 }
 
 // CheckOwnPassword re-checks the signed-in user's password before a
-// sensitive operation.
+// sensitive operation. It is throttled and counted like a sign-in: the
+// tokens and the account's attempt are taken before the hash.
 func (s *Service) CheckOwnPassword(ctx context.Context, c Client, p Principal, password string) (bool, error) {
 	now := s.now()
-	if err := s.throttled(p.User.Email, c.IP, now); err != nil {
+	if err := s.takeTokens(p.User.Email, c.IP, now); err != nil {
 		return false, err
 	}
+	ok, keep, err := s.checkOwnPassword(ctx, c, p, password)
+	if !keep {
+		s.giveBackTokens(p.User.Email, c.IP, now)
+	}
+	return ok, err
+}
+
+func (s *Service) checkOwnPassword(ctx context.Context, c Client, p Principal, password string) (_ bool, keep bool, _ error) {
 	a, err := s.store.AccountByID(ctx, p.User.ID)
 	if err != nil {
-		return false, err
+		return false, false, err
+	}
+	n, err := s.takeAccountAttempt(ctx, c, a)
+	if err != nil {
+		return false, err == errLocked, err
 	}
 	ok, err := s.checkPassword(ctx, a.PasswordHash, password)
-	if err != nil {
-		return false, err
+	if err != nil || ok {
+		if rerr := s.returnAccountAttempt(ctx, a); rerr != nil {
+			return false, false, rerr
+		}
+		return ok, false, err
 	}
-	if !ok {
-		s.recordFailure(p.User.Email, c.IP, now)
-	}
-	return ok, nil
+	return false, true, s.failAccountAttempt(ctx, c, a, n)
 }

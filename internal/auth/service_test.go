@@ -3,6 +3,8 @@ package auth_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -425,37 +427,301 @@ func TestChallengeExpires(t *testing.T) {
 	wantFault(t, "verify at expiry", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
 }
 
-func TestLoginThrottledPerAccount(t *testing.T) {
+func TestLoginThrottledPerClient(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
-	f.createUser("alice@example.com")
+	_, en := f.createUser("alice@example.com")
 	f.createUser("bob@example.com")
 
-	for i := range 5 {
+	for i := range auth.ClientBurst {
 		_, err := f.svc.Login(ctx, client, "alice@example.com", fmt.Sprintf("wrong password %d", i))
 		wantFault(t, fmt.Sprintf("failed login %d", i+1), err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	}
-	// Even the right password, and from another address, must wait.
+	// Even the right password must wait, from this address.
+	_, err := f.svc.Login(ctx, client, "alice@example.com", password)
+	fe := wantFault(t, "sixth login", err, fault.TooManyRequests, auth.CodeThrottled)
+	if got, want := fe.RetryAfter, time.Minute; got != want {
+		t.Fatalf("retry after: got %v, want %v", got, want)
+	}
+	// The owner at another address signs in, password and code.
 	other := auth.Client{IP: "203.0.113.9"}
-	for _, c := range []auth.Client{client, other} {
-		_, err := f.svc.Login(ctx, c, "alice@example.com", password)
-		fe := wantFault(t, "sixth login from "+c.IP, err, fault.TooManyRequests, auth.CodeThrottled)
-		if got, want := fe.RetryAfter, time.Minute; got != want {
-			t.Fatalf("retry after: got %v, want %v", got, want)
-		}
+	f.clock.Advance(30 * time.Second)
+	r := f.login(other, "alice@example.com")
+	if _, err := f.svc.Verify(ctx, other, r.ChallengeID, f.code(en.Secret)); err != nil {
+		t.Fatalf("verify from another address: %v", err)
 	}
 	// Other accounts from the same address are not affected.
 	f.login(client, "bob@example.com")
 
-	f.clock.Advance(30 * time.Second)
-	_, err := f.svc.Login(ctx, client, "alice@example.com", password)
-	fe := wantFault(t, "login half a minute later", err, fault.TooManyRequests, auth.CodeThrottled)
+	_, err = f.svc.Login(ctx, client, "alice@example.com", password)
+	fe = wantFault(t, "login half a minute later", err, fault.TooManyRequests, auth.CodeThrottled)
 	if got, want := fe.RetryAfter, 30*time.Second; got != want {
 		t.Fatalf("retry after: got %v, want %v", got, want)
 	}
 	f.clock.Advance(fe.RetryAfter)
 	f.login(client, "alice@example.com")
+	// A right password gives its token back: more right ones go through.
+	for range 2 * auth.ClientBurst {
+		f.login(client, "alice@example.com")
+	}
+}
+
+// parallel runs fn n times at once and waits for all of them.
+func parallel(n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			fn(i)
+		}()
+	}
+	close(start)
+	wg.Wait()
+}
+
+// outcomes counts errors by problem code ("" for nil).
+type outcomes struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (o *outcomes) add(t *testing.T, err error) {
+	t.Helper()
+	code := ""
+	if err != nil {
+		fe := fault.As(err)
+		if fe == nil {
+			t.Errorf("unexpected error: %v", err)
+			return
+		}
+		code = fe.Code
+		if fe.Kind == fault.TooManyRequests && fe.RetryAfter <= 0 {
+			t.Errorf("%s without Retry-After", code)
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.counts == nil {
+		o.counts = map[string]int{}
+	}
+	o.counts[code]++
+}
+
+func TestParallelWrongLoginsAreThrottled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.createUser("alice@example.com")
+	const n = 120
+	var out outcomes
+	parallel(n, func(int) {
+		_, err := f.svc.Login(context.Background(), client, "alice@example.com", "not the password at all")
+		out.add(t, err)
+	})
+	if got, want := f.svc.PasswordChecks(), int64(auth.ClientBurst); got != want {
+		t.Fatalf("password checks for %d parallel wrong logins: got %d, want %d", n, got, want)
+	}
+	if got, want := out.counts[auth.CodeInvalidCredentials], auth.ClientBurst; got != want {
+		t.Fatalf("invalid-credentials answers: got %d, want %d (all: %v)", got, want, out.counts)
+	}
+	if got, want := out.counts[auth.CodeThrottled], n-auth.ClientBurst; got != want {
+		t.Fatalf("too-many-attempts answers: got %d, want %d", got, want)
+	}
+	if got, want := len(f.audit(audit.LoginFailed)), auth.ClientBurst; got != want {
+		t.Fatalf("auth.login.failed entries: got %d, want %d", got, want)
+	}
+}
+
+func TestParallelWrongOwnPasswordsAreThrottled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, en := f.createUser("alice@example.com")
+	p := f.authenticate(f.signIn("alice@example.com", en.Secret).AccessToken)
+	before := f.svc.PasswordChecks()
+	const n = 50
+	var out outcomes
+	parallel(n, func(int) {
+		ok, err := f.svc.CheckOwnPassword(context.Background(), client, p, "not the password at all")
+		if ok {
+			t.Error("a wrong password was accepted")
+		}
+		out.add(t, err)
+	})
+	if got, want := f.svc.PasswordChecks()-before, int64(auth.ClientBurst); got != want {
+		t.Fatalf("password checks for %d parallel wrong passwords: got %d, want %d", n, got, want)
+	}
+	if got, want := out.counts[""], auth.ClientBurst; got != want {
+		t.Fatalf("checked and refused: got %d, want %d", got, want)
+	}
+	if got, want := out.counts[auth.CodeThrottled], n-auth.ClientBurst; got != want {
+		t.Fatalf("too-many-attempts answers: got %d, want %d", got, want)
+	}
+}
+
+// TestParallelWrongCodesOnOneChallenge sends the wrong codes from distinct
+// addresses, so no address throttle interferes: the challenge's own cap
+// must hold.
+func TestParallelWrongCodesOnOneChallenge(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, en := f.createUser("alice@example.com")
+	r := f.login(client, "alice@example.com")
+	wrong := f.wrongCode(en.Secret)
+	const n = 40
+	var out outcomes
+	parallel(n, func(i int) {
+		c := auth.Client{IP: fmt.Sprintf("198.51.100.%d", 100+i)}
+		_, err := f.svc.Verify(context.Background(), c, r.ChallengeID, wrong)
+		out.add(t, err)
+	})
+	if got, want := len(f.audit(audit.SecondFactorFailed)), auth.MaxCodeFailures; got != want {
+		t.Fatalf("codes checked among %d parallel wrong ones: got %d, want %d", n, got, want)
+	}
+	if got, want := out.counts[auth.CodeInvalidCode], auth.MaxCodeFailures; got != want {
+		t.Fatalf("invalid-code answers: got %d, want %d", got, want)
+	}
+	if got, want := out.counts[auth.CodeInvalidChallenge], n-auth.MaxCodeFailures; got != want {
+		t.Fatalf("invalid-challenge answers: got %d, want %d", got, want)
+	}
+	_, err := f.svc.Verify(context.Background(), client, r.ChallengeID, f.code(en.Secret))
+	wantFault(t, "right code on a used-up challenge", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
+}
+
+// TestOwnerSignsInWhileAttacked: an attacker hammering the account from
+// other addresses neither slows down nor stops its owner.
+func TestOwnerSignsInWhileAttacked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	_, en := f.createUser("alice@example.com")
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var attempts sync.WaitGroup
+	attempts.Add(3 * auth.ClientBurst) // the attack has begun once these failed
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := auth.Client{IP: fmt.Sprintf("203.0.113.%d", i+1)}
+			for n := 0; ctx.Err() == nil; n++ {
+				_, err := f.svc.Login(ctx, c, "alice@example.com", "guess number "+strconv.Itoa(n))
+				if n < auth.ClientBurst {
+					attempts.Done()
+				}
+				if fault.KindOf(err) == fault.TooManyRequests {
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	attempts.Wait()
+	owner := auth.Client{IP: "192.0.2.50"}
+	f.clock.Advance(30 * time.Second)
+	r, err := f.svc.Login(context.Background(), owner, "alice@example.com", password)
+	if err != nil {
+		t.Fatalf("owner's login during the attack: %v", err)
+	}
+	if _, err := f.svc.Verify(context.Background(), owner, r.ChallengeID, f.code(en.Secret)); err != nil {
+		t.Fatalf("owner's verify during the attack: %v", err)
+	}
+	stop()
+	wg.Wait()
+}
+
+// TestLockAtCeiling: LockAfterFailures failures in a row from many
+// addresses lock the account, even for the right password, until it is
+// unlocked; a completed sign-in before that resets the count.
+func TestLockAtCeiling(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	u, en := f.createUser("alice@example.com")
+	// fail makes n failed logins: ClientBurst one after another from each
+	// address, the addresses in parallel (fewer than the hash queue holds).
+	fail := func(n, base int) {
+		t.Helper()
+		var out outcomes
+		addresses := (n + auth.ClientBurst - 1) / auth.ClientBurst
+		parallel(addresses, func(a int) {
+			c := auth.Client{IP: fmt.Sprintf("10.%d.%d.1", base, a)}
+			for i := a * auth.ClientBurst; i < min(n, (a+1)*auth.ClientBurst); i++ {
+				_, err := f.svc.Login(ctx, c, "alice@example.com", "a wrong password")
+				out.add(t, err)
+			}
+		})
+		if got, want := out.counts[auth.CodeInvalidCredentials], n; got != want {
+			t.Fatalf("invalid-credentials answers: got %d, want %d (all: %v)", got, want, out.counts)
+		}
+	}
+	account := func() auth.Account {
+		t.Helper()
+		a, err := f.store.AccountByID(ctx, u.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+
+	fail(auth.LockAfterFailures-1, 1)
+	if got, want := account().FailedSignIns, auth.LockAfterFailures-1; got != want {
+		t.Fatalf("failures in a row: got %d, want %d", got, want)
+	}
+	f.clock.Advance(30 * time.Second)
+	owner := auth.Client{IP: "192.0.2.50"}
+	r := f.login(owner, "alice@example.com")
+	if _, err := f.svc.Verify(ctx, owner, r.ChallengeID, f.code(en.Secret)); err != nil {
+		t.Fatalf("owner's sign-in below the ceiling: %v", err)
+	}
+	if got, want := account().FailedSignIns, 0; got != want {
+		t.Fatalf("failures after a sign-in: got %d, want %d", got, want)
+	}
+	if got := len(f.audit(audit.UserLocked)); got != 0 {
+		t.Fatalf("user.locked entries below the ceiling: got %d, want 0", got)
+	}
+
+	fail(auth.LockAfterFailures, 2)
+	if a := account(); !a.Locked || a.LockedAt == nil {
+		t.Fatalf("account after %d failures: locked %v, want locked", auth.LockAfterFailures, a.Locked)
+	}
+	locked := f.audit(audit.UserLocked)
+	if got, want := len(locked), 1; got != want {
+		t.Fatalf("user.locked entries: got %d, want %d", got, want)
+	}
+	if got, want := locked[0].Target.ID, u.ID; got != want {
+		t.Fatalf("user.locked target: got %q, want %q", got, want)
+	}
+	checks := f.svc.PasswordChecks()
+	for _, c := range []auth.Client{owner, {IP: "192.0.2.51"}} {
+		_, err := f.svc.Login(ctx, c, "alice@example.com", password)
+		fe := wantFault(t, "right password on a locked account from "+c.IP, err, fault.TooManyRequests, auth.CodeAccountLocked)
+		if fe.RetryAfter <= 0 {
+			t.Fatal("account-locked without Retry-After")
+		}
+	}
+	if got, want := f.svc.PasswordChecks(), checks; got != want {
+		t.Fatalf("password checks on a locked account: got %d, want %d", got, want)
+	}
+	if got, want := len(f.audit(audit.UserLocked)), 1; got != want {
+		t.Fatalf("user.locked entries after more attempts: got %d, want %d", got, want)
+	}
+
+	got, was, err := f.svc.UnlockUser(ctx, operator, " ALICE@example.com")
+	if err != nil || !was || got.ID != u.ID || got.Locked {
+		t.Fatalf("unlock: got %+v, %v, %v, want alice unlocked, true, nil", got, was, err)
+	}
+	unlocked := f.audit(audit.UserUnlocked)
+	if len(unlocked) != 1 || unlocked[0].Target.ID != u.ID || unlocked[0].Actor != operator || unlocked[0].Details["was_locked"] != true {
+		t.Fatalf("user.unlocked entries: got %+v, want one for alice by the operator", unlocked)
+	}
+	f.clock.Advance(30 * time.Second)
+	r = f.login(owner, "alice@example.com")
+	if _, err := f.svc.Verify(ctx, owner, r.ChallengeID, f.code(en.Secret)); err != nil {
+		t.Fatalf("sign-in after unlock: %v", err)
+	}
+	_, _, err = f.svc.UnlockUser(ctx, operator, "nobody@example.com")
+	wantFault(t, "unlock an unknown user", err, fault.NotFound, "")
 }
 
 func TestLoginThrottledPerAddress(t *testing.T) {

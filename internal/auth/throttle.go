@@ -6,9 +6,11 @@ import (
 	"time"
 )
 
-// throttle counts failures per key in token buckets: each failure takes a
-// token, tokens come back at a steady rate, and a key with no token left is
-// refused until one comes back. Successes cost nothing.
+// throttle holds a token bucket per key: an attempt takes a token before it
+// is evaluated, tokens come back at a steady rate, and a key with no token
+// left is refused until one comes back. A successful attempt gives its token
+// back, so only failures cost anything. Taking is atomic: N parallel
+// attempts on a key with a burst of B let at most B through.
 type throttle struct {
 	burst float64
 	every time.Duration // one token comes back per every
@@ -36,23 +38,9 @@ func (t *throttle) refill(b *bucket, now time.Time) {
 	}
 }
 
-// wait returns how long key must wait before its next attempt; 0 means now.
-func (t *throttle) wait(key string, now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ok := t.buckets[key]
-	if !ok {
-		return 0
-	}
-	t.refill(b, now)
-	if b.tokens >= 1 {
-		return 0
-	}
-	return time.Duration((1 - b.tokens) * float64(t.every))
-}
-
-// fail records one failure for key.
-func (t *throttle) fail(key string, now time.Time) {
+// take takes one token for key. It returns 0 when it did, or how long key
+// must wait for its next token when there is none (and takes nothing).
+func (t *throttle) take(key string, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	b, ok := t.buckets[key]
@@ -64,7 +52,24 @@ func (t *throttle) fail(key string, now time.Time) {
 		t.buckets[key] = b
 	}
 	t.refill(b, now)
-	b.tokens = math.Max(0, b.tokens-1)
+	if b.tokens < 1 {
+		return time.Duration((1 - b.tokens) * float64(t.every))
+	}
+	b.tokens--
+	return 0
+}
+
+// giveBack returns a token taken by take, for an attempt that succeeded or
+// was never evaluated.
+func (t *throttle) giveBack(key string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b, ok := t.buckets[key]
+	if !ok {
+		return // swept: the bucket was full anyway
+	}
+	t.refill(b, now)
+	b.tokens = math.Min(t.burst, b.tokens+1)
 }
 
 // sweep drops buckets that have refilled; called with mu held.

@@ -14,31 +14,34 @@ import (
 var _ auth.Store = (*Store)(nil)
 
 type accountRow struct {
-	ID           string        `db:"id"`
-	Email        string        `db:"email"`
-	PasswordHash string        `db:"password_hash"`
-	TOTPSecret   string        `db:"totp_secret"`
-	TOTPLastStep int64         `db:"totp_last_step"`
-	Admin        bool          `db:"admin"`
-	DisabledAt   sql.NullInt64 `db:"disabled_at"`
-	CreatedAt    int64         `db:"created_at"`
-	UpdatedAt    int64         `db:"updated_at"`
+	ID            string        `db:"id"`
+	Email         string        `db:"email"`
+	PasswordHash  string        `db:"password_hash"`
+	TOTPSecret    string        `db:"totp_secret"`
+	TOTPLastStep  int64         `db:"totp_last_step"`
+	Admin         bool          `db:"admin"`
+	DisabledAt    sql.NullInt64 `db:"disabled_at"`
+	FailedSignIns int           `db:"failed_sign_ins"`
+	LockedAt      sql.NullInt64 `db:"locked_at"`
+	CreatedAt     int64         `db:"created_at"`
+	UpdatedAt     int64         `db:"updated_at"`
 }
 
 func (r accountRow) account() auth.Account {
 	return auth.Account{
 		User: auth.User{ID: r.ID, Email: r.Email, Admin: r.Admin, Disabled: r.DisabledAt.Valid,
-			CreatedAt: fromMS(r.CreatedAt)},
+			Locked: r.LockedAt.Valid, CreatedAt: fromMS(r.CreatedAt)},
 		PasswordHash: r.PasswordHash, TOTPSecret: r.TOTPSecret, TOTPLastStep: r.TOTPLastStep,
-		DisabledAt: nullMS(r.DisabledAt), UpdatedAt: fromMS(r.UpdatedAt),
+		DisabledAt: nullMS(r.DisabledAt), FailedSignIns: r.FailedSignIns, LockedAt: nullMS(r.LockedAt),
+		UpdatedAt: fromMS(r.UpdatedAt),
 	}
 }
 
-const accountColumns = `id, email, password_hash, totp_secret, totp_last_step, admin, disabled_at, created_at, updated_at`
+const accountColumns = `id, email, password_hash, totp_secret, totp_last_step, admin, disabled_at, failed_sign_ins, locked_at, created_at, updated_at`
 
 // CreateAccount stores a new account; a taken e-mail is a conflict.
 func (s *Store) CreateAccount(ctx context.Context, a auth.Account) error {
-	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO users (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)`),
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO users (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, 0, NULL, ?, ?)`),
 		a.ID, a.Email, a.PasswordHash, a.TOTPSecret, a.TOTPLastStep, a.Admin, ms(a.CreatedAt), ms(a.UpdatedAt))
 	if isUniqueViolation(err) {
 		return fault.Conflictf("email-taken", "An account with this e-mail address already exists.")
@@ -156,26 +159,92 @@ func (s *Store) ChallengeByHash(ctx context.Context, hash string) (auth.Challeng
 		Failures: r.Failures, ConsumedAt: nullMS(r.ConsumedAt)}, nil
 }
 
-// FailChallenge counts one wrong code.
-func (s *Store) FailChallenge(ctx context.Context, hash string) (int, error) {
-	var n int
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE login_challenges SET failures = failures + 1 WHERE id_hash = ?`), hash); err != nil {
-			return err
-		}
-		return tx.GetContext(ctx, &n, tx.Rebind(`SELECT failures FROM login_challenges WHERE id_hash = ?`), hash)
-	})
-	return n, err
-}
-
-// ConsumeChallenge marks a challenge used, once.
-func (s *Store) ConsumeChallenge(ctx context.Context, hash string, now time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET consumed_at = ? WHERE id_hash = ? AND consumed_at IS NULL`), ms(now), hash)
+// TakeChallengeAttempt counts one code attempt on a live challenge with
+// attempts left, in one conditional statement.
+func (s *Store) TakeChallengeAttempt(ctx context.Context, hash string, max int, now time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET failures = failures + 1
+		WHERE id_hash = ? AND consumed_at IS NULL AND expires_at > ? AND failures < ?`), hash, ms(now), max)
 	if err != nil {
 		return false, err
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+// ConsumeChallenge marks a challenge used, once, and takes back the
+// attempt of the right code.
+func (s *Store) ConsumeChallenge(ctx context.Context, hash string, now time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET consumed_at = ?,
+		failures = CASE WHEN failures > 0 THEN failures - 1 ELSE 0 END
+		WHERE id_hash = ? AND consumed_at IS NULL`), ms(now), hash)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// TakeSignInAttempt counts one credential attempt against an unlocked
+// account below the ceiling, and returns the new count, in one
+// conditional statement.
+func (s *Store) TakeSignInAttempt(ctx context.Context, userID string, ceiling int) (int, bool, error) {
+	var n int
+	err := s.w.GetContext(ctx, &n, s.rebind(`UPDATE users SET failed_sign_ins = failed_sign_ins + 1
+		WHERE id = ? AND locked_at IS NULL AND failed_sign_ins < ? RETURNING failed_sign_ins`), userID, ceiling)
+	if notFound(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return n, true, nil
+}
+
+// ReturnSignInAttempt takes back one counted attempt.
+func (s *Store) ReturnSignInAttempt(ctx context.Context, userID string) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET failed_sign_ins = failed_sign_ins - 1
+		WHERE id = ? AND failed_sign_ins > 0`), userID)
+	return err
+}
+
+// ResetSignInFailures zeroes the failures of an unlocked account.
+func (s *Store) ResetSignInFailures(ctx context.Context, userID string) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET failed_sign_ins = 0
+		WHERE id = ? AND locked_at IS NULL AND failed_sign_ins <> 0`), userID)
+	return err
+}
+
+// LockAccount locks an account, once.
+func (s *Store) LockAccount(ctx context.Context, userID string, now time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET locked_at = ?, updated_at = ? WHERE id = ? AND locked_at IS NULL`),
+		ms(now), ms(now), userID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// UnlockAccount lifts an account's lock and zeroes its failures.
+func (s *Store) UnlockAccount(ctx context.Context, userID string, now time.Time) (bool, error) {
+	wasLocked := false
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE users SET locked_at = NULL, failed_sign_ins = 0, updated_at = ?
+			WHERE id = ? AND locked_at IS NOT NULL`), ms(now), userID)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
+		if wasLocked = n == 1; wasLocked {
+			return nil
+		}
+		res, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE users SET failed_sign_ins = 0 WHERE id = ?`), userID)
+		return mustAffect(res, err, "user")
+	})
+	return wasLocked && err == nil, err
 }
 
 func insertAccess(ctx context.Context, tx *sqlx.Tx, a auth.AccessToken) error {
@@ -287,7 +356,8 @@ func (s *Store) Principal(ctx context.Context, accessHash string, now time.Time)
 	}
 	err := s.r.GetContext(ctx, &r, s.rebind(`
 		SELECT a.session_id, a.expires_at,
-		       u.id, u.email, u.password_hash, u.totp_secret, u.totp_last_step, u.admin, u.disabled_at, u.created_at, u.updated_at
+		       u.id, u.email, u.password_hash, u.totp_secret, u.totp_last_step, u.admin, u.disabled_at,
+		       u.failed_sign_ins, u.locked_at, u.created_at, u.updated_at
 		FROM access_tokens a
 		JOIN sessions s ON s.id = a.session_id
 		JOIN users u ON u.id = a.user_id

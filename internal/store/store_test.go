@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,14 +371,21 @@ func TestChallenges(t *testing.T) {
 			t.Fatalf("consumed at: got %v, want nil", got.ConsumedAt)
 		}
 
-		for want := 1; want <= 3; want++ {
-			n, err := s.FailChallenge(ctx, hash)
-			if err != nil {
-				t.Fatalf("fail challenge: %v", err)
+		for i := range 3 {
+			ok, err := s.TakeChallengeAttempt(ctx, hash, 5, t0.Add(time.Minute))
+			if err != nil || !ok {
+				t.Fatalf("take challenge attempt %d: got %v, %v, want true, nil", i, ok, err)
 			}
-			if got := n; got != want {
-				t.Fatalf("failure count: got %d, want %d", got, want)
-			}
+		}
+		if ok, err := s.TakeChallengeAttempt(ctx, hash, 5, c.ExpiresAt); err != nil || ok {
+			t.Fatalf("take attempt at expiry: got %v, %v, want false, nil", ok, err)
+		}
+		if ok, err := s.TakeChallengeAttempt(ctx, hash, 3, t0.Add(time.Minute)); err != nil || ok {
+			t.Fatalf("take attempt beyond the cap: got %v, %v, want false, nil", ok, err)
+		}
+		// One more attempt: the right code, which consuming gives back.
+		if ok, err := s.TakeChallengeAttempt(ctx, hash, 5, t0.Add(time.Minute)); err != nil || !ok {
+			t.Fatalf("take attempt of the right code: got %v, %v, want true, nil", ok, err)
 		}
 
 		now := t0.Add(time.Minute)
@@ -404,6 +413,9 @@ func TestChallenges(t *testing.T) {
 		wantKind(t, "unknown challenge", err, fault.NotFound)
 		if ok, err := s.ConsumeChallenge(ctx, ids.Hash("unknown"), now); err != nil || ok {
 			t.Fatalf("consume unknown: got %v, %v, want false, nil", ok, err)
+		}
+		if ok, err := s.TakeChallengeAttempt(ctx, hash, 5, now); err != nil || ok {
+			t.Fatalf("take attempt on a used challenge: got %v, %v, want false, nil", ok, err)
 		}
 	})
 }
@@ -606,6 +618,203 @@ func TestConcurrentRotationAndConsumption(t *testing.T) {
 		}
 		if got, want := consumptions, 1; got != want {
 			t.Fatalf("successful consumptions: got %d, want %d", got, want)
+		}
+	})
+}
+
+// TestChallengeAttemptsUnderConcurrency: parallel code attempts on one
+// challenge get at most the cap, whatever their number.
+func TestChallengeAttemptsUnderConcurrency(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := mustCreateAccount(t, s, "alice@example.com", t0)
+		hash := ids.Hash(ids.Token("chl"))
+		if err := s.CreateChallenge(ctx, auth.Challenge{IDHash: hash, UserID: a.ID, CreatedAt: t0, ExpiresAt: t0.Add(5 * time.Minute)}); err != nil {
+			t.Fatalf("create challenge: %v", err)
+		}
+		const n, max = 40, 5
+		var wg sync.WaitGroup
+		var taken atomic.Int64
+		errs := make(chan error, n)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := s.TakeChallengeAttempt(ctx, hash, max, t0.Add(time.Minute))
+				if err != nil {
+					errs <- err
+				}
+				if ok {
+					taken.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("take challenge attempt: %v", err)
+		}
+		if got, want := taken.Load(), int64(max); got != want {
+			t.Fatalf("attempts granted to %d parallel takes: got %d, want %d", n, got, want)
+		}
+		c, err := s.ChallengeByHash(ctx, hash)
+		if err != nil {
+			t.Fatalf("challenge by hash: %v", err)
+		}
+		if got, want := c.Failures, max; got != want {
+			t.Fatalf("failures: got %d, want %d", got, want)
+		}
+	})
+}
+
+func mustAccount(t *testing.T, s *store.Store, id string) auth.Account {
+	t.Helper()
+	a, err := s.AccountByID(context.Background(), id)
+	if err != nil {
+		t.Fatalf("account %s: %v", id, err)
+	}
+	return a
+}
+
+// TestSignInAttempts: the per-account count of failures in a row is taken
+// before each check, given back, reset, capped under concurrency, and the
+// lock at the ceiling happens once and is lifted by UnlockAccount.
+func TestSignInAttempts(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := mustCreateAccount(t, s, "alice@example.com", t0)
+		other := mustCreateAccount(t, s, "bob@example.com", t0)
+
+		for want := 1; want <= 3; want++ {
+			n, ok, err := s.TakeSignInAttempt(ctx, a.ID, 10)
+			if err != nil || !ok || n != want {
+				t.Fatalf("take attempt: got %d, %v, %v, want %d, true, nil", n, ok, err, want)
+			}
+		}
+		if err := s.ReturnSignInAttempt(ctx, a.ID); err != nil {
+			t.Fatalf("return attempt: %v", err)
+		}
+		if got, want := mustAccount(t, s, a.ID).FailedSignIns, 2; got != want {
+			t.Fatalf("failures after a return: got %d, want %d", got, want)
+		}
+		if err := s.ResetSignInFailures(ctx, a.ID); err != nil {
+			t.Fatalf("reset: %v", err)
+		}
+		if got, want := mustAccount(t, s, a.ID).FailedSignIns, 0; got != want {
+			t.Fatalf("failures after a reset: got %d, want %d", got, want)
+		}
+		// Returning never goes below zero.
+		if err := s.ReturnSignInAttempt(ctx, a.ID); err != nil {
+			t.Fatalf("return attempt at zero: %v", err)
+		}
+		if got, want := mustAccount(t, s, a.ID).FailedSignIns, 0; got != want {
+			t.Fatalf("failures after returning at zero: got %d, want %d", got, want)
+		}
+
+		// Parallel takes stop at the ceiling.
+		const n, ceiling = 60, 25
+		var wg sync.WaitGroup
+		var granted atomic.Int64
+		var highest atomic.Int64
+		errs := make(chan error, 2*n)
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got, ok, err := s.TakeSignInAttempt(ctx, a.ID, ceiling)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if ok {
+					granted.Add(1)
+					for h := highest.Load(); int64(got) > h && !highest.CompareAndSwap(h, int64(got)); h = highest.Load() {
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if got, want := granted.Load(), int64(ceiling); got != want {
+			t.Fatalf("attempts granted to %d parallel takes: got %d, want %d", n, got, want)
+		}
+		if got, want := highest.Load(), int64(ceiling); got != want {
+			t.Fatalf("highest count returned: got %d, want %d", got, want)
+		}
+
+		// The lock happens once, however many lock at the same time.
+		var locks atomic.Int64
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := s.LockAccount(ctx, a.ID, t0.Add(time.Minute))
+				if err != nil {
+					errs <- err
+				}
+				if ok {
+					locks.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("take or lock: %v", err)
+		}
+		if got, want := locks.Load(), int64(1); got != want {
+			t.Fatalf("successful locks: got %d, want %d", got, want)
+		}
+		locked := mustAccount(t, s, a.ID)
+		if !locked.Locked || locked.LockedAt == nil || !locked.LockedAt.Equal(t0.Add(time.Minute)) {
+			t.Fatalf("locked account: got locked %v at %v, want locked at %v", locked.Locked, locked.LockedAt, t0.Add(time.Minute))
+		}
+		// A locked account takes no attempt, even below the ceiling; a
+		// reset leaves it as it is.
+		if _, ok, err := s.TakeSignInAttempt(ctx, a.ID, 1000); err != nil || ok {
+			t.Fatalf("take on a locked account: got %v, %v, want false, nil", ok, err)
+		}
+		if err := s.ResetSignInFailures(ctx, a.ID); err != nil {
+			t.Fatalf("reset a locked account: %v", err)
+		}
+		if got := mustAccount(t, s, a.ID); !got.Locked || got.FailedSignIns != ceiling {
+			t.Fatalf("locked account after a reset: got locked %v with %d failures, want locked with %d", got.Locked, got.FailedSignIns, ceiling)
+		}
+		users, err := s.ListUsers(ctx)
+		if err != nil {
+			t.Fatalf("list users: %v", err)
+		}
+		for _, u := range users {
+			if got, want := u.Locked, u.ID == a.ID; got != want {
+				t.Fatalf("user %s locked: got %v, want %v", u.Email, got, want)
+			}
+		}
+
+		for i, want := range []bool{true, false} {
+			was, err := s.UnlockAccount(ctx, a.ID, t0.Add(2*time.Minute))
+			if err != nil || was != want {
+				t.Fatalf("unlock %d: got %v, %v, want %v, nil", i, was, err, want)
+			}
+			if got := mustAccount(t, s, a.ID); got.Locked || got.LockedAt != nil || got.FailedSignIns != 0 {
+				t.Fatalf("after unlock %d: got locked %v at %v with %d failures, want unlocked with 0", i, got.Locked, got.LockedAt, got.FailedSignIns)
+			}
+		}
+		if n, ok, err := s.TakeSignInAttempt(ctx, a.ID, ceiling); err != nil || !ok || n != 1 {
+			t.Fatalf("take after unlock: got %d, %v, %v, want 1, true, nil", n, ok, err)
+		}
+		// Unlocking an account that was never locked zeroes its count.
+		if _, _, err := s.TakeSignInAttempt(ctx, other.ID, ceiling); err != nil {
+			t.Fatalf("take on bob: %v", err)
+		}
+		if was, err := s.UnlockAccount(ctx, other.ID, t0); err != nil || was {
+			t.Fatalf("unlock bob: got %v, %v, want false, nil", was, err)
+		}
+		if got, want := mustAccount(t, s, other.ID).FailedSignIns, 0; got != want {
+			t.Fatalf("bob's failures after unlock: got %d, want %d", got, want)
+		}
+		_, err = s.UnlockAccount(ctx, "usr_nobody", t0)
+		wantKind(t, "unlock unknown user", err, fault.NotFound)
+		if _, ok, err := s.TakeSignInAttempt(ctx, "usr_nobody", ceiling); err != nil || ok {
+			t.Fatalf("take on an unknown user: got %v, %v, want false, nil", ok, err)
 		}
 	})
 }
