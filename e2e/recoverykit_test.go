@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -161,5 +163,43 @@ func TestRecoveryKitRestores(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(cp.DataDir, "secret.key")); !os.IsNotExist(err) {
 			t.Fatalf("secret.key after a start with CAPSTAN_SECRET_KEY: %v, want none", err)
 		}
+	})
+}
+
+// TestRecoveryKitParallelWrongPasswords: wrong passwords sent at once to the
+// recovery-kit endpoint get the burst's worth of password checks (each one
+// audited as refused), the rest 429 with Retry-After. The right password
+// from another address still gets the kit.
+func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, d store.Dialect) {
+		cp := startControlPlane(t, Options{Dialect: d})
+		admin := newAdmin(t, cp, "admin@example.com")
+		s := signInUser(t, cp, admin)
+		attacker := clientAt(t, "127.0.0.1")
+
+		const n = 50
+		var got statusCounts
+		inParallel(n, func(i int) {
+			got.add(postFrom(cp, attacker, "/api/v1/platform/recovery-kit", s.AccessToken,
+				map[string]string{"password": "wrong password " + strconv.Itoa(i)}))
+		})
+		counts := got.check(t)
+		refused := auditEntries(t, cp, s.AccessToken, "platform.recovery_kit.refused")
+		t.Logf("%s: password checks for %d parallel wrong recovery-kit passwords: %d", d, n, len(refused))
+		if got, want := counts["403 wrong-password"], auth.ClientBurst; got != want {
+			t.Fatalf("wrong-password among %d parallel requests: got %d, want %d (all: %v)", n, got, want, counts)
+		}
+		if got, want := counts["429 too-many-attempts"], n-auth.ClientBurst; got != want {
+			t.Fatalf("too-many-attempts among %d parallel requests: got %d, want %d (all: %v)", n, got, want, counts)
+		}
+		if got, want := len(refused), auth.ClientBurst; got != want {
+			t.Fatalf("platform.recovery_kit.refused entries: got %d, want %d", got, want)
+		}
+
+		r := mustPostFrom(t, cp, attacker, "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
+		expectProblem(t, r, http.StatusTooManyRequests, "too-many-attempts")
+		r = mustPostFrom(t, cp, clientAt(t, "127.0.0.2"), "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
+		expectStatus(t, r, http.StatusOK)
 	})
 }

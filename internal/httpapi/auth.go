@@ -111,9 +111,13 @@ func (s *Server) registerAuth() {
 	tags := []string{"Authentication"}
 	op(s, huma.Operation{
 		OperationID: "login", Method: http.MethodPost, Path: "/api/v1/auth/login", Tags: tags,
-		Summary:     "Sign in, step 1: password",
-		Description: "Checks the e-mail and password and starts a second-factor challenge. Failed attempts are throttled per account and per client address (429 with Retry-After).",
-		Errors:      []int{http.StatusTooManyRequests},
+		Summary: "Sign in, step 1: password",
+		Description: "Checks the e-mail and password and starts a second-factor challenge. " +
+			"Failed attempts are throttled per account and client address (5, then 1 a minute) and per address (20, then 1 every 15 s): " +
+			"429 `too-many-attempts` with Retry-After. Attempts are counted before the password is checked, so parallel attempts get no more checks. " +
+			"100 failures in a row from any addresses lock the account (429 `account-locked`, even for the right password) until `capstan user unlock`. " +
+			"When too many password checks are waiting: 429 `sign-in-busy` with Retry-After.",
+		Errors: []int{http.StatusTooManyRequests},
 	}, Public, func(ctx context.Context, in *loginInput) (*loginOutput, error) {
 		res, err := s.deps.Auth.Login(ctx, clientOf(ctx), in.Body.Email, in.Body.Password)
 		if err != nil {
@@ -126,9 +130,11 @@ func (s *Server) registerAuth() {
 
 	op(s, huma.Operation{
 		OperationID: "verify-2fa", Method: http.MethodPost, Path: "/api/v1/auth/2fa/verify", Tags: tags,
-		Summary:     "Sign in, step 2: TOTP code",
-		Description: "Checks the code of a challenge. A code is accepted once; a challenge expires after 5 minutes or 5 wrong codes. On success returns an access token and sets the refresh cookie.",
-		Errors:      []int{http.StatusTooManyRequests},
+		Summary: "Sign in, step 2: TOTP code",
+		Description: "Checks the code of a challenge. A code is accepted once; a challenge expires after 5 minutes or 5 wrong codes " +
+			"(counted before each code is checked, also for codes sent at once). Wrong codes count toward the same throttles and account lock as wrong passwords. " +
+			"On success returns an access token and sets the refresh cookie.",
+		Errors: []int{http.StatusTooManyRequests},
 	}, Public, func(ctx context.Context, in *verifyInput) (*tokenOutput, error) {
 		t, err := s.deps.Auth.Verify(ctx, clientOf(ctx), in.Body.ChallengeID, in.Body.Code)
 		if err != nil {
