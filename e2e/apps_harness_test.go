@@ -41,7 +41,7 @@ import (
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -80,7 +80,7 @@ type appStackOptions struct {
 // and the Docker engine under test.
 type appStack struct {
 	*appRig
-	Caddy  *caddytest.Caddy
+	Caddy  *testlab.Caddy
 	Docker *client.Client
 	Agent  *AgentProcess
 	Images map[string]webImage
@@ -100,9 +100,9 @@ type appStack struct {
 func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 	t.Helper()
 	docker := appsRequireDocker(t)
-	caddytest.Binary(t)
+	testlab.CaddyBinary(t)
 	f := newFleet(t, Options{})
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	run := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	images := buildWebImages(t, docker, run, opts.Images)
 	s := &appStack{Caddy: c, Docker: docker, Images: images}

@@ -23,6 +23,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // run executes the command line in-process.
@@ -392,13 +393,13 @@ func TestBinaryRunsPingAndStopsOnSIGTERM(t *testing.T) {
 	cp := agenttest.New(t)
 	path := writeConfig(t, cp)
 	p := startBinary(t, "run", "--config", path)
-	agenttest.Wait(t, 20*time.Second, "a heartbeat", func() bool { return len(cp.Heartbeats()) > 0 })
+	testlab.Eventually(t, time.Minute, "a heartbeat", func() bool { return len(cp.Heartbeats()) > 0 })
 	if got, want := cp.Heartbeats()[0].AgentVersion, "e2e"; got != want {
 		t.Errorf("heartbeat agent_version = %q, want %q (set by -ldflags)", got, want)
 	}
 	job := agentproto.Job{ID: ids.New(ids.Job), Type: agentproto.JobAgentPing, Payload: json.RawMessage(`{"message":"hi"}`), TimeoutSeconds: 10}
 	cp.Enqueue(job, nil)
-	agenttest.Wait(t, 20*time.Second, "the ping result", func() bool { return len(cp.Completions(job.ID)) > 0 })
+	testlab.Eventually(t, time.Minute, "the ping result", func() bool { return len(cp.Completions(job.ID)) > 0 })
 	var pr agentproto.PingResult
 	if err := json.Unmarshal(cp.Completions(job.ID)[0].Data, &pr); err != nil || pr.Message != "hi" || pr.AgentVersion != "e2e" {
 		t.Fatalf("ping result %+v (%v), want message hi from version e2e", pr, err)
@@ -425,8 +426,8 @@ func TestIdleRSS(t *testing.T) {
 	// One ping, then idle heartbeats (one a second) for secs seconds.
 	job := agentproto.Job{ID: ids.New(ids.Job), Type: agentproto.JobAgentPing, TimeoutSeconds: 10}
 	cp.Enqueue(job, nil)
-	agenttest.Wait(t, 20*time.Second, "ping", func() bool { return len(cp.Completions(job.ID)) > 0 })
-	agenttest.Wait(t, time.Duration(2*secs+20)*time.Second, "idle heartbeats", func() bool { return len(cp.Heartbeats()) >= secs })
+	testlab.Eventually(t, time.Minute, "ping", func() bool { return len(cp.Completions(job.ID)) > 0 })
+	testlab.Eventually(t, time.Duration(2*secs+20)*time.Second, "idle heartbeats", func() bool { return len(cp.Heartbeats()) >= secs })
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)

@@ -19,9 +19,10 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-const waitLong = 10 * time.Second
+const waitLong = time.Minute
 
 // syncBuffer is a log sink safe for concurrent writes.
 type syncBuffer struct {
@@ -75,7 +76,7 @@ func (r *running) shutdown(t *testing.T) error {
 // noAgentGoroutines fails if a goroutine running agent code is left.
 func noAgentGoroutines(t *testing.T) {
 	t.Helper()
-	agenttest.Wait(t, 3*time.Second, "agent goroutines to end", func() bool {
+	testlab.Eventually(t, 30*time.Second, "agent goroutines to end", func() bool {
 		buf := make([]byte, 1<<20)
 		stacks := string(buf[:runtime.Stack(buf, true)])
 		for g := range strings.SplitSeq(stacks, "\n\n") {
@@ -138,7 +139,7 @@ func newJob(typ string, payload any) agentproto.Job {
 // waitCompletion waits for the first accepted completion of a job.
 func waitCompletion(t *testing.T, cp *agenttest.ControlPlane, id string) agentproto.CompleteRequest {
 	t.Helper()
-	agenttest.Wait(t, waitLong, "completion of "+id, func() bool { return len(cp.Completions(id)) > 0 })
+	testlab.Eventually(t, waitLong, "completion of "+id, func() bool { return len(cp.Completions(id)) > 0 })
 	return cp.Completions(id)[0]
 }
 
@@ -221,7 +222,7 @@ func TestPingJobCompletesWithPingResult(t *testing.T) {
 func TestFirstHeartbeatCarriesFacts(t *testing.T) {
 	cp := agenttest.New(t)
 	start(t, cp, nil)
-	agenttest.Wait(t, waitLong, "two heartbeats", func() bool { return len(cp.Heartbeats()) >= 2 })
+	testlab.Eventually(t, waitLong, "two heartbeats", func() bool { return len(cp.Heartbeats()) >= 2 })
 	hbs := cp.Heartbeats()
 	if hbs[0].Facts == nil || hbs[0].Facts.Hostname == "" {
 		t.Errorf("first heartbeat facts = %+v, want host facts", hbs[0].Facts)
@@ -262,7 +263,7 @@ func TestJobDeliveredTwiceRunsOnce(t *testing.T) {
 	cp.Enqueue(job, nil)
 	first := waitCompletion(t, cp, job.ID)
 	cp.Enqueue(job, nil)
-	agenttest.Wait(t, waitLong, "second completion", func() bool { return len(cp.Completions(job.ID)) == 2 })
+	testlab.Eventually(t, waitLong, "second completion", func() bool { return len(cp.Completions(job.ID)) == 2 })
 	if got, want := runs.Load(), int32(1); got != want {
 		t.Fatalf("executor ran %d times, want %d", got, want)
 	}
@@ -279,7 +280,7 @@ func TestJobDeliveredTwiceWhileRunningIsIgnored(t *testing.T) {
 	cp.Enqueue(job, nil)
 	<-g.started
 	cp.Enqueue(job, nil)
-	agenttest.Wait(t, waitLong, "the re-delivery to be ignored", func() bool {
+	testlab.Eventually(t, waitLong, "the re-delivery to be ignored", func() bool {
 		return strings.Contains(r.log.String(), "job delivered again while it runs; ignored")
 	})
 	close(g.release)
@@ -299,7 +300,7 @@ func TestHeartbeatCarriesRunningJobIDs(t *testing.T) {
 	job := newJob("gate", nil)
 	cp.Enqueue(job, nil)
 	<-g.started
-	agenttest.Wait(t, waitLong, "a heartbeat listing the job", func() bool {
+	testlab.Eventually(t, waitLong, "a heartbeat listing the job", func() bool {
 		for _, hb := range cp.Heartbeats() {
 			if slices.Equal(hb.RunningJobIDs, []string{job.ID}) {
 				return true
@@ -316,7 +317,7 @@ func TestHeartbeatCarriesRunningJobIDs(t *testing.T) {
 		t.Errorf("output = %s, want %s", got, want)
 	}
 	n := len(cp.Heartbeats())
-	agenttest.Wait(t, waitLong, "a heartbeat after completion", func() bool { return len(cp.Heartbeats()) > n })
+	testlab.Eventually(t, waitLong, "a heartbeat after completion", func() bool { return len(cp.Heartbeats()) > n })
 	if hb := cp.Heartbeats()[n]; len(hb.RunningJobIDs) != 0 {
 		t.Errorf("heartbeat after completion lists %v", hb.RunningJobIDs)
 	}
@@ -383,8 +384,8 @@ func TestCompleteGivesUpOnConflict(t *testing.T) {
 	r := start(t, cp, nil)
 	job := newJob(agentproto.JobAgentPing, nil)
 	cp.Enqueue(job, nil)
-	agenttest.Wait(t, waitLong, "a completion attempt", func() bool { return cp.CompleteAttempts(job.ID) > 0 })
-	agenttest.Wait(t, waitLong, "the agent to give up", func() bool {
+	testlab.Eventually(t, waitLong, "a completion attempt", func() bool { return cp.CompleteAttempts(job.ID) > 0 })
+	testlab.Eventually(t, waitLong, "the agent to give up", func() bool {
 		return strings.Contains(r.log.String(), "refused the job result; giving up")
 	})
 	if err := r.shutdown(t); err != nil {
@@ -529,7 +530,7 @@ func TestEventsFlushedPromptlyWhileRunning(t *testing.T) {
 	cp.Enqueue(job, nil)
 	<-g.started
 	begin := time.Now()
-	agenttest.Wait(t, waitLong, "the event", func() bool { evs, _ := cp.Events(job.ID); return len(evs) == 1 })
+	testlab.Eventually(t, waitLong, "the event", func() bool { evs, _ := cp.Events(job.ID); return len(evs) == 1 })
 	if d := time.Since(begin); d > time.Second {
 		t.Errorf("event took %s to arrive, want about 100 ms", d)
 	}
@@ -542,7 +543,7 @@ func TestMaxConcurrentJobsFromHeartbeat(t *testing.T) {
 	cp.SetConfig(agentproto.Config{HeartbeatSeconds: 1, ClaimWaitSeconds: 1, MaxConcurrentJobs: 1})
 	g := newGate()
 	r := start(t, cp, registry("gate", g))
-	agenttest.Wait(t, waitLong, "config applied", func() bool { return r.agent.Settings().MaxConcurrentJobs == 1 })
+	testlab.Eventually(t, waitLong, "config applied", func() bool { return r.agent.Settings().MaxConcurrentJobs == 1 })
 	if got, want := r.agent.Settings().ClaimWaitSeconds, 1; got != want {
 		t.Fatalf("claim_wait_seconds = %d, want %d", got, want)
 	}
@@ -552,7 +553,7 @@ func TestMaxConcurrentJobsFromHeartbeat(t *testing.T) {
 	<-g.started
 	// While the only slot is taken, j2 stays queued across heartbeats.
 	n := len(cp.Heartbeats())
-	agenttest.Wait(t, waitLong, "two more heartbeats", func() bool { return len(cp.Heartbeats()) >= n+2 })
+	testlab.Eventually(t, waitLong, "two more heartbeats", func() bool { return len(cp.Heartbeats()) >= n+2 })
 	if got, want := cp.QueueLen(), 1; got != want {
 		t.Fatalf("queue length with the slot taken = %d, want %d", got, want)
 	}
@@ -568,7 +569,7 @@ func TestReconnectsAfterOutage(t *testing.T) {
 	cp := agenttest.New(t)
 	cp.FailHeartbeats(4)
 	r := start(t, cp, nil)
-	agenttest.Wait(t, waitLong, "heartbeats to recover", func() bool {
+	testlab.Eventually(t, waitLong, "heartbeats to recover", func() bool {
 		return strings.Contains(r.log.String(), "heartbeat recovered")
 	})
 	if got := len(cp.Heartbeats()); got < 5 {
@@ -613,7 +614,7 @@ func TestRunStopsWhileControlPlaneDown(t *testing.T) {
 	cp := agenttest.New(t)
 	cp.Close()
 	r := start(t, cp, nil)
-	agenttest.Wait(t, waitLong, "a failed heartbeat", func() bool { return strings.Contains(r.log.String(), "heartbeat failed") })
+	testlab.Eventually(t, waitLong, "a failed heartbeat", func() bool { return strings.Contains(r.log.String(), "heartbeat failed") })
 	if err := r.shutdown(t); err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}

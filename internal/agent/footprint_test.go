@@ -14,6 +14,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestIdleFootprint runs the capstan-agent binary against the fake control
@@ -66,7 +67,7 @@ func TestIdleFootprint(t *testing.T) {
 	pid := cmd.Process.Pid
 
 	// The measurement starts once the first sample (after 15 s) is in.
-	agenttest.Wait(t, time.Minute, "warm-up", func() bool { return len(cp.Inventories()) > 0 && len(cp.Samples()) > 0 })
+	testlab.Eventually(t, time.Minute, "warm-up", func() bool { return len(cp.Inventories()) > 0 && len(cp.Samples()) > 0 })
 	cpu0, t0 := cpuTicks(t, pid), time.Now()
 	samples0, hb0 := len(cp.Samples()), len(cp.Heartbeats())
 	var maxRSS int

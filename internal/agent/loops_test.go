@@ -9,6 +9,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Extra loops run with the agent's client, are restarted after an error,
@@ -29,7 +30,7 @@ func TestExtraLoops(t *testing.T) {
 			return nil
 		}}}
 	})
-	agenttest.Wait(t, 5*time.Second, "the loop to run again after its error", func() bool { return running.Load() == 1 })
+	testlab.Eventually(t, 30*time.Second, "the loop to run again after its error", func() bool { return running.Load() == 1 })
 	if calls.Load() != 2 || !gotClient.Load() {
 		t.Errorf("calls %d, client %v", calls.Load(), gotClient.Load())
 	}

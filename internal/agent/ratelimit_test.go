@@ -9,6 +9,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // The control plane answers a rate-limited report 429 with Retry-After.
@@ -41,8 +42,8 @@ func TestReportsHonourRetryAfter(t *testing.T) {
 	inv.set(agentproto.InventoryRequest{Services: []agentproto.ServiceInfo{{Name: "ssh.service"}}})
 	r := start(t, cp, nil, withReports(s, inv, 20*time.Millisecond, time.Hour))
 
-	agenttest.Wait(t, waitLong, "metrics accepted after the 429", func() bool { return len(cp.Samples()) >= 1 })
-	agenttest.Wait(t, waitLong, "an inventory accepted after the 429", func() bool { return len(cp.Inventories()) >= 1 })
+	testlab.Eventually(t, waitLong, "metrics accepted after the 429", func() bool { return len(cp.Samples()) >= 1 })
+	testlab.Eventually(t, waitLong, "an inventory accepted after the 429", func() bool { return len(cp.Inventories()) >= 1 })
 	checkWaited(t, cp, "metrics")
 	checkWaited(t, cp, "inventory")
 	// The samples taken while waiting went with the retry: none dropped.

@@ -14,6 +14,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agent/inventory"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 var sampleBase = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -89,7 +90,7 @@ func TestMetricsArriveWithTheirOwnTimes(t *testing.T) {
 	cp := agenttest.New(t)
 	s := &seqSampler{}
 	start(t, cp, nil, withReports(s, &fakeInventory{}, 10*time.Millisecond, time.Hour))
-	agenttest.Wait(t, waitLong, "five samples", func() bool { return len(cp.Samples()) >= 5 })
+	testlab.Eventually(t, waitLong, "five samples", func() bool { return len(cp.Samples()) >= 5 })
 	for i, got := range cp.Samples() {
 		if want := sampleBase.Add(time.Duration(i) * time.Minute); !got.At.Equal(want) {
 			t.Fatalf("sample %d at %v, want %v (its own time, in order)", i, got.At, want)
@@ -105,7 +106,7 @@ func TestMetricsBacklogDeliveredInOrderAfterOutage(t *testing.T) {
 	cp.SetMetricsStatus(http.StatusServiceUnavailable)
 	s := &seqSampler{}
 	r := start(t, cp, nil, withReports(s, &fakeInventory{}, 5*time.Millisecond, time.Hour))
-	agenttest.Wait(t, waitLong, "a backlog during the outage", func() bool {
+	testlab.Eventually(t, waitLong, "a backlog during the outage", func() bool {
 		_, attempts := cp.MetricsPosts()
 		return s.count() >= 40 && attempts >= 3
 	})
@@ -114,7 +115,7 @@ func TestMetricsBacklogDeliveredInOrderAfterOutage(t *testing.T) {
 	}
 	backlog := s.count()
 	cp.SetMetricsStatus(0)
-	agenttest.Wait(t, waitLong, "the backlog", func() bool { return len(cp.Samples()) >= backlog+5 })
+	testlab.Eventually(t, waitLong, "the backlog", func() bool { return len(cp.Samples()) >= backlog+5 })
 	got := sampleNumbers(cp.Samples())
 	for i, n := range got {
 		if n != i {
@@ -135,11 +136,11 @@ func TestMetricsRefusedBatchIsDropped(t *testing.T) {
 	cp.SetMetricsStatus(http.StatusUnprocessableEntity)
 	s := &seqSampler{}
 	r := start(t, cp, nil, withReports(s, &fakeInventory{}, 5*time.Millisecond, time.Hour))
-	agenttest.Wait(t, waitLong, "a refused batch", func() bool {
+	testlab.Eventually(t, waitLong, "a refused batch", func() bool {
 		return strings.Contains(r.log.String(), "control plane refused a metrics batch; dropping it")
 	})
 	cp.SetMetricsStatus(0)
-	agenttest.Wait(t, waitLong, "samples after the refusal", func() bool { return len(cp.Samples()) >= 3 })
+	testlab.Eventually(t, waitLong, "samples after the refusal", func() bool { return len(cp.Samples()) >= 3 })
 	got := sampleNumbers(cp.Samples())
 	if got[0] == 0 {
 		t.Fatalf("sample 0 was refused but delivered later: %v", got)
@@ -158,14 +159,14 @@ func TestInventoryAtStartAndWhenItChanges(t *testing.T) {
 		Ports:    []agentproto.ListeningPort{{Protocol: "tcp", Address: "0.0.0.0", Port: 22, Process: "sshd", PID: 1}},
 	}}
 	start(t, cp, nil, withReports(&seqSampler{}, inv, time.Hour, time.Hour))
-	agenttest.Wait(t, waitLong, "the first inventory", func() bool { return len(cp.Inventories()) == 1 })
+	testlab.Eventually(t, waitLong, "the first inventory", func() bool { return len(cp.Inventories()) == 1 })
 	first := cp.Inventories()[0]
 	if first.CollectedAt.IsZero() || len(first.Services) != 1 || first.Containers != nil || len(first.Ports) != 1 {
 		t.Fatalf("first inventory = %+v", first)
 	}
 	// Unchanged: checked again and again, not sent.
 	calls := inv.count()
-	agenttest.Wait(t, waitLong, "more checks", func() bool { return inv.count() >= calls+5 })
+	testlab.Eventually(t, waitLong, "more checks", func() bool { return inv.count() >= calls+5 })
 	if got, want := len(cp.Inventories()), 1; got != want {
 		t.Fatalf("%d inventories sent for an unchanged one, want %d", got, want)
 	}
@@ -173,7 +174,7 @@ func TestInventoryAtStartAndWhenItChanges(t *testing.T) {
 	changed := first
 	changed.Containers = []agentproto.ContainerInfo{{ID: "abc", Name: "web", Image: "nginx", State: "running", Status: "Up 1 second"}}
 	inv.set(changed)
-	agenttest.Wait(t, waitLong, "the changed inventory", func() bool { return len(cp.Inventories()) == 2 })
+	testlab.Eventually(t, waitLong, "the changed inventory", func() bool { return len(cp.Inventories()) == 2 })
 	if got := cp.Inventories()[1]; len(got.Containers) != 1 || got.Containers[0].Name != "web" {
 		t.Fatalf("second inventory = %+v, want the new container", got)
 	}
@@ -182,7 +183,7 @@ func TestInventoryAtStartAndWhenItChanges(t *testing.T) {
 func TestInventoryRefreshedWhenUnchanged(t *testing.T) {
 	cp := agenttest.New(t)
 	start(t, cp, nil, withReports(&seqSampler{}, &fakeInventory{}, time.Hour, 50*time.Millisecond))
-	agenttest.Wait(t, waitLong, "the inventory sent again", func() bool { return len(cp.Inventories()) >= 3 })
+	testlab.Eventually(t, waitLong, "the inventory sent again", func() bool { return len(cp.Inventories()) >= 3 })
 }
 
 func TestInventoryRetriedAfterOutageAndNotAfterRefusal(t *testing.T) {
@@ -190,19 +191,19 @@ func TestInventoryRetriedAfterOutageAndNotAfterRefusal(t *testing.T) {
 	cp.SetInventoryStatus(http.StatusServiceUnavailable)
 	inv := &fakeInventory{}
 	r := start(t, cp, nil, withReports(&seqSampler{}, inv, time.Hour, time.Hour))
-	agenttest.Wait(t, waitLong, "a failed inventory", func() bool { return strings.Contains(r.log.String(), "inventory failed") })
+	testlab.Eventually(t, waitLong, "a failed inventory", func() bool { return strings.Contains(r.log.String(), "inventory failed") })
 	cp.SetInventoryStatus(0)
-	agenttest.Wait(t, waitLong, "the inventory after the outage", func() bool { return len(cp.Inventories()) == 1 })
+	testlab.Eventually(t, waitLong, "the inventory after the outage", func() bool { return len(cp.Inventories()) == 1 })
 
 	// A refused inventory is not sent again until it changes.
 	cp.SetInventoryStatus(http.StatusUnprocessableEntity)
 	inv.set(agentproto.InventoryRequest{Ports: []agentproto.ListeningPort{}})
-	agenttest.Wait(t, waitLong, "the refusal", func() bool {
+	testlab.Eventually(t, waitLong, "the refusal", func() bool {
 		return strings.Contains(r.log.String(), "control plane refused the inventory")
 	})
 	cp.SetInventoryStatus(0)
 	calls := inv.count()
-	agenttest.Wait(t, waitLong, "more checks", func() bool { return inv.count() >= calls+5 })
+	testlab.Eventually(t, waitLong, "more checks", func() bool { return inv.count() >= calls+5 })
 	if got, want := len(cp.Inventories()), 1; got != want {
 		t.Fatalf("%d inventories stored, want %d (the refused one is not resent unchanged)", got, want)
 	}
@@ -215,7 +216,7 @@ func TestReportLoopsStopWithRun(t *testing.T) {
 	r := start(t, cp, nil, func(o *agent.Options) {
 		agent.SetReportIntervals(o, 20*time.Millisecond, 20*time.Millisecond, time.Hour)
 	})
-	agenttest.Wait(t, waitLong, "a sample and an inventory", func() bool {
+	testlab.Eventually(t, waitLong, "a sample and an inventory", func() bool {
 		return len(cp.Samples()) > 0 && len(cp.Inventories()) > 0
 	})
 	s := cp.Samples()[0]
@@ -228,7 +229,7 @@ func TestReportLoopsStopWithRun(t *testing.T) {
 	if err := r.shutdown(t); err != nil {
 		t.Fatal(err)
 	}
-	agenttest.Wait(t, 3*time.Second, "report goroutines to end", func() bool {
+	testlab.Eventually(t, 30*time.Second, "report goroutines to end", func() bool {
 		buf := make([]byte, 1<<20)
 		stacks := string(buf[:runtime.Stack(buf, true)])
 		for g := range strings.SplitSeq(stacks, "\n\n") {
@@ -246,7 +247,7 @@ func TestRevokedStopsReportLoops(t *testing.T) {
 	cp := agenttest.New(t)
 	s := &seqSampler{}
 	r := start(t, cp, nil, withReports(s, &fakeInventory{}, 5*time.Millisecond, time.Hour))
-	agenttest.Wait(t, waitLong, "samples", func() bool { return len(cp.Samples()) > 0 })
+	testlab.Eventually(t, waitLong, "samples", func() bool { return len(cp.Samples()) > 0 })
 	cp.Revoke()
 	if err := r.wait(t); err == nil {
 		t.Fatal("Run = nil, want revoked")
@@ -287,7 +288,7 @@ func TestInventoryOfThisHostKeepsItsParts(t *testing.T) {
 	defer host.Close()
 	col := &countingCollector{InventoryCollector: host}
 	r := start(t, cp, nil, withReports(&seqSampler{}, col, time.Hour, time.Hour))
-	agenttest.Wait(t, waitLong, "ten checks", func() bool { return col.count() >= 10 })
+	testlab.Eventually(t, waitLong, "ten checks", func() bool { return col.count() >= 10 })
 	if err := r.shutdown(t); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 func openSQLiteForTest(t *testing.T) *Store {
@@ -74,13 +76,7 @@ func TestGroupCommit(t *testing.T) {
 			})
 		})
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(g.reqs) < n-1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d units queued", len(g.reqs))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testlab.Eventually(t, time.Minute, fmt.Sprintf("%d units queued", n-1), func() bool { return len(g.reqs) >= n-1 })
 	cancel() // unit 7's request goes away while queued
 	close(release)
 	if err := <-firstDone; err != nil {

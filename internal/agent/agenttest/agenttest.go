@@ -324,18 +324,6 @@ func (cp *ControlPlane) throttled(route string, h http.HandlerFunc) http.Handler
 	}
 }
 
-// Wait polls cond every 10 ms until it is true, failing t after timeout.
-func Wait(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // Problem writes an RFC 9457 problem.
 func Problem(w http.ResponseWriter, status int, typ, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")

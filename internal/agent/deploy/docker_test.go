@@ -7,8 +7,6 @@ package deploy
 // without network access, and the release runs the local image.
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,9 +15,6 @@ import (
 	"maps"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,140 +24,32 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// dockerHost is the engine under test: CAPSTAN_TEST_DOCKER_HOST (from
-// scripts/testenv.sh), else DOCKER_HOST, else the default socket.
-func dockerHost() string {
-	if h := os.Getenv("CAPSTAN_TEST_DOCKER_HOST"); h != "" {
-		return h
-	}
-	return os.Getenv("DOCKER_HOST")
-}
+type testImage = testlab.Image
 
-// requireDocker returns a client of the engine under test. Without an
-// engine the test is skipped, or fails when CI=true.
-func requireDocker(t *testing.T) *client.Client {
-	t.Helper()
-	opts := []client.Opt{client.FromEnv}
-	if h := dockerHost(); h != "" {
-		opts = append(opts, client.WithHost(h))
-	}
-	cli, err := client.New(opts...)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err = cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
-	}
-	if err != nil {
-		msg := fmt.Sprintf("no Docker engine at %q (scripts/testenv.sh up starts one): %v", dockerHost(), err)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg + "; CI=true, so this is a failure rather than a skip")
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-type testImage struct {
-	Ref string
-	ID  string
-}
-
-// buildImages compiles testdata/web statically and builds one image of it
-// per variant (VERSION and HEALTH_STATUS in the image's environment),
-// tagged 127.0.0.1:1/capstan-test/web:<variant>-<run>; they are removed
-// when t ends.
+// buildImages builds one image of testdata/web per variant (VERSION and
+// HEALTH_STATUS in the image's environment), tagged
+// 127.0.0.1:1/capstan-test/web:<variant>-<run>; they are removed when t
+// ends.
 func buildImages(t *testing.T, cli *client.Client, run string, variants map[string]string) map[string]testImage {
 	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "web")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./testdata/web")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building testdata/web: %v\n%s", err, out)
-	}
-	prog, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	images := map[string]testImage{}
 	for _, variant := range slices.Sorted(maps.Keys(variants)) {
 		// The label makes the image this run's own: runs of this test at
 		// the same time (go test ./...) must not share image ids.
-		dockerfile := fmt.Sprintf("FROM scratch\nCOPY web /web\nENV VERSION=%s HEALTH_STATUS=%s\nENTRYPOINT [\"/web\"]\nLABEL dev.capstan.test.run=%s\n",
-			variant, variants[variant], run)
 		ref := fmt.Sprintf("127.0.0.1:1/capstan-test/web:%s-%s", variant, run)
-		images[variant] = testImage{Ref: ref, ID: buildImage(t, cli, ref, dockerfile, prog)}
+		images[variant] = testlab.ProgramImage(t, cli, ref, "./testdata/web",
+			fmt.Sprintf("ENV VERSION=%s HEALTH_STATUS=%s", variant, variants[variant]),
+			"LABEL dev.capstan.test.run="+run)
 	}
 	return images
-}
-
-func buildImage(t *testing.T, cli *client.Client, ref, dockerfile string, prog []byte) string {
-	t.Helper()
-	var ctxTar bytes.Buffer
-	tw := tar.NewWriter(&ctxTar)
-	for _, f := range []struct {
-		name string
-		mode int64
-		body []byte
-	}{
-		{"Dockerfile", 0o644, []byte(dockerfile)},
-		{"web", 0o755, prog},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body)), ModTime: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, &ctxTar, client.ImageBuildOptions{
-		Tags: []string{ref}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
-	})
-	if err != nil {
-		t.Fatalf("ImageBuild: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("removing image %s: %v", ref, err)
-		}
-	})
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	var out strings.Builder
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("reading the build output: %v\n%s", err, out.String())
-		}
-		out.WriteString(m.Stream)
-		if m.Error != nil {
-			t.Fatalf("building the image: %s\n%s", m.Error.Message, out.String())
-		}
-	}
-	insp, err := cli.ImageInspect(ctx, ref)
-	if err != nil {
-		t.Fatalf("inspecting %s: %v", ref, err)
-	}
-	return insp.ID
 }
 
 // fakeProxy records applies and keeps the upstream each application was
@@ -249,16 +136,23 @@ var jobSeq atomic.Int64
 // runJob runs one job like the agent does.
 func runJob(t *testing.T, ex agent.Executor, jobType string, payload any, secrets map[string]string) (any, *recorder, error) {
 	t.Helper()
+	rec := &recorder{}
+	data, err := runJobTo(t, ex, jobType, payload, secrets, rec)
+	return data, rec, err
+}
+
+// runJobTo is runJob with the events going to rec.
+func runJobTo(t *testing.T, ex agent.Executor, jobType string, payload any, secrets map[string]string, rec *recorder) (any, error) {
+	t.Helper()
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rec := &recorder{}
 	job := agentproto.Job{ID: fmt.Sprintf("job_test%d", jobSeq.Add(1)), Type: jobType, Payload: raw, HasSecrets: secrets != nil}
 	data, _, err := ex.Run(ctx, job, secrets, rec)
-	return data, rec, err
+	return data, err
 }
 
 func deployOK(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map[string]string) (agentproto.DeployResult, *recorder) {
@@ -367,7 +261,7 @@ func removeAppContainers(t *testing.T, cli *client.Client, app string) {
 // releases, failed ones, a rollback, logs, pruning and removal. The steps
 // depend on each other and run in order.
 func TestReleases(t *testing.T) {
-	cli := requireDocker(t)
+	cli := testlab.Docker(t)
 	begin := time.Now()
 	run := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	images := buildImages(t, cli, run, map[string]string{"v1": "200", "v2": "200", "broken": "500"})
@@ -378,7 +272,7 @@ func TestReleases(t *testing.T) {
 	app := "app_test" + strings.ReplaceAll(run, "-", "x")
 	t.Cleanup(func() { removeAppContainers(t, cli, app) })
 	fake := &fakeProxy{}
-	d := New(Options{Host: dockerHost(), Proxy: fake, Drain: 300 * time.Millisecond, StopTimeout: 3 * time.Second, HealthInterval: 100 * time.Millisecond})
+	d := New(Options{Host: testlab.DockerHost(), Proxy: fake, Drain: 300 * time.Millisecond, StopTimeout: 3 * time.Second, HealthInterval: 100 * time.Millisecond})
 	t.Cleanup(func() { d.Close() })
 
 	cfg := agentproto.ProxyConfig{Sites: []agentproto.ProxySite{
@@ -473,20 +367,15 @@ func TestReleases(t *testing.T) {
 		if want := cur.HostPort; got != want {
 			t.Fatalf("host port after restart: got %d, want %d", got, want)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/health", cur.HostPort))
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
+		url := fmt.Sprintf("http://127.0.0.1:%d/health", cur.HostPort)
+		testlab.EventuallyReport(t, time.Minute, "the restarted container answers "+url, func() (bool, string) {
+			resp, err := http.Get(url)
+			if err != nil {
+				return false, err.Error()
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the restarted container does not answer on port %d: %v", cur.HostPort, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, resp.Status
+		})
 	})
 
 	step("deploy v2 without downtime", func(t *testing.T) {
@@ -513,11 +402,19 @@ func TestReleases(t *testing.T) {
 				mu.Unlock()
 			}
 		}()
-		time.Sleep(200 * time.Millisecond)
+		// Requests reach v1 before the release and v2 after it.
+		answered := func(body string) func() bool {
+			return func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return seen[body] > 0
+			}
+		}
+		testlab.Eventually(t, time.Minute, "an answer of v1", answered("v1 hello from secrets"))
 		p := payload(v2)
 		p.KeepImageIDs = []string{v1.ID}
 		res, _ := deployOK(t, d, p, secrets)
-		time.Sleep(200 * time.Millisecond)
+		testlab.Eventually(t, time.Minute, "an answer of v2", answered("v2 hello from secrets"))
 		stop.Store(true)
 		wg.Wait()
 		t.Logf("%d requests during the release: %v", total, seen)
@@ -558,8 +455,9 @@ func TestReleases(t *testing.T) {
 		p.EnvKeys = []string{"GREETING", "CRASH"}
 		start := time.Now()
 		rec, _ := deployFails(t, d, p, map[string]string{"GREETING": "x", "CRASH": "1"}, "exited")
-		if time.Since(start) > 10*time.Second {
-			t.Errorf("took %s", time.Since(start))
+		// Failing fast means not waiting out the health check.
+		if took, health := time.Since(start), time.Duration(p.HealthTimeoutSeconds)*time.Second; took >= health {
+			t.Errorf("took %s, as long as the health check's %s", took, health)
 		}
 		if !rec.has("warn: the last ") {
 			t.Errorf("no log lines in the events: %q", rec.events)
@@ -630,27 +528,32 @@ func TestReleases(t *testing.T) {
 	})
 
 	step("app.logs", func(t *testing.T) {
-		data, rec, err := runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 50}, nil)
-		if err != nil {
-			t.Fatalf("app.logs: %v (%q)", err, rec.events)
-		}
-		res := data.(agentproto.AppLogsResult)
-		if res.ContainerID != cur.ContainerID || res.State != "running" || res.RestartCount != 0 || time.Since(res.StartedAt) > time.Minute {
+		// The engine copies the container's output to its log on its
+		// own time: wait for the lines the program printed at start.
+		var res agentproto.AppLogsResult
+		testlab.EventuallyReport(t, time.Minute, "app.logs holds the program's first lines", func() (bool, string) {
+			data, rec, err := runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 50}, nil)
+			if err != nil {
+				t.Fatalf("app.logs: %v (%q)", err, rec.events)
+			}
+			res = data.(agentproto.AppLogsResult)
+			var out, errLine bool
+			for _, l := range res.Lines {
+				out = out || l.Message == "version v1 listening on :8080" && l.Stream == "stdout" && l.Priority == 6
+				errLine = errLine || l.Message == "ready (stderr)" && l.Stream == "stderr" && l.Priority == 3
+			}
+			return out && errLine, fmt.Sprintf("%+v", res.Lines)
+		})
+		if res.ContainerID != cur.ContainerID || res.State != "running" || res.RestartCount != 0 || time.Since(res.StartedAt) > 10*time.Minute {
 			t.Errorf("result %+v", res)
 		}
-		var out, errLine bool
 		for _, l := range res.Lines {
-			out = out || l.Message == "version v1 listening on :8080" && l.Stream == "stdout" && l.Priority == 6
-			errLine = errLine || l.Message == "ready (stderr)" && l.Stream == "stderr" && l.Priority == 3
-			if l.At.IsZero() || time.Since(l.At) > time.Minute {
+			if l.At.IsZero() || time.Since(l.At) > 10*time.Minute {
 				t.Errorf("line %+v has no recent time", l)
 			}
 		}
-		if !out || !errLine {
-			t.Errorf("lines %+v", res.Lines)
-		}
 
-		data, _, err = runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 1}, nil)
+		data, _, err := runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 1}, nil)
 		if err != nil || len(data.(agentproto.AppLogsResult).Lines) != 1 {
 			t.Errorf("lines 1: %+v, %v", data, err)
 		}
@@ -680,28 +583,36 @@ func TestReleases(t *testing.T) {
 	})
 
 	step("deploys of one application are serialized", func(t *testing.T) {
+		// The test holds the application's lock, as a running job
+		// would: both deploys must wait for it, then run one after the
+		// other.
+		unlock, err := d.locks.lock(context.Background(), app, &recorder{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		results := make([]agentproto.DeployResult, 2)
-		recs := make([]*recorder, 2)
+		recs := []*recorder{{}, {}}
 		errs := make([]error, 2)
 		ps := []agentproto.DeployPayload{payload(v2), payload(v2)}
 		for i := range 2 {
 			wg.Go(func() {
 				var data any
-				data, recs[i], errs[i] = runJob(t, d.Deploy(), agentproto.JobAppDeploy, ps[i], secrets)
+				data, errs[i] = runJobTo(t, d.Deploy(), agentproto.JobAppDeploy, ps[i], secrets, recs[i])
 				if errs[i] == nil {
 					results[i] = data.(agentproto.DeployResult)
 				}
 			})
 		}
+		testlab.Eventually(t, time.Minute, "both deploys wait for the application's lock", func() bool {
+			return recs[0].has("info: another job of application") && recs[1].has("info: another job of application")
+		})
+		unlock()
 		wg.Wait()
 		for i, err := range errs {
 			if err != nil {
 				t.Fatalf("deploy %d: %v (%q)", i, err, recs[i].events)
 			}
-		}
-		if !recs[0].has("info: another job of application") && !recs[1].has("info: another job of application") {
-			t.Error("neither deploy waited for the other")
 		}
 		list := containersOf(t, cli, app)
 		if len(list) != 1 || (list[0].ID != results[0].ContainerID && list[0].ID != results[1].ContainerID) {
@@ -756,7 +667,7 @@ func TestReleases(t *testing.T) {
 	step("without a proxy", func(t *testing.T) {
 		other := app + "-noproxy"
 		t.Cleanup(func() { removeAppContainers(t, cli, other) })
-		bare := New(Options{Host: dockerHost(), StopTimeout: 3 * time.Second})
+		bare := New(Options{Host: testlab.DockerHost(), StopTimeout: 3 * time.Second})
 		defer bare.Close()
 		p := payload(v2)
 		p.AppID, p.Proxy = other, agentproto.ProxyConfig{}

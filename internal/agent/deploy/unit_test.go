@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 func TestNewName(t *testing.T) {
@@ -210,9 +212,10 @@ func TestLiveContainer(t *testing.T) {
 	}
 }
 
-type nopSink struct{ n int }
+// nopSink counts the events emitted to it.
+type nopSink struct{ n atomic.Int64 }
 
-func (s *nopSink) Emit(string, string, any) { s.n++ }
+func (s *nopSink) Emit(string, string, any) { s.n.Add(1) }
 
 func TestAppLocks(t *testing.T) {
 	var l appLocks
@@ -229,8 +232,8 @@ func TestAppLocks(t *testing.T) {
 	unlockB()
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := l.lock(ctx, "a", sink); err == nil || sink.n != 1 {
-		t.Errorf("second lock of a: %v, %d events", err, sink.n)
+	if _, err := l.lock(ctx, "a", sink); err == nil || sink.n.Load() != 1 {
+		t.Errorf("second lock of a: %v, %d events", err, sink.n.Load())
 	}
 	done := make(chan struct{})
 	go func() {
@@ -240,11 +243,17 @@ func TestAppLocks(t *testing.T) {
 		}
 		close(done)
 	}()
-	time.Sleep(20 * time.Millisecond)
+	// The waiting job says so, then gets the lock once it is free.
+	testlab.Eventually(t, time.Minute, "the second job to wait for the lock", func() bool { return sink.n.Load() == 2 })
+	select {
+	case <-done:
+		t.Fatal("the second job got the lock while the first held it")
+	default:
+	}
 	unlock()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("the waiting job did not get the lock")
 	}
 }

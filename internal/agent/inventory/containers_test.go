@@ -5,8 +5,6 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,9 +12,11 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // fakeDocker is a dockerAPI.
@@ -145,49 +145,31 @@ func TestContainerName(t *testing.T) {
 }
 
 // TestDockerContainersOnThisHost runs a container on the real Docker engine
-// (skipped without one) and finds it.
+// and finds it.
 func TestDockerContainersOnThisHost(t *testing.T) {
-	if _, err := os.Stat("/var/run/docker.sock"); err != nil || os.Getenv("DOCKER_HOST") != "" {
-		t.Skip("no local Docker engine")
-	}
-	dockerCLI, err := exec.LookPath("docker")
-	if err != nil {
-		t.Skip("no docker CLI to set up the test container")
-	}
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool to build the test image")
+	cli := testlab.Docker(t)
+	if h := testlab.DockerHost(); h != "" {
+		t.Setenv("DOCKER_HOST", h)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	run := func(name string, args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	// A static binary that sleeps, in an image FROM scratch: no registry
+	// A static binary that idles, in an image FROM scratch: no registry
 	// is needed.
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "go.mod"), "module sleeper\n\ngo 1.22\n")
-	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n")
-	writeFile(t, filepath.Join(dir, "Dockerfile"), "FROM scratch\nCOPY sleeper /sleeper\nENTRYPOINT [\"/sleeper\"]\n")
-	cmd := exec.CommandContext(ctx, goTool, "build", "-o", "sleeper", ".")
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	image := testlab.ProgramImage(t, cli, testlab.UniqueName("capstan-inventory-test:"), "./testdata/sleeper").Ref
+	port := network.MustParsePort("8080/tcp")
+	name := testlab.CreateContainer(t, cli, client.ContainerCreateOptions{
+		Config: &container.Config{Image: image, Labels: map[string]string{"capstan.test": "inventory"},
+			ExposedPorts: network.PortSet{port: {}}},
+		HostConfig: &container.HostConfig{
+			PortBindings: network.PortMap{port: {{HostIP: netip.MustParseAddr("127.0.0.1")}}},
+		},
+	})
+	testlab.StartContainer(t, cli, name)
+	insp, err := cli.ContainerInspect(ctx, name, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	suffix := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + "-" + time.Now().Format("150405.000000000")
-	suffix = strings.ReplaceAll(suffix, ".", "")
-	image, name := "capstan-inventory-test:"+suffix, "capstan-inventory-"+suffix
-	run(dockerCLI, "build", "-q", "-t", image, dir)
-	t.Cleanup(func() { _ = exec.Command(dockerCLI, "rmi", "-f", image).Run() })
-	id := run(dockerCLI, "run", "-d", "--name", name, "--label", "capstan.test=inventory", "-p", "127.0.0.1::8080", image)
-	t.Cleanup(func() { _ = exec.Command(dockerCLI, "rm", "-f", id).Run() })
+	id := insp.Container.ID
 
 	d := newDockerContainers()
 	defer d.close()

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // upstream is an app stand-in on 127.0.0.1 that answers "<name> <host>".
@@ -31,7 +31,7 @@ func upstream(t *testing.T, name string) (addr string) {
 	return strings.TrimPrefix(srv.URL, "http://")
 }
 
-func newProxy(c *caddytest.Caddy, dns string) *proxy.Proxy {
+func newProxy(c *testlab.Caddy, dns string) *proxy.Proxy {
 	return proxy.New(proxy.Settings{
 		AdminURL: c.AdminURL, HTTPPort: c.HTTPPort, HTTPSPort: c.HTTPSPort,
 		ListenHost: "127.0.0.1", AccessLog: c.AccessLog, DNSServer: dns,
@@ -62,7 +62,7 @@ func waitFor(t *testing.T, hc *http.Client, url string, status int, prefix strin
 		a   answer
 		err error
 	)
-	caddytest.Eventually(t, 15*time.Second, url, func() bool {
+	testlab.Eventually(t, time.Minute, url, func() bool {
 		a, err = get(hc, url)
 		return err == nil && a.status == status && strings.HasPrefix(a.body, prefix)
 	})
@@ -70,7 +70,7 @@ func waitFor(t *testing.T, hc *http.Client, url string, status int, prefix strin
 }
 
 func TestApplyRealCaddy(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	p := newProxy(c, "")
 	ctx := context.Background()
 	one, two := upstream(t, "one"), upstream(t, "two")
@@ -177,7 +177,7 @@ func TestApplyRealCaddy(t *testing.T) {
 
 	t.Run("access log is JSON", func(t *testing.T) {
 		var lines []map[string]any
-		caddytest.Eventually(t, 10*time.Second, "access log lines", func() bool {
+		testlab.Eventually(t, time.Minute, "access log lines", func() bool {
 			lines = readJSONLines(t, c.AccessLog)
 			return len(lines) > 0
 		})
@@ -202,7 +202,7 @@ func TestApplyRealCaddy(t *testing.T) {
 }
 
 func TestApplyNoSites(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	p := newProxy(c, "")
 	if err := p.Apply(context.Background(), agentproto.ProxyConfig{}, nil); err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func switchUnderLoad(t *testing.T, p *proxy.Proxy, hc *http.Client, url string, 
 		res.loads = append(res.loads, time.Since(start))
 		waitFor(t, hc, url, 200, name)
 		// Let requests flow through each configuration.
-		caddytest.Eventually(t, 10*time.Second, "requests after a switch", func() bool {
+		testlab.Eventually(t, time.Minute, "requests after a switch", func() bool {
 			return okOne.Load()+okTwo.Load() > before+50
 		})
 	}

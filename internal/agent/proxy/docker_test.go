@@ -10,8 +10,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // fakeDocker answers ContainerList with its containers, checking the
@@ -60,7 +60,7 @@ func TestLiveUpstreams(t *testing.T) {
 }
 
 func TestApplyDiscoversUpstreams(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	one, two := upstream(t, "one"), upstream(t, "two")
 	port := func(addr string) uint16 { return netip.MustParseAddrPort(addr).Port() }
 	d := &fakeDocker{t: t, items: []container.Summary{

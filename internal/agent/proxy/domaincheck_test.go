@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // startDNS runs a DNS server on 127.0.0.1 (UDP) that answers A queries
@@ -101,7 +101,7 @@ func (s *sink) Emit(level, message string, _ any) {
 }
 
 func TestDomainCheck(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	dns := startDNS(t, map[string]netip.Addr{
 		"app.test":   netip.MustParseAddr("127.0.0.1"),
 		"plain.test": netip.MustParseAddr("127.0.0.1"),
@@ -129,7 +129,7 @@ func TestDomainCheck(t *testing.T) {
 
 	var res agentproto.DomainCheckResult
 	// The certificate is issued in the background after the load.
-	caddytest.Eventually(t, 15*time.Second, "a certificate for app.test", func() bool {
+	testlab.Eventually(t, time.Minute, "a certificate for app.test", func() bool {
 		res = run("app.test", agentproto.TLSInternal)
 		return res.CertIssuer != ""
 	})
@@ -173,7 +173,7 @@ func TestDomainCheck(t *testing.T) {
 }
 
 func TestApplyExecutor(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	// No Docker: sites of apps without an upstream answer 503.
 	p := newProxy(c, "")
 	payload, _ := json.Marshal(agentproto.ProxyApplyPayload{Proxy: agentproto.ProxyConfig{Sites: []agentproto.ProxySite{

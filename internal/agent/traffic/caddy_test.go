@@ -17,14 +17,14 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agent/traffic"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Requests through a real Caddy end up, counted, at the control plane.
 func TestRealCaddyTrafficReported(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/missing" {
 			http.NotFound(w, r)
@@ -47,7 +47,7 @@ func TestRealCaddyTrafficReported(t *testing.T) {
 	roots := c.RootPool(t)
 	// Wait for app.test's certificate with bare handshakes: they leave no
 	// access log line.
-	caddytest.Eventually(t, 15*time.Second, "app.test's certificate", func() bool {
+	testlab.Eventually(t, time.Minute, "app.test's certificate", func() bool {
 		conn, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(c.HTTPSPort)),
 			&tls.Config{ServerName: "app.test", RootCAs: roots})
 		if err == nil {
@@ -120,7 +120,7 @@ func TestRealCaddyTrafficReported(t *testing.T) {
 		}
 		return got
 	}
-	caddytest.Eventually(t, 15*time.Second, "the requests at the control plane", func() bool {
+	testlab.Eventually(t, time.Minute, "the requests at the control plane", func() bool {
 		got := sum()
 		return got["app.test"].Count == want["app.test"].Count && got["plain.test"].Count == want["plain.test"].Count
 	})

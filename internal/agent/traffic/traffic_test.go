@@ -14,6 +14,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // controlPlane keeps, like the real one, the latest values of each
@@ -233,9 +234,9 @@ func TestRunReportsAndRetries(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx, cp) }()
-	waitUntil(t, func() bool { return len(cp.snapshot()) == len(tr.truth.minutes) })
+	testlab.Eventually(t, time.Minute, "every minute of the first 100 requests reported", func() bool { return len(cp.snapshot()) == len(tr.truth.minutes) })
 	tr.write(50)
-	waitUntil(t, func() bool {
+	testlab.Eventually(t, time.Minute, "all 150 requests reported", func() bool {
 		var n int64
 		for _, m := range cp.snapshot() {
 			n += m.Count
@@ -249,17 +250,6 @@ func TestRunReportsAndRetries(t *testing.T) {
 	tr.check(cp)
 	if _, err := os.Stat(filepath.Join(dir, "state", stateName)); err != nil {
 		t.Errorf("no state saved: %v", err)
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

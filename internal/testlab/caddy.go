@@ -1,0 +1,226 @@
+package testlab
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Caddy is a running Caddy process with only its admin API configured
+// when it starts; the agent's proxy (or the test) loads the rest.
+type Caddy struct {
+	// AdminURL is the admin API, http://127.0.0.1:PORT.
+	AdminURL string
+	// HTTPPort and HTTPSPort are free ports on 127.0.0.1 for the sites.
+	HTTPPort  int
+	HTTPSPort int
+	// DataDir is XDG_DATA_HOME; the local CA is under it.
+	DataDir string
+	// AccessLog is a path for the access log in the test's directory.
+	AccessLog string
+	// LogPath is Caddy's own output.
+	LogPath string
+}
+
+// caddyStartTimeout bounds the wait for Caddy's admin API.
+const caddyStartTimeout = 30 * time.Second
+
+// CaddyBinary returns the caddy binary to test with:
+// CAPSTAN_TEST_CADDY (from scripts/testenv.sh), else caddy on PATH.
+// Without one the test is skipped, or fails when CI=true.
+func CaddyBinary(t testing.TB) string {
+	t.Helper()
+	bin := os.Getenv("CAPSTAN_TEST_CADDY")
+	if bin == "" {
+		bin, _ = exec.LookPath("caddy")
+	}
+	if bin == "" {
+		Require(t, "caddy (set CAPSTAN_TEST_CADDY, e.g. from . .testenv/env after scripts/testenv.sh up)")
+	}
+	return bin
+}
+
+// StartCaddy runs Caddy with its own data and config directories and its
+// admin API on 127.0.0.1, local CA trust installation off, and stops it
+// when the test ends (logging its output if the test failed).
+func StartCaddy(t testing.TB) *Caddy {
+	t.Helper()
+	bin := CaddyBinary(t)
+	// A port that was free when FreePort probed it may be taken by the
+	// time Caddy binds it: then Caddy exits, and another port is tried.
+	var last string
+	for range 3 {
+		c, exitLog, ok := startCaddy(t, bin)
+		if ok {
+			return c
+		}
+		if !strings.Contains(exitLog, "address already in use") {
+			t.Fatalf("caddy exited while starting:\n%s", exitLog)
+		}
+		last = exitLog
+	}
+	t.Fatalf("caddy found its admin port taken three times:\n%s", last)
+	return nil
+}
+
+func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
+	t.Helper()
+	dir := t.TempDir()
+	c = &Caddy{
+		HTTPPort:  FreePort(t),
+		HTTPSPort: FreePort(t),
+		DataDir:   filepath.Join(dir, "data"),
+		AccessLog: filepath.Join(dir, "log", "access.log"),
+		LogPath:   filepath.Join(dir, "caddy.log"),
+	}
+	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
+	c.AdminURL = "http://" + admin
+	cfgPath := filepath.Join(dir, "caddy.json")
+	cfg := fmt.Sprintf(`{"admin":{"listen":%q},"apps":{"pki":{"certificate_authorities":{"local":{"install_trust":false}}}}}`, admin)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(c.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", cfgPath)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+c.DataDir, "XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "HOME="+dir)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatalf("starting caddy: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait(); logf.Close() }()
+	output := func() string {
+		b, _ := os.ReadFile(c.LogPath)
+		return Tail(string(b), 60)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("caddy output (%s):\n%s", c.AdminURL, output())
+		}
+	})
+	hc := &http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(caddyStartTimeout)
+	for {
+		resp, err := hc.Get(c.AdminURL + "/config/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return c, "", true
+			}
+		}
+		select {
+		case err := <-exited:
+			exited <- err // for the cleanup
+			return nil, fmt.Sprintf("%v\n%s", err, output()), false
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caddy's admin API did not answer at %s within %s: %v\n%s", c.AdminURL, caddyStartTimeout, err, output())
+		}
+	}
+}
+
+// localCA is the directory of Caddy's local CA.
+func (c *Caddy) localCA() string {
+	return filepath.Join(c.DataDir, "caddy", "pki", "authorities", "local")
+}
+
+// RootPool is the local CA's root, once Caddy made it.
+func (c *Caddy) RootPool(t testing.TB) *x509.CertPool {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(c.caCert(t, "root.crt"))
+	return pool
+}
+
+// Intermediate is the local CA's intermediate certificate, which signs
+// the certificates of tls internal sites, once Caddy made it.
+func (c *Caddy) Intermediate(t testing.TB) *x509.Certificate {
+	t.Helper()
+	return c.caCert(t, "intermediate.crt")
+}
+
+func (c *Caddy) caCert(t testing.TB, name string) *x509.Certificate {
+	t.Helper()
+	path := filepath.Join(c.localCA(), name)
+	var (
+		cert *x509.Certificate
+		err  error
+	)
+	// Caddy writes the file when its PKI app starts: wait for a whole one.
+	EventuallyReport(t, 30*time.Second, "Caddy's local CA certificate "+path, func() (bool, string) {
+		var b []byte
+		if b, err = os.ReadFile(path); err != nil {
+			return false, err.Error()
+		}
+		block, _ := pem.Decode(b)
+		if block == nil {
+			err = errors.New("no PEM block")
+			return false, err.Error()
+		}
+		cert, err = x509.ParseCertificate(block.Bytes)
+		return err == nil, fmt.Sprint(err)
+	})
+	return cert
+}
+
+// Client returns an HTTP client that connects every request to Caddy's
+// HTTP or HTTPS port (by the URL's port) whatever the host name, trusts
+// roots for HTTPS (with the URL's host as server name), and does not
+// follow redirects. Connections are kept alive, one per concurrent
+// request, as a browser's are.
+func (c *Caddy) Client(roots *x509.CertPool) *http.Client {
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		_, port, _ := net.SplitHostPort(addr)
+		target := "127.0.0.1:" + strconv.Itoa(c.HTTPPort)
+		if port == strconv.Itoa(c.HTTPSPort) || port == "443" {
+			target = "127.0.0.1:" + strconv.Itoa(c.HTTPSPort)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, target)
+	}
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext:         dial,
+			TLSClientConfig:     &tls.Config{RootCAs: roots},
+			MaxIdleConns:        64,
+			MaxIdleConnsPerHost: 64,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		Timeout:       30 * time.Second,
+	}
+}
+
+// URL is the URL of path on host over scheme ("http" or "https"), with
+// Caddy's port for that scheme.
+func (c *Caddy) URL(scheme, host, path string) string {
+	port := c.HTTPPort
+	if scheme == "https" {
+		port = c.HTTPSPort
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + path
+}
