@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Time limits of the agent harness.
@@ -25,7 +26,7 @@ const (
 	// its shutdown grace (10 s) plus the time it gives jobs to stop.
 	agentStopTimeout = 25 * time.Second
 	// jobTimeout bounds the wait for an agent.ping to finish.
-	jobTimeout = 30 * time.Second
+	jobTimeout = 90 * time.Second
 	// pollInterval is how often the harness polls for a state.
 	pollInterval = 25 * time.Millisecond
 )
@@ -135,9 +136,21 @@ type AgentProcess struct {
 // agentStopTimeout); its output is logged if the test failed.
 func startAgent(t testing.TB, config string) *AgentProcess {
 	t.Helper()
+	return launchAgent(t, config, nil, nil)
+}
+
+// startAgentWith is startAgent with debug logging, extra environment
+// variables and extra arguments of capstan-agent run.
+func startAgentWith(t testing.TB, config string, env []string, args ...string) *AgentProcess {
+	t.Helper()
+	return launchAgent(t, config, env, append([]string{"--log-level", "debug"}, args...))
+}
+
+func launchAgent(t testing.TB, config string, env, args []string) *AgentProcess {
+	t.Helper()
 	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(agentBinary(t), "run", "--config", config)
-	a.cmd.Env = childEnv(nil)
+	a.cmd = exec.Command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
+	a.cmd.Env = childEnv(env)
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	a.cmd.WaitDelay = stopTimeout
 	if err := a.cmd.Start(); err != nil {
@@ -241,17 +254,11 @@ func restartControlPlane(t testing.TB, cp *ControlPlane, opts Options) *ControlP
 	return next
 }
 
-// eventually polls cond every pollInterval until it returns true, failing
-// the test with what if that takes longer than timeout.
+// eventually polls cond until it returns true, failing the test with what
+// if that takes longer than timeout (testlab.Eventually).
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(pollInterval)
-	}
+	testlab.Eventually(t, timeout, what, cond)
 }
 
 // Fleet is a control plane with a signed-in administrator.
@@ -422,20 +429,17 @@ func (f *Fleet) listJobs(t testing.TB, query string) []JobInfo {
 func (f *Fleet) waitJob(t testing.TB, id, want string, timeout time.Duration) JobInfo {
 	t.Helper()
 	var j JobInfo
-	deadline := time.Now().Add(timeout)
-	for {
+	testlab.EventuallyReport(t, timeout, fmt.Sprintf("job %s ends %s", id, want), func() (bool, string) {
 		j = f.job(t, id)
 		if j.Status == want {
-			return j
+			return true, ""
 		}
 		if j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled" {
 			t.Fatalf("job %s ended %s (error %v), want %s: %+v", id, j.Status, deref(j.Error), want, j)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s is still %s after %s, want %s", id, j.Status, timeout, want)
-		}
-		time.Sleep(pollInterval)
-	}
+		return false, j.Status
+	})
+	return j
 }
 
 func deref(s *string) string {

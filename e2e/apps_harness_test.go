@@ -9,14 +9,10 @@ package e2e
 // for domain checks. Everything listens on 127.0.0.1.
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -24,25 +20,20 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/types/build"
-	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
-	"github.com/capstan-dev/capstan/internal/testlab"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Time limits of the application harness.
@@ -50,13 +41,13 @@ const (
 	// deployTimeout bounds a deployment that should succeed: no pull
 	// (the registry is unreachable), a start, a health check, a proxy
 	// load and the drain of the old container.
-	deployTimeout = 45 * time.Second
+	deployTimeout = 2 * time.Minute
 	// failedDeployTimeout bounds a deployment whose health check fails:
 	// the control plane gives the agent 60 s for it.
-	failedDeployTimeout = 100 * time.Second
+	failedDeployTimeout = 3 * time.Minute
 	// trafficTimeout bounds the wait for the agent's traffic report (it
 	// reports every 10 s).
-	trafficTimeout = 40 * time.Second
+	trafficTimeout = 90 * time.Second
 )
 
 // webImage is one image of internal/agent/deploy/testdata/web.
@@ -99,7 +90,7 @@ type appStack struct {
 // are removed when the test ends.
 func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 	t.Helper()
-	docker := appsRequireDocker(t)
+	docker := testlab.Docker(t)
 	testlab.CaddyBinary(t)
 	f := newFleet(t, Options{})
 	c := testlab.StartCaddy(t)
@@ -130,7 +121,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		args = append(args, "--dns-server", s.DNS)
 	}
 	var env []string
-	if h := hwDockerHost(); h != "" {
+	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h)
 	}
 	s.Agent = startAgentWith(t, config, env, args...)
@@ -143,96 +134,26 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 	return s
 }
 
-// appsRequireDocker returns a client of the engine under test. Without
-// one the test is skipped, or fails when CI=true.
-func appsRequireDocker(t testing.TB) *client.Client {
-	t.Helper()
-	opts := []client.Opt{client.FromEnv}
-	if h := hwDockerHost(); h != "" {
-		opts = append(opts, client.WithHost(h))
-	}
-	cli, err := client.New(opts...)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err = cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
-	}
-	if err != nil {
-		msg := fmt.Sprintf("no Docker engine at %q (scripts/testenv.sh up starts one): %v", hwDockerHost(), err)
-		if inCI() {
-			t.Fatal(msg + "; CI=true, so this is a failure rather than a skip")
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
-}
-
-// startAgentWith is startAgent with extra environment variables and
-// arguments of capstan-agent run.
-func startAgentWith(t testing.TB, config string, env []string, args ...string) *AgentProcess {
-	t.Helper()
-	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(agentBinary(t), append([]string{"run", "--config", config, "--log-level", "debug"}, args...)...)
-	a.cmd.Env = childEnv(env)
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	a.cmd.WaitDelay = stopTimeout
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start capstan-agent run: %v", err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
-	t.Cleanup(func() {
-		if a.Running() {
-			a.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may just have exited
-			select {
-			case <-a.exited:
-			case <-time.After(agentStopTimeout):
-				a.cmd.Process.Kill() //nolint:errcheck // best effort
-				<-a.exited
-				t.Errorf("capstan-agent did not exit within %s of SIGTERM", agentStopTimeout)
-			}
-		}
-		if t.Failed() {
-			t.Logf("capstan-agent log (%s):\n%s", config, a.Logs())
-		}
-	})
-	return a
-}
-
-// buildWebImages compiles internal/agent/deploy/testdata/web statically
-// and builds one image of it per version FROM scratch (legacy builder, no
-// registry), with VERSION and HEALTH_STATUS in the image's environment and
-// a reference under 127.0.0.1:1, a registry that refuses connections: the
-// agent's pull fails at once and it runs the local image. The images are
-// removed when the test ends.
+// buildWebImages builds one image of internal/agent/deploy/testdata/web
+// per version FROM scratch (testlab.ProgramImage), with VERSION and
+// HEALTH_STATUS in the image's environment and a reference under
+// 127.0.0.1:1, a registry that refuses connections: the agent's pull
+// fails at once and it runs the local image. The images are removed when
+// the test ends.
 func buildWebImages(t testing.TB, cli *client.Client, run string, versions map[string]int) map[string]webImage {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "web")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "./internal/agent/deploy/testdata/web")
-	cmd.Dir = ".." // the module's root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the web program: %v\n%s", err, out)
-	}
-	prog, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
 	images := map[string]webImage{}
 	for _, v := range slices.Sorted(maps.Keys(versions)) {
 		health := versions[v]
 		if health == 0 {
 			health = http.StatusOK
 		}
+		ref := fmt.Sprintf("127.0.0.1:1/capstan-e2e/web:%s-%s", v, run)
 		// The label makes the image this run's own, whatever else runs on
 		// the engine.
-		dockerfile := fmt.Sprintf("FROM scratch\nCOPY web /web\nENV VERSION=%s HEALTH_STATUS=%d\nENTRYPOINT [\"/web\"]\nLABEL dev.capstan.e2e.run=%s\n",
-			v, health, run)
-		ref := fmt.Sprintf("127.0.0.1:1/capstan-e2e/web:%s-%s", v, run)
-		images[v] = webImage{Version: v, Ref: ref, ID: buildImageFromProgram(t, cli, ref, dockerfile, "web", prog)}
+		img := testlab.ProgramImage(t, cli, ref, "../internal/agent/deploy/testdata/web",
+			fmt.Sprintf("ENV VERSION=%s HEALTH_STATUS=%d", v, health), "LABEL dev.capstan.e2e.run="+run)
+		images[v] = webImage{Version: v, Ref: ref, ID: img.ID}
 	}
 	return images
 }
@@ -242,61 +163,7 @@ func buildWebImages(t testing.TB, cli *client.Client, run string, versions map[s
 // test ends. It returns the image's id.
 func buildImageFromProgram(t testing.TB, cli *client.Client, ref, dockerfile, name string, prog []byte) string {
 	t.Helper()
-	var buildCtx bytes.Buffer
-	tw := tar.NewWriter(&buildCtx)
-	for _, f := range []struct {
-		name string
-		mode int64
-		body []byte
-	}{
-		{"Dockerfile", 0o644, []byte(dockerfile)},
-		{name, 0o755, prog},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body)), ModTime: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, &buildCtx, client.ImageBuildOptions{
-		Tags: []string{ref}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
-	})
-	if err != nil {
-		t.Fatalf("ImageBuild: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("removing image %s: %v", ref, err)
-		}
-	})
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	var out strings.Builder
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("reading the build output: %v\n%s", err, out.String())
-		}
-		out.WriteString(m.Stream)
-		if m.Error != nil {
-			t.Fatalf("building the image: %s\n%s", m.Error.Message, out.String())
-		}
-	}
-	insp, err := cli.ImageInspect(ctx, ref)
-	if err != nil {
-		t.Fatalf("inspecting %s: %v", ref, err)
-	}
-	return insp.ID
+	return testlab.BuildImage(t, cli, ref, dockerfile, map[string][]byte{name: prog}).ID
 }
 
 // appContainers lists the containers of an application through the Engine
@@ -370,20 +237,7 @@ func (s *appStack) Roots(t testing.TB) *x509.CertPool {
 // which signs the certificates of tls internal sites.
 func (s *appStack) localIntermediate(t testing.TB) *x509.Certificate {
 	t.Helper()
-	path := filepath.Join(s.Caddy.DataDir, "caddy", "pki", "authorities", "local", "intermediate.crt")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(b)
-	if block == nil {
-		t.Fatalf("%s holds no PEM block", path)
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return cert
+	return s.Caddy.Intermediate(t)
 }
 
 // Client reaches sites through Caddy: every connection goes to Caddy's
@@ -426,21 +280,10 @@ func fetch(hc *http.Client, url string) (siteAnswer, error) {
 // waitSite polls url until it answers 200 with body want.
 func (s *appStack) waitSite(t testing.TB, hc *http.Client, url, want string, timeout time.Duration) {
 	t.Helper()
-	var (
-		a   siteAnswer
-		err error
-	)
-	deadline := time.Now().Add(timeout)
-	for {
-		a, err = fetch(hc, url)
-		if err == nil && a.Status == http.StatusOK && a.Body == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: want 200 %q within %s; last: %+v, %v", url, want, timeout, a, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testlab.EventuallyReport(t, timeout, fmt.Sprintf("GET %s answers 200 %q", url, want), func() (bool, string) {
+		a, err := fetch(hc, url)
+		return err == nil && a.Status == http.StatusOK && a.Body == want, fmt.Sprintf("%+v, %v", a, err)
+	})
 }
 
 // createApp creates an application on the stack's server and returns its

@@ -21,6 +21,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Time limits of the harness. Generous: CI machines are slow, and none of
@@ -305,11 +306,9 @@ func (l *lineLog) String() string {
 	return l.buf.String()
 }
 
-// CLIResult is the outcome of one CLI command.
-type CLIResult struct {
-	Stdout, Stderr string
-	ExitCode       int
-}
+// CLIResult is the outcome of one CLI command (or of a command in a
+// systemd host).
+type CLIResult = testlab.ExecResult
 
 // CLI runs the capstan binary with args (add cp.StoreArgs() for commands
 // that open the store) and stdin, in the control plane's environment.

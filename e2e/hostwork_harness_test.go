@@ -6,54 +6,40 @@ package e2e
 // two log reads joined by a cursor neither repeat nor skip a line.
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/types/build"
 	"github.com/moby/moby/api/types/container"
-	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // hwJobTimeout bounds the wait for one host job (a container stop takes up
 // to its stop timeout; a systemd job a moment).
-const hwJobTimeout = 30 * time.Second
+const hwJobTimeout = 90 * time.Second
 
 // hwFinished waits until a job is succeeded, failed or cancelled and
 // returns it.
 func (f *Fleet) hwFinished(t testing.TB, id string) JobInfo {
 	t.Helper()
-	deadline := time.Now().Add(hwJobTimeout)
-	for {
-		j := f.job(t, id)
+	var j JobInfo
+	testlab.EventuallyReport(t, hwJobTimeout, "job "+id+" finishes", func() (bool, string) {
+		j = f.job(t, id)
 		switch j.Status {
 		case "succeeded", "failed", "cancelled":
-			return j
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s (%s) is still %s after %s", id, j.Type, j.Status, hwJobTimeout)
-		}
-		time.Sleep(pollInterval)
-	}
+		return false, j.Type + " " + j.Status
+	})
+	return j
 }
 
 // hwRun queues an action, waits for it to finish and fails the test unless
@@ -112,26 +98,24 @@ func (f *Fleet) hwReadLogs(t testing.TB, body map[string]any) hwLogRead {
 	if want := "/api/v1/logs/" + a.JobID; loc != want {
 		t.Fatalf("POST /api/v1/logs: Location %q, want %q", loc, want)
 	}
-	deadline := time.Now().Add(hwJobTimeout)
-	for {
+	var res hwLogRead
+	testlab.EventuallyReport(t, hwJobTimeout, "log read "+a.JobID+" finishes", func() (bool, string) {
 		r := f.Get(t, loc, f.Token)
 		expectStatus(t, r, http.StatusOK)
-		var res hwLogRead
+		res = hwLogRead{}
 		r.JSON(t, &res)
 		switch res.Status {
 		case "succeeded":
 			if res.JobID != a.JobID || res.Lines == nil {
 				t.Fatalf("GET %s: unexpected body %s", loc, r.Body)
 			}
-			return res
+			return true, ""
 		case "failed", "cancelled":
 			t.Fatalf("log read %s (%s) ended %s: %s", a.JobID, payloadText(body), res.Status, deref(res.Error))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log read %s is still %s after %s", a.JobID, res.Status, hwJobTimeout)
-		}
-		time.Sleep(pollInterval)
-	}
+		return false, res.Status
+	})
+	return res
 }
 
 // hwJobCount is how many jobs GET /api/v1/jobs lists for a server (at
@@ -195,44 +179,6 @@ func hwContinues(t testing.TB, first, second []agentproto.LogLine, step int, par
 	return newLines
 }
 
-// hwChatterSource is the program of the test image: it prints a numbered
-// line every -interval, odd numbers to stdout and even ones to stderr,
-// each with the run's id (its start time), and exits at once on SIGTERM
-// (as PID 1 it must handle that itself).
-const hwChatterSource = `package main
-
-import (
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-	"time"
-)
-
-func main() {
-	interval := flag.Duration("interval", 50*time.Millisecond, "time between lines")
-	flag.Parse()
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	run := time.Now().UnixNano()
-	tick := time.NewTicker(*interval)
-	defer tick.Stop()
-	for i := 1; ; i++ {
-		if i%2 == 1 {
-			fmt.Fprintf(os.Stdout, "out %d %d\n", run, i)
-		} else {
-			fmt.Fprintf(os.Stderr, "err %d %d\n", run, i)
-		}
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
-	}
-}
-`
-
 // hwChatterLine parses a line of the chatter program ("out RUN N" on
 // stdout at priority 6, "err RUN N" on stderr at priority 3), failing the
 // test if its stream or priority is wrong.
@@ -257,153 +203,38 @@ func hwChatterLine(t testing.TB) func(agentproto.LogLine) (hwSeq, bool) {
 	}
 }
 
-// hwDockerHost is the engine under test: CAPSTAN_TEST_DOCKER_HOST (from
-// scripts/testenv.sh), else DOCKER_HOST, else the default socket.
-func hwDockerHost() string {
-	if h := os.Getenv("CAPSTAN_TEST_DOCKER_HOST"); h != "" {
-		return h
-	}
-	return os.Getenv("DOCKER_HOST")
-}
+// hwDockerHost is the engine under test (testlab.DockerHost).
+func hwDockerHost() string { return testlab.DockerHost() }
 
 // hwRequireDocker returns a client of the engine under test. Without one
 // the test is skipped, or fails when CI=true.
 func hwRequireDocker(t *testing.T) *client.Client {
 	t.Helper()
-	opts := []client.Opt{client.FromEnv}
-	if h := hwDockerHost(); h != "" {
-		opts = append(opts, client.WithHost(h))
-	}
-	cli, err := client.New(opts...)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err = cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
-	}
-	if err != nil {
-		msg := fmt.Sprintf("no Docker engine at %q (scripts/testenv.sh up starts one): %v", hwDockerHost(), err)
-		if inCI() {
-			t.Fatal(msg + "; CI=true, so this is a failure rather than a skip")
-		}
-		t.Skip(msg)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	return testlab.Docker(t)
 }
 
-// hwBuildChatterImage compiles hwChatterSource statically and builds an
-// image of it FROM scratch through the Engine API (legacy builder, no
-// registry); the image is removed when the test ends.
+// hwBuildChatterImage builds an image of testdata/chatter FROM scratch
+// (see testlab.ProgramImage); the image is removed when the test ends.
 func hwBuildChatterImage(t *testing.T, cli *client.Client) string {
 	t.Helper()
-	src := t.TempDir()
-	for name, body := range map[string]string{
-		"go.mod":  "module capstan.test/chatter\n\ngo 1.22\n",
-		"main.go": hwChatterSource,
-	} {
-		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	bin := filepath.Join(t.TempDir(), "chatter")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off",
-		"GOFLAGS=", "GOTOOLCHAIN=local")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the chatter program: %v\n%s", err, out)
-	}
-	prog, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buildCtx bytes.Buffer
-	tw := tar.NewWriter(&buildCtx)
-	for _, f := range []struct {
-		name string
-		mode int64
-		body []byte
-	}{
-		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY chatter /chatter\nENTRYPOINT [\"/chatter\"]\n")},
-		{"chatter", 0o755, prog},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body)), ModTime: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	tag := fmt.Sprintf("capstan-e2e-chatter:%d-%d", os.Getpid(), time.Now().UnixNano())
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, &buildCtx, client.ImageBuildOptions{
-		Tags: []string{tag}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
-	})
-	if err != nil {
-		t.Fatalf("ImageBuild: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
-			t.Errorf("removing image %s: %v", tag, err)
-		}
-	})
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	var out strings.Builder
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("reading the build output: %v\n%s", err, out.String())
-		}
-		out.WriteString(m.Stream)
-		if m.Error != nil {
-			t.Fatalf("building the image: %s\n%s", m.Error.Message, out.String())
-		}
-	}
-	return tag
+	return testlab.ProgramImage(t, cli, testlab.UniqueName("capstan-e2e-chatter:"), "testdata/chatter").Ref
 }
-
-var hwContainerSeq atomic.Int64
 
 // hwRunContainer creates and starts a container of image with args: no
 // network (nothing published), the json-file log driver, a 2 s stop
 // timeout. It is removed when the test ends; it returns its name.
 func hwRunContainer(t *testing.T, cli *client.Client, image string, args ...string) string {
 	t.Helper()
-	name := fmt.Sprintf("capstan-e2e-hw-%d-%d", os.Getpid(), hwContainerSeq.Add(1))
 	stop := 2
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Name:   name,
+	name := testlab.CreateContainer(t, cli, client.ContainerCreateOptions{
+		Name:   testlab.UniqueName("capstan-e2e-hw-"),
 		Config: &container.Config{Image: image, Cmd: args, StopTimeout: &stop, Labels: map[string]string{"dev.capstan.e2e": "hostwork"}},
 		HostConfig: &container.HostConfig{
 			NetworkMode: "none",
 			LogConfig:   container.LogConfig{Type: "json-file"},
 		},
 	})
-	if err != nil {
-		t.Fatalf("creating container %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if _, err := cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
-			t.Errorf("removing container %s: %v", name, err)
-		}
-	})
-	if _, err := cli.ContainerStart(ctx, name, client.ContainerStartOptions{}); err != nil {
-		t.Fatalf("starting container %s: %v", name, err)
-	}
+	testlab.StartContainer(t, cli, name)
 	return name
 }
 
@@ -429,34 +260,7 @@ func hwContainerState(t *testing.T, cli *client.Client, name string) (string, ti
 // DOCKER_HOST for the engine under test).
 func hwStartAgent(t testing.TB, config string, env ...string) *AgentProcess {
 	t.Helper()
-	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(agentBinary(t), "run", "--config", config, "--log-level", "debug")
-	a.cmd.Env = childEnv(env)
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	a.cmd.WaitDelay = stopTimeout
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start capstan-agent run: %v", err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
-	t.Cleanup(func() {
-		if a.Running() {
-			a.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may just have exited
-			select {
-			case <-a.exited:
-			case <-time.After(agentStopTimeout):
-				a.cmd.Process.Kill() //nolint:errcheck // best effort
-				<-a.exited
-				t.Errorf("capstan-agent did not exit within %s of SIGTERM", agentStopTimeout)
-			}
-		}
-		if t.Failed() {
-			t.Logf("capstan-agent log (%s):\n%s", config, a.Logs())
-		}
-	})
-	return a
+	return startAgentWith(t, config, env)
 }
 
 // hwLogSources is GET /api/v1/logs/sources.

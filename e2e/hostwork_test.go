@@ -39,7 +39,7 @@ func TestHostWorkContainers(t *testing.T) {
 
 	// The agent posts its inventory at start: the container is readable.
 	var src hwLogSources
-	waitFor(t, 20*time.Second, "GET /api/v1/logs/sources lists container "+name, func() (bool, string) {
+	waitFor(t, hwJobTimeout, "GET /api/v1/logs/sources lists container "+name, func() (bool, string) {
 		src = f.hwLogSources(t, id)
 		return slices.ContainsFunc(src.Containers, func(c hwLogContainer) bool { return c.Name == name }), fmt.Sprintf("%+v", src)
 	})
@@ -62,29 +62,31 @@ func TestHostWorkContainers(t *testing.T) {
 
 	// A read of the newest lines, then a read after its cursor once the
 	// program printed more: every line once, none missing.
-	read1 := f.hwReadLogs(t, map[string]any{"server_id": id, "source": "container", "container": name, "lines": 10})
-	if len(read1.Lines) != 10 || read1.Cursor == "" {
-		t.Fatalf("first read: %d lines, cursor %q; want 10 lines and a cursor", len(read1.Lines), read1.Cursor)
+	// How many lines the program printed by now depends on how fast this
+	// machine is: read until it printed 10.
+	var read1 hwLogRead
+	waitFor(t, hwJobTimeout, "a read of the newest 10 lines returns 10", func() (bool, string) {
+		read1 = f.hwReadLogs(t, map[string]any{"server_id": id, "source": "container", "container": name, "lines": 10})
+		if len(read1.Lines) > 10 {
+			t.Fatalf("a read of 10 lines returned %d", len(read1.Lines))
+		}
+		return len(read1.Lines) == 10, fmt.Sprintf("%d lines", len(read1.Lines))
+	})
+	if read1.Cursor == "" {
+		t.Fatalf("first read: %d lines and no cursor", len(read1.Lines))
 	}
 	for _, l := range read1.Lines {
 		parse(l)
 	}
 	var read2 hwLogRead
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	waitFor(t, hwJobTimeout, "reads after the cursor "+read1.Cursor+" find 4 lines", func() (bool, string) {
 		read2 = f.hwReadLogs(t, map[string]any{"server_id": id, "source": "container", "container": name, "lines": 100,
 			"cursor": read1.Cursor})
-		if len(read2.Lines) >= 4 {
-			break
-		}
 		if len(read2.Lines) == 0 && read2.Cursor != read1.Cursor {
 			t.Errorf("an empty read moved the cursor from %q to %q", read1.Cursor, read2.Cursor)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reads after the cursor %q found %d lines within 15 s, want 4", read1.Cursor, len(read2.Lines))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(read2.Lines) >= 4, fmt.Sprintf("%d lines", len(read2.Lines))
+	})
 	if n := hwContinues(t, read1.Lines, read2.Lines, 2, parse); n != len(read2.Lines) {
 		t.Errorf("second read: %d of its %d lines are the program's", n, len(read2.Lines))
 	}
@@ -359,17 +361,10 @@ systemctl daemon-reload && systemctl start capstan-demo.service`)
 		return m
 	}
 	var errs hwLogRead
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, hwJobTimeout, "a read of priority 3 finds 2 lines", func() (bool, string) {
 		errs = f.hwReadLogs(t, with(map[string]any{"priority": 3, "lines": 50}))
-		if len(errs.Lines) >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a read of priority 3 found %d lines within 10 s, want 2", len(errs.Lines))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(errs.Lines) >= 2, fmt.Sprintf("%d lines", len(errs.Lines))
+	})
 	for _, l := range errs.Lines {
 		if s, ok := parse(l); !ok || !strings.HasSuffix(l.Message, " err") || l.Priority != 3 {
 			t.Errorf("a read of priority 3 returned %+v (%v)", l, s)
@@ -378,25 +373,22 @@ systemctl daemon-reload && systemctl start capstan-demo.service`)
 
 	// The newest lines, then the lines after their cursor once the unit
 	// logged more: each once, none missing.
-	read1 := f.hwReadLogs(t, with(map[string]any{"lines": 10}))
-	if len(read1.Lines) != 10 || read1.Cursor == "" {
-		t.Fatalf("first read: %d lines, cursor %q; want 10 lines and a cursor", len(read1.Lines), read1.Cursor)
+	var read1 hwLogRead
+	waitFor(t, hwJobTimeout, "a read of the newest 10 lines returns 10", func() (bool, string) {
+		read1 = f.hwReadLogs(t, with(map[string]any{"lines": 10}))
+		return len(read1.Lines) == 10, fmt.Sprintf("%d lines", len(read1.Lines))
+	})
+	if read1.Cursor == "" {
+		t.Fatalf("first read: %d lines and no cursor", len(read1.Lines))
 	}
 	var read2 hwLogRead
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, hwJobTimeout, "reads after the cursor find 3 lines", func() (bool, string) {
 		read2 = f.hwReadLogs(t, with(map[string]any{"lines": 100, "cursor": read1.Cursor}))
-		if len(read2.Lines) >= 3 {
-			break
-		}
 		if len(read2.Lines) == 0 && read2.Cursor != read1.Cursor {
 			t.Errorf("an empty read moved the cursor from %q to %q", read1.Cursor, read2.Cursor)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reads after the cursor found %d lines within 10 s, want 3", len(read2.Lines))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(read2.Lines) >= 3, fmt.Sprintf("%d lines", len(read2.Lines))
+	})
 	if n := hwContinues(t, read1.Lines, read2.Lines, 1, parse); n < 3 {
 		t.Errorf("the read after the cursor holds %d lines of the demo, want 3: %v", n, read2.Lines)
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Versions stamped into the two agent builds of TestInstallerOnSystemdHost.
@@ -55,21 +57,11 @@ func getServer(t *testing.T, cp *ControlPlane, token, id string) apiServer {
 	return s
 }
 
-// waitFor polls cond every 100 ms until it returns true or timeout passes,
-// then fails with what describe says.
+// waitFor polls cond until it returns true, failing the test with what
+// and the state cond described last if that takes longer than timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testlab.EventuallyReport(t, timeout, what, cond)
 }
 
 // pingAgent queues agent.ping on the server and waits until it succeeds;
@@ -92,7 +84,7 @@ func pingAgent(t *testing.T, cp *ControlPlane, token, serverID, message string) 
 	}
 	r.JSON(t, &queued)
 	var body []byte
-	waitFor(t, 30*time.Second, "agent.ping "+queued.JobID+" succeeds", func() (bool, string) {
+	waitFor(t, 90*time.Second, "agent.ping "+queued.JobID+" succeeds", func() (bool, string) {
 		r := cp.Get(t, "/api/v1/jobs/"+queued.JobID, token)
 		expectStatus(t, r, http.StatusOK)
 		var j struct {
@@ -181,7 +173,7 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	c.MustExec(t, "groupadd --system docker")
 
 	// Install as root, as the enrollment says (this host has no sudo).
-	res := c.Exec(t, "curl -fsSL "+installURL+" | sh -s -- --token "+enr.Token)
+	res := c.RunInstaller(t, installURL, "--token", enr.Token)
 	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "capstan-agent is running") {
 		t.Fatalf("installer: exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
 	}
@@ -253,7 +245,7 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	}
 
 	// The control plane sees the agent, and the agent runs its jobs.
-	waitFor(t, 30*time.Second, "the server is online", func() (bool, string) {
+	waitFor(t, 90*time.Second, "the server is online", func() (bool, string) {
 		s := getServer(t, cp, tok, serverID)
 		return s.Status == "online" && s.AgentVersion == agentVersion1, fmt.Sprintf("%+v", s)
 	})
@@ -273,7 +265,7 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if err := os.Rename(upgrade, filepath.Join(agentDir, "capstan-agent")); err != nil {
 		t.Fatal(err)
 	}
-	res = c.Exec(t, "curl -fsSL "+installURL+" | sh -s --")
+	res = c.RunInstaller(t, installURL)
 	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "already enrolled") {
 		t.Fatalf("installer (upgrade): exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
 	}
@@ -291,7 +283,7 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if props2["ActiveState"] != "active" || props2["MainPID"] == props["MainPID"] {
 		t.Fatalf("after the upgrade, capstan-agent.service: %v (before: MainPID %s)", props2, props["MainPID"])
 	}
-	waitFor(t, 30*time.Second, "the server reports the new agent version", func() (bool, string) {
+	waitFor(t, 90*time.Second, "the server reports the new agent version", func() (bool, string) {
 		s := getServer(t, cp, tok, serverID)
 		return s.Status == "online" && s.AgentVersion == agentVersion2, fmt.Sprintf("%+v", s)
 	})
@@ -304,7 +296,7 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	r = cp.Post(t, "/api/v1/servers/"+serverID+"/revoke", tok, nil)
 	expectStatus(t, r, http.StatusOK)
 	var last map[string]string
-	waitFor(t, 45*time.Second, "the revoked agent exits 78 and stays down", func() (bool, string) {
+	waitFor(t, 2*time.Minute, "the revoked agent exits 78 and stays down", func() (bool, string) {
 		last = c.Show(t, "capstan-agent", "ActiveState", "SubState", "Result", "ExecMainStatus", "NRestarts")
 		down := last["ActiveState"] == "failed" || last["ActiveState"] == "inactive"
 		return down && last["ExecMainStatus"] == agentExitRevoked, fmt.Sprintf("%v", last)
