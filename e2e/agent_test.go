@@ -15,12 +15,13 @@ import (
 )
 
 // leaseTimeout bounds the wait for a lost agent's job to fail: the lease
-// (30 s) plus the reaper's period (2 s) and slack.
-const leaseTimeout = 40 * time.Second
+// (30 s) plus the reaper's period (2 s) and slack for a loaded machine.
+const leaseTimeout = 2 * time.Minute
 
 // revokeTimeout bounds the wait for a revoked agent to exit: one heartbeat
-// interval (10 s) plus one claim wait (25 s) and slack.
-const revokeTimeout = 40 * time.Second
+// interval (10 s) plus one claim wait (25 s) and slack for a loaded
+// machine.
+const revokeTimeout = 90 * time.Second
 
 // TestAgentCoreFlow enrolls a real agent with the CLI, runs it, and has it
 // run an agent.ping queued through the API, on both stores.
@@ -440,7 +441,7 @@ func TestAgentReconnectsAfterControlPlaneRestart(t *testing.T) {
 // still be handed to the dead connection.
 func waitClaimClosed(t *testing.T, cp *ControlPlane, since time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		for _, l := range cp.LogLines() {
 			if l["msg"] != "request" || l["path"] != "/agent/v1/jobs/claim" {
@@ -453,7 +454,7 @@ func waitClaimClosed(t *testing.T, cp *ControlPlane, since time.Time) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("the killed agent's claim did not end within 10 s:\n%s", cp.Logs())
+	t.Fatalf("the killed agent's claim did not end within a minute:\n%s", cp.Logs())
 }
 
 // claimEndedByShutdown reports whether cp's log shows a claim long poll
@@ -519,6 +520,7 @@ func TestAgentLostJobFails(t *testing.T) {
 	// Wait for the lease to lapse. Midway, the other agent names the job in
 	// a heartbeat: that must not extend its lease.
 	heartbeatSent := false
+	var heartbeatAt time.Time
 	deadline := claimed.Add(leaseTimeout)
 	var j JobInfo
 	for {
@@ -527,6 +529,7 @@ func TestAgentLostJobFails(t *testing.T) {
 			break
 		}
 		if !heartbeatSent && time.Since(claimed) > 20*time.Second {
+			heartbeatAt = time.Now()
 			r := f.agentCall(t, other.AgentToken, http.MethodPost, "/heartbeat",
 				agentproto.HeartbeatRequest{AgentVersion: buildVersion, RunningJobIDs: []string{id}})
 			expectStatus(t, r, http.StatusOK)
@@ -548,6 +551,8 @@ func TestAgentLostJobFails(t *testing.T) {
 	}
 	if !heartbeatSent {
 		t.Errorf("job failed before the other agent's heartbeat, %s after the claim", time.Since(claimed))
+	} else if j.FinishedAt != nil && !j.FinishedAt.Before(heartbeatAt.Add(30*time.Second)) {
+		t.Errorf("job failed at %v, a lease after the other agent's heartbeat at %v: the heartbeat extended the lease", j.FinishedAt, heartbeatAt)
 	}
 
 	// A late completion changes nothing.

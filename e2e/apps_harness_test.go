@@ -457,6 +457,17 @@ func (g *loadGen) Take() loadCounts {
 	return c
 }
 
+// waitAnswer waits until the clients got body as an answer in this phase
+// (since the last Take).
+func (g *loadGen) waitAnswer(t testing.TB, body string, timeout time.Duration) {
+	t.Helper()
+	testlab.EventuallyReport(t, timeout, fmt.Sprintf("the load's clients get %q", body), func() (bool, string) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.bodies[body] > 0, fmt.Sprintf("answers %v, %d failures", g.bodies, g.failures)
+	})
+}
+
 // Stop stops the clients and waits for them.
 func (g *loadGen) Stop() {
 	g.stop.Store(true)

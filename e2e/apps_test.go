@@ -66,7 +66,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	sent := &statusCounter{RoundTripper: hc.Transport}
 	hc.Transport = sent
 	url := s.Caddy.URL("https", host, "/")
-	s.waitSite(t, hc, url, "v1 one", 20*time.Second)
+	s.waitSite(t, hc, url, "v1 one", time.Minute)
 	a, err := fetch(hc, s.Caddy.URL("http", host, "/x?y=1"))
 	if want := s.Caddy.URL("https", host, "/x?y=1"); err != nil || a.Status != http.StatusPermanentRedirect || a.Location != want {
 		t.Fatalf("plain HTTP: %+v, %v; want 308 to %s", a, err, want)
@@ -76,13 +76,13 @@ func TestAppsOnRealStack(t *testing.T) {
 	// connection, for the rest of the test.
 	bodies := []string{"v1 one", "v2 one", "v1 two", "v2 two"}
 	load := startLoad(t, hc, url, 4, 10*time.Millisecond, func(b string) bool { return slices.Contains(bodies, b) })
-	time.Sleep(300 * time.Millisecond)
+	load.waitAnswer(t, "v1 one", time.Minute)
 
 	// v2: the switch fails no request.
 	resp = s.patch(t, "/api/v1/applications/"+app.ID, map[string]any{"image": v2.Ref})
 	expectStatus(t, resp, http.StatusOK)
 	d2, done := s.waitDeployment(t, s.deploy(t, app.ID, nil), "succeeded", pollInterval, deployTimeout)
-	time.Sleep(300 * time.Millisecond)
+	load.waitAnswer(t, "v2 one", time.Minute)
 	c := load.Take()
 	t.Logf("deploying v2: %s", c)
 	if c.Failures != 0 {
@@ -92,7 +92,7 @@ func TestAppsOnRealStack(t *testing.T) {
 		t.Errorf("want v1 until the switch and v2 after it: %s (v1 last seen %s, deployment done %s)", c,
 			c.LastSeen["v1 one"].Format(time.StampMilli), done.Format(time.StampMilli))
 	}
-	s.waitSite(t, hc, url, "v2 one", time.Second)
+	s.waitSite(t, hc, url, "v2 one", time.Minute)
 
 	// v3 is broken: its health check answers 500 until the deployment
 	// fails (the agent waits 60 s), and v2 serves throughout. Meanwhile
@@ -139,6 +139,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	}
 
 	// Rollback to the first deployment: a new deployment of its image.
+	load.waitAnswer(t, "v2 one", time.Minute)
 	resp = s.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", s.Token, nil)
 	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
@@ -153,13 +154,14 @@ func TestAppsOnRealStack(t *testing.T) {
 	if _, ok := findEvent(drb.Events, "(rollback)"); !ok {
 		t.Errorf("the rollback did not use the pinned local image; events:\n%s", eventsText(drb.Events))
 	}
-	time.Sleep(300 * time.Millisecond)
+	load.waitAnswer(t, "v1 one", time.Minute)
 	c = load.Take()
 	t.Logf("rolling back to v1: %s", c)
 	if c.Failures != 0 || c.Bodies["v2 one"] == 0 || c.Bodies["v1 one"] == 0 || !c.LastSeen["v2 one"].Before(done) {
 		t.Errorf("rolling back, want v2 then v1 and no failure: %s", c)
 	}
-	s.waitSite(t, hc, url, "v1 one", time.Second)
+	s.waitSite(t, hc, url, "v1 one", time.Minute)
+	load.waitAnswer(t, "v1 one", time.Minute)
 
 	// A setting changes the next deployment only. The application's
 	// image is still v2 (the rollback and v3's ref did not change it).
@@ -171,14 +173,14 @@ func TestAppsOnRealStack(t *testing.T) {
 		}
 	}
 	d4, done := s.waitDeployment(t, s.deploy(t, app.ID, nil), "succeeded", pollInterval, deployTimeout)
-	time.Sleep(300 * time.Millisecond)
+	load.waitAnswer(t, "v2 two", time.Minute)
 	load.Stop()
 	c = load.Take()
 	t.Logf("deploying the new environment: %s", c)
 	if c.Failures != 0 || c.Bodies["v1 one"] == 0 || c.Bodies["v2 two"] == 0 || !c.LastSeen["v1 one"].Before(done) {
 		t.Errorf("deploying the new environment, want v1 one then v2 two and no failure: %s", c)
 	}
-	s.waitSite(t, hc, url, "v2 two", time.Second)
+	s.waitSite(t, hc, url, "v2 two", time.Minute)
 
 	// The traffic the agent reports from Caddy's access log: each answer
 	// the test got, once.

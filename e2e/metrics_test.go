@@ -261,7 +261,7 @@ func TestMetricsIngestAndViews(t *testing.T) {
 		}
 
 		// The rollup loop (every second here) serves the long ranges.
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(90 * time.Second)
 		for {
 			s := mxSeriesOf(t, cp, token, id, "7d")
 			var n int
@@ -280,7 +280,7 @@ func TestMetricsIngestAndViews(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("7d series did not show the 3 samples within 30 s: %+v", s)
+				t.Fatalf("7d series did not show the 3 samples within 90 s: %+v", s)
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
