@@ -135,13 +135,14 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 }
 
 // buildWebImages builds one image of internal/agent/deploy/testdata/web
-// per version FROM scratch (testlab.ProgramImage), with VERSION and
+// per version FROM scratch (legacy builder, no registry), with VERSION and
 // HEALTH_STATUS in the image's environment and a reference under
 // 127.0.0.1:1, a registry that refuses connections: the agent's pull
 // fails at once and it runs the local image. The images are removed when
 // the test ends.
 func buildWebImages(t testing.TB, cli *client.Client, run string, versions map[string]int) map[string]webImage {
 	t.Helper()
+	prog := testlab.GoProgram(t, "../internal/agent/deploy/testdata/web")
 	images := map[string]webImage{}
 	for _, v := range slices.Sorted(maps.Keys(versions)) {
 		health := versions[v]
@@ -151,9 +152,9 @@ func buildWebImages(t testing.TB, cli *client.Client, run string, versions map[s
 		ref := fmt.Sprintf("127.0.0.1:1/capstan-e2e/web:%s-%s", v, run)
 		// The label makes the image this run's own, whatever else runs on
 		// the engine.
-		img := testlab.ProgramImage(t, cli, ref, "../internal/agent/deploy/testdata/web",
-			fmt.Sprintf("ENV VERSION=%s HEALTH_STATUS=%d", v, health), "LABEL dev.capstan.e2e.run="+run)
-		images[v] = webImage{Version: v, Ref: ref, ID: img.ID}
+		dockerfile := fmt.Sprintf("FROM scratch\nCOPY web /web\nENV VERSION=%s HEALTH_STATUS=%d\nENTRYPOINT [\"/web\"]\nLABEL dev.capstan.e2e.run=%s\n",
+			v, health, run)
+		images[v] = webImage{Version: v, Ref: ref, ID: buildImageFromProgram(t, cli, ref, dockerfile, "web", prog)}
 	}
 	return images
 }

@@ -14,10 +14,6 @@ import (
 // Container is a booted systemd host.
 type Container = testlab.Host
 
-// inCI reports whether a missing prerequisite fails a test rather than
-// skipping it.
-func inCI() bool { return testlab.InCI() }
-
 // requireNspawnHost skips the test, or fails it when CI=true, unless this
 // machine can boot a systemd host.
 func requireNspawnHost(t *testing.T) {

@@ -22,6 +22,7 @@ func TestAgentDependencies(t *testing.T) {
 		"github.com/capstan-dev/capstan/internal/httpapi",
 		"github.com/capstan-dev/capstan/internal/agentapi",
 		"github.com/capstan-dev/capstan/internal/auth",
+		"github.com/capstan-dev/capstan/internal/testlab",
 		"github.com/jackc/pgx",
 		"github.com/lib/pq",
 		"modernc.org/sqlite",
