@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,24 +62,7 @@ func agentBinary(t testing.TB) string {
 // processes under test.
 func agentCLI(t testing.TB, args ...string) CLIResult {
 	t.Helper()
-	bin := agentBinary(t)
-	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = childEnv(nil)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := CLIResult{Stdout: stdout.String(), Stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && ctx.Err() == nil:
-		res.ExitCode = exit.ExitCode()
-	default:
-		t.Fatalf("capstan-agent %s: %v\nstderr: %s", strings.Join(args, " "), err, res.Stderr)
-	}
-	return res
+	return runBinary(t, agentBinary(t), childEnv(nil), "", args...)
 }
 
 // AgentConfig is the agent's configuration file.

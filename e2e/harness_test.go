@@ -12,6 +12,7 @@ import (
 	"net/http/cookiejar"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -319,9 +320,17 @@ func (cp *ControlPlane) CLI(t testing.TB, stdin string, args ...string) CLIResul
 
 func runCLI(t testing.TB, env []string, stdin string, args ...string) CLIResult {
 	t.Helper()
+	return runBinary(t, capstanBin, env, stdin, args...)
+}
+
+// runBinary runs bin with args, env and stdin, and returns its output and
+// exit status; it fails the test if bin cannot run or takes longer than
+// cliTimeout.
+func runBinary(t testing.TB, bin string, env []string, stdin string, args ...string) CLIResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, capstanBin, args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
@@ -334,7 +343,7 @@ func runCLI(t testing.TB, env []string, stdin string, args ...string) CLIResult 
 	case errors.As(err, &exit) && ctx.Err() == nil:
 		res.ExitCode = exit.ExitCode()
 	default:
-		t.Fatalf("capstan %s: %v\nstderr: %s", strings.Join(args, " "), err, res.Stderr)
+		t.Fatalf("%s %s: %v\nstderr: %s", filepath.Base(bin), strings.Join(args, " "), err, res.Stderr)
 	}
 	return res
 }
