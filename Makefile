@@ -36,11 +36,16 @@ run: build
 
 # test installs and starts PostgreSQL, the Docker engine and Caddy when
 # missing (scripts/testenv.sh), then runs every test, a short fuzz run and
-# the linters.
+# the linters. The three are independent and run side by side (-j3); the
+# tests wait for conditions with deadlines, so the extra load only makes
+# them slower, never red.
 test: build
 	scripts/testenv.sh up
-	. ./.testenv/env && $(MAKE) --no-print-directory test-go fuzz lint
+	. ./.testenv/env && $(MAKE) --no-print-directory --output-sync=target -j3 test-go fuzz lint
 
+# test-go runs the packages two at a time (go test's default on two
+# cores). ./e2e takes most of the time; its tests mostly wait on real
+# processes, so -parallel above the core count would shorten it further.
 test-go:
 	$(GO) test -count=1 -timeout 25m ./...
 

@@ -362,7 +362,7 @@ func TestBinaryExitsRevoked(t *testing.T) {
 	path := writeConfig(t, cp)
 	cp.Revoke()
 	p := startBinary(t, "run", "--config", path)
-	if got, want := p.exitStatus(t, 20*time.Second), agentproto.ExitRevoked; got != want {
+	if got, want := p.exitStatus(t, time.Minute), agentproto.ExitRevoked; got != want {
 		t.Fatalf("exit status = %d, want %d", got, want)
 	}
 	// The log says why, as JSON lines.
@@ -381,7 +381,7 @@ func TestBinaryExitsRevoked(t *testing.T) {
 
 func TestBinaryExitsOneWithoutConfig(t *testing.T) {
 	p := startBinary(t, "run", "--config", filepath.Join(t.TempDir(), "missing.json"))
-	if got, want := p.exitStatus(t, 20*time.Second), 1; got != want {
+	if got, want := p.exitStatus(t, time.Minute), 1; got != want {
 		t.Fatalf("exit status = %d, want %d", got, want)
 	}
 	if !strings.Contains(p.stderr.String(), "not enrolled") {
@@ -407,7 +407,7 @@ func TestBinaryRunsPingAndStopsOnSIGTERM(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := p.exitStatus(t, 20*time.Second), 0; got != want {
+	if got, want := p.exitStatus(t, time.Minute), 0; got != want {
 		t.Fatalf("exit status after SIGTERM = %d, want %d", got, want)
 	}
 }
@@ -439,7 +439,7 @@ func TestIdleRSS(t *testing.T) {
 	}
 	t.Logf("after %d heartbeats", len(cp.Heartbeats()))
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if got := p.exitStatus(t, 20*time.Second); got != 0 {
+	if got := p.exitStatus(t, time.Minute); got != 0 {
 		t.Fatalf("exit status = %d", got)
 	}
 }

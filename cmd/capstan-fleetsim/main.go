@@ -426,9 +426,9 @@ func lastSeconds(iv []Interval) float64 {
 	return iv[len(iv)-1].Seconds
 }
 
-// drive queues agent.ping jobs on random live servers at the job rate.
-// Each POST runs in its own goroutine, at most 256 at once; a tick that
-// finds them all busy is skipped and counted.
+// drive queues agent.ping jobs on random live servers at the job rate
+// until ctx ends. Each POST runs in its own goroutine, at most 256 at
+// once; a tick that finds them all busy is skipped and counted.
 func (s *sim) drive(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.seed, 1<<62))
 	every := time.Duration(float64(time.Second) / s.cfg.JobRate)
@@ -460,7 +460,12 @@ func (s *sim) drive(ctx context.Context) {
 			}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				jobID, at, err := s.admin.queuePing(ctx, id)
+				// A POST under way when the run ends completes: the job
+				// it queues is counted and waited for like the others
+				// instead of being left queued behind the report's back.
+				postCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				jobID, at, err := s.admin.queuePing(postCtx, id)
 				if err != nil {
 					return
 				}
