@@ -209,11 +209,19 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 		props["RestartPreventExitStatus"] != agentExitRevoked {
 		t.Fatalf("capstan-agent.service: %v", props)
 	}
+	// systemd reports a simple service active as soon as it forked it; the
+	// child drops to the service's user when it executes the agent.
 	uid := strings.TrimSpace(c.MustExec(t, "id -u capstan"))
-	status := c.MustExec(t, "cat /proc/"+props["MainPID"]+"/status")
-	if !strings.Contains(status, "\nUid:\t"+uid+"\t"+uid+"\t"+uid+"\t"+uid+"\n") {
-		t.Fatalf("the agent (pid %s) does not run as capstan (uid %s):\n%s", props["MainPID"], uid, status)
-	}
+	waitFor(t, 90*time.Second, "the agent (pid "+props["MainPID"]+") runs as capstan (uid "+uid+")", func() (bool, string) {
+		status := c.MustExec(t, "cat /proc/"+props["MainPID"]+"/status")
+		if strings.HasPrefix(status, "Name:\t(") {
+			return false, status // systemd's child, before the exec
+		}
+		if !strings.Contains(status, "\nUid:\t"+uid+"\t"+uid+"\t"+uid+"\t"+uid+"\n") {
+			t.Fatalf("the agent (pid %s) does not run as capstan (uid %s):\n%s", props["MainPID"], uid, status)
+		}
+		return true, ""
+	})
 
 	// polkit lets the agent's account start, stop and restart services.
 	rules := c.MustExec(t, "stat -c '%a %U' /etc/polkit-1/rules.d/50-capstan-agent.rules && cat /etc/polkit-1/rules.d/50-capstan-agent.rules")
