@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 
@@ -38,10 +39,14 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		log.Error("invalid proxy settings", "err", err)
 		return err
 	}
+	// The applied proxy revision is kept per enrollment, next to the
+	// traffic report's state.
+	ps.StateDir, ps.ServerID = r.StateDir, cfg.ServerID
+	desired := &controlPlaneProxy{}
 	a, err := agent.New(agent.Options{
 		Config:    cfg,
 		Version:   version,
-		Executors: executorsFor(ps),
+		Executors: executorsFor(ps, desired),
 		Logger:    log,
 		Loops:     []agent.Loop{r.trafficLoop(log)},
 	})
@@ -49,15 +54,31 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		log.Error("invalid agent configuration", "path", r.Config, "err", err)
 		return err
 	}
+	desired.client = a.Client() // before Run: no job runs yet
 	return a.Run(ctx)
+}
+
+// controlPlaneProxy fetches the server's desired proxy state through the
+// agent's client, which is set once the agent is made and before it runs
+// any job.
+type controlPlaneProxy struct {
+	client *agent.Client
+}
+
+func (c *controlPlaneProxy) Proxy(ctx context.Context) (agentproto.ProxyConfig, error) {
+	if c.client == nil {
+		return agentproto.ProxyConfig{}, errors.New("no control plane client")
+	}
+	return c.client.Proxy(ctx)
 }
 
 // executors are the job types this build runs, the proxy's with its
 // default settings.
-func executors() agent.Registry { return executorsFor(proxy.Settings{}) }
+func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil) }
 
-// executorsFor are the job types this build runs, the proxy's on ps.
-func executorsFor(ps proxy.Settings) agent.Registry {
+// executorsFor are the job types this build runs, the proxy's on ps;
+// desired (nil: none) fetches the server's current desired proxy state.
+func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy) agent.Registry {
 	r := agent.Registry{}
 	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
 
@@ -84,7 +105,7 @@ func executorsFor(ps proxy.Settings) agent.Registry {
 	px := proxy.New(ps, proxyDocker)
 	r.Register(agentproto.JobProxyApply, px.ApplyExecutor())
 	r.Register(agentproto.JobDomainCheck, px.CheckExecutor())
-	apps := deploy.New(deploy.Options{Proxy: px})
+	apps := deploy.New(deploy.Options{Proxy: px, Desired: desired})
 	r.Register(agentproto.JobAppDeploy, apps.Deploy())
 	r.Register(agentproto.JobAppRemove, apps.Remove())
 	r.Register(agentproto.JobAppLogs, apps.Logs())

@@ -236,6 +236,14 @@ func (c *Client) PostRequests(ctx context.Context, rep agentproto.RequestsReport
 	return err
 }
 
+// Proxy fetches the server's current desired proxy state with its
+// revision. A control plane from before revisions answers 404 (StatusOf).
+func (c *Client) Proxy(ctx context.Context) (agentproto.ProxyConfig, error) {
+	var resp agentproto.ProxyStateResponse
+	_, err := c.do(ctx, RequestTimeout, http.MethodGet, "/proxy", true, nil, &resp)
+	return resp.Proxy, err
+}
+
 // do sends one request and decodes a 2xx JSON reply into out (unless nil or
 // 204). It returns the status and, for non-2xx replies, a *RevokedError or
 // *APIError. The body is always read to the end (bounded) and closed so the

@@ -213,5 +213,6 @@ func register(s *httpapi.Server, d Deps) {
 
 	registerMetrics(s, limits)
 	registerRequests(s, limits)
+	registerProxy(s, limits)
 	registerInstall(s, d)
 }

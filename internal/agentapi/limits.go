@@ -16,10 +16,11 @@ type Report int
 // costs one token per item it carries (sample, event, minute; one for an
 // inventory or an empty report).
 const (
-	ReportMetrics   Report = iota // POST /agent/v1/metrics, per sample
-	ReportInventory               // POST /agent/v1/inventory, per report
-	ReportEvents                  // POST /agent/v1/jobs/{id}/events, per event
-	ReportRequests                // POST /agent/v1/requests, per minute
+	ReportMetrics    Report = iota // POST /agent/v1/metrics, per sample
+	ReportInventory                // POST /agent/v1/inventory, per report
+	ReportEvents                   // POST /agent/v1/jobs/{id}/events, per event
+	ReportRequests                 // POST /agent/v1/requests, per minute
+	ReportProxyReads               // GET /agent/v1/proxy, per read
 	numReports
 )
 
@@ -41,9 +42,13 @@ var DefaultLimits = [numReports]Limit{
 	ReportInventory: {Burst: 10, PerSecond: 0.1},
 	ReportEvents:    {Burst: 2000, PerSecond: 50},
 	ReportRequests:  {Burst: 20000, PerSecond: 100},
+	// An agent reads its proxy state when a release switches, after a
+	// failed switch and when an application is removed, and again when
+	// a newer state was applied meanwhile.
+	ReportProxyReads: {Burst: 60, PerSecond: 1},
 }
 
-var reportNames = [numReports]string{"metrics samples", "inventory reports", "job events", "traffic minutes"}
+var reportNames = [numReports]string{"metrics samples", "inventory reports", "job events", "traffic minutes", "proxy state reads"}
 
 // limiter holds the token buckets of every server that reported lately.
 // A bucket that has filled up again is forgotten.

@@ -15,6 +15,13 @@
 //	            results of service.*, container.* and the log reads.
 //	2026-11-22  v1: applications: app.deploy, app.remove, app.logs,
 //	            proxy.apply, domain.check; request traffic reports.
+//	2026-11-29  v1: proxy state revisions: ProxyConfig.Revision, numbered
+//	            per server by the control plane; GET /agent/v1/proxy
+//	            (ProxyStateResponse) returns the server's current desired
+//	            proxy state. An agent never applies a revision older than
+//	            one it applied, and takes the proxy state of app.deploy's
+//	            switch and of app.remove from GET /agent/v1/proxy rather
+//	            than from the payload (kept for older agents).
 package agentproto
 
 import (
@@ -419,8 +426,22 @@ const (
 // domain of every application on it. The agent renders the whole proxy
 // configuration from it, with each site's upstream being the application's
 // live container, and loads it atomically.
+//
+// Revision orders the states of one server: the control plane raises it
+// with every change to what the proxy serves, and an agent never applies a
+// state whose revision is lower than one it has applied (an equal one is
+// applied again). Zero means unknown (a control plane from before
+// revisions): such a state is applied as it comes and orders nothing.
 type ProxyConfig struct {
-	Sites []ProxySite `json:"sites"`
+	Sites    []ProxySite `json:"sites"`
+	Revision int64       `json:"revision,omitempty" doc:"Revision of the server's desired proxy state; 0 means unknown"`
+}
+
+// ProxyStateResponse: GET /agent/v1/proxy, the server's current desired
+// proxy state with its revision. A control plane from before revisions
+// answers 404.
+type ProxyStateResponse struct {
+	Proxy ProxyConfig `json:"proxy"`
 }
 
 // ProxySite is one hostname served by the proxy.
@@ -453,8 +474,11 @@ type DeployPayload struct {
 	// KeepImageIDs are the images rollbacks may need; others of this app
 	// may be pruned after a successful release.
 	KeepImageIDs []string `json:"keep_image_ids"`
-	// Proxy is the server's desired proxy state, applied with this
-	// application's upstream switched to the new container.
+	// Proxy is the server's desired proxy state when the job was made,
+	// with its revision. An agent that can fetch GET /agent/v1/proxy
+	// applies the state current at the switch instead (with this
+	// application's upstream switched to the new container), and this one
+	// only when the control plane does not answer that route.
 	Proxy ProxyConfig `json:"proxy"`
 }
 
@@ -474,13 +498,16 @@ type DeployResult struct {
 }
 
 // RemovePayload is the payload of app.remove: remove the application's
-// containers and apply the proxy state without its sites.
+// containers and apply the proxy state without its sites. As for
+// app.deploy, Proxy is the state when the job was made; an agent applies
+// the current one from GET /agent/v1/proxy when it can.
 type RemovePayload struct {
 	AppID string      `json:"app_id"`
 	Proxy ProxyConfig `json:"proxy"`
 }
 
-// ProxyApplyPayload is the payload of proxy.apply.
+// ProxyApplyPayload is the payload of proxy.apply. An agent that applied
+// a newer revision than Proxy.Revision skips it and succeeds.
 type ProxyApplyPayload struct {
 	Proxy ProxyConfig `json:"proxy"`
 }

@@ -225,6 +225,11 @@ type Store interface {
 	// ProxySites returns the sites of every domain of the server's
 	// applications that are not being removed, by hostname.
 	ProxySites(ctx context.Context, serverID string) ([]agentproto.ProxySite, error)
+	// ProxyState returns those sites with the revision of the server's
+	// desired proxy state they make up. Every store change that alters
+	// the sites, or the deployment an application's sites proxy to,
+	// raises the revision in its own transaction.
+	ProxyState(ctx context.Context, serverID string) (agentproto.ProxyConfig, error)
 
 	// JobByIdempotencyKey finds a deployment's job after an interrupted
 	// dispatch (jobs.Store).

@@ -554,13 +554,13 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return Removal{ApplicationID: id, Status: "deleted"}, s.record(ctx, actor, c, ActionDeleted, "application", id,
 			map[string]any{"name": a.Name, "server_id": a.ServerID, "removed_on_server": false})
 	}
-	sites, err := s.store.ProxySites(ctx, a.ServerID) // without this application's: it is removing
+	proxy, err := s.ProxyConfig(ctx, a.ServerID) // without this application's: it is removing
 	if err != nil {
 		undo()
 		return Removal{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
-		Payload: agentproto.RemovePayload{AppID: id, Proxy: agentproto.ProxyConfig{Sites: sites}}})
+		Payload: agentproto.RemovePayload{AppID: id, Proxy: proxy}})
 	if err != nil {
 		undo()
 		return Removal{}, err
@@ -620,12 +620,13 @@ func (s *Service) removeFinished(ctx context.Context, j jobs.Job) error {
 	}
 }
 
-// ProxyConfig returns the desired proxy state of a server: every domain of
-// its applications that are not being removed.
+// ProxyConfig returns the desired proxy state of a server, every domain of
+// its applications that are not being removed, with its revision: jobs
+// carry it, and agents apply no state older than one they applied.
 func (s *Service) ProxyConfig(ctx context.Context, serverID string) (agentproto.ProxyConfig, error) {
-	sites, err := s.store.ProxySites(ctx, serverID)
-	if sites == nil {
-		sites = []agentproto.ProxySite{}
+	cfg, err := s.store.ProxyState(ctx, serverID)
+	if cfg.Sites == nil {
+		cfg.Sites = []agentproto.ProxySite{}
 	}
-	return agentproto.ProxyConfig{Sites: sites}, err
+	return cfg, err
 }

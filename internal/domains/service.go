@@ -232,6 +232,13 @@ func (s *Service) Apply(ctx context.Context, actor audit.Actor, c audit.Entry, s
 	return j, s.record(ctx, actor, c, ActionProxyApplied, "server", serverID, map[string]any{"job_id": j.ID})
 }
 
+// DesiredProxy returns a server's current desired proxy state with its
+// revision, as its agent fetches it (GET /agent/v1/proxy) when it switches
+// a release or removes an application.
+func (s *Service) DesiredProxy(ctx context.Context, serverID string) (agentproto.ProxyConfig, error) {
+	return s.apps.ProxyConfig(ctx, serverID)
+}
+
 // QueueCheck queues domain.check on the domain's server.
 func (s *Service) QueueCheck(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (jobs.Job, error) {
 	d, err := s.store.Domain(ctx, id)

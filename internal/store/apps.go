@@ -171,29 +171,50 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 	return nil
 }
 
-// SetAppState moves an application between states.
+// SetAppState moves an application between states. Whether it is being
+// removed decides whether its sites are in its server's proxy state, so
+// the server's proxy revision is raised with it.
 func (s *Store) SetAppState(ctx context.Context, id string, from []string, state, removeJobID, removeError string, now time.Time) error {
 	q, args, err := sqlx.In(`UPDATE applications SET state = ?, remove_job_id = ?, remove_error = ?, updated_at = ? WHERE id = ? AND state IN (?)`,
 		state, nullString(removeJobID), nullString(removeError), ms(now), id, from)
 	if err != nil {
 		return err
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(q), args...)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.App(ctx, id); err != nil {
+	changed := false
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(q), args...)
+		if err != nil {
 			return err
 		}
-		return fault.Conflictf("application-removing", "The application is being removed.")
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		changed = true
+		return bumpAppServer(ctx, tx, id)
+	})
+	if err != nil || changed {
+		return err
 	}
-	return nil
+	if _, err := s.App(ctx, id); err != nil {
+		return err
+	}
+	return fault.Conflictf("application-removing", "The application is being removed.")
 }
 
-// DeleteApp deletes an application with its deployments and domains.
+// bumpAppServer raises the proxy revision of an application's server.
+func bumpAppServer(ctx context.Context, tx *sqlx.Tx, appID string) error {
+	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
+		WHERE id = (SELECT server_id FROM applications WHERE id = ?)`), appID)
+	return err
+}
+
+// DeleteApp deletes an application with its deployments and domains, and
+// raises its server's proxy revision.
 func (s *Store) DeleteApp(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		if err := bumpAppServer(ctx, tx, id); err != nil {
+			return err
+		}
 		for _, q := range []string{
 			`DELETE FROM domain_names WHERE domain_id IN (SELECT id FROM domains WHERE app_id = ?)`,
 			`DELETE FROM domains WHERE app_id = ?`,
@@ -408,8 +429,13 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 		if !done || f.Status != apps.Succeeded {
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
-			WHERE id = (SELECT app_id FROM deployments WHERE id = ?)`), id, ms(f.At), id)
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
+			WHERE id = (SELECT app_id FROM deployments WHERE id = ?)`), id, ms(f.At), id); err != nil {
+			return err
+		}
+		// The application's sites now proxy to another container.
+		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
+			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
 		return err
 	})
 	return done, err

@@ -82,7 +82,7 @@ func (s *Store) InsertDomain(ctx context.Context, d domains.Domain, names []stri
 				return err
 			}
 		}
-		return nil
+		return bumpProxyRevision(ctx, tx, d.ServerID)
 	})
 	if isUniqueViolation(err) {
 		return fault.Conflictf("hostname-taken", "%s is already taken by another domain.", strings.Join(names, " or "))
@@ -146,21 +146,49 @@ func affectedOne(res sql.Result, err error, what string) error {
 	return nil
 }
 
-// UpdateDomainTLS changes a domain's TLS mode.
+// UpdateDomainTLS changes a domain's TLS mode and raises its server's
+// proxy revision.
 func (s *Store) UpdateDomainTLS(ctx context.Context, id, mode string, now time.Time) error {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET tls_mode = ?, updated_at = ? WHERE id = ?`), mode, ms(now), id)
-	return affectedOne(res, err, "domain")
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		serverID, err := domainServer(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE domains SET tls_mode = ?, updated_at = ? WHERE id = ?`), mode, ms(now), id)
+		if err := affectedOne(res, err, "domain"); err != nil {
+			return err
+		}
+		return bumpProxyRevision(ctx, tx, serverID)
+	})
 }
 
-// DeleteDomain deletes a domain and frees its names.
+// DeleteDomain deletes a domain, frees its names and raises its server's
+// proxy revision.
 func (s *Store) DeleteDomain(ctx context.Context, id string) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		serverID, err := domainServer(ctx, tx, id)
+		if err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM domain_names WHERE domain_id = ?`), id); err != nil {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM domains WHERE id = ?`), id)
-		return affectedOne(res, err, "domain")
+		if err := affectedOne(res, err, "domain"); err != nil {
+			return err
+		}
+		return bumpProxyRevision(ctx, tx, serverID)
 	})
+}
+
+// domainServer is the server of a domain, read in tx.
+func domainServer(ctx context.Context, tx *sqlx.Tx, id string) (string, error) {
+	var serverID string
+	err := tx.GetContext(ctx, &serverID, tx.Rebind(`SELECT server_id FROM domains WHERE id = ?`), id)
+	if notFound(err) {
+		return "", fault.NotFoundf("No such domain.")
+	}
+	return serverID, err
 }
 
 // SetDomainCheckJob records a domain's latest check job.

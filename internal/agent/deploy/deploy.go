@@ -31,6 +31,8 @@ import (
 // Proxy applies the server's desired proxy state. upstreams overrides the
 // upstream ("127.0.0.1:PORT") of the given application ids; other
 // applications' upstreams are found from their live containers' labels.
+// A state older than one applied before is refused with a
+// *proxy.StaleError.
 type Proxy interface {
 	Apply(ctx context.Context, cfg agentproto.ProxyConfig, upstreams map[string]string) error
 }
@@ -54,6 +56,10 @@ type Options struct {
 	// no proxy: releases skip the switch (an application without domains
 	// still works), app.remove does not touch a proxy.
 	Proxy Proxy
+	// Desired fetches the server's current desired proxy state, which a
+	// release's switch and app.remove apply. Nil means none: they apply
+	// the state their job was made with.
+	Desired DesiredProxy
 	// StopTimeout is how long an old container gets to stop gracefully
 	// before it is killed.
 	StopTimeout time.Duration

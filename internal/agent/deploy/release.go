@@ -13,6 +13,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -146,14 +147,15 @@ func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto
 	}
 
 	// 4. The switch.
-	if err := d.switchProxy(ctx, p, s, events); err != nil {
+	applied, err := d.switchProxy(ctx, p, s, events)
+	if err != nil {
 		d.discard(ctx, cli, s, events)
 		d.restoreProxy(ctx, p, events)
 		return agentproto.DeployResult{}, err
 	}
 
 	// 5. The old containers.
-	drain := d.opts.Proxy != nil && siteCount(p.Proxy, p.AppID) > 0
+	drain := d.opts.Proxy != nil && siteCount(applied, p.AppID) > 0
 	removed, images := d.removeOld(ctx, cli, p.AppID, s.ID, drain, events)
 
 	// 6. Their images.
@@ -185,43 +187,46 @@ func prefixed(prefix, s string) string {
 	return prefix + s
 }
 
-// switchProxy points the proxy at the new container.
-func (d *Deployer) switchProxy(ctx context.Context, p agentproto.DeployPayload, s started, events agent.EventSink) error {
+// switchProxy points the proxy at the new container, applying the
+// server's desired proxy state as it is now (see applyDesired). It
+// returns the state applied.
+func (d *Deployer) switchProxy(ctx context.Context, p agentproto.DeployPayload, s started, events agent.EventSink) (agentproto.ProxyConfig, error) {
 	if d.opts.Proxy == nil {
 		if n := siteCount(p.Proxy, p.AppID); n > 0 {
 			events.Emit(agentproto.LevelWarn, fmt.Sprintf("this agent has no proxy: the application's %d domains are not served", n), nil)
 		} else {
 			events.Emit(agentproto.LevelInfo, "this agent has no proxy; nothing to switch", nil)
 		}
-		return nil
+		return p.Proxy, nil
 	}
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("switching the proxy to %s (%d sites of the server, %d of this application)",
-		s.upstream(), len(p.Proxy.Sites), siteCount(p.Proxy, p.AppID)), nil)
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("switching the proxy to the new container: %w", context.Cause(ctx))
+		return p.Proxy, fmt.Errorf("switching the proxy to the new container: %w", context.Cause(ctx))
 	}
-	if err := d.sw.apply(ctx, p.Proxy, map[string]string{p.AppID: s.upstream()}); err != nil {
-		if siteCount(p.Proxy, p.AppID) == 0 && ctx.Err() == nil {
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("switching the proxy to %s with the server's current proxy state", s.upstream()), nil)
+	cfg, err := d.applyDesired(ctx, p.Proxy, map[string]string{p.AppID: s.upstream()}, events)
+	if err != nil {
+		if siteCount(cfg, p.AppID) == 0 && ctx.Err() == nil && !proxy.IsStale(err) {
 			// No request of this application goes through the proxy.
 			events.Emit(agentproto.LevelWarn, fmt.Sprintf("could not apply the proxy state: %v; the application has no domains, so the release goes on", err), nil)
-			return nil
+			return cfg, nil
 		}
-		return fmt.Errorf("switching the proxy to the new container: %w", err)
+		return cfg, fmt.Errorf("switching the proxy to the new container: %w", err)
 	}
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("the proxy sends the application's requests to %s", s.upstream()), nil)
-	return nil
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("the proxy sends the application's requests to %s (proxy state revision %d: %d sites of the server, %d of this application)",
+		s.upstream(), cfg.Revision, len(cfg.Sites), siteCount(cfg, p.AppID)), nil)
+	return cfg, nil
 }
 
-// restoreProxy applies the proxy state again after a failed switch, the
-// application's upstream being its old container (if any), in case the
-// failed apply left the proxy half-switched.
+// restoreProxy applies the server's desired proxy state again after a
+// failed switch, the application's upstream being its old container (if
+// any), in case the failed apply left the proxy half-switched.
 func (d *Deployer) restoreProxy(ctx context.Context, p agentproto.DeployPayload, events agent.EventSink) {
 	if d.opts.Proxy == nil {
 		return
 	}
 	ctx, cancel := cleanupContext(ctx, 15*time.Second)
 	defer cancel()
-	if err := d.sw.apply(ctx, p.Proxy, nil); err != nil {
+	if _, err := d.applyDesired(ctx, p.Proxy, nil, events); err != nil {
 		events.Emit(agentproto.LevelWarn, fmt.Sprintf("could not apply the proxy state again after the failed switch: %v", err), nil)
 		return
 	}

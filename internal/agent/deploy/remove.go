@@ -16,7 +16,8 @@ type RemoveResult struct {
 }
 
 // runRemove stops and removes every container of the application, then
-// applies the proxy state (which no longer has its sites). Removing an
+// applies the server's current desired proxy state (which no longer has
+// its sites; see applyDesired). Removing an
 // application that has no container here succeeds.
 func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
 	var p agentproto.RemovePayload
@@ -63,10 +64,11 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 		events.Emit(agentproto.LevelInfo, "this agent has no proxy; nothing to apply", nil)
 		return res, nil, nil
 	}
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("applying the proxy state (%d sites)", len(p.Proxy.Sites)), nil)
-	if err := d.sw.apply(ctx, p.Proxy, nil); err != nil {
+	cfg, err := d.applyDesired(ctx, p.Proxy, nil, events)
+	if err != nil {
 		return res, nil, fmt.Errorf("applying the proxy state: %w", err)
 	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("applied the proxy state: revision %d, %d sites", cfg.Revision, len(cfg.Sites)), nil)
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s: %d containers", p.AppID, len(res.RemovedIDs)), nil)
 	return res, nil, nil
 }

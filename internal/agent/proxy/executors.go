@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,10 +20,18 @@ type ApplyResult struct {
 	// NoUpstream lists the apps without a live container; their sites
 	// answer 503.
 	NoUpstream []string `json:"no_upstream,omitempty"`
+	// Revision is the payload's proxy state revision (0: unknown).
+	Revision int64 `json:"revision,omitempty"`
+	// Skipped says the state was not applied: the agent applied a newer
+	// revision (AppliedRevision) already.
+	Skipped         bool  `json:"skipped,omitempty"`
+	AppliedRevision int64 `json:"applied_revision,omitempty"`
 }
 
 // ApplyExecutor is the executor of proxy.apply: it applies the payload's
-// configuration with every upstream found from the live containers.
+// configuration with every upstream found from the live containers. A
+// payload older than a revision applied already is skipped, and the job
+// succeeds: the proxy serves a newer state of the server.
 func (p *Proxy) ApplyExecutor() agent.Executor {
 	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
 		var pl agentproto.ProxyApplyPayload
@@ -30,10 +39,17 @@ func (p *Proxy) ApplyExecutor() agent.Executor {
 			return nil, nil, err
 		}
 		ups, err := p.apply(ctx, pl.Proxy, nil)
+		var stale *StaleError
+		if errors.As(err, &stale) {
+			res := ApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: map[string]string{}, Revision: stale.Revision,
+				Skipped: true, AppliedRevision: stale.Applied}
+			events.Emit(agentproto.LevelInfo, fmt.Sprintf("not applied: %v", err), res)
+			return res, nil, nil
+		}
 		if err != nil {
 			return nil, nil, err
 		}
-		res := ApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: ups}
+		res := ApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: ups, Revision: pl.Proxy.Revision}
 		for _, s := range pl.Proxy.Sites {
 			if ups[s.AppID] == "" && !slices.Contains(res.NoUpstream, s.AppID) {
 				res.NoUpstream = append(res.NoUpstream, s.AppID)
@@ -43,7 +59,7 @@ func (p *Proxy) ApplyExecutor() agent.Executor {
 		if len(res.NoUpstream) > 0 {
 			events.Emit(agentproto.LevelWarn, "no running container for "+strings.Join(res.NoUpstream, ", ")+"; their sites answer 503", nil)
 		}
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("proxy configuration loaded: %d sites, %d upstreams", res.Sites, len(ups)), res)
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("proxy configuration loaded: %d sites, %d upstreams (revision %d)", res.Sites, len(ups), res.Revision), res)
 		return res, nil, nil
 	})
 }

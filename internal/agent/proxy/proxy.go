@@ -77,6 +77,13 @@ type Settings struct {
 	// DNSServer, ip:port, is the DNS server domain.check asks; empty means
 	// the host's resolver.
 	DNSServer string
+	// StateDir is where the highest proxy state revision applied is kept
+	// (StateFile), so that an agent restart does not forget it; empty
+	// means in memory only.
+	StateDir string
+	// ServerID is the agent's enrollment: revisions are numbered per
+	// server, and a revision kept for another one is ignored.
+	ServerID string
 }
 
 // withDefaults fills the zero fields.
@@ -145,10 +152,14 @@ type Proxy struct {
 	docker   Docker // nil: no discovery, sites without an override answer 503
 	hc       *http.Client
 
-	mu sync.Mutex // serializes applies; guards current
+	mu sync.Mutex // serializes applies; guards current and revision*
 	// current is the upstream of each app in the configuration loaded
 	// last.
 	current map[string]string
+	// revision is the highest proxy state revision taken to apply (see
+	// takeRevision); revisionLoaded says it was read from the state file.
+	revision       int64
+	revisionLoaded bool
 	// beforeLoad, for tests, edits the rendered configuration.
 	beforeLoad func(*caddyConfig)
 }
@@ -173,6 +184,10 @@ func (p *Proxy) Settings() Settings { return p.settings }
 // whose app has neither answers 503. Caddy applies a load atomically: when
 // it refuses one, the previous configuration keeps serving and the error
 // carries Caddy's message.
+//
+// A cfg whose revision is lower than one applied before is not applied:
+// the error is a *StaleError. Applies are serialized, so of several
+// racing the highest revision is the one that stays.
 func (p *Proxy) Apply(ctx context.Context, cfg agentproto.ProxyConfig, upstreams map[string]string) error {
 	_, err := p.apply(ctx, cfg, upstreams)
 	return err
@@ -191,6 +206,9 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.takeRevision(cfg.Revision); err != nil {
+		return nil, err
+	}
 	ups, err := p.upstreams(ctx, ss, overrides)
 	if err != nil {
 		return nil, err
