@@ -1,7 +1,9 @@
 // web is the program of the deploy tests' images: a tiny HTTP server.
 // GET / answers "<VERSION> <GREETING>"; GET /health answers HEALTH_STATUS
 // (200 unless set); PORT is the port (8080 unless set); with CRASH set it
-// exits at once with status 3. As PID 1 it handles SIGTERM itself and
+// exits at once with status 3. With HEALTH_GATE set, GET /health answers
+// 503 until a POST /ready, so that a test holds a release in its health
+// check for as long as it needs. As PID 1 it handles SIGTERM itself and
 // shuts down gracefully.
 package main
 
@@ -12,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -34,7 +37,18 @@ func main() {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "%s %s", version, os.Getenv("GREETING"))
 	})
+	var ready atomic.Bool
+	ready.Store(os.Getenv("HEALTH_GATE") == "")
+	mux.HandleFunc("POST /ready", func(w http.ResponseWriter, r *http.Request) {
+		ready.Store(true)
+		fmt.Fprint(w, "ready")
+	})
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, "waiting for POST /ready")
+			return
+		}
 		w.WriteHeader(health)
 		if health >= 400 {
 			fmt.Fprintf(w, "unhealthy: version %s is broken", version)
