@@ -171,7 +171,12 @@ func New(settings Settings, docker Docker) *Proxy {
 	return &Proxy{
 		settings: settings.withDefaults(),
 		docker:   docker,
-		hc:       &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}},
+		// A load that changes the admin settings makes Caddy restart its
+		// admin server, which resets the kept-alive connection of the
+		// load before it: a POST on it fails and is not retried. One
+		// loopback connection per load costs nothing in comparison.
+		hc: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+			DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}},
 	}
 }
 

@@ -12,11 +12,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
+
+// adminClient reads Caddy's admin API on a new connection each time: a load
+// that changes the admin settings restarts Caddy's admin server and
+// resets the connections kept alive before it.
+var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 
 // proxyWithState is a Proxy on c that keeps its revision in dir for
 // server serverID.
@@ -37,7 +43,7 @@ func revisionConfig(rev int64) agentproto.ProxyConfig {
 // loadedConfig is the configuration Caddy runs, from its admin API.
 func loadedConfig(t *testing.T, c *caddytest.Caddy) string {
 	t.Helper()
-	resp, err := http.Get(c.AdminURL + "/config/")
+	resp, err := adminClient.Get(c.AdminURL + "/config/")
 	if err != nil {
 		t.Fatal(err)
 	}
