@@ -118,6 +118,7 @@ func TestAccessByRole(t *testing.T) {
 		"POST /agent/v1/metrics":                         {access: agent, path: "/agent/v1/metrics", body: map[string]any{}},
 		"POST /agent/v1/inventory":                       {access: agent, path: "/agent/v1/inventory", body: map[string]any{}},
 		"POST /agent/v1/requests":                        {access: agent, path: "/agent/v1/requests", body: map[string]any{}},
+		"GET /agent/v1/proxy":                            {access: agent, path: "/agent/v1/proxy"},
 		"POST /agent/v1/jobs/claim":                      {access: agent, path: "/agent/v1/jobs/claim", body: map[string]any{}},
 		"GET /agent/v1/jobs/{id}/secrets":                {access: agent, path: "/agent/v1/jobs/" + fx.serviceJobID + "/secrets"},
 		"POST /agent/v1/jobs/{id}/events":                {access: agent, path: "/agent/v1/jobs/" + none + "/events", body: map[string]any{}},
