@@ -15,8 +15,8 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // adminClient reads Caddy's admin API on a new connection each time: a load
@@ -66,7 +66,7 @@ func (c *controlPlane) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // proxyRig is a Deployer whose proxy is a real Caddy, and whose desired
 // proxy state comes over HTTP from cp through the agent's client.
 type proxyRig struct {
-	caddy *caddytest.Caddy
+	caddy *testlab.Caddy
 	px    *proxy.Proxy
 	cp    *controlPlane
 	d     *Deployer
@@ -74,7 +74,7 @@ type proxyRig struct {
 
 func newProxyRig(t *testing.T) *proxyRig {
 	t.Helper()
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	px := proxy.New(proxy.Settings{AdminURL: c.AdminURL, HTTPPort: c.HTTPPort, HTTPSPort: c.HTTPSPort, ListenHost: "127.0.0.1",
 		AccessLog: c.AccessLog, StateDir: filepath.Join(t.TempDir(), "state"), ServerID: "srv_1"}, nil)
 	cp := &controlPlane{}
@@ -155,7 +155,7 @@ func TestSwitchAppliesCurrentState(t *testing.T) {
 	}
 	r.wantState(t, 2, "after the switch")
 	hc := r.caddy.Client(nil)
-	caddytest.Eventually(t, 10*time.Second, "a.test answers from the new release", func() bool {
+	testlab.Eventually(t, 10*time.Second, "a.test answers from the new release", func() bool {
 		a, err := fetchBody(hc, r.caddy.URL("http", "a.test", "/"))
 		return err == nil && a == "new release"
 	})

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
-	"github.com/capstan-dev/capstan/internal/agent/proxy/caddytest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // adminClient reads Caddy's admin API on a new connection each time: a load
@@ -26,7 +26,7 @@ var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Trans
 
 // proxyWithState is a Proxy on c that keeps its revision in dir for
 // server serverID.
-func proxyWithState(c *caddytest.Caddy, dir, serverID string) *proxy.Proxy {
+func proxyWithState(c *testlab.Caddy, dir, serverID string) *proxy.Proxy {
 	return proxy.New(proxy.Settings{
 		AdminURL: c.AdminURL, HTTPPort: c.HTTPPort, HTTPSPort: c.HTTPSPort,
 		ListenHost: "127.0.0.1", AccessLog: c.AccessLog, StateDir: dir, ServerID: serverID,
@@ -41,7 +41,7 @@ func revisionConfig(rev int64) agentproto.ProxyConfig {
 }
 
 // loadedConfig is the configuration Caddy runs, from its admin API.
-func loadedConfig(t *testing.T, c *caddytest.Caddy) string {
+func loadedConfig(t *testing.T, c *testlab.Caddy) string {
 	t.Helper()
 	resp, err := adminClient.Get(c.AdminURL + "/config/")
 	if err != nil {
@@ -56,7 +56,7 @@ func loadedConfig(t *testing.T, c *caddytest.Caddy) string {
 }
 
 // wantLoaded fails unless Caddy runs the state of revision rev.
-func wantLoaded(t *testing.T, c *caddytest.Caddy, rev int64, what string) {
+func wantLoaded(t *testing.T, c *testlab.Caddy, rev int64, what string) {
 	t.Helper()
 	cfg := loadedConfig(t, c)
 	for _, h := range strings.Split(cfg, `"r`)[1:] {
@@ -82,7 +82,7 @@ func wantRevision(t *testing.T, p *proxy.Proxy, want int64) {
 // revision survives a restart of the agent (a new Proxy on the same state
 // directory), and is forgotten only for another enrollment.
 func TestRevisionNeverGoesBack(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	dir := filepath.Join(t.TempDir(), "state")
 	ctx := context.Background()
 	p := proxyWithState(c, dir, "srv_1")
@@ -152,7 +152,7 @@ func TestRevisionNeverGoesBack(t *testing.T) {
 // TestRevisionRace: applies of many revisions racing in any order end
 // with the highest one loaded.
 func TestRevisionRace(t *testing.T) {
-	c := caddytest.Start(t)
+	c := testlab.StartCaddy(t)
 	p := proxyWithState(c, t.TempDir(), "srv_1")
 	const n = 12
 	var wg sync.WaitGroup
