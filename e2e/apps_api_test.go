@@ -455,7 +455,7 @@ func TestApplicationDeployFlow(t *testing.T) {
 			{Host: "www.example.com", Minute: minute, Count: 2, Status3xx: 2, BytesOut: 100, P95Ms: 1},
 			{Host: "api.example.com", Minute: minute, Count: 7, Status2xx: 7},
 		}})
-		expectStatus(t, resp, http.StatusNoContent)
+		expectStatus(t, resp, http.StatusOK)
 		resp = r.Get(t, "/api/v1/applications/"+app.ID+"/requests?range=24h", r.Token)
 		expectStatus(t, resp, http.StatusOK)
 		var traffic struct {
@@ -624,8 +624,14 @@ func TestApplicationAPIRefusesBadInput(t *testing.T) {
 		{Host: "example.com", Minute: minute, Count: 1, Status2xx: 2},
 		{Host: "example.com", Minute: minute, Count: -1},
 	} {
+		// An invalid entry is skipped and named; the report is not refused.
 		resp := r.agentCall(t, r.agent, http.MethodPost, "/requests", agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{m}})
-		expectProblem(t, resp, http.StatusUnprocessableEntity, "validation-failed")
+		expectStatus(t, resp, http.StatusOK)
+		var res agentproto.RequestsResult
+		resp.JSON(t, &res)
+		if res.Stored != 0 || res.SkippedCount != 1 || len(res.Skipped) != 1 || !strings.HasPrefix(res.Skipped[0].Field, "minutes[0].") {
+			t.Fatalf("invalid entry %+v: %s", m, resp.Body)
+		}
 	}
 	r.noClaim(t)
 	if jobs := r.listJobs(t, "?server_id="+r.serverID); len(jobs) != 1 {

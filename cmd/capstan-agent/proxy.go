@@ -31,7 +31,8 @@ func (f proxyFlags) settings() proxy.Settings {
 
 // trafficLoop reports the requests of the proxy's access log.
 func (f proxyFlags) trafficLoop(log *slog.Logger) agent.Loop {
-	rep := traffic.New(traffic.Options{LogPath: f.ProxyAccessLog, StateDir: f.StateDir, Logger: log})
+	rep := traffic.New(traffic.Options{LogPath: f.ProxyAccessLog, StateDir: f.StateDir, Logger: log,
+		Sites: traffic.NewCaddySites(f.CaddyAdmin)})
 	return agent.Loop{Name: "traffic report", Run: func(ctx context.Context, c *agent.Client) error {
 		return rep.Run(ctx, c)
 	}}

@@ -231,9 +231,12 @@ func (c *Client) PostInventory(ctx context.Context, inv agentproto.InventoryRequ
 
 // PostRequests reports per-host, per-minute request aggregates; a minute
 // sent again replaces the one sent before.
-func (c *Client) PostRequests(ctx context.Context, rep agentproto.RequestsReport) error {
-	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/requests", true, rep, nil)
-	return err
+func (c *Client) PostRequests(ctx context.Context, rep agentproto.RequestsReport) (agentproto.RequestsResult, error) {
+	// A control plane older than RequestsResult answers 204: nothing
+	// skipped.
+	var res agentproto.RequestsResult
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/requests", true, rep, &res)
+	return res, err
 }
 
 // Proxy fetches the server's current desired proxy state with its

@@ -19,27 +19,41 @@ type requestsInput struct {
 	Body agentproto.RequestsReport
 }
 
+type requestsOutput struct {
+	Body agentproto.RequestsResult
+}
+
 func registerRequests(s *httpapi.Server, limits *limiter) {
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-requests", Method: http.MethodPost, Path: "/agent/v1/requests", Tags: []string{"Agent protocol"},
 		Summary: "Report request traffic per host and minute",
-		Description: "Aggregates from the proxy's access log. Each (host, minute) replaces what was stored for it: a minute's " +
-			"counts are cumulative, so reporting it again as it grows (or retrying a report) is idempotent. At most 10,000 " +
-			"minutes; hosts must be valid hostnames; counts must not be negative and the status classes must not add up to more " +
-			"than count; minutes must be whole minutes, at most 7 days old and not in the future (2 minutes of clock skew are " +
-			"allowed). Otherwise 422 naming each bad field (minutes[i].field), and nothing is stored. Bodies over 4 MiB get 413. " +
-			"Rate limited per server: 20,000 minutes at once, then 100 a second; beyond that 429 with Retry-After, and nothing is stored.",
-		DefaultStatus: http.StatusNoContent,
+		Description: "Aggregates from the proxy's access log: minutes of the configured sites, and other, the server's one " +
+			"bucket of requests to every other host (stored without names). Each (host, minute) replaces what was stored for " +
+			"it: a minute's counts are cumulative, so reporting it again as it grows (or retrying a report) is idempotent. An " +
+			"entry is valid when its host is a valid hostname (minutes only), its counts are not negative and its status classes " +
+			"add up to at most count, and its minute is a whole minute at most 7 days old and not in the future (2 minutes of " +
+			"clock skew are allowed). Invalid entries are skipped, not stored, and named in the reply (skipped[i].field, e.g. " +
+			"minutes[3].host); the valid ones are stored. More than 10,000 entries in all: 422 and nothing is stored; bodies " +
+			"over 4 MiB get 413. Rate limited per server: 20,000 entries at once, then 100 a second; beyond that 429 with " +
+			"Retry-After, and nothing is stored.",
+		DefaultStatus: http.StatusOK,
 		MaxBodyBytes:  maxRequestsBody,
 		Errors:        []int{http.StatusTooManyRequests},
-	}, httpapi.Agent, func(ctx context.Context, in *requestsInput) (*struct{}, error) {
+	}, httpapi.Agent, func(ctx context.Context, in *requestsInput) (*requestsOutput, error) {
 		d := s.Domains()
 		if d == nil {
 			return nil, errors.New("agentapi: no domain service")
 		}
-		if err := limits.take(httpapi.AgentServer(ctx).ID, ReportRequests, len(in.Body.Minutes)); err != nil {
+		if err := limits.take(httpapi.AgentServer(ctx).ID, ReportRequests, len(in.Body.Minutes)+len(in.Body.Other)); err != nil {
 			return nil, err
 		}
-		return &struct{}{}, d.IngestRequests(ctx, httpapi.AgentServer(ctx).ID, in.Body)
+		res, err := d.IngestRequests(ctx, httpapi.AgentServer(ctx).ID, in.Body)
+		if err != nil {
+			return nil, err
+		}
+		if res.Skipped == nil {
+			res.Skipped = []agentproto.SkippedMinute{}
+		}
+		return &requestsOutput{Body: res}, nil
 	})
 }

@@ -22,6 +22,12 @@
 //	            one it applied, and takes the proxy state of app.deploy's
 //	            switch and of app.remove from GET /agent/v1/proxy rather
 //	            than from the payload (kept for older agents).
+//	2026-11-29  v1: request reports carry Other (the requests to hosts
+//	            that are not configured sites, one bucket per server); the
+//	            control plane answers 200 RequestsResult naming the entries
+//	            it skipped instead of refusing the whole report. Inventory
+//	            reports carry Images. DeployPayload.PruneImageIDs.
+//	            Problem.Errors (the field errors every 422 already carried).
 package agentproto
 
 import (
@@ -63,6 +69,16 @@ type Problem struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail"`
+	// Errors name the invalid fields of a validation problem (422); nil
+	// when the problem names none.
+	Errors []ProblemField `json:"errors,omitempty"`
+}
+
+// ProblemField is one invalid field of a validation problem.
+type ProblemField struct {
+	// Field is the field's path in the request body, e.g. minutes[3].host.
+	Field   string `json:"field"`
+	Message string `json:"message"`
 }
 
 // Facts describe the host an agent runs on.
@@ -294,6 +310,20 @@ type InventoryRequest struct {
 	Services    []ServiceInfo   `json:"services"`
 	Containers  []ContainerInfo `json:"containers"`
 	Ports       []ListeningPort `json:"ports"`
+	// Images are the Docker images on the host. Nil means the agent could
+	// not read them, or is older than this field; the control plane then
+	// assumes nothing about which images are present.
+	Images []ImageInfo `json:"images,omitempty"`
+}
+
+// ImageInfo is one Docker image on the host.
+type ImageInfo struct {
+	// ID is the full image id, sha256:….
+	ID string `json:"id"`
+	// Tags are the image's repository:tag references; empty when untagged.
+	Tags      []string  `json:"tags"`
+	SizeBytes int64     `json:"size_bytes"`
+	Created   time.Time `json:"created"`
 }
 
 // ServiceInfo is one systemd service unit.
@@ -474,6 +504,11 @@ type DeployPayload struct {
 	// KeepImageIDs are the images rollbacks may need; others of this app
 	// may be pruned after a successful release.
 	KeepImageIDs []string `json:"keep_image_ids"`
+	// PruneImageIDs are images of this application's earlier deployments
+	// that fell out of the ones kept for rollbacks; the agent removes them
+	// after a successful release unless a container uses them or they are
+	// in KeepImageIDs. Nil means none.
+	PruneImageIDs []string `json:"prune_image_ids,omitempty"`
 	// Proxy is the server's desired proxy state when the job was made,
 	// with its revision. An agent that can fetch GET /agent/v1/proxy
 	// applies the state current at the switch instead (with this
@@ -554,7 +589,35 @@ type DomainCheckResult struct {
 // requests as the log grows; the control plane keeps the latest counts of
 // each (host, minute), so reports are idempotent.
 type RequestsReport struct {
+	// Minutes are the requests to the proxy's configured sites.
 	Minutes []RequestMinute `json:"minutes"`
+	// Other is the server's "other" bucket: per minute, the requests to
+	// every host that is not a configured site (scanners, IP literals,
+	// stale DNS), summed without their names; Host is empty. Nil means
+	// none.
+	Other []RequestMinute `json:"other,omitempty"`
+}
+
+// RequestsResult is the reply to a request report.
+type RequestsResult struct {
+	// Stored counts the minutes stored (of Minutes and Other).
+	Stored int `json:"stored"`
+	// SkippedCount counts the entries that were invalid and not stored;
+	// the rest of the report was.
+	SkippedCount int `json:"skipped_count"`
+	// Skipped names the first of them (at most 100). Empty when
+	// everything was stored.
+	Skipped []SkippedMinute `json:"skipped"`
+}
+
+// SkippedMinute names one entry of a request report that was not stored.
+type SkippedMinute struct {
+	// Field is the entry's bad field: minutes[i].host, other[j].minute….
+	Field  string `json:"field"`
+	Reason string `json:"reason"`
+	// Host and Minute identify the entry.
+	Host   string    `json:"host"`
+	Minute time.Time `json:"minute"`
 }
 
 // RequestMinute aggregates one host's requests in one minute.

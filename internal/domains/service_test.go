@@ -48,6 +48,7 @@ type rig struct {
 	apps    *apps.Service
 	domains *domains.Service
 	admin   audit.Actor
+	st      *store.Store
 }
 
 func newRig(t *testing.T) *rig {
@@ -62,7 +63,7 @@ func newRig(t *testing.T) *rig {
 	as := apps.NewService(st, js, srvs, log, key, clock.Now, logger)
 	ds := domains.NewService(st, as, js, srvs, log, clock.Now, logger)
 	return &rig{t: t, ctx: context.Background(), clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
-		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}
+		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, st: st}
 }
 
 func (r *rig) enroll(name string, facts agentproto.Facts) string {
@@ -379,22 +380,25 @@ func TestRequestTraffic(t *testing.T) {
 		min("example.com", m.Add(-3*time.Hour), 7, 7, 0, 20),
 		min("api.example.com", m, 100, 100, 0, 5), // another app
 	}}
-	if err := r.domains.IngestRequests(r.ctx, srv, report); err != nil {
+	if _, err := r.domains.IngestRequests(r.ctx, srv, report); err != nil {
 		t.Fatal(err)
 	}
 	// The same host on another server is not this app's traffic.
-	if err := r.domains.IngestRequests(r.ctx, other, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m, 1000, 1000, 0, 1)}}); err != nil {
+	if _, err := r.domains.IngestRequests(r.ctx, other, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m, 1000, 1000, 0, 1)}}); err != nil {
 		t.Fatal(err)
 	}
 	// A later report of the current minute replaces it (cumulative).
-	if err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m, 6, 6, 0, 12)}}); err != nil {
+	if _, err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m, 6, 6, 0, 12)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m, 6, 6, 0, 12)}}); err != nil {
+	if _, err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m, 6, 6, 0, 12)}}); err != nil {
 		t.Fatal(err)
 	}
-	err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m.Add(time.Hour), 1, 1, 0, 1)}})
-	wantCode(t, err, fault.Invalid, "")
+	// A minute in the future is skipped, named, and nothing is stored.
+	res, err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{min("example.com", m.Add(time.Hour), 1, 1, 0, 1)}})
+	if err != nil || res.Stored != 0 || res.SkippedCount != 1 || len(res.Skipped) != 1 || res.Skipped[0].Field != "minutes[0].minute" {
+		t.Fatalf("future minute: %+v, %v", res, err)
+	}
 
 	tr, err := r.domains.Traffic(r.ctx, a, "1h")
 	if err != nil {
@@ -453,5 +457,59 @@ func TestRequestTraffic(t *testing.T) {
 	r.clock.Advance(3 * time.Hour)
 	if n, err := r.domains.PruneTraffic(r.ctx, r.clock.Now()); err != nil || n != 5 {
 		t.Fatalf("pruned %d (%v), want the rest", n, err)
+	}
+}
+
+// One bad host in a report (a scanner's IP literal) costs only its own
+// entry: the application's counts are exact, the junk hosts have no rows,
+// and the server's other bucket is readable.
+func TestIngestSkipsInvalidEntries(t *testing.T) {
+	r := newRig(t)
+	srv := r.enroll("web-1", agentproto.Facts{})
+	a := r.app(srv, "web")
+	if _, err := r.create("example.com", a, "auto", false); err != nil {
+		t.Fatal(err)
+	}
+	m := r.clock.Now().Truncate(time.Minute)
+	res, err := r.domains.IngestRequests(r.ctx, srv, agentproto.RequestsReport{
+		Minutes: []agentproto.RequestMinute{
+			{Host: "203.0.113.9", Minute: m, Count: 40, Status4xx: 40},
+			{Host: "example.com", Minute: m, Count: 7, Status2xx: 7},
+			{Host: "Bad_Name.example", Minute: m, Count: 3},
+			{Host: "example.com", Minute: m.Add(-time.Minute), Count: 5, Status2xx: 5},
+		},
+		Other: []agentproto.RequestMinute{{Minute: m, Count: 12, Status4xx: 12}},
+	})
+	if err != nil {
+		t.Fatalf("the report was refused: %v", err)
+	}
+	if res.Stored != 3 || res.SkippedCount != 2 || len(res.Skipped) != 2 || res.Skipped[0].Field != "minutes[0].host" ||
+		res.Skipped[0].Host != "203.0.113.9" || res.Skipped[1].Field != "minutes[2].host" {
+		t.Fatalf("result: %+v", res)
+	}
+	tr, err := r.domains.Traffic(r.ctx, a, "1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.Totals.Count != 12 || tr.Totals.Status2xx != 12 || tr.Totals.Status4xx != 0 {
+		t.Fatalf("app totals: %+v, want 12 requests, all 2xx", tr.Totals)
+	}
+	rows, err := r.st.RequestBuckets(r.ctx, srv, []string{"203.0.113.9", "bad_name.example", "Bad_Name.example"},
+		m.Add(-time.Hour), m.Add(time.Hour), time.Minute)
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("rows of the junk hosts: %+v, %v", rows, err)
+	}
+	o, err := r.domains.ServerOtherTraffic(r.ctx, srv, "1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Totals.Count != 12 || o.Totals.Status4xx != 12 || len(o.Points) != 60 || o.Points[59].Count != 12 {
+		t.Fatalf("other: %+v", o.Totals)
+	}
+	if _, err := r.domains.ServerOtherTraffic(r.ctx, "srv_nope", "1h"); !fault.Is(err, fault.NotFound) {
+		t.Fatalf("unknown server: %v", err)
+	}
+	if _, err := r.domains.ServerOtherTraffic(r.ctx, srv, "30d"); !fault.Is(err, fault.Invalid) {
+		t.Fatalf("bad range: %v", err)
 	}
 }

@@ -74,91 +74,134 @@ var trafficRanges = []trafficRange{
 	{"7d", 7 * 24 * time.Hour, time.Hour},
 }
 
-// IngestRequests validates and stores an agent's request report. A
-// minute already stored for a host is replaced: counts are cumulative for
-// a minute, so a repeated report changes nothing.
-func (s *Service) IngestRequests(ctx context.Context, serverID string, r agentproto.RequestsReport) error {
-	if err := ValidateRequests(r, s.now().UTC()); err != nil {
-		return err
+// OtherHost is the host under which a server's "other" bucket is stored:
+// the requests to hosts that are not configured sites, summed without
+// their names. No hostname is empty, so it never meets a domain's.
+const OtherHost = ""
+
+// MaxSkippedNamed bounds the skipped entries a reply names.
+const MaxSkippedNamed = 100
+
+// IngestRequests stores the valid entries of an agent's request report
+// and skips the invalid ones, naming them in the result: one bad entry
+// (a scanner's IP literal, a clock gone wrong) must not cost the others.
+// A minute already stored for a host is replaced: counts are cumulative
+// for a minute, so a repeated report changes nothing. Only a report with
+// more than MaxReportMinutes entries is refused whole (fault.Invalid).
+func (s *Service) IngestRequests(ctx context.Context, serverID string, r agentproto.RequestsReport) (agentproto.RequestsResult, error) {
+	now := s.now().UTC()
+	valid, skipped, err := ValidateRequests(r, now)
+	if err != nil {
+		return agentproto.RequestsResult{}, err
 	}
-	if len(r.Minutes) == 0 {
-		return nil
+	res := agentproto.RequestsResult{Stored: len(valid), SkippedCount: len(skipped), Skipped: skipped[:min(len(skipped), MaxSkippedNamed)]}
+	if len(skipped) > 0 {
+		s.log.WarnContext(ctx, "request report: invalid entries skipped", "server_id", serverID, "skipped", len(skipped),
+			"stored", len(valid), "first", skipped[0].Field+" "+skipped[0].Reason)
 	}
-	return s.store.PutRequestMinutes(ctx, serverID, r.Minutes, s.now().UTC())
+	if len(valid) == 0 {
+		return res, nil
+	}
+	if err := s.store.PutRequestMinutes(ctx, serverID, valid, now); err != nil {
+		return agentproto.RequestsResult{}, err
+	}
+	return res, nil
 }
 
-// ValidateRequests checks a request report against now.
-func ValidateRequests(r agentproto.RequestsReport, now time.Time) error {
-	var errs fault.Fields
-	if len(r.Minutes) > MaxReportMinutes {
-		errs.Add("minutes", "at most %d minutes per report", MaxReportMinutes)
-		return errs.Err()
+// ValidateRequests checks a request report against now. It returns the
+// entries to store (those of Other under OtherHost) and the invalid ones;
+// err is a fault.Invalid only when the report is too large to look at.
+func ValidateRequests(r agentproto.RequestsReport, now time.Time) (valid []agentproto.RequestMinute, skipped []agentproto.SkippedMinute, err error) {
+	if len(r.Minutes)+len(r.Other) > MaxReportMinutes {
+		return nil, nil, fault.Invalidf("minutes", "at most %d minutes per report (minutes and other together)", MaxReportMinutes)
 	}
 	type key struct {
 		host   string
 		minute int64
 	}
-	seen := make(map[key]bool, len(r.Minutes))
-	for i, m := range r.Minutes {
-		f := func(name string) string { return fmt.Sprintf("minutes[%d].%s", i, name) }
-		if p := HostnameProblem(m.Host); p != "" {
-			errs.Add(f("host"), "%s", p)
+	seen := make(map[key]bool, len(r.Minutes)+len(r.Other))
+	check := func(list string, i int, m agentproto.RequestMinute, other bool) {
+		if other {
+			m.Host = OtherHost
 		}
-		switch {
-		case m.Minute.IsZero():
-			errs.Add(f("minute"), "is required")
-		case !m.Minute.Equal(m.Minute.Truncate(time.Minute)):
-			errs.Add(f("minute"), "must be the start of a minute")
-		case m.Minute.Before(now.Add(-MaxMinuteAge)):
-			errs.Add(f("minute"), "is more than 7 days old")
-		case m.Minute.After(now.Add(MaxMinuteAhead)):
-			errs.Add(f("minute"), "is in the future")
+		skip := func(field, reason string, args ...any) {
+			host := m.Host
+			if len(host) > MaxHostnameLen {
+				host = host[:MaxHostnameLen]
+			}
+			skipped = append(skipped, agentproto.SkippedMinute{Field: fmt.Sprintf("%s[%d].%s", list, i, field),
+				Reason: fmt.Sprintf(reason, args...), Host: host, Minute: m.Minute})
+		}
+		if p := HostnameProblem(m.Host); !other && p != "" {
+			skip("host", "%s", p)
+			return
+		}
+		if p := minuteProblem(m.Minute, now); p != "" {
+			skip("minute", "%s", p)
+			return
 		}
 		k := key{m.Host, m.Minute.UnixMilli()}
 		if seen[k] {
-			errs.Add(f("minute"), "the report has this host and minute twice")
+			skip("minute", "the report has this host and minute twice")
+			return
 		}
-		seen[k] = true
 		for _, c := range []struct {
 			name string
 			v    int64
 		}{{"count", m.Count}, {"status_2xx", m.Status2xx}, {"status_3xx", m.Status3xx}, {"status_4xx", m.Status4xx},
 			{"status_5xx", m.Status5xx}, {"bytes_out", m.BytesOut}} {
 			if c.v < 0 {
-				errs.Add(f(c.name), "must not be negative")
+				skip(c.name, "must not be negative")
+				return
 			}
 		}
-		if m.Count >= 0 && m.Status2xx >= 0 && m.Status3xx >= 0 && m.Status4xx >= 0 && m.Status5xx >= 0 &&
-			m.Status2xx+m.Status3xx+m.Status4xx+m.Status5xx > m.Count {
-			errs.Add(f("count"), "must be at least the sum of the status classes")
+		if m.Status2xx+m.Status3xx+m.Status4xx+m.Status5xx > m.Count {
+			skip("count", "must be at least the sum of the status classes")
+			return
 		}
 		for _, c := range []struct {
 			name string
 			v    float64
 		}{{"p50_ms", m.P50Ms}, {"p95_ms", m.P95Ms}} {
 			if c.v < 0 || math.IsNaN(c.v) || math.IsInf(c.v, 0) {
-				errs.Add(f(c.name), "must be a non-negative number")
+				skip(c.name, "must be a non-negative number")
+				return
 			}
 		}
-		if len(errs) > 100 {
-			break
-		}
+		seen[k] = true
+		valid = append(valid, m)
 	}
-	return errs.Err()
+	for i, m := range r.Minutes {
+		check("minutes", i, m, false)
+	}
+	for i, m := range r.Other {
+		check("other", i, m, true)
+	}
+	return valid, skipped, nil
+}
+
+// minuteProblem says what is wrong with a reported minute, "" if nothing.
+func minuteProblem(m, now time.Time) string {
+	switch {
+	case m.IsZero():
+		return "is required"
+	case !m.Equal(m.Truncate(time.Minute)):
+		return "must be the start of a minute"
+	case m.Before(now.Add(-MaxMinuteAge)):
+		return "is more than 7 days old"
+	case m.After(now.Add(MaxMinuteAhead)):
+		return "is in the future"
+	}
+	return ""
 }
 
 // Traffic returns an application's request series over range 1h (per
 // minute), 24h (5-minute buckets) or 7d (hourly); any other range is a
 // fault.Invalid on "range".
 func (s *Service) Traffic(ctx context.Context, appID, rangeName string) (Traffic, error) {
-	var rg trafficRange
-	for _, r := range trafficRanges {
-		if r.name == rangeName {
-			rg = r
-		}
-	}
-	if rg.name == "" {
-		return Traffic{}, fault.Invalidf("range", "must be one of 1h, 24h, 7d")
+	rg, err := findRange(rangeName)
+	if err != nil {
+		return Traffic{}, err
 	}
 	app, err := s.apps.App(ctx, appID)
 	if err != nil {
@@ -172,22 +215,65 @@ func (s *Service) Traffic(ctx context.Context, appID, rangeName string) (Traffic
 	for _, d := range list {
 		hosts = append(hosts, names(d.Hostname, d.RedirectWWW)...)
 	}
+	out := Traffic{ApplicationID: appID, Range: rg.name, BucketSeconds: int(rg.bucket / time.Second), Hosts: hosts}
+	out.Points, out.Totals, err = s.series(ctx, app.ServerID, hosts, rg)
+	return out, err
+}
+
+// OtherTraffic is a server's "other" bucket: the requests its proxy
+// answered for hosts that are not configured sites.
+type OtherTraffic struct {
+	ServerID      string         `json:"server_id"`
+	Range         string         `json:"range" enum:"1h,24h,7d"`
+	BucketSeconds int            `json:"bucket_seconds" doc:"60 for 1h, 300 for 24h, 3600 for 7d"`
+	Points        []TrafficPoint `json:"points" doc:"Oldest first, one per bucket (zero when there were no requests); the last is the current, partial bucket"`
+	Totals        TrafficTotals  `json:"totals"`
+}
+
+// ServerOtherTraffic returns a server's "other" bucket over range 1h, 24h
+// or 7d, bucketed as Traffic is; any other range is a fault.Invalid on
+// "range".
+func (s *Service) ServerOtherTraffic(ctx context.Context, serverID, rangeName string) (OtherTraffic, error) {
+	rg, err := findRange(rangeName)
+	if err != nil {
+		return OtherTraffic{}, err
+	}
+	if _, err := s.servers.Get(ctx, serverID); err != nil {
+		return OtherTraffic{}, err
+	}
+	out := OtherTraffic{ServerID: serverID, Range: rg.name, BucketSeconds: int(rg.bucket / time.Second)}
+	out.Points, out.Totals, err = s.series(ctx, serverID, []string{OtherHost}, rg)
+	return out, err
+}
+
+func findRange(name string) (trafficRange, error) {
+	for _, r := range trafficRanges {
+		if r.name == name {
+			return r, nil
+		}
+	}
+	return trafficRange{}, fault.Invalidf("range", "must be one of 1h, 24h, 7d")
+}
+
+// series sums the requests to hosts on a server per bucket of rg, up to
+// now, with a point for every bucket.
+func (s *Service) series(ctx context.Context, serverID string, hosts []string, rg trafficRange) ([]TrafficPoint, TrafficTotals, error) {
 	now := s.now().UTC()
 	to := now.Truncate(rg.bucket).Add(rg.bucket)
 	from := to.Add(-rg.span)
-	out := Traffic{ApplicationID: appID, Range: rg.name, BucketSeconds: int(rg.bucket / time.Second), Hosts: hosts}
 	var rows []TrafficPoint
 	if len(hosts) > 0 {
-		if rows, err = s.store.RequestBuckets(ctx, app.ServerID, hosts, from, to, rg.bucket); err != nil {
-			return Traffic{}, err
+		var err error
+		if rows, err = s.store.RequestBuckets(ctx, serverID, hosts, from, to, rg.bucket); err != nil {
+			return nil, TrafficTotals{}, err
 		}
 	}
 	byT := make(map[int64]TrafficPoint, len(rows))
 	for _, r := range rows {
 		byT[r.T.UnixMilli()] = r
 	}
-	n := int(rg.span / rg.bucket)
-	out.Points = make([]TrafficPoint, 0, n)
+	points := make([]TrafficPoint, 0, int(rg.span/rg.bucket))
+	var tt TrafficTotals
 	for t := from; t.Before(to); t = t.Add(rg.bucket) {
 		p, ok := byT[t.UnixMilli()]
 		if !ok {
@@ -197,8 +283,7 @@ func (s *Service) Traffic(ctx context.Context, appID, rangeName string) (Traffic
 		if p.Count == 0 {
 			p.P95Ms = nil
 		}
-		out.Points = append(out.Points, p)
-		tt := &out.Totals
+		points = append(points, p)
 		tt.Count += p.Count
 		tt.Status2xx += p.Status2xx
 		tt.Status3xx += p.Status3xx
@@ -210,7 +295,7 @@ func (s *Service) Traffic(ctx context.Context, appID, rangeName string) (Traffic
 			tt.P95Ms = &v
 		}
 	}
-	return out, nil
+	return points, tt, nil
 }
 
 // PruneTraffic deletes the minutes older than TrafficRetention, in small

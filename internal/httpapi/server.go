@@ -134,6 +134,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerLogs()
 	s.registerApps()
 	s.registerDomains()
+	s.registerServerRequests()
 	for _, m := range mounts {
 		m(s)
 	}

@@ -324,6 +324,20 @@ func (cp *ControlPlane) throttled(route string, h http.HandlerFunc) http.Handler
 	}
 }
 
+// RequestOther is what the control plane keeps of the accepted reports'
+// other buckets: the latest values of each minute, keyed by RFC 3339.
+func (cp *ControlPlane) RequestOther() map[string]agentproto.RequestMinute {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	out := map[string]agentproto.RequestMinute{}
+	for _, r := range cp.requestReports {
+		for _, m := range r.Other {
+			out[m.Minute.UTC().Format(time.RFC3339)] = m
+		}
+	}
+	return out
+}
+
 // Problem writes an RFC 9457 problem.
 func Problem(w http.ResponseWriter, status int, typ, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -544,9 +558,15 @@ func (cp *ControlPlane) requests(w http.ResponseWriter, r *http.Request) {
 		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
 		return
 	}
-	if len(req.Minutes) == 0 {
+	if len(req.Minutes)+len(req.Other) == 0 {
 		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "minutes: at least one")
 		return
+	}
+	for _, m := range req.Other {
+		if m.Host != "" || m.Minute.IsZero() || !m.Minute.Equal(m.Minute.Truncate(time.Minute)) || m.Count < 0 {
+			Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "other minute with a host, or not on a minute")
+			return
+		}
 	}
 	for _, m := range req.Minutes {
 		if m.Host == "" || m.Minute.IsZero() || !m.Minute.Equal(m.Minute.Truncate(time.Minute)) || m.Count < 0 {
@@ -555,5 +575,5 @@ func (cp *ControlPlane) requests(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	cp.requestReports = append(cp.requestReports, req)
-	w.WriteHeader(http.StatusNoContent)
+	writeJSON(w, agentproto.RequestsResult{Stored: len(req.Minutes) + len(req.Other), Skipped: []agentproto.SkippedMinute{}})
 }

@@ -98,6 +98,10 @@ func (m *minute) report() agentproto.RequestMinute {
 	}
 }
 
+// otherHost is the host of the "other" bucket's minutes: the requests to
+// hosts that are not configured sites. No hostname is empty.
+const otherHost = ""
+
 type key struct {
 	host   string
 	minute int64 // Unix seconds of the minute's start
@@ -137,6 +141,10 @@ type aggregator struct {
 	// first start); zero: none.
 	notBefore  time.Time
 	maxMinutes int
+	// site reports whether a (normalized, non-empty) host is a configured
+	// site; the requests to any other host, and those without one, are
+	// counted under otherHost. Nil: every host is a site.
+	site func(host string) bool
 
 	// Counters since the last log of them.
 	malformed, late, overflow, evicted int64
@@ -168,8 +176,8 @@ func (a *aggregator) addLine(line []byte) {
 		return
 	}
 	host := normalizeHost(l.Request.Host)
-	if host == "" {
-		return
+	if host != otherHost && a.site != nil && !a.site(host) {
+		host = otherHost
 	}
 	sec, frac := math.Modf(l.TS)
 	at := time.Unix(int64(sec), int64(frac*1e9)).UTC()

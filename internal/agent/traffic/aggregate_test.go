@@ -71,7 +71,7 @@ func TestAggregate(t *testing.T) {
 	add(logLine(at, "app.test", 101, 0, time.Millisecond)) // counted, no class
 	add(logLine(at, "[::1]:443", 200, 5, time.Millisecond))
 	add(logLine(at.Add(time.Minute), "app.test", 200, 7, time.Millisecond))
-	add(logLine(at, "", 200, 7, time.Millisecond)) // no host: skipped
+	add(logLine(at, "", 200, 7, time.Millisecond)) // no host: the other bucket
 	a.addLine([]byte(`{"level":"info","ts":1795346421.4,"logger":"http","msg":"server running"}`))
 	a.addLine([]byte(`not json`))
 
@@ -99,10 +99,13 @@ func TestAggregate(t *testing.T) {
 	if m := a.minutes[key{"app.test", t0.Add(time.Minute).Unix()}]; m == nil || m.count != 1 {
 		t.Error("second minute missing")
 	}
-	if len(a.minutes) != 3 {
-		t.Errorf("%d minutes, want 3", len(a.minutes))
+	if m := a.minutes[key{otherHost, t0.Unix()}]; m == nil || m.count != 1 {
+		t.Errorf("no host: %+v", a.minutes)
 	}
-	if d := a.dirty(); len(d) != 3 || d[0].host != "::1" || d[2].start != t0.Add(time.Minute) {
+	if len(a.minutes) != 4 {
+		t.Errorf("%d minutes, want 4", len(a.minutes))
+	}
+	if d := a.dirty(); len(d) != 4 || d[0].host != otherHost || d[1].host != "::1" || d[3].start != t0.Add(time.Minute) {
 		t.Errorf("dirty order: %v", d)
 	}
 }

@@ -16,6 +16,13 @@
 // counted twice; minutes already reported are reported again with the same
 // or larger totals, which simply replace the earlier ones.
 //
+// Only the proxy's configured sites (Options.Sites) are counted per host;
+// requests to any other host (a scanner's IP literal, a random name, a
+// name whose DNS still points here) are summed into the server's one
+// "other" bucket, reported without names. The site list is read again at
+// every flush and whenever a poll meets a host not on it, so a site just
+// added is counted under its name from its first request.
+//
 // Memory is bounded: a minute is forgotten once closed (the log has moved
 // lateMinutes past it) and accepted; at most defaultMaxMinutes minutes are
 // held while the control plane is away (the oldest closed ones give way);
@@ -30,6 +37,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent"
@@ -65,11 +73,15 @@ type Options struct {
 	Backoff agent.Backoff
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+	// Sites tells which hosts are configured sites (CaddySites); nil:
+	// every host counts under its own name. Until it has answered once,
+	// the log is not read (its lines wait there, nothing is lost).
+	Sites SiteSource
 }
 
 // Poster delivers reports; *agent.Client is one.
 type Poster interface {
-	PostRequests(ctx context.Context, rep agentproto.RequestsReport) error
+	PostRequests(ctx context.Context, rep agentproto.RequestsReport) (agentproto.RequestsResult, error)
 }
 
 // Reporter follows the access log and reports its requests. Run it once
@@ -84,6 +96,14 @@ type Reporter struct {
 	waiting bool // the log's absence was logged
 	backoff agent.Backoff
 	failing bool
+
+	// The configured sites, when Options.Sites is set.
+	sites      map[string]bool
+	sitesKnown bool      // sites was read at least once
+	sitesAt    time.Time // when sites was last read
+	sitesFresh bool      // sites was read during the current poll
+	sitesErr   bool      // the last read failed (and was logged)
+	ctx        context.Context
 }
 
 // New returns a Reporter.
@@ -99,7 +119,11 @@ func New(opts Options) *Reporter {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	log := opts.Logger.With("loop", "traffic")
-	return &Reporter{opts: opts, log: log, agg: newAggregator(), tail: newFollower(opts.LogPath, log), backoff: opts.Backoff}
+	r := &Reporter{opts: opts, log: log, agg: newAggregator(), tail: newFollower(opts.LogPath, log), backoff: opts.Backoff}
+	if opts.Sites != nil {
+		r.agg.site = r.isSite
+	}
+	return r
 }
 
 // Run reads the log every PollInterval and reports the changed minutes
@@ -134,7 +158,7 @@ func (r *Reporter) Run(ctx context.Context, p Poster) error {
 	defer r.tail.stop()
 	nextFlush := r.opts.Now().Add(r.opts.FlushInterval)
 	for {
-		r.poll()
+		r.poll(ctx)
 		if !r.opts.Now().Before(nextFlush) {
 			err := r.flush(ctx, p)
 			if serr := r.save(); serr != nil {
@@ -147,7 +171,7 @@ func (r *Reporter) Run(ctx context.Context, p Poster) error {
 		}
 		select {
 		case <-ctx.Done():
-			r.poll()
+			r.poll(context.WithoutCancel(ctx))
 			return r.save()
 		case <-tick.C:
 		}
@@ -173,7 +197,17 @@ func (r *Reporter) start() error {
 }
 
 // poll reads what was appended to the log.
-func (r *Reporter) poll() {
+func (r *Reporter) poll(ctx context.Context) {
+	if r.opts.Sites != nil {
+		r.ctx, r.sitesFresh = ctx, false
+		defer func() { r.ctx = nil }()
+		if !r.sitesKnown || r.opts.Now().Sub(r.sitesAt) >= r.opts.FlushInterval {
+			r.readSites()
+		}
+		if !r.sitesKnown {
+			return
+		}
+	}
 	if err := r.tail.poll(r.agg.addLine); err != nil {
 		r.log.Warn("reading the proxy access log failed", "path", r.opts.LogPath, "err", err)
 	}
@@ -183,6 +217,54 @@ func (r *Reporter) poll() {
 			"malformed", a.malformed, "late", a.late, "over_limit", a.overflow, "unsent_minutes_dropped", a.evicted)
 		a.malformed, a.late, a.overflow, a.evicted = 0, 0, 0, 0
 	}
+}
+
+// sitesTimeout bounds one read of the configured sites.
+const sitesTimeout = 10 * time.Second
+
+// readSites reads the configured sites; on failure the previous ones stay.
+func (r *Reporter) readSites() {
+	r.sitesFresh = true
+	parent := r.ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, sitesTimeout)
+	defer cancel()
+	hosts, err := r.opts.Sites.SiteHosts(ctx)
+	if err != nil {
+		if !r.sitesErr {
+			msg := "reading the proxy's configured sites failed; the previous ones are used"
+			if !r.sitesKnown {
+				msg = "reading the proxy's configured sites failed; the access log is read once they are known"
+			}
+			r.log.Warn(msg, "err", err)
+			r.sitesErr = true
+		}
+		return
+	}
+	if r.sitesErr {
+		r.log.Info("the proxy's configured sites can be read again")
+		r.sitesErr = false
+	}
+	r.sites = make(map[string]bool, len(hosts))
+	for _, h := range hosts {
+		r.sites[normalizeHost(h)] = true
+	}
+	r.sitesKnown, r.sitesAt = true, r.opts.Now()
+}
+
+// isSite reports whether host is a configured site. A host not among
+// those read last makes them be read again, once per poll: a site may
+// have been added since.
+func (r *Reporter) isSite(host string) bool {
+	if r.sites[host] {
+		return true
+	}
+	if !r.sitesFresh {
+		r.readSites()
+	}
+	return r.sites[host]
 }
 
 // after logs the outcome of a flush and returns the time to the next one.
@@ -209,21 +291,7 @@ func (r *Reporter) flush(ctx context.Context, p Poster) error {
 	for len(dirty) > 0 {
 		batch := dirty[:min(maxBatch, len(dirty))]
 		dirty = dirty[len(batch):]
-		rep := agentproto.RequestsReport{Minutes: make([]agentproto.RequestMinute, len(batch))}
-		for i, m := range batch {
-			rep.Minutes[i] = m.report()
-		}
-		err := p.PostRequests(ctx, rep)
-		switch agent.StatusOf(err) {
-		case 0:
-			if err != nil {
-				return err
-			}
-		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-			// The same minutes would be refused again; they are sent
-			// again if they change.
-			r.log.Error("control plane refused a traffic report; its minutes are dropped", "minutes", len(batch), "err", err)
-		default:
+		if err := r.send(ctx, p, batch); err != nil {
 			return err
 		}
 		for _, m := range batch {
@@ -231,4 +299,112 @@ func (r *Reporter) flush(ctx context.Context, p Poster) error {
 		}
 	}
 	return nil
+}
+
+// batchReport is a report of minutes, with the minute behind each entry
+// by its field path (minutes[i], other[j]).
+func batchReport(batch []*minute) (agentproto.RequestsReport, map[string]*minute) {
+	var rep agentproto.RequestsReport
+	byField := make(map[string]*minute, len(batch))
+	for _, m := range batch {
+		if m.host == otherHost {
+			byField[fmt.Sprintf("other[%d]", len(rep.Other))] = m
+			rep.Other = append(rep.Other, m.report())
+		} else {
+			byField[fmt.Sprintf("minutes[%d]", len(rep.Minutes))] = m
+			rep.Minutes = append(rep.Minutes, m.report())
+		}
+	}
+	if rep.Minutes == nil {
+		rep.Minutes = []agentproto.RequestMinute{}
+	}
+	return rep, byField
+}
+
+// entryOf returns the minute a field path (minutes[3].host) names.
+func entryOf(byField map[string]*minute, field string) *minute {
+	entry, _, _ := strings.Cut(field, ".")
+	return byField[entry]
+}
+
+// refused reports whether a status means the control plane will refuse
+// the same report again.
+func refused(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge || status == http.StatusUnprocessableEntity
+}
+
+// maxLoggedEntries bounds the entries named in one log line.
+const maxLoggedEntries = 50
+
+// send reports one batch. The entries the control plane skipped are
+// logged, each with what was wrong. A control plane that refuses a whole
+// report for some bad entries (422) names them: they are logged and left
+// out, and the rest is sent again. Only a report refused with no entry
+// named is dropped, and then every entry of it is logged.
+func (r *Reporter) send(ctx context.Context, p Poster, batch []*minute) error {
+	rep, byField := batchReport(batch)
+	res, err := p.PostRequests(ctx, rep)
+	if err == nil {
+		r.logSkipped(res, byField)
+		return nil
+	}
+	var ae *agent.APIError
+	if !errors.As(err, &ae) || !refused(ae.Status) {
+		return err
+	}
+	bad := map[*minute]bool{}
+	for _, f := range ae.Problem.Errors {
+		if m := entryOf(byField, f.Field); m != nil {
+			bad[m] = true
+			r.log.Error("control plane refused a traffic entry; it is left out", "field", f.Field, "reason", f.Message,
+				"host", m.host, "minute", m.start)
+		}
+	}
+	var rest []*minute
+	for _, m := range batch {
+		if !bad[m] {
+			rest = append(rest, m)
+		}
+	}
+	if len(bad) > 0 && len(rest) > 0 {
+		rep, byField = batchReport(rest)
+		res, err = p.PostRequests(ctx, rep)
+		if err == nil {
+			r.logSkipped(res, byField)
+			return nil
+		}
+		if !errors.As(err, &ae) || !refused(ae.Status) {
+			return err
+		}
+	}
+	if len(rest) > 0 {
+		// The same minutes would be refused again; they are sent again
+		// if they change.
+		r.log.Error("control plane refused a traffic report without naming a bad entry; its minutes are dropped",
+			"minutes", len(rest), "entries", entryNames(rest), "err", err)
+	}
+	return nil
+}
+
+// logSkipped logs the entries the control plane skipped.
+func (r *Reporter) logSkipped(res agentproto.RequestsResult, byField map[string]*minute) {
+	for _, s := range res.Skipped {
+		host, at := s.Host, s.Minute
+		if m := entryOf(byField, s.Field); m != nil {
+			host, at = m.host, m.start
+		}
+		r.log.Warn("control plane skipped a traffic entry", "field", s.Field, "reason", s.Reason, "host", host, "minute", at)
+	}
+	if n := res.SkippedCount - len(res.Skipped); n > 0 {
+		r.log.Warn("control plane skipped more traffic entries than it named", "unnamed", n)
+	}
+}
+
+// entryNames names up to maxLoggedEntries minutes as host@minute.
+func entryNames(ms []*minute) []string {
+	out := make([]string, 0, min(len(ms), maxLoggedEntries))
+	for _, m := range ms[:min(len(ms), maxLoggedEntries)] {
+		out = append(out, m.host+"@"+m.start.Format(time.RFC3339))
+	}
+	return out
 }

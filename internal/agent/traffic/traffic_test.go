@@ -30,18 +30,18 @@ func newControlPlane() *controlPlane {
 	return &controlPlane{latest: map[key]agentproto.RequestMinute{}}
 }
 
-func (c *controlPlane) PostRequests(_ context.Context, rep agentproto.RequestsReport) error {
+func (c *controlPlane) PostRequests(_ context.Context, rep agentproto.RequestsReport) (agentproto.RequestsResult, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.failing > 0 {
 		c.failing--
-		return &agent.APIError{Method: "POST", Path: "/requests", Status: http.StatusServiceUnavailable}
+		return agentproto.RequestsResult{}, &agent.APIError{Method: "POST", Path: "/requests", Status: http.StatusServiceUnavailable}
 	}
 	c.posts++
 	for _, m := range rep.Minutes {
 		c.latest[key{m.Host, m.Minute.Unix()}] = m
 	}
-	return nil
+	return agentproto.RequestsResult{Stored: len(rep.Minutes)}, nil
 }
 
 func (c *controlPlane) snapshot() map[key]agentproto.RequestMinute {
@@ -113,7 +113,7 @@ func newReporter(dir, logPath string) *Reporter {
 // step is one iteration of Run: read, report.
 func step(t *testing.T, r *Reporter, cp *controlPlane) {
 	t.Helper()
-	r.poll()
+	r.poll(context.Background())
 	if err := r.flush(context.Background(), cp); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestRestartLosesAndDoublesNothing(t *testing.T) {
 	tr.write(150)
 	step(t, r, cp)
 	tr.write(40)
-	r.poll()
+	r.poll(context.Background())
 	if err := r.save(); err != nil {
 		t.Fatal(err)
 	}
