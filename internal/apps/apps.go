@@ -74,6 +74,10 @@ const (
 	// KeepImages is how many succeeded deployments' images the agent
 	// keeps for rollbacks.
 	KeepImages = 5
+	// PruneWindow is how many succeeded deployments past the kept ones a
+	// deploy names images of for pruning: an image that fell out is named
+	// by this many later deploys, should one of them fail to remove it.
+	PruneWindow = 20
 	// Listing limits of deployments.
 	DefaultDeploymentLimit = 30
 	MaxDeploymentLimit     = 100
@@ -218,6 +222,15 @@ type Store interface {
 	// SucceededImageIDs returns the resolved image ids of the newest
 	// succeeded deployments of an application, newest first, distinct.
 	SucceededImageIDs(ctx context.Context, appID string, limit int) ([]string, error)
+	// PrunableImageIDs returns the images of an application's succeeded
+	// deployments past its newest keep ones (from at most limit of them),
+	// distinct, without those among the kept or run by another
+	// application on the same server.
+	PrunableImageIDs(ctx context.Context, appID string, keep, limit int) ([]string, error)
+	// ServerImageIDs returns the image ids of a server's latest inventory
+	// and when it was collected; known is false when the inventory does
+	// not list images.
+	ServerImageIDs(ctx context.Context, serverID string) (ids []string, collectedAt time.Time, known bool, err error)
 	// RunningDeployments returns the deployments that hold their
 	// application's slot (with their jobs' statuses); appID "" means all.
 	RunningDeployments(ctx context.Context, appID string) ([]DeploymentRecord, error)

@@ -157,8 +157,11 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 
 // Rollback queues a new deployment with the frozen specification and
 // environment of an earlier one that succeeded, pinned to the exact image
-// the agent ran then. If that image is gone from the server the agent
-// fails the job, and so the deployment, saying so.
+// the agent ran then. When the server's latest inventory, collected after
+// that deployment, no longer lists the image (it was pruned or removed),
+// the rollback is a fault.Conflict "image-gone" and nothing is queued; if
+// the image goes after the inventory was collected, the agent fails the
+// job, and so the deployment, saying so.
 func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry, deploymentID string) (DeploymentDetail, error) {
 	old, err := s.store.Deployment(ctx, deploymentID)
 	if err != nil {
@@ -176,6 +179,9 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		return DeploymentDetail{}, errRemoving()
 	}
 	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
+		return DeploymentDetail{}, err
+	}
+	if err := s.checkImagePresent(ctx, a.ServerID, old); err != nil {
 		return DeploymentDetail{}, err
 	}
 	sealed, err := s.store.DeploymentEnv(ctx, old.ID)
@@ -197,6 +203,25 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		return DeploymentDetail{}, err
 	}
 	return s.settleAndGet(ctx, d)
+}
+
+// checkImagePresent refuses a rollback to d when the server's latest
+// inventory lists its images, was collected after d finished (so it would
+// list d's image had it stayed), and does not list d's image.
+func (s *Service) checkImagePresent(ctx context.Context, serverID string, d DeploymentRecord) error {
+	ids, at, known, err := s.store.ServerImageIDs(ctx, serverID)
+	if err != nil || !known || d.FinishedAt == nil || !at.After(*d.FinishedAt) {
+		return err
+	}
+	for _, id := range ids {
+		if id == d.ImageID {
+			return nil
+		}
+	}
+	return fault.Conflictf("image-gone",
+		"The image %s of deployment %s is no longer on the server: its inventory of %s does not list it (images that fall out "+
+			"of an application's last %d deployments are pruned). Deploy the image reference %s again instead.",
+		d.ImageID, d.ID, at.Format(time.RFC3339), KeepImages, d.Spec.Image)
 }
 
 // queue stores a queued deployment with its environment sealed to it.
@@ -447,6 +472,16 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 	if keep == nil {
 		keep = []string{}
 	}
+	stale, err := s.store.PrunableImageIDs(ctx, d.AppID, KeepImages, PruneWindow)
+	if err != nil {
+		return agentproto.DeployPayload{}, nil, err
+	}
+	var prune []string
+	for _, id := range stale {
+		if !contains(keep, id) {
+			prune = append(prune, id)
+		}
+	}
 	proxy, err := s.ProxyConfig(ctx, d.ServerID)
 	if err != nil {
 		return agentproto.DeployPayload{}, nil, err
@@ -469,7 +504,7 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 		AppID: d.AppID, AppName: d.Spec.AppName, DeploymentID: d.ID, Image: d.Spec.Image, ImageID: d.Spec.ImageID,
 		ContainerPort: d.Spec.ContainerPort, HealthPath: d.Spec.HealthPath, EnvKeys: keys,
 		MemoryLimitBytes: d.Spec.MemoryLimitBytes, HealthTimeoutSeconds: HealthTimeoutSeconds,
-		KeepImageIDs: keep, Proxy: proxy,
+		KeepImageIDs: keep, PruneImageIDs: prune, Proxy: proxy,
 	}, secrets, nil
 }
 

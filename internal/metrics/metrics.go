@@ -42,6 +42,8 @@ const (
 	MaxPorts          = 10000
 	MaxContainerPorts = 200
 	MaxLabels         = 500
+	MaxImages         = 5000
+	MaxImageTags      = 100
 )
 
 // Sample is a validated sample with the values derived from it.
@@ -96,6 +98,7 @@ type Inventory struct {
 	Services    []agentproto.ServiceInfo   `json:"services" doc:"systemd service units; null if unreadable"`
 	Containers  []agentproto.ContainerInfo `json:"containers" doc:"Docker containers; null if unreadable (e.g. no Docker)"`
 	Ports       []agentproto.ListeningPort `json:"ports" doc:"Listening sockets; null if unreadable"`
+	Images      []agentproto.ImageInfo     `json:"images" doc:"Docker images (id, tags, size, created); null if unreadable or the agent does not report them"`
 }
 
 // Store persists samples, rollups and inventories.

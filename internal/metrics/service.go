@@ -89,7 +89,7 @@ func (s *Service) PutInventory(ctx context.Context, serverID string, req agentpr
 		return err
 	}
 	return s.store.PutInventory(ctx, serverID, Inventory{CollectedAt: req.CollectedAt.UTC(), ReceivedAt: now,
-		Services: req.Services, Containers: req.Containers, Ports: req.Ports})
+		Services: req.Services, Containers: req.Containers, Ports: req.Ports, Images: req.Images})
 }
 
 // LatestAll returns the newest sample of every server that has one, in one

@@ -249,6 +249,24 @@ func ValidateInventory(req agentproto.InventoryRequest, now time.Time) error {
 			}
 		}
 	}
+	if len(req.Images) > MaxImages {
+		errs.Add("images", "at most %d images", MaxImages)
+	} else {
+		for i, im := range req.Images {
+			p := fmt.Sprintf("images[%d].", i)
+			text(&errs, p+"id", im.ID, 1, maxImageLen)
+			if len(im.Tags) > MaxImageTags {
+				errs.Add(p+"tags", "at most %d tags per image", MaxImageTags)
+			} else {
+				for j, tag := range im.Tags {
+					text(&errs, fmt.Sprintf("%stags[%d]", p, j), tag, 1, maxImageLen)
+				}
+			}
+			if im.SizeBytes < 0 {
+				errs.Add(p+"size_bytes", "must not be negative")
+			}
+		}
+	}
 	return capped(errs).Err()
 }
 

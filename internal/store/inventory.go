@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -14,11 +15,12 @@ type inventoryData struct {
 	Services   []agentproto.ServiceInfo   `json:"services"`
 	Containers []agentproto.ContainerInfo `json:"containers"`
 	Ports      []agentproto.ListeningPort `json:"ports"`
+	Images     []agentproto.ImageInfo     `json:"images"`
 }
 
 // PutInventory replaces a server's inventory.
 func (s *Store) PutInventory(ctx context.Context, serverID string, inv metrics.Inventory) error {
-	data, err := json.Marshal(inventoryData{Services: inv.Services, Containers: inv.Containers, Ports: inv.Ports})
+	data, err := json.Marshal(inventoryData{Services: inv.Services, Containers: inv.Containers, Ports: inv.Ports, Images: inv.Images})
 	if err != nil {
 		return err
 	}
@@ -47,5 +49,20 @@ func (s *Store) ServerInventory(ctx context.Context, serverID string) (*metrics.
 		return nil, err
 	}
 	return &metrics.Inventory{CollectedAt: fromMS(r.CollectedAt), ReceivedAt: fromMS(r.ReceivedAt),
-		Services: d.Services, Containers: d.Containers, Ports: d.Ports}, nil
+		Services: d.Services, Containers: d.Containers, Ports: d.Ports, Images: d.Images}, nil
+}
+
+// ServerImageIDs returns the image ids of a server's latest inventory and
+// when it was collected; known is false when there is no inventory or it
+// does not list images (the agent could not read them, or is older).
+func (s *Store) ServerImageIDs(ctx context.Context, serverID string) (ids []string, collectedAt time.Time, known bool, err error) {
+	inv, err := s.ServerInventory(ctx, serverID)
+	if err != nil || inv == nil || inv.Images == nil {
+		return nil, time.Time{}, false, err
+	}
+	ids = make([]string, len(inv.Images))
+	for i, im := range inv.Images {
+		ids[i] = im.ID
+	}
+	return ids, inv.CollectedAt, true, nil
 }

@@ -8,11 +8,15 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
+	dockerimage "github.com/moby/moby/api/types/image"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
+
+// imageSummary is an image of the engine's list.
+type imageSummary = dockerimage.Summary
 
 // image is the image a release runs.
 type image struct {
@@ -123,8 +127,10 @@ func shortImage(id string) string {
 }
 
 // prune removes the images in candidates (those of the containers a
-// release removed) except newID, the kept ones and those any container
-// still uses. Failures are warn events; it returns the ids removed.
+// release removed, and those the control plane says fell out of the ones
+// kept for rollbacks) except newID, the kept ones and those any container
+// still uses; candidates no longer on the host are passed over quietly.
+// Failures are warn events; it returns the ids removed.
 func prune(ctx context.Context, cli *client.Client, candidates []string, keep []string, newID string, events agent.EventSink) []string {
 	var todo []string
 	for _, id := range candidates {
@@ -138,6 +144,17 @@ func prune(ctx context.Context, cli *client.Client, candidates []string, keep []
 		todo = append(todo, id)
 	}
 	pruned := []string{}
+	if len(todo) == 0 {
+		return pruned
+	}
+	present, err := cli.ImageList(ctx, client.ImageListOptions{})
+	if err != nil {
+		events.Emit(agentproto.LevelWarn, fmt.Sprintf("not pruning old images: listing images: %v", err), nil)
+		return pruned
+	}
+	todo = slices.DeleteFunc(todo, func(id string) bool {
+		return !slices.ContainsFunc(present.Items, func(im imageSummary) bool { return sameImage(im.ID, id) })
+	})
 	if len(todo) == 0 {
 		return pruned
 	}

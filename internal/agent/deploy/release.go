@@ -158,11 +158,12 @@ func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto
 	drain := d.opts.Proxy != nil && siteCount(applied, p.AppID) > 0
 	removed, images := d.removeOld(ctx, cli, p.AppID, s.ID, drain, events)
 
-	// 6. Their images.
+	// 6. Their images, and those of earlier deployments that fell out of
+	// the ones kept for rollbacks.
 	pruned := []string{}
 	if ctx.Err() == nil {
-		pruned = prune(ctx, cli, images, p.KeepImageIDs, img.ID, events)
-	} else if len(images) > 0 {
+		pruned = prune(ctx, cli, append(images, p.PruneImageIDs...), p.KeepImageIDs, img.ID, events)
+	} else if len(images)+len(p.PruneImageIDs) > 0 {
 		events.Emit(agentproto.LevelWarn, "not pruning old images: the job's time ran out", nil)
 	}
 

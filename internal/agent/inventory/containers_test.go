@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/image"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
@@ -23,6 +24,7 @@ import (
 type fakeDocker struct {
 	host     string
 	items    []container.Summary
+	images   []image.Summary
 	restarts map[string]int
 	inspects int
 	closed   bool
@@ -42,6 +44,10 @@ func (f *fakeDocker) ContainerInspect(_ context.Context, id string, _ client.Con
 		return client.ContainerInspectResult{}, errors.New("no such container")
 	}
 	return client.ContainerInspectResult{Container: container.InspectResponse{ID: id, RestartCount: n}}, nil
+}
+
+func (f *fakeDocker) ImageList(_ context.Context, _ client.ImageListOptions) (client.ImageListResult, error) {
+	return client.ImageListResult{Items: f.images}, nil
 }
 
 func (f *fakeDocker) DaemonHost() string { return f.host }

@@ -1,6 +1,6 @@
 // Package inventory collects what runs on a host for capstan-agent's
 // inventory reports: the systemd service units (over D-Bus), the Docker
-// containers (through the Engine API) and the listening TCP and UDP
+// containers and images (through the Engine API) and the listening TCP and UDP
 // sockets with their processes (from /proc).
 //
 // A part that cannot be read is nil in the report (agentproto says: the
@@ -70,6 +70,10 @@ func (c *Collector) Collect(ctx context.Context) (agentproto.InventoryRequest, e
 		inv.Containers, err = c.containers.list(ctx)
 		return err
 	})
+	part("docker images", func(ctx context.Context) (err error) {
+		inv.Images, err = c.containers.images(ctx)
+		return err
+	})
 	part("listening ports", func(context.Context) (err error) {
 		inv.Ports, err = c.ports.list(now)
 		return err
@@ -102,6 +106,7 @@ func Hash(inv agentproto.InventoryRequest) [sha256.Size]byte {
 	for i := range inv.Containers {
 		inv.Containers[i].Status = statusKey(inv.Containers[i].Status)
 	}
+	inv.Images = sortedClone(inv.Images, func(a, b agentproto.ImageInfo) int { return cmp.Compare(a.ID, b.ID) })
 	// Maps (labels) are encoded with sorted keys.
 	b, err := json.Marshal(inv)
 	if err != nil {

@@ -105,8 +105,8 @@ func TestCollectorPartsFailIndependently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if inv.Services != nil || inv.Containers != nil {
-		t.Errorf("services %v, containers %v: want nil (not on this host)", inv.Services, inv.Containers)
+	if inv.Services != nil || inv.Containers != nil || inv.Images != nil {
+		t.Errorf("services %v, containers %v, images %v: want nil (not on this host)", inv.Services, inv.Containers, inv.Images)
 	}
 	if got, want := len(inv.Ports), 9; got != want {
 		t.Fatalf("%d ports, want %d", got, want)
@@ -136,6 +136,9 @@ func TestCollectThisHost(t *testing.T) {
 	}
 	if inv.Ports == nil {
 		t.Error("ports unknown on this host")
+	}
+	if (inv.Containers == nil) != (inv.Images == nil) {
+		t.Errorf("containers known %v, images known %v: both come from the same engine", inv.Containers != nil, inv.Images != nil)
 	}
 	t.Logf("%d services (known %v), %d containers (known %v), %d ports",
 		len(inv.Services), inv.Services != nil, len(inv.Containers), inv.Containers != nil, len(inv.Ports))
