@@ -33,7 +33,7 @@ func TestStorePrunableImageIDs(t *testing.T) {
 		ctx := context.Background()
 		srv, srv2 := mustCreateServer(t, s, "web-1"), mustCreateServer(t, s, "web-2")
 		web, api, far := mustInsertApp(t, s, srv, "web"), mustInsertApp(t, s, srv, "api"), mustInsertApp(t, s, srv2, "far")
-		mustSucceed(t, s, api, t0, "sha256:1")                 // shared with web: never pruned
+		mustSucceed(t, s, api, t0, "sha256:1")                  // shared with web: never pruned
 		mustSucceed(t, s, far, t0.Add(time.Second), "sha256:0") // another server: no matter
 		for i := range 8 {
 			mustSucceed(t, s, web, t0.Add(time.Duration(i+2)*time.Second), fmt.Sprintf("sha256:%d", i))
