@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/metrics"
 )
 
@@ -123,7 +124,7 @@ func TestDeployNamesImagesToPrune(t *testing.T) {
 // deployments lists an application's deployments.
 func (r *rig) deployments(appID string) []apps.Deployment {
 	r.t.Helper()
-	list, err := r.apps.ListDeployments(r.ctx, appID, apps.MaxDeploymentLimit)
+	list, err := r.apps.ListDeployments(r.ctx, appID, apps.MaxDeploymentLimit, jobs.AdminReader)
 	if err != nil {
 		r.t.Fatal(err)
 	}
