@@ -83,6 +83,7 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/servers/{id}/revoke":               {access: admin, path: "/api/v1/servers/" + none + "/revoke"},
 		"POST /api/v1/servers/{id}/actions":              {access: admin, path: "/api/v1/servers/" + none + "/actions", body: map[string]any{}},
 		"GET /api/v1/servers/{id}/metrics":               {access: signedIn, path: "/api/v1/servers/" + fx.serverID + "/metrics?range=1h"},
+		"GET /api/v1/servers/{id}/requests/other":        {access: signedIn, path: "/api/v1/servers/" + fx.serverID + "/requests/other?range=1h"},
 		"GET /api/v1/monitoring/fleet":                   {access: signedIn, path: "/api/v1/monitoring/fleet?range=1h"},
 		"GET /api/v1/jobs":                               {access: signedIn, path: "/api/v1/jobs?limit=100", output: true},
 		"GET /api/v1/jobs/{id}":                          {access: signedIn, path: "/api/v1/jobs/" + fx.serviceJobID, output: true},
