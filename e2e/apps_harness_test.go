@@ -9,6 +9,7 @@ package e2e
 // for domain checks. Everything listens on 127.0.0.1.
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/binary"
@@ -657,4 +658,38 @@ type AppLogsRead struct {
 	RestartCount int                  `json:"restart_count"`
 	ContainerID  string               `json:"container_id"`
 	Lines        []agentproto.LogLine `json:"lines"`
+}
+
+// accessEntry is one request of Caddy's JSON access log.
+type accessEntry struct {
+	Host   string // lowercased, without a port
+	Status int    // 0 when the proxy logged the request without an answer
+}
+
+// accessLogEntries reads the requests of Caddy's JSON access log at path.
+func accessLogEntries(t testing.TB, path string) []accessEntry {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []accessEntry
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var l struct {
+			Logger  string `json:"logger"`
+			Status  int    `json:"status"`
+			Request struct {
+				Host string `json:"host"`
+			} `json:"request"`
+		}
+		if len(line) == 0 || json.Unmarshal(line, &l) != nil || !strings.HasPrefix(l.Logger, "http.log.access") {
+			continue
+		}
+		h := strings.ToLower(l.Request.Host)
+		if hh, _, err := net.SplitHostPort(h); err == nil {
+			h = hh
+		}
+		out = append(out, accessEntry{Host: h, Status: l.Status})
+	}
+	return out
 }

@@ -4,13 +4,10 @@ package e2e
 // rollbacks, on the real stack (control plane, agent, Caddy, Docker).
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,26 +125,9 @@ func TestAppTrafficWithJunkHosts(t *testing.T) {
 // Host they carried (port and case as sent).
 func accessLogHosts(t testing.TB, path string) map[string]int64 {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]int64{}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		var l struct {
-			Logger  string `json:"logger"`
-			Request struct {
-				Host string `json:"host"`
-			} `json:"request"`
-		}
-		if len(line) == 0 || json.Unmarshal(line, &l) != nil || !strings.HasPrefix(l.Logger, "http.log.access") {
-			continue
-		}
-		h := strings.ToLower(l.Request.Host)
-		if hh, _, err := net.SplitHostPort(h); err == nil {
-			h = hh
-		}
-		out[h]++
+	for _, e := range accessLogEntries(t, path) {
+		out[e.Host]++
 	}
 	return out
 }
