@@ -15,19 +15,24 @@
 //	            results of service.*, container.* and the log reads.
 //	2026-11-22  v1: applications: app.deploy, app.remove, app.logs,
 //	            proxy.apply, domain.check; request traffic reports.
-//	2026-11-29  v1: proxy state revisions: ProxyConfig.Revision, numbered
+//	2026-11-24  v1: proxy state revisions: ProxyConfig.Revision, numbered
 //	            per server by the control plane; GET /agent/v1/proxy
 //	            (ProxyStateResponse) returns the server's current desired
 //	            proxy state. An agent never applies a revision older than
 //	            one it applied, and takes the proxy state of app.deploy's
 //	            switch and of app.remove from GET /agent/v1/proxy rather
 //	            than from the payload (kept for older agents).
-//	2026-11-29  v1: request reports carry Other (the requests to hosts
+//	2026-11-24  v1: request reports carry Other (the requests to hosts
 //	            that are not configured sites, one bucket per server); the
 //	            control plane answers 200 RequestsResult naming the entries
 //	            it skipped instead of refusing the whole report. Inventory
 //	            reports carry Images. DeployPayload.PruneImageIDs.
 //	            Problem.Errors (the field errors every 422 already carried).
+//	2026-11-24  v1: limits per server: at most two claim long-polls wait
+//	            at once (a newer claim answers the oldest 204 at once);
+//	            metrics, inventory, job events and request reports answer
+//	            429 with Retry-After over their rate, and an agent waits
+//	            that long before sending the same report again.
 package agentproto
 
 import (
