@@ -29,10 +29,14 @@ func (f proxyFlags) settings() proxy.Settings {
 	}
 }
 
-// trafficLoop reports the requests of the proxy's access log.
-func (f proxyFlags) trafficLoop(log *slog.Logger) agent.Loop {
-	rep := traffic.New(traffic.Options{LogPath: f.ProxyAccessLog, StateDir: f.StateDir, Logger: log,
+// trafficReporter reports the requests of the proxy's access log.
+func (f proxyFlags) trafficReporter(log *slog.Logger) *traffic.Reporter {
+	return traffic.New(traffic.Options{LogPath: f.ProxyAccessLog, StateDir: f.StateDir, Logger: log,
 		Sites: traffic.NewCaddySites(f.CaddyAdmin)})
+}
+
+// trafficLoop runs rep.
+func trafficLoop(rep *traffic.Reporter) agent.Loop {
 	return agent.Loop{Name: "traffic report", Run: func(ctx context.Context, c *agent.Client) error {
 		return rep.Run(ctx, c)
 	}}

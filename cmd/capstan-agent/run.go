@@ -42,13 +42,16 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 	// The applied proxy revision is kept per enrollment, next to the
 	// traffic report's state.
 	ps.StateDir, ps.ServerID = r.StateDir, cfg.ServerID
+	// The traffic report counts the configured sites by name: it reads
+	// them again after every configuration the proxy loads.
+	rep := r.trafficReporter(log)
 	desired := &controlPlaneProxy{}
 	a, err := agent.New(agent.Options{
 		Config:    cfg,
 		Version:   version,
-		Executors: executorsFor(ps, desired),
+		Executors: executorsFor(ps, desired, rep.SitesChanged),
 		Logger:    log,
-		Loops:     []agent.Loop{r.trafficLoop(log)},
+		Loops:     []agent.Loop{trafficLoop(rep)},
 	})
 	if err != nil {
 		log.Error("invalid agent configuration", "path", r.Config, "err", err)
@@ -74,11 +77,12 @@ func (c *controlPlaneProxy) Proxy(ctx context.Context) (agentproto.ProxyConfig, 
 
 // executors are the job types this build runs, the proxy's with its
 // default settings.
-func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil) }
+func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil, nil) }
 
 // executorsFor are the job types this build runs, the proxy's on ps;
-// desired (nil: none) fetches the server's current desired proxy state.
-func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy) agent.Registry {
+// desired (nil: none) fetches the server's current desired proxy state;
+// onLoad (nil: none) is told of every configuration the proxy loads.
+func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func()) agent.Registry {
 	r := agent.Registry{}
 	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
 
@@ -103,6 +107,7 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy) agent.Registry
 		proxyDocker = c
 	}
 	px := proxy.New(ps, proxyDocker)
+	px.OnLoad(onLoad)
 	r.Register(agentproto.JobProxyApply, px.ApplyExecutor())
 	r.Register(agentproto.JobDomainCheck, px.CheckExecutor())
 	apps := deploy.New(deploy.Options{Proxy: px, Desired: desired})

@@ -210,6 +210,33 @@ func TestApplyNoSites(t *testing.T) {
 	waitFor(t, c.Client(nil), c.URL("http", "any.test", "/"), 404, "No site is configured")
 }
 
+// OnLoad hears of every configuration Caddy accepted, and of no other.
+func TestOnLoad(t *testing.T) {
+	c := testlab.StartCaddy(t)
+	p := newProxy(c, "")
+	var loads atomic.Int32
+	p.OnLoad(func() { loads.Add(1) })
+	site := agentproto.ProxyConfig{Sites: []agentproto.ProxySite{{Hostname: "app.test", AppID: "app_1", TLSMode: agentproto.TLSOff}}}
+	if err := p.Apply(context.Background(), site, map[string]string{"app_1": "127.0.0.1:9"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := loads.Load(); got != 1 {
+		t.Fatalf("after one load: told %d times, want 1", got)
+	}
+	bad := agentproto.ProxyConfig{Sites: []agentproto.ProxySite{{Hostname: "a b.test", AppID: "x", TLSMode: agentproto.TLSOff}}}
+	if err := p.Apply(context.Background(), bad, nil); err == nil {
+		t.Fatal("an invalid hostname was applied")
+	}
+	proxy.InjectHostname(p, "{env.CAPSTAN_TEST_SURELY_UNSET_VARIABLE}")
+	defer proxy.InjectHostname(p, "")
+	if err := p.Apply(context.Background(), site, map[string]string{"app_1": "127.0.0.1:9"}); !proxy.IsLoadError(err) {
+		t.Fatalf("a configuration Caddy refuses: %v", err)
+	}
+	if got := loads.Load(); got != 1 {
+		t.Fatalf("after refused applies: told %d times, want 1", got)
+	}
+}
+
 func readJSONLines(t *testing.T, path string) []map[string]any {
 	t.Helper()
 	f, err := os.Open(path)

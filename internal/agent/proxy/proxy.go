@@ -162,7 +162,15 @@ type Proxy struct {
 	revisionLoaded bool
 	// beforeLoad, for tests, edits the rendered configuration.
 	beforeLoad func(*caddyConfig)
+	// onLoad (nil: none) is called after each configuration Caddy
+	// accepted; set by OnLoad before the first apply.
+	onLoad func()
 }
+
+// OnLoad makes fn be called after each configuration Caddy accepted, with
+// the applies still serialized: the traffic report reads the configured
+// sites again then. fn must not block. Call it before the first apply.
+func (p *Proxy) OnLoad(fn func()) { p.onLoad = fn }
 
 // New returns a Proxy for the Caddy of settings (zero fields: defaults).
 // docker finds the applications' live containers; nil disables that, and
@@ -228,6 +236,9 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 	}
 	if err := p.load(ctx, body); err != nil {
 		return nil, err
+	}
+	if p.onLoad != nil {
+		p.onLoad()
 	}
 	p.current = ups
 	return maps.Clone(ups), nil

@@ -142,10 +142,21 @@ func TestJunkHostsGoToOther(t *testing.T) {
 	if cp.posts != 1 {
 		t.Errorf("posts: got %d, want 1", cp.posts)
 	}
+	// Junk hosts do not make the proxy's configuration be read again
+	// and again: a scanner must not turn into a stream of admin reads.
+	for range 5 {
+		appendFile(t, logPath, logLine(at, "203.0.113.9", 404, 10, time.Millisecond))
+		wantOther++
+		r.poll(context.Background())
+	}
+	if got := sites.reads; got != 1 {
+		t.Errorf("the sites were read %d times during polls of junk hosts, want once", got)
+	}
 
 	// A site added since the list was read is counted under its name
-	// from its first line: an unknown host makes the list be read again.
+	// from its first line: the proxy's load of it marks the list stale.
 	sites.set(nil, "app.test", "www.app.test", "new.test")
+	r.SitesChanged()
 	appendFile(t, logPath, logLine(at.Add(time.Second), "new.test", 200, 5, time.Millisecond))
 	r.poll(context.Background())
 	if err := r.flush(context.Background(), cp); err != nil {

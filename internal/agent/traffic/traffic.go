@@ -38,6 +38,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent"
@@ -103,6 +104,9 @@ type Reporter struct {
 	sitesAt    time.Time // when sites was last read
 	sitesFresh bool      // sites was read during the current poll
 	sitesErr   bool      // the last read failed (and was logged)
+	// sitesStale is set by SitesChanged, from any goroutine: the next
+	// poll reads the sites again.
+	sitesStale atomic.Bool
 	ctx        context.Context
 }
 
@@ -201,7 +205,7 @@ func (r *Reporter) poll(ctx context.Context) {
 	if r.opts.Sites != nil {
 		r.ctx, r.sitesFresh = ctx, false
 		defer func() { r.ctx = nil }()
-		if !r.sitesKnown || r.opts.Now().Sub(r.sitesAt) >= r.opts.FlushInterval {
+		if r.sitesStale.Swap(false) || !r.sitesKnown || r.opts.Now().Sub(r.sitesAt) >= r.opts.FlushInterval {
 			r.readSites()
 		}
 		if !r.sitesKnown {
@@ -254,14 +258,24 @@ func (r *Reporter) readSites() {
 	r.sitesKnown, r.sitesAt = true, r.opts.Now()
 }
 
-// isSite reports whether host is a configured site. A host not among
-// those read last makes them be read again, once per poll: a site may
-// have been added since.
+// SitesChanged tells the reporter that the proxy loaded a new
+// configuration: the next poll reads the configured sites again, before
+// it counts a line. Safe to call from any goroutine.
+func (r *Reporter) SitesChanged() { r.sitesStale.Store(true) }
+
+// unknownHostReread is how often at most a host that is not among the
+// sites read last makes them be read again, for a configuration loaded
+// without SitesChanged (by hand, or by an older agent before a restart).
+// Bounded so that a scanner's stream of random names does not turn into
+// a stream of reads of the proxy's whole configuration.
+const unknownHostReread = 30 * time.Second
+
+// isSite reports whether host is a configured site.
 func (r *Reporter) isSite(host string) bool {
 	if r.sites[host] {
 		return true
 	}
-	if !r.sitesFresh {
+	if !r.sitesFresh && r.opts.Now().Sub(r.sitesAt) >= unknownHostReread {
 		r.readSites()
 	}
 	return r.sites[host]
