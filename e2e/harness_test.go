@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -333,19 +332,7 @@ func runBinary(t testing.TB, bin string, env []string, stdin string, args ...str
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = env
 	cmd.Stdin = strings.NewReader(stdin)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := CLIResult{Stdout: stdout.String(), Stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && ctx.Err() == nil:
-		res.ExitCode = exit.ExitCode()
-	default:
-		t.Fatalf("%s %s: %v\nstderr: %s", filepath.Base(bin), strings.Join(args, " "), err, res.Stderr)
-	}
-	return res
+	return testlab.RunCommand(t, ctx, cmd, filepath.Base(bin)+" "+strings.Join(args, " "))
 }
 
 // User is a user created with the CLI, with what it needs to sign in.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 func TestRecoveryKit(t *testing.T) {
@@ -180,7 +181,7 @@ func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
 
 		const n = 50
 		var got statusCounts
-		inParallel(n, func(i int) {
+		testlab.InParallel(n, func(i int) {
 			got.add(postFrom(cp, attacker, "/api/v1/platform/recovery-kit", s.AccessToken,
 				map[string]string{"password": "wrong password " + strconv.Itoa(i)}))
 		})

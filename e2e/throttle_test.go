@@ -15,6 +15,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // clientAt returns an HTTP client whose connections leave from the
@@ -132,22 +133,6 @@ func (s *statusCounts) check(t testing.TB) map[string]int {
 	return s.counts
 }
 
-// inParallel runs fn(i) for i in [0, n) at once and waits for all.
-func inParallel(n int, fn func(i int)) {
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
-
 // countFor counts the audit entries of user.
 func countFor(entries []AuditEntry, userID string) int {
 	n := 0
@@ -174,7 +159,7 @@ func TestSignInParallelWrongPasswords(t *testing.T) {
 
 		const n = 120
 		var got statusCounts
-		inParallel(n, func(i int) {
+		testlab.InParallel(n, func(i int) {
 			got.add(postFrom(cp, attacker, "/api/v1/auth/login", "", map[string]string{
 				"email": admin.Email, "password": "wrong password " + strconv.Itoa(i)}))
 		})
@@ -258,7 +243,7 @@ func TestSignInParallelWrongCodes(t *testing.T) {
 			clients[i] = clientAt(t, fmt.Sprintf("127.0.2.%d", i+1))
 		}
 		var got statusCounts
-		inParallel(n, func(i int) {
+		testlab.InParallel(n, func(i int) {
 			got.add(postFrom(cp, clients[i], "/api/v1/auth/2fa/verify", "", map[string]string{
 				"challenge_id": challenge, "code": wrong}))
 		})
@@ -296,7 +281,7 @@ func TestSignInLockAndUnlock(t *testing.T) {
 		// the addresses in parallel.
 		addresses := auth.LockAfterFailures / auth.ClientBurst
 		var got statusCounts
-		inParallel(addresses, func(a int) {
+		testlab.InParallel(addresses, func(a int) {
 			c := clientAt(t, fmt.Sprintf("127.0.3.%d", a+1))
 			for i := range auth.ClientBurst {
 				got.add(postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{

@@ -16,6 +16,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // clock is a fake clock that moves only when told to.
@@ -467,22 +468,6 @@ func TestLoginThrottledPerClient(t *testing.T) {
 	}
 }
 
-// parallel runs fn n times at once and waits for all of them.
-func parallel(n int, fn func(i int)) {
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			fn(i)
-		}()
-	}
-	close(start)
-	wg.Wait()
-}
-
 // outcomes counts errors by problem code ("" for nil).
 type outcomes struct {
 	mu     sync.Mutex
@@ -517,7 +502,7 @@ func TestParallelWrongLoginsAreThrottled(t *testing.T) {
 	f.createUser("alice@example.com")
 	const n = 120
 	var out outcomes
-	parallel(n, func(int) {
+	testlab.InParallel(n, func(int) {
 		_, err := f.svc.Login(context.Background(), client, "alice@example.com", "not the password at all")
 		out.add(t, err)
 	})
@@ -543,7 +528,7 @@ func TestParallelWrongOwnPasswordsAreThrottled(t *testing.T) {
 	before := f.svc.PasswordChecks()
 	const n = 50
 	var out outcomes
-	parallel(n, func(int) {
+	testlab.InParallel(n, func(int) {
 		ok, err := f.svc.CheckOwnPassword(context.Background(), client, p, "not the password at all")
 		if ok {
 			t.Error("a wrong password was accepted")
@@ -572,7 +557,7 @@ func TestParallelWrongCodesOnOneChallenge(t *testing.T) {
 	wrong := f.wrongCode(en.Secret)
 	const n = 40
 	var out outcomes
-	parallel(n, func(i int) {
+	testlab.InParallel(n, func(i int) {
 		c := auth.Client{IP: fmt.Sprintf("198.51.100.%d", 100+i)}
 		_, err := f.svc.Verify(context.Background(), c, r.ChallengeID, wrong)
 		out.add(t, err)
@@ -644,7 +629,7 @@ func TestLockAtCeiling(t *testing.T) {
 		t.Helper()
 		var out outcomes
 		addresses := (n + auth.ClientBurst - 1) / auth.ClientBurst
-		parallel(addresses, func(a int) {
+		testlab.InParallel(addresses, func(a int) {
 			c := auth.Client{IP: fmt.Sprintf("10.%d.%d.1", base, a)}
 			for i := a * auth.ClientBurst; i < min(n, (a+1)*auth.ClientBurst); i++ {
 				_, err := f.svc.Login(ctx, c, "alice@example.com", "a wrong password")

@@ -1,9 +1,7 @@
 package testlab
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -303,12 +301,6 @@ func (h *Host) Log() string {
 	return Tail(string(b), 60)
 }
 
-// ExecResult is the outcome of a command.
-type ExecResult struct {
-	Stdout, Stderr string
-	ExitCode       int
-}
-
 // Exec runs a sh script as root inside the host, with a clean
 // environment, and returns its output and exit status.
 func (h *Host) Exec(t testing.TB, script string) ExecResult {
@@ -324,20 +316,7 @@ func (h *Host) Run(t testing.TB, argv ...string) ExecResult {
 	defer cancel()
 	args := append([]string{"-t", strconv.Itoa(h.initPID), "-a", "--",
 		"/usr/bin/env", "-i", "PATH=" + hostPath, "HOME=/root", "LANG=C.UTF-8", "TERM=dumb"}, argv...)
-	cmd := exec.CommandContext(ctx, "nsenter", args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := ExecResult{Stdout: stdout.String(), Stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && ctx.Err() == nil:
-		res.ExitCode = exit.ExitCode()
-	default:
-		t.Fatalf("in host %s: %q: %v\nstdout: %s\nstderr: %s", h.Name, argv, err, res.Stdout, res.Stderr)
-	}
-	return res
+	return RunCommand(t, ctx, exec.CommandContext(ctx, "nsenter", args...), fmt.Sprintf("in host %s: %q", h.Name, argv))
 }
 
 // MustExec runs script like Exec and fails the test unless it exits 0;

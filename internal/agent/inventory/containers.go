@@ -53,20 +53,29 @@ func newDockerContainers() *dockerContainers {
 	}
 }
 
-// list returns the containers, sorted by name, or nil, nil when there is no
-// Docker engine (its socket does not exist).
-func (d *dockerContainers) list(ctx context.Context) ([]agentproto.ContainerInfo, error) {
+// engine makes the Docker client on first use and reports whether there
+// is a Docker engine to ask: false, nil when its socket does not exist.
+func (d *dockerContainers) engine() (bool, error) {
 	if d.cli == nil {
 		cli, err := d.newClient()
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		d.cli = cli
 	}
 	if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); ok {
 		if _, err := os.Stat(sock); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
+			return false, nil
 		}
+	}
+	return true, nil
+}
+
+// list returns the containers, sorted by name, or nil, nil when there is no
+// Docker engine (its socket does not exist).
+func (d *dockerContainers) list(ctx context.Context) ([]agentproto.ContainerInfo, error) {
+	if ok, err := d.engine(); !ok {
+		return nil, err
 	}
 	res, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true})
 	if err != nil {

@@ -3,11 +3,7 @@ package inventory
 import (
 	"cmp"
 	"context"
-	"errors"
-	"io/fs"
-	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -19,17 +15,8 @@ import (
 // there is no Docker engine (its socket does not exist). Tags exclude
 // Docker's "<none>:<none>" placeholder.
 func (d *dockerContainers) images(ctx context.Context) ([]agentproto.ImageInfo, error) {
-	if d.cli == nil {
-		cli, err := d.newClient()
-		if err != nil {
-			return nil, err
-		}
-		d.cli = cli
-	}
-	if sock, ok := strings.CutPrefix(d.cli.DaemonHost(), "unix://"); ok {
-		if _, err := os.Stat(sock); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
+	if ok, err := d.engine(); !ok {
+		return nil, err
 	}
 	res, err := d.cli.ImageList(ctx, client.ImageListOptions{All: false})
 	if err != nil {
