@@ -33,6 +33,9 @@
 //	            metrics, inventory, job events and request reports answer
 //	            429 with Retry-After over their rate, and an agent waits
 //	            that long before sending the same report again.
+//	2026-11-24  v1: databases (database.go): job types db.connect,
+//	            db.query, db.explore and db.kv with DBTarget, the
+//	            password in the job secret db_password.
 package agentproto
 
 import (
