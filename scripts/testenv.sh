@@ -128,6 +128,8 @@ ensure_packages() {
 	local pkgs=()
 	[[ -n "$(pg_bindir)" ]] || pkgs+=(postgresql)
 	have psql || pkgs+=(postgresql-client)
+	have mariadb || pkgs+=(mariadb-client)
+	have redis-cli || pkgs+=(redis-tools)
 	have dockerd || pkgs+=(docker.io)
 	have caddy || pkgs+=(caddy)
 	have shellcheck || pkgs+=(shellcheck)
@@ -148,6 +150,8 @@ ensure_packages() {
 	have shellcheck || die "shellcheck installed but not found"
 	have systemd-nspawn || die "systemd-container installed but systemd-nspawn not found"
 	have debootstrap || die "debootstrap installed but not found"
+	have mariadb || die "mariadb-client installed but mariadb not found"
+	have redis-cli || die "redis-tools installed but redis-cli not found"
 }
 
 # ---------------------------------------------------------------------------

@@ -126,31 +126,6 @@ type Image struct {
 // unless something else removed it first.
 func BuildImage(t testing.TB, cli *client.Client, ref, dockerfile string, files map[string][]byte) Image {
 	t.Helper()
-	var buildCtx bytes.Buffer
-	tw := tar.NewWriter(&buildCtx)
-	write := func(name string, mode int64, body []byte) {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(body)), ModTime: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("Dockerfile", 0o644, []byte(dockerfile))
-	for _, name := range slices.Sorted(maps.Keys(files)) {
-		write(name, 0o755, files[name])
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	res, err := cli.ImageBuild(ctx, &buildCtx, client.ImageBuildOptions{
-		Tags: []string{ref}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
-	})
-	if err != nil {
-		t.Fatalf("building image %s: %v", ref, err)
-	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -158,6 +133,43 @@ func BuildImage(t testing.TB, cli *client.Client, ref, dockerfile string, files 
 			t.Errorf("removing image %s: %v", ref, err)
 		}
 	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	img, err := buildImage(ctx, cli, ref, dockerfile, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// buildImage is BuildImage without the removal.
+func buildImage(ctx context.Context, cli *client.Client, ref, dockerfile string, files map[string][]byte) (Image, error) {
+	var buildCtx bytes.Buffer
+	tw := tar.NewWriter(&buildCtx)
+	write := func(name string, mode int64, body []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(body)), ModTime: time.Now()}); err != nil {
+			return err
+		}
+		_, err := tw.Write(body)
+		return err
+	}
+	if err := write("Dockerfile", 0o644, []byte(dockerfile)); err != nil {
+		return Image{}, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := write(name, 0o755, files[name]); err != nil {
+			return Image{}, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return Image{}, err
+	}
+	res, err := cli.ImageBuild(ctx, &buildCtx, client.ImageBuildOptions{
+		Tags: []string{ref}, Remove: true, ForceRemove: true, Version: build.BuilderV1,
+	})
+	if err != nil {
+		return Image{}, fmt.Errorf("building image %s: %w", ref, err)
+	}
 	defer res.Body.Close()
 	dec := json.NewDecoder(res.Body)
 	var out strings.Builder
@@ -166,18 +178,18 @@ func BuildImage(t testing.TB, cli *client.Client, ref, dockerfile string, files 
 		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("reading the build output of %s: %v\n%s", ref, err, out.String())
+			return Image{}, fmt.Errorf("reading the build output of %s: %w\n%s", ref, err, out.String())
 		}
 		out.WriteString(m.Stream)
 		if m.Error != nil {
-			t.Fatalf("building image %s: %s\n%s", ref, m.Error.Message, out.String())
+			return Image{}, fmt.Errorf("building image %s: %s\n%s", ref, m.Error.Message, out.String())
 		}
 	}
 	insp, err := cli.ImageInspect(ctx, ref)
 	if err != nil {
-		t.Fatalf("inspecting image %s: %v", ref, err)
+		return Image{}, fmt.Errorf("inspecting image %s: %w", ref, err)
 	}
-	return Image{Ref: ref, ID: insp.ID}
+	return Image{Ref: ref, ID: insp.ID}, nil
 }
 
 // ProgramImage builds an image tagged ref FROM scratch holding the Go

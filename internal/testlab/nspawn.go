@@ -142,14 +142,20 @@ func DebianRootfs(t testing.TB) string {
 	return dir
 }
 
+// debianMirror is the Debian mirror debootstrap installs from
+// (CAPSTAN_TEST_DEBIAN_MIRROR overrides the default).
+func debianMirror() string {
+	if m := os.Getenv("CAPSTAN_TEST_DEBIAN_MIRROR"); m != "" {
+		return m
+	}
+	return defaultMirror
+}
+
 // buildRootfs runs debootstrap into root and prepares the tree for quick
 // boots.
 func buildRootfs(t testing.TB, root string) {
 	t.Helper()
-	mirror := os.Getenv("CAPSTAN_TEST_DEBIAN_MIRROR")
-	if mirror == "" {
-		mirror = defaultMirror
-	}
+	mirror := debianMirror()
 	ctx, cancel := context.WithTimeout(context.Background(), rootfsBuildTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "debootstrap", "--variant=minbase", "--include="+rootfsPackages,

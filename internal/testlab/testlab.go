@@ -20,6 +20,11 @@
 //   - nspawn.go: DebianRootfs (a debootstrap tree, cached between runs),
 //     BootHost (systemd as PID 1 on a tmpfs overlay of that tree, sharing
 //     the host's network), Host.Exec through nsenter, and Host.RunInstaller.
+//   - engineimages.go: EngineImage (local images of PostgreSQL 15,
+//     MariaDB 10.11 and Redis 7 from Debian's packages that honour the
+//     official images' environment and volumes, built once per machine
+//     and cached) and StartEngine (a container of one on its own network
+//     and volume, its port on 127.0.0.1).
 //   - postgres.go: PostgresURL and PostgresDatabase (a new database per
 //     test on the server named by CAPSTAN_TEST_POSTGRES_URL).
 //
