@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/testenv.sh — bring up / tear down the integration-test environment
-# for Capstan: a throwaway PostgreSQL, a Docker engine and a caddy binary.
+# for Capstan: a throwaway PostgreSQL, a Docker engine and a caddy binary;
+# the MariaDB and Redis servers that tests start themselves are installed.
 #
 #   scripts/testenv.sh up   [STATE_DIR]   # idempotent; fast when already up
 #   scripts/testenv.sh down [STATE_DIR]   # always succeeds
@@ -135,6 +136,8 @@ ensure_packages() {
 	have shellcheck || pkgs+=(shellcheck)
 	have systemd-nspawn || pkgs+=(systemd-container)
 	have debootstrap || pkgs+=(debootstrap)
+	have mariadb-install-db || pkgs+=(mariadb-server)
+	have redis-server || pkgs+=(redis-server)
 	[[ ${#pkgs[@]} -eq 0 ]] && return 0
 
 	log "installing: ${pkgs[*]}"
@@ -152,6 +155,8 @@ ensure_packages() {
 	have debootstrap || die "debootstrap installed but not found"
 	have mariadb || die "mariadb-client installed but mariadb not found"
 	have redis-cli || die "redis-tools installed but redis-cli not found"
+	have mariadb-install-db || die "mariadb-server installed but mariadb-install-db not found"
+	have redis-server || die "redis-server installed but not found"
 }
 
 # ---------------------------------------------------------------------------

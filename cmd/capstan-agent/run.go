@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/container"
+	"github.com/capstan-dev/capstan/internal/agent/database"
 	"github.com/capstan-dev/capstan/internal/agent/deploy"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
@@ -114,5 +115,7 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func())
 	r.Register(agentproto.JobAppDeploy, apps.Deploy())
 	r.Register(agentproto.JobAppRemove, apps.Remove())
 	r.Register(agentproto.JobAppLogs, apps.Logs())
+
+	database.Executors{}.Register(r)
 	return r
 }

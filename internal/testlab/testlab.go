@@ -27,6 +27,11 @@
 //     and volume, its port on 127.0.0.1).
 //   - postgres.go: PostgresURL and PostgresDatabase (a new database per
 //     test on the server named by CAPSTAN_TEST_POSTGRES_URL).
+//   - engines.go: external database engines from Debian's packages, each
+//     a process of its own on a loopback port: StartPostgresServer (a
+//     cluster with password authentication, for TLS and login tests),
+//     StartMariaDB (with MariaDB.Database, a new database per test),
+//     StartRedis; each may serve TLS with a certificate from NewTestCA.
 //
 // Adding a component (a database engine, an S3 or SMTP peer): put it in a
 // file named after it, with a Start or New function that takes testing.TB,
