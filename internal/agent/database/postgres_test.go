@@ -158,7 +158,9 @@ func TestPostgresExplore(t *testing.T) {
 		_, _ = db.Exec(`DROP OWNED BY capstan_reader_` + target.Database[len(target.Database)-8:] + `; DROP ROLE capstan_reader_` + target.Database[len(target.Database)-8:])
 	})
 	res, _ = explore(agentproto.ExploreUsers, "", "", "")
-	i = slices.IndexFunc(res.Users, func(u agentproto.DBUserInfo) bool { return u.Name == "capstan_reader_"+target.Database[len(target.Database)-8:] })
+	i = slices.IndexFunc(res.Users, func(u agentproto.DBUserInfo) bool {
+		return u.Name == "capstan_reader_"+target.Database[len(target.Database)-8:]
+	})
 	if i < 0 || res.Users[i].Superuser || !res.Users[i].CanLogin || !slices.Contains(res.Users[i].Grants, "SELECT ON TABLE public.x") {
 		t.Errorf("users: %+v; want the reader with SELECT ON TABLE public.x", res.Users)
 	}
