@@ -104,3 +104,6 @@ func postgresTarget(t *testing.T, rawURL string) (agentproto.DBTarget, string) {
 	return agentproto.DBTarget{InstanceID: "db_test", Engine: agentproto.EnginePostgres, Host: u.Hostname(), Port: port,
 		Username: u.User.Username(), Database: u.Path[1:]}, pw
 }
+
+// text is the job's data as text.
+func (o outcome) text() string { return string(o.data) }
