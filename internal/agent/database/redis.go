@@ -42,7 +42,7 @@ func connectRedis(ctx context.Context, t agentproto.DBTarget, password string, t
 		Protocol: 2, DisableIdentity: true, ClientName: "capstan-agent",
 		// A command is sent once: a delete is not repeated after an
 		// error whose outcome is unknown.
-		MaxRetries: -1, DialTimeout: ConnectTimeout, ContextTimeoutEnabled: true,
+		MaxRetries: -1, DialerRetries: 1, DialTimeout: ConnectTimeout, ContextTimeoutEnabled: true,
 		PoolSize: 1, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	c := &redisConn{opts: opts, client: redis.NewClient(opts)}
