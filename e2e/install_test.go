@@ -241,6 +241,11 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if out := c.MustExec(t, "systemctl is-enabled caddy-api.service; systemctl is-enabled caddy.service || true"); !strings.HasPrefix(out, "enabled\n") || !strings.Contains(out, "disabled") {
 		t.Fatalf("caddy-api.service should be enabled and caddy.service disabled:\n%s", out)
 	}
+	// Connections queued on a listener Caddy closes at a reload are handed
+	// to its successor (Linux 5.14+).
+	if out := c.MustExec(t, "cat /etc/sysctl.d/60-capstan.conf"); !strings.Contains(out, "\nnet.ipv4.tcp_migrate_req = 1\n") {
+		t.Fatalf("/etc/sysctl.d/60-capstan.conf:\n%s", out)
+	}
 	if out := c.MustExec(t, "stat -c '%a %U %G' /var/log/caddy/capstan-access.log"); strings.TrimSpace(out) != "640 caddy capstan" {
 		t.Fatalf("access log: got %q, want mode 640 owned by caddy, group capstan", out)
 	}

@@ -290,6 +290,21 @@ ensure_docker() {
 }
 
 # ---------------------------------------------------------------------------
+# up: kernel settings
+
+# The agent installer sets net.ipv4.tcp_migrate_req=1 on servers, so that
+# connections queued on a listener Caddy closes at a reload go to its
+# successor instead of being reset; the tests' Caddy runs on this machine,
+# which is set up the same way.
+ensure_sysctl() {
+	local f=/proc/sys/net/ipv4/tcp_migrate_req
+	[[ -e $f ]] || { log "kernel: no $f (Linux before 5.14); reloads may reset queued connections"; return 0; }
+	[[ "$(cat "$f")" == 1 ]] && return 0
+	sysctl -q -w net.ipv4.tcp_migrate_req=1 || die "could not set net.ipv4.tcp_migrate_req=1"
+	log "kernel: net.ipv4.tcp_migrate_req=1"
+}
+
+# ---------------------------------------------------------------------------
 # commands
 
 cmd_up() {
@@ -301,6 +316,7 @@ cmd_up() {
 
 	ensure_postgres
 	ensure_docker
+	ensure_sysctl
 
 	local caddy_bin caddy_ver
 	caddy_bin="$(command -v caddy)"
