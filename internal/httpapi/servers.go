@@ -145,8 +145,9 @@ func (s *Server) registerServers() {
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-server", Method: http.MethodDelete, Path: "/api/v1/servers/{id}", Tags: tags,
-		Summary: "Revoke and delete a server", Description: "Its jobs stay readable.",
-		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+		Summary: "Revoke and delete a server", Description: "Its jobs stay readable. 409 (server-has-databases) while database " +
+			"instances are registered on it: delete them first; the server is then left as it was.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*struct{}, error) {
 		a, c := actor(ctx)
 		return &struct{}{}, s.deps.Servers.Delete(ctx, a, c, in.ID)

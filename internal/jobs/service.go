@@ -24,11 +24,14 @@ const (
 
 // Service runs the job queue.
 type Service struct {
-	store  Store
-	key    *secrets.Key
-	now    func() time.Time
-	log    *slog.Logger
-	wake   *notifier
+	store Store
+	key   *secrets.Key
+	now   func() time.Time
+	log   *slog.Logger
+	wake  *notifier // queued jobs, by server id
+	// ends wakes the readers waiting for a job to end, by job id and by
+	// serverEndKey (every job of a revoked or deleted server).
+	ends   *notifier
 	lease  time.Duration
 	hookMu sync.RWMutex // guards hooks
 	hooks  map[string]CompletionHook
@@ -54,7 +57,7 @@ type CompletionHook func(ctx context.Context, j Job) error
 
 // NewService returns a job service.
 func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), lease: DefaultLease,
+	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), ends: newNotifier(), lease: DefaultLease,
 		hooks: map[string]CompletionHook{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
 }
 
@@ -75,6 +78,10 @@ func (s *Service) OnComplete(jobType string, h CompletionHook) {
 
 // NewJob describes a job to enqueue.
 type NewJob struct {
+	// ID, when set, is the job's id, made with NewID: a caller that must
+	// store a reference to the job before it can finish makes the id
+	// first. Empty: Enqueue makes one.
+	ID       string
 	ServerID string
 	Type     string
 	// Payload is marshalled to JSON; it must not hold secrets.
@@ -84,6 +91,9 @@ type NewJob struct {
 	IdempotencyKey string
 	CreatedBy      string
 }
+
+// NewID returns a new job id, for NewJob.ID.
+func NewID(now time.Time) string { return ids.NewAt(ids.Job, now) }
 
 func requestHash(jobType string, payload []byte) string {
 	h := sha256.New()
@@ -128,8 +138,12 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 		}
 	}
 	now := s.now().UTC()
+	id := n.ID
+	if id == "" {
+		id = NewID(now)
+	}
 	j = Job{
-		ID: ids.NewAt(ids.Job, now), ServerID: n.ServerID, Type: n.Type, Status: Queued, Payload: payload,
+		ID: id, ServerID: n.ServerID, Type: n.Type, Status: Queued, Payload: payload,
 		HasSecrets: len(n.Secrets) > 0, IdempotencyKey: n.IdempotencyKey, CreatedBy: n.CreatedBy,
 		TimeoutSeconds: int(spec.Timeout / time.Second), LeaseSeconds: int(s.lease / time.Second),
 		CreatedAt: now, UpdatedAt: now, RequestHash: hash,
@@ -206,6 +220,48 @@ func (s *Service) List(ctx context.Context, serverID string, limit int, r Reader
 	return list, err
 }
 
+// MaxWait bounds how long Wait waits.
+const MaxWait = 30 * time.Second
+
+// serverEndKey is the ends key of every job of a server.
+func serverEndKey(serverID string) string { return "server\x00" + serverID }
+
+// Wait returns the job with its events as r may read them once it is
+// finished, or after wait (at most MaxWait) with its state then, or when
+// ctx ends. It does not poll: it is woken when a job ends through this
+// process (completed by its agent, cancelled, expired, or ended with its
+// server). With several control planes on one store, a job ended through
+// another one is seen at the deadline.
+func (s *Service) Wait(ctx context.Context, id string, wait time.Duration, r Reader) (Job, []Event, error) {
+	wait = min(wait, MaxWait)
+	if wait <= 0 {
+		return s.Read(ctx, id, r)
+	}
+	j, err := s.store.Job(ctx, id)
+	if err != nil {
+		return Job{}, nil, err
+	}
+	// Subscribe before the read that decides to wait, so an end between
+	// the two is not missed.
+	woken, unsubscribe := s.ends.subscribe(id, serverEndKey(j.ServerID))
+	defer unsubscribe()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		j, ev, err := s.Read(ctx, id, r)
+		if err != nil || j.Status.Finished() {
+			return j, ev, err
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+			return s.Read(ctx, id, r)
+		case <-ctx.Done():
+			return j, ev, nil
+		}
+	}
+}
+
 // Cancel cancels a queued job.
 func (s *Service) Cancel(ctx context.Context, id string) (Job, error) {
 	j, err := s.store.CancelJob(ctx, id, s.now())
@@ -213,6 +269,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (Job, error) {
 		return Job{}, err
 	}
 	s.runHook(ctx, j)
+	s.ends.notify(j.ID)
 	return j, nil
 }
 
@@ -385,6 +442,7 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	}
 	if ok {
 		s.runHook(ctx, j)
+		s.ends.notify(j.ID)
 	}
 	return j, nil
 }
@@ -404,7 +462,9 @@ func (s *Service) Heartbeat(ctx context.Context, serverID string, running []stri
 func (s *Service) EndServerJobs(ctx context.Context, serverID string) error {
 	s.ended.Store(serverID, struct{}{})
 	s.wake.notify(serverID)
-	return s.store.EndServerJobs(ctx, serverID, ErrServerRevoked, s.now())
+	err := s.store.EndServerJobs(ctx, serverID, ErrServerRevoked, s.now())
+	s.ends.notify(serverEndKey(serverID))
+	return err
 }
 
 func (s *Service) runHook(ctx context.Context, j Job) {
@@ -425,6 +485,7 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 	for _, j := range expired {
 		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
 		s.runHook(ctx, j)
+		s.ends.notify(j.ID)
 	}
 	return len(expired), err
 }

@@ -36,6 +36,11 @@ var types = map[string]TypeSpec{
 	agentproto.JobAppLogs:          {Timeout: time.Minute},
 	agentproto.JobProxyApply:       {Timeout: 2 * time.Minute},
 	agentproto.JobDomainCheck:      {Timeout: time.Minute},
+	agentproto.JobDBConnect:        {Timeout: time.Minute},
+	// A statement may run for up to 5 minutes; the job gets one more.
+	agentproto.JobDBQuery:   {Timeout: 6 * time.Minute},
+	agentproto.JobDBExplore: {Timeout: 2 * time.Minute},
+	agentproto.JobDBKV:      {Timeout: time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.

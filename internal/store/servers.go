@@ -259,6 +259,10 @@ func (s *Store) DeleteServer(ctx context.Context, id string, now time.Time) erro
 			return err
 		}
 		_, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
+		if isForeignKeyViolation(err) {
+			// Database instances refer to the server: they go first.
+			return fault.Conflictf("server-has-databases", "Database instances are registered on this server; delete them first.")
+		}
 		return err
 	})
 }
