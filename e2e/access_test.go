@@ -50,6 +50,7 @@ type accessFixtures struct {
 	serverID, serviceJobID, logReadJobID string
 	appID, appLogsJobID, failedDeployID  string
 	domainID                             string
+	databaseID, databaseJobID            string
 }
 
 // TestAccessByRole calls every operation of the served OpenAPI document
@@ -112,6 +113,17 @@ func TestAccessByRole(t *testing.T) {
 		"DELETE /api/v1/domains/{id}":                    {access: admin, path: "/api/v1/domains/" + none},
 		"POST /api/v1/domains/{id}/check":                {access: admin, path: "/api/v1/domains/" + none + "/check"},
 		"POST /api/v1/domains/servers/{server_id}/apply": {access: admin, path: "/api/v1/domains/servers/" + none + "/apply"},
+		"GET /api/v1/databases/engines":                  {access: signedIn, path: "/api/v1/databases/engines"},
+		"GET /api/v1/databases":                          {access: signedIn, path: "/api/v1/databases", output: true},
+		"POST /api/v1/databases/external":                {access: admin, path: "/api/v1/databases/external", body: map[string]any{}},
+		"GET /api/v1/databases/{id}":                     {access: signedIn, path: "/api/v1/databases/" + fx.databaseID, output: true},
+		"DELETE /api/v1/databases/{id}":                  {access: admin, path: "/api/v1/databases/" + none},
+		"PUT /api/v1/databases/{id}/tls":                 {access: admin, path: "/api/v1/databases/" + none + "/tls", body: map[string]any{}},
+		"GET /api/v1/databases/{id}/connection":          {access: admin, path: "/api/v1/databases/" + fx.databaseID + "/connection", output: true},
+		"POST /api/v1/databases/{id}/query":              {access: admin, path: "/api/v1/databases/" + none + "/query", body: map[string]any{}},
+		"POST /api/v1/databases/{id}/explore":            {access: admin, path: "/api/v1/databases/" + none + "/explore", body: map[string]any{}},
+		"POST /api/v1/databases/{id}/kv":                 {access: admin, path: "/api/v1/databases/" + none + "/kv", body: map[string]any{}},
+		"GET /api/v1/databases/{id}/jobs/{job_id}":       {access: signedIn, path: "/api/v1/databases/" + fx.databaseID + "/jobs/" + fx.databaseJobID, output: true},
 		"GET /agent/install.sh":                          {access: public, path: "/agent/install.sh"},
 		"GET /agent/package.tar.gz":                      {access: public, path: "/agent/package.tar.gz?arch=amd64"},
 		"POST /agent/v1/enroll":                          {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
@@ -325,6 +337,24 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp.JSON(t, &old)
 	expectStatus(t, r.del(t, "/api/v1/applications/"+old.ID), http.StatusAccepted)
 	complete(r.claimAs(t, agentproto.JobAppRemove).ID, agentproto.StatusFailed, nil, "docker rm: "+outputMarker)
+
+	// An external database whose connection test failed with the
+	// engine's text; its password is a secret value.
+	resp = r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "main", "server_id": r.serverID,
+		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": envMarker, "database": "app",
+		"tls_mode": "disable"})
+	expectStatus(t, resp, http.StatusAccepted)
+	var reg struct {
+		Instance struct {
+			ID string `json:"id"`
+		} `json:"instance"`
+		JobID string `json:"job_id"`
+	}
+	resp.JSON(t, &reg)
+	fx.databaseID, fx.databaseJobID = reg.Instance.ID, reg.JobID
+	j = r.claimAs(t, agentproto.JobDBConnect)
+	complete(j.ID, agentproto.StatusFailed, agentproto.DBFailure{Error: agentproto.DBError{Code: "28P01",
+		Message: "password authentication failed: " + outputMarker}}, "password authentication failed: "+outputMarker)
 
 	// A domain (its proxy.apply job stays queued).
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})

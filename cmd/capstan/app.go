@@ -10,6 +10,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
@@ -33,16 +34,17 @@ type app struct {
 	logs     *logs.Service
 	apps     *apps.Service
 	domains  *domains.Service
+	dbs      *databases.Service
 	schema   int64
 }
 
 // openApp prepares the data dir, loads or creates the secret key, opens the
 // store and applies migrations.
 func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) {
-	return openAppWith(ctx, f, publicURL, time.Hour, slog.Default())
+	return openAppWith(ctx, f, publicURL, time.Hour, databases.DefaultCatalog(), slog.Default())
 }
 
-func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollmentTTL time.Duration, logger *slog.Logger) (*app, error) {
+func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollmentTTL time.Duration, catalog databases.Catalog, logger *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(f.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -83,6 +85,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		logs:     logs.NewService(js, srv, ms),
 		apps:     as,
 		domains:  ds,
+		dbs:      databases.NewService(st, js, srv, log, key, catalog, now, logger),
 		schema:   v,
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentapi"
+	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -28,6 +29,7 @@ type serveCmd struct {
 	AllowInsecure bool          `name:"allow-insecure-agents" env:"CAPSTAN_ALLOW_INSECURE_AGENTS" help:"Serve the agent installer even when the public URL is plain http:// to an address other than loopback. Agent tokens and job secrets then cross the network in clear: only on a network you trust."`
 	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
 	MetricsEvery  time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
+	DBImages      string        `name:"database-images" env:"CAPSTAN_DATABASE_IMAGES" help:"JSON file mapping database engine versions to the container images to use instead of the official ones (see the README). Versions it does not name keep their official image."`
 	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 }
 
@@ -50,6 +52,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		ln.Close()
 		return fmt.Errorf("--metrics-rollup-interval must be between 1s and 1h")
 	}
+	catalog, err := databases.LoadCatalog(c.DBImages)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	agentDir := c.AgentDir
 	if agentDir == "" {
 		exe, err := os.Executable()
@@ -67,7 +74,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		defer pprofLn.Close()
 	}
-	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, log)
+	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, catalog, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -80,7 +87,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
-		Apps: a.apps, Domains: a.domains,
+		Apps: a.apps, Domains: a.domains, Databases: a.dbs,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}))

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -22,6 +23,11 @@ type jobListOutput struct {
 
 type jobIDInput struct {
 	ID string `path:"id" maxLength:"64"`
+}
+
+type jobGetInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Wait int    `query:"wait" minimum:"0" maximum:"30" doc:"Seconds to wait for the job to end, 0 to 30: the call answers as soon as the job is finished, or after this long with its state then. 0 (the default) answers at once"`
 }
 
 type jobDetail struct {
@@ -53,9 +59,11 @@ func (s *Server) registerJobs() {
 		OperationID: "get-job", Method: http.MethodGet, Path: "/api/v1/jobs/{id}", Tags: tags,
 		Summary: "A job with its events and output", Errors: []int{http.StatusNotFound},
 		Description: "Events, data, output and the error text are a job's output (log lines, command output) and are shown to " +
-			"administrators only. Members get the job's metadata and error class, an empty events list, and redacted true.",
-	}, SignedIn, func(ctx context.Context, in *jobIDInput) (*jobOutput, error) {
-		j, ev, err := s.deps.Jobs.Read(ctx, in.ID, reader(ctx))
+			"administrators only. Members get the job's metadata and error class, an empty events list, and redacted true. " +
+			"With wait, the call answers as soon as the job is finished (succeeded, failed or cancelled), or after wait seconds " +
+			"with its state then.",
+	}, SignedIn, func(ctx context.Context, in *jobGetInput) (*jobOutput, error) {
+		j, ev, err := s.deps.Jobs.Wait(ctx, in.ID, time.Duration(in.Wait)*time.Second, reader(ctx))
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
@@ -39,8 +40,10 @@ type Deps struct {
 	Logs     *logs.Service
 	Apps     *apps.Service    // optional; without it the application endpoints fail
 	Domains  *domains.Service // optional; without it the domain endpoints fail
-	Logger   *slog.Logger
-	Version  string
+	// Databases is optional; without it the database endpoints fail.
+	Databases *databases.Service
+	Logger    *slog.Logger
+	Version   string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
 	PublicURL string
 	// TrustedProxy, when true, takes the client address from the last
@@ -81,7 +84,7 @@ const (
 
 // roleModel says what each role may do; the OpenAPI document carries it.
 const roleModel = "Roles: an administrator may call every operation. A member may call the operations marked " +
-	"\"Any signed-in user\": reading servers, metrics, applications, deployments, domains, traffic and jobs; every other " +
+	"\"Any signed-in user\": reading servers, metrics, applications, deployments, domains, traffic, database instances and jobs; every other " +
 	"operation answers a member 403 (admin-required). A member never reads secrets (environment values, credentials) nor " +
 	"what a job returned: its data, output, events, log lines and error text are withheld (the job's metadata and error " +
 	"class remain, and redacted is true)."
@@ -134,6 +137,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerLogs()
 	s.registerApps()
 	s.registerDomains()
+	s.registerDatabases()
 	s.registerServerRequests()
 	for _, m := range mounts {
 		m(s)
