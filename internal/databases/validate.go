@@ -39,7 +39,7 @@ const (
 	DefaultKVMaxItems = 100
 	MaxKVMaxItems     = 10000
 	DefaultKVMaxBytes = 64 << 10
-	MaxKVMaxBytes     = 1 << 20
+	MaxKVMaxBytes     = 512 << 10
 )
 
 // nameProblem says what is wrong with an instance name: a DNS label (1 to

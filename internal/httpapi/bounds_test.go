@@ -14,6 +14,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
@@ -36,6 +37,7 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 	d := e.srv.deps
 	d.Apps = apps.NewService(e.store, d.Jobs, d.Servers, d.Audit, secrets.GenerateKey(), e.clock.Now, d.Logger)
 	d.Domains = domains.NewService(e.store, d.Apps, d.Jobs, d.Servers, d.Audit, e.clock.Now, d.Logger)
+	d.Databases = databases.NewService(e.store, d.Jobs, d.Servers, d.Audit, secrets.GenerateKey(), databases.DefaultCatalog(), e.clock.Now, d.Logger)
 	e.srv = New(d)
 	e.serve(t)
 	b := &boundsEnv{testEnv: e, ctx: context.Background()}
@@ -63,7 +65,8 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 }
 
 // state is everything a refused request must leave as it was: jobs,
-// applications, deployments, domains and the audit log.
+// applications, deployments, domains, database instances and the audit
+// log.
 func (b *boundsEnv) state(t *testing.T) string {
 	t.Helper()
 	d := b.srv.deps
@@ -87,10 +90,14 @@ func (b *boundsEnv) state(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dbs, err := d.Databases.List(b.ctx, jobs.AdminReader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(js) == jobs.MaxListLimit || len(ds) == apps.MaxDeploymentLimit || len(entries) == audit.MaxLimit {
 		t.Fatal("too many rows to compare them all")
 	}
-	raw, err := json.Marshal([]any{js, as, ds, doms, entries})
+	raw, err := json.Marshal([]any{js, as, ds, doms, entries, dbs})
 	if err != nil {
 		t.Fatal(err)
 	}

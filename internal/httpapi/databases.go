@@ -103,7 +103,7 @@ type kvInput struct {
 		Count    *int     `json:"count,omitempty" minimum:"1" maximum:"1000" doc:"scan: keys per step (a hint), 1 to 1000; default 100"`
 		Key      string   `json:"key,omitempty" maxLength:"4096" doc:"get: the key"`
 		MaxItems *int     `json:"max_items,omitempty" minimum:"1" maximum:"10000" doc:"get: items of a hash, list, set, sorted set or stream returned at most, 1 to 10000; default 100"`
-		MaxBytes *int     `json:"max_bytes,omitempty" minimum:"1" maximum:"1048576" doc:"get: bytes of a string returned at most, 1 to 1048576; default 65536"`
+		MaxBytes *int     `json:"max_bytes,omitempty" minimum:"1" maximum:"524288" doc:"get: bytes of a string returned at most, 1 to 524288; default 65536"`
 		Keys     []string `json:"keys,omitempty" maxItems:"1000" doc:"delete: the keys, explicitly (1 to 1000)"`
 	}
 }

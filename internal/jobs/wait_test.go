@@ -1,0 +1,130 @@
+package jobs_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/servers"
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/store/storetest"
+)
+
+// waitFor checks cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestWait: a reader waiting for a job is woken by its end (completed,
+// cancelled, expired, or ended with its server), not by a deadline; a
+// job that does not end is answered at the deadline with its state then.
+func TestWait(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	now := func() time.Time { return time.Now().UTC() }
+	key := secrets.GenerateKey()
+	js := jobs.NewService(st, key, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
+	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
+	e, err := srvs.CreateEnrollment(ctx, admin, audit.Entry{}, "web-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := srvs.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverID := res.ServerID
+	enqueue := func() jobs.Job {
+		t.Helper()
+		j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	// wait starts a 30 s wait once a reader is subscribed, ends the job,
+	// and checks that the wait answers with its final status well before
+	// the 30 s are up.
+	wait := func(name string, end func(j jobs.Job), want jobs.Status) {
+		t.Run(name, func(t *testing.T) {
+			j := enqueue()
+			type answer struct {
+				j   jobs.Job
+				err error
+			}
+			done := make(chan answer, 1)
+			go func() {
+				j, _, err := js.Wait(ctx, j.ID, jobs.MaxWait, jobs.AdminReader)
+				done <- answer{j, err}
+			}()
+			waitFor(t, "a reader waits for the job", func() bool { return jobs.EndWaiters(js, j.ID) == 1 })
+			end(j)
+			select {
+			case a := <-done:
+				if a.err != nil || a.j.Status != want {
+					t.Fatalf("wait: status %s (%v), want %s", a.j.Status, a.err, want)
+				}
+			case <-time.After(jobs.MaxWait - 5*time.Second):
+				t.Fatal("the wait did not answer when the job ended")
+			}
+			if n := jobs.EndWaiters(js, j.ID); n != 0 {
+				t.Fatalf("readers left subscribed: %d", n)
+			}
+		})
+	}
+	claim := func(j jobs.Job) {
+		t.Helper()
+		got, ok, err := js.Claim(ctx, serverID, 0)
+		if err != nil || !ok || got.ID != j.ID {
+			t.Fatalf("claim: %v %v %s, want %s", err, ok, got.ID, j.ID)
+		}
+	}
+	wait("completed", func(j jobs.Job) {
+		claim(j)
+		if _, err := js.Complete(ctx, serverID, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+	}, jobs.Succeeded)
+	wait("cancelled", func(j jobs.Job) {
+		if _, err := js.Cancel(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}, jobs.Cancelled)
+
+	// A deadline with nothing ending answers with the state then.
+	j := enqueue()
+	start := time.Now()
+	got, _, err := js.Wait(ctx, j.ID, 300*time.Millisecond, jobs.MemberReader)
+	if err != nil || got.Status != jobs.Queued || !got.Redacted {
+		t.Fatalf("wait to the deadline: %+v, %v", got, err)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("wait to the deadline answered after %s, before it", el)
+	}
+	if _, _, err := js.Wait(ctx, "job_none", time.Second, jobs.AdminReader); err == nil {
+		t.Fatal("waiting on an unknown job: no error")
+	}
+	if _, err := js.Cancel(ctx, j.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	wait("ended with its server", func(jobs.Job) {
+		if err := js.EndServerJobs(ctx, serverID); err != nil {
+			t.Fatal(err)
+		}
+	}, jobs.Cancelled)
+}
