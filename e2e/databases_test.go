@@ -180,6 +180,18 @@ func (r *dbRig) wait(t *testing.T, id, jobID string) DatabaseJob {
 	}
 }
 
+// retest sends PUT …/tls and waits for the connection test.
+func (r *dbRig) retest(t *testing.T, id string, body map[string]any) DatabaseJob {
+	t.Helper()
+	resp := r.Do(t, Req{Method: http.MethodPut, Path: "/api/v1/databases/" + id + "/tls", Token: r.Token, JSON: body})
+	expectStatus(t, resp, http.StatusAccepted)
+	var re struct {
+		JobID string `json:"job_id"`
+	}
+	resp.JSON(t, &re)
+	return r.wait(t, id, re.JobID)
+}
+
 // call queues a database call and waits for its job.
 func (r *dbRig) call(t *testing.T, id, what string, body any) DatabaseJob {
 	t.Helper()
@@ -222,7 +234,11 @@ func postgresTarget(t *testing.T) (host string, port int, user, password, databa
 // instance unreachable with the engine's text, and the connection read is
 // audited.
 func TestExternalPostgres(t *testing.T) {
-	r := newDBRig(t, store.SQLite)
+	forEachStore(t, testExternalPostgres)
+}
+
+func testExternalPostgres(t *testing.T, d store.Dialect) {
+	r := newDBRig(t, d)
 	host, port, user, password, database := postgresTarget(t)
 	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
 		"password": password, "database": database, "tls_mode": "disable"})
@@ -253,12 +269,14 @@ func TestExternalPostgres(t *testing.T) {
 		RowsAffected *int64 `json:"rows_affected"`
 	}
 	r.call(t, pg.ID, "query", map[string]any{"sql": "CREATE TABLE orders (id int PRIMARY KEY, item text)", "readonly": false}).result(t, &w)
+	r.call(t, pg.ID, "query", map[string]any{"sql": "CREATE SEQUENCE orders_seq", "readonly": false}).result(t, &w)
 	r.call(t, pg.ID, "query", map[string]any{"sql": "INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 10) g",
 		"readonly": false}).result(t, &w)
 	if w.RowsAffected == nil || *w.RowsAffected != 10 {
 		t.Fatalf("insert: rows_affected %v, want 10", w.RowsAffected)
 	}
-	for _, sql := range []string{"CREATE TABLE t (x int)", "WITH gone AS (DELETE FROM orders RETURNING id) SELECT count(*) FROM gone"} {
+	for _, sql := range []string{"CREATE TABLE t (x int)", "WITH gone AS (DELETE FROM orders RETURNING id) SELECT count(*) FROM gone",
+		"SELECT nextval('orders_seq')"} {
 		j := r.call(t, pg.ID, "query", map[string]any{"sql": sql})
 		if j.Status != "failed" || !strings.Contains(string(j.Data), "25006") || j.Error == nil || !strings.Contains(*j.Error, "read-only") {
 			t.Fatalf("%s with readonly default: %s %s: %s", sql, j.Status, deref(j.Error), j.Data)
@@ -291,32 +309,41 @@ func TestExternalPostgres(t *testing.T) {
 	expectProblem(t, r.Post(t, "/api/v1/databases/"+pg.ID+"/kv", r.Token, map[string]any{"action": "info"}),
 		http.StatusUnprocessableEntity, "wrong-engine-kind")
 
-	// A wrong password: unreachable, with the engine's text; the same
-	// mode again tests again (and fails again).
-	bad := r.register(t, map[string]any{"name": "pg-bad", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": "not-the-password", "database": database, "tls_mode": "disable"})
+	// On a server with password authentication and a certificate from
+	// a CA the test made: a wrong password is unreachable with the
+	// engine's text; a CA-checked mode without the CA is unreachable
+	// too, and PUT …/tls with the CA tests again and makes it ready.
+	ca := testlab.NewTestCA(t)
+	tlsPG := testlab.StartPostgresServer(t, testlab.ServerTLS(t, ca))
+	bad := r.register(t, map[string]any{"name": "pg-bad", "engine": "postgres", "host": "127.0.0.1", "port": tlsPG.Port,
+		"username": tlsPG.User, "password": "not-the-password", "database": "postgres", "tls_mode": "disable"})
 	if bad.State != "unreachable" || bad.LastError == nil || !strings.Contains(*bad.LastError, "password authentication failed") {
-		t.Fatalf("wrong password: state %s, last_error %v", bad.State, bad.LastError)
+		t.Fatalf("wrong password: state %s, last_error %v", bad.State, deref(bad.LastError))
 	}
 	expectProblem(t, r.Post(t, "/api/v1/databases/"+bad.ID+"/query", r.Token, map[string]any{"sql": "SELECT 1"}),
 		http.StatusConflict, "instance-not-ready")
-	resp := r.Do(t, Req{Method: http.MethodPut, Path: "/api/v1/databases/" + bad.ID + "/tls", Token: r.Token,
-		JSON: map[string]any{"tls_mode": "disable"}})
-	expectStatus(t, resp, http.StatusAccepted)
-	var re struct {
-		JobID string `json:"job_id"`
-	}
-	resp.JSON(t, &re)
-	if j := r.wait(t, bad.ID, re.JobID); j.Status != "failed" {
+	if j := r.retest(t, bad.ID, map[string]any{"tls_mode": "disable"}); j.Status != "failed" {
 		t.Fatalf("retest with the wrong password: %s", j.Status)
 	}
 	if bad = r.instance(t, bad.ID); bad.State != "unreachable" {
 		t.Fatalf("after the retest: %s", bad.State)
 	}
+	secure := r.register(t, map[string]any{"name": "pg-tls", "engine": "postgres", "host": "127.0.0.1", "port": tlsPG.Port,
+		"username": tlsPG.User, "password": tlsPG.Password, "database": "postgres", "tls_mode": "verify-full"})
+	if secure.State != "unreachable" || secure.LastError == nil {
+		t.Fatalf("verify-full without the CA: state %s, last_error %v", secure.State, deref(secure.LastError))
+	}
+	t.Logf("verify-full without the CA: %s", *secure.LastError)
+	if j := r.retest(t, secure.ID, map[string]any{"tls_mode": "verify-full", "ca": ca.PEM}); j.Status != "succeeded" {
+		t.Fatalf("retest with the CA: %s %s", j.Status, deref(j.Error))
+	}
+	if secure = r.instance(t, secure.ID); secure.State != "ready" || secure.LastError != nil {
+		t.Fatalf("after the retest with the CA: %+v", secure)
+	}
 
 	// The connection read is audited; the server cannot go while its
 	// instances are registered.
-	resp = r.Get(t, "/api/v1/databases/"+pg.ID+"/connection", r.Token)
+	resp := r.Get(t, "/api/v1/databases/"+pg.ID+"/connection", r.Token)
 	expectStatus(t, resp, http.StatusOK)
 	if !strings.Contains(string(resp.Body), url.UserPassword(user, password).String()) {
 		t.Fatalf("connection: no URL with the login: %s", resp.Body)
@@ -368,4 +395,136 @@ func TestQueryConsoleRoundTrip(t *testing.T) {
 	t.Logf("query console round trip for SELECT 1 over %d calls: p50 %s, p90 %s, p99 %s, max %s", n,
 		took[n/2].Round(10*time.Microsecond), took[n*9/10].Round(10*time.Microsecond), took[n*99/100].Round(10*time.Microsecond),
 		took[n-1].Round(10*time.Microsecond))
+}
+
+// TestExternalMariaDBAndRedis registers a MariaDB and a Redis server
+// through a real agent: the query console, explore and every key-value
+// action, a wrong password each, and the calls of the other kind refused.
+func TestExternalMariaDBAndRedis(t *testing.T) {
+	r := newDBRig(t, store.SQLite)
+	maria, rds := testlab.StartMariaDB(t, nil), testlab.StartRedis(t, nil)
+	shop := maria.Database(t)
+
+	m := r.register(t, map[string]any{"name": "maria", "engine": "mariadb", "host": "127.0.0.1", "port": maria.Port,
+		"username": maria.User, "password": maria.Password, "database": shop, "tls_mode": "disable"})
+	if m.State != "ready" || !strings.Contains(m.ServerVersion, "MariaDB") || m.Version == "" {
+		t.Fatalf("mariadb after its test: %+v (%s)", m, deref(m.LastError))
+	}
+	var w struct {
+		RowsAffected *int64 `json:"rows_affected"`
+	}
+	r.call(t, m.ID, "query", map[string]any{"sql": "CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(20))", "readonly": false}).result(t, &w)
+	r.call(t, m.ID, "query", map[string]any{"sql": "INSERT INTO items VALUES (1, 'a'), (2, 'b'), (3, 'c')", "readonly": false}).result(t, &w)
+	if w.RowsAffected == nil || *w.RowsAffected != 3 {
+		t.Fatalf("insert: rows_affected %v", w.RowsAffected)
+	}
+	var q struct {
+		Rows      [][]any `json:"rows"`
+		RowCount  int     `json:"row_count"`
+		Truncated bool    `json:"truncated"`
+	}
+	r.call(t, m.ID, "query", map[string]any{"sql": "SELECT id, name FROM items ORDER BY id", "max_rows": 2}).result(t, &q)
+	if q.RowCount != 2 || !q.Truncated || q.Rows[0][0] != float64(1) || q.Rows[0][1] != "a" {
+		t.Fatalf("select with max_rows 2: %+v", q)
+	}
+	if j := r.call(t, m.ID, "query", map[string]any{"sql": "DELETE FROM items"}); j.Status != "failed" || !strings.Contains(string(j.Data), "1792") {
+		t.Fatalf("a write with readonly default: %s %s: %s", j.Status, deref(j.Error), j.Data)
+	}
+	var ex struct {
+		Tables []struct {
+			Name string `json:"name"`
+		} `json:"tables"`
+	}
+	r.call(t, m.ID, "explore", map[string]any{"what": "tables"}).result(t, &ex)
+	if len(ex.Tables) != 1 || ex.Tables[0].Name != "items" {
+		t.Fatalf("explore tables: %+v", ex.Tables)
+	}
+	badM := r.register(t, map[string]any{"name": "maria-bad", "engine": "mariadb", "host": "127.0.0.1", "port": maria.Port,
+		"username": maria.User, "password": "wrong", "database": shop, "tls_mode": "disable"})
+	if badM.State != "unreachable" || badM.LastError == nil || !strings.Contains(*badM.LastError, "Access denied") {
+		t.Fatalf("mariadb wrong password: %s %s", badM.State, deref(badM.LastError))
+	}
+	expectProblem(t, r.Post(t, "/api/v1/databases/"+m.ID+"/kv", r.Token, map[string]any{"action": "info"}),
+		http.StatusUnprocessableEntity, "wrong-engine-kind")
+
+	k := r.register(t, map[string]any{"name": "cache", "engine": "redis", "host": "127.0.0.1", "port": rds.Port,
+		"password": rds.Password, "tls_mode": "disable"})
+	if k.State != "ready" || k.ServerVersion == "" || len(k.Logins) != 1 || k.Logins[0].Username != "default" {
+		t.Fatalf("redis after its test: %+v (%s)", k, deref(k.LastError))
+	}
+	c := rds.Client(t)
+	ctx := t.Context()
+	for i := range 5 {
+		if err := c.Set(ctx, "user:"+strconv.Itoa(i), "v"+strconv.Itoa(i), 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.HSet(ctx, "profile", "name", "ada", "lang", "go").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		Info map[string]map[string]string `json:"info"`
+	}
+	r.call(t, k.ID, "kv", map[string]any{"action": "info"}).result(t, &info)
+	if info.Info["server"]["redis_version"] == "" {
+		t.Fatalf("info: no server.redis_version: %v", info.Info)
+	}
+	seen := map[string]bool{}
+	cursor := ""
+	for range 100 {
+		var scan struct {
+			Cursor string `json:"cursor"`
+			Keys   []struct {
+				Key string `json:"key"`
+			} `json:"keys"`
+		}
+		r.call(t, k.ID, "kv", map[string]any{"action": "scan", "match": "user:*", "cursor": cursor, "count": 2}).result(t, &scan)
+		for _, key := range scan.Keys {
+			seen[key.Key] = true
+		}
+		if cursor = scan.Cursor; cursor == "0" || cursor == "" {
+			break
+		}
+	}
+	if len(seen) != 5 || seen["profile"] {
+		t.Fatalf("scan user:* found %v, want the 5 user keys", seen)
+	}
+	var got struct {
+		Value struct {
+			Type string            `json:"type"`
+			Hash map[string]string `json:"hash"`
+		} `json:"value"`
+	}
+	r.call(t, k.ID, "kv", map[string]any{"action": "get", "key": "profile"}).result(t, &got)
+	if got.Value.Type != "hash" || got.Value.Hash["name"] != "ada" {
+		t.Fatalf("get profile: %+v", got.Value)
+	}
+	var del struct {
+		Deleted *int64 `json:"deleted"`
+	}
+	r.call(t, k.ID, "kv", map[string]any{"action": "delete", "keys": []string{"user:0", "user:1", "absent"}}).result(t, &del)
+	if del.Deleted == nil || *del.Deleted != 2 {
+		t.Fatalf("delete: deleted %v, want 2", del.Deleted)
+	}
+	if n, err := c.Exists(ctx, "user:0", "user:1", "user:2").Result(); err != nil || n != 1 {
+		t.Fatalf("keys left: %d (%v), want 1", n, err)
+	}
+	var acl struct {
+		ACLUsers []struct {
+			Name string `json:"name"`
+		} `json:"acl_users"`
+	}
+	r.call(t, k.ID, "kv", map[string]any{"action": "acl_list"}).result(t, &acl)
+	if len(acl.ACLUsers) == 0 || acl.ACLUsers[0].Name != "default" {
+		t.Fatalf("acl_list: %+v", acl.ACLUsers)
+	}
+	for what, body := range map[string]any{"query": map[string]any{"sql": "SELECT 1"}, "explore": map[string]any{"what": "tables"}} {
+		expectProblem(t, r.Post(t, "/api/v1/databases/"+k.ID+"/"+what, r.Token, body), http.StatusUnprocessableEntity, "wrong-engine-kind")
+	}
+	badK := r.register(t, map[string]any{"name": "cache-bad", "engine": "redis", "host": "127.0.0.1", "port": rds.Port,
+		"password": "wrong", "tls_mode": "disable"})
+	if badK.State != "unreachable" || badK.LastError == nil || !strings.Contains(strings.ToLower(*badK.LastError), "wrongpass") &&
+		!strings.Contains(strings.ToLower(*badK.LastError), "invalid") {
+		t.Fatalf("redis wrong password: %s %s", badK.State, deref(badK.LastError))
+	}
 }
