@@ -21,6 +21,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // fakeClock moves only when told to.
@@ -663,5 +664,52 @@ func TestEnginesAndImages(t *testing.T) {
 		if _, err := databases.ParseImages([]byte(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error with %q", c.name, err, c.want)
 		}
+	}
+}
+
+// TestConcurrentRetests fires TLS changes at once: each is queued or
+// refused as superseded, and only the test the instance names at the end
+// decides its state.
+func TestConcurrentRetests(t *testing.T) {
+	r := newRig(t)
+	d := r.ready("main", agentproto.EnginePostgres, "16.4")
+	const n = 8
+	regs := make([]databases.Registration, n)
+	errs := make([]error, n)
+	testlab.InParallel(n, func(i int) {
+		regs[i], errs[i] = r.dbs.UpdateTLS(r.ctx, r.admin, r.client, d.ID, agentproto.DBTLSRequire, "")
+	})
+	queued := map[string]bool{}
+	for i, err := range errs {
+		if fe := fault.As(err); err != nil && (fe == nil || fe.Code != "check-superseded") {
+			t.Fatalf("retest %d: %v", i, err)
+		}
+		if err == nil {
+			queued[regs[i].JobID] = true
+		}
+	}
+	inst, err := r.dbs.Get(r.ctx, d.ID, jobs.AdminReader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !queued[inst.CheckJobID] {
+		t.Fatalf("the instance's check %s is not one of the queued retests %v", inst.CheckJobID, queued)
+	}
+	var latest jobs.Job
+	for range queued {
+		j := r.claim(agentproto.JobDBConnect)
+		if j.ID == inst.CheckJobID {
+			latest = j
+			continue
+		}
+		r.complete(j, agentproto.StatusFailed, agentproto.DBFailure{Error: agentproto.DBError{Message: "stale"}}, "stale")
+	}
+	r.noJob()
+	if inst, _ = r.dbs.Get(r.ctx, d.ID, jobs.AdminReader); inst.State != databases.StateChecking {
+		t.Fatalf("after the superseded tests ended: %s, want checking", inst.State)
+	}
+	r.complete(latest, agentproto.StatusSucceeded, agentproto.DBConnectResult{ServerVersion: "16.5"}, "")
+	if inst, _ = r.dbs.Get(r.ctx, d.ID, jobs.AdminReader); inst.State != databases.StateReady || inst.ServerVersion != "16.5" {
+		t.Fatalf("after the latest test: %+v", inst)
 	}
 }
