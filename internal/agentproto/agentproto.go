@@ -36,6 +36,10 @@
 //	2026-11-24  v1: databases (database.go): job types db.connect,
 //	            db.query, db.explore and db.kv with DBTarget, the
 //	            password in the job secret db_password.
+//	2026-11-24  v1: databases and logins (database_admin.go): job types
+//	            db.database.create, db.database.drop, db.user.create,
+//	            db.user.rotate and db.user.drop; the login's new password
+//	            in the job secret db_new_password.
 package agentproto
 
 import (

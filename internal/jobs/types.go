@@ -41,6 +41,12 @@ var types = map[string]TypeSpec{
 	agentproto.JobDBQuery:   {Timeout: 6 * time.Minute},
 	agentproto.JobDBExplore: {Timeout: 2 * time.Minute},
 	agentproto.JobDBKV:      {Timeout: time.Minute},
+	// Databases and logins.
+	agentproto.JobDBDatabaseCreate: {Timeout: 2 * time.Minute},
+	agentproto.JobDBDatabaseDrop:   {Timeout: 2 * time.Minute},
+	agentproto.JobDBUserCreate:     {Timeout: 2 * time.Minute},
+	agentproto.JobDBUserRotate:     {Timeout: time.Minute},
+	agentproto.JobDBUserDrop:       {Timeout: 2 * time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.

@@ -22,6 +22,7 @@ func (e Executors) Register(r agent.Registry) {
 	r.Register(agentproto.JobDBQuery, e.Query())
 	r.Register(agentproto.JobDBExplore, e.Explore())
 	r.Register(agentproto.JobDBKV, e.KV())
+	e.registerAdmin(r)
 }
 
 // run decodes the job's payload into pl and runs fn; an error of fn

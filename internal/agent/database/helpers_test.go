@@ -29,6 +29,12 @@ type outcome struct {
 // with password as the job's secret.
 func runJob(t *testing.T, jobType string, payload any, password string) outcome {
 	t.Helper()
+	return runJobSecrets(t, jobType, payload, map[string]string{agentproto.SecretDBPassword: password})
+}
+
+// runJobSecrets runs a database job through its executor with secrets.
+func runJobSecrets(t *testing.T, jobType string, payload any, secrets map[string]string) outcome {
+	t.Helper()
 	r := agent.Registry{}
 	database.Executors{}.Register(r)
 	pl, err := json.Marshal(payload)
@@ -38,7 +44,7 @@ func runJob(t *testing.T, jobType string, payload any, password string) outcome 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	data, _, err := r[jobType].Run(ctx, agentproto.Job{ID: "job_test", Type: jobType, Payload: pl},
-		map[string]string{agentproto.SecretDBPassword: password}, events{})
+		secrets, events{})
 	b, jerr := json.Marshal(data)
 	if jerr != nil {
 		t.Fatal(jerr)
