@@ -89,8 +89,16 @@ type Credential struct {
 	// SealedPassword is the password sealed with the secret key, bound to
 	// the credential's id (see passwordContext).
 	SealedPassword string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	// State is LoginReady, LoginCreating or LoginDropping; JobID is the
+	// job of creating or dropping.
+	State string
+	JobID string
+	// KeyPattern is the key glob of a key-value login.
+	KeyPattern string
+	// RotateJobID is the db.user.rotate job of a rotation under way.
+	RotateJobID string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // CheckResult is the outcome of a db.connect job.
@@ -124,6 +132,7 @@ type Store interface {
 	FinishDatabaseCheck(ctx context.Context, id, jobID string, r CheckResult, now time.Time) (bool, error)
 	// DeleteDatabaseInstance deletes an instance and its logins.
 	DeleteDatabaseInstance(ctx context.Context, id string) error
+	LoginStore
 }
 
 // passwordContext binds a sealed password to its login.

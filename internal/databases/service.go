@@ -59,6 +59,7 @@ func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *sec
 	}
 	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, catalog: cat, now: now, log: logger}
 	j.OnComplete(agentproto.JobDBConnect, s.connectFinished)
+	s.registerLoginHooks(j)
 	return s
 }
 
@@ -70,7 +71,10 @@ type Login struct {
 	CredentialID string `json:"credential_id"`
 	Username     string `json:"username"`
 	Database     string `json:"database" doc:"The database the login is for; empty for key-value engines"`
-	Access       string `json:"access" enum:"admin" doc:"admin: the login the instance was registered with"`
+	Access       string `json:"access" enum:"admin,readonly,readwrite" doc:"admin: the login the instance was registered with, or a login with every privilege on its database; readonly and readwrite: logins made with POST …/users"`
+	KeyPattern   string `json:"key_pattern,omitempty" doc:"Key-value logins: the glob of keys they reach"`
+	State        string `json:"state" enum:"creating,ready,dropping" doc:"creating: its db.user.create job runs (the login is forgotten if it fails); dropping: its db.user.drop job runs"`
+	Rotating     bool   `json:"rotating" doc:"A rotation's job runs; the stored password is replaced only if it succeeds"`
 }
 
 // Detail is an instance as the API shows it.
@@ -113,7 +117,8 @@ func (s *Service) detail(inst Instance, creds []Credential, r jobs.Reader) Detai
 	}
 	for _, c := range creds {
 		if c.InstanceID == inst.ID {
-			d.Logins = append(d.Logins, Login{CredentialID: c.ID, Username: c.Username, Database: c.Database, Access: c.Access})
+			d.Logins = append(d.Logins, Login{CredentialID: c.ID, Username: c.Username, Database: c.Database, Access: c.Access,
+				KeyPattern: c.KeyPattern, State: c.State, Rotating: c.RotateJobID != ""})
 		}
 	}
 	return d
@@ -453,6 +458,9 @@ func (s *Service) Connection(ctx context.Context, actor audit.Actor, c audit.Ent
 	out := Connection{InstanceID: inst.ID, Engine: inst.Engine, Host: inst.Host, Port: inst.Port, TLSMode: inst.TLSMode,
 		Logins: make([]ConnectionLogin, 0, len(creds))}
 	for _, cr := range creds {
+		if cr.State == LoginCreating {
+			continue // not a login until its job succeeded
+		}
 		pw, err := s.key.Open(passwordContext(cr.ID), cr.SealedPassword)
 		if err != nil {
 			return Connection{}, err
@@ -713,7 +721,7 @@ func (s *Service) KV(ctx context.Context, actor audit.Actor, c audit.Entry, id s
 // JobResult is a database job as its instance's job path shows it.
 type JobResult struct {
 	JobID  string      `json:"job_id"`
-	Type   string      `json:"type" enum:"db.connect,db.query,db.explore,db.kv"`
+	Type   string      `json:"type" enum:"db.connect,db.query,db.explore,db.kv,db.database.create,db.database.drop,db.user.create,db.user.rotate,db.user.drop"`
 	Status jobs.Status `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
 	// Error and Data follow the job view rule (jobs.Job.For).
 	Error      *string         `json:"error" doc:"Why it failed (the engine's message for an engine error); null otherwise. Members get the error class"`
@@ -730,6 +738,8 @@ type JobResult struct {
 func instanceOf(j jobs.Job) string {
 	switch j.Type {
 	case agentproto.JobDBConnect, agentproto.JobDBQuery, agentproto.JobDBExplore, agentproto.JobDBKV:
+	case agentproto.JobDBDatabaseCreate, agentproto.JobDBDatabaseDrop, agentproto.JobDBUserCreate, agentproto.JobDBUserRotate,
+		agentproto.JobDBUserDrop:
 	default:
 		return ""
 	}

@@ -138,6 +138,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerApps()
 	s.registerDomains()
 	s.registerDatabases()
+	s.registerDatabaseLogins()
 	s.registerServerRequests()
 	for _, m := range mounts {
 		m(s)

@@ -50,6 +50,10 @@ type databaseCredentialRow struct {
 	Database   string `db:"database_name"`
 	Password   string `db:"password"`
 	Access     string `db:"access"`
+	State      string `db:"state"`
+	JobID      string `db:"job_id"`
+	KeyPattern string `db:"key_pattern"`
+	RotateJob  string `db:"rotate_job_id"`
 	CreatedAt  int64  `db:"created_at"`
 	UpdatedAt  int64  `db:"updated_at"`
 }
@@ -108,7 +112,8 @@ func (s *Store) ListDatabaseInstances(ctx context.Context) ([]databases.Instance
 // DatabaseCredentials returns the logins of an instance (every instance's
 // for ""), oldest first.
 func (s *Store) DatabaseCredentials(ctx context.Context, instanceID string) ([]databases.Credential, error) {
-	const cols = `SELECT id, instance_id, username, database_name, password, access, created_at, updated_at FROM database_credentials`
+	const cols = `SELECT id, instance_id, username, database_name, password, access, state, job_id, key_pattern, rotate_job_id,
+		created_at, updated_at FROM database_credentials`
 	var rows []databaseCredentialRow
 	var err error
 	if instanceID == "" {
@@ -122,7 +127,8 @@ func (s *Store) DatabaseCredentials(ctx context.Context, instanceID string) ([]d
 	out := make([]databases.Credential, len(rows))
 	for i, r := range rows {
 		out[i] = databases.Credential{ID: r.ID, InstanceID: r.InstanceID, Username: r.Username, Database: r.Database, Access: r.Access,
-			SealedPassword: r.Password, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt)}
+			SealedPassword: r.Password, State: r.State, JobID: r.JobID, KeyPattern: r.KeyPattern, RotateJobID: r.RotateJob,
+			CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt)}
 	}
 	return out, nil
 }

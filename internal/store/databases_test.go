@@ -19,7 +19,8 @@ func newInstance(serverID, name string) (databases.Instance, databases.Credentia
 		Host: "127.0.0.1", Port: 5432, Database: "app", TLSMode: "disable", State: databases.StateChecking,
 		CheckJobID: ids.NewAt(ids.Job, t0), CreatedBy: "usr_x", CreatedAt: t0, UpdatedAt: t0}
 	cred := databases.Credential{ID: ids.NewAt(databases.CredentialIDPrefix, t0), InstanceID: inst.ID, Username: "admin",
-		Database: "app", Access: databases.AccessAdmin, SealedPassword: "sealed-" + name, CreatedAt: t0, UpdatedAt: t0}
+		Database: "app", Access: databases.AccessAdmin, State: databases.LoginReady, SealedPassword: "sealed-" + name, CreatedAt: t0,
+		UpdatedAt: t0}
 	return inst, cred
 }
 
