@@ -379,4 +379,3 @@ func (s *Service) DropLogin(ctx context.Context, actor audit.Actor, c audit.Entr
 	}
 	return j, s.record(ctx, actor, c, ActionLoginDrop, id, map[string]any{"job_id": j.ID, "username": username, "stored": found})
 }
-
