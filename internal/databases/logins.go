@@ -340,19 +340,19 @@ func (s *Service) DropLogin(ctx context.Context, actor audit.Actor, c audit.Entr
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	var errs fault.Fields
-	if p := agentproto.DBIdentifierProblem(inst.Engine, agentproto.DBIdentUser, username); p != "" {
-		errs.Add("username", "%s", p)
-	}
-	if err := errs.Err(); err != nil {
-		return jobs.Job{}, err
-	}
 	cred, found, isAdmin, err := s.stored(ctx, id, func(c Credential) bool { return c.Username == username })
 	if err != nil {
 		return jobs.Job{}, err
 	}
 	if isAdmin {
 		return jobs.Job{}, fault.Conflictf("admin-login", "%s is the login Capstan reaches the instance with: it cannot be dropped.", username)
+	}
+	var errs fault.Fields
+	if p := agentproto.DBIdentifierProblem(inst.Engine, agentproto.DBIdentUser, username); p != "" {
+		errs.Add("username", "%s", p)
+	}
+	if err := errs.Err(); err != nil {
+		return jobs.Job{}, err
 	}
 	inst, admin, adminPW, err := s.adminReady(ctx, inst, nil)
 	if err != nil {
