@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -231,6 +232,59 @@ func testDatabaseLoginsPostgres(t *testing.T, d store.Dialect) {
 	}
 	expectProblem(t, r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + id + "/users/" + pg.User, Token: r.Token}),
 		http.StatusConflict, "admin-login")
+
+	// A login whose job fails (its database does not exist) is forgotten:
+	// not listed, not in the connection read.
+	if _, j := r.login(t, id, map[string]any{"username": "orphan", "database": "nowhere", "access": "readonly"}); j.Status != "failed" ||
+		!strings.Contains(deref(j.Error), "does not exist") {
+		t.Fatalf("login for a missing database: %s %s", j.Status, deref(j.Error))
+	}
+	if _, stored := r.storedPasswords(t, id)["orphan"]; stored {
+		t.Error("a login whose job failed is in the connection read")
+	}
+	if got := len(r.instance(t, id).Logins); got != 3 {
+		t.Errorf("logins after a failed create: %d, want 3", got)
+	}
+
+	// The same login asked for in parallel: one is created, the others
+	// are 409.
+	type reply struct {
+		status int
+		jobID  string
+	}
+	replies := make(chan reply, 6)
+	var wg sync.WaitGroup
+	for range cap(replies) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp := r.Post(t, "/api/v1/databases/"+id+"/users", r.Token, map[string]any{"username": "twin", "database": "shop",
+				"access": "readonly"})
+			var s LoginSecret
+			if resp.Status == http.StatusAccepted {
+				resp.JSON(t, &s)
+			}
+			replies <- reply{resp.Status, s.JobID}
+		}()
+	}
+	wg.Wait()
+	close(replies)
+	counts, twinJob := map[int]int{}, ""
+	for rp := range replies {
+		counts[rp.status]++
+		if rp.jobID != "" {
+			twinJob = rp.jobID
+		}
+	}
+	if counts[http.StatusAccepted] != 1 || counts[http.StatusConflict] != cap(replies)-1 {
+		t.Fatalf("parallel creates of one login: %v", counts)
+	}
+	if j := r.wait(t, id, twinJob); j.Status != "succeeded" {
+		t.Fatalf("twin: %s %s", j.Status, deref(j.Error))
+	}
+	if j := r.delJob(t, id, "/users/twin"); j.Status != "succeeded" {
+		t.Fatalf("drop twin: %s %s", j.Status, deref(j.Error))
+	}
 	expectProblem(t, r.Post(t, "/api/v1/databases/"+id+"/users", r.Token, map[string]any{"username": "reader", "database": "shop",
 		"access": "readonly"}), http.StatusConflict, "login-exists")
 	expectProblem(t, r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + id + "/databases/shop", Token: r.Token}),
