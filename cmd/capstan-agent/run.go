@@ -117,5 +117,6 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func())
 	r.Register(agentproto.JobAppLogs, apps.Logs())
 
 	database.Executors{}.Register(r)
+	(&database.Managed{}).Register(r)
 	return r
 }

@@ -40,6 +40,9 @@
 //	            db.database.create, db.database.drop, db.user.create,
 //	            db.user.rotate and db.user.drop; the login's new password
 //	            in the job secret db_new_password.
+//	2026-11-24  v1: managed database instances (database_managed.go):
+//	            job types db.create, db.control and db.remove; the admin
+//	            password of db.create in the job secret db_password.
 package agentproto
 
 import (

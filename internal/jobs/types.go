@@ -47,6 +47,11 @@ var types = map[string]TypeSpec{
 	agentproto.JobDBUserCreate:     {Timeout: 2 * time.Minute},
 	agentproto.JobDBUserRotate:     {Timeout: time.Minute},
 	agentproto.JobDBUserDrop:       {Timeout: 2 * time.Minute},
+	// Managed instances. Creating may pull the image and waits for the
+	// engine's first start (its data directory is made then).
+	agentproto.JobDBCreate:  {Timeout: 10 * time.Minute},
+	agentproto.JobDBControl: {Timeout: 5 * time.Minute},
+	agentproto.JobDBRemove:  {Timeout: 5 * time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.
