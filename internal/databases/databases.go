@@ -133,6 +133,8 @@ type Store interface {
 	// DeleteDatabaseInstance deletes an instance and its logins.
 	DeleteDatabaseInstance(ctx context.Context, id string) error
 	LoginStore
+	// ManagedStore holds the operations of managed instances.
+	ManagedStore
 }
 
 // passwordContext binds a sealed password to its login.

@@ -60,6 +60,7 @@ func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *sec
 	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, catalog: cat, now: now, log: logger}
 	j.OnComplete(agentproto.JobDBConnect, s.connectFinished)
 	s.registerLoginHooks(j)
+	s.registerManaged(j)
 	return s
 }
 
@@ -91,7 +92,7 @@ type Detail struct {
 	Database string `json:"database" doc:"The initial database; empty for key-value engines"`
 	TLSMode  string `json:"tls_mode" enum:"disable,require,verify-ca,verify-full"`
 	CA       string `json:"ca" doc:"The PEM CA bundle verify-ca and verify-full check against; empty for the system's roots"`
-	State    string `json:"state" enum:"checking,ready,unreachable" doc:"checking: a db.connect job tests the connection; ready: it connected and the instance takes queries; unreachable: it failed (last_error says why)"`
+	State    string `json:"state" enum:"checking,ready,unreachable,creating,starting,stopping,restarting,stopped,removing,failed" doc:"External: checking (a db.connect job tests the connection), ready (it connected and the instance takes queries) or unreachable (it failed; last_error says why). Managed: creating, starting, stopping, restarting or removing while its job runs, then ready, stopped or failed (last_error says why)"`
 	// LastError is nil for members: it is a job's output.
 	LastError     *string   `json:"last_error" doc:"The engine's error of the last failed check; null otherwise, and for members"`
 	ServerVersion string    `json:"server_version" doc:"What the engine reported of itself at the last successful check"`
@@ -442,6 +443,7 @@ type ConnectionLogin struct {
 	Database     string `json:"database"`
 	Access       string `json:"access"`
 	URL          string `json:"url" doc:"The login as a URL, as the instance's server reaches it: postgres://, mysql:// or redis:// (rediss:// with TLS); user, password and database percent-encoded"`
+	AppURL       string `json:"app_url,omitempty" doc:"Managed instances: the URL as an application container on the server's capstan network reaches it (the instance's container name and the engine's port)"`
 }
 
 // Connection returns every login of an instance with its password, and
@@ -467,6 +469,9 @@ func (s *Service) Connection(ctx context.Context, actor audit.Actor, c audit.Ent
 		}
 		out.Logins = append(out.Logins, ConnectionLogin{CredentialID: cr.ID, Username: cr.Username, Password: string(pw),
 			Database: cr.Database, Access: cr.Access, URL: ConnectionURL(inst, cr.Username, string(pw), cr.Database)})
+		if inst.Managed {
+			out.Logins[len(out.Logins)-1].AppURL = s.AppURL(inst, cr.Username, string(pw), cr.Database)
+		}
 	}
 	// Recorded before the passwords are returned: a read that cannot be
 	// audited does not happen.
@@ -721,7 +726,7 @@ func (s *Service) KV(ctx context.Context, actor audit.Actor, c audit.Entry, id s
 // JobResult is a database job as its instance's job path shows it.
 type JobResult struct {
 	JobID  string      `json:"job_id"`
-	Type   string      `json:"type" enum:"db.connect,db.query,db.explore,db.kv,db.database.create,db.database.drop,db.user.create,db.user.rotate,db.user.drop"`
+	Type   string      `json:"type" enum:"db.connect,db.query,db.explore,db.kv,db.database.create,db.database.drop,db.user.create,db.user.rotate,db.user.drop,db.create,db.control,db.remove"`
 	Status jobs.Status `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
 	// Error and Data follow the job view rule (jobs.Job.For).
 	Error      *string         `json:"error" doc:"Why it failed (the engine's message for an engine error); null otherwise. Members get the error class"`
@@ -737,9 +742,17 @@ type JobResult struct {
 // job.
 func instanceOf(j jobs.Job) string {
 	switch j.Type {
-	case agentproto.JobDBConnect, agentproto.JobDBQuery, agentproto.JobDBExplore, agentproto.JobDBKV:
+	case agentproto.JobDBConnect, agentproto.JobDBQuery, agentproto.JobDBExplore, agentproto.JobDBKV, agentproto.JobDBControl:
 	case agentproto.JobDBDatabaseCreate, agentproto.JobDBDatabaseDrop, agentproto.JobDBUserCreate, agentproto.JobDBUserRotate,
 		agentproto.JobDBUserDrop:
+	case agentproto.JobDBCreate, agentproto.JobDBRemove:
+		var p struct {
+			InstanceID string `json:"instance_id"`
+		}
+		if json.Unmarshal(j.Payload, &p) != nil {
+			return ""
+		}
+		return p.InstanceID
 	default:
 		return ""
 	}

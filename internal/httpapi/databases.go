@@ -64,10 +64,6 @@ type databaseTLSInput struct {
 	}
 }
 
-type deletionOutput struct {
-	Body databases.Deletion
-}
-
 type connectionOutput struct {
 	Body databases.Connection
 }
@@ -187,19 +183,25 @@ func (s *Server) registerDatabases() {
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-database", Method: http.MethodDelete, Path: "/api/v1/databases/{id}", Tags: tags,
-		Summary: "Forget an external database instance", Errors: []int{http.StatusNotFound, http.StatusConflict},
-		Description: "Deletes the registration and its stored logins and says so; the database server and its data are not " +
-			"touched. Jobs already queued on it still run.",
-	}, Admin, func(ctx context.Context, in *databaseIDInput) (*deletionOutput, error) {
+		Summary: "Delete a database instance", Errors: []int{http.StatusNotFound, http.StatusConflict},
+		Description: "External (200): deletes the registration and its stored logins and says so; the database server and its " +
+			"data are not touched. Jobs already queued on it still run. Managed (202): queues db.remove, which removes the " +
+			"container; the data volume is kept unless purge=true (volume_kept says which); the record and its logins go " +
+			"when the job succeeded. Backups of the instance are not deleted. 409 while another job of the instance runs.",
+	}, Admin, func(ctx context.Context, in *databaseDeleteInput) (*databaseRemovalOutput, error) {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
 		a, c := actor(ctx)
-		d, err := s.deps.Databases.Delete(ctx, a, c, in.ID)
+		d, err := s.deps.Databases.Remove(ctx, a, c, in.ID, in.Purge)
 		if err != nil {
 			return nil, err
 		}
-		return &deletionOutput{Body: d}, nil
+		status := http.StatusOK
+		if d.Managed {
+			status = http.StatusAccepted
+		}
+		return &databaseRemovalOutput{Status: status, Body: d}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "update-database-tls", Method: http.MethodPut, Path: "/api/v1/databases/{id}/tls", Tags: tags,

@@ -139,6 +139,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerDomains()
 	s.registerDatabases()
 	s.registerDatabaseLogins()
+	s.registerManagedDatabases()
 	s.registerServerRequests()
 	for _, m := range mounts {
 		m(s)
