@@ -255,9 +255,9 @@ func (s *Service) Control(ctx context.Context, actor audit.Actor, c audit.Entry,
 	return Registration{Instance: s.detail(inst, creds, jobs.AdminReader), JobID: j.ID, Job: j}, nil
 }
 
-// Removal says what deleting an instance does: for a managed one, the
+// DatabaseRemoval says what deleting an instance does: for a managed one, the
 // db.remove job queued and whether its volume is kept.
-type Removal struct {
+type DatabaseRemoval struct {
 	Deletion
 	// JobID is the db.remove job of a managed instance; "" for an
 	// external one (forgotten at once).
@@ -271,29 +271,29 @@ type Removal struct {
 // (see Delete); for a managed one it queues db.remove, which removes the
 // container and, with purge, the data volume. The record goes when the
 // job succeeded.
-func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, id string, purge bool) (Removal, error) {
+func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, id string, purge bool) (DatabaseRemoval, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
-		return Removal{}, err
+		return DatabaseRemoval{}, err
 	}
 	if !inst.Managed {
 		if purge {
-			return Removal{}, fault.Invalidf("purge", "applies only to managed instances: an external instance's data is not Capstan's")
+			return DatabaseRemoval{}, fault.Invalidf("purge", "applies only to managed instances: an external instance's data is not Capstan's")
 		}
 		d, err := s.Delete(ctx, actor, c, id)
-		return Removal{Deletion: d}, err
+		return DatabaseRemoval{Deletion: d}, err
 	}
 	now := s.now().UTC()
 	jobID := jobs.NewID(now)
 	if err := s.store.BeginDatabaseOperation(ctx, id, []string{StateReady, StateStopped, StateFailed}, StateRemoving, jobID, now); err != nil {
-		return Removal{}, err
+		return DatabaseRemoval{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBRemove,
 		Payload: agentproto.DBRemovePayload{InstanceID: id, ContainerName: ContainerName(inst.Name), Volume: VolumeName(id), Purge: purge},
 		CreatedBy: actor.ID})
 	if err != nil {
 		s.finishOperation(context.WithoutCancel(ctx), id, jobID, OperationResult{State: StateFailed, LastError: "the removal could not be queued"})
-		return Removal{}, err
+		return DatabaseRemoval{}, err
 	}
 	kept := !purge
 	detail := fmt.Sprintf("Removing the container %s; the volume %s is kept (delete again with purge=true to remove it once the "+
@@ -302,9 +302,9 @@ func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		detail = fmt.Sprintf("Removing the container %s and the volume %s with its data.", ContainerName(inst.Name), VolumeName(id))
 	}
 	if err := s.record(ctx, actor, c, ActionRemovalQueued, id, map[string]any{"name": inst.Name, "purge": purge, "job_id": j.ID}); err != nil {
-		return Removal{}, err
+		return DatabaseRemoval{}, err
 	}
-	return Removal{Deletion: Deletion{ID: id, Name: inst.Name, Managed: true, Forgotten: []string{}, Detail: detail},
+	return DatabaseRemoval{Deletion: Deletion{ID: id, Name: inst.Name, Managed: true, Forgotten: []string{}, Detail: detail},
 		JobID: j.ID, VolumeKept: &kept, Volume: VolumeName(id)}, nil
 }
 

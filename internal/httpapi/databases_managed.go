@@ -34,7 +34,7 @@ type databaseDeleteInput struct {
 
 type databaseRemovalOutput struct {
 	Status int `json:"-"`
-	Body   databases.Removal
+	Body   databases.DatabaseRemoval
 }
 
 func (s *Server) registerManagedDatabases() {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,9 +137,11 @@ func (m *Managed) create(ctx context.Context, job agentproto.Job, secrets map[st
 		if err != nil {
 			return nil, err
 		}
-		if err := ensureNetwork(ctx, cli, p.Network, events); err != nil {
+		netRef, err := ensureNetwork(ctx, cli, p.Network, events)
+		if err != nil {
 			return nil, err
 		}
+		p.Network = netRef
 		labels := map[string]string{agentproto.LabelDBInstance: p.InstanceID, agentproto.LabelDBEngine: p.Engine}
 		if _, err := cli.VolumeInspect(ctx, p.Volume, client.VolumeInspectOptions{}); cerrdefs.IsNotFound(err) {
 			if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: p.Volume, Labels: labels}); err != nil {
@@ -181,24 +184,57 @@ func (m *Managed) create(ctx context.Context, job agentproto.Job, secrets map[st
 }
 
 // ensureNetwork creates the user-defined bridge network name if the
-// engine has none of that name. A network created at the same time by
-// another job is taken as it is.
-func ensureNetwork(ctx context.Context, cli *client.Client, name string, events agent.EventSink) error {
-	if _, err := cli.NetworkInspect(ctx, name, client.NetworkInspectOptions{}); err == nil {
-		return nil
-	} else if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspecting network %s: %w", name, err)
+// engine has none of that name, and returns how a container names it.
+// The engine does not refuse a second network of the same name, so two
+// jobs creating it at once (on one engine) leave two: every caller then
+// keeps the oldest and removes the others, so all of them converge on the
+// same one. While a duplicate cannot be removed (a container uses it), the
+// kept one is named by its id.
+func ensureNetwork(ctx context.Context, cli *client.Client, name string, events agent.EventSink) (string, error) {
+	networkMu.Lock()
+	defer networkMu.Unlock()
+	list := func() ([]network.Summary, error) {
+		res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
+		if err != nil {
+			return nil, fmt.Errorf("listing networks: %w", err)
+		}
+		items := slices.DeleteFunc(res.Items, func(n network.Summary) bool { return n.Name != name })
+		slices.SortFunc(items, func(a, b network.Summary) int {
+			if c := a.Created.Compare(b.Created); c != 0 {
+				return c
+			}
+			return strings.Compare(a.ID, b.ID)
+		})
+		return items, nil
 	}
-	_, err := cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge",
-		Labels: map[string]string{agentproto.LabelDBInstance: "network"}})
-	if err != nil && !cerrdefs.IsConflict(err) {
-		return fmt.Errorf("creating network %s: %w", name, err)
+	items, err := list()
+	if err != nil {
+		return "", err
 	}
-	if err == nil {
+	if len(items) == 0 {
+		if _, err := cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge",
+			Labels: map[string]string{agentproto.LabelDBInstance: "network"}}); err != nil && !cerrdefs.IsConflict(err) {
+			return "", fmt.Errorf("creating network %s: %w", name, err)
+		}
 		events.Emit(agentproto.LevelInfo, "created network "+name, nil)
+		if items, err = list(); err != nil {
+			return "", err
+		}
+		if len(items) == 0 {
+			return "", fmt.Errorf("network %s is gone right after it was created", name)
+		}
 	}
-	return nil
+	ref := name
+	for _, dup := range items[1:] {
+		if _, err := cli.NetworkRemove(ctx, dup.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			ref = items[0].ID
+		}
+	}
+	return ref, nil
 }
+
+// networkMu serializes this agent's network creation.
+var networkMu sync.Mutex
 
 // existingContainer returns the id of the instance's container, "" if
 // there is none; a container of that name that is not the instance's is
