@@ -116,6 +116,8 @@ func TestAccessByRole(t *testing.T) {
 		"GET /api/v1/databases/engines":                            {access: signedIn, path: "/api/v1/databases/engines"},
 		"GET /api/v1/databases":                                    {access: signedIn, path: "/api/v1/databases", output: true},
 		"POST /api/v1/databases/external":                          {access: admin, path: "/api/v1/databases/external", body: map[string]any{}},
+		"POST /api/v1/databases":                                   {access: admin, path: "/api/v1/databases", body: map[string]any{}},
+		"POST /api/v1/databases/{id}/control":                      {access: admin, path: "/api/v1/databases/" + none + "/control", body: map[string]any{}},
 		"GET /api/v1/databases/{id}":                               {access: signedIn, path: "/api/v1/databases/" + fx.databaseID, output: true},
 		"DELETE /api/v1/databases/{id}":                            {access: admin, path: "/api/v1/databases/" + none},
 		"PUT /api/v1/databases/{id}/tls":                           {access: admin, path: "/api/v1/databases/" + none + "/tls", body: map[string]any{}},

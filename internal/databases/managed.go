@@ -263,7 +263,7 @@ type DatabaseRemoval struct {
 	// external one (forgotten at once).
 	JobID string `json:"job_id,omitempty" doc:"Managed: the db.remove job; the record goes when it succeeded"`
 	// VolumeKept is set for a managed instance.
-	VolumeKept *bool `json:"volume_kept,omitempty" doc:"Managed: true when the data volume is kept (no purge), false when it is removed"`
+	VolumeKept *bool  `json:"volume_kept,omitempty" doc:"Managed: true when the data volume is kept (no purge), false when it is removed"`
 	Volume     string `json:"volume,omitempty" doc:"Managed: the data volume's name on the server"`
 }
 
@@ -289,7 +289,7 @@ func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return DatabaseRemoval{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBRemove,
-		Payload: agentproto.DBRemovePayload{InstanceID: id, ContainerName: ContainerName(inst.Name), Volume: VolumeName(id), Purge: purge},
+		Payload:   agentproto.DBRemovePayload{InstanceID: id, ContainerName: ContainerName(inst.Name), Volume: VolumeName(id), Purge: purge},
 		CreatedBy: actor.ID})
 	if err != nil {
 		s.finishOperation(context.WithoutCancel(ctx), id, jobID, OperationResult{State: StateFailed, LastError: "the removal could not be queued"})

@@ -16,7 +16,7 @@ type createManagedInput struct {
 		Engine      string `json:"engine" maxLength:"32" doc:"postgres, mysql, mariadb, redis or valkey"`
 		Version     string `json:"version,omitempty" maxLength:"16" doc:"One of the engine's versions (GET /api/v1/databases/engines); the default version when absent"`
 		Database    string `json:"database,omitempty" maxLength:"63" doc:"SQL engines: the initial database (required; lowercase letters, digits and '_'). Key-value engines: leave out"`
-		MemoryLimit *int64 `json:"memory_limit,omitempty" doc:"The container's memory limit in bytes, 64 MiB to 1 TiB; none when absent"`
+		MemoryLimit *int64 `json:"memory_limit,omitempty" doc:"The container's memory limit in bytes, 67108864 to 1099511627776 (64 MiB to 1 TiB); none when absent"`
 	}
 }
 
