@@ -216,15 +216,33 @@ func TestDocker(t *testing.T) {
 			t.Fatalf("got %d lines (cursor %q), want 10", len(res.Lines), res.Cursor)
 		}
 		checkOrder(t, res.Lines)
-		prios := map[int]int{}
+		// How the engine interleaves the two streams depends on when it
+		// read each pipe, so the mix of the last 10 lines is not fixed;
+		// every line's priority must match its stream (chatter writes
+		// "out N" to stdout, "err N" to stderr).
 		for _, l := range res.Lines {
-			prios[l.Priority]++
+			if want := streamPriority(l.Message); l.Priority != want {
+				t.Errorf("line %+v: priority %d, want %d", l, l.Priority, want)
+			}
 			if time.Since(l.At) > 10*time.Minute || l.At.Location() != time.UTC {
 				t.Errorf("line %+v: wrong time", l)
 			}
 		}
-		if prios[6]+prios[3] != 10 || prios[6] < 2 || prios[3] < 2 {
-			t.Errorf("priorities %v, want about 5 stdout (6) and 5 stderr (3)", prios)
+		// All lines so far (at least 40, fewer than the 500 asked for
+		// only if the program is slow) hold both streams.
+		data, _, err = run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 500})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prios := map[int]int{}
+		for _, l := range data.(agentproto.LogsResult).Lines {
+			prios[l.Priority]++
+			if want := streamPriority(l.Message); l.Priority != want {
+				t.Errorf("line %+v: priority %d, want %d", l, l.Priority, want)
+			}
+		}
+		if prios[6] == 0 || prios[3] == 0 {
+			t.Errorf("priorities %v, want stdout (6) and stderr (3) lines", prios)
 		}
 		if len(events) < 2 {
 			t.Errorf("events %q", events)
@@ -468,4 +486,13 @@ func TestDockerUnreachable(t *testing.T) {
 	if !client.IsErrConnectionFailed(err) || !strings.Contains(err.Error(), "failed to connect to the docker API at unix://") {
 		t.Errorf("err = %v", err)
 	}
+}
+
+// streamPriority is the priority of a chatter line: 3 (error) for what it
+// writes to stderr ("err N"), 6 (info) for stdout ("out N").
+func streamPriority(msg string) int {
+	if strings.HasPrefix(msg, "err ") {
+		return 3
+	}
+	return 6
 }
