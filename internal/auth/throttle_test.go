@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 func TestThrottleBurstThenRate(t *testing.T) {
@@ -156,13 +157,7 @@ func TestHashQueueBounded(t *testing.T) {
 	for range 3 {
 		go func() { acquired <- q.acquire(ctx) }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for q.waiting.Load() != 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting callers: got %d, want 3", q.waiting.Load())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testlab.Eventually(t, 10*time.Second, "three callers waiting in line", func() bool { return q.waiting.Load() == 3 })
 	err := q.acquire(ctx)
 	fe := fault.As(err)
 	if fe == nil || fe.Kind != fault.TooManyRequests || fe.Code != CodeSignInBusy || fe.RetryAfter <= 0 {

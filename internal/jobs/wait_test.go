@@ -14,19 +14,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-// waitFor checks cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
 
 // TestWait: a reader waiting for a job is woken by its end (completed,
 // cancelled, expired, or ended with its server), not by a deadline; a
@@ -71,7 +60,7 @@ func TestWait(t *testing.T) {
 				j, _, err := js.Wait(ctx, j.ID, jobs.MaxWait, jobs.AdminReader)
 				done <- answer{j, err}
 			}()
-			waitFor(t, "a reader waits for the job", func() bool { return jobs.EndWaiters(js, j.ID) == 1 })
+			testlab.Eventually(t, 20*time.Second, "a reader waits for the job", func() bool { return jobs.EndWaiters(js, j.ID) == 1 })
 			end(j)
 			select {
 			case a := <-done:
