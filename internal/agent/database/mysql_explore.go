@@ -15,26 +15,7 @@ import (
 // database, so Schema is not used. Names are parameters of the
 // information_schema queries.
 func (c *mysqlConn) Explore(ctx context.Context, p agentproto.DBExplorePayload) (*agentproto.DBExploreResult, error) {
-	res := &agentproto.DBExploreResult{What: p.What}
-	var err error
-	switch p.What {
-	case agentproto.ExploreDatabases:
-		res.Databases, err = c.databases(ctx)
-	case agentproto.ExploreUsers:
-		res.Users, err = c.users(ctx)
-	case agentproto.ExploreStats:
-		res.Stats, err = c.stats(ctx)
-	case agentproto.ExploreTables:
-		res.Tables, err = c.tables(ctx)
-	case agentproto.ExploreColumns:
-		res.Columns, err = c.columns(ctx, p.Table)
-	default:
-		return nil, fmt.Errorf("unknown explore %q", p.What)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return explore(ctx, c, p)
 }
 
 func (c *mysqlConn) databases(ctx context.Context) ([]agentproto.DBDatabaseInfo, error) {
@@ -211,7 +192,7 @@ func (c *mysqlConn) current(ctx context.Context) (string, error) {
 	return db.String, nil
 }
 
-func (c *mysqlConn) tables(ctx context.Context) ([]agentproto.DBTableInfo, error) {
+func (c *mysqlConn) tables(ctx context.Context, _ string) ([]agentproto.DBTableInfo, error) {
 	if _, err := c.current(ctx); err != nil {
 		return nil, err
 	}
@@ -235,7 +216,7 @@ ORDER BY table_name`)
 	return tables, rows.Err()
 }
 
-func (c *mysqlConn) columns(ctx context.Context, table string) ([]agentproto.DBColumnInfo, error) {
+func (c *mysqlConn) columns(ctx context.Context, _, table string) ([]agentproto.DBColumnInfo, error) {
 	if table == "" {
 		return nil, errors.New("columns needs a table")
 	}

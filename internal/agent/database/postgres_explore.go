@@ -14,26 +14,7 @@ import (
 // the connection is in (tables, columns). Schema and table names are
 // parameters of the catalog queries.
 func (c *postgresConn) Explore(ctx context.Context, p agentproto.DBExplorePayload) (*agentproto.DBExploreResult, error) {
-	res := &agentproto.DBExploreResult{What: p.What}
-	var err error
-	switch p.What {
-	case agentproto.ExploreDatabases:
-		res.Databases, err = c.databases(ctx)
-	case agentproto.ExploreUsers:
-		res.Users, err = c.users(ctx)
-	case agentproto.ExploreStats:
-		res.Stats, err = c.stats(ctx)
-	case agentproto.ExploreTables:
-		res.Tables, err = c.tables(ctx, p.Schema)
-	case agentproto.ExploreColumns:
-		res.Columns, err = c.columns(ctx, p.Schema, p.Table)
-	default:
-		return nil, fmt.Errorf("unknown explore %q", p.What)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return explore(ctx, c, p)
 }
 
 func (c *postgresConn) databases(ctx context.Context) ([]agentproto.DBDatabaseInfo, error) {
