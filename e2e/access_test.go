@@ -128,6 +128,7 @@ func TestAccessByRole(t *testing.T) {
 		"GET /api/v1/databases/{id}/jobs/{job_id}":                 {access: signedIn, path: "/api/v1/databases/" + fx.databaseID + "/jobs/" + fx.databaseJobID, output: true},
 		"POST /api/v1/databases/{id}/databases":                    {access: admin, path: "/api/v1/databases/" + none + "/databases", body: map[string]any{}},
 		"DELETE /api/v1/databases/{id}/databases/{name}":           {access: admin, path: "/api/v1/databases/" + none + "/databases/shop"},
+		"POST /api/v1/databases/{id}/attach":                       {access: admin, path: "/api/v1/databases/" + none + "/attach", body: map[string]any{}},
 		"POST /api/v1/databases/{id}/users":                        {access: admin, path: "/api/v1/databases/" + none + "/users", body: map[string]any{}},
 		"POST /api/v1/databases/{id}/users/{credential_id}/rotate": {access: admin, path: "/api/v1/databases/" + none + "/users/dbc_none/rotate"},
 		"DELETE /api/v1/databases/{id}/users/{username}":           {access: admin, path: "/api/v1/databases/" + none + "/users/reader"},

@@ -73,6 +73,8 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	ds := domains.NewService(st, as, js, srv, log, now, logger)
 	// Request traffic ages out with the metrics' maintenance runs.
 	ms.AddMaintenance("request traffic retention", ds.PruneTraffic)
+	dbs := databases.NewService(st, js, srv, log, key, catalog, now, logger)
+	dbs.UseApps(as)
 	return &app{
 		store:    st,
 		key:      key,
@@ -85,7 +87,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		logs:     logs.NewService(js, srv, ms),
 		apps:     as,
 		domains:  ds,
-		dbs:      databases.NewService(st, js, srv, log, key, catalog, now, logger),
+		dbs:      dbs,
 		schema:   v,
 	}, nil
 }

@@ -185,6 +185,9 @@ type Store interface {
 	// UpdateApp replaces an application's settings (not its state);
 	// sealedEnv nil keeps the environment.
 	UpdateApp(ctx context.Context, a App, sealedEnv *string) error
+	// ReplaceAppEnv replaces an application's sealed env and its keys if
+	// the env is still oldSealed; fault.Conflict "env-changed" otherwise.
+	ReplaceAppEnv(ctx context.Context, id, oldSealed, newSealed string, keys []string, now time.Time) error
 	// SetAppState moves an application from one of the states in from to
 	// state, with the removal job and error; fault.Conflict
 	// "application-removing" when it is in none of them.

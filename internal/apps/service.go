@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -43,6 +44,78 @@ type Service struct {
 	key     *secrets.Key
 	now     func() time.Time
 	log     *slog.Logger
+	// deleting runs before an application is deleted from the store.
+	deleting []func(ctx context.Context, appID string)
+}
+
+// OnDelete registers f to run before an application is deleted (its
+// removal succeeded, or its server had nothing to remove). f logs its own
+// failures: the application is deleted anyway.
+func (s *Service) OnDelete(f func(ctx context.Context, appID string)) {
+	s.deleting = append(s.deleting, f)
+}
+
+func (s *Service) deleteApp(ctx context.Context, id string) error {
+	for _, f := range s.deleting {
+		f(ctx, id)
+	}
+	return s.store.DeleteApp(ctx, id)
+}
+
+// HasEnvKey reports whether an application's env has key.
+func (s *Service) HasEnvKey(ctx context.Context, appID, key string) (bool, error) {
+	a, err := s.store.App(ctx, appID)
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(a.EnvKeys, key), nil
+}
+
+// ValidateEnvKey adds the problem of an env key to errs under field.
+func ValidateEnvKey(key, field string, errs *fault.Fields) {
+	var fe fault.Fields
+	validateEnv([]EnvVar{{Key: key}}, &fe)
+	for _, f := range fe {
+		errs.Add(field, "%s", f.Message)
+	}
+}
+
+// SetEnvValue sets key to value in an application's env, kept for its
+// next deployment: nothing is redeployed. Concurrent changes of the env
+// are not lost: the sealed env is replaced only if it did not change
+// since it was read, and read again otherwise.
+func (s *Service) SetEnvValue(ctx context.Context, appID, key, value string) error {
+	for {
+		old, err := s.store.AppEnv(ctx, appID)
+		if err != nil {
+			return err
+		}
+		env, err := s.openEnv("applications", appID, old)
+		if err != nil {
+			return err
+		}
+		found := false
+		for i := range env {
+			if env[i].Key == key {
+				env[i].Value, found = value, true
+			}
+		}
+		if !found {
+			env = append(env, EnvVar{Key: key, Value: value})
+		}
+		sealed, err := s.sealEnv("applications", appID, env)
+		if err != nil {
+			return err
+		}
+		err = s.store.ReplaceAppEnv(ctx, appID, old, sealed, envKeys(env), s.now().UTC())
+		if fe := fault.As(err); fe != nil && fe.Code == "env-changed" {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			continue
+		}
+		return err
+	}
 }
 
 // NewService returns an application service and registers its job
@@ -547,7 +620,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	if err != nil || srv.Status == servers.Revoked || srv.Status == servers.Pending {
 		// Nothing can be removed on a server without an agent.
-		if err := s.store.DeleteApp(ctx, id); err != nil {
+		if err := s.deleteApp(ctx, id); err != nil {
 			undo()
 			return Removal{}, err
 		}
@@ -601,7 +674,7 @@ func (s *Service) removeFinished(ctx context.Context, j jobs.Job) error {
 	now := s.now().UTC()
 	switch j.Status {
 	case jobs.Succeeded:
-		if err := s.store.DeleteApp(ctx, a.ID); err != nil {
+		if err := s.deleteApp(ctx, a.ID); err != nil {
 			return err
 		}
 		return s.record(ctx, systemActor, audit.Entry{}, ActionRemoved, "application", a.ID, map[string]any{"name": a.Name, "job_id": j.ID})

@@ -133,6 +133,7 @@ type Store interface {
 	// DeleteDatabaseInstance deletes an instance and its logins.
 	DeleteDatabaseInstance(ctx context.Context, id string) error
 	LoginStore
+	AttachmentStore
 	// ManagedStore holds the operations of managed instances.
 	ManagedStore
 }

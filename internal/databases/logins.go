@@ -70,8 +70,8 @@ func (s *Service) registerLoginHooks(j *jobs.Service) {
 			return err
 		}
 	}
-	j.OnComplete(agentproto.JobDBUserCreate, finish(s.store.FinishDatabaseLogin))
-	j.OnComplete(agentproto.JobDBUserRotate, finish(s.store.FinishDatabaseRotation))
+	j.OnComplete(agentproto.JobDBUserCreate, s.loginHook(s.store.FinishDatabaseLogin))
+	j.OnComplete(agentproto.JobDBUserRotate, s.loginHook(s.store.FinishDatabaseRotation))
 	j.OnComplete(agentproto.JobDBUserDrop, finish(s.store.FinishDatabaseLoginDrop))
 }
 

@@ -46,6 +46,7 @@ type Service struct {
 	catalog Catalog
 	now     func() time.Time
 	log     *slog.Logger
+	apps    Apps
 }
 
 // NewService returns a database service and registers the completion

@@ -38,6 +38,7 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 	d.Apps = apps.NewService(e.store, d.Jobs, d.Servers, d.Audit, secrets.GenerateKey(), e.clock.Now, d.Logger)
 	d.Domains = domains.NewService(e.store, d.Apps, d.Jobs, d.Servers, d.Audit, e.clock.Now, d.Logger)
 	d.Databases = databases.NewService(e.store, d.Jobs, d.Servers, d.Audit, secrets.GenerateKey(), databases.DefaultCatalog(), e.clock.Now, d.Logger)
+	d.Databases.UseApps(d.Apps)
 	e.srv = New(d)
 	e.serve(t)
 	b := &boundsEnv{testEnv: e, ctx: context.Background()}

@@ -47,6 +47,20 @@ type dropLoginInput struct {
 	Username string `path:"username" maxLength:"128"`
 }
 
+type attachInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body struct {
+		ApplicationID string `json:"application_id" maxLength:"64" doc:"The application to attach"`
+		EnvKey        string `json:"env_key" maxLength:"256" doc:"The env key the application reads the URL from, e.g. DATABASE_URL; not already in its env"`
+		Database      string `json:"database,omitempty" maxLength:"128" doc:"The database of the application's login; the instance's initial database when absent"`
+	}
+}
+
+type attachOutput struct {
+	Location string `header:"Location" doc:"The job's URL at the instance's job path"`
+	Body     databases.AttachResult
+}
+
 func (s *Server) registerDatabaseLogins() {
 	tags := []string{"Databases"}
 	op(s, huma.Operation{
@@ -104,6 +118,31 @@ func (s *Server) registerDatabaseLogins() {
 			return nil, err
 		}
 		return &loginSecretOutput{Location: "/api/v1/databases/" + in.ID + "/jobs/" + out.JobID, Body: out}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "attach-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/attach", Tags: tags,
+		Summary: "Attach an application to a SQL instance",
+		Description: "Creates a dedicated readwrite login app_<application id> on the database (the instance's initial one by " +
+			"default) by a db.user.create job (202). When the job succeeds, env_key in the application's env is set to the login's " +
+			"URL as the application's container reaches the instance (managed: the container name on the capstan network and the " +
+			"engine's port; external: the registered host and port), applied on the application's next deployment; nothing is " +
+			"redeployed. A successful rotation of the login sets it again. Deleting the application drops the login; deleting " +
+			"the instance forgets the attachment and leaves the env value. 404 for an unknown application or instance; 409 if " +
+			"the env key is set already or the application is attached to this instance; 422 for bad input, a key-value " +
+			"instance, or an application on another server than a managed instance.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *attachInput) (*attachOutput, error) {
+		if s.deps.Databases == nil {
+			return nil, errNoDatabases
+		}
+		a, c := actor(ctx)
+		b := in.Body
+		out, err := s.deps.Databases.Attach(ctx, a, c, in.ID, databases.AttachRequest{ApplicationID: b.ApplicationID, EnvKey: b.EnvKey,
+			Database: b.Database})
+		if err != nil {
+			return nil, err
+		}
+		return &attachOutput{Location: "/api/v1/databases/" + in.ID + "/jobs/" + out.JobID, Body: out}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "rotate-database-login", Method: http.MethodPost, Path: "/api/v1/databases/{id}/users/{credential_id}/rotate",

@@ -502,3 +502,24 @@ func (s *Store) ProxySites(ctx context.Context, serverID string) ([]agentproto.P
 	}
 	return out, nil
 }
+
+// ReplaceAppEnv replaces an application's sealed env and its keys if it
+// is still oldSealed.
+func (s *Store) ReplaceAppEnv(ctx context.Context, id, oldSealed, newSealed string, keys []string, now time.Time) error {
+	k, err := json.Marshal(nonNil(keys))
+	if err != nil {
+		return err
+	}
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE applications SET env = ?, env_keys = ?, updated_at = ? WHERE id = ? AND env = ?`),
+		newSealed, string(k), ms(now), id, oldSealed)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		return nil
+	}
+	if _, err := s.AppEnv(ctx, id); err != nil {
+		return err
+	}
+	return fault.Conflictf("env-changed", "The application's env changed while it was being set.")
+}

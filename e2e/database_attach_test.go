@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// appEnv is an application's env as an administrator reads it.
+func (r *dbRig) appEnv(t *testing.T, appID string) map[string]string {
+	t.Helper()
+	resp := r.Get(t, "/api/v1/applications/"+appID, r.Token)
+	expectStatus(t, resp, http.StatusOK)
+	var a struct {
+		Env []struct {
+			Key   string `json:"key"`
+			Value string `json:"value"`
+		} `json:"env"`
+	}
+	resp.JSON(t, &a)
+	out := map[string]string{}
+	for _, e := range a.Env {
+		out[e.Key] = e.Value
+	}
+	return out
+}
+
+// createApp creates an application on the rig's server without deploying
+// it.
+func (r *dbRig) createApp(t *testing.T, name string, env []map[string]string) string {
+	t.Helper()
+	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": name, "server_id": r.serverID, "deploy": false,
+		"source": map[string]any{"type": "image", "image": "ghcr.io/acme/" + name + ":1"}, "container_port": 8080, "env": env})
+	expectStatus(t, resp, http.StatusCreated)
+	var a struct {
+		ID string `json:"id"`
+	}
+	resp.JSON(t, &a)
+	return a.ID
+}
+
+// TestDatabaseAttachPostgres attaches an application to an external
+// PostgreSQL server through the API and a real agent: the application's
+// env gets a URL whose login writes its database and cannot read another;
+// a rotation updates the env and the old password fails; deleting the
+// application drops the login on the engine. Bad input is refused with
+// nothing changed, and a member gets 403.
+func TestDatabaseAttachPostgres(t *testing.T) {
+	forEachStore(t, testDatabaseAttachPostgres)
+}
+
+func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
+	r := newDBRig(t, d)
+	pg := testlab.StartPostgresServer(t, nil)
+	inst := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
+		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})
+	if inst.State != "ready" {
+		t.Fatalf("instance: %+v", inst)
+	}
+	id := inst.ID
+	for _, name := range []string{"shop", "other"} {
+		if j := r.call(t, id, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
+			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
+		}
+	}
+	var w struct{}
+	r.call(t, id, "query", map[string]any{"sql": "CREATE TABLE secrets (id int)", "database": "other", "readonly": false}).result(t, &w)
+	admin := openSQL(t, "pgx", pg.URL("postgres"))
+
+	web := r.createApp(t, "web", []map[string]string{{"key": "MODE", "value": "prod"}})
+	handSet := r.createApp(t, "hand", []map[string]string{{"key": "DATABASE_URL", "value": "postgres://elsewhere/db"}})
+	path := "/api/v1/databases/" + id + "/attach"
+	loginsBefore := len(r.instance(t, id).Logins)
+
+	// Bad input: nothing is stored, queued or set.
+	for _, c := range []struct {
+		body   map[string]any
+		status int
+		code   string
+	}{
+		{map[string]any{"application_id": web, "env_key": "1BAD"}, http.StatusUnprocessableEntity, ""},
+		{map[string]any{"application_id": web, "env_key": ""}, http.StatusUnprocessableEntity, ""},
+		{map[string]any{"application_id": web, "env_key": "DATABASE_URL", "database": `a"; DROP TABLE x; --`}, http.StatusUnprocessableEntity, ""},
+		{map[string]any{"application_id": "app_none", "env_key": "DATABASE_URL"}, http.StatusNotFound, ""},
+		{map[string]any{"application_id": handSet, "env_key": "DATABASE_URL"}, http.StatusConflict, "env-key-set"},
+		{map[string]any{"application_id": web, "env_key": "MODE"}, http.StatusConflict, "env-key-set"},
+	} {
+		resp := r.Post(t, path, r.Token, c.body)
+		if c.code != "" {
+			expectProblem(t, resp, c.status, c.code)
+		} else {
+			expectStatus(t, resp, c.status)
+		}
+	}
+	expectStatus(t, r.Post(t, "/api/v1/databases/db_none/attach", r.Token, map[string]any{"application_id": web, "env_key": "DATABASE_URL"}),
+		http.StatusNotFound)
+	member := createUser(t, r.ControlPlane, "member@example.com", testPassword, false)
+	mt := signInUser(t, r.ControlPlane, member).AccessToken
+	expectStatus(t, r.Post(t, path, mt, map[string]any{"application_id": web, "env_key": "DATABASE_URL"}), http.StatusForbidden)
+	if got := len(r.instance(t, id).Logins); got != loginsBefore {
+		t.Fatalf("logins after refused attaches: %d, want %d", got, loginsBefore)
+	}
+	if env := r.appEnv(t, handSet); env["DATABASE_URL"] != "postgres://elsewhere/db" || len(env) != 1 {
+		t.Fatalf("hand-set env changed: %v", env)
+	}
+
+	// Attach: the login is made, and the env is set when its job succeeded.
+	resp := r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "DATABASE_URL", "database": "shop"})
+	expectStatus(t, resp, http.StatusAccepted)
+	var att struct {
+		CredentialID string `json:"credential_id"`
+		Username     string `json:"username"`
+		Database     string `json:"database"`
+		JobID        string `json:"job_id"`
+	}
+	resp.JSON(t, &att)
+	if !strings.HasPrefix(att.Username, "app_") || att.Database != "shop" || strings.Contains(string(resp.Body), "postgres://") {
+		t.Fatalf("attach reply: %s", resp.Body)
+	}
+	if j := r.wait(t, id, att.JobID); j.Status != "succeeded" {
+		t.Fatalf("attach job: %s %s", deref(j.Error), j.Data)
+	}
+	var dsn string
+	testlab.Eventually(t, 30*time.Second, "the env holds the login's URL", func() bool {
+		dsn = r.appEnv(t, web)["DATABASE_URL"]
+		return dsn != ""
+	})
+	u, err := url.Parse(dsn)
+	if err != nil || u.User.Username() != att.Username || u.Port() != strconv.Itoa(pg.Port) || u.Path != "/shop" {
+		t.Fatalf("env URL %q: %v", dsn, err)
+	}
+	if env := r.appEnv(t, web); env["MODE"] != "prod" {
+		t.Fatalf("other env values: %v", env)
+	}
+	app := openSQL(t, "pgx", dsn)
+	if err := execErr(app, "CREATE TABLE orders (id int); INSERT INTO orders VALUES (1)"); err != nil {
+		t.Fatalf("attached login writes its database: %v", err)
+	}
+	otherURL := *u
+	otherURL.Path = "/other"
+	if err := execErr(openSQL(t, "pgx", otherURL.String()), "SELECT * FROM secrets"); err == nil {
+		t.Fatal("attached login read another database")
+	}
+	// The app was not redeployed.
+	resp = r.Get(t, "/api/v1/applications/"+web+"/deployments", r.Token)
+	expectStatus(t, resp, http.StatusOK)
+	if strings.Contains(string(resp.Body), `"id":"dep_`) {
+		t.Fatalf("attaching deployed the application: %s", resp.Body)
+	}
+
+	// Attached already, or the key set by this attachment: 409.
+	expectProblem(t, r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "OTHER_URL"}), http.StatusConflict,
+		"already-attached")
+	expectProblem(t, r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "DATABASE_URL"}), http.StatusConflict,
+		"env-key-set")
+
+	// The audit entry names the app and key, never the URL.
+	entries := auditEntries(t, r.ControlPlane, r.Token, "database.attach")
+	if len(entries) != 1 {
+		t.Fatalf("attach audit entries: %d", len(entries))
+	}
+	b, _ := json.Marshal(entries[0])
+	pw, _ := u.User.Password()
+	if !strings.Contains(string(b), web) || !strings.Contains(string(b), "DATABASE_URL") || strings.Contains(string(b), pw) {
+		t.Fatalf("attach audit entry: %s", b)
+	}
+
+	// Rotate: the env follows, the old password fails.
+	if _, j := r.rotate(t, id, att.CredentialID); j.Status != "succeeded" {
+		t.Fatalf("rotate: %s %s", deref(j.Error), j.Data)
+	}
+	var rotated string
+	testlab.Eventually(t, 30*time.Second, "the env holds the rotated URL", func() bool {
+		rotated = r.appEnv(t, web)["DATABASE_URL"]
+		return rotated != dsn
+	})
+	if err := execErr(openSQL(t, "pgx", dsn), "SELECT 1"); err == nil {
+		t.Fatal("the old password still works after rotation")
+	}
+	if err := execErr(openSQL(t, "pgx", rotated), "INSERT INTO orders VALUES (2)"); err != nil {
+		t.Fatalf("rotated URL: %v", err)
+	}
+
+	// Deleting the application drops its login on the engine.
+	resp = r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + web, Token: r.Token})
+	expectStatus(t, resp, http.StatusAccepted)
+	testlab.Eventually(t, 60*time.Second, "the attached login is dropped", func() bool {
+		var n int
+		if err := admin.QueryRow("SELECT count(*) FROM pg_roles WHERE rolname = $1", att.Username).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 0
+	})
+	testlab.Eventually(t, 30*time.Second, "the login is forgotten", func() bool {
+		for _, l := range r.instance(t, id).Logins {
+			if l.Username == att.Username {
+				return false
+			}
+		}
+		return true
+	})
+}
