@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -56,8 +57,27 @@ func TestDatabaseAttachPostgres(t *testing.T) {
 	forEachStore(t, testDatabaseAttachPostgres)
 }
 
+// newAttachRig is a database rig whose agent also drives a real Caddy
+// and the Docker engine, so that deleting an application succeeds.
+func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
+	t.Helper()
+	testlab.Docker(t)
+	testlab.CaddyBinary(t)
+	f := newFleet(t, Options{Dialect: d})
+	c := testlab.StartCaddy(t)
+	e := f.createEnrollment(t, "db-host")
+	config := enrollAgent(t, f.ControlPlane, e.Token)
+	var env []string
+	if h := testlab.DockerHost(); h != "" {
+		env = append(env, "DOCKER_HOST="+h)
+	}
+	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, "--caddy-admin", c.AdminURL,
+		"--proxy-http-port", strconv.Itoa(c.HTTPPort), "--proxy-https-port", strconv.Itoa(c.HTTPSPort),
+		"--proxy-listen-host", "127.0.0.1", "--proxy-access-log", c.AccessLog, "--state-dir", filepath.Join(t.TempDir(), "state"))}
+}
+
 func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
-	r := newDBRig(t, d)
+	r := newAttachRig(t, d)
 	pg := testlab.StartPostgresServer(t, nil)
 	inst := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
 		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})

@@ -137,9 +137,10 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	database := r.Database
 	if database == "" {
-		database = inst.Database
+		database = inst.Database // taken when the instance was registered
+	} else {
+		identProblem(&errs, inst.Engine, agentproto.DBIdentDatabase, "database", database)
 	}
-	identProblem(&errs, inst.Engine, agentproto.DBIdentDatabase, "database", database)
 	username := AttachUsername(app.ID)
 	identProblem(&errs, inst.Engine, agentproto.DBIdentUser, "application_id", username)
 	if err := errs.Err(); err != nil {
