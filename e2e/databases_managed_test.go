@@ -100,7 +100,25 @@ func (r *managedRig) create(t *testing.T, body map[string]any) (DatabaseInfo, Da
 		t.Fatalf("creation: %s", resp.Body)
 	}
 	j := r.wait(t, c.Instance.ID, c.JobID)
-	return r.instance(t, c.Instance.ID), j
+	return r.settled(t, c.Instance.ID), j
+}
+
+// settled returns the instance once its state is no longer a job's
+// transitional one. A job reads as finished a moment before its
+// completion hook has updated the instance, so a test waits for the
+// instance itself.
+func (r *managedRig) settled(t *testing.T, id string) DatabaseInfo {
+	t.Helper()
+	var in DatabaseInfo
+	eventually(t, time.Minute, "instance "+id+" settles after its job", func() bool {
+		in = r.instance(t, id)
+		switch in.State {
+		case "creating", "starting", "stopping", "restarting":
+			return false
+		}
+		return true
+	})
+	return in
 }
 
 func (r *managedRig) control(t *testing.T, id, action string) {
@@ -112,6 +130,7 @@ func (r *managedRig) control(t *testing.T, id, action string) {
 	if j := r.wait(t, id, c.JobID); j.Status != "succeeded" {
 		t.Fatalf("%s: %s %s: %s\nagent log:\n%s", action, j.Status, deref(j.Error), j.Data, r.agent.Logs())
 	}
+	r.settled(t, id)
 }
 
 // remove deletes a managed instance and waits until its record is gone.
@@ -129,7 +148,14 @@ func (r *managedRig) remove(t *testing.T, id string, purge bool) (volumeKept boo
 		t.Fatalf("delete (purge %t): %s", purge, resp.Body)
 	}
 	r.waitJob(t, out.JobID, "succeeded", 3*time.Minute)
-	expectStatus(t, r.Get(t, "/api/v1/databases/"+id, r.Token), http.StatusNotFound)
+	eventually(t, time.Minute, "instance "+id+" is gone after its removal job", func() bool {
+		resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
+		if resp.Status == http.StatusNotFound {
+			return true
+		}
+		expectStatus(t, resp, http.StatusOK)
+		return false
+	})
 	return *out.VolumeKept
 }
 
