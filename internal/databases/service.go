@@ -775,7 +775,7 @@ func (s *Service) Job(ctx context.Context, id, jobID string, wait time.Duration,
 	if _, err := s.store.DatabaseInstance(ctx, id); err != nil {
 		return JobResult{}, err
 	}
-	j, _, err := s.jobs.Get(ctx, jobID)
+	j, _, err := s.jobs.Read(ctx, jobID, jobs.AdminReader)
 	if fault.Is(err, fault.NotFound) || err == nil && instanceOf(j) != id {
 		return JobResult{}, fault.NotFoundf("No such job of this database instance.")
 	}

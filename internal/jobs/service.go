@@ -38,6 +38,12 @@ type Service struct {
 
 	inflightMu sync.Mutex // guards inflight
 	inflight   map[string]struct{}
+	// finishing holds the ids of jobs that an agent's completion has
+	// finished in the store whose completion hook has not run yet: readers
+	// see them still running, so that a job never reads as finished
+	// before what it finished (an instance, a login, a deployment) says
+	// so.
+	finishing sync.Map
 
 	stopClaims     chan struct{} // closed by StopClaims
 	stopClaimsOnce sync.Once
@@ -191,12 +197,27 @@ func (s *Service) Get(ctx context.Context, id string) (Job, []Event, error) {
 	return j, ev, err
 }
 
+// visible is j as readers see it: still running while its completion
+// hook has not run (see finishing).
+func (s *Service) visible(j Job) Job {
+	if !j.Status.Finished() {
+		return j
+	}
+	if _, ok := s.finishing.Load(j.ID); !ok {
+		return j
+	}
+	j.Status, j.FinishedAt = Running, nil
+	j.Error, j.Data, j.Output = nil, nil, nil
+	return j
+}
+
 // Read returns a job with its events as r may read them.
 func (s *Service) Read(ctx context.Context, id string, r Reader) (Job, []Event, error) {
 	j, err := s.store.Job(ctx, id)
 	if err != nil {
 		return Job{}, nil, err
 	}
+	j = s.visible(j)
 	if r != AdminReader {
 		// Members see no events: skip reading them.
 		return j.For(r), EventsFor(r, nil), nil
@@ -215,7 +236,7 @@ func (s *Service) List(ctx context.Context, serverID string, limit int, r Reader
 	}
 	list, err := s.store.ListJobs(ctx, serverID, limit)
 	for i := range list {
-		list[i] = list[i].For(r)
+		list[i] = s.visible(list[i]).For(r)
 	}
 	return list, err
 }
@@ -433,6 +454,8 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	if len(data) == 0 || string(data) == "null" {
 		data = json.RawMessage("{}")
 	}
+	s.finishing.Store(jobID, struct{}{})
+	defer s.finishing.Delete(jobID)
 	ok, err := s.store.FinishJob(ctx, jobID, status, errText, data, req.Output, s.now())
 	if err != nil {
 		return Job{}, err
@@ -442,6 +465,7 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	}
 	if ok {
 		s.runHook(ctx, j)
+		s.finishing.Delete(j.ID)
 		s.ends.notify(j.ID)
 	}
 	return j, nil

@@ -117,3 +117,71 @@ func TestWait(t *testing.T) {
 		}
 	}, jobs.Cancelled)
 }
+
+// TestFinishedOnlyAfterHook: a job an agent completed reads as running
+// until its completion hook has run, so a reader that sees it finished
+// also sees what the hook changed; a reader waiting for it is answered
+// after the hook.
+func TestFinishedOnlyAfterHook(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	now := func() time.Time { return time.Now().UTC() }
+	js := jobs.NewService(st, secrets.GenerateKey(), now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
+	e, err := srvs.CreateEnrollment(ctx, audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, audit.Entry{}, "web-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := srvs.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inHook, release := make(chan struct{}), make(chan struct{})
+	js.OnComplete(agentproto.JobAgentPing, func(context.Context, jobs.Job) error {
+		close(inHook)
+		<-release
+		return nil
+	})
+	j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: res.ServerID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := js.Claim(ctx, res.ServerID, 0); err != nil || !ok || got.ID != j.ID {
+		t.Fatalf("claim: %v %v %s", err, ok, got.ID)
+	}
+	waited := make(chan jobs.Job, 1)
+	go func() {
+		w, _, _ := js.Wait(ctx, j.ID, jobs.MaxWait, jobs.AdminReader)
+		waited <- w
+	}()
+	completed := make(chan error, 1)
+	go func() {
+		_, err := js.Complete(ctx, res.ServerID, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded})
+		completed <- err
+	}()
+	<-inHook
+	// The store says succeeded; readers must not, yet.
+	got, _, err := js.Read(ctx, j.ID, jobs.AdminReader)
+	if err != nil || got.Status != jobs.Running || got.FinishedAt != nil || got.Data != nil {
+		t.Fatalf("read while the hook runs: %+v, %v; want running", got, err)
+	}
+	list, err := js.List(ctx, res.ServerID, 10, jobs.AdminReader)
+	if err != nil || len(list) != 1 || list[0].Status != jobs.Running {
+		t.Fatalf("list while the hook runs: %+v, %v; want running", list, err)
+	}
+	select {
+	case w := <-waited:
+		t.Fatalf("the wait answered %s before the hook ran", w.Status)
+	default:
+	}
+	close(release)
+	if err := <-completed; err != nil {
+		t.Fatal(err)
+	}
+	if w := <-waited; w.Status != jobs.Succeeded {
+		t.Fatalf("wait: %s, want succeeded", w.Status)
+	}
+	if got, _, err := js.Read(ctx, j.ID, jobs.AdminReader); err != nil || got.Status != jobs.Succeeded || got.FinishedAt == nil {
+		t.Fatalf("read after the hook: %+v, %v", got, err)
+	}
+}
