@@ -38,6 +38,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -329,10 +330,34 @@ func liveContainers(ctx context.Context, docker Docker) (map[string][]string, er
 	return out, nil
 }
 
-// load posts a whole configuration to Caddy's /load.
+// transientLoad lists refusals that say nothing about the configuration:
+// Caddy 2.6 may read a certificate's metadata file while the previous
+// load is still writing it, and refuses the new load for that alone.
+var transientLoad = []string{"decoding certificate metadata", "unexpected end of JSON input"}
+
+// loadRetries bounds how often a transiently refused load is tried again.
+var loadRetries = []time.Duration{200 * time.Millisecond, time.Second, 3 * time.Second}
+
+// load posts a whole configuration to Caddy's /load, trying again when
+// Caddy refuses it for a transient reason.
 func (p *Proxy) load(ctx context.Context, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
+	for i := 0; ; i++ {
+		err := p.loadOnce(ctx, body)
+		var le *LoadError
+		if err == nil || !errors.As(err, &le) || !le.transient() || i == len(loadRetries) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(loadRetries[i]):
+		}
+	}
+}
+
+func (p *Proxy) loadOnce(ctx context.Context, body []byte) error {
 	u := p.settings.AdminURL
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"/load", bytes.NewReader(body))
 	if err != nil {
@@ -363,6 +388,15 @@ func (p *Proxy) load(ctx context.Context, body []byte) error {
 type LoadError struct {
 	Status  int
 	Message string // Caddy's error text
+}
+
+func (e *LoadError) transient() bool {
+	for _, t := range transientLoad {
+		if strings.Contains(e.Message, t) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *LoadError) Error() string {
