@@ -1,130 +1,19 @@
 package container
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
-
-// Priorities of container lines.
-const (
-	priorityStdout = 6 // info
-	priorityStderr = 3 // error
-)
-
-// maxEntryBytes bounds one log entry read from the engine (its log
-// drivers split lines into entries of 16 KiB); the rest of a longer one
-// is skipped.
-const maxEntryBytes = 1 << 20
-
-// readEntries calls fn with each entry of a logs response read with
-// timestamps, in the engine's order, until fn returns false. Without a
-// TTY the response is multiplexed (stdcopy framing: an 8-byte header
-// giving the stream and length, then one entry); with a TTY it is the raw
-// output, one entry per line, all of it stdout.
-func readEntries(r io.Reader, tty bool, fn func(agentproto.LogLine) bool) error {
-	br := bufio.NewReaderSize(r, 32<<10)
-	var last time.Time
-	emit := func(stream string, prio int, b []byte) bool {
-		for piece := range bytes.SplitSeq(bytes.TrimSuffix(b, []byte("\n")), []byte("\n")) {
-			l := parseEntry(piece, last)
-			l.Stream, l.Priority = stream, prio
-			last = l.At
-			if !fn(l) {
-				return false
-			}
-		}
-		return true
-	}
-	if tty {
-		for {
-			line, err := readLine(br, maxEntryBytes)
-			if len(line) > 0 && !emit("stdout", priorityStdout, line) {
-				return nil
-			}
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-		}
-	}
-	var hdr [8]byte
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("reading the log stream: %w", err)
-		}
-		size := int64(binary.BigEndian.Uint32(hdr[4:]))
-		payload := make([]byte, min(size, maxEntryBytes))
-		if _, err := io.ReadFull(br, payload); err != nil {
-			return fmt.Errorf("reading the log stream: %w", err)
-		}
-		if _, err := io.CopyN(io.Discard, br, size-int64(len(payload))); err != nil {
-			return fmt.Errorf("reading the log stream: %w", err)
-		}
-		var ok bool
-		switch stdcopy.StdType(hdr[0]) {
-		case stdcopy.Stdin, stdcopy.Stdout:
-			ok = emit("stdout", priorityStdout, payload)
-		case stdcopy.Stderr:
-			ok = emit("stderr", priorityStderr, payload)
-		case stdcopy.Systemerr:
-			return fmt.Errorf("the engine failed reading the log: %s", strings.TrimSpace(string(payload)))
-		default:
-			return fmt.Errorf("reading the log stream: unknown stream %d", hdr[0])
-		}
-		if !ok {
-			return nil
-		}
-	}
-}
-
-// parseEntry splits an entry into the engine's timestamp (RFC 3339 with
-// nanoseconds) and the message. An entry without one takes the time of the
-// entry before it.
-func parseEntry(b []byte, prev time.Time) agentproto.LogLine {
-	b = bytes.TrimSuffix(b, []byte("\r"))
-	l := agentproto.LogLine{At: prev}
-	ts, msg, _ := bytes.Cut(b, []byte(" "))
-	if t, err := time.Parse(time.RFC3339Nano, string(ts)); err == nil {
-		l.At, b = t.UTC(), msg
-	}
-	l.Message = logs.Clip(string(b))
-	return l
-}
-
-// readLine reads one line, keeping at most max bytes of it.
-func readLine(br *bufio.Reader, max int) ([]byte, error) {
-	var line []byte
-	for {
-		chunk, err := br.ReadSlice('\n')
-		if room := max - len(line); room > 0 {
-			line = append(line, chunk[:min(room, len(chunk))]...)
-		}
-		if !errors.Is(err, bufio.ErrBufferFull) {
-			return line, err
-		}
-	}
-}
 
 // Stream indexes.
 const (
@@ -279,7 +168,7 @@ func (e engineLog) read(ctx context.Context, opts client.ContainerLogsOptions, f
 		return engineError(e.name, "reading the log of container", err)
 	}
 	defer rc.Close()
-	if err := readEntries(rc, e.tty, fn); err != nil {
+	if err := logs.ReadDocker(rc, e.tty, fn); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("reading the log of container %s: %w", e.name, ctx.Err())
 		}
@@ -330,7 +219,7 @@ func readTail(ctx context.Context, src logSource, n int) (lines []agentproto.Log
 			}
 		}
 	}
-	sortByTime(lines)
+	logs.SortByTime(lines)
 	return lines, c, true, nil
 }
 
@@ -451,14 +340,8 @@ func readAfter(ctx context.Context, src logSource, c Cursor, n int) ([]agentprot
 		return lines, c, nil
 	}
 	next := s.next(lines)
-	sortByTime(lines)
+	logs.SortByTime(lines)
 	return lines, next, nil
-}
-
-// sortByTime orders lines by time, keeping the order of lines with the
-// same time (and of each stream).
-func sortByTime(lines []agentproto.LogLine) {
-	slices.SortStableFunc(lines, func(a, b agentproto.LogLine) int { return a.At.Compare(b.At) })
 }
 
 // Logs is the executor of container.logs: the last lines of a container's
@@ -487,7 +370,7 @@ func (d *Docker) Logs() agent.Executor {
 			return nil, nil, err
 		}
 		kept := logs.Fit(lines, true)
-		sortByTime(kept)
+		logs.SortByTime(kept)
 		events.Emit(agentproto.LevelInfo, readMessage(len(kept), len(lines)), nil)
 		return agentproto.LogsResult{Lines: nonNil(kept)}, nil, nil
 	})

@@ -1,136 +1,18 @@
 package container
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/moby/moby/api/pkg/stdcopy"
-
-	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
 var t0 = time.Date(2026, 11, 22, 10, 0, 0, 123456789, time.UTC)
-
-func stamp(t time.Time) string { return t.Format(cursorLayout) }
-
-// multiplexed is a logs response as the engine sends it for a container
-// without a TTY: one stdcopy frame per entry.
-func multiplexed(t *testing.T, entries ...[2]string) io.Reader {
-	t.Helper()
-	var buf bytes.Buffer
-	for _, e := range entries {
-		stream := stdcopy.Stdout
-		if e[0] == "stderr" {
-			stream = stdcopy.Stderr
-		}
-		frame(&buf, stream, e[1])
-	}
-	return &buf
-}
-
-// frame writes one stdcopy frame: the stream, three zero bytes, the
-// payload's length (big-endian uint32), the payload.
-func frame(buf *bytes.Buffer, stream stdcopy.StdType, payload string) {
-	var hdr [8]byte
-	hdr[0] = byte(stream)
-	binary.BigEndian.PutUint32(hdr[4:], uint32(len(payload)))
-	buf.Write(hdr[:])
-	buf.WriteString(payload)
-}
-
-func collect(t *testing.T, r io.Reader, tty bool) []agentproto.LogLine {
-	t.Helper()
-	var lines []agentproto.LogLine
-	if err := readEntries(r, tty, func(l agentproto.LogLine) bool { lines = append(lines, l); return true }); err != nil {
-		t.Fatal(err)
-	}
-	return lines
-}
-
-func TestReadEntriesMultiplexed(t *testing.T) {
-	t1 := t0.Add(time.Millisecond)
-	r := multiplexed(t,
-		[2]string{"stdout", stamp(t0) + " hello\n"},
-		[2]string{"stderr", stamp(t1) + " oops\r\n"},
-		[2]string{"stdout", stamp(t1) + " \n"},            // an empty line
-		[2]string{"stdout", stamp(t1) + " partial piece"}, // a long line's first piece
-		[2]string{"stderr", stamp(t1) + " caf\xe9\n"},
-	)
-	got := collect(t, r, false)
-	want := []agentproto.LogLine{
-		{At: t0, Priority: 6, Message: "hello", Stream: "stdout"},
-		{At: t1, Priority: 3, Message: "oops", Stream: "stderr"},
-		{At: t1, Priority: 6, Message: "", Stream: "stdout"},
-		{At: t1, Priority: 6, Message: "partial piece", Stream: "stdout"},
-		{At: t1, Priority: 3, Message: "caf\uFFFD", Stream: "stderr"},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d lines, want %d: %+v", len(got), len(want), got)
-	}
-	for i := range want {
-		if !got[i].At.Equal(want[i].At) || got[i].Priority != want[i].Priority || got[i].Message != want[i].Message || got[i].Stream != want[i].Stream {
-			t.Errorf("line %d = %+v, want %+v", i, got[i], want[i])
-		}
-	}
-}
-
-func TestReadEntriesStopsEarly(t *testing.T) {
-	r := multiplexed(t, [2]string{"stdout", stamp(t0) + " a\n"}, [2]string{"stdout", stamp(t0) + " b\n"}, [2]string{"stdout", stamp(t0) + " c\n"})
-	n := 0
-	if err := readEntries(r, false, func(agentproto.LogLine) bool { n++; return n < 2 }); err != nil || n != 2 {
-		t.Errorf("read %d lines (%v), want to stop after 2", n, err)
-	}
-}
-
-func TestReadEntriesSystemError(t *testing.T) {
-	var buf bytes.Buffer
-	frame(&buf, stdcopy.Stdout, stamp(t0)+" a\n")
-	frame(&buf, stdcopy.Systemerr, "log file is gone")
-	err := readEntries(&buf, false, func(agentproto.LogLine) bool { return true })
-	if err == nil || !strings.Contains(err.Error(), "log file is gone") {
-		t.Errorf("err = %v", err)
-	}
-	// A truncated frame is an error, not a silent end.
-	var short bytes.Buffer
-	frame(&short, stdcopy.Stdout, stamp(t0)+" abcdef\n")
-	trunc := bytes.NewReader(short.Bytes()[:short.Len()-3])
-	if err := readEntries(trunc, false, func(agentproto.LogLine) bool { return true }); err == nil {
-		t.Error("truncated frame: no error")
-	}
-}
-
-func TestReadEntriesTTY(t *testing.T) {
-	raw := stamp(t0) + " one\r\n" + stamp(t0.Add(time.Second)) + " two\r\n" + "no stamp\n" + stamp(t0.Add(2*time.Second)) + " last"
-	got := collect(t, strings.NewReader(raw), true)
-	if len(got) != 4 {
-		t.Fatalf("got %d lines: %+v", len(got), got)
-	}
-	for i, w := range []struct {
-		at  time.Time
-		msg string
-	}{{t0, "one"}, {t0.Add(time.Second), "two"}, {t0.Add(time.Second), "no stamp"}, {t0.Add(2 * time.Second), "last"}} {
-		if !got[i].At.Equal(w.at) || got[i].Message != w.msg || got[i].Stream != "stdout" || got[i].Priority != 6 {
-			t.Errorf("line %d = %+v, want %s %q", i, got[i], w.at, w.msg)
-		}
-	}
-}
-
-func TestReadEntriesClipsLongEntries(t *testing.T) {
-	r := multiplexed(t, [2]string{"stdout", stamp(t0) + " " + strings.Repeat("z", logs.MaxLineBytes+100) + "\n"})
-	got := collect(t, r, false)
-	if len(got) != 1 || !strings.HasSuffix(got[0].Message, logs.TruncatedMark) || !got[0].At.Equal(t0) {
-		t.Errorf("long entry = %d lines, %d bytes", len(got), len(got[0].Message))
-	}
-}
 
 func TestCursorRoundTrip(t *testing.T) {
 	c := Cursor{Stdout: Position{At: t0, Count: 3}, Stderr: Position{At: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}}

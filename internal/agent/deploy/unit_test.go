@@ -1,9 +1,7 @@
 package deploy
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"strings"
 	"sync/atomic"
@@ -134,46 +132,6 @@ func TestAnswer(t *testing.T) {
 	}
 	if got := excerpt("é" + strings.Repeat("é", 200)); !strings.HasSuffix(got, "é…") {
 		t.Errorf("excerpt cut inside a rune: %q", got[len(got)-8:])
-	}
-}
-
-func frame(stream byte, s string) []byte {
-	b := make([]byte, 8, 8+len(s))
-	b[0] = stream
-	binary.BigEndian.PutUint32(b[4:], uint32(len(s)))
-	return append(b, s...)
-}
-
-func TestReadEntries(t *testing.T) {
-	var in bytes.Buffer
-	in.Write(frame(1, "2026-11-22T10:00:00.000000001Z first\n"))
-	in.Write(frame(2, "2026-11-22T10:00:00.000000002Z oops\n"))
-	in.Write(frame(1, "2026-11-22T10:00:00.000000003Z two\n2026-11-22T10:00:00.000000004Z lines\n"))
-	in.Write(frame(1, "no timestamp\n"))
-	var got []agentproto.LogLine
-	if err := readEntries(&in, false, func(l agentproto.LogLine) { got = append(got, l) }); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"stdout/6 first", "stderr/3 oops", "stdout/6 two", "stdout/6 lines", "stdout/6 no timestamp"}
-	if len(got) != len(want) {
-		t.Fatalf("lines %+v", got)
-	}
-	for i, l := range got {
-		if s := l.Stream + "/" + string(rune('0'+l.Priority)) + " " + l.Message; s != want[i] {
-			t.Errorf("line %d = %q, want %q", i, s, want[i])
-		}
-	}
-	if got[4].At != got[3].At || got[3].At.Nanosecond() != 4 {
-		t.Errorf("times %v, %v", got[3].At, got[4].At)
-	}
-	var sys bytes.Buffer
-	sys.Write(frame(3, "log driver failed"))
-	if err := readEntries(&sys, false, func(agentproto.LogLine) {}); err == nil || !strings.Contains(err.Error(), "log driver failed") {
-		t.Errorf("system error: %v", err)
-	}
-	var tty []agentproto.LogLine
-	if err := readEntries(strings.NewReader("2026-11-22T10:00:00Z a\r\n2026-11-22T10:00:01Z b\n"), true, func(l agentproto.LogLine) { tty = append(tty, l) }); err != nil || len(tty) != 2 || tty[0].Message != "a" || tty[1].Stream != "stdout" {
-		t.Errorf("tty: %+v, %v", tty, err)
 	}
 }
 
