@@ -76,6 +76,7 @@ func TestAccessByRole(t *testing.T) {
 		"GET /api/v1/platform":                                     {access: signedIn, path: "/api/v1/platform"},
 		"POST /api/v1/platform/recovery-kit":                       {access: admin, path: "/api/v1/platform/recovery-kit", body: map[string]any{}},
 		"GET /api/v1/audit-logs":                                   {access: admin, path: "/api/v1/audit-logs"},
+		"GET /api/v1/events":                                       {access: admin, path: "/api/v1/events"},
 		"GET /api/v1/servers":                                      {access: signedIn, path: "/api/v1/servers"},
 		"POST /api/v1/servers/enrollments":                         {access: admin, path: "/api/v1/servers/enrollments", body: map[string]any{}},
 		"GET /api/v1/servers/{id}":                                 {access: signedIn, path: "/api/v1/servers/" + fx.serverID},

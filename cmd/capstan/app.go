@@ -12,9 +12,11 @@ import (
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
+	"github.com/capstan-dev/capstan/internal/monitoring"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -35,6 +37,8 @@ type app struct {
 	apps     *apps.Service
 	domains  *domains.Service
 	dbs      *databases.Service
+	events   *events.Dispatcher
+	presence *monitoring.Presence
 	schema   int64
 }
 
@@ -75,6 +79,12 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	ms.AddMaintenance("request traffic retention", ds.PruneTraffic)
 	dbs := databases.NewService(st, js, srv, log, key, catalog, now, logger)
 	dbs.UseApps(as)
+	dispatcher := events.NewDispatcher(st, now, logger)
+	st.OnPublish(dispatcher.Notify)
+	// Delivered events age out with the metrics' maintenance runs.
+	ms.AddMaintenance("event retention", func(ctx context.Context, now time.Time) (int, error) {
+		return st.PruneEvents(ctx, now.Add(-events.Retention), 1000)
+	})
 	return &app{
 		store:    st,
 		key:      key,
@@ -88,6 +98,8 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		apps:     as,
 		domains:  ds,
 		dbs:      dbs,
+		events:   dispatcher,
+		presence: monitoring.NewPresence(st, srv, now),
 		schema:   v,
 	}, nil
 }

@@ -10,12 +10,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentapi"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/servers"
+	"github.com/capstan-dev/capstan/internal/singleton"
 )
 
 type serveCmd struct {
@@ -87,7 +89,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
-		Apps: a.apps, Domains: a.domains, Databases: a.dbs,
+		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}))
@@ -101,10 +103,21 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			log.Error("writing the last heartbeats", "err", err.Error())
 		}
 	}()
+	// Background loops end (and are waited for) before the store closes.
+	var loops sync.WaitGroup
+	defer loops.Wait()
 	bg, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	go a.jobs.RunReaper(bg, 2*time.Second)
 	go a.metrics.Run(bg, c.MetricsEvery)
+	loops.Go(func() { a.events.Run(bg, time.Second) })
+	holder := singleton.Holder()
+	presence := &singleton.Task{Leases: a.store, Name: "server-presence", Holder: holder, Interval: 5 * time.Second,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			_, err := a.presence.Check(ctx)
+			return err
+		}}
+	loops.Go(func() { presence.Loop(bg) })
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -42,8 +42,10 @@ type Deps struct {
 	Domains  *domains.Service // optional; without it the domain endpoints fail
 	// Databases is optional; without it the database endpoints fail.
 	Databases *databases.Service
-	Logger    *slog.Logger
-	Version   string
+	// Events is optional; without it the event list fails.
+	Events  EventReader
+	Logger  *slog.Logger
+	Version string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
 	PublicURL string
 	// TrustedProxy, when true, takes the client address from the last
@@ -141,6 +143,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerDatabaseLogins()
 	s.registerManagedDatabases()
 	s.registerServerRequests()
+	s.registerEvents()
 	for _, m := range mounts {
 		m(s)
 	}

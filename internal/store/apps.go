@@ -10,6 +10,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
 )
 
@@ -426,7 +427,13 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 		}
 		n, _ := res.RowsAffected()
 		done = n == 1
-		if !done || f.Status != apps.Succeeded {
+		if !done {
+			return nil
+		}
+		if err := publishDeploymentTx(ctx, tx, id, f); err != nil {
+			return err
+		}
+		if f.Status != apps.Succeeded {
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
@@ -438,7 +445,40 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
 		return err
 	})
+	if done && err == nil {
+		s.published()
+	}
 	return done, err
+}
+
+// publishDeploymentTx publishes deploy.succeeded or deploy.failed for a
+// deployment that just ended, in the transaction that ended it.
+func publishDeploymentTx(ctx context.Context, tx *sqlx.Tx, id string, f apps.Finish) error {
+	var typ events.Type
+	switch f.Status {
+	case apps.Succeeded:
+		typ = events.DeploySucceeded
+	case apps.Failed:
+		typ = events.DeployFailed
+	default:
+		return nil
+	}
+	var r struct {
+		AppID    string `db:"app_id"`
+		AppName  string `db:"name"`
+		ServerID string `db:"server_id"`
+		Ref      string `db:"ref"`
+	}
+	if err := tx.GetContext(ctx, &r, tx.Rebind(`SELECT d.app_id, a.name, d.server_id, d.ref FROM deployments d
+		JOIN applications a ON a.id = d.app_id WHERE d.id = ?`), id); err != nil {
+		return err
+	}
+	ev, err := events.New(typ, events.Subject{Type: "deployment", ID: id}, events.DeployPayload{DeploymentID: id, ApplicationID: r.AppID,
+		ApplicationName: r.AppName, ServerID: r.ServerID, Ref: r.Ref, Error: f.Error}, f.At)
+	if err != nil {
+		return err
+	}
+	return publishTx(ctx, tx, ev)
 }
 
 // CancelQueuedDeployments cancels queued deployments of an application.

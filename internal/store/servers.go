@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -133,8 +134,20 @@ func (s *Store) RedeemEnrollment(ctx context.Context, enrollHash, agentHash stri
 			return fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, used or expired.")
 		}
 		srv, err = s.serverWhere(ctx, tx, "agent_token_hash = ?", agentHash)
-		return err
+		if err != nil {
+			return err
+		}
+		// Enrolled is online: server.online is published only when it
+		// comes back after going offline.
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO server_presence (server_id, online, changed_at) VALUES (?, 1, ?)`),
+			srv.ID, ms(now)); err != nil {
+			return err
+		}
+		return publishServerTx(ctx, tx, events.ServerEnrolled, srv, now)
 	})
+	if err == nil {
+		s.published()
+	}
 	return srv, err
 }
 
@@ -221,7 +234,25 @@ func (s *Store) TouchServers(ctx context.Context, touches []servers.Touch) error
 	return nil
 }
 
-func revokeTx(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) error {
+// publishServerTx publishes a server.* event in tx.
+func publishServerTx(ctx context.Context, tx *sqlx.Tx, typ events.Type, srv servers.Server, now time.Time) error {
+	ev, err := events.New(typ, events.Subject{Type: "server", ID: srv.ID},
+		events.ServerPayload{ServerID: srv.ID, ServerName: srv.Name, LastSeenAt: srv.LastSeenAt}, now)
+	if err != nil {
+		return err
+	}
+	return publishTx(ctx, tx, ev)
+}
+
+// revokeTx revokes a server's agent credential. Revoking an enrolled
+// server publishes server.revoked.
+func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Time) error {
+	id := srv.ID
+	if srv.Status != servers.Revoked && srv.Status != servers.Pending {
+		if err := publishServerTx(ctx, tx, events.ServerRevoked, srv, now); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO revoked_agent_tokens (token_hash, server_id, revoked_at)
 		SELECT agent_token_hash, id, ? FROM servers WHERE id = ? AND agent_token_hash IS NOT NULL
 		AND agent_token_hash NOT IN (SELECT token_hash FROM revoked_agent_tokens)`), ms(now), id); err != nil {
@@ -236,33 +267,41 @@ func revokeTx(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) error 
 func (s *Store) RevokeServer(ctx context.Context, id string, now time.Time) (servers.Server, error) {
 	var srv servers.Server
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := s.serverWhere(ctx, tx, "id = ?", id); err != nil {
+		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
+		if err != nil {
 			return err
 		}
-		if err := revokeTx(ctx, tx, id, now); err != nil {
+		if err := revokeTx(ctx, tx, cur, now); err != nil {
 			return err
 		}
-		var err error
 		srv, err = s.serverWhere(ctx, tx, "id = ?", id)
 		return err
 	})
+	if err == nil {
+		s.published()
+	}
 	return srv, err
 }
 
 // DeleteServer revokes a server and deletes its record.
 func (s *Store) DeleteServer(ctx context.Context, id string, now time.Time) error {
-	return s.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := s.serverWhere(ctx, tx, "id = ?", id); err != nil {
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
+		if err != nil {
 			return err
 		}
-		if err := revokeTx(ctx, tx, id, now); err != nil {
+		if err := revokeTx(ctx, tx, cur, now); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
+		_, err = tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
 		if isForeignKeyViolation(err) {
 			// Database instances refer to the server: they go first.
 			return fault.Conflictf("server-has-databases", "Database instances are registered on this server; delete them first.")
 		}
 		return err
 	})
+	if err == nil {
+		s.published()
+	}
+	return err
 }

@@ -59,6 +59,8 @@ type Store struct {
 	stmts     stmtCache    // SQLite: prepared statements of hot queries
 	stmtCount atomic.Int64 // how many stmts holds
 	group     *groupCommitter
+
+	onPublish atomic.Pointer[func()] // called after events are stored; nil: none
 }
 
 // Open connects to the database named by databaseURL: empty means the SQLite

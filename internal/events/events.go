@@ -1,0 +1,135 @@
+// Package events is the control plane's event bus. Capabilities publish
+// what happened (a deployment succeeded, a server went offline) as events
+// stored in an outbox, in the same transaction as the change they report
+// wherever the store allows, so a restart loses none. A Dispatcher routes
+// each stored event to the destinations that want it (the inbox, e-mail,
+// notification channels) and delivers it once per destination: at least
+// once from the outbox, with a delivery record per (event, destination)
+// whose id stays the same across attempts, so a receiver can drop repeats.
+//
+// The package owns the event types, the catalogue that documents them and
+// the dispatcher. It does not import the store; the store implements Store.
+package events
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/ids"
+)
+
+// Type names an event; the catalogue lists every one.
+type Type string
+
+// The event types. The list grows at the end.
+const (
+	DeploySucceeded Type = "deploy.succeeded"
+	DeployFailed    Type = "deploy.failed"
+	ServerEnrolled  Type = "server.enrolled"
+	ServerRevoked   Type = "server.revoked"
+	ServerOnline    Type = "server.online"
+	ServerOffline   Type = "server.offline"
+)
+
+// IDPrefix starts every event id.
+const IDPrefix = "evt"
+
+// Retention is how long events are kept once every delivery of them ended.
+const Retention = 30 * 24 * time.Hour
+
+// Subject is the object an event is about.
+type Subject struct {
+	Type string `json:"type" doc:"Kind of object: deployment, server, alert" example:"server"`
+	ID   string `json:"id" doc:"The object's id" example:"srv_01hx7c9q3m8e4a0000000000"`
+}
+
+// Event is one thing that happened, as stored in the outbox.
+type Event struct {
+	ID         string          `json:"id" doc:"Event id (evt_…); the same in every delivery of the event"`
+	Type       Type            `json:"type" doc:"Event type, one of the catalogue's"`
+	Subject    Subject         `json:"subject"`
+	Payload    json.RawMessage `json:"payload" doc:"Fields of the event type, as the catalogue lists them"`
+	OccurredAt time.Time       `json:"occurred_at" doc:"When the change happened (UTC)"`
+}
+
+// New makes an event of type t about subject, with payload encoded as its
+// JSON payload.
+func New(t Type, subject Subject, payload any, at time.Time) (Event, error) {
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return Event{}, fmt.Errorf("event %s payload: %w", t, err)
+	}
+	return Event{ID: ids.NewAt(IDPrefix, at), Type: t, Subject: subject, Payload: raw, OccurredAt: at.UTC()}, nil
+}
+
+// DeployPayload is the payload of deploy.succeeded and deploy.failed.
+type DeployPayload struct {
+	DeploymentID    string `json:"deployment_id"`
+	ApplicationID   string `json:"application_id"`
+	ApplicationName string `json:"application_name"`
+	ServerID        string `json:"server_id"`
+	Ref             string `json:"ref"`
+	// Error says why a deployment failed; empty when it succeeded.
+	Error string `json:"error,omitempty"`
+}
+
+// ServerPayload is the payload of the server.* events.
+type ServerPayload struct {
+	ServerID   string `json:"server_id"`
+	ServerName string `json:"server_name"`
+	// LastSeenAt is the agent's last heartbeat; nil when there was none.
+	LastSeenAt *time.Time `json:"last_seen_at,omitempty"`
+}
+
+// Spec documents one event type.
+type Spec struct {
+	Type    Type
+	When    string
+	Subject string
+	Payload string
+}
+
+// Catalogue lists every event type the control plane publishes.
+var Catalogue = []Spec{
+	{DeploySucceeded, "a deployment finished and its container serves the application", "deployment",
+		"deployment_id, application_id, application_name, server_id, ref"},
+	{DeployFailed, "a deployment failed (the previous container keeps serving)", "deployment",
+		"deployment_id, application_id, application_name, server_id, ref, error"},
+	{ServerEnrolled, "a server's agent redeemed its enrollment token", "server", "server_id, server_name"},
+	{ServerRevoked, "a server's agent credential was revoked (also when the server is deleted)", "server", "server_id, server_name"},
+	{ServerOnline, "an enrolled server's agent is heard from again after it was offline", "server",
+		"server_id, server_name, last_seen_at"},
+	{ServerOffline, "no heartbeat from an enrolled server's agent for 30 seconds", "server", "server_id, server_name, last_seen_at"},
+}
+
+// Known reports whether t is in the catalogue.
+func Known(t Type) bool {
+	for _, s := range Catalogue {
+		if s.Type == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Types lists the catalogue's types, in catalogue order.
+func Types() []string {
+	out := make([]string, len(Catalogue))
+	for i, s := range Catalogue {
+		out[i] = string(s.Type)
+	}
+	return out
+}
+
+// CatalogueMarkdown renders the catalogue as a Markdown table, for the
+// OpenAPI descriptions.
+func CatalogueMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| event | when | subject | payload fields |\n|---|---|---|---|\n")
+	for _, s := range Catalogue {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.Type, s.When, s.Subject, s.Payload)
+	}
+	return b.String()
+}
