@@ -23,6 +23,7 @@ const (
 	Forbidden                   // authenticated, but not allowed
 	TooManyRequests             // throttled; RetryAfter says when to try again
 	Gone                        // the resource existed but has expired or been used up
+	Upstream                    // a provider the operation depends on failed or could not be reached
 )
 
 // FieldError names one invalid input field. Field is a dotted JSON path

@@ -67,6 +67,7 @@ var defaultCodes = map[int]string{
 	http.StatusUnprocessableEntity:   "validation-failed",
 	http.StatusTooManyRequests:       "too-many-requests",
 	http.StatusInternalServerError:   "internal-error",
+	http.StatusBadGateway:            "provider-failed",
 	http.StatusServiceUnavailable:    "unavailable",
 }
 
@@ -165,6 +166,7 @@ var kindStatus = map[fault.Kind]int{
 	fault.Forbidden:       http.StatusForbidden,
 	fault.TooManyRequests: http.StatusTooManyRequests,
 	fault.Gone:            http.StatusGone,
+	fault.Upstream:        http.StatusBadGateway,
 }
 
 // problemFor maps any error to a Problem. Errors that are not faults are
