@@ -32,6 +32,11 @@
 //     cluster with password authentication, for TLS and login tests),
 //     StartMariaDB (with MariaDB.Database, a new database per test),
 //     StartRedis; each may serve TLS with a certificate from NewTestCA.
+//   - githost.go: StartGitHost, a stand-in for GitHub's app pages and REST
+//     API over HTTPS on 127.0.0.1 (its CA in a file for SSL_CERT_FILE):
+//     manifest conversion, app JWTs checked against the key it issued,
+//     installations, expiring installation tokens, paginated repositories
+//     and branches, commits.
 //
 // Adding a component (a database engine, an S3 or SMTP peer): put it in a
 // file named after it, with a Start or New function that takes testing.TB,
