@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // access is who may call an operation.
@@ -37,6 +39,9 @@ type routeCase struct {
 	output bool
 	// endsSession: the call signs the caller out; it runs last.
 	endsSession bool
+	// undoesFixture: the call removes a fixture other calls read (the
+	// connected git host app); it runs after them.
+	undoesFixture bool
 }
 
 // Markers in the fixtures: job output and an environment value.
@@ -60,7 +65,8 @@ type accessFixtures struct {
 // the others; an administrator is never 401 or 403. An operation the table
 // below does not name fails the test: each new one needs a decision.
 func TestAccessByRole(t *testing.T) {
-	r := newAppRig(t, store.SQLite)
+	host := testlab.StartGitHost(t)
+	r := newAppRigWith(t, gitHostOptions(store.SQLite, host))
 	member := createUser(t, r.ControlPlane, "member@example.com", testPassword, false)
 	memberToken := signInUser(t, r.ControlPlane, member).AccessToken
 	fx := makeAccessFixtures(t, r)
@@ -147,6 +153,23 @@ func TestAccessByRole(t *testing.T) {
 		"POST /agent/v1/jobs/{id}/complete":                        {access: agent, path: "/agent/v1/jobs/" + none + "/complete", body: map[string]any{}},
 	}
 
+	// The git host integration: administrators only.
+	repo := host.AddRepo("acme", "web", true, map[string]string{"main": strings.Repeat("a", 40)})
+	inst := connectGitHost(t, r.ControlPlane, host, r.Token, "acme")
+	branches := fmt.Sprintf("/api/v1/githost/repositories/%d/%d/branches", inst, repo.ID)
+	for name, c := range map[string]routeCase{
+		"GET /api/v1/githost/status":                                            {path: "/api/v1/githost/status"},
+		"POST /api/v1/githost/manifest":                                         {path: "/api/v1/githost/manifest", body: map[string]any{}},
+		"POST /api/v1/githost/manifest/complete":                                {path: "/api/v1/githost/manifest/complete", body: map[string]any{}},
+		"POST /api/v1/githost/installations":                                    {path: "/api/v1/githost/installations", body: map[string]any{}},
+		"GET /api/v1/githost/repositories":                                      {path: "/api/v1/githost/repositories"},
+		"GET /api/v1/githost/repositories/{installation_id}/{repo_id}/branches": {path: branches},
+		"DELETE /api/v1/githost/app":                                            {path: "/api/v1/githost/app", undoesFixture: true},
+	} {
+		c.access = admin
+		cases[name] = c
+	}
+
 	// The document's operations are exactly the table's, each declared
 	// with the security its access needs.
 	resp := r.Get(t, "/openapi.json", "")
@@ -205,6 +228,9 @@ func TestAccessByRole(t *testing.T) {
 	}
 	sort.Slice(names, func(i, j int) bool {
 		if a, b := cases[names[i]].endsSession, cases[names[j]].endsSession; a != b {
+			return b
+		}
+		if a, b := cases[names[i]].undoesFixture, cases[names[j]].undoesFixture; a != b {
 			return b
 		}
 		return names[i] < names[j]

@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -39,16 +40,20 @@ type app struct {
 	dbs      *databases.Service
 	events   *events.Dispatcher
 	presence *monitoring.Presence
+	githost  *githost.Service // nil unless a provider was given
 	schema   int64
 }
 
 // openApp prepares the data dir, loads or creates the secret key, opens the
 // store and applies migrations.
 func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) {
-	return openAppWith(ctx, f, publicURL, time.Hour, databases.DefaultCatalog(), slog.Default())
+	return openAppWith(ctx, f, publicURL, time.Hour, databases.DefaultCatalog(), nil, slog.Default())
 }
 
-func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollmentTTL time.Duration, catalog databases.Catalog, logger *slog.Logger) (*app, error) {
+// openAppWith is openApp with the settings of capstan serve; provider,
+// when not nil, is the git host the git host service talks to.
+func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollmentTTL time.Duration, catalog databases.Catalog,
+	provider githost.Provider, logger *slog.Logger) (*app, error) {
 	if err := os.MkdirAll(f.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -85,6 +90,10 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	ms.AddMaintenance("event retention", func(ctx context.Context, now time.Time) (int, error) {
 		return st.PruneEvents(ctx, now.Add(-events.Retention), 1000)
 	})
+	var gh *githost.Service
+	if provider != nil {
+		gh = githost.NewService(st, provider, key, log, publicURL, now, logger)
+	}
 	return &app{
 		store:    st,
 		key:      key,
@@ -100,6 +109,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		dbs:      dbs,
 		events:   dispatcher,
 		presence: monitoring.NewPresence(st, srv, now),
+		githost:  gh,
 		schema:   v,
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentapi"
 	"github.com/capstan-dev/capstan/internal/databases"
+	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/singleton"
@@ -32,6 +33,8 @@ type serveCmd struct {
 	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
 	MetricsEvery  time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
 	DBImages      string        `name:"database-images" env:"CAPSTAN_DATABASE_IMAGES" help:"JSON file mapping database engine versions to the container images to use instead of the official ones (see the README). Versions it does not name keep their official image."`
+	GitHostAPIURL string        `name:"githost-api-url" env:"CAPSTAN_GITHOST_API_URL" default:"https://api.github.com" help:"REST API base URL of the git host (GitHub). For GitHub Enterprise Server: https://HOST/api/v3. Its TLS certificate is checked against the system's trusted CAs (SSL_CERT_FILE, SSL_CERT_DIR)."`
+	GitHostWebURL string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
 	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 }
 
@@ -68,6 +71,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		agentDir = filepath.Dir(exe)
 	}
+	provider, err := githost.NewGitHub(c.GitHostAPIURL, c.GitHostWebURL, nil)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	var pprofLn net.Listener
 	if c.PprofListen != "" {
 		if pprofLn, err = listenPprof(c.PprofListen); err != nil {
@@ -76,7 +84,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		defer pprofLn.Close()
 	}
-	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, catalog, log)
+	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, catalog, provider, log)
 	if err != nil {
 		ln.Close()
 		return err
@@ -89,7 +97,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
-		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store,
+		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}))

@@ -22,6 +22,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -43,7 +44,9 @@ type Deps struct {
 	// Databases is optional; without it the database endpoints fail.
 	Databases *databases.Service
 	// Events is optional; without it the event list fails.
-	Events  EventReader
+	Events EventReader
+	// GitHost is optional; without it the git host endpoints fail.
+	GitHost *githost.Service
 	Logger  *slog.Logger
 	Version string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
@@ -144,6 +147,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerManagedDatabases()
 	s.registerServerRequests()
 	s.registerEvents()
+	s.registerGitHost()
 	for _, m := range mounts {
 		m(s)
 	}
