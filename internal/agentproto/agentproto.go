@@ -43,6 +43,11 @@
 //	2026-11-24  v1: managed database instances (database_managed.go):
 //	            job types db.create, db.control and db.remove; the admin
 //	            password of db.create in the job secret db_password.
+//	2026-11-24  v1: database metrics (database_metrics.go):
+//	            HeartbeatResponse.DatabasesRevision; GET /agent/v1/databases
+//	            (DBMonitorResponse) lists the instances to sample with
+//	            their login; POST /agent/v1/databases/metrics
+//	            (DBMetricsRequest) reports the samples.
 package agentproto
 
 import (
@@ -151,6 +156,11 @@ type Config struct {
 type HeartbeatResponse struct {
 	Config     Config    `json:"config"`
 	ServerTime time.Time `json:"server_time"`
+	// DatabasesRevision names the current list of the database instances
+	// the agent samples (GET /agent/v1/databases); the agent fetches the
+	// list when it differs from the one it holds. "" means the control
+	// plane does not serve the list.
+	DatabasesRevision string `json:"databases_revision,omitempty"`
 }
 
 // MaxClaimWaitSeconds bounds ClaimRequest.WaitSeconds.

@@ -136,6 +136,8 @@ type Store interface {
 	AttachmentStore
 	// ManagedStore holds the operations of managed instances.
 	ManagedStore
+	// MetricsStore holds the instances' metric samples.
+	MetricsStore
 }
 
 // passwordContext binds a sealed password to its login.

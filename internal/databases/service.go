@@ -95,14 +95,15 @@ type Detail struct {
 	CA       string `json:"ca" doc:"The PEM CA bundle verify-ca and verify-full check against; empty for the system's roots"`
 	State    string `json:"state" enum:"checking,ready,unreachable,creating,starting,stopping,restarting,stopped,removing,failed" doc:"External: checking (a db.connect job tests the connection), ready (it connected and the instance takes queries) or unreachable (it failed; last_error says why). Managed: creating, starting, stopping, restarting or removing while its job runs, then ready, stopped or failed (last_error says why)"`
 	// LastError is nil for members: it is a job's output.
-	LastError     *string   `json:"last_error" doc:"The engine's error of the last failed check; null otherwise, and for members"`
-	ServerVersion string    `json:"server_version" doc:"What the engine reported of itself at the last successful check"`
-	CheckJobID    string    `json:"check_job_id" doc:"The latest db.connect job"`
-	Logins        []Login   `json:"logins" doc:"Without passwords; administrators read those with GET …/connection"`
-	CreatedBy     string    `json:"created_by,omitempty"`
-	CreatedAt     time.Time `json:"created_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
-	Redacted      bool      `json:"redacted" doc:"True when last_error was withheld (the caller is not an administrator)"`
+	LastError     *string      `json:"last_error" doc:"The engine's error of the last failed check; null otherwise, and for members"`
+	ServerVersion string       `json:"server_version" doc:"What the engine reported of itself at the last successful check"`
+	CheckJobID    string       `json:"check_job_id" doc:"The latest db.connect job"`
+	Logins        []Login      `json:"logins" doc:"Without passwords; administrators read those with GET …/connection"`
+	LastMetrics   *LastMetrics `json:"last_metrics" doc:"The newest metric sample the server's agent took of the instance (with each database's size); null if none in the last 48 hours. In the instance's own reply and the list"`
+	CreatedBy     string       `json:"created_by,omitempty"`
+	CreatedAt     time.Time    `json:"created_at"`
+	UpdatedAt     time.Time    `json:"updated_at"`
+	Redacted      bool         `json:"redacted" doc:"True when last_error was withheld (the caller is not an administrator)"`
 }
 
 func (s *Service) detail(inst Instance, creds []Credential, r jobs.Reader) Detail {
@@ -370,7 +371,11 @@ func (s *Service) Get(ctx context.Context, id string, r jobs.Reader) (Detail, er
 	if err != nil {
 		return Detail{}, err
 	}
-	return s.detail(inst, creds, r), nil
+	latest, err := s.lastMetrics(ctx, id, r)
+	if err != nil {
+		return Detail{}, err
+	}
+	return withLast(s.detail(inst, creds, r), latest), nil
 }
 
 // List returns every instance by name, as r may read them.
@@ -383,12 +388,16 @@ func (s *Service) List(ctx context.Context, r jobs.Reader) ([]Detail, error) {
 	if err != nil {
 		return nil, err
 	}
+	latest, err := s.lastMetrics(ctx, "", r)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]Detail, 0, len(list))
 	for _, inst := range list {
 		if inst, err = s.current(ctx, inst); err != nil {
 			return nil, err
 		}
-		out = append(out, s.detail(inst, creds, r))
+		out = append(out, withLast(s.detail(inst, creds, r), latest))
 	}
 	return out, nil
 }

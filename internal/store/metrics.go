@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -71,36 +70,11 @@ var rollupColumns = []rollupColumn{
 	{"net_tx_max", "MAX(net_tx_bytes_per_s)", maxKind},
 }
 
-// rollupSQL is an INSERT … SELECT that aggregates the samples matching
-// where (which must filter one server and one hour; its placeholders come
-// after the hour's and updated_at's) into the hour's rollup. With merge,
-// an existing rollup is combined with the aggregate; otherwise it is
-// replaced.
-func rollupSQL(where string, merge bool) string {
-	cols := []string{"server_id", "hour"}
-	aggs := []string{"server_id", "CAST(? AS BIGINT)"}
-	var sets []string
-	for _, c := range rollupColumns {
-		cols = append(cols, c.name)
-		aggs = append(aggs, c.agg)
-		switch {
-		case !merge:
-			sets = append(sets, fmt.Sprintf("%[1]s = excluded.%[1]s", c.name))
-		case c.kind == sumKind:
-			sets = append(sets, fmt.Sprintf("%[1]s = metric_hourly.%[1]s + excluded.%[1]s", c.name))
-		default:
-			sets = append(sets, fmt.Sprintf("%[1]s = CASE WHEN metric_hourly.%[1]s IS NULL OR excluded.%[1]s > metric_hourly.%[1]s THEN excluded.%[1]s ELSE metric_hourly.%[1]s END", c.name))
-		}
-	}
-	cols = append(cols, "updated_at")
-	aggs = append(aggs, "CAST(? AS BIGINT)")
-	sets = append(sets, "updated_at = excluded.updated_at")
-	// The WHERE clause also keeps SQLite from reading ON CONFLICT as a
-	// join constraint.
-	return `INSERT INTO metric_hourly (` + strings.Join(cols, ", ") + `)
-		SELECT ` + strings.Join(aggs, ", ") + ` FROM metric_samples WHERE ` + where + ` GROUP BY server_id
-		ON CONFLICT (server_id, hour) DO UPDATE SET ` + strings.Join(sets, ", ")
-}
+// serverRollup is how metric_samples roll up into metric_hourly.
+var serverRollup = rollupTable{samples: "metric_samples", hourly: "metric_hourly", key: "server_id", columns: rollupColumns}
+
+// rollupSQL is serverRollup's rollup statement; see rollupTable.sql.
+func rollupSQL(where string, merge bool) string { return serverRollup.sql(where, merge) }
 
 var (
 	recomputeHourSQL = rollupSQL("server_id = ? AND at >= ? AND at < ?", false)
