@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/container"
@@ -18,7 +19,8 @@ import (
 
 type runCmd struct {
 	configFlag
-	LogLevel string `name:"log-level" env:"CAPSTAN_AGENT_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
+	LogLevel  string        `name:"log-level" env:"CAPSTAN_AGENT_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
+	DBMetrics time.Duration `name:"database-metrics-interval" env:"CAPSTAN_AGENT_DATABASE_METRICS_INTERVAL" default:"1m" help:"How often each database instance on this server is sampled (1s to 1h)."`
 	proxyFlags
 }
 
@@ -35,6 +37,11 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		log.Warn("agent configuration is readable by other users; it holds the agent's credential (chmod 600)",
 			"path", r.Config, "mode", st.Mode().Perm().String())
 	}
+	if r.DBMetrics < time.Second || r.DBMetrics > time.Hour {
+		err := errors.New("--database-metrics-interval must be between 1s and 1h")
+		log.Error("invalid settings", "err", err)
+		return err
+	}
 	ps := r.settings()
 	if err := ps.Check(); err != nil {
 		log.Error("invalid proxy settings", "err", err)
@@ -47,12 +54,16 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 	// them again after every configuration the proxy loads.
 	rep := r.trafficReporter(log)
 	desired := &controlPlaneProxy{}
+	// Database instances on this server are sampled with the logins the
+	// control plane lists, held in memory only.
+	dbs := database.NewMonitor(r.DBMetrics, database.DockerMemory(""), log)
 	a, err := agent.New(agent.Options{
-		Config:    cfg,
-		Version:   version,
-		Executors: executorsFor(ps, desired, rep.SitesChanged),
-		Logger:    log,
-		Loops:     []agent.Loop{trafficLoop(rep)},
+		Config:      cfg,
+		Version:     version,
+		Executors:   executorsFor(ps, desired, rep.SitesChanged),
+		Logger:      log,
+		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop()},
+		OnHeartbeat: dbs.Heartbeat,
 	})
 	if err != nil {
 		log.Error("invalid agent configuration", "path", r.Config, "err", err)

@@ -94,6 +94,8 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	if provider != nil {
 		gh = githost.NewService(st, provider, key, log, publicURL, now, logger)
 	}
+	// Database metrics roll up and age out with the metrics' maintenance.
+	ms.AddMaintenance("database metrics", dbs.MaintainMetrics)
 	return &app{
 		store:    st,
 		key:      key,

@@ -77,6 +77,10 @@ type Options struct {
 	// Loops are further background loops (e.g. the proxy's traffic
 	// report), run next to the agent's own until Run's context ends.
 	Loops []Loop
+	// OnHeartbeat, if not nil, is given every heartbeat reply (e.g. so a
+	// loop learns that its list of database instances changed). It must
+	// not block.
+	OnHeartbeat func(agentproto.HeartbeatResponse)
 
 	// Intervals for tests (export_test.go); zero: metrics_seconds,
 	// InventoryCheckInterval, InventoryRefreshInterval.
@@ -340,6 +344,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		}
 		factsSent = true
 		a.applyConfig(resp.Config)
+		if a.opts.OnHeartbeat != nil {
+			a.opts.OnHeartbeat(resp)
+		}
 		return time.Duration(a.Settings().HeartbeatSeconds) * time.Second, nil
 	})
 }

@@ -133,6 +133,12 @@ func register(s *httpapi.Server, d Deps) {
 		if err != nil {
 			return nil, err
 		}
+		if dbs := s.Databases(); dbs != nil {
+			// Tells the agent when the instances it samples changed.
+			if res.DatabasesRevision, err = dbs.MonitorRevision(ctx, httpapi.AgentServer(ctx).ID); err != nil {
+				return nil, err
+			}
+		}
 		return &heartbeatOutput{Body: res}, nil
 	})
 
@@ -214,5 +220,6 @@ func register(s *httpapi.Server, d Deps) {
 	registerMetrics(s, limits)
 	registerRequests(s, limits)
 	registerProxy(s, limits)
+	registerDatabases(s, limits)
 	registerInstall(s, d)
 }

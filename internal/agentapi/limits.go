@@ -16,11 +16,13 @@ type Report int
 // costs one token per item it carries (sample, event, minute; one for an
 // inventory or an empty report).
 const (
-	ReportMetrics    Report = iota // POST /agent/v1/metrics, per sample
-	ReportInventory                // POST /agent/v1/inventory, per report
-	ReportEvents                   // POST /agent/v1/jobs/{id}/events, per event
-	ReportRequests                 // POST /agent/v1/requests, per minute
-	ReportProxyReads               // GET /agent/v1/proxy, per read
+	ReportMetrics         Report = iota // POST /agent/v1/metrics, per sample
+	ReportInventory                     // POST /agent/v1/inventory, per report
+	ReportEvents                        // POST /agent/v1/jobs/{id}/events, per event
+	ReportRequests                      // POST /agent/v1/requests, per minute
+	ReportProxyReads                    // GET /agent/v1/proxy, per read
+	ReportDatabaseReads                 // GET /agent/v1/databases, per read
+	ReportDatabaseMetrics               // POST /agent/v1/databases/metrics, per sample
 	numReports
 )
 
@@ -46,9 +48,16 @@ var DefaultLimits = [numReports]Limit{
 	// failed switch and when an application is removed, and again when
 	// a newer state was applied meanwhile.
 	ReportProxyReads: {Burst: 60, PerSecond: 1},
+	// An agent reads the database instances to sample when the heartbeat
+	// says the list changed, and every few minutes regardless.
+	ReportDatabaseReads: {Burst: 30, PerSecond: 0.2},
+	// One sample per instance a minute: the rate takes 120 instances; the
+	// burst a report of a backlog.
+	ReportDatabaseMetrics: {Burst: 2000, PerSecond: 2},
 }
 
-var reportNames = [numReports]string{"metrics samples", "inventory reports", "job events", "traffic minutes", "proxy state reads"}
+var reportNames = [numReports]string{"metrics samples", "inventory reports", "job events", "traffic minutes", "proxy state reads",
+	"database list reads", "database metric samples"}
 
 // limiter holds the token buckets of every server that reported lately.
 // A bucket that has filled up again is forgotten.

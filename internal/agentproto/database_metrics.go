@@ -31,6 +31,9 @@ type DBMonitorResponse struct {
 type DBMonitorInstance struct {
 	Target   DBTarget `json:"target"`
 	Password string   `json:"password"`
+	// ContainerName is a managed instance's container, whose memory use
+	// the agent reports for SQL engines; "" for an external instance.
+	ContainerName string `json:"container_name,omitempty"`
 }
 
 // DBMetricsRequest: POST /agent/v1/databases/metrics. Samples carry their

@@ -168,7 +168,11 @@ func (s *Service) MonitorList(ctx context.Context, serverID string) (agentproto.
 		if err != nil {
 			return agentproto.DBMonitorResponse{}, err
 		}
-		out.Instances = append(out.Instances, agentproto.DBMonitorInstance{Target: target(inst, cred), Password: password})
+		mi := agentproto.DBMonitorInstance{Target: target(inst, cred), Password: password}
+		if inst.Managed {
+			mi.ContainerName = ContainerName(inst.Name)
+		}
+		out.Instances = append(out.Instances, mi)
 	}
 	return out, nil
 }

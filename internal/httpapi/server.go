@@ -145,6 +145,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerDatabases()
 	s.registerDatabaseLogins()
 	s.registerManagedDatabases()
+	s.registerDatabaseMetrics()
 	s.registerServerRequests()
 	s.registerEvents()
 	s.registerGitHost()
