@@ -5,10 +5,13 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
@@ -226,4 +229,131 @@ func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 		}
 		return true
 	})
+}
+
+// TestDatabaseAttachRedis attaches an application to an external Redis
+// server through the API and a real agent: the application's env gets a
+// redis:// URL of a dedicated ACL user that writes the keys of the
+// application's name and is refused the others; a rotation updates the
+// env and the old password fails; deleting the application drops the ACL
+// user. A database name is refused, and a member gets 403.
+func TestDatabaseAttachRedis(t *testing.T) {
+	r := newAttachRig(t, store.SQLite)
+	rds := testlab.StartRedis(t, nil)
+	inst := r.register(t, map[string]any{"name": "cache", "engine": "redis", "host": "127.0.0.1", "port": rds.Port,
+		"password": rds.Password, "tls_mode": "disable"})
+	if inst.State != "ready" {
+		t.Fatalf("instance: %+v", inst)
+	}
+	id := inst.ID
+	admin := rds.Client(t)
+	ctx := t.Context()
+	if err := admin.Set(ctx, "billing:secret", "s3cret", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	web := r.createApp(t, "web", nil)
+	path := "/api/v1/databases/" + id + "/attach"
+
+	p := expectProblem(t, r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "REDIS_URL", "database": "app"}),
+		http.StatusUnprocessableEntity, "validation-failed")
+	if len(p.Errors) != 1 || p.Errors[0].Field != "database" {
+		t.Fatalf("database on a key-value instance: %+v", p.Errors)
+	}
+	member := createUser(t, r.ControlPlane, "member@example.com", testPassword, false)
+	mt := signInUser(t, r.ControlPlane, member).AccessToken
+	expectStatus(t, r.Post(t, path, mt, map[string]any{"application_id": web, "env_key": "REDIS_URL"}), http.StatusForbidden)
+	if n := len(r.instance(t, id).Logins); n != 1 {
+		t.Fatalf("logins after refused attaches: %d, want 1", n)
+	}
+
+	resp := r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "REDIS_URL"})
+	expectStatus(t, resp, http.StatusAccepted)
+	var att struct {
+		CredentialID string `json:"credential_id"`
+		Username     string `json:"username"`
+		Database     string `json:"database"`
+		KeyPattern   string `json:"key_pattern"`
+		JobID        string `json:"job_id"`
+	}
+	resp.JSON(t, &att)
+	if !strings.HasPrefix(att.Username, "app_") || att.Database != "" || att.KeyPattern != "web:*" || strings.Contains(string(resp.Body), "redis://") {
+		t.Fatalf("attach reply: %s", resp.Body)
+	}
+	if j := r.wait(t, id, att.JobID); j.Status != "succeeded" {
+		t.Fatalf("attach job: %s %s", deref(j.Error), j.Data)
+	}
+	var dsn string
+	testlab.Eventually(t, 30*time.Second, "the env holds the ACL user's URL", func() bool {
+		dsn = r.appEnv(t, web)["REDIS_URL"]
+		return dsn != ""
+	})
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme != "redis" || u.User.Username() != att.Username || u.Port() != strconv.Itoa(rds.Port) || u.Path != "/0" {
+		t.Fatalf("env URL %q: %v", dsn, err)
+	}
+	app := redisFromURL(t, dsn)
+	if err := app.Set(ctx, "web:session", "1", 0).Err(); err != nil {
+		t.Fatalf("the attached user writes its keys: %v", err)
+	}
+	if v, err := app.Get(ctx, "web:session").Result(); err != nil || v != "1" {
+		t.Fatalf("the attached user reads its keys: %q %v", v, err)
+	}
+	if err := app.Get(ctx, "billing:secret").Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("the attached user read another application's key: %v", err)
+	}
+	if err := app.Set(ctx, "billing:secret", "x", 0).Err(); err == nil {
+		t.Fatal("the attached user wrote another application's key")
+	}
+	if err := app.FlushAll(ctx).Err(); err == nil {
+		t.Fatal("the attached user ran FLUSHALL")
+	}
+
+	// Rotate: the env follows, the old password fails.
+	resp = r.Post(t, "/api/v1/databases/"+id+"/users/"+att.CredentialID+"/rotate", r.Token, nil)
+	expectStatus(t, resp, http.StatusAccepted)
+	var rot struct {
+		JobID string `json:"job_id"`
+	}
+	resp.JSON(t, &rot)
+	if j := r.wait(t, id, rot.JobID); j.Status != "succeeded" {
+		t.Fatalf("rotate: %s %s", deref(j.Error), j.Data)
+	}
+	var rotated string
+	testlab.Eventually(t, 30*time.Second, "the env holds the rotated URL", func() bool {
+		rotated = r.appEnv(t, web)["REDIS_URL"]
+		return rotated != dsn
+	})
+	if err := redisFromURL(t, dsn).Ping(ctx).Err(); err == nil {
+		t.Fatal("the old password still works after rotation")
+	}
+	if err := redisFromURL(t, rotated).Set(ctx, "web:after", "2", 0).Err(); err != nil {
+		t.Fatalf("rotated URL: %v", err)
+	}
+
+	// Deleting the application drops its ACL user.
+	resp = r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + web, Token: r.Token})
+	expectStatus(t, resp, http.StatusAccepted)
+	testlab.Eventually(t, 60*time.Second, "the ACL user is dropped", func() bool {
+		users, err := admin.Do(ctx, "ACL", "USERS").StringSlice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return !slices.Contains(users, att.Username)
+	})
+	testlab.Eventually(t, 30*time.Second, "the login is forgotten", func() bool {
+		return len(r.instance(t, id).Logins) == 1
+	})
+}
+
+// redisFromURL is a client of a redis:// URL, closed when the test ends.
+func redisFromURL(t *testing.T, raw string) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(raw)
+	if err != nil {
+		t.Fatalf("URL %q: %v", raw, err)
+	}
+	opts.Protocol, opts.DisableIdentity, opts.MaxRetries = 2, true, -1
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { c.Close() })
+	return c
 }

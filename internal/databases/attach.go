@@ -14,7 +14,8 @@ import (
 )
 
 // Attaching an application to an instance gives the application a
-// dedicated readwrite login, created like any other login (its password
+// dedicated readwrite login (on a key-value instance an ACL user reaching
+// the keys <application name>:*), created like any other login (its password
 // made here and stored sealed), and records the attachment. When the
 // login's db.user.create job succeeds the application's env key is set to
 // the login's URL as the application's container reaches the instance; a
@@ -88,7 +89,8 @@ type AttachResult struct {
 	EnvKey        string   `json:"env_key"`
 	CredentialID  string   `json:"credential_id" doc:"The application's login, listed with the instance's logins"`
 	Username      string   `json:"username"`
-	Database      string   `json:"database"`
+	Database      string   `json:"database" doc:"SQL engines: the login's database; empty for key-value engines"`
+	KeyPattern    string   `json:"key_pattern,omitempty" doc:"Key-value engines: the keys the application's ACL user reaches, <application name>:*"`
 	JobID         string   `json:"job_id" doc:"The db.user.create job; env_key is set when it succeeds"`
 	Job           jobs.Job `json:"job"`
 }
@@ -100,8 +102,15 @@ func AttachUsername(appID string) string {
 	return "app_" + strings.ToLower(appID[strings.LastIndexByte(appID, '_')+1:])
 }
 
+// AttachKeyPattern is the key pattern of an application's ACL user on a
+// key-value instance: the application's name and a colon, then anything.
+func AttachKeyPattern(appName string) string { return appName + ":*" }
+
 // Attach creates a readwrite login for an application and records the
-// attachment; the application's env key is set when the login exists.
+// attachment; the application's env key is set when the login exists. On
+// a SQL instance the login is for one database; on a key-value instance
+// it is an ACL user whose keys are AttachKeyPattern of the application's
+// name, with the read-write command set.
 func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, id string, r AttachRequest) (AttachResult, error) {
 	if s.apps == nil {
 		return AttachResult{}, fault.Conflictf("applications-unavailable", "Applications are not available on this control plane.")
@@ -125,20 +134,24 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return AttachResult{}, err
 	}
-	if agentproto.EngineKind(inst.Engine) != agentproto.EngineKindSQL {
-		msg := inst.Engine + " logins are ACL users: attaching applies to SQL engines"
-		return AttachResult{}, &fault.Error{Kind: fault.Invalid, Code: "wrong-engine-kind", Message: msg + ".",
-			Fields: []fault.FieldError{{Field: "id", Message: msg}}}
-	}
 	if inst.Managed && app.ServerID != inst.ServerID {
 		msg := "the application runs on another server than this managed instance: its container could not reach it"
 		return AttachResult{}, &fault.Error{Kind: fault.Invalid, Code: "other-server", Message: "The application runs on another server.",
 			Fields: []fault.FieldError{{Field: "application_id", Message: msg}}}
 	}
-	database := r.Database
-	if database == "" {
+	kv := agentproto.EngineKind(inst.Engine) == agentproto.EngineKindKV
+	database, keyPattern := r.Database, ""
+	switch {
+	case kv && database != "":
+		errs.Add("database", "%s has no database names: the application's ACL user reaches the keys %s", inst.Engine, AttachKeyPattern(app.Name))
+	case kv:
+		keyPattern = AttachKeyPattern(app.Name)
+		if p := agentproto.DBKeyPatternProblem(keyPattern); p != "" {
+			errs.Add("application_id", "the key pattern %s of the application's name %s", keyPattern, p)
+		}
+	case database == "":
 		database = inst.Database // taken when the instance was registered
-	} else {
+	default:
 		identProblem(&errs, inst.Engine, agentproto.DBIdentDatabase, "database", database)
 	}
 	username := AttachUsername(app.ID)
@@ -170,7 +183,8 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	now := s.now().UTC()
 	password := newPassword()
 	cred := Credential{ID: ids.NewAt(CredentialIDPrefix, now), InstanceID: id, Username: username, Database: database,
-		Access: agentproto.DBAccessReadWrite, State: LoginCreating, JobID: jobs.NewID(now), CreatedAt: now, UpdatedAt: now}
+		Access: agentproto.DBAccessReadWrite, KeyPattern: keyPattern, State: LoginCreating, JobID: jobs.NewID(now), CreatedAt: now,
+		UpdatedAt: now}
 	cred.SealedPassword = s.key.Seal(passwordContext(cred.ID), []byte(password))
 	att := Attachment{ID: ids.NewAt(AttachmentIDPrefix, now), InstanceID: id, CredentialID: cred.ID, ApplicationID: app.ID,
 		EnvKey: r.EnvKey, CreatedBy: actor.ID, CreatedAt: now}
@@ -179,7 +193,7 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: cred.JobID, ServerID: inst.ServerID, Type: agentproto.JobDBUserCreate,
 		Payload: agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: database,
-			Access: agentproto.DBAccessReadWrite},
+			Access: agentproto.DBAccessReadWrite, KeyPattern: keyPattern},
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
 		CreatedBy: actor.ID})
 	if err != nil {
@@ -189,11 +203,11 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return AttachResult{}, err
 	}
 	if err := s.record(ctx, actor, c, ActionAttach, id, map[string]any{"job_id": j.ID, "application_id": app.ID,
-		"env_key": r.EnvKey, "credential_id": cred.ID, "username": username, "database": database}); err != nil {
+		"env_key": r.EnvKey, "credential_id": cred.ID, "username": username, "database": database, "key_pattern": keyPattern}); err != nil {
 		return AttachResult{}, err
 	}
 	return AttachResult{AttachmentID: att.ID, ApplicationID: app.ID, EnvKey: r.EnvKey, CredentialID: cred.ID, Username: username,
-		Database: database, JobID: j.ID, Job: j}, nil
+		Database: database, KeyPattern: keyPattern, JobID: j.ID, Job: j}, nil
 }
 
 // appURL is a login's URL as an application's container reaches the

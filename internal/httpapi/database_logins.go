@@ -52,7 +52,7 @@ type attachInput struct {
 	Body struct {
 		ApplicationID string `json:"application_id" maxLength:"64" doc:"The application to attach"`
 		EnvKey        string `json:"env_key" maxLength:"256" doc:"The env key the application reads the URL from, e.g. DATABASE_URL; not already in its env"`
-		Database      string `json:"database,omitempty" maxLength:"128" doc:"The database of the application's login; the instance's initial database when absent"`
+		Database      string `json:"database,omitempty" maxLength:"128" doc:"SQL engines: the database of the application's login; the instance's initial database when absent. Key-value engines: leave out"`
 	}
 }
 
@@ -121,15 +121,16 @@ func (s *Server) registerDatabaseLogins() {
 	})
 	op(s, huma.Operation{
 		OperationID: "attach-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/attach", Tags: tags,
-		Summary: "Attach an application to a SQL instance",
-		Description: "Creates a dedicated readwrite login app_<application id> on the database (the instance's initial one by " +
-			"default) by a db.user.create job (202). When the job succeeds, env_key in the application's env is set to the login's " +
+		Summary: "Attach an application to an instance",
+		Description: "Creates a dedicated readwrite login app_<application id> by a db.user.create job (202): on a SQL instance " +
+			"for the database (the instance's initial one by default); on Redis/Valkey an ACL user whose keys are " +
+			"<application name>:* with the read-write command set (no dangerous commands). When the job succeeds, env_key in the application's env is set to the login's " +
 			"URL as the application's container reaches the instance (managed: the container name on the capstan network and the " +
 			"engine's port; external: the registered host and port), applied on the application's next deployment; nothing is " +
 			"redeployed. A successful rotation of the login sets it again. Deleting the application drops the login; deleting " +
 			"the instance forgets the attachment and leaves the env value. 404 for an unknown application or instance; 409 if " +
-			"the env key is set already or the application is attached to this instance; 422 for bad input, a key-value " +
-			"instance, or an application on another server than a managed instance.",
+			"the env key is set already or the application is attached to this instance; 422 for bad input (database on a " +
+			"key-value instance), or an application on another server than a managed instance.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *attachInput) (*attachOutput, error) {
 		if s.deps.Databases == nil {
