@@ -290,3 +290,34 @@ func sizeOf(l *LastMetrics, database string) int64 {
 	}
 	return 0
 }
+
+// TestManagedDatabaseMetrics: a managed PostgreSQL instance is sampled as
+// soon as it is ready, with its container's memory; once stopped it is no
+// longer sampled.
+func TestManagedDatabaseMetrics(t *testing.T) {
+	r := newManagedRigWith(t, store.SQLite, "--database-metrics-interval", "2s")
+	inst, j := r.create(t, map[string]any{"name": "pgm-" + r.run, "engine": "postgres", "version": "15", "database": "app"})
+	if j.Status != "succeeded" || inst.State != "ready" {
+		t.Fatalf("create: %s %s, instance %s", j.Status, deref(j.Error), inst.State)
+	}
+	l := r.awaitMetrics(t, inst.ID, "a sample of the managed instance with its container's memory", func(l *LastMetrics) bool {
+		return l.MemoryBytes != nil
+	})
+	if *l.MemoryBytes < 1<<20 || l.Connections == nil || l.SizeBytes == nil || sizeOf(l, "app") <= 0 {
+		t.Fatalf("managed sample: %+v", *l)
+	}
+	r.control(t, inst.ID, "stop")
+	if s := r.settled(t, inst.ID); s.State != "stopped" {
+		t.Fatalf("after stop: %s", s.State)
+	}
+	// An instance registered after the stop is sampled from a list the
+	// agent fetched after the stop: the stopped instance is not on it.
+	rds := testlab.StartRedis(t, nil)
+	k := r.register(t, map[string]any{"name": "cache-" + r.run, "engine": "redis", "host": "127.0.0.1", "port": rds.Port,
+		"password": rds.Password, "tls_mode": "disable"})
+	first := r.awaitMetrics(t, k.ID, "a sample of the instance registered after the stop", func(l *LastMetrics) bool { return l.Keys != nil })
+	r.awaitMetrics(t, k.ID, "a later sample of it", func(l *LastMetrics) bool { return l.At.After(first.At) })
+	if last := r.lastMetrics(t, inst.ID, r.Token); !last.At.Before(first.At) {
+		t.Fatalf("the stopped instance was sampled at %s, after the list without it was taken (%s)", last.At, first.At)
+	}
+}

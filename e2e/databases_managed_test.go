@@ -31,6 +31,13 @@ type managedRig struct {
 
 func newManagedRig(t *testing.T, d store.Dialect) *managedRig {
 	t.Helper()
+	return newManagedRigWith(t, d)
+}
+
+// newManagedRigWith is newManagedRig with extra arguments of
+// capstan-agent run.
+func newManagedRigWith(t *testing.T, d store.Dialect, agentArgs ...string) *managedRig {
+	t.Helper()
 	docker := testlab.Docker(t)
 	images, err := json.Marshal(map[string]map[string]string{
 		"postgres": {"15": testlab.EngineImage(t, "postgres")},
@@ -57,7 +64,7 @@ func newManagedRig(t *testing.T, d store.Dialect) *managedRig {
 	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h)
 	}
-	r.dbRig = &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env)}
+	r.dbRig = &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, agentArgs...)}
 	eventually(t, startTimeout, "the agent is online", func() bool {
 		if !r.agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", r.agent.Logs())
