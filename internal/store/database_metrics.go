@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -61,19 +62,28 @@ func (s *Store) ServerDatabaseInstances(ctx context.Context, serverID string) ([
 	return out, nil
 }
 
-// DatabasesRevision names the state of a server's instances: their count
-// and latest change. Every change of an instance raises its updated_at; a
-// deletion lowers the count.
+// DatabasesRevision names the state of a server's instances: a digest of
+// each instance's id, state, address, TLS mode and latest change, so that
+// an instance added, removed or changed in any way the agent's list shows
+// gives another revision, also within the same millisecond.
 func (s *Store) DatabasesRevision(ctx context.Context, serverID string) (string, error) {
-	var r struct {
-		N       int64 `db:"n"`
-		Changed int64 `db:"changed"`
+	var rows []struct {
+		ID        string `db:"id"`
+		State     string `db:"state"`
+		Host      string `db:"host"`
+		Port      int    `db:"port"`
+		TLSMode   string `db:"tls_mode"`
+		UpdatedAt int64  `db:"updated_at"`
 	}
-	if err := s.r.GetContext(ctx, &r, s.rebind(`SELECT COUNT(*) AS n, COALESCE(MAX(updated_at), 0) AS changed
-		FROM database_instances WHERE server_id = ?`), serverID); err != nil {
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, state, host, port, tls_mode, updated_at
+		FROM database_instances WHERE server_id = ? ORDER BY id`), serverID); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%d.%d", r.N, r.Changed), nil
+	h := sha256.New()
+	for _, r := range rows {
+		fmt.Fprintf(h, "%q %q %q %d %q %d\n", r.ID, r.State, r.Host, r.Port, r.TLSMode, r.UpdatedAt)
+	}
+	return fmt.Sprintf("%d-%x", len(rows), h.Sum(nil)[:12]), nil
 }
 
 // InsertDatabaseMetricSamples stores samples and marks their hours; see
