@@ -155,6 +155,15 @@ func (s *Store) provider() (*goose.Provider, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.providerOf(sub)
+}
+
+// providerOf is the migration provider over the migration files in sub.
+// Migrations apply out of order: capabilities are built side by side and
+// each migration touches only its own tables, so a store migrated past a
+// version that landed later still takes it.
+func (s *Store) providerOf(sub fs.FS) (*goose.Provider, error) {
+	opts := []goose.ProviderOption{goose.WithAllowOutofOrder(true)}
 	if s.dialect == Postgres {
 		// Several control planes may start at once: one migrates, the
 		// others wait on the advisory lock.
@@ -162,9 +171,9 @@ func (s *Store) provider() (*goose.Provider, error) {
 		if err != nil {
 			return nil, err
 		}
-		return goose.NewProvider(goose.DialectPostgres, s.w.DB, sub, goose.WithSessionLocker(locker))
+		return goose.NewProvider(goose.DialectPostgres, s.w.DB, sub, append(opts, goose.WithSessionLocker(locker))...)
 	}
-	return goose.NewProvider(goose.DialectSQLite3, s.w.DB, sub)
+	return goose.NewProvider(goose.DialectSQLite3, s.w.DB, sub, opts...)
 }
 
 // Migrate applies every pending migration and returns the schema version.

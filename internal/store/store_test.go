@@ -818,3 +818,26 @@ func TestSignInAttempts(t *testing.T) {
 		}
 	})
 }
+
+// A migration that lands after later ones were applied is still applied.
+func TestMigrateOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	for _, d := range dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s, raw := openUnmigrated(t, d)
+			if err := s.MigrateSkipping(ctx, 12); err != nil {
+				t.Fatalf("migrate without 00012: %v", err)
+			}
+			if _, err := raw.Exec("SELECT count(*) FROM database_metric_samples"); err == nil {
+				t.Fatal("database_metric_samples exists before its migration ran")
+			}
+			if _, err := s.Migrate(ctx); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			var n int
+			if err := raw.QueryRow("SELECT count(*) FROM database_metric_samples").Scan(&n); err != nil {
+				t.Fatalf("database_metric_samples after the late migration: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,36 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing/fstest"
+)
+
+// MigrateSkipping applies every migration but version skip, as a store
+// migrated before that migration existed would have them.
+func (s *Store) MigrateSkipping(ctx context.Context, skip int64) error {
+	sub, err := fs.Sub(migrations, "migrations/"+string(s.dialect))
+	if err != nil {
+		return err
+	}
+	files := fstest.MapFS{}
+	err = fs.WalkDir(sub, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(path, fmt.Sprintf("%05d_", skip)) {
+			return err
+		}
+		b, err := fs.ReadFile(sub, path)
+		files[path] = &fstest.MapFile{Data: b}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	p, err := s.providerOf(files)
+	if err != nil {
+		return err
+	}
+	_, err = p.Up(ctx)
+	return err
+}
