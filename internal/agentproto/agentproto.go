@@ -48,6 +48,11 @@
 //	            (DBMonitorResponse) lists the instances to sample with
 //	            their login; POST /agent/v1/databases/metrics
 //	            (DBMetricsRequest) reports the samples.
+//	2026-11-24  v1: deploys from git (build.go): DeployPayload.Build has
+//	            the agent fetch one commit and build the image; the
+//	            installation token in the job secret SecretGitToken and
+//	            build arguments under SecretBuildArgPrefix;
+//	            DeployResult.Build reports the build.
 package agentproto
 
 import (
@@ -540,6 +545,9 @@ type DeployPayload struct {
 	// application's upstream switched to the new container), and this one
 	// only when the control plane does not answer that route.
 	Proxy ProxyConfig `json:"proxy"`
+	// Build, when set and ImageID is empty, has the agent build Image from
+	// a commit of a git repository instead of pulling it. Nil means pull.
+	Build *BuildSpec `json:"build,omitempty"`
 }
 
 // DeployResult is the data of a finished app.deploy.
@@ -555,6 +563,9 @@ type DeployResult struct {
 	PrunedImageIDs  []string `json:"pruned_image_ids"`
 	HealthStatus    int      `json:"health_status"`
 	HealthCheckedAt string   `json:"health_checked_at"`
+	// Build reports the build of a deploy from git; nil when nothing was
+	// built.
+	Build *BuildResult `json:"build,omitempty"`
 }
 
 // RemovePayload is the payload of app.remove: remove the application's

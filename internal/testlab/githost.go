@@ -60,6 +60,7 @@ type GitHost struct {
 	lastManifest  map[string]any
 	installations map[int64]*hostedInstallation
 	repos         map[int64]*HostedRepo
+	gitRepos      map[int64]*gitRepo
 	tokens        map[string]hostedToken
 	tokenTTL      time.Duration
 }
@@ -144,7 +145,7 @@ func StartGitHost(t testing.TB) *GitHost {
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		nextID: 1000, codes: map[string]*hostedApp{}, installations: map[int64]*hostedInstallation{},
-		repos: map[int64]*HostedRepo{}, tokens: map[string]hostedToken{}, tokenTTL: time.Hour,
+		repos: map[int64]*HostedRepo{}, gitRepos: map[int64]*gitRepo{}, tokens: map[string]hostedToken{}, tokenTTL: time.Hour,
 	}
 	g.APIURL = g.URL + "/api/v3"
 	srv := &http.Server{Handler: g, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
@@ -319,7 +320,9 @@ func (g *GitHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v, _ := g.requests.LoadOrStore(key, new(atomic.Int64))
 	v.(*atomic.Int64).Add(1)
 	if !api {
-		g.serveWeb(w, r)
+		if !g.serveGit(w, r) {
+			g.serveWeb(w, r)
+		}
 		return
 	}
 	parts := strings.Split(strings.Trim(path, "/"), "/")

@@ -69,6 +69,10 @@ type Options struct {
 	Drain time.Duration
 	// HealthInterval is the time between two health probes.
 	HealthInterval time.Duration
+	// BuildDir is where deploys from git fetch their commit, in a
+	// directory of their own removed after the build; "" means the
+	// system's temporary directory.
+	BuildDir string
 }
 
 // Deployer runs the application jobs against one Docker engine. It is safe

@@ -32,6 +32,12 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 	if err != nil {
 		return nil, nil, err
 	}
+	var in buildInputs
+	if p.Build != nil && p.ImageID == "" {
+		if in, err = checkBuild(p, secrets); err != nil {
+			return nil, nil, fmt.Errorf("invalid app.deploy payload: %w", err)
+		}
+	}
 	cli, err := d.client()
 	if err != nil {
 		return nil, nil, err
@@ -41,7 +47,7 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 		return nil, nil, err
 	}
 	defer unlock()
-	res, err := d.release(ctx, cli, p, env, events)
+	res, err := d.release(ctx, cli, p, env, in, events)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,9 +112,16 @@ func environment(keys []string, secrets map[string]string) ([]string, error) {
 }
 
 // release runs the steps of a release; see the package documentation.
-func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, env []string, events agent.EventSink) (agentproto.DeployResult, error) {
-	// 1. The image.
-	img, err := resolveImage(ctx, cli, p, events)
+func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, env []string, in buildInputs, events agent.EventSink) (agentproto.DeployResult, error) {
+	// 1. The image: built from git, or pulled (a rollback's is local).
+	var img image
+	var built *agentproto.BuildResult
+	var err error
+	if p.Build != nil && p.ImageID == "" {
+		img, built, err = d.buildImage(ctx, cli, p, in, events)
+	} else {
+		img, err = resolveImage(ctx, cli, p, events)
+	}
 	if err != nil {
 		return agentproto.DeployResult{}, err
 	}
@@ -161,6 +174,10 @@ func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto
 	// 6. Their images, and those of earlier deployments that fell out of
 	// the ones kept for rollbacks.
 	pruned := []string{}
+	if p.Build != nil {
+		// Builds of a commit built before leave its older image untagged.
+		images = append(images, danglingBuilds(ctx, cli, p.AppID)...)
+	}
 	if ctx.Err() == nil {
 		pruned = prune(ctx, cli, append(images, p.PruneImageIDs...), p.KeepImageIDs, img.ID, events)
 	} else if len(images)+len(p.PruneImageIDs) > 0 {
@@ -178,6 +195,7 @@ func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto
 		PrunedImageIDs:  pruned,
 		HealthStatus:    healthy.Status,
 		HealthCheckedAt: healthy.At.Format(time.RFC3339Nano),
+		Build:           built,
 	}, nil
 }
 
