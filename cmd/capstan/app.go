@@ -93,6 +93,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	var gh *githost.Service
 	if provider != nil {
 		gh = githost.NewService(st, provider, key, log, publicURL, now, logger)
+		as.UseGitHost(gh)
 	}
 	// Database metrics roll up and age out with the metrics' maintenance.
 	ms.AddMaintenance("database metrics", dbs.MaintainMetrics)

@@ -85,11 +85,11 @@ const (
 
 // Source is where an application's image comes from.
 type Source struct {
-	Type           string `json:"type" enum:"image,git" doc:"image: a Docker image reference. git: a repository (not available yet)"`
+	Type           string `json:"type" enum:"image,git" doc:"image: a Docker image reference. git: a branch of a repository the git host app's installation can read, built on the server"`
 	Image          string `json:"image,omitempty" doc:"type image: registry/namespace/name[:tag][@sha256:…]"`
 	InstallationID int64  `json:"installation_id,omitempty" minimum:"1" doc:"type git: the Git provider installation (at least 1)"`
 	RepoID         int64  `json:"repo_id,omitempty" minimum:"1" doc:"type git: the repository (at least 1)"`
-	Branch         string `json:"branch,omitempty" doc:"type git: the branch to build"`
+	Branch         string `json:"branch,omitempty" doc:"type git: the branch deployed by default and on pushes (with auto_deploy)"`
 }
 
 // EnvVar is one environment variable of an application.
@@ -117,6 +117,12 @@ type App struct {
 	CreatedBy           string
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
+	// Build says how a git application's image is built; zero for image
+	// applications.
+	Build BuildSettings
+	// SealedBuildArgs are the build arguments' values, sealed and bound
+	// to the application ("" when none). Never shown.
+	SealedBuildArgs string
 
 	// Derived by the store's reads.
 	LatestStatus string // status of the newest deployment, "" if none
@@ -136,6 +142,8 @@ type Spec struct {
 	MemoryLimit   string   `json:"memory_limit" doc:"e.g. 512m; empty for none"`
 	// MemoryLimitBytes is MemoryLimit in bytes; 0 for none.
 	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// Git is set for a deployment from git: the commit it builds.
+	Git *GitSpec `json:"git,omitempty" doc:"For a deployment from git: the repository and the exact commit built (a rollback runs the image built then)"`
 }
 
 // DeploymentRecord is one release of an application, as stored.
@@ -156,6 +164,9 @@ type DeploymentRecord struct {
 	UpdatedAt    time.Time
 	DispatchedAt *time.Time
 	FinishedAt   *time.Time
+	// SealedBuildArgs are the build arguments of a deployment from git,
+	// sealed and bound to the deployment; written on insert only.
+	SealedBuildArgs string
 
 	// Joined from the job, "" without one.
 	JobStatus    string
@@ -203,6 +214,9 @@ type Store interface {
 	Deployment(ctx context.Context, id string) (DeploymentRecord, error)
 	// DeploymentEnv returns a deployment's sealed environment ("" if none).
 	DeploymentEnv(ctx context.Context, id string) (string, error)
+	// DeploymentBuildArgs returns a deployment's sealed build arguments
+	// ("" if none).
+	DeploymentBuildArgs(ctx context.Context, id string) (string, error)
 	// ListDeployments returns deployments newest first; appID "" means
 	// every application's.
 	ListDeployments(ctx context.Context, appID string, limit int) ([]DeploymentRecord, error)

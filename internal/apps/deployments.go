@@ -29,7 +29,7 @@ type Deployment struct {
 	ServerID      string                   `json:"server_id"`
 	Status        string                   `json:"status" enum:"queued,running,succeeded,failed,cancelled,superseded" doc:"queued until the agent takes its job (it waits for the application's previous deployment first), then running; superseded when a newer deployment was queued behind it"`
 	Spec          Spec                     `json:"spec" doc:"What it deploys, frozen when it was created"`
-	Ref           string                   `json:"ref,omitempty" doc:"The image reference given for this deployment, overriding the application's"`
+	Ref           string                   `json:"ref,omitempty" doc:"The ref given for this deployment: an image reference overriding the application's, or for a git source the branch, tag or commit deployed"`
 	RollbackOf    *string                  `json:"rollback_of" doc:"The deployment this one rolls back to"`
 	JobID         *string                  `json:"job_id" doc:"Its app.deploy job; null while it waits for the application's previous deployment"`
 	ImageID       string                   `json:"image_id" doc:"The local image id the agent ran (from its result); empty until it succeeded"`
@@ -106,7 +106,7 @@ func specOf(a App, ref string) (Spec, error) {
 		image = ref
 	}
 	if a.Source.Type != SourceImage {
-		return Spec{}, fault.Invalidf("source.type", "git sources are not available yet")
+		return Spec{}, fault.Conflictf("invalid-settings", "The application's source is %s, not an image.", a.Source.Type)
 	}
 	return Spec{AppName: a.Name, Image: image, ContainerPort: a.ContainerPort, HealthPath: a.HealthPath,
 		EnvKeys: a.EnvKeys, MemoryLimit: a.MemoryLimit, MemoryLimitBytes: mem}, nil
@@ -117,14 +117,14 @@ func specOf(a App, ref string) (Spec, error) {
 // deployment's job is enqueued at once unless another deployment of the
 // application holds its slot.
 func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, appID, ref string) (DeploymentDetail, error) {
-	if ref != "" {
-		if p := ImageProblem(ref); p != "" {
-			return DeploymentDetail{}, fault.Invalidf("ref", "%s", p)
-		}
-	}
 	a, err := s.store.App(ctx, appID)
 	if err != nil {
 		return DeploymentDetail{}, err
+	}
+	if ref != "" && a.Source.Type != SourceGit {
+		if p := ImageProblem(ref); p != "" {
+			return DeploymentDetail{}, fault.Invalidf("ref", "%s", p)
+		}
 	}
 	if a.State == StateRemoving {
 		return DeploymentDetail{}, errRemoving()
@@ -132,7 +132,16 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
 		return DeploymentDetail{}, err
 	}
-	spec, err := specOf(a, ref)
+	var spec Spec
+	if a.Source.Type == SourceGit {
+		spec, err = s.gitSpec(ctx, a, ref)
+	} else {
+		spec, err = specOf(a, ref)
+	}
+	if err != nil {
+		return DeploymentDetail{}, err
+	}
+	buildArgs, err := s.openBuildArgs("applications", appID, a.SealedBuildArgs)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -144,12 +153,15 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	d, err := s.queue(ctx, a, spec, env, ref, "", actor.ID)
+	d, err := s.queue(ctx, a, spec, env, buildArgs, ref, "", actor.ID)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionDeploymentCreated, "application", appID, map[string]any{
-		"deployment_id": d.ID, "image": spec.Image}); err != nil {
+	details := map[string]any{"deployment_id": d.ID, "image": spec.Image}
+	if spec.Git != nil {
+		details["commit"] = spec.Git.CommitSHA
+	}
+	if err := s.record(ctx, actor, c, ActionDeploymentCreated, "application", appID, details); err != nil {
 		return DeploymentDetail{}, err
 	}
 	return s.settleAndGet(ctx, d)
@@ -194,7 +206,7 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 	}
 	spec := old.Spec
 	spec.ImageID = old.ImageID
-	d, err := s.queue(ctx, a, spec, env, old.Ref, old.ID, actor.ID)
+	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -224,8 +236,9 @@ func (s *Service) checkImagePresent(ctx context.Context, serverID string, d Depl
 		d.ImageID, d.ID, at.Format(time.RFC3339), KeepImages, d.Spec.Image)
 }
 
-// queue stores a queued deployment with its environment sealed to it.
-func (s *Service) queue(ctx context.Context, a App, spec Spec, env []EnvVar, ref, rollbackOf, createdBy string) (DeploymentRecord, error) {
+// queue stores a queued deployment with its environment and build
+// arguments sealed to it.
+func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []EnvVar, ref, rollbackOf, createdBy string) (DeploymentRecord, error) {
 	now := s.now().UTC()
 	if spec.EnvKeys == nil {
 		spec.EnvKeys = []string{}
@@ -234,6 +247,9 @@ func (s *Service) queue(ctx context.Context, a App, spec Spec, env []EnvVar, ref
 		Spec: spec, Ref: ref, RollbackOf: rollbackOf, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
 	sealed, err := s.sealEnv("deployments", d.ID, env)
 	if err != nil {
+		return DeploymentRecord{}, err
+	}
+	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, buildArgs); err != nil {
 		return DeploymentRecord{}, err
 	}
 	return d, s.store.InsertDeployment(ctx, d, sealed)
@@ -500,11 +516,17 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 		secrets[e.Key] = e.Value
 		keys = append(keys, e.Key)
 	}
+	var build *agentproto.BuildSpec
+	if d.Spec.Git != nil && d.Spec.ImageID == "" {
+		if build, err = s.buildPayload(ctx, d, secrets); err != nil {
+			return agentproto.DeployPayload{}, nil, err
+		}
+	}
 	return agentproto.DeployPayload{
 		AppID: d.AppID, AppName: d.Spec.AppName, DeploymentID: d.ID, Image: d.Spec.Image, ImageID: d.Spec.ImageID,
 		ContainerPort: d.Spec.ContainerPort, HealthPath: d.Spec.HealthPath, EnvKeys: keys,
 		MemoryLimitBytes: d.Spec.MemoryLimitBytes, HealthTimeoutSeconds: HealthTimeoutSeconds,
-		KeepImageIDs: keep, PruneImageIDs: prune, Proxy: proxy,
+		KeepImageIDs: keep, PruneImageIDs: prune, Proxy: proxy, Build: build,
 	}, secrets, nil
 }
 

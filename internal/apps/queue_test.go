@@ -326,7 +326,7 @@ func TestCreateAndUpdateValidation(t *testing.T) {
 	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceGit, InstallationID: 1, RepoID: 2, Branch: "main"}, ContainerPort: 80})
 	wantInvalid(t, err, "source.type")
-	if !strings.Contains(fault.As(err).Fields[0].Message, "not available yet") {
+	if !strings.Contains(fault.As(err).Fields[0].Message, "need the git host integration") {
 		t.Fatalf("git source: %v", fault.As(err).Fields)
 	}
 

@@ -46,6 +46,8 @@ type Service struct {
 	log     *slog.Logger
 	// deleting runs before an application is deleted from the store.
 	deleting []func(ctx context.Context, appID string)
+	// git is the git host; nil without the integration.
+	git GitHost
 }
 
 // OnDelete registers f to run before an application is deleted (its
@@ -141,6 +143,9 @@ type Application struct {
 	EnvKeys             []string  `json:"env_keys" doc:"Names of the environment variables (values: see the detail)"`
 	AutoDeploy          bool      `json:"auto_deploy"`
 	MemoryLimit         string    `json:"memory_limit" doc:"e.g. 512m or 1g; empty for none"`
+	Dockerfile          string    `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
+	BuildContext        string    `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
+	BuildArgKeys        []string  `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
 	Status              string    `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
 	CurrentDeploymentID *string   `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
 	RemoveJobID         *string   `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
@@ -181,6 +186,9 @@ func (a App) view(r jobs.Reader) Application {
 	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Source: a.Source, ContainerPort: a.ContainerPort,
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+	if a.Source.Type == SourceGit {
+		v.Dockerfile, v.BuildContext, v.BuildArgKeys = a.Build.Dockerfile, a.Build.Context, nonNilKeys(a.Build.ArgKeys)
+	}
 	if v.EnvKeys == nil {
 		v.EnvKeys = []string{}
 	}
@@ -221,6 +229,11 @@ type NewApp struct {
 	MemoryLimit string
 	// Deploy, when false, creates the application without deploying it.
 	Deploy bool
+	// Git sources: Dockerfile and BuildContext nil mean the defaults;
+	// BuildArgs are sealed like the environment.
+	Dockerfile   *string
+	BuildContext *string
+	BuildArgs    []EnvVar
 }
 
 // Patch changes an application's settings for its next deployment; nil
@@ -234,6 +247,10 @@ type Patch struct {
 	Env           *[]EnvVar
 	AutoDeploy    *bool
 	MemoryLimit   *string
+	// Git sources; BuildArgs replaces the whole list.
+	Dockerfile   *string
+	BuildContext *string
+	BuildArgs    *[]EnvVar
 }
 
 func envContext(prefix, id string) string { return prefix + ".env:" + id }
@@ -316,6 +333,12 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		n.Env = []EnvVar{}
 	}
 	validateEnv(n.Env, &errs)
+	build := BuildSettings{Dockerfile: deref(n.Dockerfile, ""), Context: deref(n.BuildContext, "")}
+	if n.Source.Type == SourceGit {
+		build = BuildSettings{Dockerfile: deref(n.Dockerfile, DefaultDockerfile), Context: deref(n.BuildContext, DefaultBuildContext),
+			ArgKeys: buildArgKeys(n.BuildArgs)}
+	}
+	validateBuild(n.Source, build, n.BuildArgs, &errs)
 	if _, p := ParseMemory(n.MemoryLimit); p != "" {
 		errs.Add("memory_limit", "%s", p)
 	}
@@ -328,15 +351,23 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	} else if srv.Status == servers.Pending || srv.Status == servers.Revoked {
 		errs.Add("server_id", "the server is %s; only an enrolled server runs applications", srv.Status)
 	}
+	if len(errs) == 0 && n.Source.Type == SourceGit {
+		if err := s.gitProblems(ctx, n.Source, &errs); err != nil {
+			return ApplicationDetail{}, err
+		}
+	}
 	if err := errs.Err(); err != nil {
 		return ApplicationDetail{}, err
 	}
 	now := s.now().UTC()
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
-		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}
+		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build}
 	sealed, err := s.sealEnv("applications", a.ID, n.Env)
 	if err != nil {
+		return ApplicationDetail{}, err
+	}
+	if a.SealedBuildArgs, err = s.sealBuildArgs("applications", a.ID, n.BuildArgs); err != nil {
 		return ApplicationDetail{}, err
 	}
 	if err := s.store.InsertApp(ctx, a, sealed); err != nil {
@@ -524,8 +555,23 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		a.MemoryLimit = lower(*p.MemoryLimit)
 		changed = append(changed, "memory_limit")
 	}
+	buildArgs, buildChanged, err := s.patchBuild(&a, p, &errs)
+	if err != nil {
+		return ApplicationDetail{}, err
+	}
+	changed = append(changed, buildChanged...)
+	if len(errs) == 0 && a.Source.Type == SourceGit && (p.Source != nil || p.Image != nil) {
+		if err := s.gitProblems(ctx, a.Source, &errs); err != nil {
+			return ApplicationDetail{}, err
+		}
+	}
 	if err := errs.Err(); err != nil {
 		return ApplicationDetail{}, err
+	}
+	if buildArgs != nil {
+		if a.SealedBuildArgs, err = s.sealBuildArgs("applications", a.ID, *buildArgs); err != nil {
+			return ApplicationDetail{}, err
+		}
 	}
 	if a.State == StateRemoving {
 		return ApplicationDetail{}, errRemoving()
@@ -702,4 +748,11 @@ func (s *Service) ProxyConfig(ctx context.Context, serverID string) (agentproto.
 		cfg.Sites = []agentproto.ProxySite{}
 	}
 	return cfg, err
+}
+
+func deref(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
 }

@@ -229,8 +229,8 @@ func validateEnv(env []EnvVar, errs *fault.Fields) {
 	}
 }
 
-// validateSource checks a source into errs. Git sources are part of the
-// schema but refused for now.
+// validateSource checks a source's fields into errs (whether a git
+// source's repository can be read is checked with the git host).
 func validateSource(src Source, errs *fault.Fields) {
 	switch src.Type {
 	case SourceImage:
@@ -241,7 +241,18 @@ func validateSource(src Source, errs *fault.Fields) {
 			errs.Add("source", "installation_id, repo_id and branch are only for git sources")
 		}
 	case SourceGit:
-		errs.Add("source.type", "git sources are not available yet")
+		if src.InstallationID < 1 {
+			errs.Add("source.installation_id", "is required (at least 1)")
+		}
+		if src.RepoID < 1 {
+			errs.Add("source.repo_id", "is required (at least 1)")
+		}
+		if p := RefProblem(src.Branch); p != "" {
+			errs.Add("source.branch", "%s", p)
+		}
+		if src.Image != "" {
+			errs.Add("source.image", "is only for image sources")
+		}
 	default:
 		errs.Add("source.type", "must be image or git")
 	}

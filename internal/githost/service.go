@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -534,4 +535,19 @@ func (s *Service) Disconnect(ctx context.Context, c Caller) (Disconnection, erro
 	return Disconnection{Disconnected: true, SettingsURL: settings,
 		Message: "The app's credentials are forgotten here. The app itself still exists on the git host: delete it at " + settings +
 			". Applications built from git keep their running image; new deploys of them fail until an app is connected again."}, nil
+}
+
+// Resolve resolves a branch, tag or commit of a repository to its commit.
+// A ref the repository does not have is a fault.Invalid on "ref" with the
+// provider's message.
+func (s *Service) Resolve(ctx context.Context, ra RepoAccess, ref string) (Commit, error) {
+	c, err := s.provider.Commit(ctx, ra.Token.Value, ra.Repository, ref)
+	if err != nil {
+		var pe *ProviderError
+		if errors.As(err, &pe) && (pe.Status == http.StatusUnprocessableEntity || pe.Status == http.StatusNotFound || pe.Status == http.StatusConflict) {
+			return Commit{}, fault.Invalidf("ref", "repository %s has no branch, tag or commit %q (the git host says: %s)", ra.Repository.FullName, ref, pe.Message)
+		}
+		return Commit{}, upstream(fmt.Sprintf("resolving %s of %s", ref, ra.Repository.FullName), err)
+	}
+	return c, nil
 }

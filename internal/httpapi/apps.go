@@ -48,13 +48,16 @@ type createAppInput struct {
 	Body struct {
 		Name          string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
 		ServerID      string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
-		Source        apps.Source   `json:"source" doc:"{type: image, image}; git sources are refused for now (422)"`
+		Source        apps.Source   `json:"source" doc:"{type: image, image} or {type: git, installation_id, repo_id, branch}: the installation must be recorded and able to read the repository, and the branch must exist (422 otherwise)"`
 		ContainerPort int           `json:"container_port" doc:"The port the container listens on: 1 to 65535"`
 		HealthPath    *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
 		Env           []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
 		AutoDeploy    bool          `json:"auto_deploy,omitempty"`
 		MemoryLimit   string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
 		Deploy        *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
+		Dockerfile    *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
+		BuildContext  *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
+		BuildArgs     []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown)"`
 	}
 }
 
@@ -69,6 +72,9 @@ type patchAppInput struct {
 		Env           *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list (at most 200); unchanged when absent or null"`
 		AutoDeploy    *bool          `json:"auto_deploy,omitempty"`
 		MemoryLimit   *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
+		Dockerfile    *string        `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
+		BuildContext  *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
+		BuildArgs     *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null"`
 	}
 }
 
@@ -80,7 +86,7 @@ type removalOutput struct {
 type deployInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body *struct {
-		Ref string `json:"ref,omitempty" minLength:"1" doc:"Image reference for this deployment only, instead of the application's (used when absent; an empty string is refused)"`
+		Ref string `json:"ref,omitempty" minLength:"1" doc:"Image sources: an image reference for this deployment only, instead of the application's. Git sources: a branch, tag or commit, resolved to its commit now (default: the application's branch). An empty string is refused"`
 	}
 }
 
@@ -184,7 +190,8 @@ func (s *Server) registerApps() {
 		b := in.Body
 		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
-			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy})
+			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs})
 		if err != nil {
 			return nil, err
 		}
@@ -221,7 +228,8 @@ func (s *Server) registerApps() {
 		a, c := actor(ctx)
 		b := in.Body
 		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Image: b.Image, Source: b.Source,
-			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit})
+			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs})
 		if err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ var _ apps.Store = (*Store)(nil)
 // the newest deployment and whether one is in progress.
 const appColumns = `a.id, a.server_id, a.name, a.source, a.container_port, a.health_path, a.env_keys, a.auto_deploy, a.memory_limit,
 	a.state, a.current_deployment_id, a.remove_job_id, a.remove_error, a.created_by, a.created_at, a.updated_at,
+	a.build, a.build_args,
 	COALESCE((SELECT d.status FROM deployments d WHERE d.app_id = a.id ORDER BY d.id DESC LIMIT 1), '') AS latest_status,
 	EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status IN ('queued', 'running')) AS in_progress`
 
@@ -40,6 +41,8 @@ type appRow struct {
 	CreatedBy           string         `db:"created_by"`
 	CreatedAt           int64          `db:"created_at"`
 	UpdatedAt           int64          `db:"updated_at"`
+	Build               string         `db:"build"`
+	BuildArgs           string         `db:"build_args"`
 	LatestStatus        string         `db:"latest_status"`
 	InProgress          bool           `db:"in_progress"`
 }
@@ -55,7 +58,22 @@ func (r appRow) app() (apps.App, error) {
 	if err := json.Unmarshal([]byte(r.EnvKeys), &a.EnvKeys); err != nil {
 		return a, err
 	}
+	a.SealedBuildArgs = r.BuildArgs
+	if r.Build != "" {
+		if err := json.Unmarshal([]byte(r.Build), &a.Build); err != nil {
+			return a, err
+		}
+	}
 	return a, nil
+}
+
+// buildColumn is the stored form of a.Build: ” for image applications.
+func buildColumn(a apps.App) (string, error) {
+	if a.Source.Type != apps.SourceGit {
+		return "", nil
+	}
+	b, err := json.Marshal(a.Build)
+	return string(b), err
 }
 
 func appNameTaken(name string) error {
@@ -72,10 +90,15 @@ func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) err
 	if err != nil {
 		return err
 	}
+	build, err := buildColumn(a)
+	if err != nil {
+		return err
+	}
 	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
-		auto_deploy, memory_limit, state, created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
-		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt))
+		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs)
 	if isUniqueViolation(err) {
 		return appNameTaken(a.Name)
 	}
@@ -152,9 +175,14 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 	if err != nil {
 		return err
 	}
+	build, err := buildColumn(a)
+	if err != nil {
+		return err
+	}
 	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
-		memory_limit = ?, updated_at = ?`
-	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt)}
+		memory_limit = ?, updated_at = ?, build = ?, build_args = ?`
+	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
+		build, a.SealedBuildArgs}
 	if sealedEnv != nil {
 		q += `, env = ?`
 		args = append(args, *sealedEnv)
@@ -300,10 +328,20 @@ func (s *Store) InsertDeployment(ctx context.Context, d apps.DeploymentRecord, s
 		return err
 	}
 	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO deployments (id, app_id, server_id, status, spec, env, ref, rollback_of,
-		created_by, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		created_by, created_at, updated_at, build_args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		d.ID, d.AppID, d.ServerID, d.Status, string(spec), sealedEnv, d.Ref, nullString(d.RollbackOf), d.CreatedBy,
-		ms(d.CreatedAt), ms(d.UpdatedAt))
+		ms(d.CreatedAt), ms(d.UpdatedAt), d.SealedBuildArgs)
 	return err
+}
+
+// DeploymentBuildArgs returns a deployment's sealed build arguments.
+func (s *Store) DeploymentBuildArgs(ctx context.Context, id string) (string, error) {
+	var v string
+	err := s.r.GetContext(ctx, &v, s.rebind(`SELECT build_args FROM deployments WHERE id = ?`), id)
+	if notFound(err) {
+		return "", fault.NotFoundf("No such deployment.")
+	}
+	return v, err
 }
 
 // Deployment returns a deployment.

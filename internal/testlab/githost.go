@@ -742,3 +742,30 @@ func (g *GitHost) getCommit(w http.ResponseWriter, r *http.Request, owner, name,
 		})
 	}
 }
+
+// PostManifest posts a manifest to postURL as an admin's browser does and
+// returns the code and state of the provider's redirect back, failing the
+// test unless it redirects to redirectURL.
+func (g *GitHost) PostManifest(t testing.TB, postURL string, manifest map[string]any, redirectURL string) (code, state string) {
+	t.Helper()
+	raw, err := json.Marshal(manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := g.Client.PostForm(postURL, url.Values{"manifest": {string(raw)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound {
+		t.Fatalf("posting the manifest to %s: status %d, want %d", postURL, resp.StatusCode, http.StatusFound)
+	}
+	loc, err := url.Parse(resp.Header.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := loc.Scheme + "://" + loc.Host + loc.Path; got != redirectURL {
+		t.Fatalf("the provider redirected to %s, want %s", got, redirectURL)
+	}
+	return loc.Query().Get("code"), loc.Query().Get("state")
+}

@@ -1,0 +1,316 @@
+package apps
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/githost"
+)
+
+// Applications from git: the source names an installation of the git host
+// app, a repository and a branch. A deployment resolves its ref (the
+// branch by default) to an exact commit on the control plane and freezes
+// it in its spec; the agent fetches that commit with an installation
+// token handed over in the job's secrets, builds the image
+// capstan/<name>:<short sha> and releases it like any image. A rollback
+// runs the image a deployment built, without building.
+
+// Defaults and limits of builds.
+const (
+	DefaultDockerfile   = "Dockerfile"
+	DefaultBuildContext = "."
+	MaxBuildPathLen     = 255
+	MaxRefLen           = 255
+	// ShortSHALen is the length of the commit sha in image tags.
+	ShortSHALen = 12
+)
+
+// GitHost is what applications need of the git host integration.
+type GitHost interface {
+	// Access returns a repository an installation can read, with a token
+	// scoped to it; field names the input field of a refusal (fault
+	// Invalid), or "" for a 404.
+	Access(ctx context.Context, installationID, repoID int64, field string) (githost.RepoAccess, error)
+	// Resolve resolves a branch, tag or commit of the repository to its
+	// commit; a ref the repository does not have is fault Invalid on ref.
+	Resolve(ctx context.Context, ra githost.RepoAccess, ref string) (githost.Commit, error)
+}
+
+// UseGitHost lets applications deploy from git through g.
+func (s *Service) UseGitHost(g GitHost) { s.git = g }
+
+// BuildSettings say how a git application's image is built.
+type BuildSettings struct {
+	// Dockerfile is the Dockerfile's path inside the build context.
+	Dockerfile string `json:"dockerfile"`
+	// Context is the build context's directory in the repository.
+	Context string `json:"build_context"`
+	// ArgKeys name the build arguments (values sealed with the app).
+	ArgKeys []string `json:"build_arg_keys"`
+}
+
+// GitSpec is what a deployment from git builds.
+type GitSpec struct {
+	InstallationID int64    `json:"installation_id"`
+	RepoID         int64    `json:"repo_id"`
+	Repository     string   `json:"repository" doc:"owner/name"`
+	Ref            string   `json:"ref" doc:"The branch, tag or commit asked for"`
+	CommitSHA      string   `json:"commit_sha" doc:"The exact commit built"`
+	CommitMessage  string   `json:"commit_message"`
+	CommitAuthor   string   `json:"commit_author" doc:"Name <email>"`
+	Dockerfile     string   `json:"dockerfile"`
+	BuildContext   string   `json:"build_context"`
+	BuildArgKeys   []string `json:"build_arg_keys" doc:"Names of the build arguments; the values are never shown"`
+}
+
+// RefProblem says what is wrong with a git ref (a branch, tag or commit);
+// "" if nothing. These are git's rules for ref names (check-ref-format).
+func RefProblem(ref string) string {
+	switch {
+	case ref == "":
+		return "is required"
+	case len(ref) > MaxRefLen:
+		return fmt.Sprintf("must be at most %d characters", MaxRefLen)
+	case hasControlOrSpace(ref) || strings.ContainsAny(ref, "~^:?*[\\"):
+		return "must not contain spaces, control characters or any of ~ ^ : ? * [ \\"
+	case strings.HasPrefix(ref, "-") || strings.HasPrefix(ref, "/") || strings.HasSuffix(ref, "/") ||
+		strings.HasSuffix(ref, ".") || strings.HasSuffix(ref, ".lock"):
+		return "must not start with '-' or '/', nor end with '/', '.' or '.lock'"
+	case strings.Contains(ref, "..") || strings.Contains(ref, "//") || strings.Contains(ref, "@{") || ref == "@" ||
+		strings.Contains(ref, "/."):
+		return "must not contain '..', '//', '@{' or a component starting with '.'"
+	}
+	return ""
+}
+
+// BuildPathProblem says what is wrong with a path inside the repository.
+func BuildPathProblem(p string) string {
+	switch {
+	case p == "":
+		return "must not be empty"
+	case len(p) > MaxBuildPathLen:
+		return fmt.Sprintf("must be at most %d characters", MaxBuildPathLen)
+	case hasControlOrSpace(p) || strings.ContainsRune(p, '\\'):
+		return "must not contain spaces, control characters or backslashes"
+	case strings.HasPrefix(p, "/"):
+		return "must be relative to the repository"
+	case path.Clean(p) != p:
+		return "must be a clean path (no '//', './' or trailing '/')"
+	case p == ".." || strings.HasPrefix(p, "../"):
+		return "must stay inside the repository"
+	}
+	return ""
+}
+
+// validateBuild checks the build settings of a source into errs.
+func validateBuild(src Source, b BuildSettings, args []EnvVar, errs *fault.Fields) {
+	if src.Type != SourceGit {
+		if b.Dockerfile != "" || b.Context != "" || len(args) > 0 {
+			errs.Add("dockerfile", "dockerfile, build_context and build_args are only for git sources")
+		}
+		return
+	}
+	if p := BuildPathProblem(b.Dockerfile); p != "" || b.Dockerfile == "." {
+		if p == "" {
+			p = "must name a file"
+		}
+		errs.Add("dockerfile", "%s", p)
+	}
+	if p := BuildPathProblem(b.Context); p != "" {
+		errs.Add("build_context", "%s", p)
+	}
+	var fe fault.Fields
+	validateEnv(args, &fe)
+	for _, f := range fe {
+		errs.Add("build_"+f.Field, "%s", f.Message)
+	}
+}
+
+func buildArgKeys(args []EnvVar) []string {
+	keys := envKeys(args)
+	if len(keys) == 0 {
+		return nil
+	}
+	return keys
+}
+
+// gitProblems checks, with the git host, that the installation can read
+// the repository and that the branch exists. The caller validated the
+// fields' formats.
+func (s *Service) gitProblems(ctx context.Context, src Source, errs *fault.Fields) error {
+	if s.git == nil {
+		errs.Add("source.type", "git sources need the git host integration, which this control plane does not have")
+		return nil
+	}
+	ra, err := s.git.Access(ctx, src.InstallationID, src.RepoID, "source.repo_id")
+	if fe := fault.As(err); fe != nil && fe.Kind == fault.Invalid {
+		for _, f := range fe.Fields {
+			errs.Add(f.Field, "%s", f.Message)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = s.git.Resolve(ctx, ra, src.Branch)
+	if fe := fault.As(err); fe != nil && fe.Kind == fault.Invalid {
+		errs.Add("source.branch", "repository %s has no branch %s", ra.Repository.FullName, src.Branch)
+		return nil
+	}
+	return err
+}
+
+// gitSpec resolves ref (the application's branch when "") to its commit
+// and returns the spec that builds it.
+func (s *Service) gitSpec(ctx context.Context, a App, ref string) (Spec, error) {
+	mem, p := ParseMemory(a.MemoryLimit)
+	if p != "" {
+		return Spec{}, fault.Conflictf("invalid-settings", "The application's memory limit %s", p)
+	}
+	if ref == "" {
+		ref = a.Source.Branch
+	}
+	if p := RefProblem(ref); p != "" {
+		return Spec{}, fault.Invalidf("ref", "%s", p)
+	}
+	if s.git == nil {
+		return Spec{}, fault.Conflictf("githost-not-connected", "The application deploys from git, and this control plane has no git host integration.")
+	}
+	ra, err := s.git.Access(ctx, a.Source.InstallationID, a.Source.RepoID, "")
+	if err != nil {
+		if fe := fault.As(err); fe != nil && (fe.Kind == fault.NotFound || fe.Kind == fault.Conflict) {
+			return Spec{}, fault.Conflictf("repository-unavailable", "The application's repository cannot be read: %s", fe.Message)
+		}
+		return Spec{}, err
+	}
+	c, err := s.git.Resolve(ctx, ra, ref)
+	if err != nil {
+		return Spec{}, err
+	}
+	b := a.Build
+	return Spec{AppName: a.Name, Image: "capstan/" + a.Name + ":" + c.SHA[:ShortSHALen], ContainerPort: a.ContainerPort,
+		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, MemoryLimit: a.MemoryLimit, MemoryLimitBytes: mem,
+		Git: &GitSpec{InstallationID: a.Source.InstallationID, RepoID: a.Source.RepoID, Repository: ra.Repository.FullName,
+			Ref: ref, CommitSHA: c.SHA, CommitMessage: c.Message, CommitAuthor: c.Author,
+			Dockerfile: b.Dockerfile, BuildContext: b.Context, BuildArgKeys: nonNilKeys(b.ArgKeys)}}, nil
+}
+
+func nonNilKeys(k []string) []string {
+	if k == nil {
+		return []string{}
+	}
+	return k
+}
+
+func buildArgsContext(prefix, id string) string { return prefix + ".build_args:" + id }
+
+func (s *Service) sealBuildArgs(prefix, id string, args []EnvVar) (string, error) {
+	if len(args) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return "", err
+	}
+	return s.key.Seal(buildArgsContext(prefix, id), b), nil
+}
+
+func (s *Service) openBuildArgs(prefix, id, sealed string) ([]EnvVar, error) {
+	if sealed == "" {
+		return nil, nil
+	}
+	b, err := s.key.Open(buildArgsContext(prefix, id), sealed)
+	if err != nil {
+		return nil, err
+	}
+	var args []EnvVar
+	return args, json.Unmarshal(b, &args)
+}
+
+// buildPayload is the build of a deployment from git with its secrets:
+// a token scoped to the repository, minted now, and the build arguments.
+// A repository that cannot be read fails the deployment, saying why.
+func (s *Service) buildPayload(ctx context.Context, d DeploymentRecord, secrets map[string]string) (*agentproto.BuildSpec, error) {
+	g := d.Spec.Git
+	if s.git == nil {
+		return nil, &cannotStart{reason: "the application deploys from git, and this control plane has no git host integration"}
+	}
+	ra, err := s.git.Access(ctx, g.InstallationID, g.RepoID, "")
+	if err != nil {
+		if fe := fault.As(err); fe != nil {
+			return nil, &cannotStart{reason: "the repository cannot be read: " + fe.Message}
+		}
+		return nil, err
+	}
+	sealed, err := s.store.DeploymentBuildArgs(ctx, d.ID)
+	if err != nil {
+		return nil, err
+	}
+	args, err := s.openBuildArgs("deployments", d.ID, sealed)
+	if err != nil {
+		return nil, err
+	}
+	keys := []string{}
+	for _, a := range args {
+		secrets[agentproto.SecretBuildArgPrefix+a.Key] = a.Value
+		keys = append(keys, a.Key)
+	}
+	secrets[agentproto.SecretGitToken] = ra.Token.Value
+	return &agentproto.BuildSpec{CloneURL: ra.Repository.CloneURL, Repository: ra.Repository.FullName, Commit: g.CommitSHA,
+		Dockerfile: g.Dockerfile, Context: contextDir(g.BuildContext), BuildArgKeys: keys}, nil
+}
+
+// contextDir is a build context as the agent takes it: "" for the root.
+func contextDir(c string) string {
+	if c == DefaultBuildContext {
+		return ""
+	}
+	return c
+}
+
+// patchBuild applies the build fields of a patch to a (whose source the
+// patch changed already) and checks them into errs. It returns the new
+// build arguments when the patch replaces them, and the fields changed.
+func (s *Service) patchBuild(a *App, p Patch, errs *fault.Fields) (*[]EnvVar, []string, error) {
+	var changed []string
+	if a.Source.Type != SourceGit {
+		a.Build, a.SealedBuildArgs = BuildSettings{}, ""
+	} else {
+		a.Build.Dockerfile = cmpOr(a.Build.Dockerfile, DefaultDockerfile)
+		a.Build.Context = cmpOr(a.Build.Context, DefaultBuildContext)
+	}
+	if p.Dockerfile != nil {
+		a.Build.Dockerfile = *p.Dockerfile
+		changed = append(changed, "dockerfile")
+	}
+	if p.BuildContext != nil {
+		a.Build.Context = *p.BuildContext
+		changed = append(changed, "build_context")
+	}
+	var args []EnvVar
+	if p.BuildArgs != nil {
+		args = *p.BuildArgs
+		if args == nil {
+			args = []EnvVar{}
+		}
+		a.Build.ArgKeys = buildArgKeys(args)
+		changed = append(changed, "build_args")
+	}
+	validateBuild(a.Source, a.Build, args, errs)
+	if p.BuildArgs == nil {
+		return nil, changed, nil
+	}
+	return &args, changed, nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

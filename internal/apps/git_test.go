@@ -1,0 +1,187 @@
+package apps_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/githost"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// gitRig is the rig with the git host integration connected to the
+// stand-in, an installation on acme and a repository with a branch.
+type gitRig struct {
+	*rig
+	host *testlab.GitHost
+	gh   *githost.Service
+	inst int64
+	repo *testlab.HostedRepo
+}
+
+const (
+	shaMain = "1111111111111111111111111111111111111111"
+	shaTag  = "2222222222222222222222222222222222222222"
+)
+
+func newGitRig(t *testing.T) *gitRig {
+	r := newRig(t)
+	host := testlab.StartGitHost(t)
+	p, err := githost.NewGitHubClient(host.APIURL, host.URL, host.Client, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh := githost.NewService(r.st, p, secrets.GenerateKey(), audit.NewLog(r.st, r.clock.Now), "https://capstan.test", r.clock.Now, nil)
+	r.apps.UseGitHost(gh)
+	caller := githost.Caller{Actor: r.admin, SessionID: "ses_1"}
+	m, err := gh.StartManifest(r.ctx, caller, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, state := host.PostManifest(t, m.PostURL, m.Manifest, "https://capstan.test"+githost.ManifestRedirectPath)
+	if _, err := gh.CompleteManifest(r.ctx, caller, code, state); err != nil {
+		t.Fatal(err)
+	}
+	repo := host.AddRepo("acme", "web", true, map[string]string{"main": shaMain})
+	host.UpdateRepo(repo, func(hr *testlab.HostedRepo) {
+		hr.Commits[shaMain] = testlab.HostedCommit{SHA: shaMain, Message: "Serve the home page", AuthorName: "Ada", AuthorEmail: "ada@example.com"}
+		hr.Commits[shaTag] = testlab.HostedCommit{SHA: shaTag, Message: "v1.0.0", AuthorName: "Ada", AuthorEmail: "ada@example.com"}
+		hr.Branches["v1.0.0"] = shaTag // resolves like a tag
+	})
+	inst := host.Install(t, "acme")
+	if _, err := gh.AddInstallation(r.ctx, caller, inst, githost.SetupInstall); err != nil {
+		t.Fatal(err)
+	}
+	return &gitRig{rig: r, host: host, gh: gh, inst: inst, repo: repo}
+}
+
+func (r *gitRig) gitApp(name string, deploy bool) apps.ApplicationDetail {
+	r.t.Helper()
+	d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID,
+		Source:        apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"},
+		ContainerPort: 8080, Env: []apps.EnvVar{{Key: "MODE", Value: "production"}},
+		BuildArgs: []apps.EnvVar{{Key: "NPM_TOKEN", Value: "npm-s3cret-build-arg"}}, Deploy: deploy})
+	if err != nil {
+		r.t.Fatalf("create git application: %v", err)
+	}
+	return d
+}
+
+// TestGitApplications creates applications from git (the repository must
+// be readable by the installation and the branch must exist), deploys the
+// branch's exact commit with a token and the build arguments in the job's
+// secrets only, deploys tags and commits by ref, refuses refs the
+// repository does not have, and rolls back without building.
+func TestGitApplications(t *testing.T) {
+	r := newGitRig(t)
+	other := r.host.AddRepo("elsewhere", "secret", true, nil)
+	base := apps.NewApp{Name: "web", ServerID: r.serverID, ContainerPort: 8080}
+
+	bad := base
+	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: other.ID, Branch: "main"}
+	_, err := r.apps.Create(r.ctx, r.admin, r.client, bad)
+	wantInvalid(t, err, "source.repo_id")
+	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: 999, RepoID: r.repo.ID, Branch: "main"}
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, bad)
+	wantInvalid(t, err, "source.installation_id")
+	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "nope"}
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, bad)
+	wantInvalid(t, err, "source.branch")
+	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"}
+	bad.Dockerfile, bad.BuildContext = ptr("../Dockerfile"), ptr("/abs")
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, bad)
+	wantInvalid(t, err, "dockerfile", "build_context")
+	img := base
+	img.Source = apps.Source{Type: apps.SourceImage, Image: "nginx"}
+	img.BuildArgs = []apps.EnvVar{{Key: "X", Value: "y"}}
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, img)
+	wantInvalid(t, err, "dockerfile")
+	if list, _ := r.apps.List(r.ctx, "", jobs.AdminReader); len(list) != 0 {
+		t.Fatalf("refused creations stored %d applications", len(list))
+	}
+
+	a := r.gitApp("web", true)
+	if a.Dockerfile != "Dockerfile" || a.BuildContext != "." || len(a.BuildArgKeys) != 1 || a.BuildArgKeys[0] != "NPM_TOKEN" {
+		t.Fatalf("application %+v, want the default build settings and the build argument's key", a.Application)
+	}
+	j := r.claim(agentproto.JobAppDeploy)
+	p := payloadOf(t, j)
+	if p.Build == nil || p.Build.Commit != shaMain || p.Build.Repository != "acme/web" || p.Build.CloneURL != r.host.URL+"/acme/web.git" ||
+		p.Build.Dockerfile != "Dockerfile" || p.Build.Context != "" || len(p.Build.BuildArgKeys) != 1 {
+		t.Fatalf("build %+v", p.Build)
+	}
+	if p.Image != "capstan/web:"+shaMain[:12] || p.ImageID != "" {
+		t.Fatalf("image %q (id %q), want capstan/web:<short sha>", p.Image, p.ImageID)
+	}
+	sec := r.secrets(j)
+	token := sec[agentproto.SecretGitToken]
+	if !r.host.TokenAllows(token, r.repo.ID) || r.host.TokenAllows(token, other.ID) {
+		t.Fatal("the job's token does not read exactly the repository")
+	}
+	if sec[agentproto.SecretBuildArgPrefix+"NPM_TOKEN"] != "npm-s3cret-build-arg" || sec["MODE"] != "production" {
+		t.Fatalf("job secrets %v", keys(sec))
+	}
+	if strings.Contains(string(j.Payload), token) || strings.Contains(string(j.Payload), "npm-s3cret") {
+		t.Fatal("the job's payload holds a secret")
+	}
+	dep := r.deployment(a.Latest.ID)
+	g := dep.Spec.Git
+	if g == nil || g.CommitSHA != shaMain || g.CommitMessage != "Serve the home page" || g.CommitAuthor != "Ada <ada@example.com>" ||
+		g.Ref != "main" || g.Repository != "acme/web" {
+		t.Fatalf("deployment spec %+v", g)
+	}
+	r.succeed(j, "sha256:built1")
+
+	// A tag by ref; a ref the repository does not have changes nothing.
+	d2 := r.deploy(a.ID, "v1.0.0")
+	if d2.Spec.Git.CommitSHA != shaTag || d2.Ref != "v1.0.0" || d2.Spec.Image != "capstan/web:"+shaTag[:12] {
+		t.Fatalf("deployment of the tag: %+v", d2.Spec)
+	}
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:built2")
+	before, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader)
+	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "no-such-branch")
+	wantInvalid(t, err, "ref")
+	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "bad..ref")
+	wantInvalid(t, err, "ref")
+	after, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader)
+	if len(after) != len(before) {
+		t.Fatalf("refused deploys stored deployments: %d, then %d", len(before), len(after))
+	}
+
+	// Rollback to the first: its image, no build, no token.
+	rb, err := r.apps.Rollback(r.ctx, r.admin, r.client, a.Latest.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = r.claim(agentproto.JobAppDeploy)
+	p = payloadOf(t, j)
+	if p.Build != nil || p.ImageID != "sha256:built1" || rb.Spec.Git.CommitSHA != shaMain {
+		t.Fatalf("rollback payload build %+v, image id %q", p.Build, p.ImageID)
+	}
+	if _, ok := r.secrets(j)[agentproto.SecretGitToken]; ok {
+		t.Fatal("a rollback carries a git token")
+	}
+	r.succeed(j, "sha256:built1")
+
+	// Disconnected: the application keeps running; new deploys are refused.
+	if _, err := r.gh.Disconnect(r.ctx, githost.Caller{Actor: r.admin}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "")
+	wantConflict(t, err, "repository-unavailable")
+	if got := r.app(a.ID); got.Status != apps.AppRunning {
+		t.Fatalf("status after disconnecting %s, want running", got.Status)
+	}
+}
+
+func keys(m map[string]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
