@@ -34,6 +34,13 @@ type AppDeployment struct {
 		HealthPath    string   `json:"health_path"`
 		EnvKeys       []string `json:"env_keys"`
 		MemoryLimit   string   `json:"memory_limit"`
+		Git           *struct {
+			Repository    string `json:"repository"`
+			Ref           string `json:"ref"`
+			CommitSHA     string `json:"commit_sha"`
+			CommitMessage string `json:"commit_message"`
+			CommitAuthor  string `json:"commit_author"`
+		} `json:"git"`
 	} `json:"spec"`
 	Result *agentproto.DeployResult `json:"result"`
 	Job    *JobInfo                 `json:"job"`

@@ -66,6 +66,10 @@ type appStackOptions struct {
 	// DNS, when set, maps hostnames to the IPv4 address a DNS server
 	// started for the agent's domain checks (--dns-server) answers.
 	DNS map[string]string
+	// Plane configures the control plane (the zero value: SQLite).
+	Plane Options
+	// AgentEnv holds extra KEY=value variables of the agent.
+	AgentEnv []string
 }
 
 // appStack is a fleet with one server whose real agent drives a real Caddy
@@ -78,6 +82,8 @@ type appStack struct {
 	Images map[string]webImage
 	// DNS is the address of the test's DNS server ("" without one).
 	DNS string
+	// StateDir is the agent's --state-dir.
+	StateDir string
 
 	rootsOnce sync.Once
 	roots     *x509.CertPool
@@ -93,7 +99,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 	t.Helper()
 	docker := testlab.Docker(t)
 	testlab.CaddyBinary(t)
-	f := newFleet(t, Options{})
+	f := newFleet(t, opts.Plane)
 	c := testlab.StartCaddy(t)
 	run := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano())
 	images := buildWebImages(t, docker, run, opts.Images)
@@ -118,10 +124,11 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		"--proxy-access-log", c.AccessLog,
 		"--state-dir", filepath.Join(t.TempDir(), "state"),
 	}
+	s.StateDir = args[len(args)-1]
 	if s.DNS != "" {
 		args = append(args, "--dns-server", s.DNS)
 	}
-	var env []string
+	env := append([]string(nil), opts.AgentEnv...)
 	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h)
 	}

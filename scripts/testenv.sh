@@ -138,6 +138,7 @@ ensure_packages() {
 	have debootstrap || pkgs+=(debootstrap)
 	have mariadb-install-db || pkgs+=(mariadb-server)
 	have redis-server || pkgs+=(redis-server)
+	have git || pkgs+=(git)
 	[[ ${#pkgs[@]} -eq 0 ]] && return 0
 
 	log "installing: ${pkgs[*]}"

@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// gitStack is an application stack (real agent, Docker, Caddy) whose
+// control plane is connected to the git host stand-in, with an
+// installation on acme and a real repository acme/web served over smart
+// HTTP.
+type gitStack struct {
+	*appStack
+	Host   *testlab.GitHost
+	Repo   *testlab.HostedRepo
+	Inst   int64
+	Prog   []byte
+	TmpDir string // the agent's TMPDIR, where it fetches and builds
+}
+
+func newGitStack(t *testing.T) *gitStack {
+	t.Helper()
+	testlab.GitBinary(t)
+	host := testlab.StartGitHost(t)
+	tmp := t.TempDir()
+	// git on Debian uses GnuTLS, which ignores SSL_CERT_FILE: the agent's
+	// git trusts the stand-in's CA through GIT_SSL_CAINFO, as an operator
+	// of a GitHub Enterprise Server with a private CA would set it.
+	s := newAppStack(t, appStackOptions{Plane: gitHostOptions(store.SQLite, host), DNS: map[string]string{},
+		AgentEnv: []string{"GIT_SSL_CAINFO=" + host.CAFile, "TMPDIR=" + tmp}})
+	repo := host.AddGitRepo(t, "acme", "web", true)
+	inst := connectGitHost(t, s.ControlPlane, host, s.Token, "acme")
+	return &gitStack{appStack: s, Host: host, Repo: repo, Inst: inst, Prog: testlab.GoProgram(t, "../internal/agent/deploy/testdata/web"),
+		TmpDir: tmp}
+}
+
+// push commits a version of the web program: it answers "<version> <GREETING>",
+// GREETING coming from the build argument of that name.
+func (g *gitStack) push(t testing.TB, version string) string {
+	t.Helper()
+	dockerfile := fmt.Sprintf("FROM scratch\nCOPY web /web\nARG GREETING\nENV VERSION=%s GREETING=$GREETING\nENTRYPOINT [\"/web\"]\n", version)
+	return g.Host.Push(t, g.Repo, "main", map[string][]byte{"web": g.Prog, "Dockerfile": []byte(dockerfile)}, "Release "+version)
+}
+
+// noSecretOnDisk fails the test if secret is in a file under one of dirs.
+func noSecretOnDisk(t testing.TB, secret string, dirs ...string) {
+	t.Helper()
+	for _, dir := range dirs {
+		filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error { //nolint:errcheck // best effort walk
+			if err != nil || !e.Type().IsRegular() {
+				return nil
+			}
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), secret) {
+				t.Errorf("%s holds a secret", p)
+			}
+			return nil
+		})
+	}
+}
+
+// TestGitDeploy runs an application from git on the real stack: the
+// repositories and branches are listed through the API, the application
+// is created from a branch, the agent fetches the exact commit with an
+// installation token and builds it, the site serves commit 1; a deploy of
+// commit 2 serves it; a rollback serves commit 1 again without a build.
+// The installation token and the build argument never appear in logs,
+// job payloads or on the agent's disk.
+func TestGitDeploy(t *testing.T) {
+	t.Parallel()
+	const hostname = "git.test"
+	g := newGitStack(t)
+	sha1 := g.push(t, "one")
+
+	r := g.Get(t, "/api/v1/githost/repositories", g.Token)
+	expectStatus(t, r, http.StatusOK)
+	if !strings.Contains(string(r.Body), `"full_name":"acme/web"`) {
+		t.Fatalf("repositories: %s", r.Body)
+	}
+	r = g.Get(t, fmt.Sprintf("/api/v1/githost/repositories/%d/%d/branches", g.Inst, g.Repo.ID), g.Token)
+	expectStatus(t, r, http.StatusOK)
+	if !strings.Contains(string(r.Body), `"commit_sha":"`+sha1+`"`) {
+		t.Fatalf("branches: %s, want main at %s", r.Body, sha1)
+	}
+
+	const buildArg = "build-arg-s3cret-0453"
+	app := g.createApp(t, map[string]any{
+		"name": "web", "container_port": 8080, "health_path": "/health", "auto_deploy": true,
+		"source":     map[string]any{"type": "git", "installation_id": g.Inst, "repo_id": g.Repo.ID, "branch": "main"},
+		"build_args": []map[string]string{{"key": "GREETING", "value": buildArg}},
+	})
+	if app.Latest == nil {
+		t.Fatalf("created application: %+v", app)
+	}
+	d1, _ := g.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
+	if d1.Spec.Git == nil || d1.Spec.Git.CommitSHA != sha1 || d1.Spec.Git.CommitMessage != "Release one" ||
+		d1.Spec.Git.CommitAuthor != "Ada Lovelace <ada@example.com>" || d1.Spec.Image != "capstan/web:"+sha1[:12] {
+		t.Fatalf("first deployment's spec: %+v %+v", d1.Spec, d1.Spec.Git)
+	}
+	if d1.Result == nil || d1.Result.Build == nil || d1.Result.Build.Commit != sha1 || d1.ImageID == "" || d1.Result.Build.ImageID != d1.ImageID {
+		t.Fatalf("first deployment's result: %+v", d1.Result)
+	}
+	if _, ok := findEvent(d1.Events, "Step 1/"); !ok {
+		t.Fatalf("no build output in the events:\n%s", eventsText(d1.Events))
+	}
+
+	resp := g.Post(t, "/api/v1/domains", g.Token, map[string]any{"hostname": hostname, "application_id": app.ID, "tls_mode": "internal"})
+	expectStatus(t, resp, http.StatusCreated)
+	var dom domainChange
+	resp.JSON(t, &dom)
+	g.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	hc := g.Client(t)
+	url := g.Caddy.URL("https", hostname, "/")
+	g.waitSite(t, hc, url, "one "+buildArg, time.Minute)
+
+	// Commit 2, deployed by ref through the API.
+	sha2 := g.push(t, "two")
+	id2 := g.deploy(t, app.ID, map[string]string{"ref": sha2})
+	d2, _ := g.waitDeployment(t, id2, "succeeded", pollInterval, deployTimeout)
+	if d2.Spec.Git.CommitSHA != sha2 || d2.Ref != sha2 {
+		t.Fatalf("second deployment: %+v", d2.Spec.Git)
+	}
+	g.waitSite(t, hc, url, "two "+buildArg, time.Minute)
+
+	// A ref the repository does not have is refused and queues nothing.
+	p := expectProblem(t, g.Post(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token, map[string]string{"ref": "no-such-branch"}),
+		http.StatusUnprocessableEntity, "validation-failed")
+	if p.Errors[0].Field != "ref" || !strings.Contains(p.Errors[0].Message, "no branch, tag or commit") {
+		t.Fatalf("problem %+v", p)
+	}
+
+	// Rollback to commit 1: its image, no fetch, no build.
+	fetches := g.Host.GitFetches(g.Repo)
+	resp = g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil)
+	expectStatus(t, resp, http.StatusAccepted)
+	var rb deployAccepted
+	resp.JSON(t, &rb)
+	d3, _ := g.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
+	if d3.ImageID != d1.ImageID || d3.Result.Build != nil {
+		t.Fatalf("rollback: image %s, build %+v; want image %s and no build", d3.ImageID, d3.Result.Build, d1.ImageID)
+	}
+	if got := g.Host.GitFetches(g.Repo); got != fetches {
+		t.Fatalf("the rollback fetched the repository (%d fetches, then %d)", fetches, got)
+	}
+	g.waitSite(t, hc, url, "one "+buildArg, time.Minute)
+
+	// The token and the build argument: only in the job's secrets.
+	tokens := g.Host.IssuedTokens()
+	if len(tokens) == 0 {
+		t.Fatal("no installation token was minted")
+	}
+	logs := g.Logs() + g.Agent.Logs()
+	for _, secret := range append(tokens, buildArg) {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a secret is in the logs")
+		}
+		for _, d := range []AppDeployment{d1, d2, d3} {
+			if d.Job != nil && strings.Contains(string(mustJSON(t, d.Job)), secret) {
+				t.Errorf("deployment %s's job shows a secret", d.ID)
+			}
+			if strings.Contains(eventsText(d.Events), secret) {
+				t.Errorf("deployment %s's events show a secret", d.ID)
+			}
+		}
+		noSecretOnDisk(t, secret, g.TmpDir, g.StateDir, filepath.Dir(g.Agent.Config))
+	}
+	entries, _ := os.ReadDir(g.TmpDir)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "capstan-build-") {
+			t.Errorf("the agent left its build directory %s", e.Name())
+		}
+	}
+	t.Logf("first deploy: fetch %d ms, build %d ms; second: fetch %d ms, build %d ms (%d of %d steps cached)",
+		d1.Result.Build.FetchMillis, d1.Result.Build.BuildMillis, d2.Result.Build.FetchMillis, d2.Result.Build.BuildMillis,
+		d2.Result.Build.CachedSteps, d2.Result.Build.Steps)
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
