@@ -153,6 +153,10 @@ func (s *Service) gitProblems(ctx context.Context, src Source, errs *fault.Field
 			errs.Add(f.Field, "%s", f.Message)
 		}
 		return nil
+	} else if fe != nil && fe.Kind == fault.Conflict {
+		// No app is connected.
+		errs.Add("source.type", "%s", fe.Message)
+		return nil
 	}
 	if err != nil {
 		return err
