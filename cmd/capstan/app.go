@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/apps"
+	"github.com/capstan-dev/capstan/internal/artifacts"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/databases"
@@ -118,6 +120,22 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 }
 
 func (a *app) Close() error { return a.store.Close() }
+
+// useArtifacts enables database exports and imports, their files
+// encrypted in dataDir/artifacts to the artifact identity, which is also
+// written to the data dir for operators.
+func (a *app) useArtifacts(dataDir string, o databases.ArtifactOptions) error {
+	if err := a.key.WriteArtifactIdentity(dataDir); err != nil {
+		return fmt.Errorf("artifact identity: %w", err)
+	}
+	dir, err := artifacts.Open(filepath.Join(dataDir, "artifacts"), a.key.ArtifactIdentity())
+	if err != nil {
+		return err
+	}
+	o.Dir = dir
+	a.dbs.UseArtifacts(o)
+	return nil
+}
 
 func newLogger(level string) *slog.Logger {
 	var l slog.Level

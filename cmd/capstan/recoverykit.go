@@ -41,6 +41,12 @@ func (c *recoveryKitOpenCmd) Run(ctx context.Context) error {
 	fmt.Printf("  schema:         %s, version %d\n", kit.Schema.Dialect, kit.Schema.Version)
 	fmt.Printf("  secret key id:  %s\n", kit.SecretKeyID)
 	fmt.Printf("  secret key:     %s\n", kit.SecretKey)
+	if kit.ArtifactIdentity != "" {
+		fmt.Printf("  artifact key:   %s\n", kit.ArtifactIdentity)
+	}
 	fmt.Println("\nTo restore, start capstan with CAPSTAN_SECRET_KEY set to the secret key (or write it to secret.key in the data dir, mode 0600).")
+	if kit.ArtifactIdentity != "" {
+		fmt.Println("The artifact key decrypts database export files (data dir artifacts/*.age) with the age tool: age -d -i KEYFILE.")
+	}
 	return nil
 }

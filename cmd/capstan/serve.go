@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,10 @@ type serveCmd struct {
 	GitHostAPIURL string        `name:"githost-api-url" env:"CAPSTAN_GITHOST_API_URL" default:"https://api.github.com" help:"REST API base URL of the git host (GitHub). For GitHub Enterprise Server: https://HOST/api/v3. Its TLS certificate is checked against the system's trusted CAs (SSL_CERT_FILE, SSL_CERT_DIR)."`
 	GitHostWebURL string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
 	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
+	ExportTTL     time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
+	ImportMax     string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
+	ExportMax     string        `name:"database-export-max-size" env:"CAPSTAN_DATABASE_EXPORT_MAX_SIZE" default:"100GiB" help:"Largest database export an agent may upload (compressed)."`
+	ReapEvery     time.Duration `name:"artifact-reap-interval" env:"CAPSTAN_ARTIFACT_REAP_INTERVAL" hidden:"" default:"1m" help:"How often expired database exports are deleted."`
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
@@ -58,6 +63,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return fmt.Errorf("--metrics-rollup-interval must be between 1s and 1h")
 	}
 	catalog, err := databases.LoadCatalog(c.DBImages)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	artifactOpts, err := c.artifactOptions()
 	if err != nil {
 		ln.Close()
 		return err
@@ -90,6 +100,9 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.Close()
+	if err := a.useArtifacts(c.DataDir, artifactOpts); err != nil {
+		return err
+	}
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
@@ -100,7 +113,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
-		AllowInsecureAgents: c.AllowInsecure}))
+		AllowInsecureAgents: c.AllowInsecure, Databases: a.dbs}))
 	// Heartbeats are written in batches; the last batch is written after
 	// the HTTP server has shut down, before the store closes.
 	stopTouches := a.servers.StartTouchBatching(servers.TouchFlushInterval, log)
@@ -126,6 +139,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			return err
 		}}
 	loops.Go(func() { presence.Loop(bg) })
+	loops.Go(func() { a.dbs.RunArtifactReaper(bg, c.ReapEvery) })
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -193,4 +207,44 @@ func derivePublicURL(explicit, addr string) (string, error) {
 		}
 	}
 	return "http://" + net.JoinHostPort(host, port), nil
+}
+
+// artifactOptions checks the export and import flags.
+func (c *serveCmd) artifactOptions() (databases.ArtifactOptions, error) {
+	if c.ExportTTL < time.Minute || c.ExportTTL > 365*24*time.Hour {
+		return databases.ArtifactOptions{}, fmt.Errorf("--database-export-ttl must be between 1m and 8760h")
+	}
+	if c.ReapEvery < time.Second || c.ReapEvery > time.Hour {
+		return databases.ArtifactOptions{}, fmt.Errorf("--artifact-reap-interval must be between 1s and 1h")
+	}
+	importMax, err := parseSize(c.ImportMax)
+	if err != nil {
+		return databases.ArtifactOptions{}, fmt.Errorf("--database-import-max-size: %w", err)
+	}
+	exportMax, err := parseSize(c.ExportMax)
+	if err != nil {
+		return databases.ArtifactOptions{}, fmt.Errorf("--database-export-max-size: %w", err)
+	}
+	return databases.ArtifactOptions{TTL: c.ExportTTL, MaxImportBytes: importMax, MaxExportBytes: exportMax}, nil
+}
+
+// parseSize reads a size in bytes: a whole number with an optional unit,
+// B, KiB, MiB, GiB or TiB (binary), or KB, MB, GB, TB (decimal).
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 1 || n > (1<<53)/mult {
+		return 0, fmt.Errorf("%q is not a size such as 10GiB", s)
+	}
+	return n * mult, nil
 }

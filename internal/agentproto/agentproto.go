@@ -53,6 +53,10 @@
 //	            installation token in the job secret SecretGitToken and
 //	            build arguments under SecretBuildArgPrefix;
 //	            DeployResult.Build reports the build.
+//	2026-11-24  v1: database exports and imports (database_artifact.go):
+//	            job types db.export and db.import; PUT and GET
+//	            /agent/v1/jobs/{id}/artifact stream the job's file (the
+//	            upload answers ArtifactReceipt).
 package agentproto
 
 import (

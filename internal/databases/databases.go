@@ -134,6 +134,7 @@ type Store interface {
 	DeleteDatabaseInstance(ctx context.Context, id string) error
 	LoginStore
 	AttachmentStore
+	ArtifactStore
 	// ManagedStore holds the operations of managed instances.
 	ManagedStore
 	// MetricsStore holds the instances' metric samples.

@@ -47,6 +47,8 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	apps    Apps
+	// artifacts configures exports and imports; zero until UseArtifacts.
+	artifacts ArtifactOptions
 }
 
 // NewService returns a database service and registers the completion
@@ -736,12 +738,12 @@ func (s *Service) KV(ctx context.Context, actor audit.Actor, c audit.Entry, id s
 // JobResult is a database job as its instance's job path shows it.
 type JobResult struct {
 	JobID  string      `json:"job_id"`
-	Type   string      `json:"type" enum:"db.connect,db.query,db.explore,db.kv,db.database.create,db.database.drop,db.user.create,db.user.rotate,db.user.drop,db.create,db.control,db.remove"`
+	Type   string      `json:"type" enum:"db.connect,db.query,db.explore,db.kv,db.database.create,db.database.drop,db.user.create,db.user.rotate,db.user.drop,db.create,db.control,db.remove,db.export,db.import"`
 	Status jobs.Status `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
 	// Error and Data follow the job view rule (jobs.Job.For).
 	Error      *string         `json:"error" doc:"Why it failed (the engine's message for an engine error); null otherwise. Members get the error class"`
 	ErrorClass *string         `json:"error_class" doc:"agent_lost, timed_out, server_revoked, cancelled or failed; null when there is no error"`
-	Data       json.RawMessage `json:"data" doc:"The result once finished: DBQueryResult, DBExploreResult, DBKVResult or DBConnectResult; for a failed job {error: {code, message, position}}. Null until finished, and for members"`
+	Data       json.RawMessage `json:"data" doc:"The result once finished: DBQueryResult, DBExploreResult, DBKVResult, DBConnectResult, DBExportResult or DBImportResult; for a failed job {error: {code, message, position}}. Null until finished, and for members"`
 	Redacted   bool            `json:"redacted" doc:"True when error text and data were withheld (the caller is not an administrator)"`
 	CreatedAt  time.Time       `json:"created_at"`
 	StartedAt  *time.Time      `json:"started_at"`
@@ -754,7 +756,7 @@ func instanceOf(j jobs.Job) string {
 	switch j.Type {
 	case agentproto.JobDBConnect, agentproto.JobDBQuery, agentproto.JobDBExplore, agentproto.JobDBKV, agentproto.JobDBControl:
 	case agentproto.JobDBDatabaseCreate, agentproto.JobDBDatabaseDrop, agentproto.JobDBUserCreate, agentproto.JobDBUserRotate,
-		agentproto.JobDBUserDrop:
+		agentproto.JobDBUserDrop, agentproto.JobDBExport, agentproto.JobDBImport:
 	case agentproto.JobDBCreate, agentproto.JobDBRemove:
 		var p struct {
 			InstanceID string `json:"instance_id"`

@@ -24,6 +24,7 @@ const (
 	TooManyRequests             // throttled; RetryAfter says when to try again
 	Gone                        // the resource existed but has expired or been used up
 	Upstream                    // a provider the operation depends on failed or could not be reached
+	TooLarge                    // the request's content is over a limit
 )
 
 // FieldError names one invalid input field. Field is a dotted JSON path

@@ -167,6 +167,7 @@ var kindStatus = map[fault.Kind]int{
 	fault.TooManyRequests: http.StatusTooManyRequests,
 	fault.Gone:            http.StatusGone,
 	fault.Upstream:        http.StatusBadGateway,
+	fault.TooLarge:        http.StatusRequestEntityTooLarge,
 }
 
 // problemFor maps any error to a Problem. Errors that are not faults are

@@ -146,6 +146,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerDatabaseLogins()
 	s.registerManagedDatabases()
 	s.registerDatabaseMetrics()
+	s.registerDatabaseExports()
 	s.registerServerRequests()
 	s.registerEvents()
 	s.registerGitHost()

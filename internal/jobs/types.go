@@ -52,6 +52,9 @@ var types = map[string]TypeSpec{
 	agentproto.JobDBCreate:  {Timeout: 10 * time.Minute},
 	agentproto.JobDBControl: {Timeout: 5 * time.Minute},
 	agentproto.JobDBRemove:  {Timeout: 5 * time.Minute},
+	// Exports and imports stream the whole database.
+	agentproto.JobDBExport: {Timeout: 6 * time.Hour},
+	agentproto.JobDBImport: {Timeout: 6 * time.Hour},
 }
 
 // Spec returns the type's spec and whether the type exists.

@@ -97,6 +97,11 @@ type Kit struct {
 	SecretKey   string `json:"secret_key"`
 	SecretKeyID string `json:"secret_key_id"`
 	Schema      Schema `json:"schema"`
+	// ArtifactIdentity is the age identity database exports are
+	// encrypted to (derived from SecretKey; written out so an export file
+	// can be decrypted with the age tool alone). Empty in kits made
+	// before exports existed.
+	ArtifactIdentity string `json:"artifact_identity,omitempty"`
 }
 
 // RecoveryKit returns a kit encrypted with password (age, scrypt recipient).
@@ -106,7 +111,7 @@ func (s *Service) RecoveryKit(ctx context.Context, password string) ([]byte, err
 		return nil, err
 	}
 	kit := Kit{Format: KitFormat, CreatedAt: s.now().UTC(), PublicURL: s.publicURL, Version: s.version,
-		SecretKey: s.key.Encode(), SecretKeyID: s.key.ID(), Schema: info.Schema}
+		SecretKey: s.key.Encode(), SecretKeyID: s.key.ID(), Schema: info.Schema, ArtifactIdentity: s.key.ArtifactIdentity().String()}
 	plain, err := json.MarshalIndent(kit, "", "  ")
 	if err != nil {
 		return nil, err
@@ -153,8 +158,12 @@ func OpenRecoveryKit(r io.Reader, password string) (Kit, error) {
 	if kit.Format != KitFormat {
 		return Kit{}, fmt.Errorf("unknown recovery kit format %q", kit.Format)
 	}
-	if _, err := secrets.ParseKey(kit.SecretKey); err != nil {
+	key, err := secrets.ParseKey(kit.SecretKey)
+	if err != nil {
 		return Kit{}, fmt.Errorf("recovery kit holds an invalid key: %w", err)
+	}
+	if kit.ArtifactIdentity != "" && kit.ArtifactIdentity != key.ArtifactIdentity().String() {
+		return Kit{}, errors.New("recovery kit's artifact identity is not its secret key's")
 	}
 	return kit, nil
 }

@@ -1,0 +1,72 @@
+package agentapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/httpapi"
+)
+
+type artifactUploadInput struct {
+	httpapi.RawBody
+	ID string `path:"id" maxLength:"64"`
+}
+
+type artifactReceiptOutput struct {
+	Body agentproto.ArtifactReceipt
+}
+
+// registerArtifacts serves the streamed files of database export and
+// import jobs.
+func registerArtifacts(s *httpapi.Server, d Deps) {
+	tags := []string{"Agent protocol"}
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-upload-artifact", Method: http.MethodPut, Path: "/agent/v1/jobs/{id}/artifact", Tags: tags,
+		Summary: "Upload a database export (streamed, encrypted on arrival)",
+		Description: "The body is the .sql.gz of a running db.export job of this server, streamed; the control plane encrypts it " +
+			"as it arrives and answers its size and SHA-256. Another server's job, or a job that is not running, is 403; a " +
+			"second upload of the same job is 409; over the export limit is 413.",
+		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
+		RequestBody: &huma.RequestBody{Required: true, Description: "The gzip-compressed dump",
+			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
+	}, httpapi.Agent, func(ctx context.Context, in *artifactUploadInput) (*artifactReceiptOutput, error) {
+		if d.Databases == nil {
+			return nil, errNoDatabases
+		}
+		r, err := d.Databases.ReceiveExport(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Reader())
+		if err != nil {
+			return nil, err
+		}
+		return &artifactReceiptOutput{Body: r}, nil
+	})
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-download-artifact", Method: http.MethodGet, Path: "/agent/v1/jobs/{id}/artifact", Tags: tags,
+		Summary: "Download the file a database import loads",
+		Description: "Streams the uploaded file of a running db.import job of this server, decrypted, with its Content-Length " +
+			"and SHA-256 (Repr-Digest). Another server's job, or a job that is not running, is 403.",
+		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusGone},
+		Responses: map[string]*huma.Response{"200": {Description: "The file",
+			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
+	}, httpapi.Agent, func(ctx context.Context, in *jobIDInput) (*huma.StreamResponse, error) {
+		if d.Databases == nil {
+			return nil, errNoDatabases
+		}
+		rc, a, err := d.Databases.SendImport(ctx, httpapi.AgentServer(ctx).ID, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		log := s.Logger()
+		return &huma.StreamResponse{Body: func(hctx huma.Context) {
+			defer rc.Close()
+			hctx.SetHeader("Content-Type", agentproto.ArtifactContentType)
+			hctx.SetHeader("Content-Length", strconv.FormatInt(a.Size, 10))
+			hctx.SetHeader("Repr-Digest", httpapi.ContentDigest(a.SHA256))
+			hctx.SetStatus(http.StatusOK)
+			httpapi.StreamBody(hctx, rc, func(msg string, args ...any) { log.WarnContext(ctx, msg, args...) })
+		}}, nil
+	})
+}
