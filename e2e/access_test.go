@@ -56,6 +56,7 @@ type accessFixtures struct {
 	appID, appLogsJobID, failedDeployID  string
 	domainID                             string
 	databaseID, databaseJobID            string
+	exportDatabaseID, exportJobID        string
 }
 
 // TestAccessByRole calls every operation of the served OpenAPI document
@@ -140,6 +141,9 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/databases/{id}/users/{credential_id}/rotate": {access: admin, path: "/api/v1/databases/" + none + "/users/dbc_none/rotate"},
 		"DELETE /api/v1/databases/{id}/users/{username}":           {access: admin, path: "/api/v1/databases/" + none + "/users/reader"},
 		"GET /api/v1/databases/{id}/metrics":                       {access: signedIn, path: "/api/v1/databases/" + fx.databaseID + "/metrics"},
+		"POST /api/v1/databases/{id}/export":                       {access: admin, path: "/api/v1/databases/" + none + "/export", body: map[string]any{}},
+		"GET /api/v1/databases/{id}/exports/{job_id}":              {access: admin, path: "/api/v1/databases/" + fx.exportDatabaseID + "/exports/" + fx.exportJobID, output: true},
+		"POST /api/v1/databases/{id}/import":                       {access: admin, path: "/api/v1/databases/" + none + "/import?database=app"},
 		"GET /agent/install.sh":                                    {access: public, path: "/agent/install.sh"},
 		"GET /agent/package.tar.gz":                                {access: public, path: "/agent/package.tar.gz?arch=amd64"},
 		"POST /agent/v1/enroll":                                    {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
@@ -154,6 +158,8 @@ func TestAccessByRole(t *testing.T) {
 		"GET /agent/v1/jobs/{id}/secrets":                          {access: agent, path: "/agent/v1/jobs/" + fx.serviceJobID + "/secrets"},
 		"POST /agent/v1/jobs/{id}/events":                          {access: agent, path: "/agent/v1/jobs/" + none + "/events", body: map[string]any{}},
 		"POST /agent/v1/jobs/{id}/complete":                        {access: agent, path: "/agent/v1/jobs/" + none + "/complete", body: map[string]any{}},
+		"PUT /agent/v1/jobs/{id}/artifact":                         {access: agent, path: "/agent/v1/jobs/" + none + "/artifact"},
+		"GET /agent/v1/jobs/{id}/artifact":                         {access: agent, path: "/agent/v1/jobs/" + none + "/artifact"},
 	}
 
 	// The git host integration: administrators only.
@@ -393,6 +399,33 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	j = r.claimAs(t, agentproto.JobDBConnect)
 	complete(j.ID, agentproto.StatusFailed, agentproto.DBFailure{Error: agentproto.DBError{Code: "28P01",
 		Message: "password authentication failed: " + outputMarker}}, "password authentication failed: "+outputMarker)
+
+	// An external database that connected, and an export of it whose
+	// file holds the marker.
+	resp = r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "reachable", "server_id": r.serverID,
+		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": envMarker, "database": "app",
+		"tls_mode": "disable"})
+	expectStatus(t, resp, http.StatusAccepted)
+	resp.JSON(t, &reg)
+	fx.exportDatabaseID = reg.Instance.ID
+	complete(r.claimAs(t, agentproto.JobDBConnect).ID, agentproto.StatusSucceeded, agentproto.DBConnectResult{ServerVersion: "15.4"}, "")
+	eventually(t, time.Minute, "the database is ready", func() bool {
+		var in DatabaseInfo
+		r.Get(t, "/api/v1/databases/"+fx.exportDatabaseID, r.Token).JSON(t, &in)
+		return in.State == "ready"
+	})
+	resp = r.Post(t, "/api/v1/databases/"+fx.exportDatabaseID+"/export", r.Token, map[string]any{"database": "app"})
+	expectStatus(t, resp, http.StatusAccepted)
+	j = r.claimAs(t, agentproto.JobDBExport)
+	fx.exportJobID = j.ID
+	dump := []byte("-- " + outputMarker + "\n")
+	resp = r.Do(t, Req{Method: http.MethodPut, Path: "/agent/v1/jobs/" + j.ID + "/artifact", Token: r.agent, Body: dump,
+		ContentType: agentproto.ArtifactContentType})
+	expectStatus(t, resp, http.StatusOK)
+	var receipt agentproto.ArtifactReceipt
+	resp.JSON(t, &receipt)
+	complete(j.ID, agentproto.StatusSucceeded, agentproto.DBExportResult{Tool: agentproto.DBToolHost, Bytes: receipt.Bytes,
+		SHA256: receipt.SHA256, DumpBytes: 100}, "")
 
 	// A domain (its proxy.apply job stays queued).
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})

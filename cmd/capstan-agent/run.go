@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -57,10 +58,11 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 	// Database instances on this server are sampled with the logins the
 	// control plane lists, held in memory only.
 	dbs := database.NewMonitor(r.DBMetrics, database.DockerMemory(""), log)
+	arts := &controlPlaneArtifacts{}
 	a, err := agent.New(agent.Options{
 		Config:      cfg,
 		Version:     version,
-		Executors:   executorsFor(ps, desired, rep.SitesChanged),
+		Executors:   executorsFor(ps, desired, rep.SitesChanged, arts),
 		Logger:      log,
 		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop()},
 		OnHeartbeat: dbs.Heartbeat,
@@ -70,6 +72,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		return err
 	}
 	desired.client = a.Client() // before Run: no job runs yet
+	arts.client = a.Client()
 	return a.Run(ctx)
 }
 
@@ -87,14 +90,36 @@ func (c *controlPlaneProxy) Proxy(ctx context.Context) (agentproto.ProxyConfig, 
 	return c.client.Proxy(ctx)
 }
 
+// controlPlaneArtifacts moves database export and import files through
+// the agent's client, which is set once the agent is made and before it
+// runs any job.
+type controlPlaneArtifacts struct {
+	client *agent.Client
+}
+
+func (c *controlPlaneArtifacts) UploadArtifact(ctx context.Context, jobID string, body io.Reader) (agentproto.ArtifactReceipt, error) {
+	if c.client == nil {
+		return agentproto.ArtifactReceipt{}, errors.New("no control plane client")
+	}
+	return c.client.UploadArtifact(ctx, jobID, body)
+}
+
+func (c *controlPlaneArtifacts) DownloadArtifact(ctx context.Context, jobID string) (io.ReadCloser, int64, error) {
+	if c.client == nil {
+		return nil, 0, errors.New("no control plane client")
+	}
+	return c.client.DownloadArtifact(ctx, jobID)
+}
+
 // executors are the job types this build runs, the proxy's with its
 // default settings.
-func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil, nil) }
+func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil, nil, nil) }
 
 // executorsFor are the job types this build runs, the proxy's on ps;
 // desired (nil: none) fetches the server's current desired proxy state;
-// onLoad (nil: none) is told of every configuration the proxy loads.
-func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func()) agent.Registry {
+// onLoad (nil: none) is told of every configuration the proxy loads;
+// arts (nil: none) moves database export and import files.
+func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(), arts database.Artifacts) agent.Registry {
 	r := agent.Registry{}
 	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
 
@@ -128,6 +153,8 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func())
 	r.Register(agentproto.JobAppLogs, apps.Logs())
 
 	database.Executors{}.Register(r)
-	(&database.Managed{}).Register(r)
+	managed := &database.Managed{}
+	managed.Register(r)
+	(&database.Transfer{Artifacts: arts, Docker: managed}).Register(r)
 	return r
 }

@@ -113,7 +113,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
-		AllowInsecureAgents: c.AllowInsecure, Databases: a.dbs}))
+		AllowInsecureAgents: c.AllowInsecure}))
 	// Heartbeats are written in batches; the last batch is written after
 	// the HTTP server has shut down, before the store closes.
 	stopTouches := a.servers.StartTouchBatching(servers.TouchFlushInterval, log)

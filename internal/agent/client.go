@@ -289,6 +289,12 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 		_, _ = io.Copy(io.Discard, lr)
 		return resp.StatusCode, nil
 	}
+	return resp.StatusCode, c.replyError(method, path, resp)
+}
+
+// replyError is the error of a non-2xx reply: a *RevokedError (after
+// onRevoked) or an *APIError.
+func (c *Client) replyError(method, path string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxProblemBytes))
 	var p agentproto.Problem
 	if json.Unmarshal(b, &p) != nil {
@@ -300,9 +306,9 @@ func (c *Client) do(ctx context.Context, timeout time.Duration, method, path str
 		if c.onRevoked != nil {
 			c.onRevoked(rerr)
 		}
-		return resp.StatusCode, rerr
+		return rerr
 	}
 	ae := &APIError{Method: method, Path: path, Status: resp.StatusCode, Problem: p}
 	ae.RetryAfter = retryAfter(resp.Header.Get("Retry-After"), time.Now())
-	return resp.StatusCode, ae
+	return ae
 }

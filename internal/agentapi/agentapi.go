@@ -12,7 +12,6 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
-	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -31,9 +30,6 @@ type Deps struct {
 	// AllowInsecureAgents serves the installer even when PublicURL is
 	// plain http:// to an address other than loopback.
 	AllowInsecureAgents bool
-	// Databases serves the artifacts of export and import jobs; without
-	// it the artifact calls fail.
-	Databases *databases.Service
 }
 
 type enrollInput struct {
@@ -225,6 +221,6 @@ func register(s *httpapi.Server, d Deps) {
 	registerRequests(s, limits)
 	registerProxy(s, limits)
 	registerDatabases(s, limits)
-	registerArtifacts(s, d)
+	registerArtifacts(s)
 	registerInstall(s, d)
 }

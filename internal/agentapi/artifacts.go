@@ -12,7 +12,7 @@ import (
 )
 
 type artifactUploadInput struct {
-	httpapi.RawBody
+	httpapi.StreamedBody
 	ID string `path:"id" maxLength:"64"`
 }
 
@@ -22,7 +22,7 @@ type artifactReceiptOutput struct {
 
 // registerArtifacts serves the streamed files of database export and
 // import jobs.
-func registerArtifacts(s *httpapi.Server, d Deps) {
+func registerArtifacts(s *httpapi.Server) {
 	tags := []string{"Agent protocol"}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-upload-artifact", Method: http.MethodPut, Path: "/agent/v1/jobs/{id}/artifact", Tags: tags,
@@ -34,10 +34,11 @@ func registerArtifacts(s *httpapi.Server, d Deps) {
 		RequestBody: &huma.RequestBody{Required: true, Description: "The gzip-compressed dump",
 			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
 	}, httpapi.Agent, func(ctx context.Context, in *artifactUploadInput) (*artifactReceiptOutput, error) {
-		if d.Databases == nil {
+		dbs := s.Databases()
+		if dbs == nil {
 			return nil, errNoDatabases
 		}
-		r, err := d.Databases.ReceiveExport(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Reader())
+		r, err := dbs.ReceiveExport(ctx, httpapi.AgentServer(ctx).ID, in.ID, in.Reader())
 		if err != nil {
 			return nil, err
 		}
@@ -52,10 +53,11 @@ func registerArtifacts(s *httpapi.Server, d Deps) {
 		Responses: map[string]*huma.Response{"200": {Description: "The file",
 			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
 	}, httpapi.Agent, func(ctx context.Context, in *jobIDInput) (*huma.StreamResponse, error) {
-		if d.Databases == nil {
+		dbs := s.Databases()
+		if dbs == nil {
 			return nil, errNoDatabases
 		}
-		rc, a, err := d.Databases.SendImport(ctx, httpapi.AgentServer(ctx).ID, in.ID)
+		rc, a, err := dbs.SendImport(ctx, httpapi.AgentServer(ctx).ID, in.ID)
 		if err != nil {
 			return nil, err
 		}

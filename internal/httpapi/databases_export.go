@@ -22,26 +22,27 @@ import (
 // so it lifts them and keeps this deadline instead, renewed as bytes move.
 const StreamIdle = 2 * time.Minute
 
-// RawBody, embedded in an operation's input, gives the handler the
+// StreamedBody, embedded in an operation's input, gives the handler the
 // request body as a stream: huma does not read it (the input has no Body
 // field), and Reader renews the connection's read deadline as bytes
-// arrive.
-type RawBody struct {
+// arrive. (Not named RawBody: huma reads a field of that name, promoted
+// ones too, as the whole body.)
+type StreamedBody struct {
 	req *http.Request
 	w   http.ResponseWriter
 }
 
 // Resolve captures the request; huma calls it before the handler.
-func (b *RawBody) Resolve(ctx huma.Context) []error {
+func (b *StreamedBody) Resolve(ctx huma.Context) []error {
 	b.req, b.w = humago.Unwrap(ctx)
 	return nil
 }
 
 // Length is the request's Content-Length, -1 when it did not say.
-func (b *RawBody) Length() int64 { return b.req.ContentLength }
+func (b *StreamedBody) Length() int64 { return b.req.ContentLength }
 
 // Reader returns the body.
-func (b *RawBody) Reader() io.Reader {
+func (b *StreamedBody) Reader() io.Reader {
 	return &idleReader{r: b.req.Body, rc: http.NewResponseController(b.w)}
 }
 
@@ -104,7 +105,7 @@ type exportDownloadInput struct {
 }
 
 type importInput struct {
-	RawBody
+	StreamedBody
 	ID       string `path:"id" maxLength:"64"`
 	Database string `query:"database" maxLength:"64" doc:"The database to load into (it must exist); the instance's initial database when absent"`
 }

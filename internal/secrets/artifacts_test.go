@@ -52,8 +52,8 @@ func TestArtifactIdentity(t *testing.T) {
 // checksum) takes what it encodes.
 func TestBech32(t *testing.T) {
 	for hrp, want := range map[string]string{
-		"a":  "a12uel5l",
-		"?":  "?1ezyfcl",
+		"a": "a12uel5l",
+		"?": "?1ezyfcl",
 		"an83characterlonghumanreadablepartthatcontainsthenumber1andtheexcludedcharactersbio": "an83characterlonghumanreadablepartthatcontainsthenumber1andtheexcludedcharactersbio1tt5tgs",
 	} {
 		got, err := bech32Encode(hrp, nil)
