@@ -48,6 +48,7 @@ type rig struct {
 	serverID string
 	admin    audit.Actor
 	client   audit.Entry
+	clock    *fakeClock
 }
 
 func newRig(t *testing.T) *rig {
@@ -59,7 +60,7 @@ func newRig(t *testing.T) *rig {
 	log := audit.NewLog(st, clock.Now)
 	js := jobs.NewService(st, key, clock.Now, logger)
 	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
-	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log,
+	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log, clock: clock,
 		dbs:   databases.NewService(st, js, srvs, log, key, databases.DefaultCatalog(), clock.Now, logger),
 		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "192.0.2.9", UserAgent: "test"}}
 	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, "db-host", nil)

@@ -1,0 +1,97 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/databases"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/store/storetest"
+)
+
+func newArtifact(jobID, file string, expires time.Time) databases.Artifact {
+	return databases.Artifact{JobID: jobID, InstanceID: "db_x", Kind: databases.ArtifactExport, Database: "app", Format: "sql.gz",
+		File: file, Size: 1 << 40, SHA256: "ab", CreatedBy: "usr_x", CreatedAt: t0, ExpiresAt: expires}
+}
+
+// TestStoreDatabaseArtifacts: one artifact per job (concurrent inserts:
+// one wins), expired ones listed oldest first, and a delete that only one
+// of concurrent reapers performs.
+func TestStoreDatabaseArtifacts(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- s.InsertDatabaseArtifact(ctx, newArtifact("job_1", fmt.Sprintf("job_1-%d.age", i), t0.Add(time.Hour)))
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		won := 0
+		for err := range errs {
+			switch {
+			case err == nil:
+				won++
+			case !fault.Is(err, fault.Conflict):
+				t.Fatalf("concurrent insert: %v", err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("%d concurrent inserts of one job's artifact succeeded, want 1", won)
+		}
+		got, err := s.DatabaseArtifact(ctx, "job_1")
+		if err != nil || got.Size != 1<<40 || !got.CreatedAt.Equal(t0) || !got.ExpiresAt.Equal(t0.Add(time.Hour)) || got.Kind != "export" {
+			t.Fatalf("artifact: %+v %v", got, err)
+		}
+		if _, err := s.DatabaseArtifact(ctx, "job_none"); !fault.Is(err, fault.NotFound) {
+			t.Fatalf("no artifact: %v", err)
+		}
+		if err := s.InsertDatabaseArtifact(ctx, newArtifact("job_2", "job_2-a.age", t0.Add(time.Minute))); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InsertDatabaseArtifact(ctx, newArtifact("job_3", "job_3-a.age", t0.Add(2*time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		expired, err := s.ExpiredDatabaseArtifacts(ctx, t0.Add(time.Hour), 10)
+		if err != nil || len(expired) != 2 || expired[0].JobID != "job_2" || expired[1].JobID != "job_1" {
+			t.Fatalf("expired: %+v %v", expired, err)
+		}
+		files, err := s.DatabaseArtifactFiles(ctx)
+		if err != nil || len(files) != 3 || !files["job_2-a.age"] || !files[got.File] {
+			t.Fatalf("files: %v %v", files, err)
+		}
+
+		// Reapers racing: one deletes.
+		var deleted sync.Map
+		for i := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ok, err := s.DeleteDatabaseArtifact(ctx, "job_2", "job_2-a.age")
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					deleted.Store(i, true)
+				}
+			}()
+		}
+		wg.Wait()
+		n := 0
+		deleted.Range(func(_, _ any) bool { n++; return true })
+		if n != 1 {
+			t.Fatalf("%d concurrent deletes succeeded, want 1", n)
+		}
+		if ok, err := s.DeleteDatabaseArtifact(ctx, "job_1", "another-file.age"); ok || err != nil {
+			t.Fatalf("delete naming another file: %v %v", ok, err)
+		}
+	})
+}
