@@ -11,9 +11,13 @@ import (
 	"encoding/json"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -288,5 +292,139 @@ func testDatabaseExportImportPostgres(t *testing.T, d store.Dialect) {
 		Body: []byte("SELECT 1;"), ContentType: "application/octet-stream"}), http.StatusForbidden)
 	if files, _ := filepath.Glob(filepath.Join(r.DataDir, "artifacts", "*")); len(files) != 1 {
 		t.Fatalf("artifact files after bad input: %v", files)
+	}
+}
+
+// TestDatabaseExportImportExternalPostgres exports an external
+// PostgreSQL database with the server's own pg_dump of the same major
+// version, and imports it, and a custom-format dump, into other databases
+// with the engine's image in a throwaway container: per-table checksums
+// equal the source's.
+func TestDatabaseExportImportExternalPostgres(t *testing.T) {
+	r := newManagedRig(t, store.SQLite)
+	host, port, user, password, database := postgresTarget(t)
+	pg := r.register(t, map[string]any{"name": "pg-" + r.run, "engine": "postgres", "host": host, "port": port, "username": user,
+		"password": password, "database": database, "tls_mode": "disable"})
+	if pg.State != "ready" || pg.Version != "15" {
+		t.Fatalf("instance after its test: %+v (%s)", pg, deref(pg.LastError))
+	}
+	for _, stmt := range []string{
+		`CREATE TABLE items (id int PRIMARY KEY, name text, at timestamptz)`,
+		`INSERT INTO items SELECT g, 'item ' || g, '2026-01-01T00:00:00Z'::timestamptz + g * interval '1 hour' FROM generate_series(1, 2000) g`,
+		`CREATE TABLE tags (item_id int REFERENCES items (id), tag text)`,
+		`INSERT INTO tags SELECT g, 'tag ' || (g % 7) FROM generate_series(1, 2000) g`,
+	} {
+		var w struct{}
+		r.call(t, pg.ID, "query", map[string]any{"sql": stmt, "readonly": false}).result(t, &w)
+	}
+	sums := map[string]string{
+		"items": `SELECT md5(string_agg(t::text, E'\n' ORDER BY t.id)) FROM items t`,
+		"tags":  `SELECT md5(string_agg(t::text, E'\n' ORDER BY t.item_id)) FROM tags t`,
+	}
+	source := r.checksums(t, pg.ID, database, sums)
+
+	jobID, ej := r.export(t, pg.ID, database)
+	var res ExportResult
+	ej.result(t, &res)
+	if res.Tool != "host" || !strings.Contains(res.ToolVersion, "pg_dump (PostgreSQL) 15.") {
+		t.Fatalf("export result: %+v", res)
+	}
+	gz := r.download(t, pg.ID, jobID, res)
+
+	check := func(db string) {
+		t.Helper()
+		for table, sum := range r.checksums(t, pg.ID, db, sums) {
+			if sum != source[table] {
+				t.Errorf("%s in %s: checksum %s, source %s", table, db, sum, source[table])
+			}
+		}
+	}
+	_, _, _, _, plain := postgresTarget(t)
+	ij := r.load(t, pg.ID, plain, gz)
+	var ires ImportResult
+	ij.result(t, &ires)
+	if ires.Tool != "image" || ires.Format != "sql" || !ires.Atomic {
+		t.Fatalf("import result: %+v", ires)
+	}
+	check(plain)
+
+	// A custom-format dump, made by the real pg_dump.
+	custom, err := exec.Command("/usr/lib/postgresql/15/bin/pg_dump", "--format=custom", "--no-owner",
+		(&url.URL{Scheme: "postgres", User: url.UserPassword(user, password), Host: net.JoinHostPort(host, strconv.Itoa(port)),
+			Path: "/" + database, RawQuery: "sslmode=disable"}).String()).Output()
+	if err != nil {
+		t.Fatalf("pg_dump --format=custom: %v", err)
+	}
+	_, _, _, _, fromCustom := postgresTarget(t)
+	ij = r.load(t, pg.ID, fromCustom, custom)
+	ij.result(t, &ires)
+	if ires.Format != "pgdump" || !ires.Atomic {
+		t.Fatalf("custom-format import result: %+v", ires)
+	}
+	check(fromCustom)
+}
+
+// TestDatabaseExportImportMariaDB exports a managed MariaDB database
+// (its dump starts with the sandbox-mode line, kept for MariaDB) and
+// imports it into a new database with equal checksums; a garbage import
+// fails with the engine's message and changes nothing.
+func TestDatabaseExportImportMariaDB(t *testing.T) {
+	r := newManagedRig(t, store.SQLite)
+	m, j := r.create(t, map[string]any{"name": "maria-" + r.run, "engine": "mariadb", "version": "10.11", "database": "shop"})
+	if j.Status != "succeeded" || m.State != "ready" {
+		t.Fatalf("created: %s %s: %+v\nagent log:\n%s", j.Status, deref(j.Error), m, r.agent.Logs())
+	}
+	seed := randomMarker(t)
+	markerSum := md5.Sum([]byte(seed))
+	marker := hex.EncodeToString(markerSum[:])
+	for _, stmt := range []string{
+		`CREATE TABLE items (id INT PRIMARY KEY, name VARCHAR(64), price DECIMAL(10,2), data BLOB)`,
+		`INSERT INTO items SELECT seq, CONCAT('item ', seq), seq * 1.25, UNHEX(MD5(seq)) FROM seq_1_to_3000`,
+		`INSERT INTO items VALUES (0, MD5('` + seed + `'), NULL, NULL)`,
+		`CREATE TABLE notes (id INT PRIMARY KEY AUTO_INCREMENT, item_id INT, body TEXT, FOREIGN KEY (item_id) REFERENCES items (id))`,
+		`INSERT INTO notes (item_id, body) SELECT seq, REPEAT('n', seq % 40) FROM seq_1_to_1000`,
+	} {
+		var w struct{}
+		r.call(t, m.ID, "query", map[string]any{"sql": stmt, "readonly": false}).result(t, &w)
+	}
+	sums := map[string]string{
+		"items": `SELECT MD5(GROUP_CONCAT(CONCAT_WS('|', id, name, price, HEX(data)) ORDER BY id SEPARATOR ',')) FROM items`,
+		"notes": `SELECT MD5(GROUP_CONCAT(CONCAT_WS('|', id, item_id, body) ORDER BY id SEPARATOR ',')) FROM notes`,
+	}
+	source := r.checksums(t, m.ID, "shop", sums)
+
+	jobID, ej := r.export(t, m.ID, "shop")
+	var res ExportResult
+	ej.result(t, &res)
+	if res.Tool != "container" || !strings.Contains(res.ToolVersion, "10.11") {
+		t.Fatalf("export result: %+v", res)
+	}
+	gz := r.download(t, m.ID, jobID, res)
+	dump := gunzip(t, gz)
+	if !bytes.Contains(dump, []byte(marker)) || !bytes.HasPrefix(dump, []byte(`/*M!999999\- enable the sandbox mode */`)) {
+		t.Fatalf("the dump lacks the marker or the sandbox line:\n%.500s", dump)
+	}
+	if found := dataDirHolds(t, r.DataDir, []byte(marker), gz[len(gz)/2:len(gz)/2+64]); len(found) > 0 {
+		t.Fatalf("the data dir holds the dump in the clear: %v", found)
+	}
+
+	var w struct{}
+	r.call(t, m.ID, "databases", map[string]any{"name": "restored"}).result(t, &w)
+	ij := r.load(t, m.ID, "restored", gz)
+	var ires ImportResult
+	ij.result(t, &ires)
+	if ires.Tool != "container" || ires.Format != "sql" || ires.Atomic {
+		t.Fatalf("import result: %+v", ires)
+	}
+	restored := r.checksums(t, m.ID, "restored", sums)
+	if jsonString(restored) != jsonString(source) {
+		t.Fatalf("checksums after the import %v, source %v", restored, source)
+	}
+	bad := r.load(t, m.ID, "restored", []byte("this is not sql;\nDROP TABLE notes;\n"))
+	if bad.Status != "failed" || !strings.Contains(deref(bad.Error), "You have an error in your SQL syntax") {
+		t.Fatalf("garbage import: %s %s: %s", bad.Status, deref(bad.Error), bad.Data)
+	}
+	if after := r.checksums(t, m.ID, "restored", sums); jsonString(after) != jsonString(restored) {
+		t.Fatalf("a failed import changed the database: %v, was %v", after, restored)
 	}
 }
