@@ -29,7 +29,7 @@ type managedRig struct {
 	run    string // a suffix that keeps this run's container names apart
 }
 
-func newManagedRig(t *testing.T, d store.Dialect) *managedRig {
+func newManagedRig(t testing.TB, d store.Dialect) *managedRig {
 	t.Helper()
 	return newManagedRigWith(t, d)
 }
@@ -74,7 +74,7 @@ func newManagedRigWith(t *testing.T, d store.Dialect, agentArgs ...string) *mana
 	return r
 }
 
-func (r *managedRig) removeLeftovers(t *testing.T) {
+func (r *managedRig) removeLeftovers(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := r.docker.ContainerList(ctx, client.ContainerListOptions{All: true,
@@ -96,7 +96,7 @@ type ManagedCreated struct {
 }
 
 // create creates a managed instance and waits for its creation job.
-func (r *managedRig) create(t *testing.T, body map[string]any) (DatabaseInfo, DatabaseJob) {
+func (r *managedRig) create(t testing.TB, body map[string]any) (DatabaseInfo, DatabaseJob) {
 	t.Helper()
 	body["server_id"] = r.serverID
 	resp := r.Post(t, "/api/v1/databases", r.Token, body)
@@ -114,7 +114,7 @@ func (r *managedRig) create(t *testing.T, body map[string]any) (DatabaseInfo, Da
 // transitional one. A job reads as finished a moment before its
 // completion hook has updated the instance, so a test waits for the
 // instance itself.
-func (r *managedRig) settled(t *testing.T, id string) DatabaseInfo {
+func (r *managedRig) settled(t testing.TB, id string) DatabaseInfo {
 	t.Helper()
 	var in DatabaseInfo
 	eventually(t, time.Minute, "instance "+id+" settles after its job", func() bool {

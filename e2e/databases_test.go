@@ -152,7 +152,7 @@ func (r *dbRig) register(t *testing.T, body map[string]any) DatabaseInfo {
 	return r.instance(t, reg.Instance.ID)
 }
 
-func (r *dbRig) instance(t *testing.T, id string) DatabaseInfo {
+func (r *dbRig) instance(t testing.TB, id string) DatabaseInfo {
 	t.Helper()
 	resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
 	expectStatus(t, resp, http.StatusOK)
@@ -162,7 +162,7 @@ func (r *dbRig) instance(t *testing.T, id string) DatabaseInfo {
 }
 
 // wait reads a job of the instance with ?wait= until it is finished.
-func (r *dbRig) wait(t *testing.T, id, jobID string) DatabaseJob {
+func (r *dbRig) wait(t testing.TB, id, jobID string) DatabaseJob {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -193,7 +193,7 @@ func (r *dbRig) retest(t *testing.T, id string, body map[string]any) DatabaseJob
 }
 
 // call queues a database call and waits for its job.
-func (r *dbRig) call(t *testing.T, id, what string, body any) DatabaseJob {
+func (r *dbRig) call(t testing.TB, id, what string, body any) DatabaseJob {
 	t.Helper()
 	resp := r.Post(t, "/api/v1/databases/"+id+"/"+what, r.Token, body)
 	expectStatus(t, resp, http.StatusAccepted)
@@ -202,7 +202,7 @@ func (r *dbRig) call(t *testing.T, id, what string, body any) DatabaseJob {
 	return r.wait(t, id, a.JobID)
 }
 
-func (j DatabaseJob) result(t *testing.T, v any) {
+func (j DatabaseJob) result(t testing.TB, v any) {
 	t.Helper()
 	if j.Status != "succeeded" {
 		t.Fatalf("job %s: %s (%s): %s", j.JobID, j.Status, deref(j.Error), j.Data)
