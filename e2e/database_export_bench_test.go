@@ -122,8 +122,8 @@ func fill(b *testing.B, r *managedRig, id string, mb int) {
 	var w struct{}
 	r.call(tb, id, "query", map[string]any{"sql": `CREATE TABLE big (id bigint PRIMARY KEY, name text NOT NULL, body text, n numeric,
 		at timestamptz)`, "readonly": false}).result(tb, &w)
-	// About 230 bytes a row on disk, with its index.
-	rows := mb * (1 << 20) / 230
+	// About 200 bytes a row on disk, with its index.
+	rows := mb * (1 << 20) / 200
 	const step = 500_000
 	for from := 1; from <= rows; from += step {
 		to := min(from+step-1, rows)
@@ -138,7 +138,7 @@ func (r *dbRig) waitLong(b *testing.B, id, jobID string) DatabaseJob {
 	tb := b
 	deadline := time.Now().Add(time.Hour)
 	for time.Now().Before(deadline) {
-		resp := r.Get(tb, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=30", r.Token)
+		resp := r.Get(tb, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token)
 		expectStatus(tb, resp, http.StatusOK)
 		var j DatabaseJob
 		resp.JSON(tb, &j)

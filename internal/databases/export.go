@@ -252,6 +252,15 @@ func (s *Service) ReceiveExport(ctx context.Context, serverID, jobID string, bod
 		}
 		return agentproto.ArtifactReceipt{}, err
 	}
+	// The job may have ended while the file arrived (its deadline, its
+	// lease): then its completion hook ran before the record existed.
+	if j, _, err := s.jobs.Get(ctx, jobID); err != nil || j.Status != jobs.Running {
+		s.dropArtifact(context.WithoutCancel(ctx), a)
+		if err != nil {
+			return agentproto.ArtifactReceipt{}, err
+		}
+		return agentproto.ArtifactReceipt{}, fault.Forbiddenf("job-not-running", "The job ended while its file arrived.")
+	}
 	return agentproto.ArtifactReceipt{Bytes: w.Size, SHA256: w.SHA256}, nil
 }
 

@@ -255,7 +255,8 @@ func (t *Transfer) export(ctx context.Context, job agentproto.Job, secrets map[s
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s", p.Database, call.Args[0], r),
 			map[string]any{"tool": r.kind(), "tool_version": version})
 
-		pr, pw := io.Pipe()
+		pr, pipe := io.Pipe()
+		pw := &cutWriter{w: pipe}
 		dumped := &byteCounter{}
 		done := make(chan error, 1)
 		go func() {
@@ -266,7 +267,7 @@ func (t *Transfer) export(ctx context.Context, job agentproto.Job, secrets map[s
 			}
 			// An error reaches the upload as a broken body: the control
 			// plane keeps nothing of it.
-			pw.CloseWithError(err)
+			pipe.CloseWithError(err)
 			done <- err
 		}()
 		sent := newHasher(pr)
@@ -275,7 +276,7 @@ func (t *Transfer) export(ctx context.Context, job agentproto.Job, secrets map[s
 		pr.CloseWithError(errUploadEnded)
 		derr := <-done
 		switch {
-		case derr != nil && !errors.Is(derr, errUploadEnded):
+		case derr != nil && !pw.cut:
 			return nil, derr // the dump failed on its own: its error says why
 		case uerr != nil:
 			return nil, fmt.Errorf("uploading the export: %w", uerr)
@@ -330,12 +331,14 @@ func (t *Transfer) load(ctx context.Context, job agentproto.Job, secrets map[str
 		file := &verifier{hasher: newHasher(body), size: p.Bytes, sha: p.SHA256}
 		src := &sourceReader{r: bufio.NewReaderSize(file, 256<<10)}
 		var in io.Reader = src
+		unzipped := &sourceReader{}
 		if p.Format == agentproto.DBFormatSQLGzip {
 			gz, err := gzip.NewReader(src)
 			if err != nil {
 				return nil, fmt.Errorf("the file is not valid gzip: %w", err)
 			}
-			in = &sourceReader{r: gz}
+			unzipped.r = gz
+			in = unzipped
 		}
 		br := bufio.NewReaderSize(in, 256<<10)
 		format := agentproto.DBFormatSQL
@@ -367,6 +370,9 @@ func (t *Transfer) load(ctx context.Context, job agentproto.Job, secrets map[str
 		err = r.run(ctx, call, stdin, out)
 		if src.err != nil {
 			return nil, fmt.Errorf("reading the file: %w", src.err)
+		}
+		if unzipped.err != nil {
+			return nil, fmt.Errorf("the file is not valid gzip: %w", unzipped.err)
 		}
 		if err != nil {
 			return nil, err
@@ -597,6 +603,21 @@ func (t *tail) Write(p []byte) (int, error) {
 }
 
 func (t *tail) String() string { return string(t.buf) }
+
+// cutWriter remembers whether a write failed because the upload stopped
+// reading: the dump's failure is then a consequence, not the cause.
+type cutWriter struct {
+	w   io.Writer
+	cut bool
+}
+
+func (c *cutWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if errors.Is(err, errUploadEnded) {
+		c.cut = true
+	}
+	return n, err
+}
 
 // byteCounter counts what is written to it.
 type byteCounter struct{ n int64 }
