@@ -20,7 +20,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -426,5 +428,91 @@ func TestDatabaseExportImportMariaDB(t *testing.T) {
 	}
 	if after := r.checksums(t, m.ID, "restored", sums); jsonString(after) != jsonString(restored) {
 		t.Fatalf("a failed import changed the database: %v, was %v", after, restored)
+	}
+}
+
+// TestDatabaseImportLimitAndArtifactAccess runs the control plane with a
+// 1 KiB import limit and plays the agents: an upload over the limit is
+// 413 whether Content-Length says so or a chunked body passes it, and
+// leaves nothing; the import's file is served only to its own server's
+// agent and only while the job runs, and is deleted when it ends.
+func TestDatabaseImportLimitAndArtifactAccess(t *testing.T) {
+	f := newFleet(t, Options{Dialect: store.SQLite, Args: []string{"--database-import-max-size", "1KiB"}})
+	enroll := func(name string) agentproto.EnrollResponse {
+		return f.enrollHTTP(t, f.createEnrollment(t, name).Token)
+	}
+	own, other := enroll("db-host"), enroll("other-host")
+	resp := f.Post(t, "/api/v1/databases/external", f.Token, map[string]any{"name": "main", "server_id": own.ServerID,
+		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": "pw", "database": "app", "tls_mode": "disable"})
+	expectStatus(t, resp, http.StatusAccepted)
+	var reg struct {
+		Instance DatabaseInfo `json:"instance"`
+	}
+	resp.JSON(t, &reg)
+	id := reg.Instance.ID
+	j := f.claim(t, own.AgentToken, 5)
+	expectStatus(t, f.agentCall(t, own.AgentToken, http.MethodPost, "/jobs/"+j.ID+"/complete", agentproto.CompleteRequest{
+		Status: agentproto.StatusSucceeded, Data: json.RawMessage(`{"server_version":"15.4"}`)}), http.StatusOK)
+	eventually(t, time.Minute, "the instance is ready", func() bool {
+		var in DatabaseInfo
+		f.Get(t, "/api/v1/databases/"+id, f.Token).JSON(t, &in)
+		return in.State == "ready"
+	})
+	artifactFiles := func() []string {
+		files, _ := filepath.Glob(filepath.Join(f.DataDir, "artifacts", "*"))
+		return files
+	}
+
+	// Over the limit: by Content-Length, and counted in a chunked body.
+	over := bytes.Repeat([]byte("-- x\n"), 205) // 1025 bytes
+	expectProblem(t, f.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/databases/" + id + "/import", Token: f.Token, Body: over,
+		ContentType: "application/octet-stream"}), http.StatusRequestEntityTooLarge, "upload-too-large")
+	req, err := http.NewRequest(http.MethodPost, f.URL+"/api/v1/databases/"+id+"/import", io.MultiReader(bytes.NewReader(over)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = -1 // sent chunked: the size is not said up front
+	req.Header.Set("Authorization", "Bearer "+f.Token)
+	chunked, err := f.Client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunked.Body.Close()
+	if chunked.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked upload over the limit: %d", chunked.StatusCode)
+	}
+	if got := artifactFiles(); len(got) != 0 {
+		t.Fatalf("refused uploads left files: %v", got)
+	}
+	if j := f.claim(t, own.AgentToken, 0); j != nil {
+		t.Fatalf("a refused upload queued %s", j.Type)
+	}
+
+	// At the limit: taken; its file only for its server, while it runs.
+	body := bytes.Repeat([]byte("-- y\n"), 204)
+	resp = f.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/databases/" + id + "/import?database=app", Token: f.Token, Body: body,
+		ContentType: "application/octet-stream"})
+	expectStatus(t, resp, http.StatusAccepted)
+	var a Accepted
+	resp.JSON(t, &a)
+	path := "/jobs/" + a.JobID + "/artifact"
+	expectProblem(t, f.agentCall(t, own.AgentToken, http.MethodGet, path, nil), http.StatusForbidden, "job-not-running")
+	j = f.claim(t, own.AgentToken, 5)
+	if j == nil || j.ID != a.JobID || j.Type != agentproto.JobDBImport {
+		t.Fatalf("claimed %+v, want the import", j)
+	}
+	expectProblem(t, f.agentCall(t, other.AgentToken, http.MethodGet, path, nil), http.StatusForbidden, "not-your-job")
+	got := f.agentCall(t, own.AgentToken, http.MethodGet, path, nil)
+	expectStatus(t, got, http.StatusOK)
+	if !bytes.Equal(got.Body, body) {
+		t.Fatalf("the agent got %d bytes, want the %d uploaded", len(got.Body), len(body))
+	}
+	expectStatus(t, f.Do(t, Req{Method: http.MethodPut, Path: "/agent/v1" + path, Token: own.AgentToken, Body: []byte("x"),
+		ContentType: agentproto.ArtifactContentType}), http.StatusConflict)
+	expectStatus(t, f.agentCall(t, own.AgentToken, http.MethodPost, "/jobs/"+j.ID+"/complete", agentproto.CompleteRequest{
+		Status: agentproto.StatusSucceeded, Data: json.RawMessage(`{"format":"sql","atomic":true}`)}), http.StatusOK)
+	expectProblem(t, f.agentCall(t, own.AgentToken, http.MethodGet, path, nil), http.StatusForbidden, "job-not-running")
+	if got := artifactFiles(); len(got) != 0 {
+		t.Fatalf("the import's file is kept after its job: %v", got)
 	}
 }
