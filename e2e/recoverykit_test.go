@@ -69,6 +69,7 @@ func TestRecoveryKit(t *testing.T) {
 				Dialect string `json:"dialect"`
 				Version int64  `json:"version"`
 			} `json:"schema"`
+			ArtifactIdentity string `json:"artifact_identity"`
 		}
 		if err := json.Unmarshal([]byte(res.Stdout), &kit); err != nil {
 			t.Fatalf("recovery-kit open --json: %v: %s", err, res.Stdout)
@@ -88,6 +89,15 @@ func TestRecoveryKit(t *testing.T) {
 		}
 		if kit.SecretKeyID == "" || kit.Schema.Version < 1 {
 			t.Fatalf("kit: secret_key_id %q, schema version %d", kit.SecretKeyID, kit.Schema.Version)
+		}
+		// The identity database exports are encrypted to: the one in the
+		// data dir.
+		identityFile, err := os.ReadFile(filepath.Join(cp.DataDir, "artifacts.agekey"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(kit.ArtifactIdentity, "AGE-SECRET-KEY-1") || !strings.Contains(string(identityFile), "\n"+kit.ArtifactIdentity+"\n") {
+			t.Fatalf("kit artifact_identity %q is not the data dir's:\n%s", kit.ArtifactIdentity, identityFile)
 		}
 
 		// A wrong password is refused, on the endpoint and by the CLI.
