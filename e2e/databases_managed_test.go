@@ -36,7 +36,7 @@ func newManagedRig(t testing.TB, d store.Dialect) *managedRig {
 
 // newManagedRigWith is newManagedRig with extra arguments of
 // capstan-agent run.
-func newManagedRigWith(t *testing.T, d store.Dialect, agentArgs ...string) *managedRig {
+func newManagedRigWith(t testing.TB, d store.Dialect, agentArgs ...string) *managedRig {
 	t.Helper()
 	docker := testlab.Docker(t)
 	images, err := json.Marshal(map[string]map[string]string{
