@@ -178,6 +178,8 @@ func TestAccessByRole(t *testing.T) {
 		c.access = admin
 		cases[name] = c
 	}
+	// The provider's webhook deliveries carry a signature, not a token.
+	cases["POST /api/v1/githost/webhook"] = routeCase{access: public, path: "/api/v1/githost/webhook", body: map[string]any{}}
 
 	// The document's operations are exactly the table's, each declared
 	// with the security its access needs.

@@ -26,6 +26,7 @@ type gitStack struct {
 	Inst   int64
 	Prog   []byte
 	TmpDir string // the agent's TMPDIR, where it fetches and builds
+	Run    string // unique to the test run
 }
 
 func newGitStack(t *testing.T) *gitStack {
@@ -41,14 +42,17 @@ func newGitStack(t *testing.T) *gitStack {
 	repo := host.AddGitRepo(t, "acme", "web", true)
 	inst := connectGitHost(t, s.ControlPlane, host, s.Token, "acme")
 	return &gitStack{appStack: s, Host: host, Repo: repo, Inst: inst, Prog: testlab.GoProgram(t, "../internal/agent/deploy/testdata/web"),
-		TmpDir: tmp}
+		TmpDir: tmp, Run: testlab.UniqueName("run")}
 }
 
 // push commits a version of the web program: it answers "<version> <GREETING>",
 // GREETING coming from the build argument of that name.
 func (g *gitStack) push(t testing.TB, version string) string {
 	t.Helper()
-	dockerfile := fmt.Sprintf("FROM scratch\nCOPY web /web\nARG GREETING\nENV VERSION=%s GREETING=$GREETING\nENTRYPOINT [\"/web\"]\n", version)
+	// The run's label makes the first build of the test a cold one, whatever
+	// the engine built before.
+	dockerfile := fmt.Sprintf("FROM scratch\nLABEL dev.capstan.e2e.run=%s\nCOPY web /web\nARG GREETING\nENV VERSION=%s GREETING=$GREETING\nENTRYPOINT [\"/web\"]\n",
+		g.Run, version)
 	return g.Host.Push(t, g.Repo, "main", map[string][]byte{"web": g.Prog, "Dockerfile": []byte(dockerfile)}, "Release "+version)
 }
 
@@ -71,8 +75,10 @@ func noSecretOnDisk(t testing.TB, secret string, dirs ...string) {
 // TestGitDeploy runs an application from git on the real stack: the
 // repositories and branches are listed through the API, the application
 // is created from a branch, the agent fetches the exact commit with an
-// installation token and builds it, the site serves commit 1; a deploy of
-// commit 2 serves it; a rollback serves commit 1 again without a build.
+// installation token and builds it, the site serves commit 1; commit 2 is
+// pushed and its signed push webhook deploys it; the replayed delivery and
+// a forged one deploy nothing; commit 2 deployed again by ref builds from
+// the cache; a rollback serves commit 1 again without a build.
 // The installation token and the build argument never appear in logs,
 // job payloads or on the agent's disk.
 func TestGitDeploy(t *testing.T) {
@@ -122,14 +128,60 @@ func TestGitDeploy(t *testing.T) {
 	url := g.Caddy.URL("https", hostname, "/")
 	g.waitSite(t, hc, url, "one "+buildArg, time.Minute)
 
-	// Commit 2, deployed by ref through the API.
+	// Commit 2 is pushed: the signed push webhook deploys it.
 	sha2 := g.push(t, "two")
-	id2 := g.deploy(t, app.ID, map[string]string{"ref": sha2})
-	d2, _ := g.waitDeployment(t, id2, "succeeded", pollInterval, deployTimeout)
-	if d2.Spec.Git.CommitSHA != sha2 || d2.Ref != sha2 {
-		t.Fatalf("second deployment: %+v", d2.Spec.Git)
+	hook := g.URL + "/api/v1/githost/webhook"
+	push := g.Host.PushEvent(g.Inst, g.Repo, "main", sha1, sha2)
+	delivery := testlab.DeliveryID()
+	sent := time.Now()
+	status, body := g.Host.Deliver(t, hook, "push", delivery, push, "")
+	var res struct {
+		Result        string   `json:"result"`
+		DeploymentIDs []string `json:"deployment_ids"`
 	}
-	g.waitSite(t, hc, url, "two "+buildArg, time.Minute)
+	if err := json.Unmarshal(body, &res); err != nil || status != http.StatusOK || res.Result != "handled" || len(res.DeploymentIDs) != 1 {
+		t.Fatalf("push delivery: %d %s", status, body)
+	}
+	g.waitSite(t, hc, url, "two "+buildArg, deployTimeout)
+	serving := time.Since(sent)
+	// The site serves commit 2 from the proxy's switch on; the job
+	// finishes after the old container is drained and removed.
+	d2, _ := g.waitDeployment(t, res.DeploymentIDs[0], "succeeded", pollInterval, deployTimeout)
+	if d2.Spec.Git.CommitSHA != sha2 || d2.Ref != sha2 {
+		t.Fatalf("auto deployment: %s %+v", d2.Status, d2.Spec.Git)
+	}
+	deployments := func() int {
+		var list struct {
+			Deployments []AppDeployment `json:"deployments"`
+		}
+		r := g.Get(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token)
+		expectStatus(t, r, http.StatusOK)
+		r.JSON(t, &list)
+		return len(list.Deployments)
+	}
+	count := deployments()
+
+	// The same delivery again does nothing; a forged signature is refused
+	// and deploys nothing.
+	status, body = g.Host.Deliver(t, hook, "push", delivery, push, "")
+	if status != http.StatusOK || !strings.Contains(string(body), `"result":"duplicate"`) {
+		t.Fatalf("replayed delivery: %d %s", status, body)
+	}
+	forged := g.Host.PushEvent(g.Inst, g.Repo, "main", sha2, sha1)
+	status, body = g.Host.Deliver(t, hook, "push", testlab.DeliveryID(), forged, "sha256="+strings.Repeat("ab", 32))
+	if status != http.StatusUnauthorized || !strings.Contains(string(body), "invalid-signature") {
+		t.Fatalf("forged delivery: %d %s", status, body)
+	}
+	if got := deployments(); got != count {
+		t.Fatalf("%d deployments after the replay and the forgery, want %d", got, count)
+	}
+
+	// Commit 2 again, by ref through the API: a build from the cache.
+	id2b := g.deploy(t, app.ID, map[string]string{"ref": sha2})
+	d2b, _ := g.waitDeployment(t, id2b, "succeeded", pollInterval, deployTimeout)
+	if d2b.Result.Build == nil || d2b.Result.Build.CachedSteps != d2b.Result.Build.Steps-1 || d2b.ImageID != d2.ImageID {
+		t.Fatalf("rebuild of commit 2: %+v (image %s, want %s)", d2b.Result.Build, d2b.ImageID, d2.ImageID)
+	}
 
 	// A ref the repository does not have is refused and queues nothing.
 	p := expectProblem(t, g.Post(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token, map[string]string{"ref": "no-such-branch"}),
@@ -163,7 +215,7 @@ func TestGitDeploy(t *testing.T) {
 		if strings.Contains(logs, secret) {
 			t.Errorf("a secret is in the logs")
 		}
-		for _, d := range []AppDeployment{d1, d2, d3} {
+		for _, d := range []AppDeployment{d1, d2, d2b, d3} {
 			if d.Job != nil && strings.Contains(string(mustJSON(t, d.Job)), secret) {
 				t.Errorf("deployment %s's job shows a secret", d.ID)
 			}
@@ -179,9 +231,19 @@ func TestGitDeploy(t *testing.T) {
 			t.Errorf("the agent left its build directory %s", e.Name())
 		}
 	}
-	t.Logf("first deploy: fetch %d ms, build %d ms; second: fetch %d ms, build %d ms (%d of %d steps cached)",
-		d1.Result.Build.FetchMillis, d1.Result.Build.BuildMillis, d2.Result.Build.FetchMillis, d2.Result.Build.BuildMillis,
-		d2.Result.Build.CachedSteps, d2.Result.Build.Steps)
+	// Figures: push webhook → commit 2 serving, and its parts.
+	job := d2.Job
+	var run time.Duration
+	if job != nil && job.StartedAt != nil && job.FinishedAt != nil {
+		run = job.FinishedAt.Sub(*job.StartedAt)
+	}
+	b2 := d2.Result.Build
+	t.Logf("BENCH push webhook → serving commit 2: %s; the job ran %s: fetch %d ms, build %d ms (%d of %d steps cached), release %d ms",
+		serving.Round(time.Millisecond), run.Round(time.Millisecond), b2.FetchMillis, b2.BuildMillis, b2.CachedSteps, b2.Steps,
+		run.Milliseconds()-b2.FetchMillis-b2.BuildMillis)
+	t.Logf("BENCH first build of commit 1: fetch %d ms, build %d ms (%d of %d cached); rebuild of commit 2: fetch %d ms, build %d ms (%d of %d cached)",
+		d1.Result.Build.FetchMillis, d1.Result.Build.BuildMillis, d1.Result.Build.CachedSteps, d1.Result.Build.Steps,
+		d2b.Result.Build.FetchMillis, d2b.Result.Build.BuildMillis, d2b.Result.Build.CachedSteps, d2b.Result.Build.Steps)
 }
 
 func mustJSON(t testing.TB, v any) []byte {

@@ -96,6 +96,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	if provider != nil {
 		gh = githost.NewService(st, provider, key, log, publicURL, now, logger)
 		as.UseGitHost(gh)
+		gh.OnPush(as.AutoDeploy)
 	}
 	// Database metrics roll up and age out with the metrics' maintenance.
 	ms.AddMaintenance("database metrics", dbs.MaintainMetrics)

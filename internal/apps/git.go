@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/githost"
 )
@@ -317,4 +318,31 @@ func cmpOr(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// AutoDeploy queues a deployment of a pushed commit for each active
+// application from git that follows the pushed branch of the repository,
+// through the installation, with auto_deploy on; it returns their ids. A
+// burst of pushes coalesces: while a deployment runs, the newest queued
+// one supersedes the older queued ones when the slot frees. An
+// application whose deployment cannot be queued is logged and skipped.
+func (s *Service) AutoDeploy(ctx context.Context, p githost.Push) ([]string, error) {
+	list, err := s.store.ListApps(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	ids := []string{}
+	for _, a := range list {
+		if a.Source.Type != SourceGit || !a.AutoDeploy || a.State != StateActive || a.Source.InstallationID != p.InstallationID ||
+			a.Source.RepoID != p.RepoID || a.Source.Branch != p.Branch {
+			continue
+		}
+		d, err := s.Deploy(ctx, systemActor, audit.Entry{}, a.ID, p.CommitSHA)
+		if err != nil {
+			s.log.WarnContext(ctx, "auto-deploy of a push not queued", "app_id", a.ID, "commit", p.CommitSHA, "err", err.Error())
+			continue
+		}
+		ids = append(ids, d.ID)
+	}
+	return ids, nil
 }

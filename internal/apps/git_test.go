@@ -185,3 +185,57 @@ func keys(m map[string]string) []string {
 	}
 	return out
 }
+
+// TestAutoDeployCoalesces: a push queues a deploy of the pushed commit for
+// the applications that follow its branch with auto_deploy, and only
+// them; pushes that arrive while a deployment runs coalesce into the
+// newest.
+func TestAutoDeployCoalesces(t *testing.T) {
+	r := newGitRig(t)
+	shaB, shaC := strings.Repeat("b", 40), strings.Repeat("c", 40)
+	r.host.UpdateRepo(r.repo, func(hr *testlab.HostedRepo) {
+		hr.Commits[shaB] = testlab.HostedCommit{SHA: shaB, Message: "B", AuthorName: "Ada"}
+		hr.Commits[shaC] = testlab.HostedCommit{SHA: shaC, Message: "C", AuthorName: "Ada"}
+		hr.Branches["next"] = shaB
+	})
+	mk := func(name, branch string, auto bool) apps.ApplicationDetail {
+		d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID, ContainerPort: 8080,
+			Source:     apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: branch},
+			AutoDeploy: auto, Deploy: name == "web"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	web := mk("web", "main", true)
+	mk("manual", "main", false)
+	mk("preview", "next", true)
+	running := r.claim(agentproto.JobAppDeploy) // web's first deployment runs
+
+	push := func(sha string) []string {
+		ids, err := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID, Repository: "acme/web", Branch: "main", CommitSHA: sha})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	idsB, idsC := push(shaB), push(shaC)
+	if len(idsB) != 1 || len(idsC) != 1 {
+		t.Fatalf("pushes queued %v and %v, want one deployment each (of web only)", idsB, idsC)
+	}
+	if d := r.deployment(idsC[0]); d.ApplicationID != web.ID || d.Spec.Git.CommitSHA != shaC || d.Ref != shaC || d.CreatedBy != "" {
+		t.Fatalf("auto deployment %+v", d.Deployment)
+	}
+	r.succeed(running, "sha256:first")
+	j := r.claim(agentproto.JobAppDeploy)
+	if got := payloadOf(t, j).Build.Commit; got != shaC {
+		t.Fatalf("the deployment after the burst builds %s, want the newest push %s", got, shaC)
+	}
+	wantStatus(t, r.deployment(idsB[0]), apps.Superseded)
+	r.succeed(j, "sha256:c")
+	r.noJob()
+	// Other repositories, installations and branches deploy nothing.
+	if ids, _ := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID + 1000, Branch: "main", CommitSHA: shaB}); len(ids) != 0 {
+		t.Fatalf("a push to another repository deployed %v", ids)
+	}
+}

@@ -212,4 +212,7 @@ type Store interface {
 	// RememberGitHostDelivery records a webhook delivery id; false when it
 	// was recorded before. Deliveries older than forgetBefore are deleted.
 	RememberGitHostDelivery(ctx context.Context, id, event string, now, forgetBefore time.Time) (bool, error)
+	// ForgetGitHostDelivery forgets a delivery id (its handling failed);
+	// false if it was not recorded.
+	ForgetGitHostDelivery(ctx context.Context, id string) (bool, error)
 }

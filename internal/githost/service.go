@@ -62,6 +62,8 @@ type Service struct {
 
 	mu     sync.Mutex // guards tokens
 	tokens map[tokenKey]*cachedToken
+	// push queues the deploys of a push; nil: pushes do nothing.
+	push PushHandler
 }
 
 type tokenKey struct {

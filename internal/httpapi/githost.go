@@ -67,6 +67,17 @@ type disconnectOutput struct {
 	Body githost.Disconnection
 }
 
+type webhookInput struct {
+	Event     string `header:"X-GitHub-Event" maxLength:"64" doc:"push, installation, installation_repositories (others are acknowledged and ignored)"`
+	Delivery  string `header:"X-GitHub-Delivery" maxLength:"128" doc:"The delivery's id: a delivery is handled once"`
+	Signature string `header:"X-Hub-Signature-256" maxLength:"128" doc:"sha256= and the HMAC-SHA256 of the body with the app's webhook secret, in hex"`
+	RawBody   []byte
+}
+
+type webhookOutput struct {
+	Body githost.WebhookResult
+}
+
 func (s *Server) registerGitHost() {
 	tags := []string{"Git host"}
 	upstreamErr := http.StatusBadGateway
@@ -169,6 +180,25 @@ func (s *Server) registerGitHost() {
 		out := &branchesOutput{}
 		out.Body.Branches = list
 		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "githost-webhook", Method: http.MethodPost, Path: "/api/v1/githost/webhook", Tags: tags,
+		Summary: "Receive the git host's webhook deliveries",
+		Description: "Called by the provider, not by users: no bearer token. The body's X-Hub-Signature-256 is checked with the " +
+			"app's webhook secret, in constant time, before anything else (401 invalid-signature otherwise); a delivery id seen " +
+			"before is answered duplicate and does nothing. A push to a branch queues a deploy of the pushed commit for every " +
+			"application from that branch with auto_deploy; installation and installation_repositories events keep the " +
+			"installations current.",
+		MaxBodyBytes: githost.MaxWebhookBody, Errors: []int{http.StatusUnauthorized, http.StatusConflict, http.StatusRequestEntityTooLarge},
+	}, Public, func(ctx context.Context, in *webhookInput) (*webhookOutput, error) {
+		if s.deps.GitHost == nil {
+			return nil, errNoGitHost
+		}
+		res, err := s.deps.GitHost.HandleWebhook(ctx, githost.Delivery{Event: in.Event, ID: in.Delivery, Signature: in.Signature, Body: in.RawBody})
+		if err != nil {
+			return nil, err
+		}
+		return &webhookOutput{Body: res}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "githost-disconnect", Method: http.MethodDelete, Path: "/api/v1/githost/app", Tags: tags,

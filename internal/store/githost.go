@@ -187,3 +187,13 @@ func (s *Store) RememberGitHostDelivery(ctx context.Context, id, event string, n
 	})
 	return n == 1, err
 }
+
+// ForgetGitHostDelivery forgets a webhook delivery id.
+func (s *Store) ForgetGitHostDelivery(ctx context.Context, id string) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE id = ?`), id)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}

@@ -125,7 +125,12 @@ func (g *GitHost) Push(t testing.TB, r *HostedRepo, branch string, files map[str
 	runGit(t, gr.work, "commit", "-q", "--allow-empty", "-m", message)
 	sha := runGit(t, gr.work, "rev-parse", "HEAD")
 	runGit(t, gr.work, "push", "-q", "-f", gr.bare, "HEAD:refs/heads/"+branch)
-	g.UpdateRepo(r, func(r *HostedRepo) { r.Branches[branch] = sha })
+	g.UpdateRepo(r, func(r *HostedRepo) {
+		r.Branches[branch] = sha
+		if c, ok := r.Resolve(sha); ok {
+			r.Commits[sha] = c
+		}
+	})
 	return sha
 }
 
