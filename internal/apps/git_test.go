@@ -239,3 +239,48 @@ func TestAutoDeployCoalesces(t *testing.T) {
 		t.Fatalf("a push to another repository deployed %v", ids)
 	}
 }
+
+// TestGitApplicationUpdate: the build settings change for the next
+// deployment, are checked like on create, and go when the source becomes
+// an image.
+func TestGitApplicationUpdate(t *testing.T) {
+	r := newGitRig(t)
+	a := r.gitApp("web", false)
+	d, err := r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Dockerfile: ptr("deploy/Dockerfile"), BuildContext: ptr("services/web"),
+		BuildArgs: &[]apps.EnvVar{{Key: "A", Value: "1"}, {Key: "B", Value: "2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Dockerfile != "deploy/Dockerfile" || d.BuildContext != "services/web" || strings.Join(d.BuildArgKeys, ",") != "A,B" {
+		t.Fatalf("after the patch: %+v", d.Application)
+	}
+	dep := r.deploy(a.ID, "")
+	j := r.claim(agentproto.JobAppDeploy)
+	p := payloadOf(t, j)
+	if p.Build.Dockerfile != "deploy/Dockerfile" || p.Build.Context != "services/web" || dep.Spec.Git.BuildContext != "services/web" {
+		t.Fatalf("build %+v", p.Build)
+	}
+	if s := r.secrets(j); s[agentproto.SecretBuildArgPrefix+"A"] != "1" || s[agentproto.SecretBuildArgPrefix+"NPM_TOKEN"] != "" {
+		t.Fatalf("build arguments in the secrets: %v", keys(s))
+	}
+	r.succeed(j, "sha256:x")
+
+	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{BuildContext: ptr("../up"), Dockerfile: ptr("a//b")})
+	wantInvalid(t, err, "build_context", "dockerfile")
+	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Source: &apps.Source{Type: apps.SourceGit, InstallationID: r.inst,
+		RepoID: r.repo.ID, Branch: "gone"}})
+	wantInvalid(t, err, "source.branch")
+	if got := r.app(a.ID); got.Source.Branch != "main" || got.BuildContext != "services/web" {
+		t.Fatalf("refused patches changed the application: %+v", got.Application)
+	}
+
+	d, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Image: ptr("nginx:1.27")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Source.Type != apps.SourceImage || d.Dockerfile != "" || d.BuildArgKeys != nil {
+		t.Fatalf("after switching to an image: %+v", d.Application)
+	}
+	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Dockerfile: ptr("Dockerfile")})
+	wantInvalid(t, err, "dockerfile")
+}
