@@ -43,6 +43,7 @@ type app struct {
 	events   *events.Dispatcher
 	presence *monitoring.Presence
 	githost  *githost.Service // nil unless a provider was given
+	monitor  *monitoring.Service
 	schema   int64
 }
 
@@ -116,6 +117,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		events:   dispatcher,
 		presence: monitoring.NewPresence(st, srv, now),
 		githost:  gh,
+		monitor:  monitoring.NewService(st, srv, log, now, logger),
 		schema:   v,
 	}, nil
 }

@@ -36,6 +36,7 @@ type serveCmd struct {
 	DBImages      string        `name:"database-images" env:"CAPSTAN_DATABASE_IMAGES" help:"JSON file mapping database engine versions to the container images to use instead of the official ones (see the README). Versions it does not name keep their official image."`
 	GitHostAPIURL string        `name:"githost-api-url" env:"CAPSTAN_GITHOST_API_URL" default:"https://api.github.com" help:"REST API base URL of the git host (GitHub). For GitHub Enterprise Server: https://HOST/api/v3. Its TLS certificate is checked against the system's trusted CAs (SSL_CERT_FILE, SSL_CERT_DIR)."`
 	GitHostWebURL string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
+	EvaluateEvery time.Duration `name:"alert-evaluation-interval" env:"CAPSTAN_ALERT_EVALUATION_INTERVAL" default:"30s" help:"How often alert rules are evaluated (in one control plane of those sharing a database)."`
 	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 	ExportTTL     time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
 	ImportMax     string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
@@ -61,6 +62,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.MetricsEvery < time.Second || c.MetricsEvery > time.Hour {
 		ln.Close()
 		return fmt.Errorf("--metrics-rollup-interval must be between 1s and 1h")
+	}
+	if c.EvaluateEvery < time.Second || c.EvaluateEvery > 10*time.Minute {
+		ln.Close()
+		return fmt.Errorf("--alert-evaluation-interval must be between 1s and 10m")
 	}
 	catalog, err := databases.LoadCatalog(c.DBImages)
 	if err != nil {
@@ -110,7 +115,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
-		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost,
+		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}))
@@ -140,6 +145,12 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}}
 	loops.Go(func() { presence.Loop(bg) })
 	loops.Go(func() { a.dbs.RunArtifactReaper(bg, c.ReapEvery) })
+	evaluation := &singleton.Task{Leases: a.store, Name: "alert-evaluation", Holder: holder, Interval: c.EvaluateEvery,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			_, err := a.monitor.Evaluate(ctx)
+			return err
+		}}
+	loops.Go(func() { evaluation.Loop(bg) })
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

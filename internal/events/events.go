@@ -31,6 +31,8 @@ const (
 	ServerRevoked   Type = "server.revoked"
 	ServerOnline    Type = "server.online"
 	ServerOffline   Type = "server.offline"
+	AlertOpened     Type = "alert.opened"
+	AlertResolved   Type = "alert.resolved"
 )
 
 // IDPrefix starts every event id.
@@ -83,6 +85,23 @@ type ServerPayload struct {
 	LastSeenAt *time.Time `json:"last_seen_at,omitempty"`
 }
 
+// AlertPayload is the payload of alert.opened and alert.resolved.
+type AlertPayload struct {
+	AlertID     string  `json:"alert_id"`
+	RuleID      string  `json:"rule_id"`
+	Kind        string  `json:"kind"`
+	Severity    string  `json:"severity"`
+	SubjectType string  `json:"subject_type"`
+	SubjectID   string  `json:"subject_id"`
+	SubjectName string  `json:"subject_name"`
+	Detail      string  `json:"detail,omitempty"`
+	Value       float64 `json:"value"`
+	Threshold   float64 `json:"threshold"`
+	// Acknowledged is set on alert.resolved when someone acknowledged the
+	// alert while it was open.
+	Acknowledged bool `json:"acknowledged,omitempty"`
+}
+
 // Spec documents one event type.
 type Spec struct {
 	Type    Type
@@ -102,6 +121,10 @@ var Catalogue = []Spec{
 	{ServerOnline, "an enrolled server's agent is heard from again after it was offline", "server",
 		"server_id, server_name, last_seen_at"},
 	{ServerOffline, "no heartbeat from an enrolled server's agent for 30 seconds", "server", "server_id, server_name, last_seen_at"},
+	{AlertOpened, "an alert rule's condition held for its duration and an alert opened", "alert",
+		"alert_id, rule_id, kind, severity, subject_type, subject_id, subject_name, detail (a filesystem's mount point), value, threshold"},
+	{AlertResolved, "an open alert's condition cleared (or its rule was disabled or deleted, or its subject is gone)", "alert",
+		"the same as alert.opened, and acknowledged"},
 }
 
 // Known reports whether t is in the catalogue.

@@ -26,6 +26,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
+	"github.com/capstan-dev/capstan/internal/monitoring"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -43,6 +44,8 @@ type Deps struct {
 	Domains  *domains.Service // optional; without it the domain endpoints fail
 	// Databases is optional; without it the database endpoints fail.
 	Databases *databases.Service
+	// Monitoring is optional; without it the rule and alert endpoints fail.
+	Monitoring *monitoring.Service
 	// Events is optional; without it the event list fails.
 	Events EventReader
 	// GitHost is optional; without it the git host endpoints fail.
@@ -150,6 +153,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerServerRequests()
 	s.registerEvents()
 	s.registerGitHost()
+	s.registerMonitoring()
 	for _, m := range mounts {
 		m(s)
 	}

@@ -1,0 +1,210 @@
+package monitoring
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+// Audit actions of this package.
+const (
+	ActionRuleCreated      = "monitoring.rule.created"
+	ActionRuleUpdated      = "monitoring.rule.updated"
+	ActionRuleDeleted      = "monitoring.rule.deleted"
+	ActionAlertAcknowleged = "monitoring.alert.acknowledged"
+)
+
+// Store persists rules and alerts and reads the fleet for evaluation.
+type Store interface {
+	Evaluator
+	InsertRule(ctx context.Context, r Rule) error
+	Rule(ctx context.Context, id string) (Rule, error)
+	// UpdateRule stores r if the rule was not changed since prev (its
+	// updated_at); otherwise it is a conflict.
+	UpdateRule(ctx context.Context, r Rule, prev time.Time) error
+	DeleteRule(ctx context.Context, id string) error
+	// ListAlerts returns up to limit alerts in state (open, resolved, or
+	// "" for all), newest first, before the cursor (an alert id).
+	ListAlerts(ctx context.Context, state string, limit int, before string) ([]Alert, error)
+	// AcknowledgeAlert records who acknowledged an open alert; a resolved
+	// one is a conflict. Acknowledging again changes nothing.
+	AcknowledgeAlert(ctx context.Context, id, userID string, now time.Time) (Alert, error)
+}
+
+// Service manages rules and alerts and evaluates the rules.
+type Service struct {
+	store   Store
+	servers ServerLister
+	audit   *audit.Log
+	now     func() time.Time
+	log     *slog.Logger
+
+	evalMu sync.Mutex // one evaluation at a time in this process
+}
+
+// NewService returns a monitoring service.
+func NewService(st Store, srv ServerLister, log *audit.Log, now func() time.Time, logger *slog.Logger) *Service {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Service{store: st, servers: srv, audit: log, now: now, log: logger}
+}
+
+// Rules lists every rule, oldest first.
+func (s *Service) Rules(ctx context.Context) ([]Rule, error) {
+	list, err := s.store.Rules(ctx)
+	for i := range list {
+		list[i] = withUnit(list[i])
+	}
+	return list, err
+}
+
+func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, typ, id string, details map[string]any) error {
+	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: typ, ID: id},
+		IP: c.IP, UserAgent: c.UserAgent, Details: details})
+}
+
+func ruleDetails(r Rule) map[string]any {
+	return map[string]any{"kind": r.Kind, "scope": r.Scope, "scope_id": r.ScopeID, "threshold": r.Threshold, "duration": r.Duration,
+		"severity": r.Severity, "enabled": r.Enabled}
+}
+
+// CreateRule validates and stores a new rule.
+func (s *Service) CreateRule(ctx context.Context, actor audit.Actor, c audit.Entry, n NewRule) (Rule, error) {
+	now := s.now().UTC()
+	r, err := ruleOf(n, ids.NewAt(RuleIDPrefix, now), actor.ID, now)
+	if err != nil {
+		return Rule{}, err
+	}
+	if err := s.store.InsertRule(ctx, r); err != nil {
+		return Rule{}, err
+	}
+	return r, s.record(ctx, actor, c, ActionRuleCreated, "alert_rule", r.ID, ruleDetails(r))
+}
+
+// UpdateRule changes a rule's name, threshold, duration, severity or
+// enabled flag.
+func (s *Service) UpdateRule(ctx context.Context, actor audit.Actor, c audit.Entry, id string, p RulePatch) (Rule, error) {
+	cur, err := s.store.Rule(ctx, id)
+	if err != nil {
+		return Rule{}, err
+	}
+	r, err := p.apply(withUnit(cur), s.now().UTC())
+	if err != nil {
+		return Rule{}, err
+	}
+	if err := s.store.UpdateRule(ctx, r, cur.UpdatedAt); err != nil {
+		return Rule{}, err
+	}
+	return r, s.record(ctx, actor, c, ActionRuleUpdated, "alert_rule", r.ID, ruleDetails(r))
+}
+
+// DeleteRule deletes a rule; its open alerts resolve at the next
+// evaluation.
+func (s *Service) DeleteRule(ctx context.Context, actor audit.Actor, c audit.Entry, id string) error {
+	r, err := s.store.Rule(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := s.store.DeleteRule(ctx, id); err != nil {
+		return err
+	}
+	return s.record(ctx, actor, c, ActionRuleDeleted, "alert_rule", id, ruleDetails(r))
+}
+
+// Alerts lists alerts in a state ("open", "resolved" or "all"), newest
+// first.
+func (s *Service) Alerts(ctx context.Context, state string, limit int, before string) ([]Alert, error) {
+	if state == "all" {
+		state = ""
+	}
+	list, err := s.store.ListAlerts(ctx, state, limit, before)
+	for i := range list {
+		list[i] = alertWithUnit(list[i])
+	}
+	return list, err
+}
+
+func alertWithUnit(a Alert) Alert {
+	if sp, ok := SpecOf(a.Kind); ok {
+		a.Unit = sp.Unit
+	}
+	return a
+}
+
+// Acknowledge records that a user has seen an open alert.
+func (s *Service) Acknowledge(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Alert, error) {
+	a, err := s.store.AcknowledgeAlert(ctx, id, actor.ID, s.now().UTC())
+	if err != nil {
+		return Alert{}, err
+	}
+	return alertWithUnit(a), s.record(ctx, actor, c, ActionAlertAcknowleged, "alert", id,
+		map[string]any{"kind": a.Kind, "subject_id": a.Subject.ID})
+}
+
+// Evaluate evaluates every enabled rule now: it opens alerts whose
+// condition has held for the rule's duration and resolves those whose
+// condition cleared.
+func (s *Service) Evaluate(ctx context.Context) (Outcome, error) {
+	s.evalMu.Lock()
+	defer s.evalMu.Unlock()
+	f := &fleet{now: s.now().UTC(), servers: map[string]servers.Server{}, samples: map[string]ServerSample{}}
+	rules, err := s.store.Rules(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	for i := range rules {
+		rules[i] = withUnit(rules[i])
+	}
+	conds, err := s.store.Conditions(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	open, err := s.store.OpenAlerts(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	list, err := s.servers.List(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	for _, srv := range list {
+		f.servers[srv.ID] = srv
+	}
+	samples, err := s.store.LatestServerSamples(ctx)
+	if err != nil {
+		return Outcome{}, err
+	}
+	for _, sm := range samples {
+		f.samples[sm.ServerID] = sm
+	}
+	if f.apps, err = s.store.AppHealth(ctx); err != nil {
+		return Outcome{}, err
+	}
+	if f.domains, err = s.store.DomainCertificates(ctx); err != nil {
+		return Outcome{}, err
+	}
+	c := plan(f, rules, conds, open, func() string { return ids.NewAt(AlertIDPrefix, f.now) })
+	if len(c.Start)+len(c.Drop)+len(c.Open)+len(c.Resolve) == 0 {
+		return Outcome{Opened: []Alert{}, Resolved: []Alert{}}, nil
+	}
+	out, err := s.store.ApplyEvaluation(ctx, c)
+	if err != nil {
+		return Outcome{}, err
+	}
+	for i := range out.Opened {
+		out.Opened[i] = alertWithUnit(out.Opened[i])
+	}
+	for i := range out.Resolved {
+		out.Resolved[i] = alertWithUnit(out.Resolved[i])
+	}
+	if n := len(out.Opened) + len(out.Resolved); n > 0 {
+		s.log.Info("alerts evaluated", "opened", len(out.Opened), "resolved", len(out.Resolved))
+	}
+	return out, nil
+}

@@ -1,0 +1,369 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/monitoring"
+)
+
+var _ monitoring.Store = (*Store)(nil)
+
+const ruleColumns = `id, kind, name, scope, scope_id, threshold, duration_seconds, severity, enabled, created_by, created_at, updated_at`
+
+type ruleRow struct {
+	ID        string  `db:"id"`
+	Kind      string  `db:"kind"`
+	Name      string  `db:"name"`
+	Scope     string  `db:"scope"`
+	ScopeID   string  `db:"scope_id"`
+	Threshold float64 `db:"threshold"`
+	Duration  int     `db:"duration_seconds"`
+	Severity  string  `db:"severity"`
+	Enabled   int     `db:"enabled"`
+	CreatedBy string  `db:"created_by"`
+	CreatedAt int64   `db:"created_at"`
+	UpdatedAt int64   `db:"updated_at"`
+}
+
+func (r ruleRow) rule() monitoring.Rule {
+	return monitoring.Rule{ID: r.ID, Kind: monitoring.Kind(r.Kind), Name: r.Name, Scope: r.Scope, ScopeID: r.ScopeID, Threshold: r.Threshold,
+		Duration: r.Duration, Severity: r.Severity, Enabled: r.Enabled == 1, CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt),
+		UpdatedAt: fromMS(r.UpdatedAt)}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// InsertRule stores a new alert rule.
+func (s *Store) InsertRule(ctx context.Context, r monitoring.Rule) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO alert_rules (`+ruleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, string(r.Kind), r.Name, r.Scope, r.ScopeID, r.Threshold, r.Duration, r.Severity, boolInt(r.Enabled), r.CreatedBy,
+		ms(r.CreatedAt), ms(r.UpdatedAt))
+	return err
+}
+
+// Rules returns every alert rule, oldest first.
+func (s *Store) Rules(ctx context.Context) ([]monitoring.Rule, error) {
+	var rows []ruleRow
+	if err := s.r.SelectContext(ctx, &rows, `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`); err != nil {
+		return nil, err
+	}
+	out := make([]monitoring.Rule, len(rows))
+	for i, r := range rows {
+		out[i] = r.rule()
+	}
+	return out, nil
+}
+
+// Rule returns an alert rule.
+func (s *Store) Rule(ctx context.Context, id string) (monitoring.Rule, error) {
+	var r ruleRow
+	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`), id)
+	if notFound(err) {
+		return monitoring.Rule{}, fault.NotFoundf("No such alert rule.")
+	}
+	return r.rule(), err
+}
+
+// UpdateRule stores a changed rule if nobody changed it since prev.
+func (s *Store) UpdateRule(ctx context.Context, r monitoring.Rule, prev time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE alert_rules SET name = ?, threshold = ?, duration_seconds = ?, severity = ?, enabled = ?,
+		updated_at = ? WHERE id = ? AND updated_at = ?`), r.Name, r.Threshold, r.Duration, r.Severity, boolInt(r.Enabled), ms(r.UpdatedAt),
+		r.ID, ms(prev))
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		if _, err := s.Rule(ctx, r.ID); err != nil {
+			return err
+		}
+		return fault.Conflictf("rule-changed", "The rule was changed at the same time; read it again and retry.")
+	}
+	return nil
+}
+
+// DeleteRule deletes an alert rule and its pending conditions.
+func (s *Store) DeleteRule(ctx context.Context, id string) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM alert_rules WHERE id = ?`), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fault.NotFoundf("No such alert rule.")
+	}
+	return nil
+}
+
+// Conditions returns every condition holding without an alert yet.
+func (s *Store) Conditions(ctx context.Context) ([]monitoring.Condition, error) {
+	var rows []struct {
+		RuleID  string `db:"rule_id"`
+		Subject string `db:"subject"`
+		Since   int64  `db:"since"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT rule_id, subject, since FROM alert_conditions`); err != nil {
+		return nil, err
+	}
+	out := make([]monitoring.Condition, len(rows))
+	for i, r := range rows {
+		out[i] = monitoring.Condition{RuleID: r.RuleID, Key: r.Subject, Since: fromMS(r.Since)}
+	}
+	return out, nil
+}
+
+const alertColumns = `id, rule_id, kind, severity, subject, subject_type, subject_id, subject_name, detail, value, threshold, state,
+	opened_at, resolved_at, acknowledged_by, acknowledged_at`
+
+type alertRow struct {
+	ID             string         `db:"id"`
+	RuleID         string         `db:"rule_id"`
+	Kind           string         `db:"kind"`
+	Severity       string         `db:"severity"`
+	Subject        string         `db:"subject"`
+	SubjectType    string         `db:"subject_type"`
+	SubjectID      string         `db:"subject_id"`
+	SubjectName    string         `db:"subject_name"`
+	Detail         string         `db:"detail"`
+	Value          float64        `db:"value"`
+	Threshold      float64        `db:"threshold"`
+	State          string         `db:"state"`
+	OpenedAt       int64          `db:"opened_at"`
+	ResolvedAt     sql.NullInt64  `db:"resolved_at"`
+	AcknowledgedBy sql.NullString `db:"acknowledged_by"`
+	AcknowledgedAt sql.NullInt64  `db:"acknowledged_at"`
+}
+
+func (r alertRow) alert() monitoring.Alert {
+	a := monitoring.Alert{ID: r.ID, RuleID: r.RuleID, Kind: monitoring.Kind(r.Kind), Severity: r.Severity, Key: r.Subject,
+		Subject: monitoring.AlertSubject{Type: r.SubjectType, ID: r.SubjectID, Name: r.SubjectName, Detail: r.Detail},
+		Value: r.Value, Threshold: r.Threshold, State: r.State, OpenedAt: fromMS(r.OpenedAt), ResolvedAt: nullMS(r.ResolvedAt),
+		AcknowledgedAt: nullMS(r.AcknowledgedAt)}
+	if r.AcknowledgedBy.Valid {
+		a.AcknowledgedBy = &r.AcknowledgedBy.String
+	}
+	return a
+}
+
+func (s *Store) alertsWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]monitoring.Alert, error) {
+	var rows []alertRow
+	if err := sqlx.SelectContext(ctx, q, &rows, s.rebind(`SELECT `+alertColumns+` FROM alerts WHERE `+where), args...); err != nil {
+		return nil, err
+	}
+	out := make([]monitoring.Alert, len(rows))
+	for i, r := range rows {
+		out[i] = r.alert()
+	}
+	return out, nil
+}
+
+// OpenAlerts returns every open alert.
+func (s *Store) OpenAlerts(ctx context.Context) ([]monitoring.Alert, error) {
+	return s.alertsWhere(ctx, s.r, `state = 'open'`)
+}
+
+// ListAlerts returns up to limit alerts in state ("" for all), newest
+// first, before the cursor.
+func (s *Store) ListAlerts(ctx context.Context, state string, limit int, before string) ([]monitoring.Alert, error) {
+	where, args := `1 = 1`, []any{}
+	if state != "" {
+		where, args = where+` AND state = ?`, append(args, state)
+	}
+	if before != "" {
+		where, args = where+` AND id < ?`, append(args, before)
+	}
+	return s.alertsWhere(ctx, s.r, where+` ORDER BY id DESC LIMIT ?`, append(args, limit)...)
+}
+
+// AcknowledgeAlert records who acknowledged an open alert.
+func (s *Store) AcknowledgeAlert(ctx context.Context, id, userID string, now time.Time) (monitoring.Alert, error) {
+	var out monitoring.Alert
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE alerts SET acknowledged_by = ?, acknowledged_at = ?
+			WHERE id = ? AND state = 'open' AND acknowledged_at IS NULL`), userID, ms(now), id); err != nil {
+			return err
+		}
+		list, err := s.alertsWhere(ctx, tx, `id = ?`, id)
+		if err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			return fault.NotFoundf("No such alert.")
+		}
+		if out = list[0]; out.State != monitoring.Open {
+			return fault.Conflictf("alert-resolved", "The alert is resolved; only an open alert can be acknowledged.")
+		}
+		return nil
+	})
+	return out, err
+}
+
+func alertEvent(typ events.Type, a monitoring.Alert, at time.Time) (events.Event, error) {
+	return events.New(typ, events.Subject{Type: "alert", ID: a.ID}, events.AlertPayload{AlertID: a.ID, RuleID: a.RuleID, Kind: string(a.Kind),
+		Severity: a.Severity, SubjectType: a.Subject.Type, SubjectID: a.Subject.ID, SubjectName: a.Subject.Name, Detail: a.Subject.Detail,
+		Value: a.Value, Threshold: a.Threshold, Acknowledged: a.AcknowledgedAt != nil}, at)
+}
+
+// ApplyEvaluation applies an evaluation's changes in one transaction and
+// publishes alert.opened and alert.resolved for what it changed.
+func (s *Store) ApplyEvaluation(ctx context.Context, c monitoring.Changes) (monitoring.Outcome, error) {
+	var out monitoring.Outcome
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		out = monitoring.Outcome{Opened: []monitoring.Alert{}, Resolved: []monitoring.Alert{}}
+		for _, d := range c.Drop {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM alert_conditions WHERE rule_id = ? AND subject = ?`), d.RuleID, d.Key); err != nil {
+				return err
+			}
+		}
+		for _, st := range c.Start {
+			// The rule may have been deleted since it was read.
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO alert_conditions (rule_id, subject, since)
+				SELECT id, ?, ? FROM alert_rules WHERE id = ? ON CONFLICT (rule_id, subject) DO NOTHING`),
+				st.Key, ms(st.Since), st.RuleID); err != nil {
+				return err
+			}
+		}
+		for _, a := range c.Open {
+			res, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO alerts (id, rule_id, kind, severity, subject, subject_type, subject_id,
+				subject_name, detail, value, threshold, state, opened_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)
+				ON CONFLICT (rule_id, subject) WHERE state = 'open' DO NOTHING`),
+				a.ID, a.RuleID, string(a.Kind), a.Severity, a.Key, a.Subject.Type, a.Subject.ID, a.Subject.Name, a.Subject.Detail,
+				a.Value, a.Threshold, ms(a.OpenedAt))
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				continue // another evaluation opened it
+			}
+			ev, err := alertEvent(events.AlertOpened, a, c.Now)
+			if err != nil {
+				return err
+			}
+			if err := publishTx(ctx, tx, ev); err != nil {
+				return err
+			}
+			out.Opened = append(out.Opened, a)
+		}
+		for _, id := range c.Resolve {
+			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE alerts SET state = 'resolved', resolved_at = ? WHERE id = ? AND state = 'open'`),
+				ms(c.Now), id)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n == 0 {
+				continue
+			}
+			list, err := s.alertsWhere(ctx, tx, `id = ?`, id)
+			if err != nil || len(list) == 0 {
+				return err
+			}
+			ev, err := alertEvent(events.AlertResolved, list[0], c.Now)
+			if err != nil {
+				return err
+			}
+			if err := publishTx(ctx, tx, ev); err != nil {
+				return err
+			}
+			out.Resolved = append(out.Resolved, list[0])
+		}
+		return nil
+	})
+	if err == nil && len(out.Opened)+len(out.Resolved) > 0 {
+		s.published()
+	}
+	return out, err
+}
+
+// LatestServerSamples returns every server's newest sample with its swap
+// and filesystems.
+func (s *Store) LatestServerSamples(ctx context.Context) ([]monitoring.ServerSample, error) {
+	var rows []struct {
+		ServerID    string          `db:"server_id"`
+		At          int64           `db:"at"`
+		CPU         float64         `db:"cpu_percent"`
+		Memory      sql.NullFloat64 `db:"memory_used_percent"`
+		Swap        sql.NullFloat64 `db:"swap_used_percent"`
+		SwapTotal   int64           `db:"swap_total"`
+		Filesystems string          `db:"filesystems"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT m.server_id, m.at, m.cpu_percent, m.memory_used_percent, m.swap_used_percent,
+		m.swap_total, m.filesystems FROM metric_latest l JOIN metric_samples m ON m.server_id = l.server_id AND m.at = l.at`); err != nil {
+		return nil, err
+	}
+	out := make([]monitoring.ServerSample, len(rows))
+	for i, r := range rows {
+		out[i] = monitoring.ServerSample{ServerID: r.ServerID, At: fromMS(r.At), CPUPercent: r.CPU, MemoryUsedPercent: nullFloat(r.Memory)}
+		if r.SwapTotal > 0 {
+			out[i].SwapUsedPercent = nullFloat(r.Swap)
+		}
+		if err := json.Unmarshal([]byte(r.Filesystems), &out[i].Filesystems); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// AppHealth returns the latest health probe of every application.
+func (s *Store) AppHealth(ctx context.Context) ([]monitoring.AppHealth, error) {
+	var rows []struct {
+		AppID        string        `db:"app_id"`
+		Name         string        `db:"name"`
+		ServerID     string        `db:"server_id"`
+		Healthy      int           `db:"healthy"`
+		FailingSince sql.NullInt64 `db:"failing_since"`
+		StatusCode   int           `db:"status_code"`
+		LastError    string        `db:"last_error"`
+		ProbedAt     int64         `db:"probed_at"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT h.app_id, a.name, h.server_id, h.healthy, h.failing_since, h.status_code,
+		h.last_error, h.probed_at FROM app_health h JOIN applications a ON a.id = h.app_id`); err != nil {
+		return nil, err
+	}
+	out := make([]monitoring.AppHealth, len(rows))
+	for i, r := range rows {
+		out[i] = monitoring.AppHealth{AppID: r.AppID, AppName: r.Name, ServerID: r.ServerID, Healthy: r.Healthy == 1,
+			FailingSince: nullMS(r.FailingSince), StatusCode: r.StatusCode, LastError: r.LastError, ProbedAt: fromMS(r.ProbedAt)}
+	}
+	return out, nil
+}
+
+// DomainCertificates returns the certificate each domain served at its
+// last check.
+func (s *Store) DomainCertificates(ctx context.Context) ([]monitoring.DomainCertificate, error) {
+	var rows []struct {
+		ID        string         `db:"id"`
+		Hostname  string         `db:"hostname"`
+		AppID     string         `db:"app_id"`
+		ServerID  string         `db:"server_id"`
+		TLSMode   string         `db:"tls_mode"`
+		Result    sql.NullString `db:"check_result"`
+		CheckedAt sql.NullInt64  `db:"checked_at"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT id, hostname, app_id, server_id, tls_mode, check_result, checked_at FROM domains`); err != nil {
+		return nil, err
+	}
+	out := make([]monitoring.DomainCertificate, len(rows))
+	for i, r := range rows {
+		out[i] = monitoring.DomainCertificate{DomainID: r.ID, Hostname: r.Hostname, AppID: r.AppID, ServerID: r.ServerID, TLSMode: r.TLSMode,
+			CheckedAt: nullMS(r.CheckedAt)}
+		if r.Result.Valid && r.Result.String != "" {
+			var res agentproto.DomainCheckResult
+			if err := json.Unmarshal([]byte(r.Result.String), &res); err == nil && !res.CertNotAfter.IsZero() {
+				t := res.CertNotAfter.UTC()
+				out[i].NotAfter = &t
+			}
+		}
+	}
+	return out, nil
+}
