@@ -31,9 +31,10 @@ type Store interface {
 	// ListAlerts returns up to limit alerts in state (open, resolved, or
 	// "" for all), newest first, before the cursor (an alert id).
 	ListAlerts(ctx context.Context, state string, limit int, before string) ([]Alert, error)
-	// AcknowledgeAlert records who acknowledged an open alert; a resolved
-	// one is a conflict. Acknowledging again changes nothing.
-	AcknowledgeAlert(ctx context.Context, id, userID string, now time.Time) (Alert, error)
+	// AcknowledgeAlert records who acknowledged an open alert and reports
+	// whether this call did; a resolved one is a conflict. Acknowledging
+	// again changes nothing.
+	AcknowledgeAlert(ctx context.Context, id, userID string, now time.Time) (Alert, bool, error)
 }
 
 // Service manages rules and alerts and evaluates the rules.
@@ -139,9 +140,9 @@ func alertWithUnit(a Alert) Alert {
 
 // Acknowledge records that a user has seen an open alert.
 func (s *Service) Acknowledge(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Alert, error) {
-	a, err := s.store.AcknowledgeAlert(ctx, id, actor.ID, s.now().UTC())
-	if err != nil {
-		return Alert{}, err
+	a, changed, err := s.store.AcknowledgeAlert(ctx, id, actor.ID, s.now().UTC())
+	if err != nil || !changed {
+		return alertWithUnit(a), err
 	}
 	return alertWithUnit(a), s.record(ctx, actor, c, ActionAlertAcknowleged, "alert", id,
 		map[string]any{"kind": a.Kind, "subject_id": a.Subject.ID})

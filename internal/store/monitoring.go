@@ -186,14 +186,19 @@ func (s *Store) ListAlerts(ctx context.Context, state string, limit int, before 
 	return s.alertsWhere(ctx, s.r, where+` ORDER BY id DESC LIMIT ?`, append(args, limit)...)
 }
 
-// AcknowledgeAlert records who acknowledged an open alert.
-func (s *Store) AcknowledgeAlert(ctx context.Context, id, userID string, now time.Time) (monitoring.Alert, error) {
+// AcknowledgeAlert records who acknowledged an open alert, and reports
+// whether this call did (false when someone had already).
+func (s *Store) AcknowledgeAlert(ctx context.Context, id, userID string, now time.Time) (monitoring.Alert, bool, error) {
 	var out monitoring.Alert
+	var changed bool
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE alerts SET acknowledged_by = ?, acknowledged_at = ?
-			WHERE id = ? AND state = 'open' AND acknowledged_at IS NULL`), userID, ms(now), id); err != nil {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE alerts SET acknowledged_by = ?, acknowledged_at = ?
+			WHERE id = ? AND state = 'open' AND acknowledged_at IS NULL`), userID, ms(now), id)
+		if err != nil {
 			return err
 		}
+		n, _ := res.RowsAffected()
+		changed = n == 1
 		list, err := s.alertsWhere(ctx, tx, `id = ?`, id)
 		if err != nil {
 			return err
@@ -206,7 +211,7 @@ func (s *Store) AcknowledgeAlert(ctx context.Context, id, userID string, now tim
 		}
 		return nil
 	})
-	return out, err
+	return out, changed, err
 }
 
 func alertEvent(typ events.Type, a monitoring.Alert, at time.Time) (events.Event, error) {

@@ -83,14 +83,14 @@ func TestEvaluationsOpenAndResolveOnce(t *testing.T) {
 		id := list[0].ID
 
 		// Acknowledge: recorded once, by the first.
-		a, err := s.AcknowledgeAlert(ctx, id, "usr_1", now)
-		if err != nil || a.AcknowledgedBy == nil || *a.AcknowledgedBy != "usr_1" || a.AcknowledgedAt == nil {
+		a, changed, err := s.AcknowledgeAlert(ctx, id, "usr_1", now)
+		if err != nil || !changed || a.AcknowledgedBy == nil || *a.AcknowledgedBy != "usr_1" || a.AcknowledgedAt == nil {
 			t.Fatalf("acknowledge: %+v %v", a, err)
 		}
-		if a, _ := s.AcknowledgeAlert(ctx, id, "usr_2", now.Add(time.Minute)); *a.AcknowledgedBy != "usr_1" {
+		if a, changed, _ := s.AcknowledgeAlert(ctx, id, "usr_2", now.Add(time.Minute)); changed || *a.AcknowledgedBy != "usr_1" {
 			t.Fatalf("acknowledged again by: %s", *a.AcknowledgedBy)
 		}
-		_, err = s.AcknowledgeAlert(ctx, "alr_none", "usr_1", now)
+		_, _, err = s.AcknowledgeAlert(ctx, "alr_none", "usr_1", now)
 		wantKind(t, "acknowledge unknown", err, fault.NotFound)
 
 		var resolved atomic.Int32
@@ -107,7 +107,7 @@ func TestEvaluationsOpenAndResolveOnce(t *testing.T) {
 		if got, want := resolved.Load(), int32(1); got != want {
 			t.Fatalf("resolved: got %d, want %d", got, want)
 		}
-		_, err = s.AcknowledgeAlert(ctx, id, "usr_1", now)
+		_, _, err = s.AcknowledgeAlert(ctx, id, "usr_1", now)
 		if fe := fault.As(err); fe == nil || fe.Kind != fault.Conflict || fe.Code != "alert-resolved" {
 			t.Fatalf("acknowledge resolved: %v", err)
 		}

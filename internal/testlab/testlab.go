@@ -37,6 +37,8 @@
 //     manifest conversion, app JWTs checked against the key it issued,
 //     installations, expiring installation tokens, paginated repositories
 //     and branches, commits.
+//   - loopfs.go: LoopFilesystem (a small real ext4 filesystem, loop-mounted,
+//     that agents report like any disk, for tests that fill it).
 //
 // Adding a component (a database engine, an S3 or SMTP peer): put it in a
 // file named after it, with a Start or New function that takes testing.TB,
