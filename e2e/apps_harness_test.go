@@ -70,6 +70,8 @@ type appStackOptions struct {
 	Plane Options
 	// AgentEnv holds extra KEY=value variables of the agent.
 	AgentEnv []string
+	// AgentArgs are extra arguments of capstan-agent run.
+	AgentArgs []string
 }
 
 // appStack is a fleet with one server whose real agent drives a real Caddy
@@ -128,6 +130,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 	if s.DNS != "" {
 		args = append(args, "--dns-server", s.DNS)
 	}
+	args = append(args, opts.AgentArgs...)
 	env := append([]string(nil), opts.AgentEnv...)
 	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h)

@@ -23,6 +23,7 @@ type runCmd struct {
 	LogLevel  string        `name:"log-level" env:"CAPSTAN_AGENT_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level (${enum})."`
 	DBMetrics time.Duration `name:"database-metrics-interval" env:"CAPSTAN_AGENT_DATABASE_METRICS_INTERVAL" default:"1m" help:"How often each database instance on this server is sampled (1s to 1h)."`
 	proxyFlags
+	healthFlags
 }
 
 func (r *runCmd) Run(ctx context.Context, io stdio) error {
@@ -42,6 +43,10 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		err := errors.New("--database-metrics-interval must be between 1s and 1h")
 		log.Error("invalid settings", "err", err)
 		return err
+	}
+	if r.HealthProbeInterval < time.Second || r.HealthProbeInterval > time.Hour {
+		log.Error("--health-probe-interval must be between 1s and 1h")
+		return errors.New("--health-probe-interval must be between 1s and 1h")
 	}
 	ps := r.settings()
 	if err := ps.Check(); err != nil {
@@ -64,7 +69,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		Version:     version,
 		Executors:   executorsFor(ps, desired, rep.SitesChanged, arts),
 		Logger:      log,
-		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop()},
+		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop(), healthLoop(r.HealthProbeInterval, log)},
 		OnHeartbeat: dbs.Heartbeat,
 	})
 	if err != nil {

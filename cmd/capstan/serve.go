@@ -18,6 +18,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpapi"
+	"github.com/capstan-dev/capstan/internal/monitoring"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/singleton"
 )
@@ -37,6 +38,7 @@ type serveCmd struct {
 	GitHostAPIURL string        `name:"githost-api-url" env:"CAPSTAN_GITHOST_API_URL" default:"https://api.github.com" help:"REST API base URL of the git host (GitHub). For GitHub Enterprise Server: https://HOST/api/v3. Its TLS certificate is checked against the system's trusted CAs (SSL_CERT_FILE, SSL_CERT_DIR)."`
 	GitHostWebURL string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
 	EvaluateEvery time.Duration `name:"alert-evaluation-interval" env:"CAPSTAN_ALERT_EVALUATION_INTERVAL" default:"30s" help:"How often alert rules are evaluated (in one control plane of those sharing a database)."`
+	DomainChecks  time.Duration `name:"domain-check-interval" env:"CAPSTAN_DOMAIN_CHECK_INTERVAL" default:"24h" help:"How often the certificate of every domain with auto or internal TLS is checked, for the tls_expiring alert rule."`
 	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 	ExportTTL     time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
 	ImportMax     string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
@@ -66,6 +68,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.EvaluateEvery < time.Second || c.EvaluateEvery > 10*time.Minute {
 		ln.Close()
 		return fmt.Errorf("--alert-evaluation-interval must be between 1s and 10m")
+	}
+	if c.DomainChecks < time.Second || c.DomainChecks > 7*24*time.Hour {
+		ln.Close()
+		return fmt.Errorf("--domain-check-interval must be between 1s and 168h")
 	}
 	catalog, err := databases.LoadCatalog(c.DBImages)
 	if err != nil {
@@ -151,6 +157,14 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			return err
 		}}
 	loops.Go(func() { evaluation.Loop(bg) })
+	checks := &monitoring.DomainChecks{Due: a.store, Domains: a.domains, Every: c.DomainChecks, Now: time.Now}
+	domainChecks := &singleton.Task{Leases: a.store, Name: "domain-checks", Holder: holder,
+		Interval: min(max(c.DomainChecks/4, time.Second), 10*time.Minute), Now: time.Now, Log: log,
+		Run: func(ctx context.Context) error {
+			_, err := checks.Run(ctx)
+			return err
+		}}
+	loops.Go(func() { domainChecks.Loop(bg) })
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

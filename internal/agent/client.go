@@ -222,6 +222,12 @@ func (c *Client) PostMetrics(ctx context.Context, samples []agentproto.MetricSam
 	return err
 }
 
+// PostHealth reports the results of probing the applications' health.
+func (c *Client) PostHealth(ctx context.Context, rep agentproto.HealthReport) error {
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/health", true, rep, nil)
+	return err
+}
+
 // PostInventory reports the host's services, containers and listening
 // ports.
 func (c *Client) PostInventory(ctx context.Context, inv agentproto.InventoryRequest) error {

@@ -219,6 +219,7 @@ func register(s *httpapi.Server, d Deps) {
 
 	registerMetrics(s, limits)
 	registerRequests(s, limits)
+	registerHealth(s, limits)
 	registerProxy(s, limits)
 	registerDatabases(s, limits)
 	registerArtifacts(s)

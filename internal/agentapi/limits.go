@@ -23,6 +23,7 @@ const (
 	ReportProxyReads                    // GET /agent/v1/proxy, per read
 	ReportDatabaseReads                 // GET /agent/v1/databases, per read
 	ReportDatabaseMetrics               // POST /agent/v1/databases/metrics, per sample
+	ReportHealth                        // POST /agent/v1/health, per report
 	numReports
 )
 
@@ -54,10 +55,12 @@ var DefaultLimits = [numReports]Limit{
 	// One sample per instance a minute: the rate takes 120 instances; the
 	// burst a report of a backlog.
 	ReportDatabaseMetrics: {Burst: 2000, PerSecond: 2},
+	// Health reports come every 30 s.
+	ReportHealth: {Burst: 20, PerSecond: 0.5},
 }
 
 var reportNames = [numReports]string{"metrics samples", "inventory reports", "job events", "traffic minutes", "proxy state reads",
-	"database list reads", "database metric samples"}
+	"database list reads", "database metric samples", "health reports"}
 
 // limiter holds the token buckets of every server that reported lately.
 // A bucket that has filled up again is forgotten.

@@ -57,6 +57,10 @@
 //	            job types db.export and db.import; PUT and GET
 //	            /agent/v1/jobs/{id}/artifact stream the job's file (the
 //	            upload answers ArtifactReceipt).
+//	2026-11-24  v1: application health (health.go): POST /agent/v1/health
+//	            with HealthReport, the results of probing every
+//	            application container's health path (LabelHealthPath) on
+//	            its loopback port every 30 s.
 package agentproto
 
 import (

@@ -2,11 +2,14 @@ package monitoring
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -22,6 +25,7 @@ const (
 // Store persists rules and alerts and reads the fleet for evaluation.
 type Store interface {
 	Evaluator
+	HealthStore
 	InsertRule(ctx context.Context, r Rule) error
 	Rule(ctx context.Context, id string) (Rule, error)
 	// UpdateRule stores r if the rule was not changed since prev (its
@@ -40,6 +44,7 @@ type Store interface {
 // Service manages rules and alerts and evaluates the rules.
 type Service struct {
 	store   Store
+	health  HealthStore
 	servers ServerLister
 	audit   *audit.Log
 	now     func() time.Time
@@ -53,7 +58,7 @@ func NewService(st Store, srv ServerLister, log *audit.Log, now func() time.Time
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Service{store: st, servers: srv, audit: log, now: now, log: logger}
+	return &Service{store: st, health: st, servers: srv, audit: log, now: now, log: logger}
 }
 
 // Rules lists every rule, oldest first.
@@ -208,4 +213,38 @@ func (s *Service) Evaluate(ctx context.Context) (Outcome, error) {
 		s.log.Info("alerts evaluated", "opened", len(out.Opened), "resolved", len(out.Resolved))
 	}
 	return out, nil
+}
+
+// HealthStore records applications' health probes.
+type HealthStore interface {
+	// SetAppHealth records the probes of applications on serverID (others
+	// are ignored): failing_since is kept while probes keep failing.
+	SetAppHealth(ctx context.Context, serverID string, probes []agentproto.AppProbe, now time.Time) error
+}
+
+// RecordHealth stores an agent's health report.
+func (s *Service) RecordHealth(ctx context.Context, serverID string, rep agentproto.HealthReport) error {
+	if len(rep.Probes) > agentproto.MaxHealthProbes {
+		return fault.Invalidf("probes", "at most %d probes", agentproto.MaxHealthProbes)
+	}
+	now := s.now().UTC()
+	var errs fault.Fields
+	for i, p := range rep.Probes {
+		if p.AppID == "" || len(p.AppID) > 64 || len(p.DeploymentID) > 64 {
+			errs.Add(fmt.Sprintf("probes[%d].app_id", i), "must be an application id")
+		}
+		if p.At.IsZero() || p.At.After(now.Add(2*time.Minute)) {
+			errs.Add(fmt.Sprintf("probes[%d].at", i), "must be a time, not in the future")
+		}
+		if p.StatusCode < 0 || p.StatusCode > 999 {
+			errs.Add(fmt.Sprintf("probes[%d].status_code", i), "must be an HTTP status or 0")
+		}
+		if len(p.Error) > 1000 {
+			rep.Probes[i].Error = p.Error[:1000]
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	return s.health.SetAppHealth(ctx, serverID, rep.Probes, now)
 }

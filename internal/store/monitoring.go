@@ -148,7 +148,7 @@ type alertRow struct {
 func (r alertRow) alert() monitoring.Alert {
 	a := monitoring.Alert{ID: r.ID, RuleID: r.RuleID, Kind: monitoring.Kind(r.Kind), Severity: r.Severity, Key: r.Subject,
 		Subject: monitoring.AlertSubject{Type: r.SubjectType, ID: r.SubjectID, Name: r.SubjectName, Detail: r.Detail},
-		Value: r.Value, Threshold: r.Threshold, State: r.State, OpenedAt: fromMS(r.OpenedAt), ResolvedAt: nullMS(r.ResolvedAt),
+		Value:   r.Value, Threshold: r.Threshold, State: r.State, OpenedAt: fromMS(r.OpenedAt), ResolvedAt: nullMS(r.ResolvedAt),
 		AcknowledgedAt: nullMS(r.AcknowledgedAt)}
 	if r.AcknowledgedBy.Valid {
 		a.AcknowledgedBy = &r.AcknowledgedBy.String
@@ -363,12 +363,50 @@ func (s *Store) DomainCertificates(ctx context.Context) ([]monitoring.DomainCert
 		out[i] = monitoring.DomainCertificate{DomainID: r.ID, Hostname: r.Hostname, AppID: r.AppID, ServerID: r.ServerID, TLSMode: r.TLSMode,
 			CheckedAt: nullMS(r.CheckedAt)}
 		if r.Result.Valid && r.Result.String != "" {
-			var res agentproto.DomainCheckResult
-			if err := json.Unmarshal([]byte(r.Result.String), &res); err == nil && !res.CertNotAfter.IsZero() {
+			// The stored check is a domains.DomainCheck.
+			var res struct {
+				CertNotAfter *time.Time `json:"cert_not_after"`
+			}
+			if err := json.Unmarshal([]byte(r.Result.String), &res); err == nil && res.CertNotAfter != nil {
 				t := res.CertNotAfter.UTC()
 				out[i].NotAfter = &t
 			}
 		}
 	}
 	return out, nil
+}
+
+// SetAppHealth records the probes of the applications on serverID; probes
+// of applications elsewhere, or older than the stored one, are ignored.
+func (s *Store) SetAppHealth(ctx context.Context, serverID string, probes []agentproto.AppProbe, now time.Time) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		for _, p := range probes {
+			var failing any
+			if !p.Healthy {
+				failing = ms(p.At)
+			}
+			// failing_since keeps the first failure of a run of failures.
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO app_health (app_id, server_id, healthy, failing_since, status_code, last_error, probed_at)
+				SELECT id, server_id, ?, ?, ?, ?, ? FROM applications WHERE id = ? AND server_id = ?
+				ON CONFLICT (app_id) DO UPDATE SET server_id = excluded.server_id, healthy = excluded.healthy,
+					failing_since = CASE WHEN excluded.healthy = 1 THEN NULL ELSE COALESCE(app_health.failing_since, excluded.failing_since) END,
+					status_code = excluded.status_code, last_error = excluded.last_error, probed_at = excluded.probed_at
+				WHERE app_health.probed_at <= excluded.probed_at`),
+				boolInt(p.Healthy), failing, p.StatusCode, p.Error, ms(p.At), p.AppID, serverID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// DomainsDueForCheck returns up to limit domains with auto or internal
+// TLS whose last check finished before before (or that were never
+// checked), and whose check is not queued or running.
+func (s *Store) DomainsDueForCheck(ctx context.Context, before time.Time, limit int) ([]string, error) {
+	var out []string
+	err := s.r.SelectContext(ctx, &out, s.rebind(`SELECT d.id FROM domains d LEFT JOIN jobs j ON j.id = d.check_job_id
+		WHERE d.tls_mode IN ('auto', 'internal') AND (d.checked_at IS NULL OR d.checked_at < ?)
+		AND (j.id IS NULL OR j.status NOT IN ('queued', 'running')) ORDER BY d.checked_at, d.id LIMIT ?`), ms(before), limit)
+	return out, err
 }

@@ -157,6 +157,7 @@ func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p age
 			agentproto.LabelAppName:    p.AppName,
 			agentproto.LabelDeployment: p.DeploymentID,
 			agentproto.LabelPort:       strconv.Itoa(p.ContainerPort),
+			agentproto.LabelHealthPath: p.HealthPath,
 		},
 		ExposedPorts: network.PortSet{port: {}},
 		StopTimeout:  &stop,

@@ -4,7 +4,9 @@
 // exits at once with status 3. With HEALTH_GATE set, GET /health answers
 // 503 until a POST /ready, so that a test holds a release in its health
 // check for as long as it needs. As PID 1 it handles SIGTERM itself and
-// shuts down gracefully.
+// shuts down gracefully. POST /fail makes GET /health answer 500 from then
+// on, and POST /recover undoes it, so that a test makes a running
+// container fail its health check.
 package main
 
 import (
@@ -43,7 +45,15 @@ func main() {
 		ready.Store(true)
 		fmt.Fprint(w, "ready")
 	})
+	var failing atomic.Bool
+	mux.HandleFunc("POST /fail", func(w http.ResponseWriter, r *http.Request) { failing.Store(true) })
+	mux.HandleFunc("POST /recover", func(w http.ResponseWriter, r *http.Request) { failing.Store(false) })
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+			fmt.Fprint(w, "failing as asked")
+			return
+		}
 		if !ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprint(w, "waiting for POST /ready")
