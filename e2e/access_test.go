@@ -156,6 +156,7 @@ func TestAccessByRole(t *testing.T) {
 		"POST /agent/v1/enroll":                                    {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
 		"POST /agent/v1/heartbeat":                                 {access: agent, path: "/agent/v1/heartbeat", body: map[string]any{}},
 		"POST /agent/v1/metrics":                                   {access: agent, path: "/agent/v1/metrics", body: map[string]any{}},
+		"POST /agent/v1/health":                                    {access: agent, path: "/agent/v1/health", body: map[string]any{}},
 		"POST /agent/v1/inventory":                                 {access: agent, path: "/agent/v1/inventory", body: map[string]any{}},
 		"POST /agent/v1/requests":                                  {access: agent, path: "/agent/v1/requests", body: map[string]any{}},
 		"GET /agent/v1/proxy":                                      {access: agent, path: "/agent/v1/proxy"},
