@@ -20,8 +20,8 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	t.Parallel()
 	const host = "alerts.test"
 	s := newAppStack(t, appStackOptions{
-		Images:     map[string]int{"v1": 0},
-		DNS:        map[string]string{host: "127.0.0.1"},
+		Images:    map[string]int{"v1": 0},
+		DNS:       map[string]string{host: "127.0.0.1"},
 		Plane:     Options{Args: []string{"--alert-evaluation-interval=1s", "--domain-check-interval=2s"}},
 		AgentArgs: []string{"--health-probe-interval=1s"},
 	})
