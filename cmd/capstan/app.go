@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -44,6 +45,7 @@ type app struct {
 	presence *monitoring.Presence
 	githost  *githost.Service // nil unless a provider was given
 	monitor  *monitoring.Service
+	inbox    *notify.Inbox
 	schema   int64
 }
 
@@ -89,6 +91,9 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	dbs.UseApps(as)
 	dispatcher := events.NewDispatcher(st, now, logger)
 	st.OnPublish(dispatcher.Notify)
+	authSvc := auth.NewService(st, key, log, now, platform.Name)
+	inbox := notify.NewInbox(st, authSvc)
+	dispatcher.Register(inbox)
 	// Delivered events age out with the metrics' maintenance runs.
 	ms.AddMaintenance("event retention", func(ctx context.Context, now time.Time) (int, error) {
 		return st.PruneEvents(ctx, now.Add(-events.Retention), 1000)
@@ -105,7 +110,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		store:    st,
 		key:      key,
 		audit:    log,
-		auth:     auth.NewService(st, key, log, now, platform.Name),
+		auth:     authSvc,
 		platform: platform.NewService(st, key, publicURL, version, now),
 		jobs:     js,
 		servers:  srv,
@@ -118,6 +123,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		presence: monitoring.NewPresence(st, srv, now),
 		githost:  gh,
 		monitor:  monitoring.NewService(st, srv, log, now, logger),
+		inbox:    inbox,
 		schema:   v,
 	}, nil
 }

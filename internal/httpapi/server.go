@@ -27,6 +27,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -46,6 +47,8 @@ type Deps struct {
 	Databases *databases.Service
 	// Monitoring is optional; without it the rule and alert endpoints fail.
 	Monitoring *monitoring.Service
+	// Inbox is optional; without it the inbox endpoints fail.
+	Inbox *notify.Inbox
 	// Events is optional; without it the event list fails.
 	Events EventReader
 	// GitHost is optional; without it the git host endpoints fail.
@@ -154,6 +157,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerEvents()
 	s.registerGitHost()
 	s.registerMonitoring()
+	s.registerNotifications()
 	for _, m := range mounts {
 		m(s)
 	}
