@@ -91,7 +91,7 @@ func TestAccessByRole(t *testing.T) {
 		"GET /api/v1/monitoring/alerts":                            {access: signedIn, path: "/api/v1/monitoring/alerts?state=all"},
 		"POST /api/v1/monitoring/alerts/{id}/acknowledge":          {access: admin, path: "/api/v1/monitoring/alerts/" + none + "/acknowledge"},
 		"POST /api/v1/monitoring/evaluate":                         {access: admin, path: "/api/v1/monitoring/evaluate"},
-		"GET /api/v1/notifications":                               {access: signedIn, path: "/api/v1/notifications"},
+		"GET /api/v1/notifications":                                {access: signedIn, path: "/api/v1/notifications"},
 		"POST /api/v1/notifications/read":                          {access: signedIn, path: "/api/v1/notifications/read", body: map[string]any{"all": true}},
 		"GET /api/v1/servers":                                      {access: signedIn, path: "/api/v1/servers"},
 		"POST /api/v1/servers/enrollments":                         {access: admin, path: "/api/v1/servers/enrollments", body: map[string]any{}},
