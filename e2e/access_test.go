@@ -57,6 +57,7 @@ type accessFixtures struct {
 	domainID                             string
 	databaseID, databaseJobID            string
 	exportDatabaseID, exportJobID        string
+	backupJobID                          string
 }
 
 // TestAccessByRole calls every operation of the served OpenAPI document
@@ -153,6 +154,10 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/databases/{id}/export":                       {access: admin, path: "/api/v1/databases/" + none + "/export", body: map[string]any{}},
 		"GET /api/v1/databases/{id}/exports/{job_id}":              {access: admin, path: "/api/v1/databases/" + fx.exportDatabaseID + "/exports/" + fx.exportJobID, output: true},
 		"POST /api/v1/databases/{id}/import":                       {access: admin, path: "/api/v1/databases/" + none + "/import?database=app"},
+		"GET /api/v1/backups/settings":                             {access: signedIn, path: "/api/v1/backups/settings"},
+		"PUT /api/v1/backups/settings":                             {access: admin, path: "/api/v1/backups/settings", body: map[string]any{}},
+		"POST /api/v1/backups/settings/test":                       {access: admin, path: "/api/v1/backups/settings/test?server_id=" + none},
+		"GET /api/v1/backups/jobs/{job_id}":                        {access: signedIn, path: "/api/v1/backups/jobs/" + fx.backupJobID, output: true},
 		"GET /agent/install.sh":                                    {access: public, path: "/agent/install.sh"},
 		"GET /agent/package.tar.gz":                                {access: public, path: "/agent/package.tar.gz?arch=amd64"},
 		"POST /agent/v1/enroll":                                    {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
@@ -438,6 +443,19 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp.JSON(t, &receipt)
 	complete(j.ID, agentproto.StatusSucceeded, agentproto.DBExportResult{Tool: agentproto.DBToolHost, Bytes: receipt.Bytes,
 		SHA256: receipt.SHA256, DumpBytes: 100}, "")
+
+	// Backup storage whose secret is a secret value, and a storage test
+	// that failed with the provider's text.
+	resp = r.Do(t, Req{Method: http.MethodPut, Path: "/api/v1/backups/settings", Token: r.Token, JSON: map[string]any{
+		"endpoint": "127.0.0.1:9", "bucket": "backups", "access_key_id": "AKFIXTURE", "secret_access_key": envMarker}})
+	expectStatus(t, resp, http.StatusOK)
+	resp = r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil)
+	expectStatus(t, resp, http.StatusAccepted)
+	j = r.claimAs(t, agentproto.JobBackupStorageTest)
+	fx.backupJobID = j.ID
+	events(j.ID)
+	complete(j.ID, agentproto.StatusFailed, agentproto.BackupStorageTestResult{Key: "capstan-probe/" + j.ID, Steps: []agentproto.BackupStorageStep{
+		{Step: agentproto.BackupStepWrite, Error: "AccessDenied: " + outputMarker}}}, "write: AccessDenied: "+outputMarker)
 
 	// A domain (its proxy.apply job stays queued).
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})

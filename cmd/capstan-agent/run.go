@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/backup"
 	"github.com/capstan-dev/capstan/internal/agent/container"
 	"github.com/capstan-dev/capstan/internal/agent/database"
 	"github.com/capstan-dev/capstan/internal/agent/deploy"
@@ -161,5 +162,6 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	managed := &database.Managed{}
 	managed.Register(r)
 	(&database.Transfer{Artifacts: arts, Docker: managed}).Register(r)
+	backup.Executors{}.Register(r)
 	return r
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/artifacts"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/events"
@@ -46,6 +47,7 @@ type app struct {
 	githost  *githost.Service // nil unless a provider was given
 	monitor  *monitoring.Service
 	inbox    *notify.Inbox
+	backups  *backups.Service
 	schema   int64
 }
 
@@ -124,6 +126,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		githost:  gh,
 		monitor:  monitoring.NewService(st, srv, log, now, logger),
 		inbox:    inbox,
+		backups:  backups.NewService(st, js, srv, log, key, now, logger),
 		schema:   v,
 	}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/githost"
@@ -53,6 +54,8 @@ type Deps struct {
 	Events EventReader
 	// GitHost is optional; without it the git host endpoints fail.
 	GitHost *githost.Service
+	// Backups is optional; without it the backup endpoints fail.
+	Backups *backups.Service
 	Logger  *slog.Logger
 	Version string
 	// PublicURL decides the refresh cookie's name and Secure attribute.
@@ -158,6 +161,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerGitHost()
 	s.registerMonitoring()
 	s.registerNotifications()
+	s.registerBackups()
 	for _, m := range mounts {
 		m(s)
 	}

@@ -55,6 +55,8 @@ var types = map[string]TypeSpec{
 	// Exports and imports stream the whole database.
 	agentproto.JobDBExport: {Timeout: 6 * time.Hour},
 	agentproto.JobDBImport: {Timeout: 6 * time.Hour},
+	// Backups.
+	agentproto.JobBackupStorageTest: {Timeout: 5 * time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.

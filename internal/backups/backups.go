@@ -1,0 +1,96 @@
+// Package backups owns backups of database instances: where they are
+// stored (settings), the jobs that put them there and prove them, and
+// the records of those jobs. A backup counts only when it was uploaded,
+// read back with a matching checksum, and restored successfully.
+//
+// The control plane never holds a backup's content: the agent of the
+// instance's server dumps, encrypts and uploads it, and fetches it back
+// to verify or restore it. Storage credentials reach an agent only in a
+// job's secrets.
+package backups
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/servers"
+)
+
+// Store persists what backups need.
+type Store interface {
+	// BackupSettings returns the stored settings; fault.NotFound when
+	// none were saved.
+	BackupSettings(ctx context.Context) (Settings, error)
+	// PutBackupSettings saves s if the stored settings' revision is
+	// prevRevision (0: none are stored) and returns false if it is not.
+	PutBackupSettings(ctx context.Context, s Settings, prevRevision int64) (bool, error)
+}
+
+// Service is the backups capability.
+type Service struct {
+	store   Store
+	jobs    *jobs.Service
+	servers *servers.Service
+	audit   *audit.Log
+	key     *secrets.Key
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// NewService returns the service.
+func NewService(st Store, js *jobs.Service, srv *servers.Service, log *audit.Log, key *secrets.Key, now func() time.Time,
+	logger *slog.Logger) *Service {
+	return &Service{store: st, jobs: js, servers: srv, audit: log, key: key, now: now, log: logger}
+}
+
+// Audit actions.
+const (
+	ActionSettingsUpdated = "backup.settings.updated"
+	ActionStorageTested   = "backup.settings.tested"
+)
+
+func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, targetType, id string, details map[string]any) error {
+	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: targetType, ID: id},
+		IP: c.IP, UserAgent: c.UserAgent, Details: details})
+}
+
+// enrolled checks that a server has an agent to run jobs: an unknown
+// server is a field error on field, a pending or revoked one a conflict.
+func (s *Service) enrolled(ctx context.Context, field, serverID string) error {
+	srv, err := s.servers.Get(ctx, serverID)
+	if fault.Is(err, fault.NotFound) {
+		return fault.Invalidf(field, "no such server")
+	}
+	if err != nil {
+		return err
+	}
+	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
+		return fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to run the job.", srv.Status)
+	}
+	return nil
+}
+
+// Job returns a backup job ("backup." types), waiting up to wait for it
+// to finish, as r may read it; any other job is fault.NotFound.
+func (s *Service) Job(ctx context.Context, jobID string, wait time.Duration, r jobs.Reader) (jobs.Job, []jobs.Event, error) {
+	j, _, err := s.jobs.Get(ctx, jobID)
+	if fault.Is(err, fault.NotFound) || err == nil && !IsBackupJob(j.Type) {
+		return jobs.Job{}, nil, fault.NotFoundf("No such backup job.")
+	}
+	if err != nil {
+		return jobs.Job{}, nil, err
+	}
+	return s.jobs.Wait(ctx, jobID, wait, r)
+}
+
+// IsBackupJob says whether a job type is one of backups'.
+func IsBackupJob(jobType string) bool {
+	return strings.HasPrefix(jobType, "backup.") || jobType == agentproto.JobBackupStorageTest
+}

@@ -1,0 +1,125 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/capstan-dev/capstan/internal/backups"
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+var errNoBackups = fault.Conflictf("backups-unavailable", "Backups are not configured on this control plane.")
+
+type backupSettingsOutput struct {
+	Body backups.SettingsView
+}
+
+type backupSettingsInput struct {
+	Body struct {
+		Provider        string `json:"provider,omitempty" enum:"s3,clouddrive" doc:"s3 (the default): an S3-compatible bucket; clouddrive: a folder of the connected cloud drive"`
+		Endpoint        string `json:"endpoint,omitempty" maxLength:"261" doc:"host[:port] of the S3 service, without a scheme (s3.eu-central-1.amazonaws.com, minio.internal:9000)"`
+		Region          string `json:"region,omitempty" maxLength:"64" doc:"The bucket's region; us-east-1 when absent"`
+		Bucket          string `json:"bucket,omitempty" maxLength:"63" doc:"The bucket (S3 naming rules: 3 to 63 lowercase letters, digits, '.' and '-')"`
+		Prefix          string `json:"prefix,omitempty" maxLength:"512" doc:"Put before every object's key, as a folder (a trailing / is added); none when absent"`
+		AccessKeyID     string `json:"access_key_id,omitempty" maxLength:"128" doc:"Stored encrypted, never returned. Absent: the stored one is kept, unless the endpoint changes"`
+		SecretAccessKey string `json:"secret_access_key,omitempty" maxLength:"256" doc:"Stored encrypted, never returned. Absent: the stored one is kept, unless the endpoint changes"`
+		PathStyle       bool   `json:"path_style,omitempty" doc:"Address the bucket in the URL's path (https://host/bucket/key) instead of its host name; most self-hosted services need it"`
+		TLS             bool   `json:"tls,omitempty" default:"true" doc:"https (true, the default) or plain http"`
+		CA              string `json:"ca,omitempty" maxLength:"65536" doc:"PEM certificate authority the agents trust besides the system's, for a service with a private CA"`
+		Folder          string `json:"folder,omitempty" maxLength:"256" doc:"The cloud drive folder (provider clouddrive)"`
+	}
+}
+
+type backupStorageTestInput struct {
+	ServerID string `query:"server_id" maxLength:"64" required:"true" doc:"The server whose agent tests the storage"`
+}
+
+type backupJobInput struct {
+	JobID string `path:"job_id" maxLength:"64"`
+	Wait  int    `query:"wait" minimum:"0" maximum:"30" doc:"Seconds to wait for the job to end, 0 to 30: the call answers as soon as the job is finished, or after this long with its state then"`
+}
+
+func (s *Server) registerBackups() {
+	tags := []string{"Backups"}
+	op(s, huma.Operation{
+		OperationID: "get-backup-settings", Method: http.MethodGet, Path: "/api/v1/backups/settings", Tags: tags,
+		Summary: "Backup storage settings, without credentials",
+		Description: "Where backups are stored. The access key pair is never returned: access_key_id_set and " +
+			"secret_access_key_set say whether one is stored. configured is false until settings are saved.",
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*backupSettingsOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		v, err := s.deps.Backups.Settings(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &backupSettingsOutput{Body: v}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "put-backup-settings", Method: http.MethodPut, Path: "/api/v1/backups/settings", Tags: tags,
+		Summary: "Save the backup storage settings",
+		Description: "Replaces the settings. The access key pair is stored encrypted with the control plane's key and never " +
+			"returned; leaving it out keeps the stored pair as long as the endpoint stays the same. 422 with field errors for " +
+			"invalid settings (nothing changes). Nothing is contacted: test the storage from a server with POST " +
+			"/api/v1/backups/settings/test. Audited.",
+	}, Admin, func(ctx context.Context, in *backupSettingsInput) (*backupSettingsOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		b := in.Body
+		v, err := s.deps.Backups.PutSettings(ctx, a, c, backups.SettingsInput{Provider: b.Provider, Endpoint: b.Endpoint,
+			Region: b.Region, Bucket: b.Bucket, Prefix: b.Prefix, AccessKeyID: b.AccessKeyID, SecretAccessKey: b.SecretAccessKey,
+			PathStyle: b.PathStyle, TLS: b.TLS, CA: b.CA, Folder: b.Folder})
+		if err != nil {
+			return nil, err
+		}
+		return &backupSettingsOutput{Body: v}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "test-backup-storage", Method: http.MethodPost, Path: "/api/v1/backups/settings/test", Tags: tags,
+		Summary: "Test the backup storage from a server",
+		Description: "Queues backup.storage_test (202) on the server: its agent writes a probe object under capstan-probe/, " +
+			"reads back its size and SHA-256, downloads it, lists it and deletes it. Read the job at GET " +
+			"/api/v1/backups/jobs/{job_id}: data {key, bytes, steps: [{step, ok, duration_ms, error}]}, error holding the " +
+			"provider's error text when a step failed. 409 when no settings are saved or the server has no agent.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *backupStorageTestInput) (*acceptedOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		j, err := s.deps.Backups.TestStorage(ctx, a, c, in.ServerID)
+		if err != nil {
+			return nil, err
+		}
+		return backupAccepted(accepted(j, true)), nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-backup-job", Method: http.MethodGet, Path: "/api/v1/backups/jobs/{job_id}", Tags: tags,
+		Summary: "The status of a backup job", Errors: []int{http.StatusNotFound},
+		Description: "A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as " +
+			"soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error " +
+			"class, not its data, events or error text (redacted true).",
+	}, SignedIn, func(ctx context.Context, in *backupJobInput) (*jobOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		j, ev, err := s.deps.Backups.Job(ctx, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
+	})
+}
+
+// backupAccepted points the reply of a backup call at the backup job
+// path.
+func backupAccepted(out *acceptedOutput) *acceptedOutput {
+	out.Location = "/api/v1/backups/jobs/" + out.Body.JobID
+	return out
+}

@@ -1,0 +1,294 @@
+package testlab
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/xml"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+// S3 is an S3-protocol server on 127.0.0.1 over HTTPS, with a
+// certificate of a CA the test made. Objects live in memory (gofakes3).
+// Every request must carry a valid AWS Signature Version 4 made with
+// the server's access key and secret, as on AWS: a wrong key id answers
+// 403 InvalidAccessKeyId, a wrong secret 403 SignatureDoesNotMatch.
+//
+// A test can make it fail: uploads cut off mid-body (FailUploadsAfter),
+// every request refused (SetUnavailable), an object's bytes altered in
+// place (Corrupt).
+type S3 struct {
+	// Endpoint is host:port, as S3 clients take it.
+	Endpoint string
+	// Bucket exists from the start.
+	Bucket          string
+	Region          string
+	AccessKeyID     string
+	SecretAccessKey string
+	// CA signed the certificate; CAFile holds it in PEM (SSL_CERT_FILE).
+	CA     *TestCA
+	CAFile string
+
+	backend *s3mem.Backend
+	fake    http.Handler
+
+	failAfter   atomic.Int64 // < 0: uploads are not cut off
+	unavailable atomic.Bool
+	cuts        atomic.Int64
+	denied      atomic.Int64
+
+	mu       sync.Mutex // guards requests
+	requests map[string]int
+}
+
+// StartS3 starts the server with its bucket.
+func StartS3(t testing.TB) *S3 {
+	t.Helper()
+	ca := NewTestCA(t)
+	certPEM, keyPEM := ca.Leaf(t, "127.0.0.1", "localhost")
+	cert, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "s3-ca.pem")
+	if err := os.WriteFile(caFile, []byte(ca.PEM), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &S3{Endpoint: ln.Addr().String(), Bucket: "capstan-backups", Region: "us-east-1", AccessKeyID: "AK" + randomHex(9),
+		SecretAccessKey: randomHex(20), CA: ca, CAFile: caFile, backend: s3mem.New(), requests: map[string]int{}}
+	s.failAfter.Store(-1)
+	if err := s.backend.CreateBucket(s.Bucket); err != nil {
+		t.Fatal(err)
+	}
+	s.fake = gofakes3.New(s.backend, gofakes3.WithoutVersioning(), gofakes3.WithLogger(gofakes3.DiscardLog())).Server()
+	srv := &http.Server{Handler: s, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+// FailUploadsAfter cuts every upload (a PUT with a body) off after n
+// bytes of its body, closing the connection; n < 0 stops that.
+func (s *S3) FailUploadsAfter(n int64) { s.failAfter.Store(n) }
+
+// Cuts is how many uploads were cut off.
+func (s *S3) Cuts() int64 { return s.cuts.Load() }
+
+// Denied is how many requests were refused for their signature.
+func (s *S3) Denied() int64 { return s.denied.Load() }
+
+// SetUnavailable makes every request answer 503 SlowDown (true) or be
+// served again (false).
+func (s *S3) SetUnavailable(v bool) { s.unavailable.Store(v) }
+
+// Requests is how many requests of method (GET, PUT, DELETE, HEAD,
+// POST) were served.
+func (s *S3) Requests(method string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[method]
+}
+
+// Object returns the content of the bucket's object key, or nil when it
+// does not exist.
+func (s *S3) Object(t testing.TB, key string) []byte {
+	t.Helper()
+	o, err := s.backend.GetObject(s.Bucket, key, nil)
+	if err != nil {
+		if gofakes3.HasErrorCode(err, gofakes3.ErrNoSuchKey) {
+			return nil
+		}
+		t.Fatal(err)
+	}
+	defer o.Contents.Close()
+	b, err := io.ReadAll(o.Contents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Put stores content as the object key, directly in the bucket.
+func (s *S3) Put(t testing.TB, key string, content []byte) {
+	t.Helper()
+	if _, err := s.backend.PutObject(s.Bucket, key, map[string]string{}, bytes.NewReader(content), int64(len(content)), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Corrupt replaces the object key's content with what alter makes of it.
+func (s *S3) Corrupt(t testing.TB, key string, alter func([]byte) []byte) {
+	t.Helper()
+	b := s.Object(t, key)
+	if b == nil {
+		t.Fatalf("no object %s to corrupt", key)
+	}
+	s.Put(t, key, alter(b))
+}
+
+// Keys lists the bucket's keys that start with prefix, in order.
+func (s *S3) Keys(t testing.TB, prefix string) []string {
+	t.Helper()
+	p := gofakes3.NewPrefix(&prefix, nil)
+	res, err := s.backend.ListBucket(s.Bucket, &p, gofakes3.ListBucketPage{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, c := range res.Contents {
+		keys = append(keys, c.Key)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (s *S3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.requests[r.Method]++
+	s.mu.Unlock()
+	if s.unavailable.Load() {
+		s3Problem(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+		return
+	}
+	if code, msg := s.verify(r); code != "" {
+		s.denied.Add(1)
+		s3Problem(w, http.StatusForbidden, code, msg)
+		return
+	}
+	if n := s.failAfter.Load(); n >= 0 && r.Method == http.MethodPut && r.ContentLength != 0 {
+		_, _ = io.CopyN(io.Discard, r.Body, n)
+		s.cuts.Add(1)
+		panic(http.ErrAbortHandler) // the connection closes mid-upload
+	}
+	s.fake.ServeHTTP(w, r)
+}
+
+func s3Problem(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/xml")
+	w.WriteHeader(status)
+	_ = xml.NewEncoder(w).Encode(struct {
+		XMLName xml.Name `xml:"Error"`
+		Code    string
+		Message string
+	}{Code: code, Message: msg})
+}
+
+// verify checks the request's AWS Signature Version 4 (header form) and
+// returns the S3 error code and message when it does not hold.
+func (s *S3) verify(r *http.Request) (code, msg string) {
+	const algo = "AWS4-HMAC-SHA256 "
+	auth := r.Header.Get("Authorization")
+	if !strings.HasPrefix(auth, algo) {
+		return "AccessDenied", "Anonymous access is forbidden."
+	}
+	fields := map[string]string{}
+	for _, f := range strings.Split(auth[len(algo):], ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
+		fields[k] = v
+	}
+	cred := strings.Split(fields["Credential"], "/")
+	if len(cred) != 5 || cred[3] != "s3" || cred[4] != "aws4_request" {
+		return "AuthorizationHeaderMalformed", "The authorization header is malformed."
+	}
+	if cred[0] != s.AccessKeyID {
+		return "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."
+	}
+	amzDate := r.Header.Get("X-Amz-Date")
+	if !strings.HasPrefix(amzDate, cred[1]) {
+		return "AuthorizationHeaderMalformed", "The credential's date is not the request's."
+	}
+	if ts, err := time.Parse("20060102T150405Z", amzDate); err != nil || time.Since(ts).Abs() > 15*time.Minute {
+		return "RequestTimeTooSkewed", "The difference between the request time and the current time is too large."
+	}
+	signed := fields["SignedHeaders"]
+	var hdrs strings.Builder
+	for _, h := range strings.Split(signed, ";") {
+		var v string
+		switch h {
+		case "host":
+			v = r.Host
+		case "content-length":
+			v = strconv.FormatInt(r.ContentLength, 10)
+		default:
+			vals := r.Header.Values(h)
+			for i := range vals {
+				vals[i] = strings.Join(strings.Fields(vals[i]), " ")
+			}
+			v = strings.Join(vals, ",")
+		}
+		hdrs.WriteString(h + ":" + v + "\n")
+	}
+	path := r.RequestURI
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
+	creq := strings.Join([]string{r.Method, path, canonicalQuery(r.URL.Query()), hdrs.String(), signed,
+		r.Header.Get("X-Amz-Content-Sha256")}, "\n")
+	sum := sha256.Sum256([]byte(creq))
+	sts := "AWS4-HMAC-SHA256\n" + amzDate + "\n" + strings.Join(cred[1:], "/") + "\n" + hex.EncodeToString(sum[:])
+	key := []byte("AWS4" + s.SecretAccessKey)
+	for _, part := range cred[1:] {
+		key = hmacSHA256(key, part)
+	}
+	want := hex.EncodeToString(hmacSHA256(key, sts))
+	if !hmac.Equal([]byte(want), []byte(fields["Signature"])) {
+		return "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided. Check your key and signing method."
+	}
+	return "", ""
+}
+
+func hmacSHA256(key []byte, data string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(data))
+	return m.Sum(nil)
+}
+
+// canonicalQuery is SigV4's canonical query string: names and values
+// URI-encoded, sorted by name, then value.
+func canonicalQuery(q url.Values) string {
+	type pair struct{ k, v string }
+	var pairs []pair
+	for k, vs := range q {
+		for _, v := range vs {
+			pairs = append(pairs, pair{awsEscape(k), awsEscape(v)})
+		}
+	}
+	sort.Slice(pairs, func(i, j int) bool {
+		if pairs[i].k != pairs[j].k {
+			return pairs[i].k < pairs[j].k
+		}
+		return pairs[i].v < pairs[j].v
+	})
+	out := make([]string, len(pairs))
+	for i, p := range pairs {
+		out[i] = p.k + "=" + p.v
+	}
+	return strings.Join(out, "&")
+}
+
+func awsEscape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(url.QueryEscape(s), "+", "%20"), "%7E", "~")
+}
