@@ -388,6 +388,42 @@ func (s *Service) token(ctx context.Context, key AppKey, installationID, repoID 
 	return t, nil
 }
 
+// errMint marks the errors of minting a token.
+var errMint = errors.New("minting an installation token")
+
+// withToken runs fn with an installation token (see token). A cached
+// token the provider no longer accepts (401: revoked, as on an uninstall)
+// is dropped and fn runs once more with a new one. Errors of the mint
+// wrap errMint.
+func (s *Service) withToken(ctx context.Context, key AppKey, installationID, repoID int64, fn func(Token) error) error {
+	for attempt := 0; ; attempt++ {
+		tok, err := s.token(ctx, key, installationID, repoID)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errMint, err)
+		}
+		err = fn(tok)
+		if providerStatus(err) != http.StatusUnauthorized || attempt > 0 {
+			return err
+		}
+		s.dropToken(tokenKey{appID: key.AppID, installationID: installationID, repoID: repoID}, tok)
+	}
+}
+
+// dropToken forgets a cached token if it is still tok.
+func (s *Service) dropToken(k tokenKey, tok Token) {
+	s.mu.Lock()
+	ct := s.tokens[k]
+	s.mu.Unlock()
+	if ct == nil {
+		return
+	}
+	ct.mu.Lock()
+	defer ct.mu.Unlock()
+	if ct.token.Value == tok.Value {
+		ct.token = Token{}
+	}
+}
+
 // forgetTokens drops the cached tokens of an installation, or of every
 // installation when id is 0.
 func (s *Service) forgetTokens(id int64) {
@@ -410,7 +446,8 @@ func (s *Service) installation(ctx context.Context, id int64) (Installation, err
 }
 
 // Repositories lists every repository the recorded installations can
-// read, by full name.
+// read, by full name. An installation the provider no longer knows (it was
+// uninstalled while no webhook came through) is forgotten on the way.
 func (s *Service) Repositories(ctx context.Context) ([]Repository, error) {
 	_, key, err := s.appKey(ctx)
 	if err != nil {
@@ -422,11 +459,17 @@ func (s *Service) Repositories(ctx context.Context) ([]Repository, error) {
 	}
 	out := []Repository{}
 	for _, in := range list {
-		tok, err := s.token(ctx, key, in.ID, 0)
-		if err != nil {
-			return nil, upstream(fmt.Sprintf("minting a token of installation %d", in.ID), err)
+		var repos []Repository
+		err := s.withToken(ctx, key, in.ID, 0, func(tok Token) (err error) {
+			repos, err = s.provider.Repositories(ctx, tok.Value)
+			return err
+		})
+		if errors.Is(err, errMint) && providerStatus(err) == http.StatusNotFound {
+			if err := s.forgetInstallation(ctx, in.ID, "provider"); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		repos, err := s.provider.Repositories(ctx, tok.Value)
 		if err != nil {
 			return nil, upstream(fmt.Sprintf("listing the repositories of installation %d", in.ID), err)
 		}
@@ -467,21 +510,21 @@ func (s *Service) Access(ctx context.Context, installationID, repoID int64, fiel
 		}
 		return fault.NotFoundf("Installation %d cannot access repository %d.", installationID, repoID)
 	}
-	tok, err := s.token(ctx, key, installationID, repoID)
+	var repo Repository
+	var tok Token
+	err = s.withToken(ctx, key, installationID, repoID, func(t Token) (err error) {
+		tok = t
+		repo, err = s.provider.Repository(ctx, t.Value, repoID)
+		return err
+	})
 	if err != nil {
-		// GitHub answers 422 for a repository outside the installation.
+		// GitHub answers a token for a repository outside the
+		// installation 422, and a repository it cannot see 404.
 		switch providerStatus(err) {
 		case http.StatusUnprocessableEntity, http.StatusNotFound:
 			return RepoAccess{}, cannot()
 		}
-		return RepoAccess{}, upstream(fmt.Sprintf("minting a token of installation %d", installationID), err)
-	}
-	repo, err := s.provider.Repository(ctx, tok.Value, repoID)
-	if err != nil {
-		if providerStatus(err) == http.StatusNotFound {
-			return RepoAccess{}, cannot()
-		}
-		return RepoAccess{}, upstream(fmt.Sprintf("reading repository %d", repoID), err)
+		return RepoAccess{}, upstream(fmt.Sprintf("reading repository %d through installation %d", repoID, installationID), err)
 	}
 	repo.InstallationID = installationID
 	return RepoAccess{Repository: repo, Token: tok}, nil
@@ -552,4 +595,16 @@ func (s *Service) Resolve(ctx context.Context, ra RepoAccess, ref string) (Commi
 		return Commit{}, upstream(fmt.Sprintf("resolving %s of %s", ref, ra.Repository.FullName), err)
 	}
 	return c, nil
+}
+
+// forgetInstallation forgets an installation that is gone on the provider;
+// by says who said so (webhook, provider).
+func (s *Service) forgetInstallation(ctx context.Context, id int64, by string) error {
+	ok, err := s.store.DeleteGitHostInstallation(ctx, id)
+	if err != nil || !ok {
+		return err
+	}
+	s.forgetTokens(id)
+	return s.record(ctx, Caller{Actor: audit.Actor{Type: audit.ActorSystem}}, ActionInstallationRemoved,
+		audit.Target{Type: "githost_installation", ID: strconv.FormatInt(id, 10)}, map[string]any{"by": by})
 }

@@ -335,6 +335,19 @@ func TestInstallationsRepositoriesBranches(t *testing.T) {
 		_, err = r.svc.Access(r.ctx, 424242, first.ID, "source.repo_id")
 		wantFault(t, err, fault.Invalid, "source.installation_id")
 
+		// Revoked tokens are replaced at their first refusal.
+		r.host.RevokeTokens()
+		mints = r.host.Mints()
+		if _, err := r.svc.Repositories(r.ctx); err != nil {
+			t.Fatalf("listing with revoked tokens: %v", err)
+		}
+		if _, err := r.svc.Branches(r.ctx, selected, web.ID); err != nil {
+			t.Fatalf("branches with revoked tokens: %v", err)
+		}
+		if got := r.host.Mints() - mints; got != 3 {
+			t.Fatalf("%d tokens minted after the revocation, want 3 (two installations, one repository)", got)
+		}
+
 		// A token is used until it has less than TokenMargin left.
 		mints = r.host.Mints()
 		if _, err := r.svc.Branches(r.ctx, selected, web.ID); err != nil {
@@ -349,6 +362,20 @@ func TestInstallationsRepositoriesBranches(t *testing.T) {
 		}
 		if got := r.host.Mints(); got != mints+1 {
 			t.Fatalf("%d tokens minted for a token close to its expiry, want 1", got-mints)
+		}
+
+		// Uninstalled on the provider without a webhook: forgotten by the
+		// next listing, which goes on with the other installation.
+		r.host.Uninstall(all)
+		repos, err = r.svc.Repositories(r.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(repos) != 1 || repos[0].FullName != "solo/web" {
+			t.Fatalf("repositories after an uninstall: %+v", repos)
+		}
+		if _, err := st.GitHostInstallation(r.ctx, all); !fault.Is(err, fault.NotFound) {
+			t.Fatalf("the uninstalled installation is still recorded: %v", err)
 		}
 
 		d, err := r.svc.Disconnect(r.ctx, r.caller)

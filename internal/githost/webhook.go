@@ -193,13 +193,11 @@ func (s *Service) handleInstallation(ctx context.Context, name string, ev event,
 	system := Caller{Actor: audit.Actor{Type: audit.ActorSystem}}
 	target := audit.Target{Type: "githost_installation", ID: strconv.FormatInt(in.ID, 10)}
 	if name == "installation" && ev.Action == "deleted" {
-		ok, err := s.store.DeleteGitHostInstallation(ctx, in.ID)
-		if err != nil || !ok {
-			return err
+		if _, err := s.store.GitHostInstallation(ctx, in.ID); err != nil {
+			return nil // not recorded
 		}
-		s.forgetTokens(in.ID)
 		res.Result = WebhookHandled
-		return s.record(ctx, system, ActionInstallationRemoved, target, map[string]any{"by": "webhook"})
+		return s.forgetInstallation(ctx, in.ID, "webhook")
 	}
 	// created, new_permissions_accepted, suspend, unsuspend; added or
 	// removed repositories: the installation as it is now.

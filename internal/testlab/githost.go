@@ -769,3 +769,10 @@ func (g *GitHost) PostManifest(t testing.TB, postURL string, manifest map[string
 	}
 	return loc.Query().Get("code"), loc.Query().Get("state")
 }
+
+// RevokeTokens revokes every installation token minted so far.
+func (g *GitHost) RevokeTokens() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.tokens)
+}
