@@ -42,9 +42,11 @@ type AppDeployment struct {
 			CommitAuthor  string `json:"commit_author"`
 		} `json:"git"`
 	} `json:"spec"`
-	Result *agentproto.DeployResult `json:"result"`
-	Job    *JobInfo                 `json:"job"`
-	Events []JobEvent               `json:"events"`
+	Result     *agentproto.DeployResult `json:"result"`
+	StartedAt  *time.Time               `json:"started_at"`
+	FinishedAt *time.Time               `json:"finished_at"`
+	Job        *JobInfo                 `json:"job"`
+	Events     []JobEvent               `json:"events"`
 }
 
 // AppInfo is an application's detail as the API shows it.

@@ -232,11 +232,10 @@ func TestGitDeploy(t *testing.T) {
 		}
 	}
 	// Figures: push webhook → commit 2 serving, and its parts.
-	job := d2.Job
-	var run time.Duration
-	if job != nil && job.StartedAt != nil && job.FinishedAt != nil {
-		run = job.FinishedAt.Sub(*job.StartedAt)
+	if d2.StartedAt == nil || d2.FinishedAt == nil {
+		t.Fatalf("the auto deployment has no start or end: %+v, %+v", d2.StartedAt, d2.FinishedAt)
 	}
+	run := d2.FinishedAt.Sub(*d2.StartedAt)
 	b2 := d2.Result.Build
 	t.Logf("BENCH push webhook → serving commit 2: %s; the job ran %s: fetch %d ms, build %d ms (%d of %d steps cached), release %d ms",
 		serving.Round(time.Millisecond), run.Round(time.Millisecond), b2.FetchMillis, b2.BuildMillis, b2.CachedSteps, b2.Steps,
