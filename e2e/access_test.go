@@ -196,6 +196,13 @@ func TestAccessByRole(t *testing.T) {
 	// The provider's webhook deliveries carry a signature, not a token.
 	cases["POST /api/v1/githost/webhook"] = routeCase{access: public, path: "/api/v1/githost/webhook", body: map[string]any{}}
 
+	// The cloud drive for backups: administrators manage it; the
+	// provider sends the browser back to the callback without a token.
+	cases["GET /api/v1/backups/clouddrive"] = routeCase{access: admin, path: "/api/v1/backups/clouddrive"}
+	cases["POST /api/v1/backups/clouddrive/connect"] = routeCase{access: admin, path: "/api/v1/backups/clouddrive/connect"}
+	cases["GET /api/v1/backups/clouddrive/callback"] = routeCase{access: public, path: "/api/v1/backups/clouddrive/callback?state=x&code=y"}
+	cases["DELETE /api/v1/backups/clouddrive/connection"] = routeCase{access: admin, path: "/api/v1/backups/clouddrive/connection"}
+
 	// The document's operations are exactly the table's, each declared
 	// with the security its access needs.
 	resp := r.Get(t, "/openapi.json", "")

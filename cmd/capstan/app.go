@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/backups"
+	"github.com/capstan-dev/capstan/internal/clouddrive"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/events"
@@ -48,7 +49,9 @@ type app struct {
 	monitor  *monitoring.Service
 	inbox    *notify.Inbox
 	backups  *backups.Service
-	schema   int64
+	// clouddrive is set by useCloudDrive (capstan serve); nil otherwise.
+	clouddrive *clouddrive.Service
+	schema     int64
 }
 
 // openApp prepares the data dir, loads or creates the secret key, opens the

@@ -25,6 +25,7 @@ import (
 
 type serveCmd struct {
 	StoreFlags
+	cloudDriveFlags
 	Listen        string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
 	PublicURL     string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
 	LogLevel      string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
@@ -97,6 +98,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
+	driveConfig, err := c.cloudDriveFlags.config(publicURL)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	var pprofLn net.Listener
 	if c.PprofListen != "" {
 		if pprofLn, err = listenPprof(c.PprofListen); err != nil {
@@ -114,6 +120,9 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err := a.useArtifacts(c.DataDir, artifactOpts); err != nil {
 		return err
 	}
+	if err := a.useCloudDrive(driveConfig, log); err != nil {
+		return err
+	}
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
@@ -125,7 +134,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Backups: a.backups,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
-		AllowInsecureAgents: c.AllowInsecure}))
+		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))
 	// Heartbeats are written in batches; the last batch is written after
 	// the HTTP server has shut down, before the store closes.
 	stopTouches := a.servers.StartTouchBatching(servers.TouchFlushInterval, log)

@@ -2,7 +2,7 @@ package store
 
 import (
 	"context"
-		"time"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 

@@ -142,7 +142,7 @@ func StartCloudDrive(t testing.TB) *CloudDrive {
 		URL: "https://" + ln.Addr().String(), CA: ca, CAFile: caFile,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
-		ClientID: randomToken(8) + ".apps.googleusercontent.com", ClientSecret: "GOCSPX-" + randomToken(18),
+		ClientID: fmt.Sprintf("%012d-%s.apps.googleusercontent.com", time.Now().UnixNano()%1e12, strings.ToLower(hex.EncodeToString([]byte(randomToken(6))))), ClientSecret: "GOCSPX-" + randomToken(18),
 		Email: "backups@example.com", codes: map[string]*driveCode{}, grants: map[string]*driveGrant{},
 		access: map[string]driveAccess{}, files: map[string]*driveFile{}, sessions: map[string]*driveSession{},
 		tokenTTL: time.Hour,
@@ -610,7 +610,9 @@ func (d *CloudDrive) list(w http.ResponseWriter, r *http.Request) {
 	d.mu.Unlock()
 	switch q.Get("orderBy") {
 	case "", "name":
-		sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name || all[i].name == all[j].name && all[i].id < all[j].id })
+		sort.Slice(all, func(i, j int) bool {
+			return all[i].name < all[j].name || all[i].name == all[j].name && all[i].id < all[j].id
+		})
 	case "createdTime":
 		sort.Slice(all, func(i, j int) bool { return all[i].created.Before(all[j].created) })
 	case "modifiedTime desc":
