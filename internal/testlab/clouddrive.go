@@ -516,7 +516,7 @@ func (d *CloudDrive) drive(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
-	case p == "/upload/drive/v3/files" && r.Method == http.MethodPost && r.URL.Query().Has("upload_id") == false:
+	case p == "/upload/drive/v3/files" && r.Method == http.MethodPost && !r.URL.Query().Has("upload_id"):
 		d.startUpload(w, r, "")
 	case strings.HasPrefix(p, "/upload/drive/v3/files/") && r.Method == http.MethodPatch && !r.URL.Query().Has("upload_id"):
 		d.startUpload(w, r, strings.TrimPrefix(p, "/upload/drive/v3/files/"))
@@ -566,7 +566,7 @@ func matcher(q string) (func(*driveFile) bool, error) {
 		} else if term == "trashed = false" {
 			continue
 		} else {
-			return nil, fmt.Errorf("Invalid Value")
+			return nil, fmt.Errorf("invalid value")
 		}
 	}
 	return func(f *driveFile) bool {
