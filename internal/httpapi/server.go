@@ -159,6 +159,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerServerRequests()
 	s.registerEvents()
 	s.registerGitHost()
+	s.registerLandings()
 	s.registerMonitoring()
 	s.registerNotifications()
 	s.registerBackups()
