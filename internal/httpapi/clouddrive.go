@@ -2,9 +2,7 @@ package httpapi
 
 import (
 	"context"
-	"html/template"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -35,9 +33,11 @@ type cloudDriveCallbackInput struct {
 }
 
 type cloudDriveCallbackOutput struct {
-	ContentType string      `header:"Content-Type"`
-	SetCookie   http.Cookie `header:"Set-Cookie" doc:"Clears the browser binding"`
-	Body        []byte
+	ContentType  string      `header:"Content-Type"`
+	CSP          string      `header:"Content-Security-Policy"`
+	CacheControl string      `header:"Cache-Control"`
+	SetCookie    http.Cookie `header:"Set-Cookie" doc:"Clears the browser binding"`
+	Body         []byte
 }
 
 type cloudDriveDisconnectInput struct {
@@ -58,12 +58,6 @@ func (s *Server) cloudDriveCookie(value string, maxAge int) http.Cookie {
 	return http.Cookie{Name: name, Value: value, Path: clouddrive.CallbackPath, MaxAge: maxAge, HttpOnly: true,
 		Secure: s.cookie.secure, SameSite: http.SameSiteLaxMode}
 }
-
-var connectedPage = template.Must(template.New("connected").Parse(`<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Cloud drive connected</title></head>
-<body><h1>Cloud drive connected</h1>
-<p>Backups can now be stored in the Google Drive{{if .}} of {{.}}{{end}}. You can close this tab.</p></body></html>
-`))
 
 // CloudDrive mounts the cloud drive's sign-in routes.
 func CloudDrive(svc *clouddrive.Service) func(*Server) {
@@ -122,12 +116,17 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 		if err != nil {
 			return nil, err
 		}
-		var page strings.Builder
-		if err := connectedPage.Execute(&page, st.AccountEmail); err != nil {
+		where := "the Google Drive"
+		if st.AccountEmail != "" {
+			where += " of " + st.AccountEmail
+		}
+		page, err := renderLanding(landingPage{Title: "Cloud drive connected",
+			Lines: []string{"Backups can now be stored in " + where + ". You can close this tab."}})
+		if err != nil {
 			return nil, err
 		}
-		return &cloudDriveCallbackOutput{ContentType: "text/html; charset=utf-8", SetCookie: s.cloudDriveCookie("", -1),
-			Body: []byte(page.String())}, nil
+		return &cloudDriveCallbackOutput{ContentType: landingType, CSP: landingCSP, CacheControl: "no-store",
+			SetCookie: s.cloudDriveCookie("", -1), Body: page}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "clouddrive-disconnect", Method: http.MethodDelete, Path: "/api/v1/backups/clouddrive/connection", Tags: tags,

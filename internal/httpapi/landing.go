@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"html/template"
 	"net/http"
@@ -28,13 +29,26 @@ pre{background:#f3f4f6;padding:1rem;overflow-x:auto;white-space:pre-wrap;word-br
 <body><h1>{{.Title}}</h1>{{range .Lines}}<p>{{.}}</p>{{end}}{{if .Call}}<pre>{{.Call}}</pre>{{end}}</body></html>
 `))
 
-func writeLanding(w http.ResponseWriter, status int, p landingPage) {
+const landingType = "text/html; charset=utf-8"
+
+func renderLanding(p landingPage) ([]byte, error) {
+	var b bytes.Buffer
+	err := landingTemplate.Execute(&b, p)
+	return b.Bytes(), err
+}
+
+func writeLanding(w http.ResponseWriter, r *http.Request, status int, p landingPage) {
+	page, err := renderLanding(p)
+	if err != nil {
+		writeProblem(w, r, newProblem(http.StatusInternalServerError, "", "The page could not be rendered."))
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", landingCSP)
-	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Type", landingType)
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	landingTemplate.Execute(w, p) //nolint:errcheck // the browser may have gone
+	w.Write(page) //nolint:errcheck // the browser may have gone
 }
 
 // registerLandings serves the pages the git host sends the browser back
@@ -44,11 +58,11 @@ func (s *Server) registerLandings() {
 		q := r.URL.Query()
 		code, state := q.Get("code"), q.Get("state")
 		if code == "" || state == "" {
-			writeLanding(w, http.StatusBadRequest, landingPage{Title: "Git host app not created",
+			writeLanding(w, r, http.StatusBadRequest, landingPage{Title: "Git host app not created",
 				Lines: []string{"The provider sent the browser back without a code and a state, so no app was created. Start again with POST /api/v1/githost/manifest."}})
 			return
 		}
-		writeLanding(w, http.StatusOK, landingPage{Title: "Finish connecting the git host app",
+		writeLanding(w, r, http.StatusOK, landingPage{Title: "Finish connecting the git host app",
 			Lines: []string{"The provider created the app. Finish connecting it within the hour, as the administrator who started, with this call (the code works once):"},
 			Call:  callText("/api/v1/githost/manifest/complete", map[string]any{"code": code, "state": state})})
 	})
@@ -56,11 +70,11 @@ func (s *Server) registerLandings() {
 		q := r.URL.Query()
 		id, err := strconv.ParseInt(q.Get("installation_id"), 10, 64)
 		if err != nil || id < 1 {
-			writeLanding(w, http.StatusBadRequest, landingPage{Title: "No installation",
+			writeLanding(w, r, http.StatusBadRequest, landingPage{Title: "No installation",
 				Lines: []string{"The provider sent the browser back without an installation id. Install the app on the provider's side, then come back."}})
 			return
 		}
-		writeLanding(w, http.StatusOK, landingPage{Title: "Record the installation",
+		writeLanding(w, r, http.StatusOK, landingPage{Title: "Record the installation",
 			Lines: []string{"The app was installed on the provider's side. Record the installation with this call; Capstan checks it with the provider first:"},
 			Call:  callText("/api/v1/githost/installations", map[string]any{"installation_id": id, "setup_action": q.Get("setup_action")})})
 	})
