@@ -54,6 +54,7 @@ type AppInfo struct {
 	ID            string `json:"id"`
 	Name          string `json:"name"`
 	ServerID      string `json:"server_id"`
+	Kind          string `json:"kind"`
 	Status        string `json:"status"`
 	ContainerPort int    `json:"container_port"`
 	HealthPath    string `json:"health_path"`
@@ -548,6 +549,9 @@ func TestApplicationAPIRefusesBadInput(t *testing.T) {
 	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
 	resp.JSON(t, &app)
+	if app.Kind != "container" {
+		t.Fatalf("default kind: %s", resp.Body)
+	}
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
 	expectStatus(t, resp, http.StatusCreated)
 	var dom struct {
@@ -591,6 +595,8 @@ func TestApplicationAPIRefusesBadInput(t *testing.T) {
 		{"memory unit", "POST", "/api/v1/applications", good(map[string]any{"memory_limit": "512"}), []string{"memory_limit"}},
 		{"unknown server", "POST", "/api/v1/applications", good(map[string]any{"server_id": "srv_nope"}), []string{"server_id"}},
 		{"pending server", "POST", "/api/v1/applications", good(map[string]any{"server_id": pending.Server.ID}), []string{"server_id"}},
+		{"unknown kind", "POST", "/api/v1/applications", good(map[string]any{"kind": "vm"}), []string{"kind"}},
+		{"patch kind", "PATCH", appPath, map[string]any{"kind": "compose"}, []string{"kind"}},
 		{"patch name", "PATCH", appPath, map[string]any{"name": "-web"}, []string{"name"}},
 		{"patch image", "PATCH", appPath, map[string]any{"image": "nginx@sha256:abc"}, []string{"image"}},
 		{"patch port and env", "PATCH", appPath, map[string]any{"container_port": 99999, "env": []map[string]string{{"key": "A B", "value": ""}}}, []string{"container_port", "env[0].key"}},

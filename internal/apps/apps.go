@@ -60,6 +60,33 @@ const (
 	Superseded = "superseded"
 )
 
+// Application kinds: what an application's deployments run. The kind is
+// fixed at creation.
+const (
+	KindContainer = "container" // one container image
+	KindCompose   = "compose"   // a multi-container stack from a compose document
+	KindService   = "service"   // a program under the server's service manager
+)
+
+// availableKinds are the kinds this control plane creates applications of.
+var availableKinds = map[string]bool{
+	KindContainer: true,
+}
+
+// KindProblem says what is wrong with an application kind; "" means the
+// default (container) or an available kind.
+func KindProblem(kind string) string {
+	switch kind {
+	case "", KindContainer, KindCompose, KindService:
+	default:
+		return "must be container, compose or service"
+	}
+	if kind != "" && !availableKinds[kind] {
+		return "kind " + kind + " is not available on this control plane"
+	}
+	return ""
+}
+
 // Source types.
 const (
 	SourceImage = "image"
@@ -100,9 +127,11 @@ type EnvVar struct {
 
 // App is an application as stored.
 type App struct {
-	ID            string
-	ServerID      string
-	Name          string
+	ID       string
+	ServerID string
+	Name     string
+	// Kind is KindContainer, KindCompose or KindService.
+	Kind          string
 	Source        Source
 	ContainerPort int
 	HealthPath    string
@@ -123,6 +152,8 @@ type App struct {
 	// SealedBuildArgs are the build arguments' values, sealed and bound
 	// to the application ("" when none). Never shown.
 	SealedBuildArgs string
+	// Compose is a compose application's stack; zero for other kinds.
+	Compose ComposeSettings
 
 	// Derived by the store's reads.
 	LatestStatus string // status of the newest deployment, "" if none
@@ -167,6 +198,9 @@ type DeploymentRecord struct {
 	// SealedBuildArgs are the build arguments of a deployment from git,
 	// sealed and bound to the deployment; written on insert only.
 	SealedBuildArgs string
+	// Release is what a succeeded deployment of a compose application
+	// keeps for rollbacks; nil for other kinds.
+	Release *Release
 
 	// Joined from the job, "" without one.
 	JobStatus    string
@@ -179,7 +213,25 @@ type Finish struct {
 	Error   string
 	Result  json.RawMessage
 	ImageID string
+	// Release is kept with a succeeded compose deployment.
+	Release *Release
 	At      time.Time
+}
+
+// ComposeSettings describe a compose application's stack: an inline
+// compose document, or (git sources) the compose file's path in the
+// repository; and the service the proxy routes to.
+type ComposeSettings struct {
+	File       string `json:"compose_file,omitempty"`
+	WebService string `json:"web_service,omitempty"`
+	Document   string `json:"document,omitempty"`
+}
+
+// Release is what a compose deployment released: the image id every
+// service ran, by service name. With the deployment's frozen compose
+// document it is enough to re-create the stack.
+type Release struct {
+	Services map[string]string `json:"services"`
 }
 
 // Store persists applications and deployments.

@@ -353,6 +353,27 @@ func TestCreateAndUpdateValidation(t *testing.T) {
 		t.Fatalf("same name on another server: %v", err)
 	}
 
+	if app.Kind != apps.KindContainer {
+		t.Fatalf("default kind %q, want container", app.Kind)
+	}
+	for _, kind := range []string{apps.KindCompose, apps.KindService} {
+		_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-" + kind, ServerID: r.serverID, Kind: kind,
+			Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
+		wantInvalid(t, err, "kind")
+		if msg := fault.As(err).Fields[0].Message; !strings.Contains(msg, "not available") {
+			t.Fatalf("kind %s: %q", kind, msg)
+		}
+	}
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-vm", ServerID: r.serverID, Kind: "vm",
+		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
+	wantInvalid(t, err, "kind")
+	same, otherKind := apps.KindContainer, apps.KindCompose
+	if _, err := r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Kind: &same}); err != nil {
+		t.Fatalf("patch with the same kind: %v", err)
+	}
+	_, err = r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Kind: &otherKind})
+	wantInvalid(t, err, "kind")
+
 	bad, port, path, mem, img := "-x", 0, "/a b", "10x", "UPPER"
 	_, err = r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Name: &bad, ContainerPort: &port, HealthPath: &path,
 		MemoryLimit: &mem, Image: &img, Env: &[]apps.EnvVar{{Key: "A-B"}}})

@@ -137,6 +137,7 @@ type Application struct {
 	ID                  string    `json:"id"`
 	Name                string    `json:"name" doc:"DNS label, unique on its server"`
 	ServerID            string    `json:"server_id"`
+	Kind                string    `json:"kind" enum:"container,compose,service" doc:"What the deployments run, fixed at creation: container (one image), compose (a multi-container stack), service (a program under the server's service manager)"`
 	Source              Source    `json:"source"`
 	ContainerPort       int       `json:"container_port" doc:"The port the container listens on"`
 	HealthPath          string    `json:"health_path" doc:"Path that must answer 2xx or 3xx before a release takes traffic"`
@@ -183,7 +184,7 @@ func strp(s string) *string {
 // view is the application as r may read it: a member gets the class of a
 // removal error, not its text (the agent's, which may carry output).
 func (a App) view(r jobs.Reader) Application {
-	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Source: a.Source, ContainerPort: a.ContainerPort,
+	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Kind: a.Kind, Source: a.Source, ContainerPort: a.ContainerPort,
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
 	if a.Source.Type == SourceGit {
@@ -191,6 +192,9 @@ func (a App) view(r jobs.Reader) Application {
 	}
 	if v.EnvKeys == nil {
 		v.EnvKeys = []string{}
+	}
+	if v.Kind == "" {
+		v.Kind = KindContainer
 	}
 	switch {
 	case a.State == StateRemoving:
@@ -218,8 +222,10 @@ func (a App) view(r jobs.Reader) Application {
 
 // NewApp is a request to create an application.
 type NewApp struct {
-	Name          string
-	ServerID      string
+	Name     string
+	ServerID string
+	// Kind "" means KindContainer.
+	Kind          string
 	Source        Source
 	ContainerPort int
 	// HealthPath nil means "/"; an explicit "" is refused.
@@ -239,7 +245,9 @@ type NewApp struct {
 // Patch changes an application's settings for its next deployment; nil
 // fields stay as they are. Env replaces the whole list.
 type Patch struct {
-	Name          *string
+	Name *string
+	// Kind is fixed at creation: only the application's own is accepted.
+	Kind          *string
 	Image         *string
 	Source        *Source
 	ContainerPort *int
@@ -318,6 +326,12 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if p := NameProblem(n.Name); p != "" {
 		errs.Add("name", "%s", p)
 	}
+	if p := KindProblem(n.Kind); p != "" {
+		errs.Add("kind", "%s", p)
+	}
+	if n.Kind == "" {
+		n.Kind = KindContainer
+	}
 	validateSource(n.Source, &errs)
 	if p := PortProblem(n.ContainerPort); p != "" {
 		errs.Add("container_port", "%s", p)
@@ -360,7 +374,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return ApplicationDetail{}, err
 	}
 	now := s.now().UTC()
-	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Source: n.Source,
+	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
 		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build}
 	sealed, err := s.sealEnv("applications", a.ID, n.Env)
@@ -374,7 +388,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return ApplicationDetail{}, err
 	}
 	if err := s.record(ctx, actor, c, ActionCreated, "application", a.ID, map[string]any{
-		"name": a.Name, "server_id": a.ServerID, "image": a.Source.Image, "env_keys": a.EnvKeys}); err != nil {
+		"name": a.Name, "server_id": a.ServerID, "kind": a.Kind, "image": a.Source.Image, "env_keys": a.EnvKeys}); err != nil {
 		return ApplicationDetail{}, err
 	}
 	if n.Deploy {
@@ -498,6 +512,9 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		}
 		a.Name = *p.Name
 		changed = append(changed, "name")
+	}
+	if p.Kind != nil && *p.Kind != a.Kind {
+		errs.Add("kind", "is fixed at creation: this is a %s application", a.Kind)
 	}
 	if p.Source != nil {
 		validateSource(*p.Source, &errs)

@@ -48,6 +48,7 @@ type createAppInput struct {
 	Body struct {
 		Name          string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
 		ServerID      string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
+		Kind          string        `json:"kind,omitempty" maxLength:"32" doc:"container (the default when absent), compose or service; fixed at creation. A kind this control plane does not run yet is refused (422)"`
 		Source        apps.Source   `json:"source" doc:"{type: image, image} or {type: git, installation_id, repo_id, branch}: the installation must be recorded and able to read the repository, and the branch must exist (422 otherwise)"`
 		ContainerPort int           `json:"container_port" doc:"The port the container listens on: 1 to 65535"`
 		HealthPath    *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
@@ -65,6 +66,7 @@ type patchAppInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body struct {
 		Name          *string        `json:"name,omitempty"`
+		Kind          *string        `json:"kind,omitempty" maxLength:"32" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
 		Image         *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
 		Source        *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
 		ContainerPort *int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`
@@ -188,7 +190,7 @@ func (s *Server) registerApps() {
 		}
 		a, c := actor(ctx)
 		b := in.Body
-		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Source: b.Source,
+		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs})
@@ -227,7 +229,7 @@ func (s *Server) registerApps() {
 		}
 		a, c := actor(ctx)
 		b := in.Body
-		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Image: b.Image, Source: b.Source,
+		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs})
 		if err != nil {

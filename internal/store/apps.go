@@ -20,7 +20,7 @@ var _ apps.Store = (*Store)(nil)
 // the newest deployment and whether one is in progress.
 const appColumns = `a.id, a.server_id, a.name, a.source, a.container_port, a.health_path, a.env_keys, a.auto_deploy, a.memory_limit,
 	a.state, a.current_deployment_id, a.remove_job_id, a.remove_error, a.created_by, a.created_at, a.updated_at,
-	a.build, a.build_args,
+	a.build, a.build_args, a.kind, a.compose,
 	COALESCE((SELECT d.status FROM deployments d WHERE d.app_id = a.id ORDER BY d.id DESC LIMIT 1), '') AS latest_status,
 	EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status IN ('queued', 'running')) AS in_progress`
 
@@ -43,6 +43,8 @@ type appRow struct {
 	UpdatedAt           int64          `db:"updated_at"`
 	Build               string         `db:"build"`
 	BuildArgs           string         `db:"build_args"`
+	Kind                string         `db:"kind"`
+	Compose             string         `db:"compose"`
 	LatestStatus        string         `db:"latest_status"`
 	InProgress          bool           `db:"in_progress"`
 }
@@ -51,7 +53,8 @@ func (r appRow) app() (apps.App, error) {
 	a := apps.App{ID: r.ID, ServerID: r.ServerID, Name: r.Name, ContainerPort: r.ContainerPort, HealthPath: r.HealthPath,
 		AutoDeploy: r.AutoDeploy, MemoryLimit: r.MemoryLimit, State: r.State, CurrentDeploymentID: r.CurrentDeploymentID.String,
 		RemoveJobID: r.RemoveJobID.String, RemoveError: r.RemoveError.String, CreatedBy: r.CreatedBy,
-		CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt), LatestStatus: r.LatestStatus, InProgress: r.InProgress}
+		CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt), LatestStatus: r.LatestStatus, InProgress: r.InProgress,
+		Kind: r.Kind}
 	if err := json.Unmarshal([]byte(r.Source), &a.Source); err != nil {
 		return a, err
 	}
@@ -64,7 +67,30 @@ func (r appRow) app() (apps.App, error) {
 			return a, err
 		}
 	}
+	if r.Compose != "" {
+		if err := json.Unmarshal([]byte(r.Compose), &a.Compose); err != nil {
+			return a, err
+		}
+	}
 	return a, nil
+}
+
+// composeColumn is the stored form of a.Compose: ” when it is zero (the
+// applications of other kinds).
+func composeColumn(a apps.App) (string, error) {
+	if a.Compose == (apps.ComposeSettings{}) {
+		return "", nil
+	}
+	b, err := json.Marshal(a.Compose)
+	return string(b), err
+}
+
+// appKind is the stored kind: container unless said otherwise.
+func appKind(a apps.App) string {
+	if a.Kind == "" {
+		return apps.KindContainer
+	}
+	return a.Kind
 }
 
 // buildColumn is the stored form of a.Build: ” for image applications.
@@ -94,11 +120,15 @@ func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) err
 	if err != nil {
 		return err
 	}
+	compose, err := composeColumn(a)
+	if err != nil {
+		return err
+	}
 	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
-		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, kind, compose)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
-		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs)
+		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, appKind(a), compose)
 	if isUniqueViolation(err) {
 		return appNameTaken(a.Name)
 	}
@@ -179,10 +209,15 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 	if err != nil {
 		return err
 	}
+	compose, err := composeColumn(a)
+	if err != nil {
+		return err
+	}
+	// The kind is fixed at creation: it is not written here.
 	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
-		memory_limit = ?, updated_at = ?, build = ?, build_args = ?`
+		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, compose = ?`
 	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
-		build, a.SealedBuildArgs}
+		build, a.SealedBuildArgs, compose}
 	if sealedEnv != nil {
 		q += `, env = ?`
 		args = append(args, *sealedEnv)
@@ -261,7 +296,7 @@ func (s *Store) DeleteApp(ctx context.Context, id string) error {
 // deploymentColumns are the columns of deployments as read, with the
 // status and start of their job.
 const deploymentColumns = `d.id, d.app_id, d.server_id, d.status, d.spec, d.ref, d.rollback_of, d.job_id, d.image_id, d.result, d.error,
-	d.created_by, d.created_at, d.updated_at, d.dispatched_at, d.finished_at,
+	d.kept_release, d.created_by, d.created_at, d.updated_at, d.dispatched_at, d.finished_at,
 	COALESCE(j.status, '') AS job_status, j.started_at AS job_started_at`
 
 const deploymentFrom = ` FROM deployments d LEFT JOIN jobs j ON j.id = d.job_id`
@@ -276,6 +311,7 @@ type deploymentRow struct {
 	RollbackOf   sql.NullString `db:"rollback_of"`
 	JobID        sql.NullString `db:"job_id"`
 	ImageID      string         `db:"image_id"`
+	KeptRelease  string         `db:"kept_release"`
 	Result       sql.NullString `db:"result"`
 	Error        sql.NullString `db:"error"`
 	CreatedBy    string         `db:"created_by"`
@@ -292,7 +328,22 @@ func (r deploymentRow) deployment() (apps.DeploymentRecord, error) {
 		RollbackOf: r.RollbackOf.String, JobID: r.JobID.String, ImageID: r.ImageID, Result: rawOrNil(r.Result),
 		Error: r.Error.String, CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
 		DispatchedAt: nullMS(r.DispatchedAt), FinishedAt: nullMS(r.FinishedAt), JobStatus: r.JobStatus, JobStartedAt: nullMS(r.JobStartedAt)}
+	if r.KeptRelease != "" {
+		d.Release = &apps.Release{}
+		if err := json.Unmarshal([]byte(r.KeptRelease), d.Release); err != nil {
+			return d, err
+		}
+	}
 	return d, json.Unmarshal([]byte(r.Spec), &d.Spec)
+}
+
+// releaseColumn is the stored form of a kept release: ” for none.
+func releaseColumn(r *apps.Release) (string, error) {
+	if r == nil {
+		return "", nil
+	}
+	b, err := json.Marshal(r)
+	return string(b), err
 }
 
 func (s *Store) deployments(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]apps.DeploymentRecord, error) {
@@ -456,10 +507,15 @@ func (s *Store) SetDeploymentJob(ctx context.Context, id, jobID string, now time
 
 // FinishDeployment ends a running deployment.
 func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) (bool, error) {
+	release, err := releaseColumn(f.Release)
+	if err != nil {
+		return false, err
+	}
 	var done bool
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, finished_at = ?, updated_at = ?
-			WHERE id = ? AND status = 'running'`), f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, ms(f.At), ms(f.At), id)
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, kept_release = ?,
+			finished_at = ?, updated_at = ? WHERE id = ? AND status = 'running'`),
+			f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -414,6 +415,52 @@ func TestStoreRequestMinutes(t *testing.T) {
 		}
 		if left, _ := s.RequestBuckets(ctx, "srv_a", []string{"example.com"}, m, m.Add(24*time.Hour), 24*time.Hour); len(left) != 1 || left[0].Count != 350*2 {
 			t.Fatalf("left: %+v", left)
+		}
+	})
+}
+
+func TestStoreApplicationKinds(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		srv := mustCreateServer(t, s, "web-1")
+		plain := mustInsertApp(t, s, srv, "plain")
+		if got, err := s.App(ctx, plain.ID); err != nil || got.Kind != apps.KindContainer || got.Compose != (apps.ComposeSettings{}) {
+			t.Fatalf("an application without a kind: %+v, %v", got, err)
+		}
+		c := apps.App{ID: ids.NewAt(apps.AppIDPrefix, t0.Add(time.Second)), ServerID: srv, Name: "stack", Kind: apps.KindCompose,
+			Source: apps.Source{Type: apps.SourceImage}, ContainerPort: 8080, HealthPath: "/", State: apps.StateActive, CreatedAt: t0, UpdatedAt: t0,
+			Compose: apps.ComposeSettings{WebService: "web", Document: "services:\n  web:\n    image: nginx\n"}}
+		if err := s.InsertApp(ctx, c, ""); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.App(ctx, c.ID)
+		if err != nil || got.Kind != apps.KindCompose || got.Compose != c.Compose {
+			t.Fatalf("compose application: %+v, %v", got, err)
+		}
+		// The kind stays what it was created as; the stack changes.
+		c.Kind, c.Compose.WebService, c.UpdatedAt = apps.KindContainer, "front", t0.Add(time.Minute)
+		if err := s.UpdateApp(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = s.App(ctx, c.ID); err != nil || got.Kind != apps.KindCompose || got.Compose.WebService != "front" {
+			t.Fatalf("after update: %+v, %v", got, err)
+		}
+
+		d := mustQueueDeployment(t, s, got, t0.Add(2*time.Second))
+		if _, _, ok, err := s.ClaimDeployment(ctx, got.ID, t0); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		rel := &apps.Release{Services: map[string]string{"web": "sha256:1", "cache": "sha256:2"}}
+		if done, err := s.FinishDeployment(ctx, d.ID, apps.Finish{Status: apps.Succeeded, Release: rel, At: t0}); err != nil || !done {
+			t.Fatalf("finish: %v %v", done, err)
+		}
+		rd, err := s.Deployment(ctx, d.ID)
+		if err != nil || rd.Release == nil || !maps.Equal(rd.Release.Services, rel.Services) {
+			t.Fatalf("kept release: %+v, %v", rd.Release, err)
+		}
+		other := mustQueueDeployment(t, s, plain, t0.Add(3*time.Second))
+		if rd, err := s.Deployment(ctx, other.ID); err != nil || rd.Release != nil {
+			t.Fatalf("a deployment without a release: %+v, %v", rd.Release, err)
 		}
 	})
 }
