@@ -158,6 +158,9 @@ func TestAccessByRole(t *testing.T) {
 		"PUT /api/v1/backups/settings":                             {access: admin, path: "/api/v1/backups/settings", body: map[string]any{}},
 		"POST /api/v1/backups/settings/test":                       {access: admin, path: "/api/v1/backups/settings/test?server_id=" + none},
 		"GET /api/v1/backups/jobs/{job_id}":                        {access: signedIn, path: "/api/v1/backups/jobs/" + fx.backupJobID, output: true},
+		"POST /api/v1/backups/run":                                 {access: admin, path: "/api/v1/backups/run", body: map[string]any{}},
+		"GET /api/v1/backups":                                      {access: signedIn, path: "/api/v1/backups", output: true},
+		"GET /api/v1/backups/summary":                              {access: signedIn, path: "/api/v1/backups/summary", output: true},
 		"GET /agent/install.sh":                                    {access: public, path: "/agent/install.sh"},
 		"GET /agent/package.tar.gz":                                {access: public, path: "/agent/package.tar.gz?arch=amd64"},
 		"POST /agent/v1/enroll":                                    {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
@@ -463,6 +466,11 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	events(j.ID)
 	complete(j.ID, agentproto.StatusFailed, agentproto.BackupStorageTestResult{Key: "capstan-probe/" + j.ID, Steps: []agentproto.BackupStorageStep{
 		{Step: agentproto.BackupStepWrite, Error: "AccessDenied: " + outputMarker}}}, "write: AccessDenied: "+outputMarker)
+	// A backup that failed with the dump tool's text.
+	resp = r.Post(t, "/api/v1/backups/run", r.Token, map[string]any{"instance_id": fx.exportDatabaseID})
+	expectStatus(t, resp, http.StatusAccepted)
+	complete(r.claimAs(t, agentproto.JobBackupRun).ID, agentproto.StatusFailed, agentproto.BackupRunResult{Step: "dump"},
+		"pg_dump: "+outputMarker)
 
 	// A domain (its proxy.apply job stays queued).
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})

@@ -42,15 +42,21 @@ type StorageTestResult struct {
 }
 
 // backupRig is a control plane with a real agent on one server and an
-// S3 server.
+// S3 server; the agent keeps local copies in localDir.
 type backupRig struct {
 	*dbRig
-	s3 *testlab.S3
+	s3       *testlab.S3
+	localDir string
 }
 
 func newBackupRig(t *testing.T, d store.Dialect) *backupRig {
 	t.Helper()
-	return &backupRig{dbRig: newDBRig(t, d), s3: testlab.StartS3(t)}
+	local := t.TempDir()
+	f := newFleet(t, Options{Dialect: d, Args: []string{"--backup-local-dir", local, "--backup-local-keep", "2"}})
+	e := f.createEnrollment(t, "db-host")
+	config := enrollAgent(t, f.ControlPlane, e.Token)
+	return &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}, s3: testlab.StartS3(t),
+		localDir: local}
 }
 
 // storageSettings is a PUT of the settings of the rig's S3 server.

@@ -161,7 +161,9 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	database.Executors{}.Register(r)
 	managed := &database.Managed{}
 	managed.Register(r)
-	(&database.Transfer{Artifacts: arts, Docker: managed}).Register(r)
+	transfer := &database.Transfer{Artifacts: arts, Docker: managed}
+	transfer.Register(r)
+	(&database.Backups{Transfer: transfer}).Register(r)
 	backup.Executors{}.Register(r)
 	return r
 }

@@ -129,7 +129,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		githost:  gh,
 		monitor:  monitoring.NewService(st, srv, log, now, logger),
 		inbox:    inbox,
-		backups:  backups.NewService(st, js, srv, log, key, now, logger),
+		backups:  backups.NewService(st, js, srv, dbs, st, log, key, now, logger),
 		schema:   v,
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentapi"
+	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpapi"
@@ -26,25 +27,27 @@ import (
 type serveCmd struct {
 	StoreFlags
 	cloudDriveFlags
-	Listen        string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
-	PublicURL     string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
-	LogLevel      string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
-	TrustedProxy  bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
-	ShutdownWait  time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
-	AgentDir      string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
-	AllowInsecure bool          `name:"allow-insecure-agents" env:"CAPSTAN_ALLOW_INSECURE_AGENTS" help:"Serve the agent installer even when the public URL is plain http:// to an address other than loopback. Agent tokens and job secrets then cross the network in clear: only on a network you trust."`
-	EnrollmentTTL time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
-	MetricsEvery  time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
-	DBImages      string        `name:"database-images" env:"CAPSTAN_DATABASE_IMAGES" help:"JSON file mapping database engine versions to the container images to use instead of the official ones (see the README). Versions it does not name keep their official image."`
-	GitHostAPIURL string        `name:"githost-api-url" env:"CAPSTAN_GITHOST_API_URL" default:"https://api.github.com" help:"REST API base URL of the git host (GitHub). For GitHub Enterprise Server: https://HOST/api/v3. Its TLS certificate is checked against the system's trusted CAs (SSL_CERT_FILE, SSL_CERT_DIR)."`
-	GitHostWebURL string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
-	EvaluateEvery time.Duration `name:"alert-evaluation-interval" env:"CAPSTAN_ALERT_EVALUATION_INTERVAL" default:"30s" help:"How often alert rules are evaluated (in one control plane of those sharing a database)."`
-	DomainChecks  time.Duration `name:"domain-check-interval" env:"CAPSTAN_DOMAIN_CHECK_INTERVAL" default:"24h" help:"How often the certificate of every domain with auto or internal TLS is checked, for the tls_expiring alert rule."`
-	PprofListen   string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
-	ExportTTL     time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
-	ImportMax     string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
-	ExportMax     string        `name:"database-export-max-size" env:"CAPSTAN_DATABASE_EXPORT_MAX_SIZE" default:"100GiB" help:"Largest database export an agent may upload (compressed)."`
-	ReapEvery     time.Duration `name:"artifact-reap-interval" env:"CAPSTAN_ARTIFACT_REAP_INTERVAL" hidden:"" default:"1m" help:"How often expired database exports are deleted."`
+	Listen          string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
+	PublicURL       string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
+	LogLevel        string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	TrustedProxy    bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
+	ShutdownWait    time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
+	AgentDir        string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
+	AllowInsecure   bool          `name:"allow-insecure-agents" env:"CAPSTAN_ALLOW_INSECURE_AGENTS" help:"Serve the agent installer even when the public URL is plain http:// to an address other than loopback. Agent tokens and job secrets then cross the network in clear: only on a network you trust."`
+	EnrollmentTTL   time.Duration `name:"enrollment-ttl" env:"CAPSTAN_ENROLLMENT_TTL" default:"1h" help:"How long an enrollment token stays valid."`
+	MetricsEvery    time.Duration `name:"metrics-rollup-interval" env:"CAPSTAN_METRICS_ROLLUP_INTERVAL" default:"2m" help:"How often hourly metric rollups are brought up to date and old samples pruned."`
+	DBImages        string        `name:"database-images" env:"CAPSTAN_DATABASE_IMAGES" help:"JSON file mapping database engine versions to the container images to use instead of the official ones (see the README). Versions it does not name keep their official image."`
+	GitHostAPIURL   string        `name:"githost-api-url" env:"CAPSTAN_GITHOST_API_URL" default:"https://api.github.com" help:"REST API base URL of the git host (GitHub). For GitHub Enterprise Server: https://HOST/api/v3. Its TLS certificate is checked against the system's trusted CAs (SSL_CERT_FILE, SSL_CERT_DIR)."`
+	GitHostWebURL   string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
+	EvaluateEvery   time.Duration `name:"alert-evaluation-interval" env:"CAPSTAN_ALERT_EVALUATION_INTERVAL" default:"30s" help:"How often alert rules are evaluated (in one control plane of those sharing a database)."`
+	DomainChecks    time.Duration `name:"domain-check-interval" env:"CAPSTAN_DOMAIN_CHECK_INTERVAL" default:"24h" help:"How often the certificate of every domain with auto or internal TLS is checked, for the tls_expiring alert rule."`
+	PprofListen     string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
+	ExportTTL       time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
+	ImportMax       string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
+	ExportMax       string        `name:"database-export-max-size" env:"CAPSTAN_DATABASE_EXPORT_MAX_SIZE" default:"100GiB" help:"Largest database export an agent may upload (compressed)."`
+	BackupLocalDir  string        `name:"backup-local-dir" env:"CAPSTAN_BACKUP_LOCAL_DIR" help:"Directory on each server where agents keep local copies of backups (encrypted, like the uploaded ones). Default: /var/lib/capstan-agent/backups, the agent's state directory."`
+	BackupLocalKeep int           `name:"backup-local-keep" env:"CAPSTAN_BACKUP_LOCAL_KEEP" default:"2" help:"How many local copies of each database a server keeps (0 to 100; 0 keeps none)."`
+	ReapEvery       time.Duration `name:"artifact-reap-interval" env:"CAPSTAN_ARTIFACT_REAP_INTERVAL" hidden:"" default:"1m" help:"How often expired database exports are deleted."`
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
@@ -123,6 +126,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err := a.useCloudDrive(driveConfig, log); err != nil {
 		return err
 	}
+	if c.BackupLocalKeep < 0 || c.BackupLocalKeep > 100 {
+		return fmt.Errorf("--backup-local-keep must be between 0 and 100")
+	}
+	if c.BackupLocalDir != "" && !filepath.IsAbs(c.BackupLocalDir) {
+		return fmt.Errorf("--backup-local-dir must be an absolute path")
+	}
+	a.backups.UseRunOptions(backups.RunOptions{LocalDir: c.BackupLocalDir, LocalKeep: c.BackupLocalKeep})
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes

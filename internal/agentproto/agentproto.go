@@ -63,7 +63,8 @@
 //	            its loopback port every 30 s.
 //	2026-11-24  v1: backups (backup.go): job type backup.storage_test
 //	            with BackupStorage; the S3 access key pair in the job
-//	            secrets s3_access_key_id and s3_secret_access_key.
+//	            secrets s3_access_key_id and s3_secret_access_key;
+//	            job type backup.run (BackupRunPayload, BackupRunResult).
 package agentproto
 
 import (

@@ -81,3 +81,81 @@ type BackupStorageTestResult struct {
 	Bytes int64               `json:"bytes"`
 	Steps []BackupStorageStep `json:"steps"`
 }
+
+// JobBackupRun dumps one database, compresses and encrypts it on the
+// server, keeps a local copy and uploads it: BackupRunPayload →
+// BackupRunResult. The admin login's password is in SecretDBPassword,
+// the storage's credentials in SecretS3*.
+const JobBackupRun = "backup.run"
+
+// Manifest kinds.
+const (
+	BackupManifestSQL = "sql"
+	BackupManifestKV  = "kv"
+)
+
+// BackupManifest describes a backup's content as it was when the dump's
+// snapshot was taken, to compare with a restore of it.
+type BackupManifest struct {
+	// Kind is BackupManifest*.
+	Kind string `json:"kind"`
+	// Tables of a SQL database, by schema-qualified name, in name order.
+	Tables []BackupTable `json:"tables,omitempty"`
+	// Keys counts a key-value database's keys per type.
+	Keys map[string]int64 `json:"keys,omitempty"`
+}
+
+// BackupTable is one table of a SQL manifest.
+type BackupTable struct {
+	Name string `json:"name"`
+	Rows int64  `json:"rows"`
+	// Checksum is an order-independent checksum of the rows' text forms
+	// (the sum of the first 64 bits of each row's MD5, in decimal).
+	Checksum string `json:"checksum"`
+}
+
+// BackupRunPayload is the payload of backup.run.
+type BackupRunPayload struct {
+	RunID    string           `json:"run_id"`
+	Target   DBTarget         `json:"target"`
+	Source   DBArtifactSource `json:"source"`
+	Database string           `json:"database"`
+	Storage  BackupStorage    `json:"storage"`
+	// Key is the object's key in the storage (under its prefix).
+	Key string `json:"key"`
+	// Recipient is the age X25519 recipient (age1…) the backup is
+	// encrypted to.
+	Recipient string `json:"recipient"`
+	// LocalDir is where the server keeps local copies ("" : the agent's
+	// default); LocalKeep is how many of one database it keeps there
+	// (0: none).
+	LocalDir  string `json:"local_dir,omitempty"`
+	LocalKeep int    `json:"local_keep,omitempty"`
+}
+
+// BackupRunResult is the data of backup.run; when it fails, what was
+// done up to then.
+type BackupRunResult struct {
+	Tool        string `json:"tool,omitempty"`
+	ToolVersion string `json:"tool_version,omitempty"`
+	// Bytes and SHA256 (hex) are of the encrypted object as the agent
+	// streamed it; DumpBytes is the dump's size before compression.
+	Bytes     int64  `json:"bytes"`
+	SHA256    string `json:"sha256,omitempty"`
+	DumpBytes int64  `json:"dump_bytes"`
+	// Remote is the storage's record of the object read back after the
+	// upload; nil when the upload failed.
+	Remote *BackupObject `json:"remote,omitempty"`
+	// Local is the path of the local copy; "" when none is kept.
+	Local    string          `json:"local,omitempty"`
+	Manifest *BackupManifest `json:"manifest,omitempty"`
+	// Step is where a failed run stopped: dump, upload, read_back.
+	Step string `json:"step,omitempty"`
+}
+
+// BackupObject is an object as the storage reports it.
+type BackupObject struct {
+	Key    string `json:"key"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/secrets"
@@ -31,6 +32,7 @@ type Store interface {
 	// PutBackupSettings saves s if the stored settings' revision is
 	// prevRevision (0: none are stored) and returns false if it is not.
 	PutBackupSettings(ctx context.Context, s Settings, prevRevision int64) (bool, error)
+	RunStore
 }
 
 // Service is the backups capability.
@@ -38,17 +40,26 @@ type Service struct {
 	store   Store
 	jobs    *jobs.Service
 	servers *servers.Service
+	dbs     *databases.Service
+	events  EventPublisher
 	audit   *audit.Log
 	key     *secrets.Key
 	now     func() time.Time
 	log     *slog.Logger
+	runOpts RunOptions
 }
 
-// NewService returns the service.
-func NewService(st Store, js *jobs.Service, srv *servers.Service, log *audit.Log, key *secrets.Key, now func() time.Time,
-	logger *slog.Logger) *Service {
-	return &Service{store: st, jobs: js, servers: srv, audit: log, key: key, now: now, log: logger}
+// NewService returns the service and registers the completion hooks of
+// its job types. ev (may be nil) receives backup.failed.
+func NewService(st Store, js *jobs.Service, srv *servers.Service, dbs *databases.Service, ev EventPublisher, log *audit.Log,
+	key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
+	s := &Service{store: st, jobs: js, servers: srv, dbs: dbs, events: ev, audit: log, key: key, now: now, log: logger}
+	js.OnComplete(agentproto.JobBackupRun, s.runFinished)
+	return s
 }
+
+// UseRunOptions sets where servers keep local copies and how many.
+func (s *Service) UseRunOptions(o RunOptions) { s.runOpts = o }
 
 // Audit actions.
 const (

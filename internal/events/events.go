@@ -33,6 +33,7 @@ const (
 	ServerOffline   Type = "server.offline"
 	AlertOpened     Type = "alert.opened"
 	AlertResolved   Type = "alert.resolved"
+	BackupFailed    Type = "backup.failed"
 )
 
 // IDPrefix starts every event id.
@@ -102,6 +103,17 @@ type AlertPayload struct {
 	Acknowledged bool `json:"acknowledged,omitempty"`
 }
 
+// BackupPayload is the payload of backup.failed.
+type BackupPayload struct {
+	RunID      string `json:"run_id"`
+	InstanceID string `json:"instance_id"`
+	ServerID   string `json:"server_id"`
+	Database   string `json:"database"`
+	Trigger    string `json:"trigger"`
+	// Error says why the backup failed.
+	Error string `json:"error,omitempty"`
+}
+
 // Spec documents one event type.
 type Spec struct {
 	Type    Type
@@ -125,6 +137,8 @@ var Catalogue = []Spec{
 		"alert_id, rule_id, kind, severity, subject_type, subject_id, subject_name, detail (a filesystem's mount point), value, threshold"},
 	{AlertResolved, "an open alert's condition cleared (or its rule was disabled or deleted, or its subject is gone)", "alert",
 		"the same as alert.opened, and acknowledged"},
+	{BackupFailed, "a backup failed: its dump, upload or the storage's read-back (nothing of it counts as a backup)", "backup",
+		"run_id, instance_id, server_id, database, trigger, error"},
 }
 
 // Known reports whether t is in the catalogue.

@@ -42,8 +42,106 @@ type backupJobInput struct {
 	Wait  int    `query:"wait" minimum:"0" maximum:"30" doc:"Seconds to wait for the job to end, 0 to 30: the call answers as soon as the job is finished, or after this long with its state then"`
 }
 
+type backupRunInput struct {
+	Body struct {
+		InstanceID string `json:"instance_id" maxLength:"64" doc:"The database instance (a ready PostgreSQL instance)"`
+		Database   string `json:"database,omitempty" maxLength:"64" doc:"The database to back up; the instance's initial database when absent"`
+	}
+}
+
+type backupRunOutput struct {
+	Location string `header:"Location" doc:"The job's URL"`
+	Body     struct {
+		JobID  string          `json:"job_id"`
+		Status string          `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
+		Run    backups.RunView `json:"run"`
+	}
+}
+
+type backupListInput struct {
+	InstanceID string `query:"instance_id" maxLength:"64" doc:"Only this instance's backups"`
+	Status     string `query:"status" enum:"queued,running,succeeded,failed" doc:"Only backups in this status"`
+	Verified   string `query:"verified" enum:"true,false" doc:"true: only backups verified ok; false: backups not verified ok (never verified, or failed verification)"`
+	Limit      int    `query:"limit" minimum:"1" maximum:"200" default:"50" doc:"How many: 1 to 200; default 50"`
+	Before     string `query:"before" maxLength:"64" doc:"The next_cursor of the previous page: backups older than this run id"`
+}
+
+type backupListOutput struct {
+	Body struct {
+		Runs       []backups.RunView `json:"runs" doc:"Newest first"`
+		NextCursor string            `json:"next_cursor,omitempty" doc:"Pass as before for the next page; absent on the last"`
+	}
+}
+
+type backupSummaryOutput struct {
+	Body backups.Summary
+}
+
 func (s *Server) registerBackups() {
 	tags := []string{"Backups"}
+	op(s, huma.Operation{
+		OperationID: "run-backup", Method: http.MethodPost, Path: "/api/v1/backups/run", Tags: tags,
+		Summary: "Back up a database now",
+		Description: "Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every " +
+			"table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts " +
+			"the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object " +
+			"at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back " +
+			"matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the " +
+			"instance is not ready or no storage is configured. Audited.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *backupRunInput) (*backupRunOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		run, j, err := s.deps.Backups.Backup(ctx, a, c, in.Body.InstanceID, in.Body.Database, backups.TriggerManual)
+		if err != nil {
+			return nil, err
+		}
+		out := &backupRunOutput{Location: "/api/v1/backups/jobs/" + j.ID}
+		out.Body.JobID, out.Body.Status, out.Body.Run = j.ID, string(j.Status), run
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "list-backups", Method: http.MethodGet, Path: "/api/v1/backups", Tags: tags,
+		Summary: "Backups, newest first",
+		Description: "Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, " +
+			"manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, " +
+			"details}) and error. Members get a failed run's error as its class only.",
+	}, SignedIn, func(ctx context.Context, in *backupListInput) (*backupListOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		q := backups.RunQuery{InstanceID: in.InstanceID, Status: in.Status, Limit: in.Limit, Before: in.Before}
+		if in.Verified != "" {
+			v := in.Verified == "true"
+			q.Verified = &v
+		}
+		list, err := s.deps.Backups.Runs(ctx, q, reader(ctx))
+		if err != nil {
+			return nil, err
+		}
+		out := &backupListOutput{}
+		out.Body.Runs = list
+		if len(list) == in.Limit && len(list) > 0 {
+			out.Body.NextCursor = list[len(list)-1].ID
+		}
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "backup-summary", Method: http.MethodGet, Path: "/api/v1/backups/summary", Tags: tags,
+		Summary:     "Backup counts, size, recent failures and verified backups",
+		Description: "count and total_size of the backups that succeeded, verified_count and unverified_count, the 10 newest failures, and per instance the last success, the last verified backup and its failures.",
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*backupSummaryOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		sum, err := s.deps.Backups.Summary(ctx, reader(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return &backupSummaryOutput{Body: sum}, nil
+	})
 	op(s, huma.Operation{
 		OperationID: "get-backup-settings", Method: http.MethodGet, Path: "/api/v1/backups/settings", Tags: tags,
 		Summary: "Backup storage settings, without credentials",

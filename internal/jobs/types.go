@@ -57,6 +57,7 @@ var types = map[string]TypeSpec{
 	agentproto.JobDBImport: {Timeout: 6 * time.Hour},
 	// Backups.
 	agentproto.JobBackupStorageTest: {Timeout: 5 * time.Minute},
+	agentproto.JobBackupRun:         {Timeout: 6 * time.Hour},
 }
 
 // Spec returns the type's spec and whether the type exists.

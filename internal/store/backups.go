@@ -2,7 +2,13 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/fault"
 )
@@ -62,4 +68,194 @@ func (s *Store) PutBackupSettings(ctx context.Context, b backups.Settings, prevR
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
+}
+
+type backupRunRow struct {
+	ID            string        `db:"id"`
+	InstanceID    string        `db:"instance_id"`
+	ServerID      string        `db:"server_id"`
+	Engine        string        `db:"engine"`
+	Database      string        `db:"database_name"`
+	Trigger       string        `db:"trigger_kind"`
+	JobID         string        `db:"job_id"`
+	Status        string        `db:"status"`
+	RemoteKey     string        `db:"remote_key"`
+	LocalPath     string        `db:"local_path"`
+	Size          int64         `db:"size"`
+	SHA256        string        `db:"sha256"`
+	Manifest      string        `db:"manifest"`
+	Error         string        `db:"error"`
+	VerifiedAt    sql.NullInt64 `db:"verified_at"`
+	VerifiedOK    sql.NullBool  `db:"verified_ok"`
+	VerifyDetails string        `db:"verify_details"`
+	VerifyJobID   string        `db:"verify_job_id"`
+	DeleteState   string        `db:"delete_state"`
+	CreatedBy     string        `db:"created_by"`
+	CreatedAt     int64         `db:"created_at"`
+	StartedAt     sql.NullInt64 `db:"started_at"`
+	FinishedAt    sql.NullInt64 `db:"finished_at"`
+}
+
+const backupRunColumns = `id, instance_id, server_id, engine, database_name, trigger_kind, job_id, status, remote_key, local_path, size,
+	sha256, manifest, error, verified_at, verified_ok, verify_details, verify_job_id, delete_state, created_by, created_at, started_at,
+	finished_at`
+
+func nullTime(v sql.NullInt64) *time.Time {
+	if !v.Valid {
+		return nil
+	}
+	t := fromMS(v.Int64)
+	return &t
+}
+
+func msOrNull(t *time.Time) sql.NullInt64 {
+	if t == nil {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: ms(*t), Valid: true}
+}
+
+func (r backupRunRow) run() backups.Run {
+	out := backups.Run{ID: r.ID, InstanceID: r.InstanceID, ServerID: r.ServerID, Engine: r.Engine, Database: r.Database,
+		Trigger: r.Trigger, JobID: r.JobID, Status: r.Status, RemoteKey: r.RemoteKey, LocalPath: r.LocalPath, Size: r.Size,
+		SHA256: r.SHA256, Error: r.Error, VerifyJobID: r.VerifyJobID, DeletePending: r.DeleteState == "pending",
+		CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), StartedAt: nullTime(r.StartedAt), FinishedAt: nullTime(r.FinishedAt)}
+	if r.Manifest != "" {
+		var m agentproto.BackupManifest
+		if json.Unmarshal([]byte(r.Manifest), &m) == nil {
+			out.Manifest = &m
+		}
+	}
+	if r.VerifiedOK.Valid && r.VerifiedAt.Valid {
+		out.Verified = &backups.Verification{At: fromMS(r.VerifiedAt.Int64), OK: r.VerifiedOK.Bool, Details: json.RawMessage(r.VerifyDetails)}
+		if r.VerifyDetails == "" {
+			out.Verified.Details = json.RawMessage("{}")
+		}
+	}
+	return out
+}
+
+// InsertBackupRun stores a new run.
+func (s *Store) InsertBackupRun(ctx context.Context, r backups.Run) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO backup_runs (id, instance_id, server_id, engine, database_name, trigger_kind,
+		job_id, status, remote_key, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.InstanceID, r.ServerID, r.Engine, r.Database, r.Trigger, r.JobID, r.Status, r.RemoteKey, r.CreatedBy, ms(r.CreatedAt))
+	return err
+}
+
+// BackupRun returns a run.
+func (s *Store) BackupRun(ctx context.Context, id string) (backups.Run, error) {
+	return s.backupRunWhere(ctx, "id = ?", id)
+}
+
+// BackupRunByJob returns the run of a backup job.
+func (s *Store) BackupRunByJob(ctx context.Context, jobID string) (backups.Run, error) {
+	return s.backupRunWhere(ctx, "job_id = ?", jobID)
+}
+
+func (s *Store) backupRunWhere(ctx context.Context, where string, arg any) (backups.Run, error) {
+	var r backupRunRow
+	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+where), arg)
+	if notFound(err) {
+		return backups.Run{}, fault.NotFoundf("No such backup.")
+	}
+	if err != nil {
+		return backups.Run{}, err
+	}
+	return r.run(), nil
+}
+
+// FinishBackupRun records the end of a queued run.
+func (s *Store) FinishBackupRun(ctx context.Context, id string, f backups.RunFinish) (bool, error) {
+	manifest := ""
+	if f.Manifest != nil {
+		b, err := json.Marshal(f.Manifest)
+		if err != nil {
+			return false, err
+		}
+		manifest = string(b)
+	}
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET status = ?, size = ?, sha256 = ?, manifest = ?, local_path = ?,
+		error = ?, started_at = ?, finished_at = ? WHERE id = ? AND status = ?`),
+		f.Status, f.Size, f.SHA256, manifest, f.LocalPath, f.Error, msOrNull(f.StartedAt), ms(f.FinishedAt), id, backups.StatusQueued)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// BackupRuns lists runs, newest first.
+func (s *Store) BackupRuns(ctx context.Context, q backups.RunQuery) ([]backups.Run, error) {
+	where, args := []string{"1 = 1"}, []any{}
+	if q.InstanceID != "" {
+		where, args = append(where, "instance_id = ?"), append(args, q.InstanceID)
+	}
+	if q.Status != "" {
+		where, args = append(where, "status = ?"), append(args, q.Status)
+	}
+	if q.Verified != nil {
+		if *q.Verified {
+			where = append(where, "verified_ok = TRUE")
+		} else {
+			where = append(where, "(verified_ok IS NULL OR verified_ok = FALSE)")
+		}
+	}
+	if q.Before != "" {
+		where, args = append(where, "id < ?"), append(args, q.Before)
+	}
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	var rows []backupRunRow
+	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+strings.Join(where, " AND ")+
+		` ORDER BY id DESC LIMIT `+strconv.Itoa(limit)), args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]backups.Run, len(rows))
+	for i, r := range rows {
+		out[i] = r.run()
+	}
+	return out, nil
+}
+
+// BackupSummary counts the runs and returns the newest failures.
+func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.Summary, []backups.Run, error) {
+	var sum backups.Summary
+	var totals struct {
+		Count      int64 `db:"n"`
+		Size       int64 `db:"size"`
+		Verified   int64 `db:"verified"`
+		Unverified int64 `db:"unverified"`
+	}
+	err := s.r.GetContext(ctx, &totals, s.rebind(`SELECT count(*) AS n, coalesce(sum(size), 0) AS size,
+		coalesce(sum(CASE WHEN verified_ok = TRUE THEN 1 ELSE 0 END), 0) AS verified,
+		coalesce(sum(CASE WHEN verified_ok = TRUE THEN 0 ELSE 1 END), 0) AS unverified
+		FROM backup_runs WHERE status = ?`), backups.StatusSucceeded)
+	if err != nil {
+		return sum, nil, err
+	}
+	sum.Count, sum.TotalSize, sum.VerifiedCount, sum.UnverifiedCount = totals.Count, totals.Size, totals.Verified, totals.Unverified
+	var per []struct {
+		InstanceID   string        `db:"instance_id"`
+		LastSuccess  sql.NullInt64 `db:"last_success"`
+		LastVerified sql.NullInt64 `db:"last_verified"`
+		Failures     int64         `db:"failures"`
+	}
+	err = s.r.SelectContext(ctx, &per, s.rebind(`SELECT instance_id,
+		max(CASE WHEN status = ? THEN finished_at END) AS last_success,
+		max(CASE WHEN verified_ok = TRUE THEN verified_at END) AS last_verified,
+		coalesce(sum(CASE WHEN status = ? THEN 1 ELSE 0 END), 0) AS failures
+		FROM backup_runs GROUP BY instance_id ORDER BY instance_id`), backups.StatusSucceeded, backups.StatusFailed)
+	if err != nil {
+		return sum, nil, err
+	}
+	for _, p := range per {
+		sum.Instances = append(sum.Instances, backups.InstanceSummary{InstanceID: p.InstanceID, LastSuccessAt: nullTime(p.LastSuccess),
+			LastVerifiedAt: nullTime(p.LastVerified), Failures: p.Failures})
+	}
+	failed, err := s.BackupRuns(ctx, backups.RunQuery{Status: backups.StatusFailed, Limit: recentFailures})
+	return sum, failed, err
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/store"
@@ -88,6 +89,96 @@ func TestStoreBackupSettings(t *testing.T) {
 		}
 		if got != next {
 			t.Fatalf("got %+v\nwant %+v", got, next)
+		}
+	})
+}
+
+// TestStoreBackupRuns: a run finishes once (of concurrent finishes one
+// applies), lists newest first with filters and a cursor, and the summary
+// counts succeeded and failed runs per instance.
+func TestStoreBackupRuns(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		ids := []string{"run_01", "run_02", "run_03"}
+		for i, id := range ids {
+			inst := "db_a"
+			if i == 2 {
+				inst = "db_b"
+			}
+			if err := s.InsertBackupRun(ctx, backups.Run{ID: id, InstanceID: inst, ServerID: "srv_x", Engine: "postgres", Database: "app",
+				Trigger: backups.TriggerManual, JobID: "job_" + id, Status: backups.StatusQueued, RemoteKey: "k/" + id, CreatedAt: t0}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		manifest := &agentproto.BackupManifest{Kind: "sql", Tables: []agentproto.BackupTable{{Name: "public.t", Rows: 3, Checksum: "9"}}}
+		var wg sync.WaitGroup
+		applied := make(chan bool, 8)
+		for i := range 8 {
+			wg.Go(func() {
+				f := backups.RunFinish{Status: backups.StatusSucceeded, Size: 100, SHA256: "ab", Manifest: manifest, FinishedAt: t0}
+				if i%2 == 1 {
+					f = backups.RunFinish{Status: backups.StatusFailed, Error: "boom", FinishedAt: t0}
+				}
+				ok, err := s.FinishBackupRun(ctx, "run_01", f)
+				if err != nil {
+					t.Error(err)
+				}
+				applied <- ok
+			})
+		}
+		wg.Wait()
+		close(applied)
+		n := 0
+		for ok := range applied {
+			if ok {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d of 8 concurrent finishes applied, want 1", n)
+		}
+		r1, err := s.BackupRun(ctx, "run_01")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r1.Status == backups.StatusSucceeded && (r1.Manifest == nil || r1.Manifest.Tables[0].Rows != 3 || r1.Size != 100) ||
+			r1.Status == backups.StatusFailed && r1.Error != "boom" {
+			t.Fatalf("run_01 after its finish: %+v", r1)
+		}
+		if ok, err := s.FinishBackupRun(ctx, "run_03", backups.RunFinish{Status: backups.StatusFailed, Error: "cut", FinishedAt: t0}); err != nil || !ok {
+			t.Fatalf("finishing run_03: %v %v", ok, err)
+		}
+		if got, err := s.BackupRunByJob(ctx, "job_run_02"); err != nil || got.ID != "run_02" || got.Status != backups.StatusQueued {
+			t.Fatalf("by job: %+v %v", got, err)
+		}
+		list, err := s.BackupRuns(ctx, backups.RunQuery{Limit: 10})
+		if err != nil || len(list) != 3 || list[0].ID != "run_03" || list[2].ID != "run_01" {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		list, _ = s.BackupRuns(ctx, backups.RunQuery{InstanceID: "db_a", Before: "run_02", Limit: 10})
+		if len(list) != 1 || list[0].ID != "run_01" {
+			t.Fatalf("db_a before run_02: %+v", list)
+		}
+		list, _ = s.BackupRuns(ctx, backups.RunQuery{Status: backups.StatusQueued, Limit: 10})
+		if len(list) != 1 || list[0].ID != "run_02" {
+			t.Fatalf("queued: %+v", list)
+		}
+		no := false
+		list, _ = s.BackupRuns(ctx, backups.RunQuery{Verified: &no, Limit: 10})
+		if len(list) != 3 {
+			t.Fatalf("not verified: %+v", list)
+		}
+		sum, failed, err := s.BackupSummary(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCount, wantFailed := int64(1), 1
+		if r1.Status == backups.StatusFailed {
+			wantCount, wantFailed = 0, 2
+		}
+		if sum.Count != wantCount || sum.UnverifiedCount != wantCount || sum.VerifiedCount != 0 || len(failed) != wantFailed ||
+			len(sum.Instances) != 2 || sum.Instances[1].Failures != 1 {
+			t.Fatalf("summary %+v, failures %d", sum, len(failed))
 		}
 	})
 }

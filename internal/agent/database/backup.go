@@ -1,0 +1,341 @@
+package database
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"filippo.io/age"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/objstore"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// Backups runs backup.run: the dump of an export (the same tools, run
+// the same way) with its manifest taken in the dump's snapshot,
+// compressed, encrypted to the control plane's recipient, written to a
+// local copy and uploaded at once, then read back from the storage.
+// Nothing unencrypted leaves the dump tool's pipe.
+type Backups struct {
+	// Transfer picks and runs the dump tools.
+	Transfer *Transfer
+	// OpenStore opens a job's storage; nil means objstore.Open.
+	OpenStore func(agentproto.BackupStorage, map[string]string) (objstore.Store, error)
+	// DefaultLocalDir is where local copies go when a job names no
+	// directory.
+	DefaultLocalDir string
+}
+
+// DefaultBackupDir is Backups.DefaultLocalDir when it is not set: under
+// the agent's systemd state directory.
+const DefaultBackupDir = "/var/lib/capstan-agent/backups"
+
+// Register adds backup.run to r.
+func (b *Backups) Register(r agent.Registry) {
+	r.Register(agentproto.JobBackupRun, agent.ExecutorFunc(b.run))
+}
+
+// Steps of a backup, named in a failed run's result.
+const (
+	backupStepDump     = "dump"
+	backupStepUpload   = "upload"
+	backupStepReadBack = "read_back"
+)
+
+func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
+	var p agentproto.BackupRunPayload
+	res := agentproto.BackupRunResult{Step: backupStepDump}
+	fail := func(err error) (any, any, error) { return res, nil, err }
+	if err := jsonPayload(job, &p); err != nil {
+		return fail(err)
+	}
+	if agentproto.EngineKind(p.Target.Engine) != agentproto.EngineKindSQL {
+		return fail(fmt.Errorf("%s backups are not supported by this agent", p.Target.Engine))
+	}
+	if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
+		return fail(err)
+	}
+	if p.Target.Engine != agentproto.EnginePostgres {
+		return fail(fmt.Errorf("%s backups are not supported by this agent yet", p.Target.Engine))
+	}
+	recipient, err := age.ParseX25519Recipient(p.Recipient)
+	if err != nil {
+		return fail(fmt.Errorf("invalid recipient: %w", err))
+	}
+	open := b.OpenStore
+	if open == nil {
+		open = objstore.Open
+	}
+	st, err := open(p.Storage, secrets)
+	if err != nil {
+		return fail(err)
+	}
+	password := secrets[agentproto.SecretDBPassword]
+
+	// The manifest's transaction exports the snapshot the dump reads.
+	snap, err := b.snapshot(ctx, p.Target, password, p.Database)
+	if err != nil {
+		return fail(fmt.Errorf("taking the snapshot: %w", err))
+	}
+	defer snap.Close()
+	manifest, err := snap.manifest(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("counting the tables: %w", err))
+	}
+	res.Manifest = &manifest
+
+	t := b.Transfer
+	exp := agentproto.DBExportPayload{Target: p.Target, Source: p.Source, Database: p.Database}
+	r, c, cleanup, err := t.dumper(ctx, exp, password, events)
+	if err != nil {
+		return fail(err)
+	}
+	defer cleanup()
+	call := dumpCall(p.Target.Engine, p.Database, c)
+	call.Args = append(call.Args, "--snapshot="+snap.id)
+	res.Tool, res.ToolVersion = r.kind(), toolVersion(ctx, r, p.Target.Engine)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s (%d tables in the manifest)", p.Database, call.Args[0], r,
+		len(manifest.Tables)), map[string]any{"tool": r.kind(), "tool_version": res.ToolVersion})
+
+	local, err := b.localFile(p)
+	if err != nil {
+		return fail(err)
+	}
+	keepLocal := false
+	defer func() {
+		if local != nil && !keepLocal {
+			local.Close()
+			os.Remove(local.Name())
+		}
+	}()
+
+	pr, pipe := io.Pipe()
+	pw := &cutWriter{w: pipe}
+	dumped := &byteCounter{}
+	done := make(chan error, 1)
+	go func() {
+		var sink io.Writer = pw
+		if local != nil {
+			sink = io.MultiWriter(pw, local)
+		}
+		err := func() error {
+			enc, err := age.Encrypt(sink, recipient)
+			if err != nil {
+				return err
+			}
+			gz, _ := gzip.NewWriterLevel(enc, exportGzipLevel)
+			if err := r.run(ctx, call, nil, io.MultiWriter(gz, dumped)); err != nil {
+				return err
+			}
+			if err := gz.Close(); err != nil {
+				return err
+			}
+			return enc.Close()
+		}()
+		pipe.CloseWithError(err)
+		done <- err
+	}()
+	sent := newHasher(pr)
+	res.Step = backupStepUpload
+	obj, uerr := st.Put(ctx, p.Key, sent, -1)
+	pr.CloseWithError(errUploadEnded)
+	derr := <-done
+	res.Bytes, res.SHA256, res.DumpBytes = sent.n, sent.sum(), dumped.n
+	switch {
+	case derr != nil && !pw.cut:
+		res.Step = backupStepDump
+		return fail(derr)
+	case uerr != nil:
+		return fail(fmt.Errorf("uploading the backup: %w", uerr))
+	case derr != nil:
+		res.Step = backupStepDump
+		return fail(derr)
+	}
+	if err := snap.Close(); err != nil {
+		return fail(fmt.Errorf("ending the snapshot: %w", err))
+	}
+	res.Step = backupStepReadBack
+	res.Remote = &agentproto.BackupObject{Key: obj.Key, Size: obj.Size, SHA256: obj.SHA256}
+	if obj.Size != sent.n || obj.SHA256 != sent.sum() {
+		return fail(fmt.Errorf("read back %d bytes (sha256 %s) from the storage, %d were sent (sha256 %s)", obj.Size, obj.SHA256,
+			sent.n, sent.sum()))
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("uploaded %s (%s before compression) and read back its size and sha256",
+		humanBytes(sent.n), humanBytes(dumped.n)), nil)
+	if local != nil {
+		if err := b.keepLocal(local, p); err != nil {
+			events.Emit(agentproto.LevelWarn, "keeping the local copy: "+err.Error(), nil)
+		} else {
+			keepLocal = true
+			res.Local = strings.TrimSuffix(local.Name(), partialSuffix)
+		}
+	}
+	res.Step = ""
+	return res, nil, nil
+}
+
+const partialSuffix = ".partial"
+
+// localFile creates the local copy's file, or nil when none is kept.
+func (b *Backups) localFile(p agentproto.BackupRunPayload) (*os.File, error) {
+	if p.LocalKeep <= 0 {
+		return nil, nil
+	}
+	dir := b.localDir(p)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("the local backup directory: %w", err)
+	}
+	name := filepath.Join(dir, filepath.Base(p.RunID)+".sql.gz.age"+partialSuffix)
+	return os.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+}
+
+// localDir is the directory of p's instance's local copies.
+func (b *Backups) localDir(p agentproto.BackupRunPayload) string {
+	root := p.LocalDir
+	if root == "" {
+		root = b.DefaultLocalDir
+	}
+	if root == "" {
+		root = DefaultBackupDir
+	}
+	return filepath.Join(root, filepath.Base(p.Target.InstanceID), filepath.Base(p.Database))
+}
+
+// keepLocal completes the local copy and removes the oldest beyond
+// p.LocalKeep.
+func (b *Backups) keepLocal(f *os.File, p agentproto.BackupRunPayload) error {
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), strings.TrimSuffix(f.Name(), partialSuffix)); err != nil {
+		return err
+	}
+	dir := filepath.Dir(f.Name())
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var copies []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".sql.gz.age") {
+			copies = append(copies, e.Name())
+		}
+	}
+	// Run ids sort by time.
+	slices.Sort(copies)
+	for len(copies) > p.LocalKeep {
+		if err := os.Remove(filepath.Join(dir, copies[0])); err != nil {
+			return err
+		}
+		copies = copies[1:]
+	}
+	return nil
+}
+
+// pgSnapshot is a REPEATABLE READ transaction whose snapshot is exported
+// for pg_dump --snapshot; it stays open until the dump ended.
+type pgSnapshot struct {
+	conn *postgresConn
+	tx   pgx.Tx
+	id   string
+	done bool
+}
+
+func (b *Backups) snapshot(ctx context.Context, target agentproto.DBTarget, password, database string) (*pgSnapshot, error) {
+	c, err := Connect(ctx, target, password, database)
+	if err != nil {
+		return nil, err
+	}
+	conn := c.(*postgresConn)
+	tx, err := conn.conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	s := &pgSnapshot{conn: conn, tx: tx}
+	if err := tx.QueryRow(ctx, "SELECT pg_export_snapshot()").Scan(&s.id); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close ends the transaction and the connection.
+func (s *pgSnapshot) Close() error {
+	if s.done {
+		return nil
+	}
+	s.done = true
+	err := s.tx.Commit(context.Background())
+	s.conn.Close()
+	return err
+}
+
+// manifest counts and checksums every table in the snapshot.
+func (s *pgSnapshot) manifest(ctx context.Context) (agentproto.BackupManifest, error) {
+	return postgresManifest(ctx, s.tx)
+}
+
+// pgQuerier is a transaction or a connection.
+type pgQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// postgresManifest lists the ordinary tables outside the system schemas
+// with their row counts and checksums.
+func postgresManifest(ctx context.Context, q pgQuerier) (agentproto.BackupManifest, error) {
+	m := agentproto.BackupManifest{Kind: agentproto.BackupManifestSQL, Tables: []agentproto.BackupTable{}}
+	rows, err := q.Query(ctx, `SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\_toast%'
+		AND n.nspname NOT LIKE 'pg\_temp\_%' ORDER BY 1, 2`)
+	if err != nil {
+		return m, err
+	}
+	var names [][2]string
+	for rows.Next() {
+		var n [2]string
+		if err := rows.Scan(&n[0], &n[1]); err != nil {
+			rows.Close()
+			return m, err
+		}
+		names = append(names, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return m, err
+	}
+	for _, n := range names {
+		t := agentproto.BackupTable{Name: n[0] + "." + n[1]}
+		ident := pgx.Identifier{n[0], n[1]}.Sanitize()
+		err := q.QueryRow(ctx, `SELECT count(*), coalesce(sum(('x' || substr(md5(t::text), 1, 16))::bit(64)::bigint::numeric), 0)::text
+			FROM ONLY `+ident+` t`).Scan(&t.Rows, &t.Checksum)
+		if err != nil {
+			return m, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		m.Tables = append(m.Tables, t)
+	}
+	return m, nil
+}
+
+// jsonPayload decodes a job's payload.
+func jsonPayload(job agentproto.Job, v any) error {
+	if len(job.Payload) == 0 || string(job.Payload) == "null" {
+		return fmt.Errorf("invalid %s payload: missing", job.Type)
+	}
+	if err := json.Unmarshal(job.Payload, v); err != nil {
+		return fmt.Errorf("invalid %s payload: %w", job.Type, err)
+	}
+	return nil
+}

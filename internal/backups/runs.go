@@ -1,0 +1,335 @@
+package backups
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+// RunIDPrefix starts every backup run's id.
+const RunIDPrefix = "run"
+
+// Run statuses.
+const (
+	StatusQueued    = "queued"
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// Triggers of a run.
+const (
+	TriggerManual   = "manual"
+	TriggerSchedule = "schedule"
+)
+
+// ActionRunQueued is the audit action of a manual backup.
+const ActionRunQueued = "backup.run.queued"
+
+// Run is one backup of one database.
+type Run struct {
+	ID         string
+	InstanceID string
+	ServerID   string
+	Engine     string
+	Database   string
+	Trigger    string
+	JobID      string
+	// Status is queued, succeeded or failed as stored; a queued run whose
+	// job runs reads as running.
+	Status    string
+	RemoteKey string
+	// LocalPath is the local copy on the server; "" when none was kept.
+	LocalPath string
+	Size      int64
+	SHA256    string
+	Manifest  *agentproto.BackupManifest
+	Error     string
+	// Verified is nil until a verification ended.
+	Verified      *Verification
+	VerifyJobID   string
+	DeletePending bool
+	CreatedBy     string
+	CreatedAt     time.Time
+	StartedAt     *time.Time
+	FinishedAt    *time.Time
+}
+
+// Verification is the outcome of a test-restore.
+type Verification struct {
+	At      time.Time       `json:"at"`
+	OK      bool            `json:"ok"`
+	Details json.RawMessage `json:"details" doc:"What was compared: size, sha256 and each table's rows and checksum against the manifest, or the error"`
+}
+
+// RunFinish is the end of a run as its job reported it.
+type RunFinish struct {
+	Status     string
+	Size       int64
+	SHA256     string
+	Manifest   *agentproto.BackupManifest
+	LocalPath  string
+	Error      string
+	StartedAt  *time.Time
+	FinishedAt time.Time
+}
+
+// RunQuery selects runs, newest first.
+type RunQuery struct {
+	InstanceID string
+	Status     string // "" for any
+	// Verified: nil any; true only runs verified ok; false runs not
+	// verified ok (never verified, or failed verification).
+	Verified *bool
+	Limit    int
+	// Before, when set, returns runs older than this run id.
+	Before string
+}
+
+// Summary is the state of the backups at a glance.
+type Summary struct {
+	Count           int64             `json:"count" doc:"Backups that succeeded (uploaded and read back)"`
+	TotalSize       int64             `json:"total_size" doc:"Bytes of the backups that succeeded, as stored (encrypted)"`
+	VerifiedCount   int64             `json:"verified_count" doc:"Backups whose last verification restored them and matched their manifest"`
+	UnverifiedCount int64             `json:"unverified_count" doc:"Backups that succeeded but were not verified, or failed verification"`
+	RecentFailures  []RunView         `json:"recent_failures" doc:"The 10 newest failed backups"`
+	Instances       []InstanceSummary `json:"instances" doc:"Per instance that has backups"`
+}
+
+// InstanceSummary is one instance's line of the summary.
+type InstanceSummary struct {
+	InstanceID     string     `json:"instance_id"`
+	LastSuccessAt  *time.Time `json:"last_success_at" doc:"When its newest successful backup finished; null if none"`
+	LastVerifiedAt *time.Time `json:"last_verified_at" doc:"When a backup of it was last verified ok; null if never"`
+	Failures       int64      `json:"failures" doc:"Failed backups of it"`
+}
+
+// RunStore persists runs.
+type RunStore interface {
+	InsertBackupRun(ctx context.Context, r Run) error
+	// BackupRun returns a run; fault.NotFound if none.
+	BackupRun(ctx context.Context, id string) (Run, error)
+	// BackupRunByJob returns the run whose backup job is jobID.
+	BackupRunByJob(ctx context.Context, jobID string) (Run, error)
+	// FinishBackupRun records the end of a queued run; false if it was
+	// not queued any more.
+	FinishBackupRun(ctx context.Context, id string, f RunFinish) (bool, error)
+	BackupRuns(ctx context.Context, q RunQuery) ([]Run, error)
+	BackupSummary(ctx context.Context, recentFailures int) (Summary, []Run, error)
+}
+
+// EventPublisher stores events in the outbox.
+type EventPublisher interface {
+	Publish(ctx context.Context, evs ...events.Event) error
+}
+
+// RunOptions configure backup runs.
+type RunOptions struct {
+	// LocalDir is where servers keep local copies; "" is the agent's
+	// default (its state directory).
+	LocalDir string
+	// LocalKeep is how many local copies of a database a server keeps;
+	// 0 keeps none.
+	LocalKeep int
+}
+
+// Locations says where a backup is.
+type Locations struct {
+	Local  string `json:"local" doc:"Path of the local copy on the server; empty when none is kept"`
+	Remote string `json:"remote" doc:"The object's key in the storage (under the settings' prefix)"`
+}
+
+// RunView is a run as the API returns it.
+type RunView struct {
+	ID            string                     `json:"id"`
+	InstanceID    string                     `json:"instance_id"`
+	ServerID      string                     `json:"server_id"`
+	Engine        string                     `json:"engine"`
+	Database      string                     `json:"database"`
+	Trigger       string                     `json:"trigger" enum:"schedule,manual"`
+	JobID         string                     `json:"job_id"`
+	Status        string                     `json:"status" enum:"queued,running,succeeded,failed" doc:"succeeded only once the object read back from the storage matched the size and SHA-256 streamed"`
+	StartedAt     *time.Time                 `json:"started_at"`
+	FinishedAt    *time.Time                 `json:"finished_at"`
+	CreatedAt     time.Time                  `json:"created_at"`
+	Size          int64                      `json:"size" doc:"Bytes stored (compressed and encrypted)"`
+	SHA256        string                     `json:"sha256" doc:"Hex SHA-256 of the stored object"`
+	Manifest      *agentproto.BackupManifest `json:"manifest" doc:"Per-table row counts and checksums, taken in the dump's snapshot"`
+	Locations     Locations                  `json:"locations"`
+	Verified      *Verification              `json:"verified" doc:"null until a verification ended"`
+	Error         string                     `json:"error" doc:"Why the backup failed; for members only its class"`
+	DeletePending bool                       `json:"delete_pending" doc:"The remote object could not be deleted yet; it is retried"`
+}
+
+func (s *Service) view(ctx context.Context, r Run, reader jobs.Reader) RunView {
+	v := RunView{ID: r.ID, InstanceID: r.InstanceID, ServerID: r.ServerID, Engine: r.Engine, Database: r.Database, Trigger: r.Trigger,
+		JobID: r.JobID, Status: r.Status, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, Size: r.Size,
+		SHA256: r.SHA256, Manifest: r.Manifest, Locations: Locations{Local: r.LocalPath, Remote: r.RemoteKey}, Verified: r.Verified,
+		Error: r.Error, DeletePending: r.DeletePending}
+	if r.Status == StatusQueued {
+		if j, _, err := s.jobs.Get(ctx, r.JobID); err == nil && j.Status == jobs.Running {
+			v.Status, v.StartedAt = StatusRunning, j.StartedAt
+		}
+	}
+	if reader != jobs.AdminReader && v.Error != "" {
+		v.Error = jobs.ClassFailed
+	}
+	return v
+}
+
+// Backup queues a backup of database ("": the initial one) of a ready
+// instance.
+func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, instanceID, database, trigger string) (RunView, jobs.Job, error) {
+	if instanceID == "" {
+		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "is required")
+	}
+	if s.dbs == nil {
+		return RunView{}, jobs.Job{}, fault.Conflictf("backups-unavailable", "Database instances are not available on this control plane.")
+	}
+	src, err := s.dbs.BackupSource(ctx, instanceID, database)
+	if fault.Is(err, fault.NotFound) {
+		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "no such database instance")
+	}
+	if err != nil {
+		return RunView{}, jobs.Job{}, err
+	}
+	if src.Instance.Engine != agentproto.EnginePostgres {
+		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "backups of %s are not supported yet; PostgreSQL instances are",
+			src.Instance.Engine)
+	}
+	storage, creds, err := s.storage(ctx)
+	if err != nil {
+		return RunView{}, jobs.Job{}, err
+	}
+	now := s.now().UTC()
+	run := Run{ID: ids.NewAt(RunIDPrefix, now), InstanceID: instanceID, ServerID: src.Instance.ServerID, Engine: src.Instance.Engine,
+		Database: src.Database, Trigger: trigger, JobID: jobs.NewID(now), Status: StatusQueued, CreatedBy: actor.ID, CreatedAt: now}
+	run.RemoteKey = fmt.Sprintf("%s/%s/%s.sql.gz.age", instanceID, src.Database, run.ID)
+	if err := s.store.InsertBackupRun(ctx, run); err != nil {
+		return RunView{}, jobs.Job{}, err
+	}
+	secrets := map[string]string{agentproto.SecretDBPassword: src.Password}
+	for k, v := range creds {
+		secrets[k] = v
+	}
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: run.JobID, ServerID: run.ServerID, Type: agentproto.JobBackupRun,
+		Payload: agentproto.BackupRunPayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Database: src.Database,
+			Storage: storage, Key: run.RemoteKey, Recipient: s.key.ArtifactIdentity().Recipient().String(),
+			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep},
+		Secrets: secrets, CreatedBy: actor.ID})
+	if err != nil {
+		s.finish(context.WithoutCancel(ctx), run, RunFinish{Status: StatusFailed, Error: "the backup could not be queued",
+			FinishedAt: s.now().UTC()})
+		return RunView{}, jobs.Job{}, err
+	}
+	if trigger == TriggerManual {
+		if err := s.record(ctx, actor, c, ActionRunQueued, "database", instanceID, map[string]any{"run_id": run.ID, "job_id": j.ID,
+			"database": run.Database}); err != nil {
+			return RunView{}, jobs.Job{}, err
+		}
+	}
+	return s.view(ctx, run, jobs.AdminReader), j, nil
+}
+
+// runFinished is the completion hook of backup.run.
+func (s *Service) runFinished(ctx context.Context, j jobs.Job) error {
+	ctx = context.WithoutCancel(ctx)
+	run, err := s.store.BackupRunByJob(ctx, j.ID)
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var res agentproto.BackupRunResult
+	if len(j.Data) > 0 {
+		_ = json.Unmarshal(j.Data, &res)
+	}
+	f := RunFinish{Status: StatusFailed, Size: res.Bytes, SHA256: res.SHA256, Manifest: res.Manifest, LocalPath: res.Local,
+		StartedAt: j.StartedAt, FinishedAt: s.now().UTC()}
+	switch {
+	case j.Status != jobs.Succeeded:
+		f.Error = "the backup failed"
+		if j.Error != nil {
+			f.Error = *j.Error
+		}
+	case res.Remote == nil || res.Remote.Size != res.Bytes || res.Remote.SHA256 != res.SHA256 || res.SHA256 == "" || res.Manifest == nil:
+		// Counted only once the read-back matched, whatever the agent's
+		// status says.
+		f.Error = "the storage's read-back does not match what was uploaded"
+	default:
+		f.Status = StatusSucceeded
+	}
+	return s.finish(ctx, run, f)
+}
+
+// finish records the end of a run and publishes backup.failed for a
+// failure.
+func (s *Service) finish(ctx context.Context, run Run, f RunFinish) error {
+	ok, err := s.store.FinishBackupRun(ctx, run.ID, f)
+	if err != nil || !ok {
+		return err
+	}
+	if f.Status != StatusFailed || s.events == nil {
+		return nil
+	}
+	ev, err := events.New(events.BackupFailed, events.Subject{Type: "backup", ID: run.ID}, events.BackupPayload{RunID: run.ID,
+		InstanceID: run.InstanceID, ServerID: run.ServerID, Database: run.Database, Trigger: run.Trigger, Error: f.Error}, f.FinishedAt)
+	if err != nil {
+		return err
+	}
+	return s.events.Publish(ctx, ev)
+}
+
+// Runs lists runs, newest first, as reader may read them.
+func (s *Service) Runs(ctx context.Context, q RunQuery, reader jobs.Reader) ([]RunView, error) {
+	switch q.Status {
+	case "", StatusQueued, StatusSucceeded, StatusFailed:
+	case StatusRunning:
+		// Stored as queued; filtered on the job below.
+	default:
+		return nil, fault.Invalidf("status", "must be queued, running, succeeded or failed")
+	}
+	want := q.Status
+	if want == StatusRunning {
+		q.Status = StatusQueued
+	}
+	list, err := s.store.BackupRuns(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RunView, 0, len(list))
+	for _, r := range list {
+		v := s.view(ctx, r, reader)
+		if want != "" && v.Status != want {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// Summary returns the counts, the recent failures and each instance's
+// last success and verification.
+func (s *Service) Summary(ctx context.Context, reader jobs.Reader) (Summary, error) {
+	sum, failures, err := s.store.BackupSummary(ctx, 10)
+	if err != nil {
+		return Summary{}, err
+	}
+	sum.RecentFailures = make([]RunView, 0, len(failures))
+	for _, r := range failures {
+		sum.RecentFailures = append(sum.RecentFailures, s.view(ctx, r, reader))
+	}
+	if sum.Instances == nil {
+		sum.Instances = []InstanceSummary{}
+	}
+	return sum, nil
+}
