@@ -72,6 +72,15 @@ func TestAccessByRole(t *testing.T) {
 	member := createUser(t, r.ControlPlane, "member@example.com", testPassword, false)
 	memberToken := signInUser(t, r.ControlPlane, member).AccessToken
 	fx := makeAccessFixtures(t, r)
+	// A channel to read (its destination never answers: no event routes
+	// to it).
+	chResp := r.Post(t, "/api/v1/notifications/channels", r.Token, map[string]any{"kind": "webhook", "name": "access",
+		"config": map[string]any{"url": "https://127.0.0.1:1/hook"}, "events": []string{"server.revoked"}})
+	expectStatus(t, chResp, http.StatusCreated)
+	var channel struct {
+		ID string `json:"id"`
+	}
+	chResp.JSON(t, &channel)
 
 	const none = "x_none" // an id that names nothing
 	cases := map[string]routeCase{
@@ -93,6 +102,12 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/monitoring/alerts/{id}/acknowledge":          {access: admin, path: "/api/v1/monitoring/alerts/" + none + "/acknowledge"},
 		"POST /api/v1/monitoring/evaluate":                         {access: admin, path: "/api/v1/monitoring/evaluate"},
 		"GET /api/v1/notifications":                                {access: signedIn, path: "/api/v1/notifications"},
+		"GET /api/v1/notifications/channels":                       {access: admin, path: "/api/v1/notifications/channels"},
+		"POST /api/v1/notifications/channels":                      {access: admin, path: "/api/v1/notifications/channels", body: map[string]any{}},
+		"GET /api/v1/notifications/channels/{id}":                  {access: admin, path: "/api/v1/notifications/channels/" + channel.ID},
+		"PATCH /api/v1/notifications/channels/{id}":                {access: admin, path: "/api/v1/notifications/channels/" + none, body: map[string]any{}},
+		"DELETE /api/v1/notifications/channels/{id}":               {access: admin, path: "/api/v1/notifications/channels/" + none},
+		"POST /api/v1/notifications/channels/{id}/test":            {access: admin, path: "/api/v1/notifications/channels/" + none + "/test"},
 		"POST /api/v1/notifications/read":                          {access: signedIn, path: "/api/v1/notifications/read", body: map[string]any{"all": true}},
 		"GET /api/v1/servers":                                      {access: signedIn, path: "/api/v1/servers"},
 		"POST /api/v1/servers/enrollments":                         {access: admin, path: "/api/v1/servers/enrollments", body: map[string]any{}},

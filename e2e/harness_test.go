@@ -230,6 +230,18 @@ func (cp *ControlPlane) Stop(t testing.TB) {
 	})
 }
 
+// Kill ends the server with SIGKILL, as a crash or power loss would, and
+// waits for it to be gone; a later Stop does nothing.
+func (cp *ControlPlane) Kill(t testing.TB) {
+	t.Helper()
+	cp.stopOnce.Do(func() {
+		if err := cp.cmd.Process.Kill(); err != nil {
+			t.Errorf("SIGKILL capstan serve: %v", err)
+		}
+		<-cp.exited
+	})
+}
+
 // Logs returns what the server wrote to stdout and stderr so far.
 func (cp *ControlPlane) Logs() string { return cp.logs.String() }
 

@@ -51,6 +51,7 @@ type app struct {
 	backups  *backups.Service
 	// clouddrive is set by useCloudDrive (capstan serve); nil otherwise.
 	clouddrive *clouddrive.Service
+	channels   *notify.Channels
 	schema     int64
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/singleton"
 )
@@ -41,6 +43,9 @@ type serveCmd struct {
 	GitHostWebURL   string        `name:"githost-web-url" env:"CAPSTAN_GITHOST_WEB_URL" default:"https://github.com" help:"Web base URL of the git host (GitHub), where browsers create and install the app. For GitHub Enterprise Server: https://HOST."`
 	EvaluateEvery   time.Duration `name:"alert-evaluation-interval" env:"CAPSTAN_ALERT_EVALUATION_INTERVAL" default:"30s" help:"How often alert rules are evaluated (in one control plane of those sharing a database)."`
 	DomainChecks    time.Duration `name:"domain-check-interval" env:"CAPSTAN_DOMAIN_CHECK_INTERVAL" default:"24h" help:"How often the certificate of every domain with auto or internal TLS is checked, for the tls_expiring alert rule."`
+	NotifyAllow     []string      `name:"notify-allow-destinations" env:"CAPSTAN_NOTIFY_ALLOW_DESTINATIONS" sep:"," help:"Address ranges (CIDR, comma-separated) that notification deliveries may reach although they are loopback, private or link-local; by default deliveries refuse every internal address."`
+	NotifyRetry     time.Duration `name:"notify-retry-base" hidden:"" default:"10s" help:"Wait after a first failed notification delivery; each further failure doubles it (at most an hour)."`
+	NotifyTimeout   time.Duration `name:"notify-attempt-timeout" hidden:"" default:"30s" help:"How long one notification delivery attempt may take; a control plane that dies mid-attempt has it made again after four times this."`
 	PprofListen     string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 	ExportTTL       time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
 	ImportMax       string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
@@ -76,6 +81,19 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.DomainChecks < time.Second || c.DomainChecks > 7*24*time.Hour {
 		ln.Close()
 		return fmt.Errorf("--domain-check-interval must be between 1s and 168h")
+	}
+	guard := notify.Guard{}
+	for _, a := range c.NotifyAllow {
+		p, err := netip.ParsePrefix(strings.TrimSpace(a))
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("--notify-allow-destinations: %q is not a CIDR range (e.g. 127.0.0.0/8)", a)
+		}
+		guard.Allowed = append(guard.Allowed, p)
+	}
+	if c.NotifyRetry < 10*time.Millisecond || c.NotifyTimeout < 100*time.Millisecond {
+		ln.Close()
+		return fmt.Errorf("--notify-retry-base must be at least 10ms and --notify-attempt-timeout at least 100ms")
 	}
 	catalog, err := databases.LoadCatalog(c.DBImages)
 	if err != nil {
@@ -138,10 +156,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
 	}
 
+	a.channels = notify.NewChannels(a.store, a.key, a.audit, guard, time.Now, log)
+	a.events.Register(a.channels)
+	a.events.RetryBase, a.events.AttemptTimeout, a.events.Lease = c.NotifyRetry, c.NotifyTimeout, 4*c.NotifyTimeout
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
-		Backups: a.backups,
+		Backups: a.backups, Channels: a.channels,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))

@@ -93,3 +93,151 @@ func (s *Server) registerNotifications() {
 		return out, nil
 	})
 }
+
+type channelIDInput struct {
+	ID string `path:"id" maxLength:"64"`
+}
+
+type channelListOutput struct {
+	Body struct {
+		Channels []notify.Channel `json:"channels" doc:"Oldest first; destinations are never returned"`
+	}
+}
+
+// CreatedChannel is a channel as created or rotated: a webhook's signing
+// secret is shown here once.
+type CreatedChannel struct {
+	notify.Channel
+	Secret string `json:"secret,omitempty" doc:"webhook: the signing secret (whsec_…), shown only in this answer"`
+}
+
+type channelCreateInput struct {
+	Body notify.NewChannel
+}
+
+type channelPatchInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body notify.ChannelPatch
+}
+
+type channelOutput struct {
+	Body CreatedChannel
+}
+
+type channelDetailOutput struct {
+	Body notify.ChannelDetail
+}
+
+type channelTestOutput struct {
+	Body notify.ChannelTestResult
+}
+
+const channelsDoc = "Kinds: team_chat (config {url}: a Slack-compatible incoming-webhook URL; the message has text and blocks), " +
+	"messenger (config {bot_token, chat_id, api_base_url}: a Telegram-compatible bot API's sendMessage; api_base_url defaults to " +
+	"https://api.telegram.org, so a self-hosted Bot API server works), webhook (config {url}: any HTTPS endpoint). URLs must be " +
+	"https://. config is stored encrypted and never returned: config_set says which fields are set.\n\n" +
+	"Webhooks follow the Standard Webhooks specification: a POST of {type, timestamp, data} with the headers webhook-id (the " +
+	"delivery's id, the same on every retry), webhook-timestamp (Unix seconds) and webhook-signature (space-separated \"v1,\" and " +
+	"the base64 HMAC-SHA256 of \"id.timestamp.body\" keyed with the base64-decoded part of the whsec_ secret; during a rotation's " +
+	"grace period with both secrets).\n\n" +
+	"A delivery that fails (no 2xx answer) is retried with exponential backoff (10 s, 20 s, 40 s … at most an hour apart) for up " +
+	"to 24 hours; the channel's detail lists its latest deliveries. Deliveries refuse loopback, private, link-local (metadata) " +
+	"and other internal addresses, checked after DNS resolution on every connection and redirect, unless the operator allows " +
+	"them (capstan serve --notify-allow-destinations)."
+
+func (s *Server) registerChannels() {
+	tags := []string{"Notifications"}
+	op(s, huma.Operation{
+		OperationID: "list-notification-channels", Method: http.MethodGet, Path: "/api/v1/notifications/channels", Tags: tags,
+		Summary: "Notification channels", Description: channelsDoc,
+	}, Admin, func(ctx context.Context, _ *struct{}) (*channelListOutput, error) {
+		if s.deps.Channels == nil {
+			return nil, errNoNotify
+		}
+		list, err := s.deps.Channels.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := &channelListOutput{}
+		out.Body.Channels = list
+		if out.Body.Channels == nil {
+			out.Body.Channels = []notify.Channel{}
+		}
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "create-notification-channel", Method: http.MethodPost, Path: "/api/v1/notifications/channels", Tags: tags,
+		Summary: "Create a notification channel",
+		Description: "events lists event types from the catalogue; an unknown one is a 422. A webhook channel's answer holds its " +
+			"signing secret, shown once. A name in use: 409. Audited.\n\n" + channelsDoc + "\n\n" + eventCatalogueDoc(),
+		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *channelCreateInput) (*channelOutput, error) {
+		if s.deps.Channels == nil {
+			return nil, errNoNotify
+		}
+		a, c := actor(ctx)
+		ch, secret, err := s.deps.Channels.Create(ctx, a, c, in.Body)
+		if err != nil {
+			return nil, err
+		}
+		return &channelOutput{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-notification-channel", Method: http.MethodGet, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
+		Summary:     "A notification channel with its latest deliveries",
+		Description: "Each delivery has its event, status (pending, delivered, failed), attempts, the last response code and error.",
+		Errors:      []int{http.StatusNotFound},
+	}, Admin, func(ctx context.Context, in *channelIDInput) (*channelDetailOutput, error) {
+		if s.deps.Channels == nil {
+			return nil, errNoNotify
+		}
+		d, err := s.deps.Channels.Get(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &channelDetailOutput{Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "update-notification-channel", Method: http.MethodPatch, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
+		Summary: "Change a notification channel",
+		Description: "name, events, enabled, config (a new destination, replacing the whole config), and for a webhook rotate_secret: " +
+			"the answer holds the new secret once, and the old one keeps signing for grace_seconds (default a day). Audited.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *channelPatchInput) (*channelOutput, error) {
+		if s.deps.Channels == nil {
+			return nil, errNoNotify
+		}
+		a, c := actor(ctx)
+		ch, secret, err := s.deps.Channels.Update(ctx, a, c, in.ID, in.Body)
+		if err != nil {
+			return nil, err
+		}
+		return &channelOutput{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "delete-notification-channel", Method: http.MethodDelete, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
+		Summary: "Delete a notification channel", Description: "Its pending deliveries fail. Audited.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+	}, Admin, func(ctx context.Context, in *channelIDInput) (*struct{}, error) {
+		if s.deps.Channels == nil {
+			return nil, errNoNotify
+		}
+		a, c := actor(ctx)
+		return &struct{}{}, s.deps.Channels.Delete(ctx, a, c, in.ID)
+	})
+	op(s, huma.Operation{
+		OperationID: "test-notification-channel", Method: http.MethodPost, Path: "/api/v1/notifications/channels/{id}/test", Tags: tags,
+		Summary:     "Send a test message now",
+		Description: "Sends at once (no retries) an event of type channel.test and answers with what came of it.",
+		Errors:      []int{http.StatusNotFound},
+	}, Admin, func(ctx context.Context, in *channelIDInput) (*channelTestOutput, error) {
+		if s.deps.Channels == nil {
+			return nil, errNoNotify
+		}
+		r, err := s.deps.Channels.Test(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &channelTestOutput{Body: r}, nil
+	})
+}

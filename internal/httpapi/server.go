@@ -50,6 +50,8 @@ type Deps struct {
 	Monitoring *monitoring.Service
 	// Inbox is optional; without it the inbox endpoints fail.
 	Inbox *notify.Inbox
+	// Channels is optional; without it the channel endpoints fail.
+	Channels *notify.Channels
 	// Events is optional; without it the event list fails.
 	Events EventReader
 	// GitHost is optional; without it the git host endpoints fail.
@@ -163,6 +165,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerMonitoring()
 	s.registerNotifications()
 	s.registerBackups()
+	s.registerChannels()
 	for _, m := range mounts {
 		m(s)
 	}

@@ -37,6 +37,9 @@
 //     manifest conversion, app JWTs checked against the key it issued,
 //     installations, expiring installation tokens, paginated repositories
 //     and branches, commits.
+//   - receiver.go: StartReceiver, an HTTPS server on 127.0.0.1 (its CA in a
+//     file for SSL_CERT_FILE) that records every request and answers as
+//     the test says: a stand-in for webhook and chat endpoints.
 //   - loopfs.go: LoopFilesystem (a small real ext4 filesystem, loop-mounted,
 //     that agents report like any disk, for tests that fill it).
 //
