@@ -144,6 +144,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err := a.useCloudDrive(driveConfig, log); err != nil {
 		return err
 	}
+	a.backups.UseCloudDrive(a.clouddrive)
 	if c.BackupLocalKeep < 0 || c.BackupLocalKeep > 100 {
 		return fmt.Errorf("--backup-local-keep must be between 0 and 100")
 	}

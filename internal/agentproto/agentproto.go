@@ -64,7 +64,9 @@
 //	2026-11-24  v1: backups (backup.go): job type backup.storage_test
 //	            with BackupStorage; the S3 access key pair in the job
 //	            secrets s3_access_key_id and s3_secret_access_key;
-//	            job type backup.run (BackupRunPayload, BackupRunResult).
+//	            job type backup.run (BackupRunPayload, BackupRunResult);
+//	            provider clouddrive with BackupStorage.Folder and APIURL,
+//	            its access token in the job secret clouddrive_access_token.
 package agentproto
 
 import (

@@ -16,6 +16,9 @@ const (
 const (
 	SecretS3AccessKeyID     = "s3_access_key_id"
 	SecretS3SecretAccessKey = "s3_secret_access_key"
+	// SecretCloudDriveToken is a short-lived OAuth access token of the
+	// connected cloud drive (never its refresh token).
+	SecretCloudDriveToken = "clouddrive_access_token"
 )
 
 // Storage providers.
@@ -46,6 +49,8 @@ type BackupStorage struct {
 	CA string `json:"ca,omitempty"`
 	// Folder is the cloud drive folder.
 	Folder string `json:"folder,omitempty"`
+	// APIURL is the cloud drive's API base URL; "" is the provider's.
+	APIURL string `json:"api_url,omitempty"`
 }
 
 // BackupStorageTestPayload is the payload of backup.storage_test.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/clouddrive"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
@@ -47,7 +48,12 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	runOpts RunOptions
+	// drive is the cloud drive service; nil when there is none.
+	drive *clouddrive.Service
 }
+
+// UseCloudDrive lets backups go to the connected cloud drive.
+func (s *Service) UseCloudDrive(d *clouddrive.Service) { s.drive = d }
 
 // NewService returns the service and registers the completion hooks of
 // its job types. ev (may be nil) receives backup.failed.

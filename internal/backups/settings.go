@@ -148,7 +148,7 @@ func (s *Service) merge(in SettingsInput, prev Settings, stored bool) (Settings,
 	switch provider {
 	case agentproto.BackupProviderS3:
 	case agentproto.BackupProviderCloudDrive:
-		return Settings{}, false, fault.Invalidf("provider", "clouddrive is not available on this control plane yet; use s3")
+		return s.mergeCloudDrive(in)
 	default:
 		return Settings{}, false, fault.Invalidf("provider", "must be s3 or clouddrive")
 	}
@@ -204,6 +204,36 @@ func (s *Service) merge(in SettingsInput, prev Settings, stored bool) (Settings,
 		return Settings{}, false, err
 	}
 	return next, changed, nil
+}
+
+// mergeCloudDrive checks cloud drive settings: a folder, nothing of S3.
+func (s *Service) mergeCloudDrive(in SettingsInput) (Settings, bool, error) {
+	var errs fault.Fields
+	if s.drive == nil || !s.drive.Configured() {
+		errs.Add("provider", "no cloud drive is configured on this control plane (--clouddrive-client-id)")
+	}
+	folder := strings.TrimSpace(in.Folder)
+	switch {
+	case folder == "":
+		errs.Add("folder", "is required: the name of the folder in the drive's root that backups go to")
+	case len(folder) > MaxFolderLen:
+		errs.Add("folder", "must be at most %d bytes", MaxFolderLen)
+	case strings.IndexFunc(folder, func(r rune) bool { return r < ' ' || r == 0x7f || r == '/' || r == '\\' }) >= 0:
+		errs.Add("folder", "must be one folder name, without '/', '\\' or control characters")
+	}
+	for field, v := range map[string]string{"endpoint": in.Endpoint, "region": in.Region, "bucket": in.Bucket, "prefix": in.Prefix,
+		"access_key_id": in.AccessKeyID, "secret_access_key": in.SecretAccessKey, "ca": in.CA} {
+		if v != "" {
+			errs.Add(field, "is for the s3 provider only")
+		}
+	}
+	if in.PathStyle {
+		errs.Add("path_style", "is for the s3 provider only")
+	}
+	if err := errs.Err(); err != nil {
+		return Settings{}, false, err
+	}
+	return Settings{Provider: agentproto.BackupProviderCloudDrive, Folder: folder, TLS: true}, false, nil
 }
 
 func endpointProblem(e string) string {
@@ -344,6 +374,18 @@ func (s *Service) storage(ctx context.Context) (agentproto.BackupStorage, map[st
 	}
 	if err != nil {
 		return agentproto.BackupStorage{}, nil, err
+	}
+	if st.Provider == agentproto.BackupProviderCloudDrive {
+		if s.drive == nil || !s.drive.Configured() {
+			return agentproto.BackupStorage{}, nil, fault.Conflictf("clouddrive-unavailable",
+				"Backups go to the cloud drive, but no cloud drive is configured on this control plane.")
+		}
+		token, _, err := s.drive.AccessToken(ctx)
+		if err != nil {
+			return agentproto.BackupStorage{}, nil, err
+		}
+		return agentproto.BackupStorage{Provider: st.Provider, Folder: st.Folder, APIURL: s.drive.APIURL()},
+			map[string]string{agentproto.SecretCloudDriveToken: token}, nil
 	}
 	id, err := s.key.Open(sealContext("access_key_id"), st.SealedAccessKeyID)
 	if err != nil {

@@ -30,7 +30,7 @@ const probeSize = 256 << 10
 // Executors runs backup.storage_test.
 type Executors struct {
 	// Open opens a job's storage; nil means objstore.Open.
-	Open func(agentproto.BackupStorage, map[string]string) (objstore.Store, error)
+	Open func(context.Context, agentproto.BackupStorage, map[string]string) (objstore.Store, error)
 }
 
 // Register adds the storage test to r.
@@ -47,7 +47,7 @@ func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets 
 	if open == nil {
 		open = objstore.Open
 	}
-	st, err := open(p.Storage, secrets)
+	st, err := open(ctx, p.Storage, secrets)
 	if err != nil {
 		return nil, nil, err
 	}

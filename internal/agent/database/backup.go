@@ -28,7 +28,7 @@ type Backups struct {
 	// Transfer picks and runs the dump tools.
 	Transfer *Transfer
 	// OpenStore opens a job's storage; nil means objstore.Open.
-	OpenStore func(agentproto.BackupStorage, map[string]string) (objstore.Store, error)
+	OpenStore func(context.Context, agentproto.BackupStorage, map[string]string) (objstore.Store, error)
 	// DefaultLocalDir is where local copies go when a job names no
 	// directory.
 	DefaultLocalDir string
@@ -74,7 +74,7 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	if open == nil {
 		open = objstore.Open
 	}
-	st, err := open(p.Storage, secrets)
+	st, err := open(ctx, p.Storage, secrets)
 	if err != nil {
 		return fail(err)
 	}

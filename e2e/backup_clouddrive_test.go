@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// TestBackupCloudDrive stores backups in the connected cloud drive (the
+// stand-in over HTTPS): the settings name a folder; the storage test and a
+// backup run from a real agent succeed with the drive's own read-back, and
+// the agent gets an access token in its job secrets, never the refresh
+// token, which is in no answer, job payload or log line.
+func TestBackupCloudDrive(t *testing.T) {
+	drive := testlab.StartCloudDrive(t)
+	opts := cloudDriveOptions(store.SQLite, drive)
+	opts.Args = append(opts.Args, "--backup-local-keep", "0")
+	f := newFleet(t, opts)
+	e := f.createEnrollment(t, "db-host")
+	config := enrollAgent(t, f.ControlPlane, e.Token)
+	r := &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID,
+		agent: startAgentWith(t, config, []string{"SSL_CERT_FILE=" + drive.CAFile})}}
+
+	// Before a drive is connected, the test cannot get a token.
+	expectStatus(t, r.putSettings(t, map[string]any{"provider": "clouddrive", "folder": "Capstan backups"}), http.StatusOK)
+	expectProblem(t, r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil), http.StatusConflict,
+		"clouddrive-not-connected")
+	flow := &driveFlow{cp: r.ControlPlane, drive: drive}
+	in := flow.start(t, r.Token)
+	expectStatus(t, flow.finish(t, in.callback, in.cookie), http.StatusOK)
+
+	for _, bad := range []map[string]any{{"provider": "clouddrive"}, {"provider": "clouddrive", "folder": "a/b"},
+		{"provider": "clouddrive", "folder": "x", "bucket": "b"}} {
+		expectProblem(t, r.putSettings(t, bad), http.StatusUnprocessableEntity, "validation-failed")
+	}
+	s := r.settings(t)
+	if s.Provider != "clouddrive" || s.Endpoint != "" || s.AccessKeyIDSet {
+		t.Fatalf("settings: %+v", s)
+	}
+
+	j, res := r.testStorage(t)
+	if j.Status != "succeeded" || len(res.Steps) != 4 {
+		t.Fatalf("storage test on the drive: %s %s: %+v\nagent log:\n%s", j.Status, deref(j.Error), res.Steps, r.agent.Logs())
+	}
+
+	host, port, user, password, database := postgresTarget(t)
+	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
+		"password": password, "database": database, "tls_mode": "disable"})
+	var w struct{}
+	r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": "CREATE TABLE kept (id int)"}).result(t, &w)
+	run, j := r.backup(t, pg.ID, "")
+	if j.Status != "succeeded" || run.Status != "succeeded" || run.Size <= 0 || run.Locations.Local != "" {
+		t.Fatalf("backup to the drive: job %s (%s), run %+v\nagent log:\n%s", j.Status, deref(j.Error), run, r.agent.Logs())
+	}
+	uploads := 0
+	for _, req := range drive.Requests() {
+		if strings.HasPrefix(req, "POST /upload/drive/v3/files") || strings.HasPrefix(req, "PUT /upload/drive/v3/files") {
+			uploads++
+		}
+	}
+	if uploads == 0 {
+		t.Fatalf("nothing was uploaded to the drive: %v", drive.Requests())
+	}
+
+	jobsList := r.Get(t, "/api/v1/jobs?limit=100", r.Token)
+	expectStatus(t, jobsList, http.StatusOK)
+	for _, tok := range drive.RefreshTokens() {
+		for what, text := range map[string]string{"jobs": string(jobsList.Body), "control plane log": r.ControlPlane.Logs(),
+			"agent log": r.agent.Logs(), "settings": string(r.Get(t, "/api/v1/backups/settings", r.Token).Body)} {
+			if strings.Contains(text, tok) {
+				t.Errorf("the %s holds the drive's refresh token", what)
+			}
+		}
+	}
+}
