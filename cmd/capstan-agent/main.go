@@ -15,6 +15,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/deploy"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -31,6 +32,17 @@ type cli struct {
 	Enroll  enrollCmd  `cmd:"" help:"Enroll this server with a control plane using a one-time token."`
 	Status  statusCmd  `cmd:"" help:"Show the enrolment and the host facts."`
 	Version versionCmd `cmd:"" help:"Print the version."`
+	// AppHelper runs as root under capstan-app-helper@.service only.
+	AppHelper appHelperCmd `cmd:"" name:"app-helper" hidden:"" help:"Carry out the agent's request for a service application (run as root by capstan-app-helper@.service)."`
+}
+
+type appHelperCmd struct {
+	StateDir string `name:"state-dir" default:"/var/lib/capstan-agent" type:"path" help:"The agent's state directory."`
+	Name     string `arg:"" help:"The application's name."`
+}
+
+func (c appHelperCmd) Run(ctx context.Context) error {
+	return deploy.RunHelper(ctx, deploy.HelperPaths{StateDir: c.StateDir}, c.Name)
 }
 
 // stdio are the streams of a command.

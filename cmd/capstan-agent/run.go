@@ -153,7 +153,10 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	px.OnLoad(onLoad)
 	r.Register(agentproto.JobProxyApply, px.ApplyExecutor())
 	r.Register(agentproto.JobDomainCheck, px.CheckExecutor())
-	apps := deploy.New(deploy.Options{Proxy: px, Desired: desired})
+	// Service applications keep their checkouts and live slots in the
+	// agent's state directory; the proxy finds their upstreams there.
+	apps := deploy.New(deploy.Options{Proxy: px, Desired: desired, StateDir: ps.StateDir, Journal: systemd})
+	px.OtherUpstreams(apps.LiveServiceUpstreams)
 	r.Register(agentproto.JobAppDeploy, apps.Deploy())
 	r.Register(agentproto.JobAppRemove, apps.Remove())
 	r.Register(agentproto.JobAppLogs, apps.Logs())

@@ -67,6 +67,9 @@
 //	            job type backup.run (BackupRunPayload, BackupRunResult);
 //	            provider clouddrive with BackupStorage.Folder and APIURL,
 //	            its access token in the job secret clouddrive_access_token.
+//	2026-11-24  v1: service applications (svcapp.go):
+//	            DeployPayload.Service, DeployResult.Service,
+//	            RemovePayload.AppName, AppLogsResult.Unit and Slots.
 package agentproto
 
 import (
@@ -562,6 +565,10 @@ type DeployPayload struct {
 	// Build, when set and ImageID is empty, has the agent build Image from
 	// a commit of a git repository instead of pulling it. Nil means pull.
 	Build *BuildSpec `json:"build,omitempty"`
+	// Service, when set, releases a service application (svcapp.go):
+	// built from Build's commit (or a kept release) and run by systemd.
+	// Nil means a container application.
+	Service *ServiceSpec `json:"service,omitempty"`
 }
 
 // DeployResult is the data of a finished app.deploy.
@@ -580,6 +587,9 @@ type DeployResult struct {
 	// Build reports the build of a deploy from git; nil when nothing was
 	// built.
 	Build *BuildResult `json:"build,omitempty"`
+	// Service reports the release of a service application; nil for a
+	// container application.
+	Service *ServiceRelease `json:"service,omitempty"`
 }
 
 // RemovePayload is the payload of app.remove: remove the application's
@@ -587,8 +597,11 @@ type DeployResult struct {
 // app.deploy, Proxy is the state when the job was made; an agent applies
 // the current one from GET /agent/v1/proxy when it can.
 type RemovePayload struct {
-	AppID string      `json:"app_id"`
-	Proxy ProxyConfig `json:"proxy"`
+	AppID string `json:"app_id"`
+	// AppName, for a service application, names its units and release
+	// directories; "" means a container application.
+	AppName string      `json:"app_name,omitempty"`
+	Proxy   ProxyConfig `json:"proxy"`
 }
 
 // ProxyApplyPayload is the payload of proxy.apply. An agent that applied
@@ -612,6 +625,12 @@ type AppLogsResult struct {
 	StartedAt    time.Time `json:"started_at"`
 	RestartCount int       `json:"restart_count"`
 	ContainerID  string    `json:"container_id"`
+	// Unit is the live slot's unit of a service application, whose
+	// journal the lines are from; "" for a container application.
+	Unit string `json:"unit,omitempty"`
+	// Slots are the release slots of a service application; nil for a
+	// container application.
+	Slots []ServiceSlot `json:"slots,omitempty"`
 }
 
 // DomainCheckPayload is the payload of domain.check.

@@ -392,3 +392,18 @@ func (h *Host) Stop(t testing.TB) {
 	h.cmd.Process.Kill() //nolint:errcheck
 	<-h.exited
 }
+
+// InstallPackages installs Debian packages inside the host with apt-get
+// (from the mirror debootstrap used), failing the test if it cannot. The
+// host's overlay keeps them until it stops; the cached tree is untouched.
+func (h *Host) InstallPackages(t testing.TB, pkgs ...string) {
+	t.Helper()
+	script := "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends"
+	for _, p := range pkgs {
+		script += " " + shellQuote(p)
+	}
+	res := h.Exec(t, script+" >/dev/null")
+	if res.ExitCode != 0 {
+		t.Fatalf("installing %s in host %s: exit %d\n%s", strings.Join(pkgs, " "), h.Name, res.ExitCode, Tail(res.Stderr, 30))
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
@@ -73,6 +74,17 @@ type Options struct {
 	// directory of their own removed after the build; "" means the
 	// system's temporary directory.
 	BuildDir string
+	// StateDir is the agent's state directory, where service
+	// applications keep their checkouts, helper requests and live slots;
+	// "" means this agent runs no service applications.
+	StateDir string
+	// AppsDir and UnitDir are where the helper puts service applications'
+	// releases and units; "" means AppsDir and UnitDir (tests only).
+	AppsDir, UnitDir string
+	// Systemd connects to systemd; nil means the system bus.
+	Systemd func(ctx context.Context) (*sddbus.Conn, error)
+	// Journal reads service applications' logs; nil means none.
+	Journal Journal
 }
 
 // Deployer runs the application jobs against one Docker engine. It is safe

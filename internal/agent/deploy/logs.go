@@ -25,6 +25,9 @@ func (d *Deployer) runLogs(ctx context.Context, job agentproto.Job, _ map[string
 	if err != nil {
 		return nil, nil, fmt.Errorf("invalid app.logs payload: %w", err)
 	}
+	if live, ok := d.serviceApp(p.AppID); ok {
+		return d.serviceLogs(ctx, live, p, n, events)
+	}
 	cli, err := d.client()
 	if err != nil {
 		return nil, nil, err

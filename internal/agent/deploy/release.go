@@ -25,6 +25,9 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 	if err := logs.DecodePayload(job, &p); err != nil {
 		return nil, nil, err
 	}
+	if p.Service != nil {
+		return d.runServiceDeploy(ctx, p, secrets, events)
+	}
 	if err := checkDeploy(&p); err != nil {
 		return nil, nil, fmt.Errorf("invalid app.deploy payload: %w", err)
 	}

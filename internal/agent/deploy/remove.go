@@ -30,6 +30,24 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 	if n := siteCount(p.Proxy, p.AppID); n > 0 {
 		events.Emit(agentproto.LevelWarn, fmt.Sprintf("the proxy state still has %d sites of application %s; they will have no upstream", n, p.AppID), nil)
 	}
+	name := p.AppName
+	if live, ok := d.serviceApp(p.AppID); ok {
+		name = live.Name
+	}
+	if name != "" && d.opts.StateDir != "" {
+		if !svcNamePattern.MatchString(name) {
+			return nil, nil, fmt.Errorf("invalid app.remove payload: app_name %q", name)
+		}
+		unlock, err := d.locks.lock(ctx, p.AppID, events)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer unlock()
+		if err := d.serviceRemove(ctx, p, name, events); err != nil {
+			return nil, nil, err
+		}
+		return d.removeFinish(ctx, p, RemoveResult{RemovedIDs: []string{}}, events)
+	}
 	cli, err := d.client()
 	if err != nil {
 		return nil, nil, err
@@ -59,7 +77,11 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 		}
 		res.RemovedIDs = append(res.RemovedIDs, c.ID)
 	}
+	return d.removeFinish(ctx, p, res, events)
+}
 
+// removeFinish applies the proxy state without the removed application.
+func (d *Deployer) removeFinish(ctx context.Context, p agentproto.RemovePayload, res RemoveResult, events agent.EventSink) (any, any, error) {
 	if d.opts.Proxy == nil {
 		events.Emit(agentproto.LevelInfo, "this agent has no proxy; nothing to apply", nil)
 		return res, nil, nil
@@ -69,6 +91,6 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 		return res, nil, fmt.Errorf("applying the proxy state: %w", err)
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("applied the proxy state: revision %d, %d sites", cfg.Revision, len(cfg.Sites)), nil)
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s: %d containers", p.AppID, len(res.RemovedIDs)), nil)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s", p.AppID), nil)
 	return res, nil, nil
 }

@@ -166,7 +166,15 @@ type Proxy struct {
 	// onLoad (nil: none) is called after each configuration Caddy
 	// accepted; set by OnLoad before the first apply.
 	onLoad func()
+	// others (nil: none) finds the upstreams of applications that do not
+	// run in containers; set by OtherUpstreams before the first apply.
+	others func(ctx context.Context) (map[string]string, error)
 }
+
+// OtherUpstreams makes fn the source of the upstreams of applications
+// that are not containers (service applications' live slots); they come
+// before those found by Docker labels. Call it before the first apply.
+func (p *Proxy) OtherUpstreams(fn func(ctx context.Context) (map[string]string, error)) { p.others = fn }
 
 // OnLoad makes fn be called after each configuration Caddy accepted, with
 // the applies still serialized: the traffic report reads the configured
@@ -248,9 +256,18 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 // upstreams resolves the upstream of every app of ss.
 func (p *Proxy) upstreams(ctx context.Context, ss []site, overrides map[string]string) (map[string]string, error) {
 	ups := map[string]string{}
+	var others map[string]string
+	if p.others != nil {
+		var err error
+		if others, err = p.others(ctx); err != nil {
+			return nil, fmt.Errorf("finding the upstreams of service applications: %w", err)
+		}
+	}
 	need := false
 	for _, s := range ss {
 		if addr, ok := overrides[s.appID]; ok {
+			ups[s.appID] = addr
+		} else if addr, ok := others[s.appID]; ok && checkUpstream(addr) == nil {
 			ups[s.appID] = addr
 		} else {
 			need = true
