@@ -174,7 +174,9 @@ type Proxy struct {
 // OtherUpstreams makes fn the source of the upstreams of applications
 // that are not containers (service applications' live slots); they come
 // before those found by Docker labels. Call it before the first apply.
-func (p *Proxy) OtherUpstreams(fn func(ctx context.Context) (map[string]string, error)) { p.others = fn }
+func (p *Proxy) OtherUpstreams(fn func(ctx context.Context) (map[string]string, error)) {
+	p.others = fn
+}
 
 // OnLoad makes fn be called after each configuration Caddy accepted, with
 // the applies still serialized: the traffic report reads the configured
