@@ -236,6 +236,14 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if res := c.Exec(t, "runuser -u capstan -- systemctl mask e2e-dummy.service"); res.ExitCode == 0 {
 		t.Fatal("capstan may mask a service; the polkit rule allows only start, stop and restart")
 	}
+	// Service applications: the build account, the root helper unit the
+	// agent starts (and nothing in the agent's own rights grows), the
+	// directories of releases and of root-only environment files.
+	if out := c.MustExec(t, "id -un capstan-build && stat -c '%a %U' /var/lib/capstan-apps /etc/capstan-apps && "+
+		"systemctl show -p ExecStart --value capstan-app-helper@web.service"); !strings.HasPrefix(out, "capstan-build\n755 root\n700 root\n") ||
+		!strings.Contains(out, "/opt/capstan-agent/capstan-agent app-helper web ;") {
+		t.Fatalf("service application setup:\n%s", out)
+	}
 	// Caddy runs in API mode, so the configuration the agent loads
 	// survives restarts, and the agent may read the proxy's access log.
 	if out := c.MustExec(t, "systemctl is-enabled caddy-api.service; systemctl is-enabled caddy.service || true"); !strings.HasPrefix(out, "enabled\n") || !strings.Contains(out, "disabled") {
