@@ -108,6 +108,8 @@ func TestAccessByRole(t *testing.T) {
 		"PATCH /api/v1/notifications/channels/{id}":                {access: admin, path: "/api/v1/notifications/channels/" + none, body: map[string]any{}},
 		"DELETE /api/v1/notifications/channels/{id}":               {access: admin, path: "/api/v1/notifications/channels/" + none},
 		"POST /api/v1/notifications/channels/{id}/test":            {access: admin, path: "/api/v1/notifications/channels/" + none + "/test"},
+		"GET /api/v1/notifications/settings":                       {access: signedIn, path: "/api/v1/notifications/settings"},
+		"PUT /api/v1/notifications/settings":                       {access: signedIn, path: "/api/v1/notifications/settings", body: map[string]any{"email_alerts": true, "email_deploy_failure": true, "email_deploy_success": false}},
 		"POST /api/v1/notifications/read":                          {access: signedIn, path: "/api/v1/notifications/read", body: map[string]any{"all": true}},
 		"GET /api/v1/servers":                                      {access: signedIn, path: "/api/v1/servers"},
 		"POST /api/v1/servers/enrollments":                         {access: admin, path: "/api/v1/servers/enrollments", body: map[string]any{}},

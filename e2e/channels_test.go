@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,4 +340,36 @@ func TestChatChannelsSendTheirFormats(t *testing.T) {
 	if strings.Contains(f.Logs(), botToken) {
 		t.Fatal("the control plane logged the bot token")
 	}
+}
+
+// BenchmarkEventToWebhook measures how long an event takes from its
+// change (a server enrolling, published in the same transaction) to a
+// webhook receiver on loopback: it reports the p50 and p99 of the time
+// between the event's timestamp and the request's arrival.
+func BenchmarkEventToWebhook(b *testing.B) {
+	var lat []time.Duration
+	rc := testlab.StartReceiver(b, func(_ int, r *http.Request) int { return http.StatusOK })
+	f := newFleet(b, Options{Env: []string{"SSL_CERT_FILE=" + rc.CAFile}, Args: []string{"--notify-allow-destinations=127.0.0.0/8"}})
+	r := f.Post(b, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "webhook", "name": "bench",
+		"config": map[string]any{"url": rc.URL + "/hook"}, "events": []string{"server.enrolled"}})
+	expectStatus(b, r, http.StatusCreated)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		e := f.createEnrollment(b, "lat-"+strconv.Itoa(i))
+		f.enrollHTTP(b, e.Token)
+	}
+	eventually(b, time.Minute, "every webhook", func() bool { return len(rc.Requests()) >= b.N })
+	b.StopTimer()
+	for _, req := range rc.Requests() {
+		var msg struct {
+			Timestamp time.Time `json:"timestamp"`
+		}
+		if err := json.Unmarshal(req.Body, &msg); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, req.At.Sub(msg.Timestamp))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }

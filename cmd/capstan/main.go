@@ -26,6 +26,7 @@ type cli struct {
 	Migrate     migrateCmd     `cmd:"" help:"Apply pending schema migrations and exit."`
 	User        userCmd        `cmd:"" help:"Manage users."`
 	RecoveryKit recoveryKitCmd `cmd:"" name:"recovery-kit" help:"Recovery kit tools."`
+	Notify      notifyCmd      `cmd:"" help:"Notification tools."`
 	Version     versionCmd     `cmd:"" help:"Print the version."`
 }
 

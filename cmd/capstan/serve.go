@@ -29,6 +29,7 @@ import (
 type serveCmd struct {
 	StoreFlags
 	cloudDriveFlags
+	smtpFlags
 	Listen          string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
 	PublicURL       string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
 	LogLevel        string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
@@ -95,6 +96,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		ln.Close()
 		return fmt.Errorf("--notify-retry-base must be at least 10ms and --notify-attempt-timeout at least 100ms")
 	}
+	mailer, err := c.smtp(publicURL)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	catalog, err := databases.LoadCatalog(c.DBImages)
 	if err != nil {
 		ln.Close()
@@ -157,13 +163,14 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
 	}
 
+	a.events.Register(notify.NewEmail(mailer, a.store, a.auth))
 	a.channels = notify.NewChannels(a.store, a.key, a.audit, guard, time.Now, log)
 	a.events.Register(a.channels)
 	a.events.RetryBase, a.events.AttemptTimeout, a.events.Lease = c.NotifyRetry, c.NotifyTimeout, 4*c.NotifyTimeout
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
-		Backups: a.backups, Channels: a.channels,
+		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))

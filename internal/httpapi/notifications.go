@@ -241,3 +241,43 @@ func (s *Server) registerChannels() {
 		return &channelTestOutput{Body: r}, nil
 	})
 }
+
+type settingsOutput struct {
+	Body notify.Settings
+}
+
+type settingsInput struct {
+	Body notify.Settings
+}
+
+func (s *Server) registerNotificationSettings() {
+	tags := []string{"Notifications"}
+	op(s, huma.Operation{
+		OperationID: "get-notification-settings", Method: http.MethodGet, Path: "/api/v1/notifications/settings", Tags: tags,
+		Summary:     "The caller's e-mail preferences",
+		Description: "Which events are mailed to the caller (when the control plane has SMTP settings): deployments that succeed (default off), deployments that fail (default on), alerts opening and resolving (default on).",
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*settingsOutput, error) {
+		if s.deps.Preferences == nil {
+			return nil, errNoNotify
+		}
+		st, err := s.deps.Preferences.Get(ctx, principal(ctx).User.ID)
+		if err != nil {
+			return nil, err
+		}
+		return &settingsOutput{Body: st}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "put-notification-settings", Method: http.MethodPut, Path: "/api/v1/notifications/settings", Tags: tags,
+		Summary:     "Replace the caller's e-mail preferences",
+		Description: "All three booleans are required and set as given.",
+	}, SignedIn, func(ctx context.Context, in *settingsInput) (*settingsOutput, error) {
+		if s.deps.Preferences == nil {
+			return nil, errNoNotify
+		}
+		st, err := s.deps.Preferences.Put(ctx, principal(ctx).User.ID, in.Body)
+		if err != nil {
+			return nil, err
+		}
+		return &settingsOutput{Body: st}, nil
+	})
+}

@@ -50,6 +50,8 @@ type Deps struct {
 	Monitoring *monitoring.Service
 	// Inbox is optional; without it the inbox endpoints fail.
 	Inbox *notify.Inbox
+	// Preferences is optional; without it the settings endpoints fail.
+	Preferences *notify.Preferences
 	// Channels is optional; without it the channel endpoints fail.
 	Channels *notify.Channels
 	// Events is optional; without it the event list fails.
@@ -166,6 +168,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerNotifications()
 	s.registerBackups()
 	s.registerChannels()
+	s.registerNotificationSettings()
 	for _, m := range mounts {
 		m(s)
 	}

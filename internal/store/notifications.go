@@ -89,3 +89,33 @@ func (s *Store) MarkNotificationsRead(ctx context.Context, userID string, ids []
 	})
 	return marked, unread, err
 }
+
+var _ notify.SettingsStore = (*Store)(nil)
+
+// NotificationSettings returns the e-mail preferences of every user who
+// set any.
+func (s *Store) NotificationSettings(ctx context.Context) (map[string]notify.Settings, error) {
+	var rows []struct {
+		UserID  string `db:"user_id"`
+		Success int    `db:"email_deploy_success"`
+		Failure int    `db:"email_deploy_failure"`
+		Alerts  int    `db:"email_alerts"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT user_id, email_deploy_success, email_deploy_failure, email_alerts FROM notification_settings`); err != nil {
+		return nil, err
+	}
+	out := make(map[string]notify.Settings, len(rows))
+	for _, r := range rows {
+		out[r.UserID] = notify.Settings{EmailDeploySuccess: r.Success == 1, EmailDeployFailure: r.Failure == 1, EmailAlerts: r.Alerts == 1}
+	}
+	return out, nil
+}
+
+// PutNotificationSettings replaces a user's e-mail preferences.
+func (s *Store) PutNotificationSettings(ctx context.Context, userID string, st notify.Settings, now time.Time) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO notification_settings (user_id, email_deploy_success, email_deploy_failure, email_alerts, updated_at)
+		VALUES (?, ?, ?, ?, ?) ON CONFLICT (user_id) DO UPDATE SET email_deploy_success = excluded.email_deploy_success,
+		email_deploy_failure = excluded.email_deploy_failure, email_alerts = excluded.email_alerts, updated_at = excluded.updated_at`),
+		userID, boolInt(st.EmailDeploySuccess), boolInt(st.EmailDeployFailure), boolInt(st.EmailAlerts), ms(now))
+	return err
+}

@@ -76,3 +76,22 @@ func TestInbox(t *testing.T) {
 		}
 	})
 }
+
+func TestNotificationSettings(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		u := mustCreateAccount(t, s, "carol@example.com", t0)
+		if all, err := s.NotificationSettings(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("settings before any: %v %v", all, err)
+		}
+		for _, want := range []notify.Settings{{EmailDeploySuccess: true}, {EmailAlerts: true, EmailDeployFailure: true}} {
+			if err := s.PutNotificationSettings(ctx, u.ID, want, t0); err != nil {
+				t.Fatal(err)
+			}
+			all, err := s.NotificationSettings(ctx)
+			if err != nil || all[u.ID] != want {
+				t.Fatalf("settings: got %+v, want %+v (%v)", all[u.ID], want, err)
+			}
+		}
+	})
+}

@@ -40,6 +40,8 @@
 //   - receiver.go: StartReceiver, an HTTPS server on 127.0.0.1 (its CA in a
 //     file for SSL_CERT_FILE) that records every request and answers as
 //     the test says: a stand-in for webhook and chat endpoints.
+//   - smtp.go: StartSMTPServer, a real SMTP server on 127.0.0.1 (go-smtp)
+//     with STARTTLS and PLAIN authentication that keeps what it accepts.
 //   - loopfs.go: LoopFilesystem (a small real ext4 filesystem, loop-mounted,
 //     that agents report like any disk, for tests that fill it).
 //
