@@ -55,7 +55,7 @@ func (s *Server) registerNotifications() {
 		OperationID: "list-notifications", Method: http.MethodGet, Path: "/api/v1/notifications", Tags: tags,
 		Summary: "The caller's inbox, newest first, with the unread count",
 		Description: "Every active user gets an item for each of these events: " + inboxEventsDoc() + ". Each item has a title, a " +
-			"body, the path of its object in the web console (link) and the event's subject. A member's items of failed deployments " +
+			"body, the path of its object in the web console (link) and the event's subject. A member's items of failed deployments and backups " +
 			"leave out the error.",
 	}, SignedIn, func(ctx context.Context, in *inboxInput) (*inboxOutput, error) {
 		if s.deps.Inbox == nil {

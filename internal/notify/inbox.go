@@ -52,7 +52,7 @@ type Users interface {
 
 // InboxEvents are the events that reach the inbox.
 var InboxEvents = []events.Type{events.DeploySucceeded, events.DeployFailed, events.AlertOpened, events.AlertResolved,
-	events.ServerOffline, events.ServerOnline}
+	events.ServerOffline, events.ServerOnline, events.BackupFailed}
 
 // Inbox is the destination that puts events in every active user's inbox.
 type Inbox struct {
@@ -128,8 +128,8 @@ type Message struct {
 }
 
 // Describe tells an event. Details only administrators may read (the error
-// of a failed deployment, which may hold the application's output) are left
-// out when admin is false.
+// of a failed deployment or backup, which may hold a program's output) are
+// left out when admin is false.
 func Describe(ev events.Event, admin bool) Message {
 	switch ev.Type {
 	case events.DeploySucceeded, events.DeployFailed:
@@ -163,6 +163,16 @@ func Describe(ev events.Event, admin bool) Message {
 			m.Title, m.Body = fmt.Sprintf("%s enrolled", p.ServerName), fmt.Sprintf("The agent of %s enrolled.", p.ServerName)
 		default:
 			m.Title, m.Body = fmt.Sprintf("%s revoked", p.ServerName), fmt.Sprintf("The agent credential of %s was revoked.", p.ServerName)
+		}
+		return m
+	case events.BackupFailed:
+		var p events.BackupPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		m := Message{Link: "/databases/" + p.InstanceID + "/backups/" + p.RunID,
+			Title: fmt.Sprintf("Backup of %s failed", p.Database),
+			Body:  fmt.Sprintf("Backup %s of database %s on instance %s failed; it does not count as a backup.", p.RunID, p.Database, p.InstanceID)}
+		if admin && p.Error != "" {
+			m.Body += " " + p.Error
 		}
 		return m
 	case events.AlertOpened, events.AlertResolved:
