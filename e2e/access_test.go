@@ -178,6 +178,8 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/backups/run":                                 {access: admin, path: "/api/v1/backups/run", body: map[string]any{}},
 		"GET /api/v1/backups":                                      {access: signedIn, path: "/api/v1/backups", output: true},
 		"GET /api/v1/backups/summary":                              {access: signedIn, path: "/api/v1/backups/summary", output: true},
+		"POST /api/v1/backups/{run_id}/verify":                     {access: admin, path: "/api/v1/backups/" + none + "/verify"},
+		"POST /api/v1/backups/{run_id}/restore":                    {access: admin, path: "/api/v1/backups/" + none + "/restore", body: map[string]any{}},
 		"GET /agent/install.sh":                                    {access: public, path: "/agent/install.sh"},
 		"GET /agent/package.tar.gz":                                {access: public, path: "/agent/package.tar.gz?arch=amd64"},
 		"POST /agent/v1/enroll":                                    {access: public, path: "/agent/v1/enroll", body: map[string]any{}},

@@ -49,10 +49,10 @@ type backupRig struct {
 	localDir string
 }
 
-func newBackupRig(t *testing.T, d store.Dialect) *backupRig {
+func newBackupRig(t *testing.T, d store.Dialect, args ...string) *backupRig {
 	t.Helper()
 	local := t.TempDir()
-	f := newFleet(t, Options{Dialect: d, Args: []string{"--backup-local-dir", local, "--backup-local-keep", "2"}})
+	f := newFleet(t, Options{Dialect: d, Args: append([]string{"--backup-local-dir", local, "--backup-local-keep", "2"}, args...)})
 	e := f.createEnrollment(t, "db-host")
 	config := enrollAgent(t, f.ControlPlane, e.Token)
 	return &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}, s3: testlab.StartS3(t),

@@ -166,7 +166,9 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	managed.Register(r)
 	transfer := &database.Transfer{Artifacts: arts, Docker: managed}
 	transfer.Register(r)
-	(&database.Backups{Transfer: transfer}).Register(r)
+	backups := &database.Backups{Transfer: transfer}
+	backups.Register(r)
+	backups.RegisterRestores(r)
 	backup.Executors{}.Register(r)
 	return r
 }

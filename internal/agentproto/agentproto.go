@@ -70,6 +70,10 @@
 //	2026-11-24  v1: service applications (svcapp.go):
 //	            DeployPayload.Service, DeployResult.Service,
 //	            RemovePayload.AppName, AppLogsResult.Unit and Slots.
+//	2026-11-24  v1: backup verification and restore (backup.go): job
+//	            types backup.verify and backup.restore
+//	            (BackupRestorePayload, BackupVerifyResult), the identity in
+//	            the job secret backup_identity.
 package agentproto
 
 import (

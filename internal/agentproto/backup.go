@@ -164,3 +164,73 @@ type BackupObject struct {
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 }
+
+// Job types of verification and restore. Both fetch the object from the
+// storage (never the local copy), check its size and SHA-256, decrypt it
+// with the identity in SecretBackupIdentity and load it; the manifest of
+// what was loaded is compared with the backup's.
+const (
+	// JobBackupVerify loads a backup into a throwaway database that is
+	// dropped afterwards: BackupRestorePayload → BackupVerifyResult.
+	JobBackupVerify = "backup.verify"
+	// JobBackupRestore loads a backup into a new database (mode new) or
+	// into a temporary one that then replaces the target (mode replace):
+	// BackupRestorePayload → BackupVerifyResult.
+	JobBackupRestore = "backup.restore"
+)
+
+// SecretBackupIdentity is the age identity (AGE-SECRET-KEY-1…) that
+// decrypts backups, given only to verify and restore jobs.
+const SecretBackupIdentity = "backup_identity"
+
+// Restore modes.
+const (
+	BackupRestoreNew     = "new"
+	BackupRestoreReplace = "replace"
+)
+
+// BackupRestorePayload is the payload of backup.verify and
+// backup.restore.
+type BackupRestorePayload struct {
+	RunID   string           `json:"run_id"`
+	Target  DBTarget         `json:"target"`
+	Source  DBArtifactSource `json:"source"`
+	Storage BackupStorage    `json:"storage"`
+	Key     string           `json:"key"`
+	// Size and SHA256 are the object's as the backup recorded them.
+	Size     int64          `json:"size"`
+	SHA256   string         `json:"sha256"`
+	Manifest BackupManifest `json:"manifest"`
+	// Mode is BackupRestore* (backup.restore only); Into is the database
+	// restored into (new) or replaced (replace).
+	Mode string `json:"mode,omitempty"`
+	Into string `json:"into,omitempty"`
+}
+
+// BackupCompared is one table's comparison with the manifest.
+type BackupCompared struct {
+	Name         string `json:"name"`
+	Rows         int64  `json:"rows"`
+	WantRows     int64  `json:"want_rows"`
+	Checksum     string `json:"checksum"`
+	WantChecksum string `json:"want_checksum"`
+	OK           bool   `json:"ok"`
+}
+
+// BackupVerifyResult is the data of backup.verify and backup.restore,
+// also when they fail.
+type BackupVerifyResult struct {
+	OK bool `json:"ok"`
+	// Bytes and SHA256 are of the object as fetched; ChecksumOK says
+	// they are the backup's.
+	Bytes      int64  `json:"bytes"`
+	SHA256     string `json:"sha256"`
+	ChecksumOK bool   `json:"checksum_ok"`
+	// Database is the database loaded (the throwaway one for a
+	// verification, dropped since).
+	Database string           `json:"database"`
+	Tables   []BackupCompared `json:"tables"`
+	// Error says what failed: the checksum, the decryption, the load
+	// tool's message, or the tables that differ.
+	Error string `json:"error,omitempty"`
+}

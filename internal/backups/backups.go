@@ -61,6 +61,7 @@ func NewService(st Store, js *jobs.Service, srv *servers.Service, dbs *databases
 	key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
 	s := &Service{store: st, jobs: js, servers: srv, dbs: dbs, events: ev, audit: log, key: key, now: now, log: logger}
 	js.OnComplete(agentproto.JobBackupRun, s.runFinished)
+	js.OnComplete(agentproto.JobBackupVerify, s.verifyFinished)
 	return s
 }
 

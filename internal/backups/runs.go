@@ -124,6 +124,12 @@ type RunStore interface {
 	FinishBackupRun(ctx context.Context, id string, f RunFinish) (bool, error)
 	BackupRuns(ctx context.Context, q RunQuery) ([]Run, error)
 	BackupSummary(ctx context.Context, recentFailures int) (Summary, []Run, error)
+	// SetBackupVerifyJob names the run's current verification job;
+	// false if there is no such run.
+	SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error)
+	// FinishBackupVerify records a verification if jobID is still the
+	// run's current one.
+	FinishBackupVerify(ctx context.Context, runID, jobID string, v Verification) (bool, error)
 }
 
 // EventPublisher stores events in the outbox.

@@ -25,15 +25,16 @@ type Type string
 
 // The event types. The list grows at the end.
 const (
-	DeploySucceeded Type = "deploy.succeeded"
-	DeployFailed    Type = "deploy.failed"
-	ServerEnrolled  Type = "server.enrolled"
-	ServerRevoked   Type = "server.revoked"
-	ServerOnline    Type = "server.online"
-	ServerOffline   Type = "server.offline"
-	AlertOpened     Type = "alert.opened"
-	AlertResolved   Type = "alert.resolved"
-	BackupFailed    Type = "backup.failed"
+	DeploySucceeded    Type = "deploy.succeeded"
+	DeployFailed       Type = "deploy.failed"
+	ServerEnrolled     Type = "server.enrolled"
+	ServerRevoked      Type = "server.revoked"
+	ServerOnline       Type = "server.online"
+	ServerOffline      Type = "server.offline"
+	AlertOpened        Type = "alert.opened"
+	AlertResolved      Type = "alert.resolved"
+	BackupFailed       Type = "backup.failed"
+	BackupVerifyFailed Type = "backup.verify_failed"
 )
 
 // IDPrefix starts every event id.
@@ -139,6 +140,8 @@ var Catalogue = []Spec{
 		"the same as alert.opened, and acknowledged"},
 	{BackupFailed, "a backup failed: its dump, upload or the storage's read-back (nothing of it counts as a backup)", "backup",
 		"run_id, instance_id, server_id, database, trigger, error"},
+	{BackupVerifyFailed, "a backup's verification failed: its checksum, its decryption, its restore or its comparison with the manifest",
+		"backup", "run_id, instance_id, server_id, database, trigger, error"},
 }
 
 // Known reports whether t is in the catalogue.

@@ -77,8 +77,60 @@ type backupSummaryOutput struct {
 	Body backups.Summary
 }
 
+type backupVerifyInput struct {
+	RunID string `path:"run_id" maxLength:"64"`
+}
+
+type backupRestoreInput struct {
+	RunID string `path:"run_id" maxLength:"64"`
+	Body  struct {
+		Mode string `json:"mode" enum:"new,replace" doc:"new: into a new database named into; replace: into a temporary database, swapped in place of into only after it succeeded"`
+		Into string `json:"into,omitempty" maxLength:"63" doc:"new: the new database (required); replace: the database replaced (default: the backup's)"`
+	}
+}
+
 func (s *Server) registerBackups() {
 	tags := []string{"Backups"}
+	op(s, huma.Operation{
+		OperationID: "verify-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/verify", Tags: tags,
+		Summary: "Test-restore a backup into a throwaway database",
+		Description: "Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the " +
+			"local copy), checks its size and SHA-256, decrypts it (the identity reaches the agent in this job's secrets only), " +
+			"restores it into a throwaway database on the same server, compares every table's rows and checksum with the " +
+			"manifest, and drops the throwaway database. The run's verified becomes {at, ok, details} with what was compared; " +
+			"a failure publishes backup.verify_failed. 409 for a backup that did not succeed. Audited.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		j, err := s.deps.Backups.Verify(ctx, a, c, in.RunID)
+		if err != nil {
+			return nil, err
+		}
+		return backupAccepted(accepted(j, true)), nil
+	})
+	op(s, huma.Operation{
+		OperationID: "restore-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/restore", Tags: tags,
+		Summary: "Restore a backup into a new database or in place of one",
+		Description: "Queues backup.restore (202). mode new restores into a new database named into (the job fails if it " +
+			"exists); mode replace restores into a temporary database first, compares it with the manifest, and only then swaps " +
+			"it in place of into (renaming, after ending the sessions connected to into), so a failed restore never leaves " +
+			"the target half-written. The object is fetched from the storage and checked like a verification. 422 for an " +
+			"invalid mode or name, 409 for a backup that did not succeed. Audited.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *backupRestoreInput) (*acceptedOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		j, err := s.deps.Backups.Restore(ctx, a, c, in.RunID, in.Body.Mode, in.Body.Into)
+		if err != nil {
+			return nil, err
+		}
+		return backupAccepted(accepted(j, true)), nil
+	})
 	op(s, huma.Operation{
 		OperationID: "run-backup", Method: http.MethodPost, Path: "/api/v1/backups/run", Tags: tags,
 		Summary: "Back up a database now",

@@ -58,6 +58,8 @@ var types = map[string]TypeSpec{
 	// Backups.
 	agentproto.JobBackupStorageTest: {Timeout: 5 * time.Minute},
 	agentproto.JobBackupRun:         {Timeout: 6 * time.Hour},
+	agentproto.JobBackupVerify:      {Timeout: 6 * time.Hour},
+	agentproto.JobBackupRestore:     {Timeout: 6 * time.Hour},
 }
 
 // Spec returns the type's spec and whether the type exists.

@@ -259,3 +259,25 @@ func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.
 	failed, err := s.BackupRuns(ctx, backups.RunQuery{Status: backups.StatusFailed, Limit: recentFailures})
 	return sum, failed, err
 }
+
+// SetBackupVerifyJob names the run's current verification job.
+func (s *Store) SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ?`), jobID, runID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// FinishBackupVerify records a verification if jobID is still the run's
+// current verification job.
+func (s *Store) FinishBackupVerify(ctx context.Context, runID, jobID string, v backups.Verification) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verified_at = ?, verified_ok = ?, verify_details = ?
+		WHERE id = ? AND verify_job_id = ?`), ms(v.At), v.OK, string(v.Details), runID, jobID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}

@@ -1,0 +1,307 @@
+package database
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/objstore"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// RegisterRestores adds backup.verify and backup.restore to r.
+func (b *Backups) RegisterRestores(r agent.Registry) {
+	r.Register(agentproto.JobBackupVerify, agent.ExecutorFunc(b.verify))
+	r.Register(agentproto.JobBackupRestore, agent.ExecutorFunc(b.restore))
+}
+
+// errChecksum is a fetched object that is not the backup's.
+var errChecksum = errors.New("checksum mismatch")
+
+// scratchName is the name of a database a verification or restore makes;
+// the run id keeps it apart from others'.
+func scratchName(kind, runID string) string {
+	id := strings.TrimPrefix(runID, "run_")
+	if len(id) > 26 {
+		id = id[:26]
+	}
+	return "capstan_" + kind + "_" + strings.ToLower(id)
+}
+
+func (b *Backups) verify(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
+	var p agentproto.BackupRestorePayload
+	res := &agentproto.BackupVerifyResult{Tables: []agentproto.BackupCompared{}}
+	if err := jsonPayload(job, &p); err != nil {
+		return res, nil, err
+	}
+	admin, err := b.adminConn(ctx, p, secrets)
+	if err != nil {
+		return b.failed(res, err)
+	}
+	defer admin.Close()
+	res.Database = scratchName("verify", p.RunID)
+	if _, _, err := admin.dropDatabase(ctx, res.Database); err != nil {
+		return b.failed(res, fmt.Errorf("dropping a leftover %s: %w", res.Database, err))
+	}
+	if _, err := admin.createDatabase(ctx, res.Database, ""); err != nil {
+		return b.failed(res, fmt.Errorf("creating the throwaway database: %w", err))
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, _, err := admin.dropDatabase(dctx, res.Database); err != nil {
+			events.Emit(agentproto.LevelWarn, "dropping the throwaway database: "+err.Error(), nil)
+		}
+	}()
+	if err := b.loadAndCompare(ctx, p, secrets, events, res.Database, res); err != nil {
+		return b.failed(res, err)
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("restored into %s and matched the manifest's %d tables; dropping it", res.Database,
+		len(res.Tables)), nil)
+	return res, nil, nil
+}
+
+func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
+	var p agentproto.BackupRestorePayload
+	res := &agentproto.BackupVerifyResult{Tables: []agentproto.BackupCompared{}}
+	if err := jsonPayload(job, &p); err != nil {
+		return res, nil, err
+	}
+	if err := checkArtifactJob(p.Target.Engine, p.Into); err != nil {
+		return b.failed(res, err)
+	}
+	admin, err := b.adminConn(ctx, p, secrets)
+	if err != nil {
+		return b.failed(res, err)
+	}
+	defer admin.Close()
+	var exists bool
+	if err := admin.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", p.Into).Scan(&exists); err != nil {
+		return b.failed(res, err)
+	}
+	switch p.Mode {
+	case agentproto.BackupRestoreNew:
+		if exists {
+			return b.failed(res, fmt.Errorf("database %s exists; restore into a new name, or use mode replace", p.Into))
+		}
+		res.Database = p.Into
+	case agentproto.BackupRestoreReplace:
+		if !exists {
+			return b.failed(res, fmt.Errorf("database %s does not exist; restore it with mode new", p.Into))
+		}
+		res.Database = scratchName("restore", p.RunID)
+		if _, _, err := admin.dropDatabase(ctx, res.Database); err != nil {
+			return b.failed(res, err)
+		}
+	default:
+		return b.failed(res, fmt.Errorf("invalid mode %q", p.Mode))
+	}
+	if _, err := admin.createDatabase(ctx, res.Database, ""); err != nil {
+		return b.failed(res, fmt.Errorf("creating %s: %w", res.Database, err))
+	}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		// A failed restore leaves nothing behind: the new database, or
+		// the temporary one (the target was not touched).
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, _, err := admin.dropDatabase(dctx, res.Database); err != nil {
+			events.Emit(agentproto.LevelWarn, "dropping "+res.Database+": "+err.Error(), nil)
+		}
+	}()
+	if err := b.loadAndCompare(ctx, p, secrets, events, res.Database, res); err != nil {
+		return b.failed(res, err)
+	}
+	if p.Mode == agentproto.BackupRestoreReplace {
+		old := scratchName("replaced", p.RunID)
+		if err := admin.swap(ctx, p.Into, res.Database, old); err != nil {
+			return b.failed(res, fmt.Errorf("swapping the restored database in: %w", err))
+		}
+		res.Database = p.Into
+		if _, _, err := admin.dropDatabase(context.WithoutCancel(ctx), old); err != nil {
+			events.Emit(agentproto.LevelWarn, "dropping the replaced database "+old+": "+err.Error(), nil)
+		}
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("replaced %s with the restored backup", p.Into), nil)
+	}
+	done = true
+	return res, nil, nil
+}
+
+// swap renames target away and restored into its place, in one
+// transaction, after ending the sessions connected to target; sessions
+// that connect in between make it try again.
+func (c *postgresConn) swap(ctx context.Context, target, restored, old string) error {
+	var err error
+	for range 5 {
+		if _, err = c.conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+			target); err != nil {
+			return err
+		}
+		err = func() error {
+			tx, err := c.conn.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it does nothing
+			if _, err := tx.Exec(ctx, "ALTER DATABASE "+pgIdent(target)+" RENAME TO "+pgIdent(old)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "ALTER DATABASE "+pgIdent(restored)+" RENAME TO "+pgIdent(target)); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}()
+		if e, ok := pgError(err); !ok || e.Code != "55006" { // object_in_use: a session came back
+			return err
+		}
+	}
+	return err
+}
+
+func (b *Backups) failed(res *agentproto.BackupVerifyResult, err error) (any, any, error) {
+	res.OK = false
+	res.Error = err.Error()
+	return res, nil, err
+}
+
+// adminConn connects as the instance's admin login to its maintenance
+// database, from which databases are made, dropped and renamed.
+func (b *Backups) adminConn(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string) (*postgresConn, error) {
+	if p.Target.Engine != agentproto.EnginePostgres {
+		return nil, fmt.Errorf("%s backups are not supported by this agent yet", p.Target.Engine)
+	}
+	c, err := Connect(ctx, p.Target, secrets[agentproto.SecretDBPassword], "postgres")
+	if err != nil {
+		return nil, err
+	}
+	return c.(*postgresConn), nil
+}
+
+// loadAndCompare fetches the object from the storage, loads it into
+// database (decrypted and decompressed as it streams) and compares the
+// database with the manifest. A fetched object that is not the backup's
+// size and SHA-256 is errChecksum, whatever else failed.
+func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string,
+	events agent.EventSink, database string, res *agentproto.BackupVerifyResult) error {
+	identity, err := age.ParseX25519Identity(secrets[agentproto.SecretBackupIdentity])
+	if err != nil {
+		return errors.New("the job carries no valid decryption identity")
+	}
+	open := b.OpenStore
+	if open == nil {
+		open = objstore.Open
+	}
+	st, err := open(ctx, p.Storage, secrets)
+	if err != nil {
+		return err
+	}
+	rc, obj, err := st.Get(ctx, p.Key)
+	if err != nil {
+		return fmt.Errorf("fetching the backup from the storage: %w", err)
+	}
+	defer rc.Close()
+	if obj.SHA256 != "" && obj.SHA256 != p.SHA256 || obj.Size != p.Size {
+		res.Bytes, res.SHA256 = obj.Size, obj.SHA256
+		return fmt.Errorf("%w: the storage holds %d bytes (sha256 %s), the backup was %d (sha256 %s)", errChecksum, obj.Size,
+			obj.SHA256, p.Size, p.SHA256)
+	}
+	fetched := newHasher(rc)
+	loadErr := b.load(ctx, p, secrets, events, database, fetched, identity)
+	// The rest of the object is read, so its checksum says whether a
+	// failed load was the object's fault.
+	if _, err := io.Copy(io.Discard, fetched); err != nil && loadErr == nil {
+		loadErr = fmt.Errorf("fetching the backup from the storage: %w", err)
+	}
+	res.Bytes, res.SHA256 = fetched.n, fetched.sum()
+	res.ChecksumOK = fetched.n == p.Size && fetched.sum() == p.SHA256
+	if !res.ChecksumOK {
+		return fmt.Errorf("%w: fetched %d bytes (sha256 %s), the backup was %d (sha256 %s)", errChecksum, fetched.n, fetched.sum(),
+			p.Size, p.SHA256)
+	}
+	if loadErr != nil {
+		return fmt.Errorf("restoring: %w", loadErr)
+	}
+	c, err := Connect(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	got, err := postgresManifest(ctx, c.(*postgresConn).conn)
+	if err != nil {
+		return fmt.Errorf("counting the restored tables: %w", err)
+	}
+	return compareManifest(p.Manifest, got, res)
+}
+
+// load streams the object into database with the engine's load tool.
+func (b *Backups) load(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
+	database string, object io.Reader, identity *age.X25519Identity) error {
+	dec, err := age.Decrypt(object, identity)
+	if err != nil {
+		return fmt.Errorf("decrypting: %w", err)
+	}
+	src := &sourceReader{r: dec}
+	gz, err := gzip.NewReader(src)
+	if err != nil {
+		return fmt.Errorf("decompressing: %w", err)
+	}
+	unzipped := &sourceReader{r: gz}
+	r, c, err := b.Transfer.loader(ctx, agentproto.DBImportPayload{Target: p.Target, Source: p.Source, Database: database},
+		secrets[agentproto.SecretDBPassword], events)
+	if err != nil {
+		return err
+	}
+	// One transaction: a backup cut short commits nothing.
+	stdin := io.MultiReader(strings.NewReader("BEGIN;\n"), bufio.NewReaderSize(unzipped, 256<<10), strings.NewReader("\n;\nCOMMIT;\n"))
+	call := loadCall(p.Target.Engine, agentproto.DBFormatSQL, database, c)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading the backup into %s with %s %s", database, call.Args[0], r), nil)
+	err = r.run(ctx, call, stdin, newTail(stderrKeep))
+	switch {
+	case src.err != nil:
+		return fmt.Errorf("decrypting: %w", src.err)
+	case unzipped.err != nil:
+		return fmt.Errorf("decompressing: %w", unzipped.err)
+	}
+	return err
+}
+
+// compareManifest fills res.Tables and fails when a table differs.
+func compareManifest(want, got agentproto.BackupManifest, res *agentproto.BackupVerifyResult) error {
+	have := map[string]agentproto.BackupTable{}
+	for _, t := range got.Tables {
+		have[t.Name] = t
+	}
+	var bad []string
+	for _, w := range want.Tables {
+		g, ok := have[w.Name]
+		c := agentproto.BackupCompared{Name: w.Name, Rows: g.Rows, WantRows: w.Rows, Checksum: g.Checksum, WantChecksum: w.Checksum,
+			OK: ok && g.Rows == w.Rows && g.Checksum == w.Checksum}
+		if !ok {
+			c.Rows = -1
+		}
+		res.Tables = append(res.Tables, c)
+		if !c.OK {
+			bad = append(bad, w.Name)
+		}
+		delete(have, w.Name)
+	}
+	for name := range have {
+		bad = append(bad, name+" (not in the manifest)")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("the restored tables differ from the manifest: %s", strings.Join(bad, ", "))
+	}
+	res.OK = true
+	return nil
+}

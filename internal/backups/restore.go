@@ -1,0 +1,186 @@
+package backups
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
+)
+
+// Audit actions of verification and restore.
+const (
+	ActionVerifyQueued  = "backup.verify.queued"
+	ActionRestoreQueued = "backup.restore.queued"
+)
+
+// restorable returns a run that succeeded, and the source and secrets of
+// a job that loads it.
+func (s *Service) restorable(ctx context.Context, runID string) (Run, agentproto.BackupRestorePayload, map[string]string, error) {
+	run, err := s.store.BackupRun(ctx, runID)
+	if err != nil {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, err
+	}
+	if run.Status != StatusSucceeded || run.Manifest == nil {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, fault.Conflictf("backup-not-succeeded",
+			"The backup is %s; only a backup that succeeded can be verified or restored.", run.Status)
+	}
+	if run.DeletePending {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, fault.Conflictf("backup-deleted", "The backup is being deleted.")
+	}
+	if s.dbs == nil {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, fault.Conflictf("backups-unavailable",
+			"Database instances are not available on this control plane.")
+	}
+	src, err := s.dbs.BackupSource(ctx, run.InstanceID, run.Database)
+	if fault.Is(err, fault.NotFound) {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, fault.Conflictf("instance-gone", "The backup's instance was removed.")
+	}
+	if err != nil {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, err
+	}
+	storage, creds, err := s.storage(ctx)
+	if err != nil {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, err
+	}
+	secrets := map[string]string{agentproto.SecretDBPassword: src.Password,
+		agentproto.SecretBackupIdentity: s.key.ArtifactIdentity().String()}
+	for k, v := range creds {
+		secrets[k] = v
+	}
+	p := agentproto.BackupRestorePayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Storage: storage, Key: run.RemoteKey,
+		Size: run.Size, SHA256: run.SHA256, Manifest: *run.Manifest}
+	return run, p, secrets, nil
+}
+
+// Verify queues backup.verify of a run that succeeded: its agent fetches
+// it from the storage, checks it, restores it into a throwaway database,
+// compares it with the manifest and drops the database.
+func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, runID string) (jobs.Job, error) {
+	run, p, secrets, err := s.restorable(ctx, runID)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	jobID := jobs.NewID(s.now())
+	ok, err := s.store.SetBackupVerifyJob(ctx, run.ID, jobID)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if !ok {
+		return jobs.Job{}, fault.NotFoundf("No such backup.")
+	}
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupVerify, Payload: p,
+		Secrets: secrets, CreatedBy: actor.ID})
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if actor.ID == "" {
+		return j, nil
+	}
+	return j, s.record(ctx, actor, c, ActionVerifyQueued, "backup", run.ID, map[string]any{"job_id": j.ID})
+}
+
+// Restore queues backup.restore of a run that succeeded into a new
+// database into (mode new) or in place of into ("": the backup's
+// database; mode replace), which is swapped only after the restore
+// succeeded.
+func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry, runID, mode, into string) (jobs.Job, error) {
+	var errs fault.Fields
+	switch mode {
+	case agentproto.BackupRestoreNew:
+		if into == "" {
+			errs.Add("into", "is required: the name of the new database")
+		}
+	case agentproto.BackupRestoreReplace:
+	default:
+		errs.Add("mode", "must be new or replace")
+	}
+	if into != "" {
+		if p := artifactNameProblem(into); p != "" {
+			errs.Add("into", "%s", p)
+		}
+	}
+	if err := errs.Err(); err != nil {
+		return jobs.Job{}, err
+	}
+	run, p, secrets, err := s.restorable(ctx, runID)
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if into == "" {
+		into = run.Database
+	}
+	p.Mode, p.Into = mode, into
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: run.ServerID, Type: agentproto.JobBackupRestore, Payload: p,
+		Secrets: secrets, CreatedBy: actor.ID})
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	return j, s.record(ctx, actor, c, ActionRestoreQueued, "backup", run.ID, map[string]any{"job_id": j.ID, "mode": mode,
+		"into": into, "instance_id": run.InstanceID})
+}
+
+// artifactNameProblem says what is wrong with a database name a restore
+// creates: ASCII letters, digits, '_', '$' and '-', not starting with '-',
+// at most 63 bytes (PostgreSQL's limit).
+func artifactNameProblem(name string) string {
+	if len(name) > 63 {
+		return "must be at most 63 bytes"
+	}
+	if name[0] == '-' {
+		return "must not start with '-'"
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '$' || c == '-') {
+			return "must be ASCII letters, digits, '_', '$' and '-'"
+		}
+	}
+	return ""
+}
+
+// verifyFinished is the completion hook of backup.verify: the run
+// records what was compared; a failure publishes backup.verify_failed.
+func (s *Service) verifyFinished(ctx context.Context, j jobs.Job) error {
+	ctx = context.WithoutCancel(ctx)
+	var p agentproto.BackupRestorePayload
+	if err := json.Unmarshal(j.Payload, &p); err != nil {
+		return err
+	}
+	var res agentproto.BackupVerifyResult
+	if len(j.Data) > 0 {
+		_ = json.Unmarshal(j.Data, &res)
+	}
+	ok := j.Status == jobs.Succeeded && res.OK && res.ChecksumOK
+	if !ok && res.Error == "" {
+		res.Error = "the verification did not finish"
+		if j.Error != nil {
+			res.Error = *j.Error
+		}
+	}
+	if res.Tables == nil {
+		res.Tables = []agentproto.BackupCompared{}
+	}
+	details, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	at := s.now().UTC()
+	recorded, err := s.store.FinishBackupVerify(ctx, p.RunID, j.ID, Verification{At: at, OK: ok, Details: details})
+	if err != nil || !recorded || ok || s.events == nil {
+		return err
+	}
+	run, err := s.store.BackupRun(ctx, p.RunID)
+	if err != nil {
+		return err
+	}
+	ev, err := events.New(events.BackupVerifyFailed, events.Subject{Type: "backup", ID: run.ID}, events.BackupPayload{RunID: run.ID,
+		InstanceID: run.InstanceID, ServerID: run.ServerID, Database: run.Database, Trigger: run.Trigger, Error: res.Error}, at)
+	if err != nil {
+		return err
+	}
+	return s.events.Publish(ctx, ev)
+}
