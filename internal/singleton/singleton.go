@@ -60,7 +60,12 @@ func (t *Task) Once(ctx context.Context) (bool, error) {
 	if err != nil || !held {
 		return false, err
 	}
-	return true, t.Run(ctx)
+	start := time.Now()
+	err = t.Run(ctx)
+	if t.Log != nil {
+		t.Log.Debug("background task ran", "task", t.Name, "duration_ms", time.Since(start).Milliseconds())
+	}
+	return true, err
 }
 
 // Loop runs rounds every interval until ctx ends, then releases the lease.
