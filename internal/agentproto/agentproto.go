@@ -494,6 +494,15 @@ const (
 	LabelAppName    = "dev.capstan.app.name"
 	LabelDeployment = "dev.capstan.deployment"
 	LabelPort       = "dev.capstan.container-port"
+	// The containers of a compose application's services other than its
+	// web service carry LabelComposeApp instead of LabelApp (the proxy
+	// routes to none of them); every service's containers carry
+	// LabelService, and LabelServiceConfig, a digest of what they were
+	// created with.
+	LabelComposeApp    = "dev.capstan.compose.app"
+	LabelService       = "dev.capstan.compose.service"
+	LabelServiceConfig = "dev.capstan.compose.config"
+	LabelComposeVolume = "dev.capstan.compose.volume"
 )
 
 // TLS modes of a proxied site.
@@ -573,6 +582,21 @@ type DeployPayload struct {
 	// built from Build's commit (or a kept release) and run by systemd.
 	// Nil means a container application.
 	Service *ServiceSpec `json:"service,omitempty"`
+	// Compose, when set, makes the deployment a release of a compose
+	// application: Image and ImageID are unused, and ContainerPort and
+	// HealthPath are its web service's.
+	Compose *ComposeSpec `json:"compose,omitempty"`
+}
+
+// ComposeSpec is the stack of a compose application's deployment.
+type ComposeSpec struct {
+	// Document is the frozen compose document.
+	Document string `json:"document"`
+	// WebService is the service the proxy routes to.
+	WebService string `json:"web_service"`
+	// ImageIDs, for a rollback, are the exact local images to run, by
+	// service; the job fails if one is gone.
+	ImageIDs map[string]string `json:"image_ids,omitempty"`
 }
 
 // DeployResult is the data of a finished app.deploy.
@@ -594,6 +618,9 @@ type DeployResult struct {
 	// Service reports the release of a service application; nil for a
 	// container application.
 	Service *ServiceRelease `json:"service,omitempty"`
+	// Services are the image ids every service of a compose application
+	// runs, by service name; nil for other applications.
+	Services map[string]string `json:"services,omitempty"`
 }
 
 // RemovePayload is the payload of app.remove: remove the application's
@@ -606,6 +633,9 @@ type RemovePayload struct {
 	// directories; "" means a container application.
 	AppName string      `json:"app_name,omitempty"`
 	Proxy   ProxyConfig `json:"proxy"`
+	// PurgeVolumes removes the named volumes of a compose application
+	// too; they are kept otherwise.
+	PurgeVolumes bool `json:"purge_volumes,omitempty"`
 }
 
 // ProxyApplyPayload is the payload of proxy.apply. An agent that applied
@@ -620,6 +650,9 @@ type AppLogsPayload struct {
 	Lines int    `json:"lines"`
 	// Since, when set, returns only lines at or after it.
 	Since *time.Time `json:"since,omitempty"`
+	// Service is a compose application's service to read; "" is its
+	// web service.
+	Service string `json:"service,omitempty"`
 }
 
 // AppLogsResult is the data of app.logs: the live container's log.

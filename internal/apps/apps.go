@@ -24,6 +24,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/metrics"
 )
 
 // ID prefixes.
@@ -71,6 +72,7 @@ const (
 // availableKinds are the kinds this control plane creates applications of.
 var availableKinds = map[string]bool{
 	KindContainer: true,
+	KindCompose:   true,
 }
 
 // KindProblem says what is wrong with an application kind; "" means the
@@ -112,7 +114,7 @@ const (
 
 // Source is where an application's image comes from.
 type Source struct {
-	Type           string `json:"type" enum:"image,git" doc:"image: a Docker image reference. git: a branch of a repository the git host app's installation can read, built on the server"`
+	Type           string `json:"type" enum:"image,git,inline" doc:"image: a Docker image reference. git: a branch of a repository the git host app's installation can read, built on the server. inline: compose applications only, the compose document given in compose"`
 	Image          string `json:"image,omitempty" doc:"type image: registry/namespace/name[:tag][@sha256:…]"`
 	InstallationID int64  `json:"installation_id,omitempty" minimum:"1" doc:"type git: the Git provider installation (at least 1)"`
 	RepoID         int64  `json:"repo_id,omitempty" minimum:"1" doc:"type git: the repository (at least 1)"`
@@ -175,6 +177,8 @@ type Spec struct {
 	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
 	// Git is set for a deployment from git: the commit it builds.
 	Git *GitSpec `json:"git,omitempty" doc:"For a deployment from git: the repository and the exact commit built (a rollback runs the image built then)"`
+	// Compose is set for a deployment of a compose application.
+	Compose *ComposeSpec `json:"compose,omitempty" doc:"For a compose application: the frozen compose document and web service (a rollback pins every service's image)"`
 }
 
 // DeploymentRecord is one release of an application, as stored.
@@ -312,6 +316,9 @@ type Store interface {
 	// the sites, or the deployment an application's sites proxy to,
 	// raises the revision in its own transaction.
 	ProxyState(ctx context.Context, serverID string) (agentproto.ProxyConfig, error)
+
+	// ServerInventory returns a server's latest inventory; nil if none.
+	ServerInventory(ctx context.Context, serverID string) (*metrics.Inventory, error)
 
 	// JobByIdempotencyKey finds a deployment's job after an interrupted
 	// dispatch (jobs.Store).

@@ -121,6 +121,9 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
+	if ref != "" && a.Kind == KindCompose {
+		return DeploymentDetail{}, fault.Invalidf("ref", "is not used by compose applications with an inline document: each deployment runs the document")
+	}
 	if ref != "" && a.Source.Type != SourceGit {
 		if p := ImageProblem(ref); p != "" {
 			return DeploymentDetail{}, fault.Invalidf("ref", "%s", p)
@@ -133,7 +136,9 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return DeploymentDetail{}, err
 	}
 	var spec Spec
-	if a.Source.Type == SourceGit {
+	if a.Kind == KindCompose {
+		spec, err = composeSpecOf(a)
+	} else if a.Source.Type == SourceGit {
 		spec, err = s.gitSpec(ctx, a, ref)
 	} else {
 		spec, err = specOf(a, ref)
@@ -206,6 +211,14 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 	}
 	spec := old.Spec
 	spec.ImageID = old.ImageID
+	if spec.Compose != nil {
+		if old.Release == nil {
+			return DeploymentDetail{}, fault.Conflictf("deployment-not-succeeded", "Deployment %s kept no release to roll back to.", old.ID)
+		}
+		c := *spec.Compose
+		c.ImageIDs = old.Release.Services
+		spec.Compose = &c
+	}
 	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -492,6 +505,10 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 	if err != nil {
 		return agentproto.DeployPayload{}, nil, err
 	}
+	if d.Spec.Compose != nil {
+		// A compose application's images are shared by its services.
+		stale = nil
+	}
 	var prune []string
 	for _, id := range stale {
 		if !contains(keep, id) {
@@ -526,7 +543,7 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 		AppID: d.AppID, AppName: d.Spec.AppName, DeploymentID: d.ID, Image: d.Spec.Image, ImageID: d.Spec.ImageID,
 		ContainerPort: d.Spec.ContainerPort, HealthPath: d.Spec.HealthPath, EnvKeys: keys,
 		MemoryLimitBytes: d.Spec.MemoryLimitBytes, HealthTimeoutSeconds: HealthTimeoutSeconds,
-		KeepImageIDs: keep, PruneImageIDs: prune, Proxy: proxy, Build: build,
+		KeepImageIDs: keep, PruneImageIDs: prune, Proxy: proxy, Build: build, Compose: composePayload(d.Spec.Compose),
 	}, secrets, nil
 }
 
@@ -574,6 +591,9 @@ func (s *Service) deployFinished(ctx context.Context, j jobs.Job) error {
 			}
 		}
 		f.Status, f.Result, f.ImageID = Succeeded, j.Data, res.ImageID
+		if res.Services != nil {
+			f.Release = &Release{Services: res.Services}
+		}
 	case jobs.Cancelled:
 		f.Status, f.Error = Cancelled, "cancelled"
 		if j.Error != nil && *j.Error != "cancelled" {

@@ -34,6 +34,12 @@ type AppLogs struct {
 // 1 to 1000 (nil means 200; an explicit value outside the bounds, 0
 // included, is refused); since, when set, an RFC 3339 time.
 func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines *int, since string) (jobs.Job, error) {
+	return s.QueueServiceLogs(ctx, actorID, appID, "", lines, since)
+}
+
+// QueueServiceLogs is QueueLogs of one service of a compose application
+// ("" is its web service, and the container of other applications).
+func (s *Service) QueueServiceLogs(ctx context.Context, actorID, appID, service string, lines *int, since string) (jobs.Job, error) {
 	var errs fault.Fields
 	n := DefaultLogLines
 	if lines != nil {
@@ -42,7 +48,7 @@ func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines *i
 			errs.Add("lines", "must be an integer between 1 and %d", MaxLogLines)
 		}
 	}
-	p := agentproto.AppLogsPayload{AppID: appID, Lines: n}
+	p := agentproto.AppLogsPayload{AppID: appID, Lines: n, Service: service}
 	if since != "" {
 		t, err := time.Parse(time.RFC3339Nano, since)
 		if err != nil {
@@ -57,6 +63,9 @@ func (s *Service) QueueLogs(ctx context.Context, actorID, appID string, lines *i
 	}
 	a, err := s.store.App(ctx, appID)
 	if err != nil {
+		return jobs.Job{}, err
+	}
+	if err := s.serviceOf(ctx, a, service); err != nil {
 		return jobs.Job{}, err
 	}
 	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {

@@ -356,7 +356,7 @@ func TestCreateAndUpdateValidation(t *testing.T) {
 	if app.Kind != apps.KindContainer {
 		t.Fatalf("default kind %q, want container", app.Kind)
 	}
-	for _, kind := range []string{apps.KindCompose, apps.KindService} {
+	for _, kind := range []string{apps.KindService} {
 		_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-" + kind, ServerID: r.serverID, Kind: kind,
 			Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
 		wantInvalid(t, err, "kind")

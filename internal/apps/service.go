@@ -147,6 +147,8 @@ type Application struct {
 	Dockerfile          string    `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
 	BuildContext        string    `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
 	BuildArgKeys        []string  `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
+	WebService          string    `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
+	Compose             string    `json:"compose,omitempty" doc:"Compose applications from an inline document: the document"`
 	Status              string    `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
 	CurrentDeploymentID *string   `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
 	RemoveJobID         *string   `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
@@ -172,6 +174,8 @@ type ApplicationDetail struct {
 	Env     []EnvEntry  `json:"env" doc:"In order; values only when revealed to an administrator"`
 	Current *Deployment `json:"current" doc:"The live deployment (the last that succeeded); null if none"`
 	Latest  *Deployment `json:"latest" doc:"The newest deployment, whatever its status; null if none"`
+	// Services is set for compose applications.
+	Services *ServiceStates `json:"services,omitempty" doc:"Compose applications: every service's container and state, from the server's latest inventory"`
 }
 
 func strp(s string) *string {
@@ -187,8 +191,11 @@ func (a App) view(r jobs.Reader) Application {
 	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Kind: a.Kind, Source: a.Source, ContainerPort: a.ContainerPort,
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
-	if a.Source.Type == SourceGit {
+	if a.Source.Type == SourceGit && a.Kind != KindCompose {
 		v.Dockerfile, v.BuildContext, v.BuildArgKeys = a.Build.Dockerfile, a.Build.Context, nonNilKeys(a.Build.ArgKeys)
+	}
+	if a.Kind == KindCompose {
+		v.WebService, v.Compose = a.Compose.WebService, a.Compose.Document
 	}
 	if v.EnvKeys == nil {
 		v.EnvKeys = []string{}
@@ -240,6 +247,10 @@ type NewApp struct {
 	Dockerfile   *string
 	BuildContext *string
 	BuildArgs    []EnvVar
+	// Compose applications: the document (source inline) and the service
+	// the proxy routes to.
+	Compose    string
+	WebService string
 }
 
 // Patch changes an application's settings for its next deployment; nil
@@ -259,6 +270,9 @@ type Patch struct {
 	Dockerfile   *string
 	BuildContext *string
 	BuildArgs    *[]EnvVar
+	// Compose applications.
+	Compose    *string
+	WebService *string
 }
 
 func envContext(prefix, id string) string { return prefix + ".env:" + id }
@@ -332,7 +346,15 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if n.Kind == "" {
 		n.Kind = KindContainer
 	}
-	validateSource(n.Source, &errs)
+	stack := ComposeSettings{WebService: n.WebService, Document: n.Compose}
+	if n.Kind == KindCompose {
+		validateCompose(ctx, n.Name, n.Source, stack, &errs)
+	} else {
+		validateSource(n.Source, &errs)
+		if stack != (ComposeSettings{}) {
+			errs.Add("compose", "compose and web_service are only for compose applications")
+		}
+	}
 	if p := PortProblem(n.ContainerPort); p != "" {
 		errs.Add("container_port", "%s", p)
 	}
@@ -352,7 +374,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		build = BuildSettings{Dockerfile: deref(n.Dockerfile, DefaultDockerfile), Context: deref(n.BuildContext, DefaultBuildContext),
 			ArgKeys: buildArgKeys(n.BuildArgs)}
 	}
-	validateBuild(n.Source, build, n.BuildArgs, &errs)
+	if n.Kind != KindCompose {
+		validateBuild(n.Source, build, n.BuildArgs, &errs)
+	} else if n.Dockerfile != nil || n.BuildContext != nil || len(n.BuildArgs) > 0 {
+		errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
+	}
 	if _, p := ParseMemory(n.MemoryLimit); p != "" {
 		errs.Add("memory_limit", "%s", p)
 	}
@@ -377,6 +403,9 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
 		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build}
+	if a.Kind == KindCompose {
+		a.Build, a.Compose = BuildSettings{}, stack
+	}
 	sealed, err := s.sealEnv("applications", a.ID, n.Env)
 	if err != nil {
 		return ApplicationDetail{}, err
@@ -477,6 +506,17 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 		v := latest[0].view(rd.Reader)
 		d.Latest = &v
 	}
+	if a.Kind == KindCompose {
+		var cur *DeploymentRecord
+		if a.CurrentDeploymentID != "" {
+			if c, err := s.store.Deployment(ctx, a.CurrentDeploymentID); err == nil {
+				cur = &c
+			}
+		}
+		if d.Services, err = s.serviceStates(ctx, a, cur); err != nil {
+			return ApplicationDetail{}, err
+		}
+	}
 	return d, nil
 }
 
@@ -517,9 +557,24 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		errs.Add("kind", "is fixed at creation: this is a %s application", a.Kind)
 	}
 	if p.Source != nil {
-		validateSource(*p.Source, &errs)
+		if a.Kind != KindCompose {
+			validateSource(*p.Source, &errs)
+		}
 		a.Source = *p.Source
 		changed = append(changed, "source")
+	}
+	if p.Compose != nil || p.WebService != nil {
+		if a.Kind != KindCompose {
+			errs.Add("compose", "compose and web_service are only for compose applications")
+		}
+		if p.Compose != nil {
+			a.Compose.Document = *p.Compose
+			changed = append(changed, "compose")
+		}
+		if p.WebService != nil {
+			a.Compose.WebService = *p.WebService
+			changed = append(changed, "web_service")
+		}
 	}
 	if p.Image != nil {
 		if p.Source != nil {
@@ -572,11 +627,21 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		a.MemoryLimit = lower(*p.MemoryLimit)
 		changed = append(changed, "memory_limit")
 	}
-	buildArgs, buildChanged, err := s.patchBuild(&a, p, &errs)
-	if err != nil {
-		return ApplicationDetail{}, err
+	var buildArgs *[]EnvVar
+	if a.Kind == KindCompose {
+		if p.Dockerfile != nil || p.BuildContext != nil || p.BuildArgs != nil {
+			errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
+		}
+		if p.Name != nil || p.Source != nil || p.Image != nil || p.Compose != nil || p.WebService != nil {
+			validateCompose(ctx, a.Name, a.Source, a.Compose, &errs)
+		}
+	} else {
+		var buildChanged []string
+		if buildArgs, buildChanged, err = s.patchBuild(&a, p, &errs); err != nil {
+			return ApplicationDetail{}, err
+		}
+		changed = append(changed, buildChanged...)
 	}
-	changed = append(changed, buildChanged...)
 	if len(errs) == 0 && a.Source.Type == SourceGit && (p.Source != nil || p.Image != nil) {
 		if err := s.gitProblems(ctx, a.Source, &errs); err != nil {
 			return ApplicationDetail{}, err
@@ -629,6 +694,12 @@ type Removal struct {
 // deployment runs it is refused (409): wait for it or cancel it first.
 // An application whose server is gone or revoked is deleted at once.
 func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Removal, error) {
+	return s.DeletePurging(ctx, actor, c, id, false)
+}
+
+// DeletePurging is Delete; with purge, the named volumes of a compose
+// application are removed with it (they are kept otherwise).
+func (s *Service) DeletePurging(ctx context.Context, actor audit.Actor, c audit.Entry, id string, purge bool) (Removal, error) {
 	if err := s.reconcile(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
 		s.log.WarnContext(ctx, "settling deployments", "app_id", id, "err", err.Error())
 	}
@@ -696,7 +767,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return Removal{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
-		Payload: agentproto.RemovePayload{AppID: id, Proxy: proxy}})
+		Payload: agentproto.RemovePayload{AppID: id, Proxy: proxy, PurgeVolumes: purge}})
 	if err != nil {
 		undo()
 		return Removal{}, err
@@ -705,7 +776,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return Removal{}, err
 	}
 	return Removal{ApplicationID: id, Status: "removing", Job: &j}, s.record(ctx, actor, c, ActionDeleted, "application", id,
-		map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID})
+		map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID, "purge": purge})
 }
 
 // refuseRunning is a 409 when a deployment's job of the application is

@@ -30,10 +30,6 @@ type appListOutput struct {
 	}
 }
 
-type appIDInput struct {
-	ID string `path:"id" maxLength:"64"`
-}
-
 type appGetInput struct {
 	ID     string `path:"id" maxLength:"64"`
 	Reveal bool   `query:"reveal" default:"true" doc:"Administrators: true (the default) returns the environment values and records an application.env.read audit entry; false returns the keys with value_set and no values, and records nothing. Members never get values, whatever it says"`
@@ -59,6 +55,8 @@ type createAppInput struct {
 		Dockerfile    *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
 		BuildContext  *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
 		BuildArgs     []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown)"`
+		Compose       string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
+		WebService    string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
 	}
 }
 
@@ -77,7 +75,14 @@ type patchAppInput struct {
 		Dockerfile    *string        `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
 		BuildContext  *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
 		BuildArgs     *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null"`
+		Compose       *string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
+		WebService    *string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`
 	}
+}
+
+type appDeleteInput struct {
+	ID    string `path:"id" maxLength:"64"`
+	Purge bool   `query:"purge" doc:"Compose applications: remove their named volumes too (default false: the volumes and their data stay on the server)"`
 }
 
 type removalOutput struct {
@@ -137,8 +142,9 @@ type deploymentOutput struct {
 type appLogsInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body *struct {
-		Lines *int   `json:"lines,omitempty" minimum:"1" maximum:"1000" doc:"How many lines: 1 to 1000; default 200 when absent or null (0 is refused)"`
-		Since string `json:"since,omitempty" doc:"RFC 3339: only lines at or after it"`
+		Lines   *int   `json:"lines,omitempty" minimum:"1" maximum:"1000" doc:"How many lines: 1 to 1000; default 200 when absent or null (0 is refused)"`
+		Since   string `json:"since,omitempty" doc:"RFC 3339: only lines at or after it"`
+		Service string `json:"service,omitempty" maxLength:"63" doc:"Compose applications: the service whose container to read (default: the web service)"`
 	}
 }
 
@@ -193,7 +199,7 @@ func (s *Server) registerApps() {
 		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
-			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs})
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService})
 		if err != nil {
 			return nil, err
 		}
@@ -231,7 +237,7 @@ func (s *Server) registerApps() {
 		b := in.Body
 		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
-			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs})
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService})
 		if err != nil {
 			return nil, err
 		}
@@ -243,14 +249,15 @@ func (s *Server) registerApps() {
 		Description: "Cancels its queued deployments and queues app.remove (202, status removing): the agent removes its containers " +
 			"and applies the proxy state without its domains; when that succeeds the application, its deployments and domains are " +
 			"deleted. If the removal fails the application stays, with status removal_failed and remove_error. 409 while one of its " +
-			"deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted).",
+			"deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted). A compose " +
+			"application's named volumes are kept unless purge is true.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *appIDInput) (*removalOutput, error) {
+	}, Admin, func(ctx context.Context, in *appDeleteInput) (*removalOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
 		a, c := actor(ctx)
-		r, err := s.deps.Apps.Delete(ctx, a, c, in.ID)
+		r, err := s.deps.Apps.DeletePurging(ctx, a, c, in.ID, in.Purge)
 		if err != nil {
 			return nil, err
 		}
@@ -308,11 +315,11 @@ func (s *Server) registerApps() {
 			return nil, errNoApps
 		}
 		var lines *int
-		since := ""
+		since, service := "", ""
 		if in.Body != nil {
-			lines, since = in.Body.Lines, in.Body.Since
+			lines, since, service = in.Body.Lines, in.Body.Since, in.Body.Service
 		}
-		j, err := s.deps.Apps.QueueLogs(ctx, principal(ctx).User.ID, in.ID, lines, since)
+		j, err := s.deps.Apps.QueueServiceLogs(ctx, principal(ctx).User.ID, in.ID, service, lines, since)
 		if err != nil {
 			return nil, err
 		}

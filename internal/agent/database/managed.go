@@ -481,3 +481,11 @@ func (m *Managed) remove(ctx context.Context, job agentproto.Job, _ map[string]s
 		return res, nil
 	})
 }
+
+// EnsureNetwork creates the user-defined bridge network name if the
+// engine has none of that name (as ensureNetwork), and returns how a
+// container names it. Application jobs join the server's capstan network
+// through it, so that they and the database jobs converge on one.
+func EnsureNetwork(ctx context.Context, cli *client.Client, name string, events agent.EventSink) (string, error) {
+	return ensureNetwork(ctx, cli, name, events)
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
 
@@ -140,10 +142,60 @@ func (s started) upstream() string {
 	return netip.AddrPortFrom(loopback, uint16(s.HostPort)).String()
 }
 
+// shape is what a compose service adds to a container: its name, labels,
+// command, health check, mounts, networks, restart policy and memory
+// limit. Nil for the container of a container application.
+type shape struct {
+	name       string
+	labels     map[string]string
+	cmd        []string
+	health     *container.HealthConfig
+	mounts     []mount.Mount
+	networking *network.NetworkingConfig
+	// join are networks the container joins after it is created (an
+	// engine before API 1.44 creates a container on one network only).
+	join    []string
+	restart container.RestartPolicy
+	memory  int64
+}
+
+// apply puts the shape onto a container's configuration.
+func (sh *shape) apply(cfg *container.Config, hc *container.HostConfig, opts *client.ContainerCreateOptions) {
+	if sh == nil {
+		return
+	}
+	maps.Copy(cfg.Labels, sh.labels)
+	if len(sh.cmd) > 0 {
+		cfg.Cmd = sh.cmd
+	}
+	cfg.Healthcheck = sh.health
+	hc.Mounts = sh.mounts
+	hc.RestartPolicy = sh.restart
+	if sh.memory > 0 {
+		hc.Resources.Memory = sh.memory
+	}
+	opts.NetworkingConfig = sh.networking
+}
+
+// joinNetworks connects a created container to the shape's other
+// networks.
+func (sh *shape) joinNetworks(ctx context.Context, cli *client.Client, id string) error {
+	if sh == nil {
+		return nil
+	}
+	for _, n := range sh.join {
+		if _, err := cli.NetworkConnect(ctx, n, client.NetworkConnectOptions{Container: id}); err != nil {
+			return fmt.Errorf("connecting the container to network %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
 // startContainer creates and starts the container of a release, its
 // container port published on a loopback port the agent picks. A
-// container that could not start is removed.
-func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, img image, env []string, events agent.EventSink) (started, error) {
+// container that could not start is removed. sh, for a compose
+// application's web service, shapes the container.
+func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, img image, env []string, sh *shape, events agent.EventSink) (started, error) {
 	port, ok := network.PortFrom(uint16(p.ContainerPort), network.TCP)
 	if !ok {
 		return started{}, fmt.Errorf("invalid container port %d", p.ContainerPort)
@@ -163,6 +215,9 @@ func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p age
 		StopTimeout:  &stop,
 	}
 	name := newName(p.AppName, p.AppID, p.DeploymentID)
+	if sh != nil {
+		name = sh.name
+	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("creating container %s of image %s", name, shortImage(img.ID)),
 		map[string]any{"name": name, "image_id": img.ID, "env_keys": p.EnvKeys, "memory_limit_bytes": p.MemoryLimitBytes})
 	// The agent picks the loopback port itself: a port the engine picks
@@ -182,6 +237,7 @@ func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p age
 			LogConfig:     logConfig(ctx, cli),
 		}
 		opts := client.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc}
+		sh.apply(cfg, hc, &opts)
 		res, err := cli.ContainerCreate(ctx, opts)
 		if cerrdefs.IsConflict(err) {
 			// A container of an earlier try of this deployment holds the
@@ -199,6 +255,10 @@ func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p age
 			events.Emit(agentproto.LevelWarn, "the engine warns: "+w, nil)
 		}
 		s = started{ID: res.ID, Name: opts.Name}
+		if err := sh.joinNetworks(ctx, cli, s.ID); err != nil {
+			d.discard(ctx, cli, s, events)
+			return started{}, err
+		}
 		_, err = cli.ContainerStart(ctx, s.ID, client.ContainerStartOptions{})
 		if err == nil {
 			break

@@ -1,8 +1,10 @@
 package deploy
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -36,7 +38,20 @@ func (d *Deployer) runLogs(ctx context.Context, job agentproto.Job, _ map[string
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.Service != "" {
+		// A compose application's service: its web service's containers
+		// are the application's, the others' carry LabelComposeApp.
+		others, err := serviceContainers(ctx, cli, p.AppID)
+		if err != nil {
+			return nil, nil, err
+		}
+		list = serviceContainersOf(append(list, others...), p.Service)
+		slices.SortStableFunc(list, func(a, b containerSummary) int { return cmp.Compare(b.Created, a.Created) })
+	}
 	live, ok := liveContainer(list)
+	if !ok && p.Service != "" {
+		return nil, nil, fmt.Errorf("service %s of application %s has no container on this server", p.Service, p.AppID)
+	}
 	if !ok {
 		return nil, nil, fmt.Errorf("application %s has no container on this server", p.AppID)
 	}

@@ -50,6 +50,13 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 		return nil, nil, err
 	}
 	defer unlock()
+	if p.Compose != nil {
+		res, err := d.runCompose(ctx, cli, p, secrets, events)
+		if err != nil {
+			return nil, nil, err
+		}
+		return res, nil, nil
+	}
 	res, err := d.release(ctx, cli, p, env, in, events)
 	if err != nil {
 		return nil, nil, err
@@ -65,7 +72,7 @@ func checkDeploy(p *agentproto.DeployPayload) error {
 	if p.DeploymentID == "" {
 		return errors.New("deployment_id is required")
 	}
-	if p.Image == "" && p.ImageID == "" {
+	if p.Image == "" && p.ImageID == "" && p.Compose == nil {
 		return errors.New("image or image_id is required")
 	}
 	if p.ContainerPort < 1 || p.ContainerPort > 65535 {
@@ -148,7 +155,7 @@ func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto
 	}
 
 	// 2. The new container.
-	s, err := d.startContainer(ctx, cli, p, img, env, events)
+	s, err := d.startContainer(ctx, cli, p, img, env, nil, events)
 	if err != nil {
 		return agentproto.DeployResult{}, err
 	}

@@ -77,6 +77,11 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 		}
 		res.RemovedIDs = append(res.RemovedIDs, c.ID)
 	}
+	more, err := d.removeCompose(ctx, cli, p.AppID, p.PurgeVolumes, events)
+	res.RemovedIDs = append(res.RemovedIDs, more...)
+	if err != nil {
+		return res, nil, err
+	}
 	return d.removeFinish(ctx, p, res, events)
 }
 

@@ -1,0 +1,188 @@
+package apps
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/compose"
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+// SourceInline is the source of a compose application whose compose
+// document is given in the request.
+const SourceInline = "inline"
+
+// ComposeSpec is the frozen stack of a compose deployment.
+type ComposeSpec struct {
+	Document   string            `json:"document" doc:"The compose document deployed"`
+	WebService string            `json:"web_service" doc:"The service the proxy routes to"`
+	ImageIDs   map[string]string `json:"pinned_image_ids,omitempty" doc:"Rollbacks: the exact local image of every service"`
+}
+
+// ServiceState is the state of one service of a compose application on
+// its server, from the server's latest inventory.
+type ServiceState struct {
+	Service      string `json:"service"`
+	Container    string `json:"container" doc:"The service's newest container"`
+	State        string `json:"state" doc:"The container's state: running, restarting, exited…"`
+	Status       string `json:"status" doc:"The engine's status text, e.g. Up 2 minutes (healthy)"`
+	RestartCount int    `json:"restart_count"`
+	DeploymentID string `json:"deployment_id" doc:"The deployment that created the container"`
+}
+
+// ServiceStates are the services of a compose application as its
+// server's inventory last listed them.
+type ServiceStates struct {
+	CollectedAt *time.Time     `json:"collected_at" doc:"When the server's inventory was collected; null when it has none"`
+	Services    []ServiceState `json:"services" doc:"By service name; a service of the current deployment the inventory does not list has state missing"`
+}
+
+// validateCompose checks a compose application's stack into errs: the
+// source is inline with a document, or (later) git; the web service is
+// a service of the document; the document holds only what Capstan runs
+// (422 naming every unsupported key).
+func validateCompose(ctx context.Context, name string, src Source, c ComposeSettings, errs *fault.Fields) {
+	if src.Type != SourceInline {
+		errs.Add("source.type", "compose applications take their compose document inline (source type inline)")
+		return
+	}
+	if c.File != "" {
+		errs.Add("compose_file", "is only for compose applications from git")
+	}
+	if p := serviceNameProblem(c.WebService); p != "" {
+		errs.Add("web_service", "%s", p)
+	}
+	if strings.TrimSpace(c.Document) == "" {
+		errs.Add("compose", "is required: the compose document")
+		return
+	}
+	if _, err := compose.Load(ctx, composeProject(name), []byte(c.Document), compose.Options{WebService: c.WebService}); err != nil {
+		if p := compose.AsProblem(err); p != nil {
+			if len(p.Unsupported) > 0 {
+				errs.Add("compose", "unsupported keys: %s", strings.Join(p.Unsupported, ", "))
+			}
+			for _, m := range p.Messages {
+				errs.Add("compose", "%s", m)
+			}
+			return
+		}
+		errs.Add("compose", "%s", err.Error())
+	}
+}
+
+// composeProject is the project name a document is read as: any valid
+// one (nothing the engine sees is named after it).
+func composeProject(name string) string {
+	if NameProblem(name) != "" {
+		return "app"
+	}
+	return name
+}
+
+func serviceNameProblem(s string) string {
+	if s == "" {
+		return "is required: the service the proxy routes to"
+	}
+	if NameProblem(s) != "" {
+		return "must be a service name: lowercase letters, digits and '-'"
+	}
+	return ""
+}
+
+// composeSpec is the stack a deployment of a compose application freezes.
+func composeSpec(a App) *ComposeSpec {
+	return &ComposeSpec{Document: a.Compose.Document, WebService: a.Compose.WebService}
+}
+
+// composePayload is the stack of a deployment's job.
+func composePayload(c *ComposeSpec) *agentproto.ComposeSpec {
+	if c == nil {
+		return nil
+	}
+	return &agentproto.ComposeSpec{Document: c.Document, WebService: c.WebService, ImageIDs: c.ImageIDs}
+}
+
+// serviceStates reads a compose application's services from its server's
+// latest inventory.
+func (s *Service) serviceStates(ctx context.Context, a App, current *DeploymentRecord) (*ServiceStates, error) {
+	inv, err := s.store.ServerInventory(ctx, a.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	out := &ServiceStates{Services: []ServiceState{}}
+	newest := map[string]ServiceState{}
+	if inv != nil {
+		t := inv.CollectedAt
+		out.CollectedAt = &t
+		for _, c := range inv.Containers {
+			if c.Labels[agentproto.LabelApp] != a.ID && c.Labels[agentproto.LabelComposeApp] != a.ID {
+				continue
+			}
+			svc := c.Labels[agentproto.LabelService]
+			if svc == "" {
+				continue
+			}
+			st := ServiceState{Service: svc, Container: c.Name, State: c.State, Status: c.Status, RestartCount: c.RestartCount,
+				DeploymentID: c.Labels[agentproto.LabelDeployment]}
+			// The running one wins; then the newest deployment's.
+			if old, ok := newest[svc]; ok && (old.State == "running" && st.State != "running" ||
+				(old.State == "running") == (st.State == "running") && old.DeploymentID > st.DeploymentID) {
+				continue
+			}
+			newest[svc] = st
+		}
+	}
+	if current != nil && current.Release != nil && inv != nil {
+		for svc := range current.Release.Services {
+			if _, ok := newest[svc]; !ok {
+				newest[svc] = ServiceState{Service: svc, State: "missing"}
+			}
+		}
+	}
+	for _, st := range newest {
+		out.Services = append(out.Services, st)
+	}
+	sort.Slice(out.Services, func(i, j int) bool { return out.Services[i].Service < out.Services[j].Service })
+	return out, nil
+}
+
+// serviceOf checks the service of a log read: "" for every application
+// (a compose application's web service), else a service of the compose
+// application's current document.
+func (s *Service) serviceOf(ctx context.Context, a App, service string) error {
+	if service == "" {
+		return nil
+	}
+	if a.Kind != KindCompose {
+		return fault.Invalidf("service", "is only for compose applications")
+	}
+	doc := a.Compose.Document
+	if a.CurrentDeploymentID != "" {
+		if cur, err := s.store.Deployment(ctx, a.CurrentDeploymentID); err == nil && cur.Spec.Compose != nil {
+			doc = cur.Spec.Compose.Document
+		}
+	}
+	p, err := compose.Load(ctx, composeProject(a.Name), []byte(doc), compose.Options{AllowBuild: true})
+	if err != nil {
+		return fault.Invalidf("service", "the application's compose document cannot be read: %v", err)
+	}
+	if _, ok := p.Services[service]; !ok {
+		return fault.Invalidf("service", "is not a service of the application's compose document")
+	}
+	return nil
+}
+
+// composeSpecOf is the spec a deployment of a compose application
+// freezes: its document and web service; container_port and health_path
+// are the web service's, memory_limit its default memory limit.
+func composeSpecOf(a App) (Spec, error) {
+	mem, p := ParseMemory(a.MemoryLimit)
+	if p != "" {
+		return Spec{}, fault.Conflictf("invalid-settings", "The application's memory limit %s", p)
+	}
+	return Spec{AppName: a.Name, ContainerPort: a.ContainerPort, HealthPath: a.HealthPath, EnvKeys: a.EnvKeys,
+		MemoryLimit: a.MemoryLimit, MemoryLimitBytes: mem, Compose: composeSpec(a)}, nil
+}
