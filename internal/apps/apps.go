@@ -73,6 +73,7 @@ const (
 var availableKinds = map[string]bool{
 	KindContainer: true,
 	KindCompose:   true,
+	KindService:   true,
 }
 
 // KindProblem says what is wrong with an application kind; "" means the
@@ -156,6 +157,9 @@ type App struct {
 	SealedBuildArgs string
 	// Compose is a compose application's stack; zero for other kinds.
 	Compose ComposeSettings
+	// Service is a service application's build and start; zero for
+	// other kinds.
+	Service ServiceSettings
 
 	// Derived by the store's reads.
 	LatestStatus string // status of the newest deployment, "" if none
@@ -179,6 +183,8 @@ type Spec struct {
 	Git *GitSpec `json:"git,omitempty" doc:"For a deployment from git: the repository and the exact commit built (a rollback runs the image built then)"`
 	// Compose is set for a deployment of a compose application.
 	Compose *ComposeSpec `json:"compose,omitempty" doc:"For a compose application: the frozen compose document and web service (a rollback pins every service's image)"`
+	// Service is set for a deployment of a service application.
+	Service *ServiceSpec `json:"service,omitempty" doc:"For a service application: its build and start commands, and for a rollback the deployment whose kept release runs again"`
 }
 
 // DeploymentRecord is one release of an application, as stored.

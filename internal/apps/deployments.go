@@ -146,6 +146,9 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
+	if a.Kind == KindService {
+		spec.Service = &ServiceSpec{ServiceSettings: a.Service}
+	}
 	buildArgs, err := s.openBuildArgs("applications", appID, a.SealedBuildArgs)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -184,7 +187,7 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	if old.Status != Succeeded || old.ImageID == "" {
+	if old.Status != Succeeded || old.ImageID == "" && old.Spec.Service == nil {
 		return DeploymentDetail{}, fault.Conflictf("deployment-not-succeeded",
 			"Only a deployment that succeeded (and so has an image id) can be rolled back to; this one is %s.", old.status())
 	}
@@ -198,7 +201,11 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
 		return DeploymentDetail{}, err
 	}
-	if err := s.checkImagePresent(ctx, a.ServerID, old); err != nil {
+	if old.Spec.Service != nil {
+		if err := s.checkReleaseKept(ctx, old); err != nil {
+			return DeploymentDetail{}, err
+		}
+	} else if err := s.checkImagePresent(ctx, a.ServerID, old); err != nil {
 		return DeploymentDetail{}, err
 	}
 	sealed, err := s.store.DeploymentEnv(ctx, old.ID)
@@ -218,6 +225,11 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		c := *spec.Compose
 		c.ImageIDs = old.Release.Services
 		spec.Compose = &c
+	}
+	if old.Spec.Service != nil {
+		sv := *old.Spec.Service
+		sv.Release = releaseOf(old)
+		spec.Service = &sv
 	}
 	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID)
 	if err != nil {
@@ -534,17 +546,23 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 		keys = append(keys, e.Key)
 	}
 	var build *agentproto.BuildSpec
-	if d.Spec.Git != nil && d.Spec.ImageID == "" {
+	if d.Spec.Git != nil && d.Spec.ImageID == "" && (d.Spec.Service == nil || d.Spec.Service.Release == "") {
 		if build, err = s.buildPayload(ctx, d, secrets); err != nil {
 			return agentproto.DeployPayload{}, nil, err
 		}
 	}
-	return agentproto.DeployPayload{
+	p := agentproto.DeployPayload{
 		AppID: d.AppID, AppName: d.Spec.AppName, DeploymentID: d.ID, Image: d.Spec.Image, ImageID: d.Spec.ImageID,
 		ContainerPort: d.Spec.ContainerPort, HealthPath: d.Spec.HealthPath, EnvKeys: keys,
 		MemoryLimitBytes: d.Spec.MemoryLimitBytes, HealthTimeoutSeconds: HealthTimeoutSeconds,
 		KeepImageIDs: keep, PruneImageIDs: prune, Proxy: proxy, Build: build, Compose: composePayload(d.Spec.Compose),
-	}, secrets, nil
+	}
+	if d.Spec.Service != nil {
+		if err := s.servicePayload(ctx, d, &p); err != nil {
+			return agentproto.DeployPayload{}, nil, err
+		}
+	}
+	return p, secrets, nil
 }
 
 func contains(xs []string, x string) bool {

@@ -26,6 +26,9 @@ type AppLogs struct {
 	StartedAt    *time.Time           `json:"started_at" doc:"When the container last started"`
 	RestartCount int                  `json:"restart_count"`
 	ContainerID  string               `json:"container_id,omitempty"`
+	// Unit and Slots are a service application's.
+	Unit  string                   `json:"unit,omitempty" doc:"Service applications: the live slot's systemd unit, whose journal the lines are from"`
+	Slots []agentproto.ServiceSlot `json:"slots,omitempty" doc:"Service applications: every release slot on the server with its systemd state and whether the proxy sends requests to it"`
 	// Redacted is true when the reader may not see the result.
 	Redacted bool `json:"redacted" doc:"True when lines and container state were withheld: they are readable by administrators only"`
 }
@@ -98,6 +101,7 @@ func (s *Service) Logs(ctx context.Context, appID, jobID string, r jobs.Reader) 
 			out.Lines = r.Lines
 		}
 		out.State, out.RestartCount, out.ContainerID = r.State, r.RestartCount, r.ContainerID
+		out.Unit, out.Slots = r.Unit, r.Slots
 		if !r.StartedAt.IsZero() {
 			t := r.StartedAt
 			out.StartedAt = &t

@@ -356,14 +356,14 @@ func TestCreateAndUpdateValidation(t *testing.T) {
 	if app.Kind != apps.KindContainer {
 		t.Fatalf("default kind %q, want container", app.Kind)
 	}
-	for _, kind := range []string{apps.KindService} {
-		_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-" + kind, ServerID: r.serverID, Kind: kind,
-			Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
-		wantInvalid(t, err, "kind")
-		if msg := fault.As(err).Fields[0].Message; !strings.Contains(msg, "not available") {
-			t.Fatalf("kind %s: %q", kind, msg)
-		}
-	}
+	// A service application is built from git and needs a start command;
+	// the other kinds take no service settings.
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-svc", ServerID: r.serverID, Kind: apps.KindService,
+		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, Service: &apps.ServiceSettings{BuildCommand: "make\nrm -rf /", BuildTimeoutSeconds: 9000}})
+	wantInvalid(t, err, "source.type", "start_command", "build_command", "build_timeout_seconds")
+	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-img", ServerID: r.serverID,
+		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80, Service: &apps.ServiceSettings{StartCommand: "./run"}})
+	wantInvalid(t, err, "build_command")
 	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-vm", ServerID: r.serverID, Kind: "vm",
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
 	wantInvalid(t, err, "kind")

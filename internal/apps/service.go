@@ -134,28 +134,30 @@ func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *sec
 
 // Application is an application as the API shows it.
 type Application struct {
-	ID                  string    `json:"id"`
-	Name                string    `json:"name" doc:"DNS label, unique on its server"`
-	ServerID            string    `json:"server_id"`
-	Kind                string    `json:"kind" enum:"container,compose,service" doc:"What the deployments run, fixed at creation: container (one image), compose (a multi-container stack), service (a program under the server's service manager)"`
-	Source              Source    `json:"source"`
-	ContainerPort       int       `json:"container_port" doc:"The port the container listens on"`
-	HealthPath          string    `json:"health_path" doc:"Path that must answer 2xx or 3xx before a release takes traffic"`
-	EnvKeys             []string  `json:"env_keys" doc:"Names of the environment variables (values: see the detail)"`
-	AutoDeploy          bool      `json:"auto_deploy"`
-	MemoryLimit         string    `json:"memory_limit" doc:"e.g. 512m or 1g; empty for none"`
-	Dockerfile          string    `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
-	BuildContext        string    `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
-	BuildArgKeys        []string  `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
-	WebService          string    `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
-	Compose             string    `json:"compose,omitempty" doc:"Compose applications from an inline document: the document"`
-	Status              string    `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
-	CurrentDeploymentID *string   `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
-	RemoveJobID         *string   `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
-	RemoveError         *string   `json:"remove_error" doc:"Why the removal failed; for members the error class only"`
-	CreatedBy           string    `json:"created_by,omitempty"`
-	CreatedAt           time.Time `json:"created_at"`
-	UpdatedAt           time.Time `json:"updated_at"`
+	ID       string `json:"id"`
+	Name     string `json:"name" doc:"DNS label, unique on its server"`
+	ServerID string `json:"server_id"`
+	Kind     string `json:"kind" enum:"container,compose,service" doc:"What the deployments run, fixed at creation: container (one image), compose (a multi-container stack), service (a program under the server's service manager)"`
+	// Service is set for service applications only.
+	Service             *ServiceSettings `json:"service,omitempty" doc:"A service application's build and start commands; absent for the other kinds"`
+	Source              Source           `json:"source"`
+	ContainerPort       int              `json:"container_port" doc:"The port the container listens on"`
+	HealthPath          string           `json:"health_path" doc:"Path that must answer 2xx or 3xx before a release takes traffic"`
+	EnvKeys             []string         `json:"env_keys" doc:"Names of the environment variables (values: see the detail)"`
+	AutoDeploy          bool             `json:"auto_deploy"`
+	MemoryLimit         string           `json:"memory_limit" doc:"e.g. 512m or 1g; empty for none"`
+	Dockerfile          string           `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
+	BuildContext        string           `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
+	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
+	WebService          string           `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
+	Compose             string           `json:"compose,omitempty" doc:"Compose applications from an inline document: the document"`
+	Status              string           `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
+	CurrentDeploymentID *string          `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
+	RemoveJobID         *string          `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
+	RemoveError         *string          `json:"remove_error" doc:"Why the removal failed; for members the error class only"`
+	CreatedBy           string           `json:"created_by,omitempty"`
+	CreatedAt           time.Time        `json:"created_at"`
+	UpdatedAt           time.Time        `json:"updated_at"`
 }
 
 // EnvEntry is an environment variable in an application's detail.
@@ -202,6 +204,10 @@ func (a App) view(r jobs.Reader) Application {
 	}
 	if v.Kind == "" {
 		v.Kind = KindContainer
+	}
+	if a.Kind == KindService {
+		svc := a.Service
+		v.Service = &svc
 	}
 	switch {
 	case a.State == StateRemoving:
@@ -251,6 +257,9 @@ type NewApp struct {
 	// the proxy routes to.
 	Compose    string
 	WebService string
+	// Service is a service application's build and start (nil for the
+	// other kinds); BuildTimeoutSeconds 0 means the default.
+	Service *ServiceSettings
 }
 
 // Patch changes an application's settings for its next deployment; nil
@@ -273,6 +282,8 @@ type Patch struct {
 	// Compose applications.
 	Compose    *string
 	WebService *string
+	// Service changes a service application's build and start.
+	Service ServicePatch
 }
 
 func envContext(prefix, id string) string { return prefix + ".env:" + id }
@@ -355,7 +366,17 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 			errs.Add("compose", "compose and web_service are only for compose applications")
 		}
 	}
-	if p := PortProblem(n.ContainerPort); p != "" {
+	var svc ServiceSettings
+	if n.Service != nil {
+		svc = *n.Service
+	}
+	if n.Kind == KindService && svc.BuildTimeoutSeconds == 0 {
+		svc.BuildTimeoutSeconds = DefaultBuildTimeoutSeconds
+	}
+	validateService(n.Kind, n.Source, svc, &errs)
+	if n.Kind == KindService && n.ContainerPort == 0 {
+		// The agent picks the port of each release slot.
+	} else if p := PortProblem(n.ContainerPort); p != "" {
 		errs.Add("container_port", "%s", p)
 	}
 	healthPath := DefaultHealthPath
@@ -402,7 +423,8 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	now := s.now().UTC()
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
-		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build}
+		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build,
+		Service: svc}
 	if a.Kind == KindCompose {
 		a.Build, a.Compose = BuildSettings{}, stack
 	}
@@ -550,6 +572,9 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		if pr := NameProblem(*p.Name); pr != "" {
 			errs.Add("name", "%s", pr)
 		}
+		if a.Kind == KindService && *p.Name != a.Name {
+			errs.Add("name", "a service application's units and releases on its server carry its name: it cannot change")
+		}
 		a.Name = *p.Name
 		changed = append(changed, "name")
 	}
@@ -626,6 +651,10 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		}
 		a.MemoryLimit = lower(*p.MemoryLimit)
 		changed = append(changed, "memory_limit")
+	}
+	changed = append(changed, p.Service.apply(&a)...)
+	if p.Service != (ServicePatch{}) {
+		validateService(a.Kind, a.Source, a.Service, &errs)
 	}
 	var buildArgs *[]EnvVar
 	if a.Kind == KindCompose {
@@ -767,7 +796,7 @@ func (s *Service) DeletePurging(ctx context.Context, actor audit.Actor, c audit.
 		return Removal{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
-		Payload: agentproto.RemovePayload{AppID: id, Proxy: proxy, PurgeVolumes: purge}})
+		Payload: agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge}})
 	if err != nil {
 		undo()
 		return Removal{}, err

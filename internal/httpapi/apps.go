@@ -42,41 +42,47 @@ type appDetailOutput struct {
 
 type createAppInput struct {
 	Body struct {
-		Name          string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
-		ServerID      string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
-		Kind          string        `json:"kind,omitempty" maxLength:"32" doc:"container (the default when absent), compose or service; fixed at creation. A kind this control plane does not run yet is refused (422)"`
-		Source        apps.Source   `json:"source" doc:"{type: image, image} or {type: git, installation_id, repo_id, branch}: the installation must be recorded and able to read the repository, and the branch must exist (422 otherwise)"`
-		ContainerPort int           `json:"container_port" doc:"The port the container listens on: 1 to 65535"`
-		HealthPath    *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
-		Env           []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
-		AutoDeploy    bool          `json:"auto_deploy,omitempty"`
-		MemoryLimit   string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
-		Deploy        *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
-		Dockerfile    *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
-		BuildContext  *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
-		BuildArgs     []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown)"`
-		Compose       string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
-		WebService    string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
+		Name                string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
+		ServerID            string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
+		Kind                string        `json:"kind,omitempty" maxLength:"32" doc:"container (the default when absent), compose or service; fixed at creation. A kind this control plane does not run yet is refused (422)"`
+		Source              apps.Source   `json:"source" doc:"{type: image, image} or {type: git, installation_id, repo_id, branch}: the installation must be recorded and able to read the repository, and the branch must exist (422 otherwise)"`
+		ContainerPort       int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; required except for service applications (the agent gives each release slot its PORT)"`
+		HealthPath          *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
+		Env                 []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
+		AutoDeploy          bool          `json:"auto_deploy,omitempty"`
+		MemoryLimit         string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
+		Deploy              *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
+		Dockerfile          *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
+		BuildContext        *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
+		BuildArgs           []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown)"`
+		Compose             string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
+		WebService          string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
+		BuildCommand        string        `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build)"`
+		StartCommand        string        `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications (required): runs with /bin/sh -c in the release directory under a sandboxed systemd unit; the program listens on 127.0.0.1:$PORT"`
+		BuildTimeoutSeconds int           `json:"build_timeout_seconds,omitempty" doc:"Service applications: the build command's time limit in seconds, 1 to 7200 (default 900)"`
 	}
 }
 
 type patchAppInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body struct {
-		Name          *string        `json:"name,omitempty"`
-		Kind          *string        `json:"kind,omitempty" maxLength:"32" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
-		Image         *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
-		Source        *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
-		ContainerPort *int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`
-		HealthPath    *string        `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; unchanged when absent or null"`
-		Env           *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list (at most 200); unchanged when absent or null"`
-		AutoDeploy    *bool          `json:"auto_deploy,omitempty"`
-		MemoryLimit   *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
-		Dockerfile    *string        `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
-		BuildContext  *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
-		BuildArgs     *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null"`
-		Compose       *string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
-		WebService    *string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`
+		Name                *string        `json:"name,omitempty"`
+		Kind                *string        `json:"kind,omitempty" maxLength:"32" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
+		Image               *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
+		Source              *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
+		ContainerPort       *int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`
+		HealthPath          *string        `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; unchanged when absent or null"`
+		Env                 *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list (at most 200); unchanged when absent or null"`
+		AutoDeploy          *bool          `json:"auto_deploy,omitempty"`
+		MemoryLimit         *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
+		Dockerfile          *string        `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
+		BuildContext        *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
+		BuildArgs           *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null"`
+		Compose             *string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
+		WebService          *string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`
+		BuildCommand        *string        `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
+		StartCommand        *string        `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
+		BuildTimeoutSeconds *int           `json:"build_timeout_seconds,omitempty" doc:"Service applications: 1 to 7200; unchanged when absent or null"`
 	}
 }
 
@@ -199,7 +205,8 @@ func (s *Server) registerApps() {
 		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
-			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService})
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
+			Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds)})
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +244,8 @@ func (s *Server) registerApps() {
 		b := in.Body
 		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
-			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService})
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
+			Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
 		if err != nil {
 			return nil, err
 		}
@@ -427,4 +435,13 @@ func (s *Server) registerApps() {
 		}
 		return deploymentAccepted(d), nil
 	})
+}
+
+// serviceSettings are the service settings of a new application: nil
+// when none is given (other kinds refuse any).
+func serviceSettings(kind, build, start string, timeout int) *apps.ServiceSettings {
+	if kind != apps.KindService && build == "" && start == "" && timeout == 0 {
+		return nil
+	}
+	return &apps.ServiceSettings{BuildCommand: build, StartCommand: start, BuildTimeoutSeconds: timeout}
 }

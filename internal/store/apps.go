@@ -20,7 +20,7 @@ var _ apps.Store = (*Store)(nil)
 // the newest deployment and whether one is in progress.
 const appColumns = `a.id, a.server_id, a.name, a.source, a.container_port, a.health_path, a.env_keys, a.auto_deploy, a.memory_limit,
 	a.state, a.current_deployment_id, a.remove_job_id, a.remove_error, a.created_by, a.created_at, a.updated_at,
-	a.build, a.build_args, a.kind, a.compose,
+	a.build, a.build_args, a.kind, a.compose, a.service,
 	COALESCE((SELECT d.status FROM deployments d WHERE d.app_id = a.id ORDER BY d.id DESC LIMIT 1), '') AS latest_status,
 	EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status IN ('queued', 'running')) AS in_progress`
 
@@ -45,6 +45,7 @@ type appRow struct {
 	BuildArgs           string         `db:"build_args"`
 	Kind                string         `db:"kind"`
 	Compose             string         `db:"compose"`
+	Service             string         `db:"service"`
 	LatestStatus        string         `db:"latest_status"`
 	InProgress          bool           `db:"in_progress"`
 }
@@ -72,6 +73,11 @@ func (r appRow) app() (apps.App, error) {
 			return a, err
 		}
 	}
+	if r.Service != "" {
+		if err := json.Unmarshal([]byte(r.Service), &a.Service); err != nil {
+			return a, err
+		}
+	}
 	return a, nil
 }
 
@@ -82,6 +88,16 @@ func composeColumn(a apps.App) (string, error) {
 		return "", nil
 	}
 	b, err := json.Marshal(a.Compose)
+	return string(b), err
+}
+
+// serviceColumn is the stored form of a.Service: '' when it is zero (the
+// applications of other kinds).
+func serviceColumn(a apps.App) (string, error) {
+	if a.Service == (apps.ServiceSettings{}) {
+		return "", nil
+	}
+	b, err := json.Marshal(a.Service)
 	return string(b), err
 }
 
@@ -124,11 +140,15 @@ func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) err
 	if err != nil {
 		return err
 	}
+	service, err := serviceColumn(a)
+	if err != nil {
+		return err
+	}
 	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
-		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, kind, compose)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, kind, compose, service)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
-		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, appKind(a), compose)
+		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, appKind(a), compose, service)
 	if isUniqueViolation(err) {
 		return appNameTaken(a.Name)
 	}
@@ -213,11 +233,15 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 	if err != nil {
 		return err
 	}
+	service, err := serviceColumn(a)
+	if err != nil {
+		return err
+	}
 	// The kind is fixed at creation: it is not written here.
 	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
-		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, compose = ?`
+		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, compose = ?, service = ?`
 	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
-		build, a.SealedBuildArgs, compose}
+		build, a.SealedBuildArgs, compose, service}
 	if sealedEnv != nil {
 		q += `, env = ?`
 		args = append(args, *sealedEnv)

@@ -1,0 +1,175 @@
+package apps
+
+import (
+	"context"
+	"strings"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+// Service applications (kind service) are built on their server from git
+// and run by its service manager: one systemd unit per release slot on a
+// loopback port the agent picks (PORT in the program's environment). A
+// deployment builds a release kept on the server under its own id; a
+// rollback starts the release an earlier deployment ran again. The
+// releases of the last KeepReleases succeeded deployments are kept.
+
+// KeepReleases is how many releases of a service application stay on its
+// server for rollbacks.
+const KeepReleases = 5
+
+// Limits of a service application's settings.
+const (
+	MaxCommandLen              = 4096
+	DefaultBuildTimeoutSeconds = 900
+	MaxBuildTimeoutSeconds     = 7200
+)
+
+// ServiceSettings are a service application's build and start.
+type ServiceSettings struct {
+	BuildCommand        string `json:"build_command" doc:"Runs with /bin/sh -c in the checkout of the commit, as the server's unprivileged build account; empty for nothing to build"`
+	StartCommand        string `json:"start_command" doc:"Runs with /bin/sh -c in the release directory under the slot's systemd unit; the program listens on 127.0.0.1:$PORT"`
+	BuildTimeoutSeconds int    `json:"build_timeout_seconds" doc:"Time limit of the build command in seconds (1 to 7200)"`
+}
+
+// ServiceSpec is the frozen build and start of a service application's
+// deployment.
+type ServiceSpec struct {
+	ServiceSettings
+	// Release, for a rollback, is the deployment whose kept release runs
+	// again; "" means the deployment builds its own.
+	Release string `json:"release,omitempty" doc:"Rollbacks: the deployment whose kept release runs again"`
+}
+
+// releaseOf is the release a deployment of a service application runs.
+func releaseOf(d DeploymentRecord) string {
+	if d.Spec.Service != nil && d.Spec.Service.Release != "" {
+		return d.Spec.Service.Release
+	}
+	return d.ID
+}
+
+// commandProblem says what is wrong with a command.
+func commandProblem(cmd string, required bool) string {
+	switch {
+	case cmd == "" && required:
+		return "is required"
+	case len(cmd) > MaxCommandLen:
+		return "must be at most 4096 characters"
+	case strings.ContainsFunc(cmd, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }):
+		return "must be one line without control characters"
+	}
+	return ""
+}
+
+// validateService checks a service application's settings (and that the
+// other kinds have none).
+func validateService(kind string, src Source, svc ServiceSettings, errs *fault.Fields) {
+	if kind != KindService {
+		if svc != (ServiceSettings{}) {
+			errs.Add("build_command", "build_command, start_command and build_timeout_seconds are only for service applications")
+		}
+		return
+	}
+	if src.Type != SourceGit {
+		errs.Add("source.type", "a service application is built from git: must be git")
+	}
+	if p := commandProblem(svc.BuildCommand, false); p != "" {
+		errs.Add("build_command", "%s", p)
+	}
+	if p := commandProblem(svc.StartCommand, true); p != "" {
+		errs.Add("start_command", "%s", p)
+	}
+	if svc.BuildTimeoutSeconds < 1 || svc.BuildTimeoutSeconds > MaxBuildTimeoutSeconds {
+		errs.Add("build_timeout_seconds", "must be between 1 and 7200")
+	}
+}
+
+// ServicePatch changes a service application's settings; nil fields stay.
+type ServicePatch struct {
+	BuildCommand        *string
+	StartCommand        *string
+	BuildTimeoutSeconds *int
+}
+
+// apply applies p to a's service settings and names what changed.
+func (p ServicePatch) apply(a *App) []string {
+	var changed []string
+	if p.BuildCommand != nil {
+		a.Service.BuildCommand = *p.BuildCommand
+		changed = append(changed, "build_command")
+	}
+	if p.StartCommand != nil {
+		a.Service.StartCommand = *p.StartCommand
+		changed = append(changed, "start_command")
+	}
+	if p.BuildTimeoutSeconds != nil {
+		a.Service.BuildTimeoutSeconds = *p.BuildTimeoutSeconds
+		changed = append(changed, "build_timeout_seconds")
+	}
+	return changed
+}
+
+// keptReleases are the releases of the application's newest succeeded
+// deployments, KeepReleases at most.
+func (s *Service) keptReleases(ctx context.Context, appID string) ([]string, error) {
+	list, err := s.store.ListDeployments(ctx, appID, 200)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for _, d := range list {
+		if d.Status != Succeeded {
+			continue
+		}
+		if r := releaseOf(d); !contains(out, r) {
+			out = append(out, r)
+		}
+		if len(out) == KeepReleases {
+			break
+		}
+	}
+	return out, nil
+}
+
+// servicePayload fills in the service part of a deployment's payload.
+func (s *Service) servicePayload(ctx context.Context, d DeploymentRecord, p *agentproto.DeployPayload) error {
+	keep, err := s.keptReleases(ctx, d.AppID)
+	if err != nil {
+		return err
+	}
+	sv := d.Spec.Service
+	p.Service = &agentproto.ServiceSpec{BuildCommand: sv.BuildCommand, StartCommand: sv.StartCommand,
+		BuildTimeoutSeconds: sv.BuildTimeoutSeconds, Release: sv.Release, KeepReleases: keep}
+	// Nothing of a container: no image to keep or prune.
+	p.KeepImageIDs, p.PruneImageIDs = []string{}, nil
+	if sv.Release != "" {
+		p.Build = nil
+	}
+	return nil
+}
+
+// checkReleaseKept refuses a rollback to a service deployment whose
+// release fell out of the kept ones.
+func (s *Service) checkReleaseKept(ctx context.Context, d DeploymentRecord) error {
+	keep, err := s.keptReleases(ctx, d.AppID)
+	if err != nil {
+		return err
+	}
+	if !contains(keep, releaseOf(d)) {
+		return fault.Conflictf("release-gone",
+			"The release of deployment %s is no longer kept on the server (the releases of an application's last %d succeeded deployments are). Deploy its commit again instead.",
+			d.ID, KeepReleases)
+	}
+	return nil
+}
+
+// serviceName is the name a service application's units and releases
+// carry on its server; "" for the other kinds.
+func serviceName(a App) string {
+	if a.Kind != KindService {
+		return ""
+	}
+	return a.Name
+}
