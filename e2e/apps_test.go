@@ -332,8 +332,10 @@ func TestAppsAPIRefusesMalformedInput(t *testing.T) {
 		method, path, body string
 		fields             []string // 422 naming these; nil: 400 malformed-request
 	}{
-		{"POST", apps, `{}`, []string{"name", "server_id", "source", "container_port"}},
-		{"POST", apps, newApp(map[string]string{"server_id": "", "container_port": ""}), []string{"server_id", "container_port"}},
+		{"POST", apps, `{}`, []string{"name", "server_id", "source"}},
+		{"POST", apps, newApp(map[string]string{"server_id": ""}), []string{"server_id"}},
+		// Only service applications go without a container port.
+		{"POST", apps, newApp(map[string]string{"container_port": ""}), []string{"container_port"}},
 		{"POST", apps, newApp(map[string]string{"container_port": `"80"`}), []string{"container_port"}},
 		{"POST", apps, newApp(map[string]string{"deploy": `"yes"`}), []string{"deploy"}},
 		{"POST", apps, newApp(map[string]string{"bogus": `1`}), []string{"bogus"}},

@@ -91,7 +91,7 @@ func composeColumn(a apps.App) (string, error) {
 	return string(b), err
 }
 
-// serviceColumn is the stored form of a.Service: '' when it is zero (the
+// serviceColumn is the stored form of a.Service: ” when it is zero (the
 // applications of other kinds).
 func serviceColumn(a apps.App) (string, error) {
 	if a.Service == (apps.ServiceSettings{}) {
