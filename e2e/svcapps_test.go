@@ -126,11 +126,13 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 	load := startLoad(t, hc, url, 4, 0, func(b string) bool { return strings.HasPrefix(b, "version=v") })
 	var took []time.Duration
 	var last AppDeployment
+	var redeploys []AppDeployment
 	for i := range n {
 		version := fmt.Sprintf("v2.%d", i)
 		push(version)
 		id := s.deploy(t, app.ID, nil)
 		last, _ = s.waitDeployment(t, id, "succeeded", pollInterval, deployTimeout)
+		redeploys = append(redeploys, last)
 		if last.StartedAt != nil && last.FinishedAt != nil {
 			took = append(took, last.FinishedAt.Sub(*last.StartedAt))
 		}
@@ -163,16 +165,26 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 		}
 	}
 
-	// A rollback starts the first release again, without a build.
-	r := s.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", f.Token, nil)
+	// A rollback starts a kept release again, without a build: the first
+	// one, unless it fell out of the last five.
+	target, version := d1, "v1"
+	if n >= 5 {
+		r := s.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", f.Token, nil)
+		expectStatus(t, r, http.StatusConflict)
+		if !strings.Contains(string(r.Body), "release-gone") {
+			t.Errorf("rollback to a release no longer kept: %s", r.Body)
+		}
+		target, version = redeploys[n-2], fmt.Sprintf("v2.%d", n-2)
+	}
+	r := s.Post(t, "/api/v1/deployments/"+target.ID+"/rollback", f.Token, nil)
 	expectStatus(t, r, http.StatusAccepted)
 	var rb deployAccepted
 	r.JSON(t, &rb)
 	drb, _ := s.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
-	if drb.Result.Service == nil || drb.Result.Service.Built || drb.Result.Service.Release != d1.ID {
+	if drb.Result.Service == nil || drb.Result.Service.Built || drb.Result.Service.Release != target.ID {
 		t.Errorf("rollback result: %+v", drb.Result.Service)
 	}
-	s.waitSite(t, hc, url, want("v1"), time.Minute)
+	s.waitSite(t, hc, url, want(version), time.Minute)
 
 	// The journal of the live slot, and the slots' state.
 	r = s.Post(t, "/api/v1/applications/"+app.ID+"/logs", f.Token, map[string]any{"lines": 50})
@@ -198,7 +210,7 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 	})
 	started := false
 	for _, l := range logs.Lines {
-		started = started || strings.HasPrefix(l.Message, "svcweb v1 starting on 127.0.0.1:")
+		started = started || strings.HasPrefix(l.Message, "svcweb "+version+" starting on 127.0.0.1:")
 	}
 	if !started || logs.State != "running" || !strings.HasPrefix(logs.Unit, "capstan-app-svc@") || len(logs.Slots) != 1 || !logs.Slots[0].Live {
 		t.Errorf("logs: status %s unit %s state %s slots %+v, lines %+v", logs.Status, logs.Unit, logs.State, logs.Slots, logs.Lines)
