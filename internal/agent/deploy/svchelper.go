@@ -263,6 +263,12 @@ func (h helper) build(ctx context.Context, res *helperResult) error {
 			os.RemoveAll(dst)
 		}
 	}()
+	// Moved into root's directory, it is what it was renamed as: a link
+	// swapped in after the check above is refused before anything follows
+	// it.
+	if fi, err := os.Lstat(dst); err != nil || !fi.IsDir() {
+		return fmt.Errorf("the checkout %s is not a directory", h.req.Checkout)
+	}
 	// The agent's account may no longer reach into it, and nothing in it
 	// is followed: links stay links, files linked elsewhere are dropped.
 	if err := os.Lchown(dst, 0, 0); err != nil {
