@@ -240,8 +240,8 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	// agent starts (and nothing in the agent's own rights grows), the
 	// directories of releases and of root-only environment files.
 	if out := c.MustExec(t, "id -un capstan-build && stat -c '%a %U' /var/lib/capstan-apps /etc/capstan-apps && "+
-		"systemctl show -p ExecStart --value capstan-app-helper@web.service"); !strings.HasPrefix(out, "capstan-build\n755 root\n700 root\n") ||
-		!strings.Contains(out, "/opt/capstan-agent/capstan-agent app-helper web ;") {
+		"systemctl show -p ExecStart --value capstan-app-helper@web.service && systemctl show -p StartLimitIntervalUSec capstan-app-helper@web.service"); !strings.HasPrefix(out, "capstan-build\n755 root\n700 root\n") ||
+		!strings.Contains(out, "/opt/capstan-agent/capstan-agent app-helper web ;") || !strings.HasSuffix(out, "\nStartLimitIntervalUSec=0\n") {
 		t.Fatalf("service application setup:\n%s", out)
 	}
 	// Caddy runs in API mode, so the configuration the agent loads

@@ -41,6 +41,7 @@ const (
 `
 	svcHelperUnit = `[Unit]
 Description=Capstan agent helper for service application %i
+StartLimitIntervalSec=0
 
 [Service]
 Type=oneshot
