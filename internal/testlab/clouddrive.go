@@ -6,18 +6,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -122,34 +117,15 @@ type driveSession struct {
 // the test ends.
 func StartCloudDrive(t testing.TB) *CloudDrive {
 	t.Helper()
-	ca := NewTestCA(t)
-	certPEM, keyPEM := ca.Leaf(t, "127.0.0.1", "localhost")
-	cert, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(t.TempDir(), "clouddrive-ca.pem")
-	if err := os.WriteFile(caFile, []byte(ca.PEM), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(ca.PEM))
+	hs := newHTTPSStandIn(t, "clouddrive")
 	d := &CloudDrive{
-		URL: "https://" + ln.Addr().String(), CA: ca, CAFile: caFile,
-		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		URL: "https://" + hs.Addr(), CA: hs.CA, CAFile: hs.CAFile, Client: hs.Client(),
 		ClientID: fmt.Sprintf("%012d-%s.apps.googleusercontent.com", time.Now().UnixNano()%1e12, strings.ToLower(hex.EncodeToString([]byte(randomToken(6))))), ClientSecret: "GOCSPX-" + randomToken(18),
 		Email: "backups@example.com", codes: map[string]*driveCode{}, grants: map[string]*driveGrant{},
 		access: map[string]driveAccess{}, files: map[string]*driveFile{}, sessions: map[string]*driveSession{},
 		tokenTTL: time.Hour,
 	}
-	srv := &http.Server{Handler: d, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
-	t.Cleanup(func() { srv.Close() })
+	hs.Serve(t, d)
 	return d
 }
 

@@ -3,17 +3,13 @@ package testlab
 import (
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -124,33 +120,14 @@ func (r *HostedRepo) FullName() string { return r.Owner + "/" + r.Name }
 // test ends.
 func StartGitHost(t testing.TB) *GitHost {
 	t.Helper()
-	ca := NewTestCA(t)
-	certPEM, keyPEM := ca.Leaf(t, "127.0.0.1", "localhost")
-	cert, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(t.TempDir(), "githost-ca.pem")
-	if err := os.WriteFile(caFile, []byte(ca.PEM), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM([]byte(ca.PEM))
+	hs := newHTTPSStandIn(t, "githost")
 	g := &GitHost{
-		URL: "https://" + ln.Addr().String(), CA: ca, CAFile: caFile,
-		Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		URL: "https://" + hs.Addr(), CA: hs.CA, CAFile: hs.CAFile, Client: hs.Client(),
 		nextID: 1000, codes: map[string]*hostedApp{}, installations: map[int64]*hostedInstallation{},
 		repos: map[int64]*HostedRepo{}, gitRepos: map[int64]*gitRepo{}, tokens: map[string]hostedToken{}, tokenTTL: time.Hour,
 	}
 	g.APIURL = g.URL + "/api/v3"
-	srv := &http.Server{Handler: g, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second}
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
-	t.Cleanup(func() { srv.Close() })
+	hs.Serve(t, g)
 	return g
 }
 

@@ -1,12 +1,8 @@
 package testlab
 
 import (
-	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -37,32 +33,16 @@ type Receiver struct {
 // ends.
 func StartReceiver(t testing.TB, answer func(i int, r *http.Request) int) *Receiver {
 	t.Helper()
-	ca := NewTestCA(t)
-	certPEM, keyPEM := ca.Leaf(t, "127.0.0.1")
-	cert, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc := &Receiver{CAFile: filepath.Join(t.TempDir(), "receiver-ca.pem")}
-	if err := os.WriteFile(rc.CAFile, []byte(ca.PEM), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-			rc.mu.Lock()
-			i := len(rc.reqs)
-			rc.reqs = append(rc.reqs, Received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now()})
-			rc.mu.Unlock()
-			w.WriteHeader(answer(i, r))
-		})}
-	rc.URL = "https://" + ln.Addr().String()
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends at Close
-	t.Cleanup(func() { srv.Close() })
+	hs := newHTTPSStandIn(t, "receiver")
+	rc := &Receiver{URL: "https://" + hs.Addr(), CAFile: hs.CAFile}
+	hs.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		rc.mu.Lock()
+		i := len(rc.reqs)
+		rc.reqs = append(rc.reqs, Received{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: time.Now()})
+		rc.mu.Unlock()
+		w.WriteHeader(answer(i, r))
+	}))
 	return rc
 }
 

@@ -4,16 +4,11 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/xml"
 	"io"
-	"log"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,31 +57,15 @@ type S3 struct {
 // StartS3 starts the server with its bucket.
 func StartS3(t testing.TB) *S3 {
 	t.Helper()
-	ca := NewTestCA(t)
-	certPEM, keyPEM := ca.Leaf(t, "127.0.0.1", "localhost")
-	cert, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(t.TempDir(), "s3-ca.pem")
-	if err := os.WriteFile(caFile, []byte(ca.PEM), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &S3{Endpoint: ln.Addr().String(), Bucket: "capstan-backups", Region: "us-east-1", AccessKeyID: "AK" + randomHex(9),
-		SecretAccessKey: randomHex(20), CA: ca, CAFile: caFile, backend: s3mem.New(), requests: map[string]int{}}
+	hs := newHTTPSStandIn(t, "s3")
+	s := &S3{Endpoint: hs.Addr(), Bucket: "capstan-backups", Region: "us-east-1", AccessKeyID: "AK" + randomHex(9),
+		SecretAccessKey: randomHex(20), CA: hs.CA, CAFile: hs.CAFile, backend: s3mem.New(), requests: map[string]int{}}
 	s.failAfter.Store(-1)
 	if err := s.backend.CreateBucket(s.Bucket); err != nil {
 		t.Fatal(err)
 	}
 	s.fake = gofakes3.New(s.backend, gofakes3.WithoutVersioning(), gofakes3.WithLogger(gofakes3.DiscardLog())).Server()
-	srv := &http.Server{Handler: s, TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}}, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: log.New(io.Discard, "", 0)}
-	go srv.ServeTLS(ln, "", "") //nolint:errcheck // ends with Close
-	t.Cleanup(func() { srv.Close() })
+	hs.Serve(t, s)
 	return s
 }
 
