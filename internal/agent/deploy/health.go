@@ -118,7 +118,17 @@ func (e *healthError) Error() string {
 // waitHealthy probes http://<upstream><path> until it answers 2xx or 3xx,
 // the timeout passes, the container exits or ctx ends.
 func (d *Deployer) waitHealthy(ctx context.Context, cli *client.Client, s started, path string, timeout time.Duration, events agent.EventSink) (answer, error) {
-	target := "http://" + s.upstream() + path
+	return d.waitAnswer(ctx, "http://"+s.upstream()+path, path, timeout, events, func(ctx context.Context) string {
+		if why := exited(ctx, cli, s.ID); why != "" {
+			return "the container " + why
+		}
+		return ""
+	})
+}
+
+// waitAnswer probes target until it answers 2xx or 3xx, the timeout
+// passes, stopped says what it probes stopped running, or ctx ends.
+func (d *Deployer) waitAnswer(ctx context.Context, target, path string, timeout time.Duration, events agent.EventSink, stopped func(context.Context) string) (answer, error) {
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("waiting up to %s for a 2xx or 3xx answer from %s", timeout, target), nil)
 	start := time.Now()
 	hctx, cancel := context.WithTimeout(ctx, timeout)
@@ -138,8 +148,8 @@ func (d *Deployer) waitHealthy(ctx context.Context, cli *client.Client, s starte
 			events.Emit(agentproto.LevelInfo, fmt.Sprintf("healthy after %s: %s", time.Since(start).Round(time.Millisecond), last), last)
 			return last, nil
 		}
-		if why := exited(hctx, cli, s.ID); why != "" {
-			return last, &healthError{reason: "the container " + why, last: last}
+		if why := stopped(hctx); why != "" {
+			return last, &healthError{reason: why, last: last}
 		}
 		select {
 		case <-tick.C:

@@ -482,36 +482,12 @@ func (d *Deployer) retireSlot(ctx context.Context, conn *sddbus.Conn, name strin
 // waitUnitHealthy probes the slot until it answers 2xx or 3xx, the
 // timeout passes, the unit fails or restarts, or ctx ends.
 func (d *Deployer) waitUnitHealthy(ctx context.Context, conn *sddbus.Conn, unit string, port int, path string, timeout time.Duration, events agent.EventSink) (answer, error) {
-	target := "http://127.0.0.1:" + strconv.Itoa(port) + path
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("waiting up to %s for a 2xx or 3xx answer from %s", timeout, target), nil)
-	start := time.Now()
-	hctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	hc := healthClient()
-	var last answer
-	tick := time.NewTicker(d.opts.HealthInterval)
-	defer tick.Stop()
-	for {
-		a := probe(hctx, hc, target)
-		if hctx.Err() == nil || a.Error == "" || last.At.IsZero() {
-			last = a
+	return d.waitAnswer(ctx, "http://127.0.0.1:"+strconv.Itoa(port)+path, path, timeout, events, func(ctx context.Context) string {
+		if why := unitStopped(ctx, conn, unit); why != "" {
+			return "the unit " + why
 		}
-		if last.healthy() {
-			events.Emit(agentproto.LevelInfo, fmt.Sprintf("healthy after %s: %s", time.Since(start).Round(time.Millisecond), last), last)
-			return last, nil
-		}
-		if why := unitStopped(hctx, conn, unit); why != "" {
-			return last, &healthError{reason: "the unit " + why, last: last}
-		}
-		select {
-		case <-tick.C:
-		case <-hctx.Done():
-			if ctx.Err() != nil {
-				return last, &healthError{reason: fmt.Sprintf("the job ended before an answer (%v)", context.Cause(ctx)), last: last}
-			}
-			return last, &healthError{reason: fmt.Sprintf("no 2xx or 3xx answer from %s within %s", path, timeout), last: last}
-		}
-	}
+		return ""
+	})
 }
 
 // unitStopped says how the unit stopped running, or "" while it runs and
