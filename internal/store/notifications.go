@@ -37,16 +37,18 @@ type notificationRow struct {
 	ReadAt      sql.NullInt64 `db:"read_at"`
 }
 
-// ListNotifications returns up to limit items of a user, newest first,
-// before the cursor, and the user's unread count.
+// ListNotifications returns up to limit items of a user, newest event
+// first, after the item before (the previous page's last), and the user's
+// unread count. Items are ordered by their events, not by when they were
+// delivered: deliveries may arrive in any order.
 func (s *Store) ListNotifications(ctx context.Context, userID string, limit int, before string) ([]notify.Notification, int, error) {
 	q, args := `SELECT id, user_id, event_id, event_type, title, body, link, subject_type, subject_id, created_at, read_at
 		FROM notifications WHERE user_id = ?`, []any{userID}
 	if before != "" {
-		q, args = q+` AND id < ?`, append(args, before)
+		q, args = q+` AND event_id < (SELECT event_id FROM notifications WHERE user_id = ? AND id = ?)`, append(args, userID, before)
 	}
 	var rows []notificationRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(q+` ORDER BY id DESC LIMIT ?`), append(args, limit)...); err != nil {
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(q+` ORDER BY event_id DESC LIMIT ?`), append(args, limit)...); err != nil {
 		return nil, 0, err
 	}
 	var unread int

@@ -95,3 +95,32 @@ func TestNotificationSettings(t *testing.T) {
 		}
 	})
 }
+
+// Items list by their events, newest first, whatever order they were
+// delivered in.
+func TestInboxOrderedByEvent(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		u := mustCreateAccount(t, s, "order@example.com", t0)
+		first, second := ids.NewAt(events.IDPrefix, t0), ids.NewAt(events.IDPrefix, t0)
+		// The later event is delivered first.
+		for i, evID := range []string{second, first} {
+			n := notify.Notification{ID: ids.New(notify.NotificationIDPrefix), UserID: u.ID, EventID: evID, EventType: events.ServerOffline,
+				Title: evID, Body: "b", Subject: events.Subject{Type: "server", ID: "srv_1"}, CreatedAt: t0.Add(time.Duration(i) * time.Second)}
+			if err := s.InsertNotification(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		page, _, err := s.ListNotifications(ctx, u.ID, 1, "")
+		if err != nil || len(page) != 1 || page[0].EventID != second {
+			t.Fatalf("first page: %+v, %v; want the later event %s", page, err, second)
+		}
+		next, _, err := s.ListNotifications(ctx, u.ID, 1, page[0].ID)
+		if err != nil || len(next) != 1 || next[0].EventID != first {
+			t.Fatalf("second page: %+v, %v; want the earlier event %s", next, err, first)
+		}
+		if rest, _, err := s.ListNotifications(ctx, u.ID, 1, next[0].ID); err != nil || len(rest) != 0 {
+			t.Fatalf("third page: %+v, %v", rest, err)
+		}
+	})
+}
