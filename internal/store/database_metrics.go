@@ -19,7 +19,8 @@ import (
 // databaseRollup is how database_metric_samples roll up into
 // database_metric_hourly: sums with the counts of non-NULL values, and
 // maxima.
-var databaseRollup = rollupTable{samples: "database_metric_samples", hourly: "database_metric_hourly", key: "instance_id",
+var databaseRollup = rollupTable{samples: "database_metric_samples", hourly: "database_metric_hourly", dirty: "database_metric_dirty_hours",
+	key: "instance_id",
 	columns: []rollupColumn{
 		{"samples", "COUNT(*)", sumKind},
 		{"errors", "SUM(CASE WHEN error <> '' THEN 1 ELSE 0 END)", sumKind},
@@ -372,22 +373,6 @@ func (s *Store) RollupDatabaseMetrics(ctx context.Context, limit int, now time.T
 
 // PruneDatabaseMetrics deletes what aged out; see databases.MetricsStore.
 func (s *Store) PruneDatabaseMetrics(ctx context.Context, rawBefore, rollupBefore time.Time, limit int) (int, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM database_metric_samples WHERE (instance_id, at) IN (
-		SELECT s.instance_id, s.at FROM database_metric_samples s WHERE s.at < ? AND NOT EXISTS (
-			SELECT 1 FROM database_metric_dirty_hours d WHERE d.instance_id = s.instance_id AND d.hour = s.at - s.at % ?)
-		LIMIT ?)`), ms(rawBefore), hourMS, limit)
-	if err != nil {
-		return 0, err
-	}
-	total, _ := res.RowsAffected()
-	if int(total) >= limit {
-		return int(total), nil
-	}
-	res, err = s.w.ExecContext(ctx, s.rebind(`DELETE FROM database_metric_hourly WHERE (instance_id, hour) IN (
-		SELECT instance_id, hour FROM database_metric_hourly WHERE hour < ? LIMIT ?)`), ms(rollupBefore), limit-int(total))
-	if err != nil {
-		return int(total), err
-	}
-	n, _ := res.RowsAffected()
-	return int(total + n), nil
+	n, err := databaseRollup.prune(ctx, s.w, s.rebind, rawBefore, rollupBefore, limit)
+	return int(n), err
 }

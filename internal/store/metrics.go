@@ -71,7 +71,8 @@ var rollupColumns = []rollupColumn{
 }
 
 // serverRollup is how metric_samples roll up into metric_hourly.
-var serverRollup = rollupTable{samples: "metric_samples", hourly: "metric_hourly", key: "server_id", columns: rollupColumns}
+var serverRollup = rollupTable{samples: "metric_samples", hourly: "metric_hourly", dirty: "metric_dirty_hours", key: "server_id",
+	columns: rollupColumns}
 
 // rollupSQL is serverRollup's rollup statement; see rollupTable.sql.
 func rollupSQL(where string, merge bool) string { return serverRollup.sql(where, merge) }
@@ -422,26 +423,9 @@ func (s *Store) RollupMetrics(ctx context.Context, limit int, now time.Time) (in
 // PruneMetrics deletes what aged out; see metrics.Store.
 func (s *Store) PruneMetrics(ctx context.Context, rawBefore, rollupBefore time.Time, limit int) (int, error) {
 	// Raw samples of marked hours stay until their rollup is computed.
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM metric_samples WHERE (server_id, at) IN (
-		SELECT s.server_id, s.at FROM metric_samples s WHERE s.at < ? AND NOT EXISTS (
-			SELECT 1 FROM metric_dirty_hours d WHERE d.server_id = s.server_id AND d.hour = s.at - s.at % ?)
-		LIMIT ?)`), ms(rawBefore), hourMS, limit)
-	if err != nil {
-		return 0, err
-	}
-	total, _ := res.RowsAffected()
-	if int(total) >= limit {
-		return int(total), nil
-	}
-	res, err = s.w.ExecContext(ctx, s.rebind(`DELETE FROM metric_hourly WHERE (server_id, hour) IN (
-		SELECT server_id, hour FROM metric_hourly WHERE hour < ? LIMIT ?)`), ms(rollupBefore), limit-int(total))
-	if err != nil {
+	total, err := serverRollup.prune(ctx, s.w, s.rebind, rawBefore, rollupBefore, limit)
+	if err != nil || total >= int64(limit) {
 		return int(total), err
-	}
-	n, _ := res.RowsAffected()
-	total += n
-	if int(total) >= limit {
-		return int(total), nil
 	}
 	// The latest sample and the inventory of deleted servers.
 	for _, q := range []string{

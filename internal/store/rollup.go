@@ -1,16 +1,46 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // rollupTable is a time series whose raw samples (table samples, keyed by
 // key and at) are rolled up into hourly rows (table hourly, keyed by key
-// and hour) with the aggregates of columns.
+// and hour) with the aggregates of columns; table dirty marks the hours
+// whose rollup is still to be computed.
 type rollupTable struct {
-	samples, hourly, key string
-	columns              []rollupColumn
+	samples, hourly, dirty, key string
+	columns                     []rollupColumn
+}
+
+// prune deletes up to limit raw samples older than rawBefore, except those
+// of hours still marked for their rollup, and then, within what is left
+// of limit, hourly rows older than rollupBefore. It returns how many rows
+// it deleted.
+func (t rollupTable) prune(ctx context.Context, db sqlx.ExecerContext, rebind func(string) string, rawBefore, rollupBefore time.Time, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, rebind(`DELETE FROM `+t.samples+` WHERE (`+t.key+`, at) IN (
+		SELECT s.`+t.key+`, s.at FROM `+t.samples+` s WHERE s.at < ? AND NOT EXISTS (
+			SELECT 1 FROM `+t.dirty+` d WHERE d.`+t.key+` = s.`+t.key+` AND d.hour = s.at - s.at % ?)
+		LIMIT ?)`), ms(rawBefore), hourMS, limit)
+	if err != nil {
+		return 0, err
+	}
+	total, _ := res.RowsAffected()
+	if total >= int64(limit) {
+		return total, nil
+	}
+	res, err = db.ExecContext(ctx, rebind(`DELETE FROM `+t.hourly+` WHERE (`+t.key+`, hour) IN (
+		SELECT `+t.key+`, hour FROM `+t.hourly+` WHERE hour < ? LIMIT ?)`), ms(rollupBefore), int64(limit)-total)
+	if err != nil {
+		return total, err
+	}
+	n, _ := res.RowsAffected()
+	return total + n, nil
 }
 
 // sql is an INSERT … SELECT that aggregates the samples matching where
