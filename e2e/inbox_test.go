@@ -63,6 +63,9 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 		if len(older.Notifications) != 1 || older.Notifications[0].EventType != "alert.opened" {
 			t.Fatalf("second page: %+v", older)
 		}
+		// The member's cursor is not an item of the admin's inbox.
+		mine := inbox(t, f.ControlPlane, member, "?limit=1")
+		expectStatus(t, f.Get(t, "/api/v1/notifications?before="+mine.NextCursor, f.Token), http.StatusUnprocessableEntity)
 
 		r := f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"ids": []string{p.Notifications[0].ID}})
 		expectStatus(t, r, http.StatusOK)

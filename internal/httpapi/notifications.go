@@ -16,7 +16,7 @@ var errNoNotify = errors.New("httpapi: Deps.Inbox is not set")
 
 type inboxInput struct {
 	Limit  int    `query:"limit" minimum:"1" maximum:"200" default:"50" doc:"Items per page: 1 to 200; default 50 when absent"`
-	Before string `query:"before" maxLength:"64" doc:"Cursor from next_cursor of the previous page"`
+	Before string `query:"before" maxLength:"64" doc:"Cursor from next_cursor of the previous page; a cursor that is not an item of your inbox is a 422"`
 }
 
 type inboxOutput struct {

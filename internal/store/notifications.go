@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/notify"
 )
 
@@ -45,7 +47,15 @@ func (s *Store) ListNotifications(ctx context.Context, userID string, limit int,
 	q, args := `SELECT id, user_id, event_id, event_type, title, body, link, subject_type, subject_id, created_at, read_at
 		FROM notifications WHERE user_id = ?`, []any{userID}
 	if before != "" {
-		q, args = q+` AND event_id < (SELECT event_id FROM notifications WHERE user_id = ? AND id = ?)`, append(args, userID, before)
+		var cursor string
+		err := s.r.GetContext(ctx, &cursor, s.rebind(`SELECT event_id FROM notifications WHERE user_id = ? AND id = ?`), userID, before)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, 0, fault.Invalidf("before", "is not an item of this inbox; pass next_cursor of the previous page")
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		q, args = q+` AND event_id < ?`, append(args, cursor)
 	}
 	var rows []notificationRow
 	if err := s.r.SelectContext(ctx, &rows, s.rebind(q+` ORDER BY event_id DESC LIMIT ?`), append(args, limit)...); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/store"
@@ -121,6 +122,14 @@ func TestInboxOrderedByEvent(t *testing.T) {
 		}
 		if rest, _, err := s.ListNotifications(ctx, u.ID, 1, next[0].ID); err != nil || len(rest) != 0 {
 			t.Fatalf("third page: %+v, %v", rest, err)
+		}
+		// A cursor that is not an item of this inbox is refused, not read
+		// as an empty page.
+		other := mustCreateAccount(t, s, "other@example.com", t0)
+		for _, c := range []struct{ user, cursor string }{{u.ID, "ntf_unknown"}, {other.ID, page[0].ID}} {
+			if _, _, err := s.ListNotifications(ctx, c.user, 1, c.cursor); !fault.Is(err, fault.Invalid) {
+				t.Errorf("cursor %s of user %s: %v, want invalid", c.cursor, c.user, err)
+			}
 		}
 	})
 }
