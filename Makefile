@@ -8,13 +8,14 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 LISTEN   ?= 127.0.0.1:8080
 DATA_DIR ?= ./data
 
-.PHONY: all build dist run test test-go fuzz lint testenv-down clean
+.PHONY: all build dist run test test-go test-web fuzz lint testenv-down clean web web-deps web-api
 
 all: build
 
-# build writes the control plane and, next to it, a native agent binary
-# that the control plane serves to servers of the same architecture.
-build:
+# build writes the control plane, with the web console in it when Node.js
+# is here, and next to it a native agent binary that the control plane
+# serves to servers of the same architecture.
+build: web
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/capstan ./cmd/capstan
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/capstan-agent ./cmd/capstan-agent
 
@@ -27,11 +28,36 @@ dist: build
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o dist/capstan-agent-linux-$$arch ./cmd/capstan-agent || exit 1; \
 	done
 
+# web builds the console into web/dist, which the control plane embeds.
+# Without Node.js it says so and goes on: the control plane then serves a
+# page at / that says how to build the console.
+web:
+	@if command -v npm >/dev/null 2>&1; then \
+		$(MAKE) --no-print-directory web-deps && cd web && npm run --silent build; \
+	else \
+		echo "Node.js/npm not found: building without the web console (/ will say how to build it)."; \
+	fi
+
+# web-deps installs the console's packages exactly as the lockfile says
+# (npm ci), only when the lockfile changed since the last install; npm's
+# download cache is kept under .testenv/.
+WEB_LOCK_HASH = $(shell sha256sum web/package-lock.json 2>/dev/null | cut -c1-16)
+web-deps:
+	@if [ "$$(cat web/node_modules/.capstan-lock 2>/dev/null)" != "$(WEB_LOCK_HASH)" ]; then \
+		cd web && npm ci --no-audit --no-fund --cache ../.testenv/npm-cache && echo "$(WEB_LOCK_HASH)" > node_modules/.capstan-lock; \
+	fi
+
+# web-api regenerates the console's API types (web/src/api/schema.d.ts)
+# from the OpenAPI document of a freshly built control plane.
+web-api: web-deps
+	CGO_ENABLED=0 $(GO) build -o bin/capstan ./cmd/capstan
+	cd web && node scripts/gen-api.mjs ../bin/capstan
+
 run: build
 	@echo "Starting Capstan on http://$(LISTEN) with data in $(DATA_DIR)."
 	@echo "Create the first administrator in another terminal:"
 	@echo "  ./bin/capstan user create --data-dir $(DATA_DIR) --email you@example.com --admin"
-	@echo "API reference: http://$(LISTEN)/docs"
+	@echo "Web console: http://$(LISTEN)/   API reference: http://$(LISTEN)/docs"
 	./bin/capstan serve --data-dir $(DATA_DIR) --listen $(LISTEN)
 
 # test installs and starts PostgreSQL, the Docker engine and Caddy when
@@ -39,15 +65,24 @@ run: build
 # the linters. The three are independent and run side by side (-j3); the
 # tests wait for conditions with deadlines, so the extra load only makes
 # them slower, never red.
-test: build
+test:
 	scripts/testenv.sh up
-	. ./.testenv/env && $(MAKE) --no-print-directory --output-sync=target -j3 test-go fuzz lint
+	$(MAKE) --no-print-directory build
+	. ./.testenv/env && $(MAKE) --no-print-directory --output-sync=target -j3 test-go test-web fuzz lint
 
 # test-go runs the packages two at a time (go test's default on two
 # cores). ./e2e takes most of the time; its tests mostly wait on real
 # processes, so -parallel above the core count would shorten it further.
 test-go:
 	$(GO) test -count=1 -timeout 25m ./...
+
+# test-web checks that the console's API types match the API, then runs
+# its type check and unit tests (Vitest). Its browser tests run against
+# the real binaries in ./e2e (TestConsole*), with test-go.
+test-web: web-deps
+	cd web && node scripts/gen-api.mjs --check ../bin/capstan
+	cd web && npx tsc --noEmit
+	cd web && npx vitest run
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthRequests$$' -fuzztime 10s ./internal/httpapi

@@ -8,7 +8,8 @@
 #
 # STATE_DIR defaults to <repo>/.testenv. `up` writes STATE_DIR/env, a file of
 # `export NAME=value` lines (valid for both `. env` in sh and `include` in make):
-#   CAPSTAN_TEST_POSTGRES_URL, CAPSTAN_TEST_DOCKER_HOST, CAPSTAN_TEST_CADDY
+#   CAPSTAN_TEST_POSTGRES_URL, CAPSTAN_TEST_DOCKER_HOST, CAPSTAN_TEST_CADDY,
+#   CAPSTAN_TEST_CHROMIUM
 #
 # Must run as root (installs packages, runs postgres as the postgres user,
 # may start dockerd). Only ever listens on / talks to 127.0.0.1 and unix sockets.
@@ -139,6 +140,12 @@ ensure_packages() {
 	have mariadb-install-db || pkgs+=(mariadb-server)
 	have redis-server || pkgs+=(redis-server)
 	have git || pkgs+=(git)
+	# The web console's build and browser tests: Node.js and npm (when the
+	# machine has none of its own) and Debian's Chromium, which
+	# playwright-core drives headless.
+	have node || pkgs+=(nodejs)
+	have npm || pkgs+=(npm)
+	have chromium || pkgs+=(chromium)
 	[[ ${#pkgs[@]} -eq 0 ]] && return 0
 
 	log "installing: ${pkgs[*]}"
@@ -158,6 +165,8 @@ ensure_packages() {
 	have redis-cli || die "redis-tools installed but redis-cli not found"
 	have mariadb-install-db || die "mariadb-server installed but mariadb-install-db not found"
 	have redis-server || die "redis-server installed but not found"
+	have node || die "nodejs installed but node not found"
+	have chromium || die "chromium installed but not found"
 }
 
 # ---------------------------------------------------------------------------
@@ -329,6 +338,7 @@ cmd_up() {
 export CAPSTAN_TEST_POSTGRES_URL=$url
 export CAPSTAN_TEST_DOCKER_HOST=unix://$DOCKER_SOCK
 export CAPSTAN_TEST_CADDY=$caddy_bin
+export CAPSTAN_TEST_CHROMIUM=$(command -v chromium)
 EOF
 	mv -f "$tmp" "$ENV_FILE"
 

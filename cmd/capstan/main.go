@@ -28,6 +28,7 @@ type cli struct {
 	RecoveryKit recoveryKitCmd `cmd:"" name:"recovery-kit" help:"Recovery kit tools."`
 	Notify      notifyCmd      `cmd:"" help:"Notification tools."`
 	Version     versionCmd     `cmd:"" help:"Print the version."`
+	OpenAPI     openapiCmd     `cmd:"" name:"openapi" help:"Print the OpenAPI document of the API (the one served at /openapi.json)."`
 }
 
 type versionCmd struct{}

@@ -24,6 +24,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/singleton"
+	"github.com/capstan-dev/capstan/web"
 )
 
 type serveCmd struct {
@@ -171,7 +172,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
 		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
-		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy,
+		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(),
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))
 	// Heartbeats are written in batches; the last batch is written after

@@ -7,6 +7,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -67,6 +68,10 @@ type Deps struct {
 	// TrustedProxy, when true, takes the client address from the last
 	// X-Forwarded-For entry. Only set it behind a reverse proxy that sets it.
 	TrustedProxy bool
+	// Console is the built web console (index.html and assets/), served
+	// at / for every path the API does not take. Without an index.html a
+	// page says how to build it.
+	Console fs.FS
 }
 
 // Server is the HTTP handler of the control plane.
@@ -77,6 +82,7 @@ type Server struct {
 	api     huma.API
 	handler http.Handler
 	cookie  cookieConfig
+	console *console
 
 	mu     sync.Mutex // guards routes
 	routes []Route
@@ -123,7 +129,8 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL)}
+	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL),
+		console: newConsole(d.Console)}
 
 	cfg := huma.DefaultConfig(platform.Name+" API", d.Version)
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
@@ -216,6 +223,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(rec.status)
 	default:
+		if s.console.serve(w, r) {
+			return
+		}
 		writeProblem(w, r, newProblem(http.StatusNotFound, "", "No resource at "+r.URL.Path+"."))
 	}
 }

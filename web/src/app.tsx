@@ -1,0 +1,81 @@
+import { useEffect, useState } from "preact/hooks";
+import { whenSignInRequired } from "./api/client";
+import { Link } from "./components/ui";
+import { currentUser, onAuthChange, refresh } from "./lib/auth";
+import { match, navigate, useLocation } from "./lib/router";
+import { SignIn } from "./screens/SignIn";
+import { Fleet } from "./screens/Fleet";
+import { NotFound } from "./screens/NotFound";
+import { signOut } from "./screens/signout";
+
+// The session ended: sign in again, then come back to this page.
+whenSignInRequired(() => {
+  if (location.pathname === "/sign-in") return;
+  navigate("/sign-in?next=" + encodeURIComponent(location.pathname + location.search), true);
+});
+
+function useUser() {
+  const [user, setUser] = useState(currentUser());
+  useEffect(() => onAuthChange(() => setUser(currentUser())), []);
+  return user;
+}
+
+export function App() {
+  const { path, query } = useLocation();
+  const user = useUser();
+  const [booting, setBooting] = useState(true);
+
+  // A reload or a new tab: renew the access token from the refresh
+  // cookie, silently, before deciding whether to show sign-in.
+  useEffect(() => {
+    void refresh().finally(() => setBooting(false));
+  }, []);
+
+  if (booting) return <p class="boot">Capstan</p>;
+  if (path === "/sign-in") return <SignIn next={query.get("next")} />;
+  if (!user) {
+    navigate("/sign-in?next=" + encodeURIComponent(path + location.search), true);
+    return null;
+  }
+
+  let screen;
+  let p: Record<string, string> | null;
+  if (path === "/" || path === "/servers") screen = <Fleet />;
+  else if ((p = match("/servers/:id", path))) screen = <NotFound what={"server " + p.id} />;
+  else screen = <NotFound what={path} />;
+
+  const nav = [
+    { href: "/servers", label: "Servers", active: path === "/" || path.startsWith("/servers") },
+  ];
+  return (
+    <div class="shell">
+      <a class="skip" href="#main">
+        Skip to content
+      </a>
+      <header class="top">
+        <Link href="/" class="brand">
+          Capstan
+        </Link>
+        <nav aria-label="Main">
+          {nav.map((n) => (
+            <Link key={n.href} href={n.href} aria-current={n.active ? "page" : undefined}>
+              {n.label}
+            </Link>
+          ))}
+        </nav>
+        <div class="who">
+          <span class="muted">
+            {user.email}
+            {user.admin ? " · admin" : ""}
+          </span>
+          <button type="button" onClick={() => void signOut()}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      <main id="main" tabIndex={-1}>
+        {screen}
+      </main>
+    </div>
+  );
+}

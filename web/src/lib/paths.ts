@@ -1,0 +1,23 @@
+// Paths of the console's routes, kept pure for the unit tests.
+
+// match returns the parameters of a path against a pattern such as
+// /servers/:id, or null.
+export function match(pattern: string, path: string): Record<string, string> | null {
+  const p = pattern.split("/").filter(Boolean);
+  const s = path.split("/").filter(Boolean);
+  if (p.length !== s.length) return null;
+  const out: Record<string, string> = {};
+  for (let i = 0; i < p.length; i++) {
+    if (p[i].startsWith(":")) out[p[i].slice(1)] = decodeURIComponent(s[i]);
+    else if (p[i] !== s[i]) return null;
+  }
+  return out;
+}
+
+// safeNext keeps a return path within the console: a path on this origin,
+// never another host (//evil.example) nor the sign-in page itself.
+export function safeNext(next: string | null): string {
+  if (!next || !next.startsWith("/") || next.startsWith("//") || next.startsWith("/\\")) return "/";
+  if (next.startsWith("/sign-in")) return "/";
+  return next;
+}

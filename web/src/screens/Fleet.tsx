@@ -1,0 +1,224 @@
+import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
+import { api, ok, type Schemas } from "../api/client";
+import { Link, ProblemBox, StatusBadge } from "../components/ui";
+import { currentUser } from "../lib/auth";
+import { counts, queryFromURL, queryToURL, tagsOf, view, type FleetQuery, type SortKey } from "../lib/fleet";
+import { ago, percent } from "../lib/format";
+import { asProblem, type Problem } from "../lib/problem";
+import { navigate } from "../lib/router";
+import { visibleRange } from "../lib/virtual";
+
+type Server = Schemas["ServerSummary"];
+
+const ROW = 44;
+
+const columns: { key: SortKey; label: string; class: string }[] = [
+  { key: "name", label: "Name", class: "c-name" },
+  { key: "status", label: "Status", class: "c-status" },
+  { key: "cpu", label: "CPU", class: "c-num" },
+  { key: "memory", label: "Memory", class: "c-num" },
+  { key: "disk", label: "Disk", class: "c-num" },
+  { key: "last_seen", label: "Last seen", class: "c-seen" },
+];
+
+// loadFleet fetches every server with its newest sample, in one request.
+export async function loadFleet(): Promise<Server[]> {
+  const body = await ok(api.GET("/api/v1/servers"));
+  return body.servers ?? [];
+}
+
+export function Fleet({ live }: { live?: { subscribe: (fn: () => void) => () => void } }) {
+  const [servers, setServers] = useState<Server[] | null>(null);
+  const [problem, setProblem] = useState<Problem | null>(null);
+  const [q, setQ] = useState<FleetQuery>(() => queryFromURL(new URLSearchParams(location.search)));
+  const search = useRef<HTMLInputElement>(null);
+
+  async function load() {
+    try {
+      setServers(await loadFleet());
+      setProblem(null);
+    } catch (err) {
+      setProblem(asProblem(err));
+    }
+  }
+
+  useEffect(() => {
+    performance.mark("capstan:fleet-start");
+    void load();
+    return live?.subscribe(() => void load());
+  }, []);
+
+  // "/" focuses the search, as in most consoles.
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      const t = e.target as HTMLElement;
+      if (e.key === "/" && !["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName)) {
+        e.preventDefault();
+        search.current?.focus();
+      }
+    };
+    addEventListener("keydown", onKey);
+    return () => removeEventListener("keydown", onKey);
+  }, []);
+
+  function update(next: Partial<FleetQuery>) {
+    const nq = { ...q, ...next };
+    setQ(nq);
+    navigate(location.pathname + queryToURL(nq), true);
+  }
+
+  const rows = useMemo(() => (servers ? view(servers, q) : []), [servers, q]);
+  const tags = useMemo(() => (servers ? tagsOf(servers) : []), [servers]);
+  const n = useMemo(() => (servers ? counts(servers) : null), [servers]);
+
+  return (
+    <section class="fleet">
+      <div class="row between wrap">
+        <h1>Servers</h1>
+        {currentUser()?.admin && (
+          <Link href="/servers/new" class="button primary">
+            Enroll a server
+          </Link>
+        )}
+      </div>
+      <ProblemBox problem={problem} />
+      {n && (
+        <p class="counts" aria-live="polite">
+          <span>{servers!.length} servers</span>
+          <span class="s-online">{n.online} online</span>
+          <span class="s-offline">{n.offline} offline</span>
+          <span class="s-pending">{n.pending} pending</span>
+          {n.revoked > 0 && <span class="s-revoked">{n.revoked} revoked</span>}
+        </p>
+      )}
+      <div class="filters" role="search">
+        <label class="grow">
+          <span class="sr-only">Search servers</span>
+          <input ref={search} type="search" placeholder="Search name, host, tag: (press /)" value={q.search}
+            onInput={(e) => update({ search: (e.target as HTMLInputElement).value })} />
+        </label>
+        <label>
+          <span class="sr-only">Status</span>
+          <select value={q.status} onChange={(e) => update({ status: (e.target as HTMLSelectElement).value })}>
+            <option value="">Any status</option>
+            <option value="online">Online</option>
+            <option value="offline">Offline</option>
+            <option value="pending">Pending</option>
+            <option value="revoked">Revoked</option>
+          </select>
+        </label>
+        <label>
+          <span class="sr-only">Tag</span>
+          <select value={q.tag} onChange={(e) => update({ tag: (e.target as HTMLSelectElement).value })}>
+            <option value="">Any tag</option>
+            {tags.map((t) => (
+              <option key={t} value={t}>
+                {t}
+              </option>
+            ))}
+          </select>
+        </label>
+      </div>
+      {servers === null && !problem && <p class="muted">Loading servers…</p>}
+      {servers && (
+        <FleetTable rows={rows} q={q} onSort={(k) => update({ sort: k, desc: q.sort === k ? !q.desc : false })} />
+      )}
+      {servers && servers.length === 0 && (
+        <p class="empty">
+          No servers yet. {currentUser()?.admin ? <Link href="/servers/new">Enroll the first one.</Link> : "An administrator enrolls them."}
+        </p>
+      )}
+    </section>
+  );
+}
+
+function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort: (k: SortKey) => void }) {
+  const box = useRef<HTMLDivElement>(null);
+  const [scroll, setScroll] = useState(0);
+  const [height, setHeight] = useState(600);
+  const marked = useRef(false);
+
+  useLayoutEffect(() => {
+    const el = box.current!;
+    const ro = new ResizeObserver(() => setHeight(el.clientHeight));
+    ro.observe(el);
+    setHeight(el.clientHeight);
+    return () => ro.disconnect();
+  }, []);
+
+  useEffect(() => {
+    if (!marked.current) {
+      marked.current = true;
+      performance.mark("capstan:fleet-rendered");
+      performance.measure("capstan:fleet-first-render", "capstan:fleet-start", "capstan:fleet-rendered");
+    }
+  });
+
+  const { start, end } = visibleRange(rows.length, ROW, scroll, height);
+  const now = Date.now();
+  return (
+    <div class="table" role="table" aria-label="Servers" aria-rowcount={rows.length + 1}>
+      <div class="thead" role="rowgroup">
+        <div class="tr" role="row" aria-rowindex={1}>
+          {columns.map((c) => (
+            <div key={c.key} role="columnheader" class={c.class}
+              aria-sort={q.sort === c.key ? (q.desc ? "descending" : "ascending") : "none"}>
+              <button type="button" class="sort" onClick={() => onSort(c.key)}>
+                {c.label}
+                <span aria-hidden="true">{q.sort === c.key ? (q.desc ? " ↓" : " ↑") : ""}</span>
+              </button>
+            </div>
+          ))}
+        </div>
+      </div>
+      <div class="tbody" role="rowgroup" ref={box} onScroll={(e) => setScroll((e.target as HTMLDivElement).scrollTop)}>
+        <div class="spacer" style={{ height: `${rows.length * ROW}px` }}>
+          {rows.slice(start, end).map((s, i) => {
+            const m = s.latest_metrics;
+            return (
+              <div key={s.id} class="tr" role="row" aria-rowindex={start + i + 2} style={{ transform: `translateY(${(start + i) * ROW}px)` }}>
+                <div role="cell" class="c-name">
+                  <Link href={"/servers/" + s.id}>{s.name}</Link>
+                  {(s.tags ?? []).slice(0, 3).map((t) => (
+                    <span key={t} class="tag">
+                      {t}
+                    </span>
+                  ))}
+                </div>
+                <div role="cell" class="c-status">
+                  <StatusBadge status={s.status} />
+                </div>
+                <div role="cell" class="c-num">
+                  <Meter label="CPU" value={m?.cpu_percent} />
+                </div>
+                <div role="cell" class="c-num">
+                  <Meter label="Memory" value={m?.memory_used_percent} />
+                </div>
+                <div role="cell" class="c-num">
+                  <Meter label="Disk" value={m?.disk_used_percent} />
+                </div>
+                <div role="cell" class="c-seen">
+                  {ago(s.last_seen_at, now)}
+                </div>
+              </div>
+            );
+          })}
+        </div>
+      </div>
+      {rows.length === 0 && <p class="muted pad">No server matches.</p>}
+    </div>
+  );
+}
+
+function Meter({ label, value }: { label: string; value: number | null | undefined }) {
+  if (value == null) return <span class="muted">–</span>;
+  const level = value >= 90 ? "hot" : value >= 75 ? "warm" : "ok";
+  return (
+    <span class="meter" title={`${label} ${percent(value)}`}>
+      <span class={"bar " + level}>
+        <span style={{ width: `${Math.min(100, Math.max(0, value))}%` }} />
+      </span>
+      {percent(value)}
+    </span>
+  );
+}

@@ -1,0 +1,108 @@
+import { useRef, useState } from "preact/hooks";
+import { api, ok } from "../api/client";
+import { Field, ProblemBox } from "../components/ui";
+import { setTokens } from "../lib/auth";
+import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { navigate, safeNext } from "../lib/router";
+
+// SignIn is the two steps of signing in: e-mail and password, then the
+// six-digit code of the authenticator app. Afterwards it returns to the
+// page the user was on.
+export function SignIn({ next }: { next: string | null }) {
+  const [step, setStep] = useState<"password" | "code">("password");
+  const [challenge, setChallenge] = useState("");
+  const [problem, setProblem] = useState<Problem | null>(null);
+  const [busy, setBusy] = useState(false);
+  const email = useRef<HTMLInputElement>(null);
+  const password = useRef<HTMLInputElement>(null);
+  const code = useRef<HTMLInputElement>(null);
+  const errs = fieldErrors(problem);
+
+  async function submitPassword(e: Event) {
+    e.preventDefault();
+    setBusy(true);
+    setProblem(null);
+    try {
+      const res = await ok(
+        api.POST("/api/v1/auth/login", { body: { email: email.current!.value, password: password.current!.value } }),
+      );
+      setChallenge(res.challenge_id);
+      setStep("code");
+      queueMicrotask(() => code.current?.focus());
+    } catch (err) {
+      setProblem(asProblem(err));
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  async function submitCode(e: Event) {
+    e.preventDefault();
+    setBusy(true);
+    setProblem(null);
+    try {
+      const res = await ok(
+        api.POST("/api/v1/auth/2fa/verify", { body: { challenge_id: challenge, code: code.current!.value.trim() } }),
+      );
+      setTokens(res);
+      navigate(safeNext(next), true);
+    } catch (err) {
+      const p = asProblem(err);
+      setProblem(p);
+      // An expired or spent challenge needs the password again.
+      if (p.status === 401 && !p.errors?.length) {
+        setStep("password");
+      }
+    } finally {
+      setBusy(false);
+    }
+  }
+
+  return (
+    <main class="signin" id="main">
+      <h1>Sign in to Capstan</h1>
+      {step === "password" ? (
+        <form onSubmit={submitPassword} aria-label="Sign in" noValidate>
+          <ProblemBox problem={problem} fields={["email", "password"]} />
+          <Field label="E-mail" name="email" errors={errs.email}>
+            <input ref={email} id="email" name="email" type="email" autoComplete="username" required autoFocus
+              aria-invalid={errs.email ? true : undefined} />
+          </Field>
+          <Field label="Password" name="password" errors={errs.password}>
+            <input ref={password} id="password" name="password" type="password" autoComplete="current-password" required
+              aria-invalid={errs.password ? true : undefined} />
+          </Field>
+          <button type="submit" class="primary" disabled={busy}>
+            Continue
+          </button>
+        </form>
+      ) : (
+        <form onSubmit={submitCode} aria-label="Two-factor code" noValidate>
+          <ProblemBox problem={problem} fields={["code", "challenge_id"]} />
+          <Field label="Code from your authenticator app" name="code" errors={errs.code}
+            hint="Six digits; a code works once.">
+            <input ref={code} id="code" name="code" inputMode="numeric" autoComplete="one-time-code" pattern="[0-9]{6}"
+              maxLength={6} required aria-invalid={errs.code ? true : undefined} />
+          </Field>
+          <div class="row">
+            <button type="submit" class="primary" disabled={busy}>
+              Sign in
+            </button>
+            <button type="button" onClick={() => { setStep("password"); setProblem(null); }}>
+              Back
+            </button>
+          </div>
+        </form>
+      )}
+      <details class="first-user">
+        <summary>No account yet?</summary>
+        <p>
+          Accounts are created on the control plane's host. Create the first administrator there, scan the QR code it prints
+          with an authenticator app, then sign in here:
+        </p>
+        <pre>capstan user create --data-dir ./data --email you@example.com --admin --password-stdin</pre>
+        <p>An administrator adds further users the same way (without --admin for members).</p>
+      </details>
+    </main>
+  );
+}
