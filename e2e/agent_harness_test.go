@@ -131,7 +131,9 @@ func launchAgent(t testing.TB, config string, env, args []string) *AgentProcess 
 	t.Helper()
 	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
 	a.cmd = exec.Command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
-	a.cmd.Env = childEnv(env)
+	// Its own state directory unless env or args name one: agents of
+	// parallel tests do not share what they keep across restarts.
+	a.cmd.Env = childEnv(append([]string{"CAPSTAN_AGENT_STATE_DIR=" + t.TempDir()}, env...))
 	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
 	a.cmd.WaitDelay = stopTimeout
 	if err := a.cmd.Start(); err != nil {

@@ -19,7 +19,7 @@ type proxyFlags struct {
 	ProxyAccessLog string `name:"proxy-access-log" env:"CAPSTAN_PROXY_ACCESS_LOG" default:"/var/log/caddy/capstan-access.log" help:"File Caddy writes its JSON access log to; the traffic report reads it."`
 	ACMEEmail      string `name:"acme-email" env:"CAPSTAN_ACME_EMAIL" help:"E-mail of the ACME account for automatic certificates (optional)."`
 	DNSServer      string `name:"dns-server" env:"CAPSTAN_DNS_SERVER" help:"DNS server (ip:port) domain checks ask instead of the host's resolver."`
-	StateDir       string `name:"state-dir" env:"CAPSTAN_AGENT_STATE_DIR" default:"/var/lib/capstan-agent" type:"path" help:"Directory of the agent's state (created 0700)."`
+	StateDir       string `name:"state-dir" env:"CAPSTAN_AGENT_STATE_DIR" default:"/var/lib/capstan-agent" type:"path" help:"Directory of the agent's state (created 0700): the proxy's applied revision, the traffic report's position, and the metric samples and job results not delivered yet (kept across restarts)."`
 }
 
 func (f proxyFlags) settings() proxy.Settings {

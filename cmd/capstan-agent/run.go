@@ -71,6 +71,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		Executors:   executorsFor(ps, desired, rep.SitesChanged, arts),
 		Logger:      log,
 		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop(), healthLoop(r.HealthProbeInterval, log)},
+		StateDir:    r.StateDir,
 		OnHeartbeat: dbs.Heartbeat,
 	})
 	if err != nil {

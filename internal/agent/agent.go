@@ -77,6 +77,11 @@ type Options struct {
 	// Loops are further background loops (e.g. the proxy's traffic
 	// report), run next to the agent's own until Run's context ends.
 	Loops []Loop
+	// StateDir, if not empty, is the agent's state directory: the metric
+	// samples and job results not delivered yet are kept in its
+	// subdirectory pending/<server id>, so that a restart or a reboot loses
+	// neither; they are sent when the agent starts again.
+	StateDir string
 	// OnHeartbeat, if not nil, is given every heartbeat reply (e.g. so a
 	// loop learns that its list of database instances changed). It must
 	// not block.
@@ -103,10 +108,11 @@ type InventoryCollector interface {
 
 // Agent runs the agent's loops. Make one with New and call Run once.
 type Agent struct {
-	opts   Options
-	log    *slog.Logger
-	client *Client
-	recent *recentJobs
+	opts    Options
+	log     *slog.Logger
+	client  *Client
+	recent  *recentJobs
+	pending *pendingStore // nil: nothing kept across restarts
 
 	revokeOnce sync.Once
 	revoked    chan struct{}
@@ -157,6 +163,12 @@ func New(opts Options) (*Agent, error) {
 			MaxConcurrentJobs: DefaultMaxConcurrentJobs,
 		},
 	}
+	p, err := openPending(opts.StateDir, opts.Config.ServerID, opts.Logger)
+	if err != nil {
+		// The agent still works; it only loses the undelivered on a restart.
+		opts.Logger.Error("metric samples and job results cannot be kept across restarts", "err", err)
+	}
+	a.pending = p
 	c, err := NewClient(opts.Config.APIURL, opts.Config.AgentToken, opts.Version, opts.HTTPClient, a.revoke)
 	if err != nil {
 		return nil, err
@@ -220,10 +232,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		"metrics_seconds", a.Settings().MetricsSeconds)
 	loopCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
+	samples := metrics.NewBuffer(metrics.BufferCapacity(a.metricsInterval()))
+	// Before the first claim: a job kept by the last run is not run again.
+	a.resumePending(samples)
 	var loops sync.WaitGroup
 	loops.Go(func() { a.heartbeatLoop(loopCtx) })
 	loops.Go(func() { a.claimLoop(loopCtx) })
-	samples := metrics.NewBuffer(metrics.BufferCapacity(a.metricsInterval()))
 	loops.Go(func() { a.sampleLoop(loopCtx, samples) })
 	loops.Go(func() { a.metricsSendLoop(loopCtx, samples) })
 	loops.Go(func() { a.inventoryLoop(loopCtx) })

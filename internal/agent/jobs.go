@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agent/metrics"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -36,7 +37,9 @@ func (a *Agent) dispatch(job agentproto.Job) {
 		log.Info("job delivered again; reporting its remembered result")
 		a.jobs.Go(func() {
 			defer a.deactivate(job.ID)
-			a.complete(log, job.ID, *res)
+			if a.complete(log, job.ID, *res) {
+				a.pending.done(job.ID)
+			}
 		})
 		return
 	}
@@ -59,9 +62,13 @@ func (a *Agent) runJob(log *slog.Logger, job agentproto.Job) {
 	defer a.deactivate(job.ID)
 	start := time.Now()
 	log.Info("job started", "timeout_seconds", job.TimeoutSeconds)
+	// Recorded in the state directory until its result is delivered: a
+	// crash in between reports it after the restart.
+	a.pending.started(job.ID, start)
 	res := a.execute(log, job)
 	a.recent.finish(job.ID, res)
 	if res == nil {
+		a.pending.done(job.ID)
 		return
 	}
 	attrs := []any{"status", res.Status, "duration", time.Since(start).Round(time.Millisecond).String()}
@@ -69,7 +76,46 @@ func (a *Agent) runJob(log *slog.Logger, job agentproto.Job) {
 		attrs = append(attrs, "error", res.Error)
 	}
 	log.Info("job finished", attrs...)
-	a.complete(log, job.ID, *res)
+	a.pending.finished(job.ID, start, *res)
+	if a.complete(log, job.ID, *res) {
+		a.pending.done(job.ID)
+	}
+}
+
+// resumePending loads what the last run kept in the state directory: its
+// metric samples go into buf ahead of new ones, and the results of its
+// jobs are delivered again (the control plane takes a result it already
+// has as a success) — each job id counting as started, so that it is not
+// run again if the control plane hands it out again. Called by Run before
+// its loops start.
+func (a *Agent) resumePending(buf *metrics.Buffer) {
+	if a.pending == nil {
+		return
+	}
+	if samples := a.pending.loadMetrics(time.Now()); len(samples) > 0 {
+		buf.SetCapacity(max(buf.Cap(), len(samples)))
+		for _, s := range samples {
+			buf.Push(s)
+		}
+		a.log.Info("metric samples kept by the last run are sent again", "samples", len(samples),
+			"from", samples[0].At, "to", samples[len(samples)-1].At)
+	}
+	for _, j := range a.pending.loadJobs() {
+		res := *j.Result
+		log := a.log.With("job_id", j.JobID)
+		a.mu.Lock()
+		a.recent.begin(j.JobID)
+		a.recent.finish(j.JobID, &res)
+		a.active[j.JobID] = struct{}{}
+		a.mu.Unlock()
+		log.Info("delivering the result of a job of the last run", "status", res.Status, "started_at", j.StartedAt, "error", res.Error)
+		a.jobs.Go(func() {
+			defer a.deactivate(j.JobID)
+			if a.complete(log, j.JobID, res) {
+				a.pending.done(j.JobID)
+			}
+		})
+	}
 }
 
 // outcome is what an executor returned.
@@ -244,8 +290,10 @@ func (a *Agent) fetchSecrets(ctx context.Context, log *slog.Logger, id string) (
 // plane accepts it, answers 403/404/409 (not this agent's job, unknown, or
 // already finished), or the agent stops. A result the control plane
 // rejects as invalid (400, 413, 422) is replaced once by a plain failure so
-// the job does not stay open; if that is rejected too, it gives up.
-func (a *Agent) complete(log *slog.Logger, id string, req agentproto.CompleteRequest) {
+// the job does not stay open; if that is rejected too, it gives up. It
+// returns false when the agent stopped (or was revoked) before the result
+// was delivered: the result is still owed.
+func (a *Agent) complete(log *slog.Logger, id string, req agentproto.CompleteRequest) bool {
 	ctx := a.sendCtx
 	b := a.opts.Backoff
 	replaced := false
@@ -253,18 +301,18 @@ func (a *Agent) complete(log *slog.Logger, id string, req agentproto.CompleteReq
 		err := a.client.Complete(ctx, id, req)
 		if err == nil {
 			log.Info("job result delivered", "status", req.Status)
-			return
+			return true
 		}
 		if errors.Is(err, ErrRevoked) {
-			return
+			return false
 		}
 		if ctx.Err() != nil {
 			log.Error("job result not delivered: the agent stopped", "status", req.Status, "err", err)
-			return
+			return false
 		}
 		if gone(err) {
 			log.Warn("control plane refused the job result; giving up", "err", err)
-			return
+			return true
 		}
 		switch StatusOf(err) {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
@@ -278,13 +326,13 @@ func (a *Agent) complete(log *slog.Logger, id string, req agentproto.CompleteReq
 				continue
 			}
 			log.Error("control plane rejected the job result; giving up", "err", err)
-			return
+			return true
 		}
 		d := RetryDelay(&b, err)
 		log.Warn("delivering job result failed; retrying", "err", err, "retry_in", d.Round(time.Millisecond).String())
 		if !Sleep(ctx, d) {
 			log.Error("job result not delivered: the agent stopped", "status", req.Status)
-			return
+			return false
 		}
 	}
 }

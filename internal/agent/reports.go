@@ -45,7 +45,9 @@ func (a *Agent) sampleLoop(ctx context.Context, buf *metrics.Buffer) {
 			a.log.Info("all metrics can be read again")
 			lastErr = ""
 		}
-		if buf.Push(s) {
+		evicted := buf.Push(s)
+		a.pending.saveMetrics(buf)
+		if evicted {
 			if !full {
 				a.log.Warn("metrics buffer is full; dropping the oldest samples until the control plane takes them",
 					"buffered", buf.Cap())
@@ -75,7 +77,10 @@ func (a *Agent) metricsSendLoop(ctx context.Context, buf *metrics.Buffer) {
 			}
 			return 0, nil
 		}
-		_, err := sender.Send(ctx)
+		n, err := sender.Send(ctx)
+		if n > 0 {
+			a.pending.saveMetrics(buf)
+		}
 		return 0, err
 	})
 }

@@ -49,6 +49,7 @@ type ControlPlane struct {
 	metricsPosts    int                       // accepted posts
 	metricsAttempts int                       // posts, accepted or not
 	metricsStatus   int                       // answer to metrics posts; 0: accept
+	refusedSamples  []agentproto.MetricSample // posted while metricsStatus refused them
 	inventories     []agentproto.InventoryRequest
 	inventoryStatus int // answer to inventory posts; 0: accept
 	requestReports  []agentproto.RequestsReport
@@ -109,6 +110,14 @@ func (cp *ControlPlane) Close() {
 func (cp *ControlPlane) ServerID() string   { return cp.serverID }
 func (cp *ControlPlane) ServerName() string { return cp.serverName }
 func (cp *ControlPlane) AgentToken() string { return cp.agentToken }
+
+// SetServer makes the fake the control plane of server id with agent
+// token tok (e.g. another fake's, as a restarted control plane would be).
+func (cp *ControlPlane) SetServer(id, tok string) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.serverID, cp.agentToken = id, tok
+}
 
 // AddEnrollmentToken makes token redeemable once.
 func (cp *ControlPlane) AddEnrollmentToken(token string) {
@@ -237,6 +246,14 @@ func (cp *ControlPlane) Samples() []agentproto.MetricSample {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	return slices.Clone(cp.samples)
+}
+
+// RefusedSamples returns the samples of the posts SetMetricsStatus
+// refused, in arrival order (a sample posted again appears again).
+func (cp *ControlPlane) RefusedSamples() []agentproto.MetricSample {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	return slices.Clone(cp.refusedSamples)
 }
 
 // MetricsPosts is the number of accepted metrics posts, and of all of them.
@@ -510,6 +527,7 @@ func (cp *ControlPlane) metrics(w http.ResponseWriter, r *http.Request) {
 	defer cp.mu.Unlock()
 	cp.metricsAttempts++
 	if st := cp.metricsStatus; st != 0 && st/100 != 2 {
+		cp.refusedSamples = append(cp.refusedSamples, req.Samples...)
 		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
 		return
 	}

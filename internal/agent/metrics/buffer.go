@@ -42,6 +42,7 @@ type Buffer struct {
 	n       int                       // samples held
 	next    uint64                    // sequence number of the next sample; the oldest is next-n
 	evicted uint64                    // samples replaced before delivery, in total
+	version uint64                    // changes of the content, for Snapshot
 	ready   chan struct{}             // one token: a sample was pushed
 }
 
@@ -65,6 +66,7 @@ func (b *Buffer) Push(s agentproto.MetricSample) (evicted bool) {
 	b.ring[(b.head+b.n)%len(b.ring)] = s
 	b.n++
 	b.next++
+	b.version++
 	b.mu.Unlock()
 	select {
 	case b.ready <- struct{}{}:
@@ -114,7 +116,23 @@ func (b *Buffer) SetCapacity(capacity int) {
 		ring[i] = b.ring[(b.head+b.n-keep+i)%len(b.ring)]
 	}
 	b.evicted += uint64(b.n - keep)
+	if keep < b.n {
+		b.version++
+	}
 	b.ring, b.head, b.n = ring, 0, keep
+}
+
+// Snapshot copies the samples held, oldest first, with a number that
+// changes whenever the content does (a Push, a Remove, or a smaller
+// capacity dropping samples): equal versions mean equal content.
+func (b *Buffer) Snapshot() (samples []agentproto.MetricSample, version uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	samples = make([]agentproto.MetricSample, b.n)
+	for i := range b.n {
+		samples[i] = b.ring[(b.head+i)%len(b.ring)]
+	}
+	return samples, b.version
 }
 
 // Batch is a copy of the oldest samples of a Buffer.
@@ -162,6 +180,9 @@ func (b *Buffer) Remove(batch Batch) int {
 		b.head = (b.head + 1) % len(b.ring)
 	}
 	b.n -= k
+	if k > 0 {
+		b.version++
+	}
 	return k
 }
 
