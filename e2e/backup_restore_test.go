@@ -33,12 +33,19 @@ type Verified struct {
 func newRestoreRig(t *testing.T) *backupRig {
 	t.Helper()
 	testlab.Docker(t)
-	images, err := json.Marshal(map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}})
+	return newImagesRig(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}})
+}
+
+// newImagesRig is a backup rig whose control plane names images, by
+// engine and version.
+func newImagesRig(t *testing.T, images map[string]map[string]string) *backupRig {
+	t.Helper()
+	list, err := json.Marshal(images)
 	if err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(t.TempDir(), "images.json")
-	if err := os.WriteFile(file, images, 0o600); err != nil {
+	if err := os.WriteFile(file, list, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return newBackupRig(t, store.SQLite, "--database-images", file)

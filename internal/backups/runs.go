@@ -207,8 +207,10 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return RunView{}, jobs.Job{}, err
 	}
-	if src.Instance.Engine != agentproto.EnginePostgres {
-		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "backups of %s are not supported yet; PostgreSQL instances are",
+	switch src.Instance.Engine {
+	case agentproto.EnginePostgres, agentproto.EngineMariaDB, agentproto.EngineMySQL:
+	default:
+		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "backups of %s are not supported yet; PostgreSQL, MariaDB and MySQL instances are",
 			src.Instance.Engine)
 	}
 	storage, creds, err := s.storage(ctx)

@@ -63,9 +63,6 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
 		return fail(err)
 	}
-	if p.Target.Engine != agentproto.EnginePostgres {
-		return fail(fmt.Errorf("%s backups are not supported by this agent yet", p.Target.Engine))
-	}
 	recipient, err := age.ParseX25519Recipient(p.Recipient)
 	if err != nil {
 		return fail(fmt.Errorf("invalid recipient: %w", err))
@@ -80,18 +77,6 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	}
 	password := secrets[agentproto.SecretDBPassword]
 
-	// The manifest's transaction exports the snapshot the dump reads.
-	snap, err := b.snapshot(ctx, p.Target, password, p.Database)
-	if err != nil {
-		return fail(fmt.Errorf("taking the snapshot: %w", err))
-	}
-	defer snap.Close()
-	manifest, err := snap.manifest(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("counting the tables: %w", err))
-	}
-	res.Manifest = &manifest
-
 	t := b.Transfer
 	exp := agentproto.DBExportPayload{Target: p.Target, Source: p.Source, Database: p.Database}
 	r, c, cleanup, err := t.dumper(ctx, exp, password, events)
@@ -100,10 +85,16 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	}
 	defer cleanup()
 	call := dumpCall(p.Target.Engine, p.Database, c)
-	call.Args = append(call.Args, "--snapshot="+snap.id)
 	res.Tool, res.ToolVersion = r.kind(), toolVersion(ctx, r, p.Target.Engine)
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s (%d tables in the manifest)", p.Database, call.Args[0], r,
-		len(manifest.Tables)), map[string]any{"tool": r.kind(), "tool_version": res.ToolVersion})
+	// The manifest is taken in a snapshot the dump shares.
+	snap, err := b.snapshot(ctx, p.Target, password, p.Database)
+	if err != nil {
+		return fail(fmt.Errorf("taking the snapshot: %w", err))
+	}
+	defer snap.Close()
+	call = snap.dumpCall(call)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s", p.Database, call.Args[0], r),
+		map[string]any{"tool": r.kind(), "tool_version": res.ToolVersion})
 
 	local, err := b.localFile(p)
 	if err != nil {
@@ -132,7 +123,12 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 				return err
 			}
 			gz, _ := gzip.NewWriterLevel(enc, exportGzipLevel)
-			if err := r.run(ctx, call, nil, io.MultiWriter(gz, dumped)); err != nil {
+			out := snap.watch(io.MultiWriter(gz, dumped))
+			err = r.run(ctx, call, nil, out)
+			if w, ok := out.(*snapshotWatch); ok {
+				w.end()
+			}
+			if err != nil {
 				return err
 			}
 			if err := gz.Close(); err != nil {
@@ -143,11 +139,28 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 		pipe.CloseWithError(err)
 		done <- err
 	}()
+	// The manifest is counted while the dump streams, on its own
+	// connection in the same snapshot.
+	type counted struct {
+		m   agentproto.BackupManifest
+		err error
+	}
+	mctx, stopCount := context.WithCancel(ctx)
+	defer stopCount()
+	manifestDone := make(chan counted, 1)
+	go func() {
+		m, err := snap.manifest(mctx)
+		manifestDone <- counted{m, err}
+	}()
 	sent := newHasher(pr)
 	res.Step = backupStepUpload
 	obj, uerr := st.Put(ctx, p.Key, sent, -1)
 	pr.CloseWithError(errUploadEnded)
 	derr := <-done
+	if derr != nil || uerr != nil {
+		stopCount()
+	}
+	mc := <-manifestDone
 	res.Bytes, res.SHA256, res.DumpBytes = sent.n, sent.sum(), dumped.n
 	switch {
 	case derr != nil && !pw.cut:
@@ -159,9 +172,15 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 		res.Step = backupStepDump
 		return fail(derr)
 	}
+	if mc.err != nil {
+		return fail(fmt.Errorf("counting the tables: %w", mc.err))
+	}
+	manifest := mc.m
+	res.Manifest = &manifest
 	if err := snap.Close(); err != nil {
 		return fail(fmt.Errorf("ending the snapshot: %w", err))
 	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("manifest of %d tables taken in the dump's snapshot", len(manifest.Tables)), nil)
 	res.Step = backupStepReadBack
 	res.Remote = &agentproto.BackupObject{Key: obj.Key, Size: obj.Size, SHA256: obj.SHA256}
 	if obj.Size != sent.n || obj.SHA256 != sent.sum() {
@@ -243,6 +262,32 @@ func (b *Backups) keepLocal(f *os.File, p agentproto.BackupRunPayload) error {
 	return nil
 }
 
+// backupSnapshot is the snapshot a backup's manifest is taken in,
+// shared with its dump.
+type backupSnapshot interface {
+	// dumpCall makes call read the snapshot.
+	dumpCall(call toolCall) toolCall
+	// watch wraps the dump's output, which tells when the dump has its
+	// snapshot.
+	watch(w io.Writer) io.Writer
+	// manifest counts and checksums every table in the snapshot.
+	manifest(ctx context.Context) (agentproto.BackupManifest, error)
+	// Close ends the snapshot; it may be called more than once.
+	Close() error
+}
+
+// snapshot opens the snapshot of database that a backup's manifest and
+// dump share.
+func (b *Backups) snapshot(ctx context.Context, target agentproto.DBTarget, password, database string) (backupSnapshot, error) {
+	switch target.Engine {
+	case agentproto.EnginePostgres:
+		return pgSnapshotOf(ctx, target, password, database)
+	case agentproto.EngineMySQL, agentproto.EngineMariaDB:
+		return mysqlSnapshotOf(ctx, target, password, database)
+	}
+	return nil, fmt.Errorf("%s backups are not supported by this agent", target.Engine)
+}
+
 // pgSnapshot is a REPEATABLE READ transaction whose snapshot is exported
 // for pg_dump --snapshot; it stays open until the dump ended.
 type pgSnapshot struct {
@@ -252,7 +297,7 @@ type pgSnapshot struct {
 	done bool
 }
 
-func (b *Backups) snapshot(ctx context.Context, target agentproto.DBTarget, password, database string) (*pgSnapshot, error) {
+func pgSnapshotOf(ctx context.Context, target agentproto.DBTarget, password, database string) (*pgSnapshot, error) {
 	c, err := Connect(ctx, target, password, database)
 	if err != nil {
 		return nil, err
@@ -270,6 +315,13 @@ func (b *Backups) snapshot(ctx context.Context, target agentproto.DBTarget, pass
 	}
 	return s, nil
 }
+
+func (s *pgSnapshot) dumpCall(call toolCall) toolCall {
+	call.Args = append(call.Args, "--snapshot="+s.id)
+	return call
+}
+
+func (s *pgSnapshot) watch(w io.Writer) io.Writer { return w }
 
 // Close ends the transaction and the connection.
 func (s *pgSnapshot) Close() error {

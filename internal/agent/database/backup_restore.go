@@ -83,8 +83,8 @@ func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[s
 		return b.failed(res, err)
 	}
 	defer admin.Close()
-	var exists bool
-	if err := admin.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", p.Into).Scan(&exists); err != nil {
+	exists, err := admin.exists(ctx, p.Into)
+	if err != nil {
 		return b.failed(res, err)
 	}
 	switch p.Mode {
@@ -138,6 +138,13 @@ func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[s
 	return res, nil, nil
 }
 
+// exists says whether a database exists.
+func (c *postgresConn) exists(ctx context.Context, name string) (bool, error) {
+	var exists bool
+	err := c.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+	return exists, err
+}
+
 // swap renames target away and restored into its place, in one
 // transaction, after ending the sessions connected to target; sessions
 // that connect in between make it try again.
@@ -175,17 +182,52 @@ func (b *Backups) failed(res *agentproto.BackupVerifyResult, err error) (any, an
 	return res, nil, err
 }
 
-// adminConn connects as the instance's admin login to its maintenance
-// database, from which databases are made, dropped and renamed.
-func (b *Backups) adminConn(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string) (*postgresConn, error) {
-	if p.Target.Engine != agentproto.EnginePostgres {
-		return nil, fmt.Errorf("%s backups are not supported by this agent yet", p.Target.Engine)
+// restoreAdmin makes, drops and swaps the databases of a restore.
+type restoreAdmin interface {
+	exists(ctx context.Context, name string) (bool, error)
+	createDatabase(ctx context.Context, name, owner string) ([]string, error)
+	dropDatabase(ctx context.Context, name string) ([]string, bool, error)
+	// swap puts restored in target's place and target's content in old,
+	// all at once.
+	swap(ctx context.Context, target, restored, old string) error
+	Close()
+}
+
+// adminConn connects as the instance's admin login to a database that
+// is always there (PostgreSQL's maintenance database, MySQL's
+// information_schema), from which databases are made, dropped and
+// swapped.
+func (b *Backups) adminConn(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string) (restoreAdmin, error) {
+	var database string
+	switch p.Target.Engine {
+	case agentproto.EnginePostgres:
+		database = "postgres"
+	case agentproto.EngineMySQL, agentproto.EngineMariaDB:
+		database = "information_schema"
+	default:
+		return nil, fmt.Errorf("%s backups are not restored into databases", p.Target.Engine)
 	}
-	c, err := Connect(ctx, p.Target, secrets[agentproto.SecretDBPassword], "postgres")
+	c, err := Connect(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
 	if err != nil {
 		return nil, err
 	}
-	return c.(*postgresConn), nil
+	return c.(restoreAdmin), nil
+}
+
+// sqlManifest counts and checksums the tables of a database.
+func sqlManifest(ctx context.Context, target agentproto.DBTarget, password, database string) (agentproto.BackupManifest, error) {
+	c, err := Connect(ctx, target, password, database)
+	if err != nil {
+		return agentproto.BackupManifest{}, err
+	}
+	defer c.Close()
+	switch c := c.(type) {
+	case *postgresConn:
+		return postgresManifest(ctx, c.conn)
+	case *mysqlConn:
+		return mysqlManifest(ctx, c, database)
+	}
+	return agentproto.BackupManifest{}, fmt.Errorf("%s has no SQL manifest", target.Engine)
 }
 
 // loadAndCompare fetches the object from the storage, loads it into
@@ -232,12 +274,7 @@ func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestore
 	if loadErr != nil {
 		return fmt.Errorf("restoring: %w", loadErr)
 	}
-	c, err := Connect(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	got, err := postgresManifest(ctx, c.(*postgresConn).conn)
+	got, err := sqlManifest(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
 	if err != nil {
 		return fmt.Errorf("counting the restored tables: %w", err)
 	}
@@ -262,8 +299,20 @@ func (b *Backups) load(ctx context.Context, p agentproto.BackupRestorePayload, s
 	if err != nil {
 		return err
 	}
-	// One transaction: a backup cut short commits nothing.
-	stdin := io.MultiReader(strings.NewReader("BEGIN;\n"), bufio.NewReaderSize(unzipped, 256<<10), strings.NewReader("\n;\nCOMMIT;\n"))
+	br := bufio.NewReaderSize(unzipped, 256<<10)
+	var stdin io.Reader = br
+	switch p.Target.Engine {
+	case agentproto.EnginePostgres:
+		// One transaction: a backup cut short commits nothing.
+		stdin = io.MultiReader(strings.NewReader("BEGIN;\n"), br, strings.NewReader("\n;\nCOMMIT;\n"))
+	case agentproto.EngineMySQL:
+		// A MariaDB dump's first line is refused by MySQL's client.
+		if head, _ := br.Peek(len(mariadbSandbox)); string(head) == mariadbSandbox {
+			if _, err := br.ReadString('\n'); err != nil && !errors.Is(err, io.EOF) {
+				return fmt.Errorf("decompressing: %w", err)
+			}
+		}
+	}
 	call := loadCall(p.Target.Engine, agentproto.DBFormatSQL, database, c)
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading the backup into %s with %s %s", database, call.Args[0], r), nil)
 	err = r.run(ctx, call, stdin, newTail(stderrKeep))
