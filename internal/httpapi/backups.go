@@ -44,7 +44,7 @@ type backupJobInput struct {
 
 type backupRunInput struct {
 	Body struct {
-		InstanceID string `json:"instance_id" maxLength:"64" doc:"The database instance (a ready PostgreSQL instance)"`
+		InstanceID string `json:"instance_id" maxLength:"64" doc:"The database instance (a ready PostgreSQL, MariaDB or MySQL instance)"`
 		Database   string `json:"database,omitempty" maxLength:"64" doc:"The database to back up; the instance's initial database when absent"`
 	}
 }
