@@ -224,6 +224,11 @@ func TestAccessByRole(t *testing.T) {
 	cases["POST /api/v1/backups/clouddrive/connect"] = routeCase{access: admin, path: "/api/v1/backups/clouddrive/connect"}
 	cases["GET /api/v1/backups/clouddrive/callback"] = routeCase{access: public, path: "/api/v1/backups/clouddrive/callback?state=x&code=y"}
 	cases["DELETE /api/v1/backups/clouddrive/connection"] = routeCase{access: admin, path: "/api/v1/backups/clouddrive/connection"}
+	// The live stream's ticket is its credential (a browser's EventSource
+	// sends no headers); what each role receives on it is tested in
+	// internal/httpapi (TestStreamRoleFiltering).
+	cases["POST /api/v1/stream/tickets"] = routeCase{access: signedIn, path: "/api/v1/stream/tickets"}
+	cases["GET /api/v1/stream"] = routeCase{access: public, path: "/api/v1/stream?ticket=stk_unknown"}
 
 	// The document's operations are exactly the table's, each declared
 	// with the security its access needs.

@@ -27,6 +27,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/stream"
 )
 
 // app holds the opened store and the domain services built on it.
@@ -52,7 +53,9 @@ type app struct {
 	// clouddrive is set by useCloudDrive (capstan serve); nil otherwise.
 	clouddrive *clouddrive.Service
 	channels   *notify.Channels
-	schema     int64
+	// live carries job, event and inbox changes to the web console.
+	live   *stream.Hub
+	schema int64
 }
 
 // openApp prepares the data dir, loads or creates the secret key, opens the
@@ -99,7 +102,10 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	st.OnPublish(dispatcher.Notify)
 	authSvc := auth.NewService(st, key, log, now, platform.Name)
 	inbox := notify.NewInbox(st, authSvc)
-	dispatcher.Register(inbox)
+	live := stream.NewHub(stream.DefaultRing)
+	js.Watch(live.PublishJob)
+	dispatcher.Watch(live.PublishEvent)
+	dispatcher.Register(live.Inbox(inbox))
 	// Delivered events age out with the metrics' maintenance runs.
 	ms.AddMaintenance("event retention", func(ctx context.Context, now time.Time) (int, error) {
 		return st.PruneEvents(ctx, now.Add(-events.Retention), 1000)
@@ -130,6 +136,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		githost:  gh,
 		monitor:  monitoring.NewService(st, srv, log, now, logger),
 		inbox:    inbox,
+		live:     live,
 		backups:  backups.NewService(st, js, srv, dbs, st, log, key, now, logger),
 		schema:   v,
 	}, nil

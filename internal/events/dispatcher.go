@@ -105,8 +105,9 @@ type Dispatcher struct {
 	log   *slog.Logger
 	wake  chan struct{}
 
-	mu    sync.RWMutex // guards dests
-	dests map[string]Destination
+	mu       sync.RWMutex // guards dests and watchers
+	dests    map[string]Destination
+	watchers []func(Event)
 
 	// RetryBase is the wait after a first failed attempt; each further
 	// failure doubles it, up to RetryMax. MaxAge is how long a delivery is
@@ -143,6 +144,15 @@ func (d *Dispatcher) Register(dest Destination) {
 	d.dests[dest.Kind()] = dest
 	d.mu.Unlock()
 	d.Notify()
+}
+
+// Watch registers fn to be told of every event this dispatcher routes,
+// once routed: the live stream of the web console. fn must not block.
+// Each event is routed by one of the dispatchers sharing a store.
+func (d *Dispatcher) Watch(fn func(Event)) {
+	d.mu.Lock()
+	d.watchers = append(d.watchers, fn)
+	d.mu.Unlock()
 }
 
 // Notify wakes the dispatcher: an event was stored. It never blocks.
@@ -224,6 +234,7 @@ func (d *Dispatcher) route(ctx context.Context) error {
 		for _, dest := range d.dests {
 			dests = append(dests, dest)
 		}
+		watchers := d.watchers
 		d.mu.RUnlock()
 		for _, ev := range evs {
 			var names []string
@@ -238,6 +249,9 @@ func (d *Dispatcher) route(ctx context.Context) error {
 			}
 			if err := d.store.RouteEvent(ctx, ev.ID, names, d.now()); err != nil {
 				return err
+			}
+			for _, fn := range watchers {
+				fn(ev)
 			}
 		}
 		if len(evs) < 100 {

@@ -25,6 +25,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/stream"
 )
 
 // testPassword passes the password rules.
@@ -85,6 +86,8 @@ type testEnv struct {
 	auth  *auth.Service
 	store *store.Store
 	logs  *syncBuffer
+	jobs  *jobs.Service
+	live  *stream.Hub
 
 	mu    sync.Mutex       // guards steps
 	steps map[string]int64 // last TOTP step used per secret
@@ -108,7 +111,11 @@ func newTestEnv(t testing.TB, o envOptions) *testEnv {
 	js := jobs.NewService(st, key, clock.Now, logger)
 	srvs := servers.NewService(st, js, log, clock.Now, o.publicURL, time.Hour)
 	ms := metrics.NewService(st, srvs, clock.Now, logger)
+	live := stream.NewHub(stream.DefaultRing)
+	js.Watch(live.PublishJob)
 	e := &testEnv{
+		jobs:  js,
+		live:  live,
 		clock: clock,
 		auth:  auth.NewService(st, key, log, clock.Now, platform.Name),
 		store: st,
@@ -126,6 +133,9 @@ func newTestEnv(t testing.TB, o envOptions) *testEnv {
 		Logger:    logger,
 		Version:   "test",
 		PublicURL: o.publicURL,
+		Stream:    live,
+		// The store keeps the stream tickets.
+		StreamTickets: st,
 	})
 	t.Cleanup(func() {
 		if t.Failed() {

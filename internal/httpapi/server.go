@@ -32,6 +32,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/platform"
 	"github.com/capstan-dev/capstan/internal/servers"
+	"github.com/capstan-dev/capstan/internal/stream"
 )
 
 // Deps are the services the API serves.
@@ -68,6 +69,10 @@ type Deps struct {
 	// TrustedProxy, when true, takes the client address from the last
 	// X-Forwarded-For entry. Only set it behind a reverse proxy that sets it.
 	TrustedProxy bool
+	// Stream and StreamTickets are optional; without them the live
+	// stream endpoints fail.
+	Stream        *stream.Hub
+	StreamTickets stream.TicketStore
 	// Console is the built web console (index.html and assets/), served
 	// at / for every path the API does not take. Without an index.html a
 	// page says how to build it.
@@ -176,6 +181,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerBackups()
 	s.registerChannels()
 	s.registerNotificationSettings()
+	s.registerStream()
 	for _, m := range mounts {
 		m(s)
 	}

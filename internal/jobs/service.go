@@ -51,6 +51,8 @@ type Service struct {
 	// ended holds the servers whose jobs were ended (revoked or deleted) by
 	// this process, so their waiting claims answer at once.
 	ended sync.Map // server id → struct{}
+
+	watch watchers
 }
 
 // ErrServerEnded is returned by Claim when the server was revoked while
@@ -174,6 +176,7 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 		return Job{}, false, err
 	}
 	s.wake.notify(n.ServerID)
+	s.changed(Change{Job: j})
 	return j, true, nil
 }
 
@@ -291,6 +294,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (Job, error) {
 	}
 	s.runHook(ctx, j)
 	s.ends.notify(j.ID)
+	s.changed(Change{Job: j})
 	return j, nil
 }
 
@@ -309,6 +313,9 @@ func (s *Service) Claim(ctx context.Context, serverID string, wait time.Duration
 			return Job{}, false, nil
 		}
 		j, ok, err := s.store.ClaimJob(ctx, serverID, s.now())
+		if ok && err == nil {
+			s.changed(Change{Job: j})
+		}
 		if err != nil || ok {
 			return j, ok, err
 		}
@@ -406,7 +413,11 @@ func (s *Service) AddEvents(ctx context.Context, serverID, jobID string, in []ag
 	if j.Status != Running {
 		return fault.Conflictf("job-not-running", "The job is %s; it takes no more events.", j.Status)
 	}
-	return s.store.AppendJobEvents(ctx, jobID, evs, now)
+	if err := s.store.AppendJobEvents(ctx, jobID, evs, now); err != nil {
+		return err
+	}
+	s.changed(Change{Job: j, Events: evs})
+	return nil
 }
 
 func fieldIndex(list string, i int, field string) string {
@@ -467,6 +478,7 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 		s.runHook(ctx, j)
 		s.finishing.Delete(j.ID)
 		s.ends.notify(j.ID)
+		s.changed(Change{Job: j})
 	}
 	return j, nil
 }
@@ -510,6 +522,7 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
 		s.runHook(ctx, j)
 		s.ends.notify(j.ID)
+		s.changed(Change{Job: j})
 	}
 	return len(expired), err
 }

@@ -2483,6 +2483,62 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/stream": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Live stream of job, server, alert, deployment and inbox changes (Server-Sent Events)
+         * @description A Server-Sent Events stream (text/event-stream) of what changes, as it happens, for the web console and other live clients. An EventSource sends no Authorization header, so the stream is opened with a single-use ticket from POST /api/v1/stream/tickets (valid 30 s), which stands for the caller that took it; the stream ends when the access token that took the ticket expires (or its session is revoked), and the client takes a new ticket.
+         *
+         *     Messages (the SSE event name, then the JSON data):
+         *
+         *     - `job`: a job was queued, started, finished, cancelled or expired: the job as GET /api/v1/jobs/{id} shows it to the caller, without data and output. A finished job's completion (the deployment, the instance) is recorded before.
+         *     - `job.events`: progress events of a running job {job_id, server_id, type, events}. Administrators only: members never receive a job's events or output.
+         *     - `event`: an event of the control plane (servers enrolled, online, offline, revoked; alerts opened and resolved; deployments succeeded or failed; backups failed), as GET /api/v1/events lists it; members get it without the payload's error text.
+         *     - `inbox`: a new item in the caller's inbox {event_id, event_type, subject}.
+         *     - `reset`: messages were missed (the control plane restarted, or the client was away too long): reload what is shown.
+         *
+         *     Every message has an id. A client that reconnects passes the last id it received as last_event_id (or the Last-Event-ID header) and receives the messages it missed, or `reset` when they are no longer kept (the newest 4096 messages are). A comment line is sent every 15 s while nothing happens. A client that falls far behind is disconnected and resumes by reconnecting.
+         *
+         *     No Authorization header: the ticket is the credential (401 `invalid-stream-ticket` without a live one).
+         *
+         *     No credentials needed.
+         */
+        get: operations["stream"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/stream/tickets": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take a single-use ticket that opens the live stream
+         * @description The ticket opens GET /api/v1/stream once, within 30 s, as the caller. Only its hash is stored.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        post: operations["create-stream-ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -5206,6 +5262,12 @@ export interface components {
             installations: components["schemas"]["Installation"][] | null;
             /** @description The URL the provider delivers webhooks to */
             webhook_url: string;
+        };
+        StreamTicketOutputBody: {
+            /** Format: date-time */
+            expires_at: string;
+            /** @description Pass as ticket= to GET /api/v1/stream within expires_at; it works once */
+            ticket: string;
         };
         Subject: {
             /**
@@ -14717,6 +14779,108 @@ export interface operations {
             };
             /** @description Unsupported Media Type */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    stream: {
+        parameters: {
+            query: {
+                /** @description Resume after this message id (the id of the last message received) */
+                last_event_id?: string;
+                /** @description A ticket from POST /api/v1/stream/tickets */
+                ticket: string;
+            };
+            header?: {
+                /** @description As last_event_id; the query parameter wins */
+                "Last-Event-ID"?: string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "create-stream-ticket": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StreamTicketOutputBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
