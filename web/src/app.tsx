@@ -7,6 +7,11 @@ import { SignIn } from "./screens/SignIn";
 import { Fleet } from "./screens/Fleet";
 import { NotFound } from "./screens/NotFound";
 import { signOut } from "./screens/signout";
+import { Enroll } from "./screens/Enroll";
+import { ServerDetail } from "./screens/Server";
+import { JobDetail, Jobs } from "./screens/Jobs";
+import { stream } from "./lib/stream";
+import { useStreamState } from "./lib/live";
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -31,6 +36,12 @@ export function App() {
     void refresh().finally(() => setBooting(false));
   }, []);
 
+  // The live stream runs while someone is signed in.
+  useEffect(() => {
+    if (user) stream.start();
+    else stream.stop();
+  }, [user?.id]);
+
   if (booting) return <p class="boot">Capstan</p>;
   if (path === "/sign-in") return <SignIn next={query.get("next")} />;
   if (!user) {
@@ -41,11 +52,15 @@ export function App() {
   let screen;
   let p: Record<string, string> | null;
   if (path === "/" || path === "/servers") screen = <Fleet />;
-  else if ((p = match("/servers/:id", path))) screen = <NotFound what={"server " + p.id} />;
+  else if (path === "/servers/new") screen = <Enroll />;
+  else if ((p = match("/servers/:id", path))) screen = <ServerDetail key={p.id} id={p.id} />;
+  else if (path === "/jobs") screen = <Jobs />;
+  else if ((p = match("/jobs/:id", path))) screen = <JobDetail key={p.id} id={p.id} />;
   else screen = <NotFound what={path} />;
 
   const nav = [
     { href: "/servers", label: "Servers", active: path === "/" || path.startsWith("/servers") },
+    { href: "/jobs", label: "Jobs", active: path.startsWith("/jobs") },
   ];
   return (
     <div class="shell">
@@ -64,6 +79,7 @@ export function App() {
           ))}
         </nav>
         <div class="who">
+          <LiveState />
           <span class="muted">
             {user.email}
             {user.admin ? " · admin" : ""}
@@ -77,5 +93,15 @@ export function App() {
         {screen}
       </main>
     </div>
+  );
+}
+
+function LiveState() {
+  const s = useStreamState();
+  const text = { live: "Live", connecting: "Connecting…", offline: "Reconnecting…" }[s];
+  return (
+    <span class={"live s-" + s} role="status" title="Live updates from the control plane">
+      ● {text}
+    </span>
   );
 }

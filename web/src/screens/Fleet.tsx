@@ -6,6 +6,7 @@ import { counts, queryFromURL, queryToURL, tagsOf, view, type FleetQuery, type S
 import { ago, percent } from "../lib/format";
 import { asProblem, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
+import { serverStatusAfter, useLive } from "../lib/live";
 import { visibleRange } from "../lib/virtual";
 
 type Server = Schemas["ServerSummary"];
@@ -27,7 +28,7 @@ export async function loadFleet(): Promise<Server[]> {
   return body.servers ?? [];
 }
 
-export function Fleet({ live }: { live?: { subscribe: (fn: () => void) => () => void } }) {
+export function Fleet() {
   const [servers, setServers] = useState<Server[] | null>(null);
   const [problem, setProblem] = useState<Problem | null>(null);
   const [q, setQ] = useState<FleetQuery>(() => queryFromURL(new URLSearchParams(location.search)));
@@ -45,8 +46,31 @@ export function Fleet({ live }: { live?: { subscribe: (fn: () => void) => () => 
   useEffect(() => {
     performance.mark("capstan:fleet-start");
     void load();
-    return live?.subscribe(() => void load());
   }, []);
+
+  // Servers enrolling, going offline, coming back: patch the row in place
+  // (a reload of 10,000 servers per change would be wasteful); reload all
+  // after a gap in the stream.
+  useLive(["event"], (data, type) => {
+    if (type === "reset") {
+      void load();
+      return;
+    }
+    const status = serverStatusAfter(data?.type);
+    const id = data?.subject?.id as string | undefined;
+    if (!status || !id) return;
+    setServers((list) => {
+      if (!list) return list;
+      const i = list.findIndex((s) => s.id === id);
+      if (i < 0) {
+        void load(); // a server this list has not seen yet
+        return list;
+      }
+      const next = list.slice();
+      next[i] = { ...list[i], status: status as Server["status"], last_seen_at: data.payload?.last_seen_at ?? list[i].last_seen_at };
+      return next;
+    });
+  });
 
   // "/" focuses the search, as in most consoles.
   useEffect(() => {

@@ -1,0 +1,348 @@
+import { useEffect, useMemo, useState } from "preact/hooks";
+import { api, ok, type Schemas } from "../api/client";
+import { Chart } from "../components/Chart";
+import { Confirm, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { currentUser } from "../lib/auth";
+import { ago, bytes, percent } from "../lib/format";
+import { serverStatusAfter, useLive } from "../lib/live";
+import { asProblem, type Problem } from "../lib/problem";
+
+type Detail = Schemas["ServerDetail"];
+type Job = Schemas["Job"];
+type Range = "1h" | "24h" | "7d" | "30d" | "90d";
+const ranges: Range[] = ["1h", "24h", "7d", "30d", "90d"];
+
+interface Pending {
+  type: string;
+  target: string;
+  label: string;
+}
+
+// ServerDetail shows a server's facts, metric charts and inventory, and
+// runs service and container actions whose jobs it follows live.
+export function ServerDetail({ id }: { id: string }) {
+  const [srv, setSrv] = useState<Detail | null>(null);
+  const [problem, setProblem] = useState<Problem | null>(null);
+  const [tab, setTab] = useState<"overview" | "services" | "containers" | "ports">("overview");
+  const [jobs, setJobs] = useState<Job[]>([]);
+  const [confirm, setConfirm] = useState<Pending | null>(null);
+  const admin = currentUser()?.admin ?? false;
+
+  async function load() {
+    try {
+      setSrv(await ok(api.GET("/api/v1/servers/{id}", { params: { path: { id } } })));
+      setProblem(null);
+    } catch (err) {
+      setProblem(asProblem(err));
+    }
+  }
+  useEffect(() => {
+    void load();
+  }, [id]);
+
+  useLive(
+    ["event", "job"],
+    (data, type) => {
+      if (type === "reset") {
+        void load();
+        return;
+      }
+      if (type === "event" && data?.subject?.id === id) {
+        const s = serverStatusAfter(data.type);
+        if (s) setSrv((cur) => (cur ? { ...cur, status: s as Detail["status"] } : cur));
+      }
+      if (type === "job" && data?.server_id === id) {
+        setJobs((list) => (list.some((j) => j.id === data.id) ? list.map((j) => (j.id === data.id ? data : j)) : list));
+        // A finished service or container action changes the inventory.
+        if (["succeeded", "failed"].includes(data.status) && /^(service|container)\./.test(data.type)) void load();
+      }
+    },
+    [id],
+  );
+
+  async function act(p: Pending) {
+    setConfirm(null);
+    try {
+      const payload = p.type.startsWith("service.") ? { unit: p.target } : { container: p.target };
+      const res = await ok(api.POST("/api/v1/servers/{id}/actions", { params: { path: { id } }, body: { type: p.type, payload } }));
+      setJobs((list) => [res.job, ...list.filter((j) => j.id !== res.job.id)]);
+    } catch (err) {
+      setProblem(asProblem(err));
+    }
+  }
+
+  function ask(type: string, target: string, verb: string) {
+    const p = { type, target, label: verb };
+    if (verb === "Start") void act(p);
+    else setConfirm(p);
+  }
+
+  if (!srv) return problem ? <ProblemBox problem={problem} /> : <Loading what="the server" />;
+  const f = srv.facts;
+  const m = srv.latest_metrics;
+  const inv = srv.inventory;
+  return (
+    <section>
+      <p>
+        <Link href="/servers">← Servers</Link>
+      </p>
+      <div class="row wrap">
+        <h1>{srv.name}</h1>
+        <StatusBadge status={srv.status} />
+        {(srv.tags ?? []).map((t) => (
+          <span key={t} class="tag">
+            {t}
+          </span>
+        ))}
+      </div>
+      <ProblemBox problem={problem} />
+      {jobs.length > 0 && (
+        <div class="card" aria-live="polite">
+          <h2>Actions</h2>
+          <ul class="joblist">
+            {jobs.map((j) => (
+              <li key={j.id}>
+                <StatusBadge status={j.status} /> <Link href={"/jobs/" + j.id}>{j.type}</Link>{" "}
+                <span class="muted">{describePayload(j.payload)}</span>
+                {j.error && <span class="lvl-error"> — {j.error}</span>}
+              </li>
+            ))}
+          </ul>
+        </div>
+      )}
+      <div class="tabs" role="tablist" aria-label="Server sections">
+        {(["overview", "services", "containers", "ports"] as const).map((t) => (
+          <button key={t} type="button" role="tab" aria-selected={tab === t} onClick={() => setTab(t)}>
+            {t[0].toUpperCase() + t.slice(1)}
+          </button>
+        ))}
+      </div>
+      {tab === "overview" && (
+        <>
+          <div class="grid2">
+            <div class="card">
+              <h2>Facts</h2>
+              {f ? (
+                <dl class="facts">
+                  <dt>Host</dt>
+                  <dd>{f.hostname}</dd>
+                  <dt>OS</dt>
+                  <dd>
+                    {f.os} {f.os_version} ({f.arch})
+                  </dd>
+                  <dt>Kernel</dt>
+                  <dd>{f.kernel}</dd>
+                  <dt>CPUs</dt>
+                  <dd>{f.cpu_count}</dd>
+                  <dt>Memory</dt>
+                  <dd>{bytes(f.memory_bytes)}</dd>
+                  <dt>Addresses</dt>
+                  <dd>{[...(f.public_addresses ?? []), ...(f.private_addresses ?? [])].join(", ") || "–"}</dd>
+                  <dt>Agent</dt>
+                  <dd>{srv.agent_version || f.agent_version}</dd>
+                  <dt>Last seen</dt>
+                  <dd>{ago(srv.last_seen_at)}</dd>
+                </dl>
+              ) : (
+                <p class="muted">No facts yet: the agent has not enrolled.</p>
+              )}
+            </div>
+            <div class="card">
+              <h2>Now</h2>
+              {m ? (
+                <dl class="facts">
+                  <dt>CPU</dt>
+                  <dd>{percent(m.cpu_percent)}</dd>
+                  <dt>Memory</dt>
+                  <dd>{percent(m.memory_used_percent)}</dd>
+                  <dt>Disk</dt>
+                  <dd>{percent(m.disk_used_percent)}</dd>
+                  <dt>Load</dt>
+                  <dd>{m.load1.toFixed(2)}</dd>
+                  <dt>Sampled</dt>
+                  <dd>{ago(m.at)}</dd>
+                </dl>
+              ) : (
+                <p class="muted">No metrics yet.</p>
+              )}
+            </div>
+          </div>
+          <Metrics id={id} />
+        </>
+      )}
+      {tab === "services" && (
+        <div class="card scroll-x">
+          <table class="plain">
+            <caption class="sr-only">Services</caption>
+            <thead>
+              <tr>
+                <th scope="col">Unit</th>
+                <th scope="col">State</th>
+                <th scope="col">Description</th>
+                {admin && <th scope="col">Actions</th>}
+              </tr>
+            </thead>
+            <tbody>
+              {(inv?.services ?? []).map((s) => (
+                <tr key={s.name}>
+                  <td>{s.name}</td>
+                  <td>
+                    {s.active_state} ({s.sub_state})
+                  </td>
+                  <td>{s.description}</td>
+                  {admin && (
+                    <td>
+                      <Actions kind="service" name={s.name} onAct={ask} />
+                    </td>
+                  )}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {!inv?.services?.length && <p class="muted">No services reported.</p>}
+        </div>
+      )}
+      {tab === "containers" && (
+        <div class="card scroll-x">
+          <table class="plain">
+            <caption class="sr-only">Containers</caption>
+            <thead>
+              <tr>
+                <th scope="col">Name</th>
+                <th scope="col">Image</th>
+                <th scope="col">State</th>
+                <th scope="col">Restarts</th>
+                {admin && <th scope="col">Actions</th>}
+              </tr>
+            </thead>
+            <tbody>
+              {(inv?.containers ?? []).map((c) => (
+                <tr key={c.id} data-container={c.name}>
+                  <td>{c.name}</td>
+                  <td>{c.image}</td>
+                  <td>
+                    {c.state} <span class="muted">{c.status}</span>
+                  </td>
+                  <td>{c.restart_count}</td>
+                  {admin && (
+                    <td>
+                      <Actions kind="container" name={c.name} onAct={ask} />
+                    </td>
+                  )}
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {!inv?.containers?.length && <p class="muted">No containers reported.</p>}
+        </div>
+      )}
+      {tab === "ports" && (
+        <div class="card scroll-x">
+          <table class="plain">
+            <caption class="sr-only">Listening ports</caption>
+            <thead>
+              <tr>
+                <th scope="col">Port</th>
+                <th scope="col">Protocol</th>
+                <th scope="col">Address</th>
+                <th scope="col">Process</th>
+              </tr>
+            </thead>
+            <tbody>
+              {(inv?.ports ?? []).map((p) => (
+                <tr key={`${p.protocol}/${p.address}/${p.port}`}>
+                  <td>{p.port}</td>
+                  <td>{p.protocol}</td>
+                  <td>{p.address}</td>
+                  <td>{p.process ?? "–"}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {!inv?.ports?.length && <p class="muted">No listening ports reported.</p>}
+        </div>
+      )}
+      {confirm && (
+        <Confirm
+          title={`${confirm.label} ${confirm.type.split(".")[0]}`}
+          action={confirm.label}
+          object={confirm.target}
+          onConfirm={() => void act(confirm)}
+          onCancel={() => setConfirm(null)}
+        />
+      )}
+    </section>
+  );
+}
+
+function describePayload(p: unknown): string {
+  if (!p || typeof p !== "object") return "";
+  const o = p as Record<string, unknown>;
+  return String(o.container ?? o.unit ?? "");
+}
+
+function Actions({ kind, name, onAct }: { kind: "service" | "container"; name: string; onAct: (t: string, n: string, verb: string) => void }) {
+  return (
+    <div class="actions">
+      {(["Start", "Stop", "Restart"] as const).map((verb) => (
+        <button key={verb} type="button" class={verb === "Start" ? "" : "danger"} aria-label={`${verb} ${name}`}
+          onClick={() => onAct(`${kind}.${verb.toLowerCase()}`, name, verb)}>
+          {verb}
+        </button>
+      ))}
+    </div>
+  );
+}
+
+function Metrics({ id }: { id: string }) {
+  const [range, setRange] = useState<Range>("1h");
+  const [data, setData] = useState<Schemas["ServerSeries"] | null>(null);
+  const [problem, setProblem] = useState<Problem | null>(null);
+  useEffect(() => {
+    let live = true;
+    ok(api.GET("/api/v1/servers/{id}/metrics", { params: { path: { id }, query: { range } } }))
+      .then((d) => live && (setData(d), setProblem(null)))
+      .catch((err) => live && setProblem(asProblem(err)));
+    return () => {
+      live = false;
+    };
+  }, [id, range]);
+  const charts = useMemo(() => {
+    const pts = data?.series ?? [];
+    const t = pts.map((p) => Date.parse(p.t) / 1000);
+    return {
+      t,
+      cpu: [{ label: "CPU %", values: pts.map((p) => p.cpu_percent), unit: "%" }],
+      mem: [{ label: "Memory %", values: pts.map((p) => p.memory_used_percent), unit: "%" }],
+      disk: [{ label: "Disk %", values: pts.map((p) => p.disk_used_percent), unit: "%" }],
+      net: [
+        { label: "In B/s", values: pts.map((p) => p.net_rx_bytes_per_s) },
+        { label: "Out B/s", values: pts.map((p) => p.net_tx_bytes_per_s) },
+      ],
+    };
+  }, [data]);
+  return (
+    <div>
+      <div class="row wrap between">
+        <h2>Metrics</h2>
+        <div class="row" role="group" aria-label="Range">
+          {ranges.map((r) => (
+            <button key={r} type="button" aria-pressed={r === range} class={r === range ? "primary" : ""} onClick={() => setRange(r)}>
+              {r}
+            </button>
+          ))}
+        </div>
+      </div>
+      <ProblemBox problem={problem} />
+      {data && charts.t.length === 0 && <p class="muted">No samples in this range.</p>}
+      {data && charts.t.length > 0 && (
+        <div class="charts">
+          <Chart title="CPU" times={charts.t} series={charts.cpu} max={100} />
+          <Chart title="Memory" times={charts.t} series={charts.mem} max={100} />
+          <Chart title="Disk" times={charts.t} series={charts.disk} max={100} />
+          <Chart title="Network" times={charts.t} series={charts.net} />
+        </div>
+      )}
+    </div>
+  );
+}
