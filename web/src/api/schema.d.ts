@@ -2904,7 +2904,7 @@ export interface components {
         BackupRunInputBody: {
             /** @description The database to back up; the instance's initial database when absent */
             database?: string;
-            /** @description The database instance (a ready PostgreSQL instance) */
+            /** @description The database instance (a ready PostgreSQL, MariaDB or MySQL instance) */
             instance_id: string;
         };
         BackupRunOutputBody: {
