@@ -84,8 +84,18 @@ test-web: web-deps
 	cd web && npx tsc --noEmit
 	cd web && npx vitest run
 
+# fuzz runs each fuzz target briefly from its seeds and its regression
+# corpus (testdata/fuzz): every request body decoder of /api/v1 and
+# /agent/v1, the sign-in endpoints, the agent's job payload checks, the
+# proxy configuration renderer and the log cursor parser. About a minute.
+FUZZTIME ?= 6s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzAuthRequests$$' -fuzztime 10s ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzRequestBodies$$' -fuzztime 15s ./cmd/capstan
+	$(GO) test -run '^$$' -fuzz '^FuzzAuthRequests$$' -fuzztime 8s ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzDeployPayload$$' -fuzztime $(FUZZTIME) ./internal/agent/deploy
+	$(GO) test -run '^$$' -fuzz '^FuzzReadPayload$$' -fuzztime $(FUZZTIME) ./internal/agent/logs
+	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME) ./internal/agent/proxy
+	$(GO) test -run '^$$' -fuzz '^FuzzParseCursor$$' -fuzztime $(FUZZTIME) ./internal/agent/container
 
 lint:
 	@out=$$(gofmt -l cmd internal e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

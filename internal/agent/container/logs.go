@@ -103,7 +103,8 @@ func ParseCursor(s string) (Cursor, error) {
 			return Cursor{}, bad
 		}
 		t, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil {
+		// In UTC (as String writes it) the year must keep four digits.
+		if err != nil || t.UTC().Year() < 1 || t.UTC().Year() > 9999 {
 			return Cursor{}, bad
 		}
 		count, err := strconv.Atoi(n)
