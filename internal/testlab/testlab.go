@@ -42,6 +42,9 @@
 //     the test says: a stand-in for webhook and chat endpoints.
 //   - smtp.go: StartSMTPServer, a real SMTP server on 127.0.0.1 (go-smtp)
 //     with STARTTLS and PLAIN authentication that keeps what it accepts.
+//   - browser.go: Chromium (Debian's, for playwright-core) and
+//     ConsoleScripts (node and the web console's installed packages), for
+//     the console's browser tests.
 //   - loopfs.go: LoopFilesystem (a small real ext4 filesystem, loop-mounted,
 //     that agents report like any disk, for tests that fill it).
 //

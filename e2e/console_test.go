@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// TestConsoleInBrowser drives the web console in headless Chromium
+// (web/e2e/console.mjs, with playwright-core) against the real control
+// plane and a real agent on this host's Docker engine: sign in with a
+// computed TOTP code; enroll a server and see it come online without a
+// reload when its agent starts; restart a container and see the job
+// finish live. axe-core finds no serious violation on any screen, and no
+// CSP violation or page error happens. Screenshots go to web/test-results/.
+func TestConsoleInBrowser(t *testing.T) {
+	t.Parallel()
+	chromium := testlab.Chromium(t)
+	node, webDir := testlab.ConsoleScripts(t, filepath.Join("..", "web"))
+	cli := hwRequireDocker(t)
+	image := hwBuildChatterImage(t, cli)
+	container := hwRunContainer(t, cli, image, "-interval", "1s")
+
+	f := newFleet(t, Options{})
+	page := f.Get(t, "/", "")
+	if page.Status != 200 || !strings.Contains(string(page.Body), "/assets/") {
+		testlab.Require(t, "the web console built into the binary (make web before go test ./e2e)")
+	}
+	// Its own administrator: TOTP codes are accepted once per step, and
+	// the fleet's administrator used this step's.
+	user := createUser(t, f.ControlPlane, "browser@example.com", testPassword, true)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("e2e", "console.mjs"))
+	cmd.Dir = webDir
+	cmd.Env = append(os.Environ(), "CAPSTAN_URL="+f.URL, "CAPSTAN_EMAIL="+user.Email, "CAPSTAN_PASSWORD="+user.Password,
+		"CAPSTAN_TOTP_SECRET="+user.TOTPSecret, "CAPSTAN_CONTAINER="+container, "CAPSTAN_TEST_CHROMIUM="+chromium)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		io.Copy(io.Discard, out) //nolint:errcheck // drain
+	}()
+	var steps []string
+	var agent *AgentProcess
+	for line := range lines {
+		t.Logf("console: %s", line)
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		steps = append(steps, fields[0])
+		switch fields[0] {
+		case "enroll-token":
+			config := enrollAgent(t, f.ControlPlane, fields[1])
+			var env []string
+			if h := hwDockerHost(); h != "" {
+				env = append(env, "DOCKER_HOST="+h)
+			}
+			agent = hwStartAgent(t, config, env...)
+		case "job-succeeded":
+			seen, err := strconv.ParseInt(fields[2], 10, 64)
+			if err != nil {
+				t.Fatalf("job-succeeded line %q", line)
+			}
+			var job JobInfo
+			f.Get(t, "/api/v1/jobs/"+fields[1], f.Token).JSON(t, &job)
+			if job.Status != "succeeded" || job.FinishedAt == nil || job.Type != "container.restart" {
+				t.Fatalf("the job the console showed succeeded: %+v", job)
+			}
+			lag := time.UnixMilli(seen).Sub(*job.FinishedAt)
+			t.Logf("figure: the console showed the job finished %s after it finished", lag.Round(time.Millisecond))
+			if lag < -time.Second {
+				t.Errorf("the console showed the job finished %s before it did", -lag)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		if agent != nil {
+			t.Logf("agent log:\n%s", agent.Logs())
+		}
+		t.Fatalf("console.mjs: %v\nsteps: %v\nstderr:\n%s", err, steps, stderr.String())
+	}
+	if want := "signed-in enroll-token online-seen job-succeeded done"; strings.Join(steps, " ") != want {
+		t.Fatalf("console.mjs steps %v, want %s", steps, want)
+	}
+}

@@ -1,0 +1,147 @@
+// The console's browser test, run by the Go test TestConsoleInBrowser
+// (e2e/console_test.go) against a real control plane, with a real agent
+// that the Go test starts when this script prints the enrollment token:
+//
+//   sign in with a computed TOTP code → the fleet → enroll a server and
+//   watch it come online without reloading → restart a container and watch
+//   its job finish live → the jobs list and the job.
+//
+// axe-core runs on every screen; screenshots of each, in light and dark
+// and at phone size, go to web/test-results/. Lines on stdout report to
+// the Go test: "enroll-token T", "job-succeeded ID SEEN_MS", "figure ...".
+import { axe, launch, say, shots, totp, watchPage } from "./lib.mjs";
+
+const url = process.env.CAPSTAN_URL;
+const email = process.env.CAPSTAN_EMAIL;
+const password = process.env.CAPSTAN_PASSWORD;
+const secret = process.env.CAPSTAN_TOTP_SECRET;
+const container = process.env.CAPSTAN_CONTAINER;
+const wait = { timeout: 90_000 };
+
+const browser = await launch();
+const problems = [];
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 720 } });
+  const page = await context.newPage();
+  await watchPage(page, problems);
+
+  // A page of the console before signing in: sign-in, then back to it.
+  await page.goto(url + "/jobs");
+  await page.waitForURL(/\/sign-in\?next=%2Fjobs/, wait);
+  await page.getByLabel("E-mail").waitFor(wait);
+  await axe(page, "sign-in");
+  await shots(page, "sign-in");
+  await page.getByLabel("E-mail").fill(email);
+  await page.getByLabel("Password").fill("not the password");
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByRole("alert").first().waitFor(wait); // the problem, shown
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByLabel("Code from your authenticator app").fill(totp(secret));
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(url + "/jobs", wait);
+  await page.getByRole("heading", { name: "Jobs" }).waitFor(wait);
+  await page.getByText("Live", { exact: false }).first().waitFor(wait);
+  say("signed-in");
+
+  // The fleet, empty.
+  await page.getByRole("link", { name: "Servers" }).click();
+  await page.getByRole("heading", { name: "Servers" }).waitFor(wait);
+  await axe(page, "fleet");
+
+  // Enroll: a field error shown next to its field, then the real thing.
+  await page.getByRole("link", { name: "Enroll a server" }).click();
+  await page.getByLabel("Name").fill("Not A Valid Name!");
+  await page.getByRole("button", { name: "Create the install command" }).click();
+  await page.locator("#name-error").waitFor(wait);
+  await axe(page, "enroll");
+  await shots(page, "enroll-form");
+  await page.getByLabel("Name").fill("browser-1");
+  await page.getByLabel("Tags").fill("web, e2e");
+  await page.getByRole("button", { name: "Create the install command" }).click();
+  const command = await page.locator("#install-command").textContent(wait);
+  const token = command.match(/--token (\S+)/)?.[1];
+  if (!token) throw new Error("no token in the install command: " + command);
+  await page.getByText("Waiting for the agent").waitFor(wait);
+  await shots(page, "enroll-waiting");
+  const navigations = [];
+  page.on("framenavigated", (f) => f === page.mainFrame() && navigations.push(f.url()));
+  say("enroll-token", token);
+  // The Go test starts the agent now; the page learns it from the stream.
+  await page.getByText("browser-1 is online").waitFor(wait);
+  if (navigations.length) throw new Error("the page reloaded while waiting: " + navigations.join(", "));
+  say("online-seen");
+  await axe(page, "enroll-online");
+  await shots(page, "enroll-online");
+
+  // The server, its containers (the agent's inventory may come a moment
+  // after it came online: reload until it lists the container).
+  await page.getByRole("link", { name: "Open the server" }).click();
+  await page.getByRole("heading", { name: "browser-1" }).waitFor(wait);
+  await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
+  await axe(page, "server");
+  await shots(page, "server");
+  const row = page.locator(`tr[data-container="${container}"]`);
+  const deadline = Date.now() + 90_000;
+  for (;;) {
+    await page.getByRole("tab", { name: "Containers" }).click();
+    if (await row.waitFor({ timeout: 3000 }).then(() => true, () => false)) break;
+    if (Date.now() > deadline) throw new Error("the container never appeared in the inventory");
+    await page.reload();
+    await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
+  }
+  await axe(page, "server-containers");
+  await shots(page, "server-containers");
+
+  // Restart it: the confirmation names the container; the job shows live.
+  await row.getByRole("button", { name: `Restart ${container}` }).click();
+  const dialog = page.getByRole("dialog");
+  await dialog.getByRole("heading").waitFor(wait);
+  if (!(await dialog.textContent()).includes(`Restart ${container}?`)) throw new Error("the confirmation does not name the container");
+  await axe(page, "confirm");
+  await dialog.getByRole("button", { name: `Restart ${container}` }).click();
+  const item = page.locator(".joblist li").filter({ hasText: "container.restart" });
+  await item.waitFor(wait);
+  const reloadsBefore = navigations.length;
+  await page.evaluate(() => {
+    const li = document.querySelector(".joblist li");
+    const seen = () => li && li.querySelector(".badge")?.textContent === "succeeded";
+    if (seen()) {
+      globalThis.__succeededAt = Date.now();
+      return;
+    }
+    new MutationObserver((_, obs) => {
+      if (seen()) {
+        globalThis.__succeededAt = Date.now();
+        obs.disconnect();
+      }
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
+  await item.locator(".badge", { hasText: "succeeded" }).waitFor(wait);
+  if (navigations.length !== reloadsBefore) throw new Error("the page reloaded while the job ran");
+  const seenAt = await page.evaluate(() => globalThis.__succeededAt);
+  const jobHref = await item.getByRole("link").getAttribute("href");
+  say("job-succeeded", jobHref.split("/").pop(), String(seenAt));
+
+  // The jobs list and the job, with its events.
+  await page.getByRole("link", { name: "Jobs" }).click();
+  await page.locator(`tr[data-job="${jobHref.split("/").pop()}"]`).waitFor(wait);
+  await axe(page, "jobs");
+  await shots(page, "jobs");
+  await page.goto(url + jobHref);
+  await page.getByRole("heading", { name: "container.restart" }).waitFor(wait);
+  await page.getByRole("heading", { name: "Events" }).waitFor(wait);
+  await axe(page, "job");
+  await shots(page, "job");
+
+  // The fleet with its server.
+  await page.getByRole("link", { name: "Servers" }).click();
+  await page.getByRole("link", { name: "browser-1" }).waitFor(wait);
+  await axe(page, "fleet-one");
+  await shots(page, "fleet");
+
+  if (problems.length) throw new Error("page problems:\n" + problems.join("\n"));
+  say("done");
+} finally {
+  await browser.close();
+}

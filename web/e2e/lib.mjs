@@ -1,0 +1,96 @@
+// Helpers of the console's browser tests: Chromium from the system
+// (playwright-core downloads no browser), TOTP codes, axe-core and
+// screenshots.
+import { createHmac } from "node:crypto";
+import { mkdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+export const outDir = resolve(process.env.CAPSTAN_SCREENSHOTS ?? join(here, "..", "test-results"));
+
+// Flags for a headless Chromium on a machine with no network beyond
+// loopback: no background traffic, no component updates.
+export const chromiumArgs = [
+  "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+  "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+];
+
+export async function launch() {
+  const executablePath = process.env.CAPSTAN_TEST_CHROMIUM || "/usr/bin/chromium";
+  return chromium.launch({ executablePath, args: chromiumArgs });
+}
+
+function base32(s) {
+  const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+  let bits = "";
+  for (const c of s.replace(/=+$/, "").toUpperCase()) {
+    const v = alphabet.indexOf(c);
+    if (v < 0) throw new Error("bad base32");
+    bits += v.toString(2).padStart(5, "0");
+  }
+  const out = [];
+  for (let i = 0; i + 8 <= bits.length; i += 8) out.push(parseInt(bits.slice(i, i + 8), 2));
+  return Buffer.from(out);
+}
+
+// totp is the RFC 6238 code (SHA-1, 6 digits, 30 s) of secret at time ms.
+export function totp(secret, ms = Date.now()) {
+  const counter = Buffer.alloc(8);
+  counter.writeBigUInt64BE(BigInt(Math.floor(ms / 1000 / 30)));
+  const h = createHmac("sha1", base32(secret)).update(counter).digest();
+  const o = h[h.length - 1] & 0xf;
+  const n = ((h[o] & 0x7f) << 24) | (h[o + 1] << 16) | (h[o + 2] << 8) | h[o + 3];
+  return String(n % 1_000_000).padStart(6, "0");
+}
+
+const axeSource = readFileSync(join(here, "..", "node_modules", "axe-core", "axe.min.js"), "utf8");
+
+// axe runs axe-core in the page (evaluated through the debugging
+// protocol, which the page's CSP does not govern) and fails on any
+// serious or critical violation.
+export async function axe(page, screen) {
+  await page.evaluate(axeSource);
+  const res = await page.evaluate(async () => {
+    const r = await globalThis.axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(" ")).slice(0, 5) }));
+  });
+  const bad = res.filter((v) => v.impact === "serious" || v.impact === "critical");
+  if (bad.length) throw new Error(`axe on ${screen}: ${JSON.stringify(bad, null, 2)}`);
+  return res.length;
+}
+
+// shots saves the page as it is in light and dark, then at phone size.
+export async function shots(page, screen) {
+  mkdirSync(outDir, { recursive: true });
+  const size = page.viewportSize();
+  for (const scheme of ["light", "dark"]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.screenshot({ path: join(outDir, `${screen}-${scheme}.png`) });
+  }
+  await page.emulateMedia({ colorScheme: "light" });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.screenshot({ path: join(outDir, `${screen}-phone.png`) });
+  // The phone view must not scroll sideways.
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  if (overflow > 1) throw new Error(`${screen}: at 390 px the page is ${overflow} px wider than the screen`);
+  await page.setViewportSize(size);
+}
+
+// watchPage records CSP violations and page errors, to fail on.
+export async function watchPage(page, problems) {
+  await page.addInitScript(() => {
+    document.addEventListener("securitypolicyviolation", (e) => {
+      console.error(`CSP violation: ${e.violatedDirective} ${e.blockedURI}`);
+    });
+  });
+  page.on("console", (m) => {
+    if (m.type() === "error" && /CSP violation|Content Security Policy/.test(m.text())) problems.push(m.text());
+  });
+  page.on("pageerror", (e) => problems.push("page error: " + e.message));
+}
+
+export function say(...parts) {
+  process.stdout.write(parts.join(" ") + "\n");
+}
