@@ -634,6 +634,7 @@ type DomainInfo struct {
 		PointsToServer bool       `json:"points_to_server"`
 		CertIssuer     string     `json:"cert_issuer"`
 		CertNotAfter   *time.Time `json:"cert_not_after"`
+		CertNotBefore  *time.Time `json:"cert_not_before"`
 		CertDNSNames   []string   `json:"cert_dns_names"`
 		Errors         []string   `json:"errors"`
 		Notes          []string   `json:"notes"`

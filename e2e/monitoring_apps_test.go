@@ -1,21 +1,29 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
 // TestAppDownAndTLSExpiringOnRealStack runs an application behind a real
 // Caddy through a real agent that probes its health every second. A
 // domain with a certificate from Caddy's local CA (12 hours of life) is
-// checked by the control plane on its own, and tls_expiring (threshold
-// one day) opens from the evaluation loop. The application's container
-// starts failing its health check: app_down opens only after its
-// duration, and resolves when the container is healthy again; deleting
-// the domain resolves tls_expiring.
+// checked by the control plane on its own; the check records the
+// certificate's lifetime, and tls_expiring (threshold one day, more than
+// the whole lifetime) stays closed: a fresh short-lived certificate is
+// healthy. The application's container starts failing its health check:
+// app_down opens only after its duration, and resolves when the
+// container is healthy again. The same holds for a container without the
+// health path label (as those made before it existed): the agent probes
+// the applications the control plane names.
 func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	t.Parallel()
 	const host = "alerts.test"
@@ -37,15 +45,31 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	var dom domainChange
 	resp.JSON(t, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
-	var expiring AlertInfo
-	eventually(t, 2*time.Minute, "tls_expiring opened after the control plane checked the domain", func() bool {
-		var ok bool
-		expiring, ok = s.alertOf(t, tls.ID, "open")
-		return ok
+	var di DomainInfo
+	eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {
+		resp := s.Get(t, "/api/v1/domains/"+dom.Domain.ID, s.Token)
+		expectStatus(t, resp, http.StatusOK)
+		di = DomainInfo{}
+		resp.JSON(t, &di)
+		return di.Check != nil && di.Check.CertNotAfter != nil
 	})
-	if expiring.Subject.Type != "domain" || expiring.Subject.ID != dom.Domain.ID || expiring.Subject.Name != host ||
-		expiring.Value <= 0 || expiring.Value > 0.5 || expiring.Unit != "days" {
-		t.Fatalf("tls_expiring alert: %+v; want the domain's 12-hour certificate", expiring)
+	ch := di.Check
+	if ch.CertNotBefore == nil {
+		t.Fatalf("the domain check recorded no cert_not_before: %+v", ch)
+	}
+	if life := ch.CertNotAfter.Sub(*ch.CertNotBefore); life < 11*time.Hour || life > 13*time.Hour || ch.CertNotAfter.Sub(time.Now()) > 13*time.Hour {
+		t.Fatalf("certificate from %s to %s: want Caddy's 12-hour certificate", ch.CertNotBefore, ch.CertNotAfter)
+	}
+	// The certificate expires within the threshold (one day), but more
+	// than a third of its life is left: an evaluation after the check
+	// opens nothing for it.
+	for _, a := range s.evaluate(t).Opened {
+		if a.RuleID == tls.ID {
+			t.Fatalf("tls_expiring opened for a fresh 12-hour certificate: %+v", a)
+		}
+	}
+	if a, ok := s.alertOf(t, tls.ID, "open"); ok {
+		t.Fatalf("tls_expiring opened for a fresh 12-hour certificate: %+v", a)
 	}
 	// The healthy application has no alert.
 	if _, ok := s.alertOf(t, down.ID, "open"); ok {
@@ -81,9 +105,64 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		return ok
 	})
 
-	expectStatus(t, s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/domains/" + dom.Domain.ID, Token: s.Token}), http.StatusOK)
-	eventually(t, time.Minute, "tls_expiring resolved once the domain is gone", func() bool {
-		_, ok := s.alertOf(t, tls.ID, "resolved")
+	// A container made before containers carried their health path is
+	// probed too: the control plane names the application to the agent.
+	s.replaceWithoutHealthLabel(t, app.ID)
+	eventually(t, time.Minute, "the replaced container answers", func() bool {
+		r, err := http.Get(container + "/health")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+	post("/fail")
+	eventually(t, time.Minute, "app_down opened for the container without the health path label", func() bool {
+		var ok bool
+		a, ok = s.alertOf(t, down.ID, "open")
 		return ok
 	})
+	if a.Subject.ID != app.ID || a.Severity != "critical" {
+		t.Fatalf("app_down of the unlabelled container: %+v", a)
+	}
+	post("/recover")
+	eventually(t, time.Minute, "app_down of the unlabelled container resolved", func() bool {
+		_, ok := s.alertOf(t, down.ID, "open")
+		return !ok
+	})
+
+	if a, ok := s.alertOf(t, tls.ID, "all"); ok {
+		t.Fatalf("tls_expiring alert for a fresh 12-hour certificate: %+v", a)
+	}
+}
+
+// replaceWithoutHealthLabel replaces the running container of an
+// application with one made the same way but without the health path
+// label, on the same loopback port, as agents made them before the label
+// existed.
+func (s *appStack) replaceWithoutHealthLabel(t testing.TB, appID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := s.Docker.ContainerList(ctx, client.ContainerListOptions{
+		Filters: client.Filters{}.Add("label", agentproto.LabelApp+"="+appID)})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("the running containers of %s: %+v, %v; want one", appID, list.Items, err)
+	}
+	in, err := s.Docker.ContainerInspect(ctx, list.Items[0].ID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := in.Container
+	if _, err := s.Docker.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	delete(c.Config.Labels, agentproto.LabelHealthPath)
+	if _, err := s.Docker.ContainerCreate(ctx, client.ContainerCreateOptions{Name: strings.TrimPrefix(c.Name, "/"), Config: c.Config,
+		HostConfig: c.HostConfig}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Docker.ContainerStart(ctx, strings.TrimPrefix(c.Name, "/"), client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

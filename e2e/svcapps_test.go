@@ -31,7 +31,8 @@ chmod 755 run.sh
 // a real Caddy. It is redeployed under load without a failed request, a
 // failing and a timed-out build fail with their output while the old
 // release serves, a rollback starts a kept release, the journal is read,
-// and deleting the application removes its units and releases.
+// app_down opens when the live slot stops answering its health path, and
+// deleting the application removes its units and releases.
 func TestServiceApplicationOnSystemdHost(t *testing.T) {
 	t.Parallel()
 	requireNspawnHost(t)
@@ -65,6 +66,7 @@ cat > /etc/systemd/system/capstan-agent.service.d/test.conf <<EOF
 [Service]
 Environment=CAPSTAN_CADDY_ADMIN=%s CAPSTAN_PROXY_HTTP_PORT=%d CAPSTAN_PROXY_HTTPS_PORT=%d
 Environment=CAPSTAN_PROXY_LISTEN_HOST=127.0.0.1 GIT_SSL_CAINFO=/etc/capstan-test-ca.pem
+Environment=CAPSTAN_AGENT_HEALTH_PROBE_INTERVAL=1s
 EOF
 systemctl daemon-reload
 systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.HTTPSPort))
@@ -215,6 +217,20 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 	if !started || logs.State != "running" || !strings.HasPrefix(logs.Unit, "capstan-app-svc@") || len(logs.Slots) != 1 || !logs.Slots[0].Live {
 		t.Errorf("logs: status %s unit %s state %s slots %+v, lines %+v", logs.Status, logs.Unit, logs.State, logs.Slots, logs.Lines)
 	}
+
+	// The live slot is probed on its loopback port: app_down opens when
+	// it stops answering, and resolves when it answers again.
+	down := f.createRule(t, map[string]any{"kind": "app_down", "duration": 2, "scope": "application", "scope_id": app.ID})
+	if _, open := f.alertOf(t, down.ID, "open"); open {
+		t.Fatalf("app_down open for the serving slot")
+	}
+	h.MustExec(t, "systemctl stop "+logs.Unit)
+	a := f.waitAlert(t, time.Minute, down.ID, "open")
+	if a.Subject.ID != app.ID || a.Subject.Type != "application" {
+		t.Errorf("app_down of the stopped slot: %+v", a)
+	}
+	h.MustExec(t, "systemctl start "+logs.Unit)
+	f.waitAlert(t, time.Minute, down.ID, "resolved")
 
 	// Deleting the application removes its units and releases.
 	r = s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + app.ID, Token: f.Token})

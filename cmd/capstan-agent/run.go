@@ -70,7 +70,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		Version:     version,
 		Executors:   executorsFor(ps, desired, rep.SitesChanged, arts),
 		Logger:      log,
-		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop(), healthLoop(r.HealthProbeInterval, log)},
+		Loops:       []agent.Loop{trafficLoop(rep), dbs.Loop(), healthLoop(r.HealthProbeInterval, r.StateDir, log)},
 		StateDir:    r.StateDir,
 		OnHeartbeat: dbs.Heartbeat,
 	})

@@ -223,9 +223,16 @@ func (c *Client) PostMetrics(ctx context.Context, samples []agentproto.MetricSam
 }
 
 // PostHealth reports the results of probing the applications' health.
-func (c *Client) PostHealth(ctx context.Context, rep agentproto.HealthReport) error {
-	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/health", true, rep, nil)
-	return err
+// With rep.WantTargets it returns the applications to probe from then
+// on; nil when the control plane did not send them (one older than
+// HealthTargets answers 204).
+func (c *Client) PostHealth(ctx context.Context, rep agentproto.HealthReport) (*agentproto.HealthTargets, error) {
+	var out agentproto.HealthTargets
+	code, err := c.do(ctx, RequestTimeout, http.MethodPost, "/health", true, rep, &out)
+	if err != nil || code != http.StatusOK || !rep.WantTargets {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // PostInventory reports the host's services, containers and listening

@@ -74,6 +74,11 @@
 //	            types backup.verify and backup.restore
 //	            (BackupRestorePayload, BackupVerifyResult), the identity in
 //	            the job secret backup_identity.
+//	2026-11-24  v1: DomainCheckResult.CertNotBefore, so that tls_expiring
+//	            judges a certificate against its lifetime.
+//	2026-11-24  v1: HealthReport.WantTargets; the control plane answers it
+//	            with HealthTargets (200): every application with a live
+//	            release, of every kind, to probe.
 package agentproto
 
 import (
@@ -685,9 +690,12 @@ type DomainCheckResult struct {
 	// served yet.
 	CertIssuer   string    `json:"cert_issuer,omitempty"`
 	CertNotAfter time.Time `json:"cert_not_after,omitempty"`
-	CertDNSNames []string  `json:"cert_dns_names,omitempty"`
-	CertError    string    `json:"cert_error,omitempty"`
-	CheckedAt    time.Time `json:"checked_at"`
+	// CertNotBefore is the start of the certificate's validity: with
+	// CertNotAfter, its lifetime. Zero from agents older than the field.
+	CertNotBefore time.Time `json:"cert_not_before,omitempty"`
+	CertDNSNames  []string  `json:"cert_dns_names,omitempty"`
+	CertError     string    `json:"cert_error,omitempty"`
+	CheckedAt     time.Time `json:"checked_at"`
 }
 
 // RequestsReport: POST /agent/v1/requests. Per-host, per-minute aggregates

@@ -61,6 +61,7 @@ type DomainCheck struct {
 	PointsToServer  bool       `json:"points_to_server" doc:"Every address resolved is one of the server's (and there is at least one)"`
 	CertIssuer      string     `json:"cert_issuer,omitempty"`
 	CertNotAfter    *time.Time `json:"cert_not_after" doc:"Expiry of the certificate the proxy serves; null if none"`
+	CertNotBefore   *time.Time `json:"cert_not_before" doc:"Start of the validity of the certificate the proxy serves (with cert_not_after, its lifetime, which tls_expiring judges it by); null if none, or checked by an agent that does not report it"`
 	CertDNSNames    []string   `json:"cert_dns_names"`
 	Errors          []string   `json:"errors" doc:"DNS, certificate and job errors"`
 	Notes           []string   `json:"notes" doc:"e.g. that private addresses were compared"`

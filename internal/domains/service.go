@@ -306,6 +306,10 @@ func (s *Service) checkFinished(ctx context.Context, j jobs.Job) error {
 		t := r.CertNotAfter.UTC()
 		c.CertNotAfter = &t
 	}
+	if !r.CertNotBefore.IsZero() {
+		t := r.CertNotBefore.UTC()
+		c.CertNotBefore = &t
+	}
 	if r.CertDNSNames != nil {
 		c.CertDNSNames = r.CertDNSNames
 	}

@@ -299,14 +299,16 @@ func TestDomainCheckStoresTheResult(t *testing.T) {
 	}
 	exp := time.Date(2030, 9, 1, 0, 0, 0, 0, time.UTC)
 	d := check(pub, da.Domain.ID, agentproto.DomainCheckResult{Addresses: []string{"203.0.113.10", "2001:db8:0::10"},
-		CertIssuer: "Let's Encrypt R11", CertNotAfter: exp, CertDNSNames: []string{"example.com"}, CheckedAt: r.clock.Now()})
+		CertIssuer: "Let's Encrypt R11", CertNotAfter: exp, CertNotBefore: exp.Add(-90 * 24 * time.Hour), CertDNSNames: []string{"example.com"},
+		CheckedAt: r.clock.Now()})
 	c := d.Check
 	if !c.PointsToServer || c.ComparedWith != domains.ComparedPublic || c.CertIssuer != "Let's Encrypt R11" ||
-		c.CertNotAfter == nil || !c.CertNotAfter.Equal(exp) || len(c.Errors) != 0 || c.Status != "succeeded" {
+		c.CertNotAfter == nil || !c.CertNotAfter.Equal(exp) || c.CertNotBefore == nil || !c.CertNotBefore.Equal(exp.Add(-90*24*time.Hour)) ||
+		len(c.Errors) != 0 || c.Status != "succeeded" {
 		t.Fatalf("check: %+v", c)
 	}
 	d = check(pub, da.Domain.ID, agentproto.DomainCheckResult{Addresses: []string{"203.0.113.10", "198.51.100.7"}, CertError: "no certificate yet"})
-	if d.Check.PointsToServer || len(d.Check.Errors) != 1 || d.Check.CertNotAfter != nil {
+	if d.Check.PointsToServer || len(d.Check.Errors) != 1 || d.Check.CertNotAfter != nil || d.Check.CertNotBefore != nil {
 		t.Fatalf("check with a foreign address: %+v", d.Check)
 	}
 	d = check(pub, da.Domain.ID, agentproto.DomainCheckResult{DNSError: "NXDOMAIN"})

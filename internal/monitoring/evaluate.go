@@ -43,7 +43,9 @@ type DomainCertificate struct {
 	TLSMode  string
 	// NotAfter is nil when no certificate was seen (no check yet, TLS off,
 	// or the check failed).
-	NotAfter  *time.Time
+	NotAfter *time.Time
+	// NotBefore is nil when NotAfter is, or the check did not record it.
+	NotBefore *time.Time
 	CheckedAt *time.Time
 }
 
@@ -204,10 +206,8 @@ func (f *fleet) observe(r Rule) (map[string]observation, map[string]bool) {
 			}
 			o := observation{subject: AlertSubject{Type: "domain", ID: d.DomainID, Name: d.Hostname}}
 			if d.NotAfter != nil {
-				days := math.Floor(d.NotAfter.Sub(f.now).Hours()/24*10) / 10
-				o.value, o.since = days, f.now
-				// The condition is days <= threshold: compare negated.
-				o.state = level(-days, -r.Threshold, spec.Hysteresis)
+				o.state, o.value = tlsState(d, r.Threshold, spec.Hysteresis, f.now)
+				o.since = f.now
 			}
 			out[d.DomainID] = o
 		}

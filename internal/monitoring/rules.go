@@ -85,7 +85,9 @@ var Kinds = []KindSpec{
 			"threshold is always 0"},
 	{Kind: TLSExpiring, Subject: "domain", Unit: "days", Min: 1, Max: 90,
 		Scopes: []string{ScopeAll, ScopeTag, ScopeServer, ScopeApplication, ScopeDomain}, Threshold: 14, Hysteresis: 1, Severity: Warning,
-		Condition: "the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired"},
+		Condition: "the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired; " +
+			"the threshold is capped at a third of the certificate's lifetime (not_before to not_after), when renewers start renewing, so a " +
+			"short-lived certificate (12 hours from Caddy's local CA) alerts only once less than a third of its life remains"},
 }
 
 // SpecOf returns the spec of a kind.

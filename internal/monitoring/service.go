@@ -220,6 +220,19 @@ type HealthStore interface {
 	// SetAppHealth records the probes of applications on serverID (others
 	// are ignored): failing_since is kept while probes keep failing.
 	SetAppHealth(ctx context.Context, serverID string, probes []agentproto.AppProbe, now time.Time) error
+	// HealthTargets returns the applications on serverID with a live
+	// release, to probe.
+	HealthTargets(ctx context.Context, serverID string) ([]agentproto.HealthTarget, error)
+}
+
+// HealthTargets returns the applications an agent probes: every
+// application of its server, of every kind, with a live release.
+func (s *Service) HealthTargets(ctx context.Context, serverID string) (agentproto.HealthTargets, error) {
+	apps, err := s.health.HealthTargets(ctx, serverID)
+	if err != nil {
+		return agentproto.HealthTargets{}, err
+	}
+	return agentproto.HealthTargets{Apps: apps}, nil
 }
 
 // RecordHealth stores an agent's health report.

@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/audit"
@@ -45,4 +46,46 @@ func (d *DomainChecks) Run(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// RenewalWindowRatio is the part of a certificate's lifetime left when a
+// renewer following the usual window starts renewing it (Caddy's
+// certificate manager renews once a third of the lifetime remains; so
+// does certbot for certificates that are short-lived).
+const RenewalWindowRatio = 1.0 / 3
+
+// tlsState classifies the certificate a domain served against a
+// tls_expiring rule of threshold days, resolving hysteresis days past it.
+//
+// The certificate's lifetime caps the threshold: the condition holds
+// when the time left is at most the threshold and, when the lifetime is
+// known (not_before and not_after), at most a third of the lifetime as
+// well. Before that a renewer has not even begun to renew, so a
+// short-lived certificate (Caddy's local CA issues 12-hour ones) is
+// healthy while more than a third of its life remains, however close its
+// expiry is in days; a 90-day certificate alerts at the threshold as
+// before (a third of 90 days is 30). When the cap applies, the
+// hysteresis shrinks with it to at most a tenth of the lifetime, so that
+// a renewed short-lived certificate resolves the alert. value is the
+// days left, to a tenth, rounded down.
+func tlsState(d DomainCertificate, threshold, hysteresis float64, now time.Time) (state int, value float64) {
+	left := d.NotAfter.Sub(now)
+	value = math.Floor(left.Hours()/24*10) / 10
+	limit := time.Duration(threshold * 24 * float64(time.Hour))
+	slack := time.Duration(hysteresis * 24 * float64(time.Hour))
+	if d.NotBefore != nil {
+		if life := d.NotAfter.Sub(*d.NotBefore); life > 0 {
+			if window := time.Duration(float64(life) * RenewalWindowRatio); window < limit {
+				limit = window
+			}
+			slack = min(slack, life/10)
+		}
+	}
+	switch {
+	case left <= limit:
+		return firing, value
+	case left > limit+slack:
+		return clear, value
+	}
+	return band, value
 }

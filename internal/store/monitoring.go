@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -365,11 +366,16 @@ func (s *Store) DomainCertificates(ctx context.Context) ([]monitoring.DomainCert
 		if r.Result.Valid && r.Result.String != "" {
 			// The stored check is a domains.DomainCheck.
 			var res struct {
-				CertNotAfter *time.Time `json:"cert_not_after"`
+				CertNotAfter  *time.Time `json:"cert_not_after"`
+				CertNotBefore *time.Time `json:"cert_not_before"`
 			}
 			if err := json.Unmarshal([]byte(r.Result.String), &res); err == nil && res.CertNotAfter != nil {
 				t := res.CertNotAfter.UTC()
 				out[i].NotAfter = &t
+				if res.CertNotBefore != nil && res.CertNotBefore.Before(t) {
+					b := res.CertNotBefore.UTC()
+					out[i].NotBefore = &b
+				}
 			}
 		}
 	}
@@ -398,6 +404,40 @@ func (s *Store) SetAppHealth(ctx context.Context, serverID string, probes []agen
 		}
 		return nil
 	})
+}
+
+// HealthTargets returns the applications on serverID with a live
+// release (a current deployment, not being removed) with the live
+// deployment's health path and container port, by id.
+func (s *Store) HealthTargets(ctx context.Context, serverID string) ([]agentproto.HealthTarget, error) {
+	var rows []struct {
+		ID           string `db:"id"`
+		Kind         string `db:"kind"`
+		DeploymentID string `db:"deployment_id"`
+		Spec         string `db:"spec"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT a.id, a.kind, d.id AS deployment_id, d.spec FROM applications a
+		JOIN deployments d ON d.id = a.current_deployment_id WHERE a.server_id = ? AND a.state = 'active' ORDER BY a.id`), serverID); err != nil {
+		return nil, err
+	}
+	out := make([]agentproto.HealthTarget, 0, len(rows))
+	for _, r := range rows {
+		// The spec is an apps.Spec.
+		var spec struct {
+			HealthPath    string `json:"health_path"`
+			ContainerPort int    `json:"container_port"`
+		}
+		if err := json.Unmarshal([]byte(r.Spec), &spec); err != nil {
+			return nil, fmt.Errorf("deployment %s: reading its spec: %w", r.DeploymentID, err)
+		}
+		t := agentproto.HealthTarget{AppID: r.ID, Kind: r.Kind, DeploymentID: r.DeploymentID, HealthPath: spec.HealthPath,
+			ContainerPort: spec.ContainerPort}
+		if t.Kind == agentproto.AppKindService {
+			t.ContainerPort = 0
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // DomainsDueForCheck returns up to limit domains with auto or internal

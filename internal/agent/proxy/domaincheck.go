@@ -93,6 +93,7 @@ func (p *Proxy) checkCert(ctx context.Context, hostname string, res *agentproto.
 	leaf := certs[0]
 	res.CertIssuer = leaf.Issuer.String()
 	res.CertNotAfter = leaf.NotAfter.UTC()
+	res.CertNotBefore = leaf.NotBefore.UTC()
 	res.CertDNSNames = slices.Clone(leaf.DNSNames)
 	var problems []string
 	if err := leaf.VerifyHostname(hostname); err != nil {

@@ -142,6 +142,10 @@ func TestDomainCheck(t *testing.T) {
 	if !res.CertNotAfter.After(time.Now()) {
 		t.Errorf("not after %s is not in the future", res.CertNotAfter)
 	}
+	// Caddy's local CA issues certificates of 12 hours.
+	if life := res.CertNotAfter.Sub(res.CertNotBefore); res.CertNotBefore.After(time.Now()) || life < 11*time.Hour || life > 13*time.Hour {
+		t.Errorf("not before %s, not after %s: want a 12-hour certificate valid now", res.CertNotBefore, res.CertNotAfter)
+	}
 	if !slices.Contains(res.CertDNSNames, "app.test") || res.CertError != "" {
 		t.Errorf("names %v, cert error %q", res.CertDNSNames, res.CertError)
 	}
