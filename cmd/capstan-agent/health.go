@@ -45,10 +45,13 @@ func healthLoop(interval time.Duration, stateDir string, log *slog.Logger) agent
 		idle, asks := 0, true
 		for {
 			probes, err := p.Probe(ctx)
+			if err != nil {
+				// Without the labelled containers (no Docker engine), the
+				// control plane still names what to probe.
+				log.Debug("application health probes", "err", err.Error())
+			}
 			_, known := p.Targets()
 			switch {
-			case err != nil:
-				log.Debug("application health probes", "err", err.Error())
 			case len(probes) > 0 || asks && (!known || idle >= idleTargetRounds):
 				idle = 0
 				targets, err := c.PostHealth(ctx, agentproto.HealthReport{Probes: probes, WantTargets: asks})

@@ -306,6 +306,10 @@ type Store interface {
 	// distinct, without those among the kept or run by another
 	// application on the same server.
 	PrunableImageIDs(ctx context.Context, appID string, keep, limit int) ([]string, error)
+	// OtherAppsImageIDs returns the images the succeeded deployments of
+	// the other applications on the application's server ran (their
+	// image ids and their kept compose releases' images), distinct.
+	OtherAppsImageIDs(ctx context.Context, appID string) ([]string, error)
 	// ServerImageIDs returns the image ids of a server's latest inventory
 	// and when it was collected; known is false when the inventory does
 	// not list images.

@@ -186,3 +186,75 @@ func composeSpecOf(a App) (Spec, error) {
 	return Spec{AppName: a.Name, ContainerPort: a.ContainerPort, HealthPath: a.HealthPath, EnvKeys: a.EnvKeys,
 		MemoryLimit: a.MemoryLimit, MemoryLimitBytes: mem, Compose: composeSpec(a)}, nil
 }
+
+// composeImages are the images a compose deployment keeps and prunes:
+// every service's image of the releases of the application's newest
+// KeepImages succeeded deployments (and of the release a rollback
+// re-creates) is kept; the images of the releases of up to PruneWindow
+// succeeded deployments past those are pruned, unless kept or run by
+// another application on the server. The agent keeps, besides, every
+// image the new release runs and every image a container uses.
+func (s *Service) composeImages(ctx context.Context, d DeploymentRecord) (keep, prune []string, err error) {
+	list, err := s.store.ListDeployments(ctx, d.AppID, MaxDeploymentLimit)
+	if err != nil {
+		return nil, nil, err
+	}
+	kept := map[string]bool{}
+	keep = []string{}
+	add := func(id string) {
+		if id != "" && !kept[id] {
+			kept[id] = true
+			keep = append(keep, id)
+		}
+	}
+	for _, id := range sortedValues(d.Spec.Compose.ImageIDs) {
+		add(id)
+	}
+	var older []string
+	n := 0
+	for _, r := range list {
+		if r.Status != Succeeded || r.Release == nil {
+			continue
+		}
+		n++
+		switch {
+		case n <= KeepImages:
+			for _, id := range sortedValues(r.Release.Services) {
+				add(id)
+			}
+		case n <= KeepImages+PruneWindow:
+			older = append(older, sortedValues(r.Release.Services)...)
+		}
+	}
+	if len(older) == 0 {
+		return keep, nil, nil
+	}
+	shared, err := s.store.OtherAppsImageIDs(ctx, d.AppID)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, id := range older {
+		if !kept[id] && !contains(shared, id) && !contains(prune, id) {
+			prune = append(prune, id)
+		}
+	}
+	return keep, prune, nil
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

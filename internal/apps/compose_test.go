@@ -1,8 +1,11 @@
 package apps_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/apps"
@@ -153,5 +156,76 @@ func TestComposeDeployKeepsAReleaseAndRollsBackToIt(t *testing.T) {
 	wantInvalid(t, err, "kind")
 	if got := r.app(a.ID); got.Kind != apps.KindCompose || got.Services == nil {
 		t.Fatalf("detail %+v services %v", got.Application, got.Services)
+	}
+}
+
+// A compose deploy keeps every service's image of the last five
+// succeeded releases (and of the release a rollback re-creates), and names
+// for pruning the images of older releases, never one a kept release or
+// another application on the server runs.
+func TestComposeDeployNamesImagesToPrune(t *testing.T) {
+	r := newRig(t)
+	a, err := r.createStack("shop", stackDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := r.claim(agentproto.JobAppDeploy)
+	release := func(i int) map[string]string {
+		return map[string]string{"web": fmt.Sprintf("sha256:web%d", i), "worker": fmt.Sprintf("sha256:worker%d", i), "cache": "sha256:redis"}
+	}
+	r.complete(j, agentproto.StatusSucceeded, agentproto.DeployResult{ImageID: "sha256:web0", Services: release(0)}, "")
+	// Another application on the server ran the image worker ran second.
+	r.createApp("api", nil, true)
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:worker1")
+	first := a.Latest.ID
+	for i := 1; i <= 7; i++ {
+		r.deploy(a.ID, "")
+		j := r.claim(agentproto.JobAppDeploy)
+		p := payloadOf(t, j)
+		// Before this deploy, releases 0…i-1 succeeded: the newest five
+		// are kept; of the older ones, worker1 is the api's too.
+		var want []string
+		switch i {
+		case 6:
+			want = []string{"sha256:web0", "sha256:worker0"}
+		case 7:
+			want = []string{"sha256:web0", "sha256:worker0", "sha256:web1"}
+		}
+		slices.Sort(want)
+		got := slices.Clone(p.PruneImageIDs)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("deploy %d: prune %v, want %v (keep %v)", i, got, want, p.KeepImageIDs)
+		}
+		for k := max(0, i-apps.KeepImages); k < i; k++ {
+			for _, id := range release(k) {
+				if !slices.Contains(p.KeepImageIDs, id) {
+					t.Fatalf("deploy %d: %s of release %d is not kept: %v", i, id, k, p.KeepImageIDs)
+				}
+			}
+		}
+		for _, id := range p.PruneImageIDs {
+			if slices.Contains(p.KeepImageIDs, id) {
+				t.Fatalf("deploy %d: %s is both kept and pruned", i, id)
+			}
+		}
+		r.complete(j, agentproto.StatusSucceeded, agentproto.DeployResult{ImageID: release(i)["web"], Services: release(i)}, "")
+	}
+
+	// A rollback keeps the release it re-creates, and is refused once the
+	// server's inventory no longer lists one of its images.
+	r.clock.Advance(time.Minute)
+	r.putImages("sha256:web0", "sha256:redis")
+	_, err = r.apps.Rollback(r.ctx, r.admin, r.client, first)
+	wantConflict(t, err, "image-gone")
+	r.putImages("sha256:web0", "sha256:worker0", "sha256:redis")
+	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, first); err != nil {
+		t.Fatal(err)
+	}
+	p := payloadOf(t, r.claim(agentproto.JobAppDeploy))
+	for _, id := range release(0) {
+		if !slices.Contains(p.KeepImageIDs, id) || slices.Contains(p.PruneImageIDs, id) {
+			t.Fatalf("rollback to release 0: keep %v, prune %v", p.KeepImageIDs, p.PruneImageIDs)
+		}
 	}
 }

@@ -250,6 +250,18 @@ func (s *Service) checkImagePresent(ctx context.Context, serverID string, d Depl
 	if err != nil || !known || d.FinishedAt == nil || !at.After(*d.FinishedAt) {
 		return err
 	}
+	if d.Release != nil {
+		// A compose release needs the image of every service.
+		for _, svc := range sortedKeys(d.Release.Services) {
+			if id := d.Release.Services[svc]; !contains(ids, id) {
+				return fault.Conflictf("image-gone",
+					"The image %s of service %s of deployment %s is no longer on the server: its inventory of %s does not list it "+
+						"(images of the releases that fall out of an application's last %d deployments are pruned). Deploy the compose "+
+						"document again instead.", id, svc, d.ID, at.Format(time.RFC3339), KeepImages)
+			}
+		}
+		return nil
+	}
 	for _, id := range ids {
 		if id == d.ImageID {
 			return nil
@@ -517,14 +529,16 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 	if err != nil {
 		return agentproto.DeployPayload{}, nil, err
 	}
-	if d.Spec.Compose != nil {
-		// A compose application's images are shared by its services.
-		stale = nil
-	}
 	var prune []string
 	for _, id := range stale {
 		if !contains(keep, id) {
 			prune = append(prune, id)
+		}
+	}
+	if d.Spec.Compose != nil {
+		// A compose release runs an image per service.
+		if keep, prune, err = s.composeImages(ctx, d); err != nil {
+			return agentproto.DeployPayload{}, nil, err
 		}
 	}
 	proxy, err := s.ProxyConfig(ctx, d.ServerID)

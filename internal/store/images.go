@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/capstan-dev/capstan/internal/apps"
 )
 
 // PrunableImageIDs returns the image ids of an application's succeeded
@@ -60,4 +63,42 @@ func contains(xs []string, x string) bool {
 		}
 	}
 	return false
+}
+
+// OtherAppsImageIDs returns the images that the succeeded deployments of
+// the other applications on appID's server ran: their image ids and
+// every service's image of their kept compose releases; distinct.
+func (s *Store) OtherAppsImageIDs(ctx context.Context, appID string) ([]string, error) {
+	var rows []struct {
+		ImageID     string `db:"image_id"`
+		KeptRelease string `db:"kept_release"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT d.image_id, d.kept_release FROM deployments d
+		WHERE d.status = 'succeeded' AND d.app_id != ?
+		AND d.app_id IN (SELECT o.id FROM applications o WHERE o.server_id = (SELECT a.server_id FROM applications a WHERE a.id = ?))`),
+		appID, appID); err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	out := []string{}
+	add := func(id string) {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	for _, r := range rows {
+		add(r.ImageID)
+		if r.KeptRelease == "" {
+			continue
+		}
+		var rel apps.Release
+		if err := json.Unmarshal([]byte(r.KeptRelease), &rel); err != nil {
+			return nil, err
+		}
+		for _, id := range rel.Services {
+			add(id)
+		}
+	}
+	return out, nil
 }

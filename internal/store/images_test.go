@@ -107,3 +107,35 @@ func TestStoreOtherBucket(t *testing.T) {
 		}
 	})
 }
+
+// The images other applications on the server ran: their images and their
+// kept compose releases' images, not the application's own nor those of
+// another server's applications.
+func TestStoreOtherAppsImageIDs(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		srv, srv2 := mustCreateServer(t, s, "web-1"), mustCreateServer(t, s, "web-2")
+		web, api, stack, far := mustInsertApp(t, s, srv, "web"), mustInsertApp(t, s, srv, "api"), mustInsertApp(t, s, srv, "stack"),
+			mustInsertApp(t, s, srv2, "far")
+		mustSucceed(t, s, web, t0, "sha256:own")
+		mustSucceed(t, s, api, t0.Add(time.Second), "sha256:api")
+		mustSucceed(t, s, far, t0.Add(2*time.Second), "sha256:far")
+		d := mustQueueDeployment(t, s, stack, t0.Add(3*time.Second))
+		if _, _, ok, err := s.ClaimDeployment(ctx, stack.ID, t0.Add(3*time.Second)); err != nil || !ok {
+			t.Fatalf("claim: %v %v", ok, err)
+		}
+		if ok, err := s.FinishDeployment(ctx, d.ID, apps.Finish{Status: apps.Succeeded, ImageID: "sha256:front", At: t0.Add(3 * time.Second),
+			Release: &apps.Release{Services: map[string]string{"front": "sha256:front", "cache": "sha256:redis"}}}); err != nil || !ok {
+			t.Fatalf("finish: %v %v", ok, err)
+		}
+		mustQueueDeployment(t, s, api, t0.Add(4*time.Second)) // queued: ran nothing
+		got, err := s.OtherAppsImageIDs(ctx, web.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(got)
+		if want := []string{"sha256:api", "sha256:front", "sha256:redis"}; !slices.Equal(got, want) {
+			t.Fatalf("other applications' images: %v, want %v", got, want)
+		}
+	})
+}

@@ -36,7 +36,11 @@ import (
 //     answering, the proxy switched, the old one stopped;
 //  4. the other services are replaced, in dependency order, where what
 //     they run changed (a container created with the same image and
-//     settings stays, so a cache keeps serving through releases).
+//     settings stays, so a cache keeps serving through releases);
+//  5. the images of releases no longer kept are removed, as the control
+//     plane names them (DeployPayload.PruneImageIDs), except those of the
+//     new release, of the kept ones (KeepImageIDs) and any image a
+//     container on the server uses.
 //
 // Named volumes (capstan-<app id>-<volume>) outlive containers and
 // releases; app.remove removes them only when told to purge.
@@ -251,6 +255,22 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 	for name, ps := range plan {
 		services[name] = ps.image.ID
 	}
+
+	// 5. The images of the releases no longer kept, as the control plane
+	// names them: never one the new release, a kept release or any
+	// container runs.
+	pruned := []string{}
+	if len(p.PruneImageIDs) > 0 {
+		keep := slices.Clone(p.KeepImageIDs)
+		for _, id := range services {
+			keep = append(keep, id)
+		}
+		if ctx.Err() == nil {
+			pruned = prune(ctx, cli, p.PruneImageIDs, keep, web.image.ID, events)
+		} else {
+			events.Emit(agentproto.LevelWarn, "not pruning old images: the job's time ran out", nil)
+		}
+	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("released deployment %s: %d services; %s serves on %s", p.DeploymentID, len(plan), s.Name, s.upstream()), nil)
 	return agentproto.DeployResult{
 		ContainerID:     s.ID,
@@ -259,7 +279,7 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 		HostPort:        s.HostPort,
 		Pulled:          web.image.Pulled,
 		RemovedIDs:      removed,
-		PrunedImageIDs:  []string{},
+		PrunedImageIDs:  pruned,
 		HealthStatus:    healthy.Status,
 		HealthCheckedAt: healthy.At.Format(time.RFC3339Nano),
 		Services:        services,
