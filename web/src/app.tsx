@@ -8,10 +8,12 @@ import { Fleet } from "./screens/Fleet";
 import { NotFound } from "./screens/NotFound";
 import { signOut } from "./screens/signout";
 import { Enroll } from "./screens/Enroll";
-import { ServerDetail } from "./screens/Server";
+import { lazy } from "./components/lazy";
 import { JobDetail, Jobs } from "./screens/Jobs";
 import { stream } from "./lib/stream";
 import { useStreamState } from "./lib/live";
+
+const ServerDetail = lazy(() => import("./screens/Server").then((m) => m.ServerDetail), "the server");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {

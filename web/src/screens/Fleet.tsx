@@ -8,6 +8,7 @@ import { asProblem, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
 import { serverStatusAfter, useLive } from "../lib/live";
 import { visibleRange } from "../lib/virtual";
+import { Pool, sparkPoints } from "../lib/spark";
 
 type Server = Schemas["ServerSummary"];
 
@@ -156,11 +157,32 @@ export function Fleet() {
   );
 }
 
+interface Spark {
+  cpu: (number | null)[];
+  memory: (number | null)[];
+}
+
 function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort: (k: SortKey) => void }) {
   const box = useRef<HTMLDivElement>(null);
   const [scroll, setScroll] = useState(0);
   const [height, setHeight] = useState(600);
   const marked = useRef(false);
+  const [, setSparkVersion] = useState(0);
+  // The last hour of the rows in view, fetched once scrolling settles,
+  // four at a time: never for 10,000 servers at once.
+  const sparks = useMemo(
+    () =>
+      new Pool<Spark>(
+        4,
+        async (id) => {
+          const d = await ok(api.GET("/api/v1/servers/{id}/metrics", { params: { path: { id }, query: { range: "1h" } } }));
+          const pts = d.series ?? [];
+          return { cpu: pts.map((p) => p.cpu_percent), memory: pts.map((p) => p.memory_used_percent) };
+        },
+        () => setSparkVersion((v) => v + 1),
+      ),
+    [],
+  );
 
   useLayoutEffect(() => {
     const el = box.current!;
@@ -178,7 +200,11 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
     }
   });
 
-  const { start, end } = visibleRange(rows.length, ROW, scroll, height);
+  const { start, end } = visibleRange(rows.length, ROW, scroll, height, 0);
+  useEffect(() => {
+    const t = setTimeout(() => sparks.want(rows.slice(start, end).filter((s) => s.latest_metrics).map((s) => s.id)), 250);
+    return () => clearTimeout(t);
+  }, [start, end, rows]);
   const now = Date.now();
   return (
     <div class="table" role="table" aria-label="Servers" aria-rowcount={rows.length + 1}>
@@ -197,7 +223,8 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
       </div>
       <div class="tbody" role="rowgroup" ref={box} onScroll={(e) => setScroll((e.target as HTMLDivElement).scrollTop)}>
         <div class="spacer" style={{ height: `${rows.length * ROW}px` }}>
-          {rows.slice(start, end).map((s, i) => {
+          {rows.slice(Math.max(0, start - 8), Math.min(rows.length, end + 8)).map((s, j) => {
+            const i = j + Math.max(0, start - 8) - start;
             const m = s.latest_metrics;
             return (
               <div key={s.id} class="tr" role="row" aria-rowindex={start + i + 2} style={{ transform: `translateY(${(start + i) * ROW}px)` }}>
@@ -213,10 +240,10 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
                   <StatusBadge status={s.status} />
                 </div>
                 <div role="cell" class="c-num">
-                  <Meter label="CPU" value={m?.cpu_percent} />
+                  <Meter label="CPU" value={m?.cpu_percent} spark={sparks.done.get(s.id)?.cpu} />
                 </div>
                 <div role="cell" class="c-num">
-                  <Meter label="Memory" value={m?.memory_used_percent} />
+                  <Meter label="Memory" value={m?.memory_used_percent} spark={sparks.done.get(s.id)?.memory} />
                 </div>
                 <div role="cell" class="c-num">
                   <Meter label="Disk" value={m?.disk_used_percent} />
@@ -234,14 +261,21 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
   );
 }
 
-function Meter({ label, value }: { label: string; value: number | null | undefined }) {
+function Meter({ label, value, spark }: { label: string; value: number | null | undefined; spark?: (number | null)[] }) {
   if (value == null) return <span class="muted">–</span>;
   const level = value >= 90 ? "hot" : value >= 75 ? "warm" : "ok";
+  const points = spark ? sparkPoints(spark, 56, 18) : "";
   return (
     <span class="meter" title={`${label} ${percent(value)}`}>
-      <span class={"bar " + level}>
-        <span style={{ width: `${Math.min(100, Math.max(0, value))}%` }} />
-      </span>
+      {points ? (
+        <svg class={"spark " + level} width="56" height="18" viewBox="0 0 56 18" aria-hidden="true">
+          <polyline points={points} fill="none" />
+        </svg>
+      ) : (
+        <span class={"bar " + level}>
+          <span style={{ width: `${Math.min(100, Math.max(0, value))}%` }} />
+        </span>
+      )}
       {percent(value)}
     </span>
   );

@@ -1,0 +1,68 @@
+// Measures the fleet page in headless Chromium against a running control
+// plane with many servers (enrolled by capstan-fleetsim): its first render
+// (from navigation start, and from the page's own start of the fleet
+// screen to the rows on screen) and the frame times while scrolling the
+// whole list. It signs in as a user whose TOTP secret it is given.
+//
+//   CAPSTAN_URL=http://127.0.0.1:8080 CAPSTAN_EMAIL=… CAPSTAN_PASSWORD=… \
+//   CAPSTAN_TOTP_SECRET=… node e2e/fleet-bench.mjs
+import { launch, totp } from "./lib.mjs";
+
+const url = process.env.CAPSTAN_URL;
+const runs = Number(process.env.CAPSTAN_RUNS ?? 5);
+const browser = await launch();
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 720 } });
+  const page = await context.newPage();
+  await page.goto(url + "/sign-in");
+  await page.getByLabel("E-mail").fill(process.env.CAPSTAN_EMAIL);
+  await page.getByLabel("Password").fill(process.env.CAPSTAN_PASSWORD);
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByLabel("Code from your authenticator app").fill(totp(process.env.CAPSTAN_TOTP_SECRET));
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL(url + "/", { timeout: 60_000 });
+
+  const loads = [];
+  for (let i = 0; i < runs; i++) {
+    // A reload: the console boots, renews its token from the refresh
+    // cookie, fetches every server and renders the visible rows.
+    await page.goto(url + "/servers");
+    await page.waitForFunction(() => performance.getEntriesByName("capstan:fleet-first-render").length > 0, null, { timeout: 60_000 });
+    loads.push(
+      await page.evaluate(() => {
+        const m = performance.getEntriesByName("capstan:fleet-first-render")[0];
+        const done = performance.getEntriesByName("capstan:fleet-rendered")[0];
+        const rows = document.querySelectorAll(".tbody .tr").length;
+        const count = document.querySelector(".counts span")?.textContent;
+        return { fromNavigation: done.startTime, fetchAndRender: m.duration, rows, count };
+      }),
+    );
+  }
+  // Scroll the whole list, a step per frame, recording frame intervals.
+  const frames = await page.evaluate(async () => {
+    const box = document.querySelector(".tbody");
+    const out = [];
+    let last = performance.now();
+    const steps = 600;
+    for (let i = 1; i <= steps; i++) {
+      box.scrollTop = (box.scrollHeight * i) / steps;
+      await new Promise((r) => requestAnimationFrame(() => r()));
+      const now = performance.now();
+      out.push(now - last);
+      last = now;
+    }
+    return out;
+  });
+  const sorted = [...frames].sort((a, b) => a - b);
+  const q = (p) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
+  const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  console.log(JSON.stringify({
+    servers: loads[0].count,
+    rowsRendered: loads[0].rows,
+    firstRenderFromNavigationMs: { runs: loads.map((l) => Math.round(l.fromNavigation)), median: Math.round(med(loads.map((l) => l.fromNavigation))) },
+    fetchAndRenderMs: { runs: loads.map((l) => Math.round(l.fetchAndRender)), median: Math.round(med(loads.map((l) => l.fetchAndRender))) },
+    scrollFrameMs: { frames: frames.length, p50: +q(0.5).toFixed(1), p95: +q(0.95).toFixed(1), max: +sorted[sorted.length - 1].toFixed(1) },
+  }, null, 2));
+} finally {
+  await browser.close();
+}
