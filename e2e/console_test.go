@@ -20,7 +20,8 @@ import (
 // plane and a real agent on this host's Docker engine: sign in with a
 // computed TOTP code; enroll a server and see it come online without a
 // reload when its agent starts; restart a container and see the job
-// finish live. axe-core finds no serious violation on any screen, and no
+// finish live; read its log and follow it. axe-core finds no serious
+// violation on any screen, and no
 // CSP violation or page error happens. Screenshots go to web/test-results/.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
@@ -103,7 +104,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		t.Fatalf("console.mjs: %v\nsteps: %v\nstderr:\n%s", err, steps, stderr.String())
 	}
-	if want := "signed-in enroll-token online-seen job-succeeded done"; strings.Join(steps, " ") != want {
+	if want := "signed-in enroll-token online-seen job-succeeded logs-followed done"; strings.Join(steps, " ") != want {
 		t.Fatalf("console.mjs steps %v, want %s", steps, want)
 	}
 }

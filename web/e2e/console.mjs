@@ -4,11 +4,12 @@
 //
 //   sign in with a computed TOTP code → the fleet → enroll a server and
 //   watch it come online without reloading → restart a container and watch
-//   its job finish live → the jobs list and the job.
+//   its job finish live → read and follow its log → the jobs list and the
+//   job.
 //
 // axe-core runs on every screen; screenshots of each, in light and dark
 // and at phone size, go to web/test-results/. Lines on stdout report to
-// the Go test: "enroll-token T", "job-succeeded ID SEEN_MS", "figure ...".
+// the Go test: "enroll-token T", "job-succeeded ID SEEN_MS", and the steps.
 import { axe, launch, say, shots, totp, watchPage } from "./lib.mjs";
 
 const url = process.env.CAPSTAN_URL;
@@ -122,6 +123,24 @@ try {
   const seenAt = await page.evaluate(() => globalThis.__succeededAt);
   const jobHref = await item.getByRole("link").getAttribute("href");
   say("job-succeeded", jobHref.split("/").pop(), String(seenAt));
+
+  // The container's log: a read, then following it as it grows.
+  await page.getByRole("tab", { name: "Logs" }).click();
+  await page.getByLabel("Log source").selectOption(`container:${container}`);
+  await page.getByRole("button", { name: "Read", exact: true }).click();
+  const log = page.getByLabel("Log lines");
+  await page.waitForFunction(() => {
+    const t = document.querySelector("pre.log")?.textContent ?? "";
+    return t !== "" && !t.startsWith("No lines read yet");
+  }, null, wait);
+  const count = async () => ((await log.textContent()) ?? "").split("\n").length;
+  const before = await count();
+  await page.getByLabel("Follow").check();
+  await page.waitForFunction((n) => (document.querySelector("pre.log")?.textContent ?? "").split("\n").length > n, before, wait);
+  await page.getByLabel("Follow").uncheck();
+  say("logs-followed");
+  await axe(page, "server-logs");
+  await shots(page, "server-logs");
 
   // The jobs list and the job, with its events.
   await page.getByRole("link", { name: "Jobs" }).click();

@@ -73,8 +73,16 @@ export async function shots(page, screen) {
   await page.setViewportSize({ width: 390, height: 844 });
   await page.screenshot({ path: join(outDir, `${screen}-phone.png`) });
   // The phone view must not scroll sideways.
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
-  if (overflow > 1) throw new Error(`${screen}: at 390 px the page is ${overflow} px wider than the screen`);
+  const overflow = await page.evaluate(() => {
+    const w = document.documentElement.clientWidth;
+    const over = document.documentElement.scrollWidth - w;
+    const wide = [...document.querySelectorAll("body *")]
+      .filter((e) => e.getBoundingClientRect().right > w + 1 && !e.closest(".scroll-x"))
+      .slice(-3)
+      .map((e) => `${e.tagName.toLowerCase()}.${e.className} (${Math.round(e.getBoundingClientRect().right)} px)`);
+    return { over, wide };
+  });
+  if (overflow.over > 1) throw new Error(`${screen}: at 390 px the page is ${overflow.over} px wider than the screen: ${overflow.wide.join(", ")}`);
   await page.setViewportSize(size);
 }
 

@@ -32,3 +32,28 @@ export function serverStatusAfter(eventType: string): string | null {
       return null;
   }
 }
+
+// The newest state of each job the stream reported, so that a screen that
+// learns of a job from an API answer (the action it queued) does not miss
+// a change the stream brought before that answer: a fast job can finish
+// before the request that queued it returns.
+const seenJobs = new Map<string, { id: string; status: string }>();
+stream.on("job", (j) => {
+  if (!j?.id) return;
+  seenJobs.delete(j.id);
+  seenJobs.set(j.id, j);
+  if (seenJobs.size > 1000) seenJobs.delete(seenJobs.keys().next().value!);
+});
+
+const jobRank: Record<string, number> = { queued: 0, running: 1, succeeded: 2, failed: 2, cancelled: 2 };
+
+// newestJob returns the later of a job as an API answer gave it and as
+// the stream last reported it.
+export function newestJob<T extends { id: string; status: string }>(j: T): T {
+  return pickNewer(j, seenJobs.get(j.id) as Partial<T> | undefined);
+}
+
+export function pickNewer<T extends { id: string; status: string }>(j: T, seen: Partial<T> | undefined): T {
+  if (!seen?.status) return j;
+  return (jobRank[seen.status] ?? 0) > (jobRank[j.status] ?? 0) ? { ...j, ...seen } : j;
+}

@@ -30,3 +30,13 @@ describe("stream", () => {
     expect(serverStatusAfter("alert.opened")).toBeNull();
   });
 });
+
+describe("jobs the stream reported", () => {
+  it("keep the later state of a job", async () => {
+    const { pickNewer } = await import("./live");
+    const queued = { id: "job_1", status: "queued", error: null as string | null };
+    expect(pickNewer(queued, { id: "job_1", status: "succeeded" }).status).toBe("succeeded");
+    expect(pickNewer({ ...queued, status: "failed", error: "x" }, { status: "running" }).status).toBe("failed");
+    expect(pickNewer(queued, undefined)).toBe(queued);
+  });
+});

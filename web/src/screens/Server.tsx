@@ -1,10 +1,11 @@
 import { useEffect, useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
+import { Logs } from "./Logs";
 import { Confirm, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago, bytes, percent } from "../lib/format";
-import { serverStatusAfter, useLive } from "../lib/live";
+import { newestJob, serverStatusAfter, useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 
 type Detail = Schemas["ServerDetail"];
@@ -23,7 +24,7 @@ interface Pending {
 export function ServerDetail({ id }: { id: string }) {
   const [srv, setSrv] = useState<Detail | null>(null);
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [tab, setTab] = useState<"overview" | "services" | "containers" | "ports">("overview");
+  const [tab, setTab] = useState<"overview" | "services" | "containers" | "ports" | "logs">("overview");
   const [jobs, setJobs] = useState<Job[]>([]);
   const [confirm, setConfirm] = useState<Pending | null>(null);
   const admin = currentUser()?.admin ?? false;
@@ -65,7 +66,8 @@ export function ServerDetail({ id }: { id: string }) {
     try {
       const payload = p.type.startsWith("service.") ? { unit: p.target } : { container: p.target };
       const res = await ok(api.POST("/api/v1/servers/{id}/actions", { params: { path: { id } }, body: { type: p.type, payload } }));
-      setJobs((list) => [res.job, ...list.filter((j) => j.id !== res.job.id)]);
+      const job = newestJob(res.job);
+      setJobs((list) => [job, ...list.filter((j) => j.id !== job.id)]);
     } catch (err) {
       setProblem(asProblem(err));
     }
@@ -111,7 +113,7 @@ export function ServerDetail({ id }: { id: string }) {
         </div>
       )}
       <div class="tabs" role="tablist" aria-label="Server sections">
-        {(["overview", "services", "containers", "ports"] as const).map((t) => (
+        {(["overview", "services", "containers", "ports", ...(admin ? (["logs"] as const) : [])] as const).map((t) => (
           <button key={t} type="button" role="tab" aria-selected={tab === t} onClick={() => setTab(t)}>
             {t[0].toUpperCase() + t.slice(1)}
           </button>
@@ -261,6 +263,9 @@ export function ServerDetail({ id }: { id: string }) {
           </table>
           {!inv?.ports?.length && <p class="muted">No listening ports reported.</p>}
         </div>
+      )}
+      {tab === "logs" && admin && (
+        <Logs serverId={id} units={(inv?.services ?? []).map((s) => s.name)} containers={(inv?.containers ?? []).map((c) => c.name)} />
       )}
       {confirm && (
         <Confirm
