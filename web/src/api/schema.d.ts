@@ -120,7 +120,7 @@ export interface paths {
         put?: never;
         /**
          * Report the applications' health probes
-         * @description The results of probing every application container's health path on its loopback port (every 30 s). Probes of applications that are not on this server are ignored. At most 1,000 probes (422 beyond); rate limited per server (429 with Retry-After).
+         * @description The results of probing every application's health path on its loopback port (every 30 s): a container application's live container, a compose application's web service, a service application's live slot. Probes of applications that are not on this server are ignored. At most 1,000 probes (422 beyond); rate limited per server (429 with Retry-After). Answers 204, or with want_targets 200 and the applications of the server with a live release, each with its kind, live deployment, health path and container port: the ones to probe.
          *
          *     An enrolled agent, with its agent token.
          */
@@ -2017,7 +2017,7 @@ export interface paths {
          *     | `inode_high` | filesystem | percent | 1 to 100 | 90 | 300 s | 5 percent past the threshold | all, tag, server | a filesystem's used inodes are at or above threshold percent (one alert per filesystem) |
          *     | `swap_high` | server | percent | 1 to 100 | 80 | 600 s | 5 percent past the threshold | all, tag, server | swap used is at or above threshold percent (servers without swap never match) |
          *     | `app_down` | application | none | 0 only | 0 | 120 s | when the condition clears | all, tag, server, application | the health probes of the application's running container (its health_path on its loopback port, every 30 s) fail; threshold is always 0 |
-         *     | `tls_expiring` | domain | days | 1 to 90 | 14 | 0 s | 1 days past the threshold | all, tag, server, application, domain | the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired |
+         *     | `tls_expiring` | domain | days | 1 to 90 | 14 | 0 s | 1 days past the threshold | all, tag, server, application, domain | the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired; the threshold is capped at a third of the certificate's lifetime (not_before to not_after), when renewers start renewing, so a short-lived certificate (12 hours from Caddy's local CA) alerts only once less than a third of its life remains |
          *
          *     A condition must hold for the rule's duration (seconds) before an alert opens; there is at most one open alert per rule and subject. Rules are evaluated every 30 seconds and on POST /api/v1/monitoring/evaluate.
          *
@@ -2040,7 +2040,7 @@ export interface paths {
          *     | `inode_high` | filesystem | percent | 1 to 100 | 90 | 300 s | 5 percent past the threshold | all, tag, server | a filesystem's used inodes are at or above threshold percent (one alert per filesystem) |
          *     | `swap_high` | server | percent | 1 to 100 | 80 | 600 s | 5 percent past the threshold | all, tag, server | swap used is at or above threshold percent (servers without swap never match) |
          *     | `app_down` | application | none | 0 only | 0 | 120 s | when the condition clears | all, tag, server, application | the health probes of the application's running container (its health_path on its loopback port, every 30 s) fail; threshold is always 0 |
-         *     | `tls_expiring` | domain | days | 1 to 90 | 14 | 0 s | 1 days past the threshold | all, tag, server, application, domain | the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired |
+         *     | `tls_expiring` | domain | days | 1 to 90 | 14 | 0 s | 1 days past the threshold | all, tag, server, application, domain | the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired; the threshold is capped at a third of the certificate's lifetime (not_before to not_after), when renewers start renewing, so a short-lived certificate (12 hours from Caddy's local CA) alerts only once less than a third of its life remains |
          *
          *     A condition must hold for the rule's duration (seconds) before an alert opens; there is at most one open alert per rule and subject. Rules are evaluated every 30 seconds and on POST /api/v1/monitoring/evaluate.
          *
@@ -3561,6 +3561,11 @@ export interface components {
              * @description Expiry of the certificate the proxy serves; null if none
              */
             cert_not_after: string | null;
+            /**
+             * Format: date-time
+             * @description Start of the validity of the certificate the proxy serves (with cert_not_after, its lifetime, which tls_expiring judges it by); null if none, or checked by an agent that does not report it
+             */
+            cert_not_before: string | null;
             /** Format: date-time */
             checked_at: string;
             /**
@@ -3908,6 +3913,18 @@ export interface components {
         };
         HealthReport: {
             probes: components["schemas"]["AppProbe"][] | null;
+            want_targets?: boolean;
+        };
+        HealthTarget: {
+            app_id: string;
+            /** Format: int64 */
+            container_port?: number;
+            deployment_id: string;
+            health_path: string;
+            kind: string;
+        };
+        HealthTargets: {
+            apps: components["schemas"]["HealthTarget"][] | null;
         };
         HeartbeatRequest: {
             agent_version: string;
@@ -5760,12 +5777,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description No Content */
-            204: {
+            /** @description OK */
+            200: {
                 headers: {
                     [name: string]: unknown;
                 };
-                content?: never;
+                content: {
+                    "application/json": components["schemas"]["HealthTargets"];
+                };
             };
             /** @description Bad Request */
             400: {
