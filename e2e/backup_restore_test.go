@@ -38,7 +38,7 @@ func newRestoreRig(t *testing.T) *backupRig {
 
 // newImagesRig is a backup rig whose control plane names images, by
 // engine and version.
-func newImagesRig(t *testing.T, images map[string]map[string]string) *backupRig {
+func newImagesRig(t testing.TB, images map[string]map[string]string) *backupRig {
 	t.Helper()
 	list, err := json.Marshal(images)
 	if err != nil {

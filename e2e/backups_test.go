@@ -49,7 +49,7 @@ type backupRig struct {
 	localDir string
 }
 
-func newBackupRig(t *testing.T, d store.Dialect, args ...string) *backupRig {
+func newBackupRig(t testing.TB, d store.Dialect, args ...string) *backupRig {
 	t.Helper()
 	local := t.TempDir()
 	f := newFleet(t, Options{Dialect: d, Args: append([]string{"--backup-local-dir", local, "--backup-local-keep", "2"}, args...)})

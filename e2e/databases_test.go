@@ -135,7 +135,7 @@ func newDBRig(t *testing.T, d store.Dialect) *dbRig {
 
 // register registers an external instance and waits for its connection
 // test; it returns the instance as it is then.
-func (r *dbRig) register(t *testing.T, body map[string]any) DatabaseInfo {
+func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
 	t.Helper()
 	body["server_id"] = r.serverID
 	resp := r.Post(t, "/api/v1/databases/external", r.Token, body)

@@ -140,6 +140,8 @@ ensure_packages() {
 	have mariadb-install-db || pkgs+=(mariadb-server)
 	have redis-server || pkgs+=(redis-server)
 	have git || pkgs+=(git)
+	# The backup benchmark's shell pipeline encrypts with age.
+	have age || pkgs+=(age)
 	# The web console's build and browser tests: Node.js and npm (when the
 	# machine has none of its own) and Debian's Chromium, which
 	# playwright-core drives headless.
