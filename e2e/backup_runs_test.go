@@ -32,7 +32,8 @@ type BackupRun struct {
 	Size       int64  `json:"size"`
 	SHA256     string `json:"sha256"`
 	Manifest   *struct {
-		Kind   string `json:"kind"`
+		Kind   string           `json:"kind"`
+		Keys   map[string]int64 `json:"keys"`
 		Tables []struct {
 			Name     string `json:"name"`
 			Rows     int64  `json:"rows"`

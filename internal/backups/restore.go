@@ -110,6 +110,10 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 	if err != nil {
 		return jobs.Job{}, err
 	}
+	if agentproto.EngineKind(run.Engine) != agentproto.EngineKindSQL {
+		return jobs.Job{}, fault.Invalidf("run_id", "a %s backup is restored by hand (see the documentation); it can be verified here",
+			run.Engine)
+	}
 	if into == "" {
 		into = run.Database
 	}

@@ -207,11 +207,18 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return RunView{}, jobs.Job{}, err
 	}
-	switch src.Instance.Engine {
-	case agentproto.EnginePostgres, agentproto.EngineMariaDB, agentproto.EngineMySQL:
+	ext := "sql"
+	switch agentproto.EngineKind(src.Instance.Engine) {
+	case agentproto.EngineKindSQL:
+	case agentproto.EngineKindKV:
+		// A snapshot holds every database of the instance.
+		if database != "" {
+			return RunView{}, jobs.Job{}, fault.Invalidf("database", "must be left out: a %s backup is a snapshot of the whole instance",
+				src.Instance.Engine)
+		}
+		src.Database, ext = "", "rdb"
 	default:
-		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "backups of %s are not supported yet; PostgreSQL, MariaDB and MySQL instances are",
-			src.Instance.Engine)
+		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "backups of %s are not supported", src.Instance.Engine)
 	}
 	storage, creds, err := s.storage(ctx)
 	if err != nil {
@@ -220,7 +227,10 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	now := s.now().UTC()
 	run := Run{ID: ids.NewAt(RunIDPrefix, now), InstanceID: instanceID, ServerID: src.Instance.ServerID, Engine: src.Instance.Engine,
 		Database: src.Database, Trigger: trigger, JobID: jobs.NewID(now), Status: StatusQueued, CreatedBy: actor.ID, CreatedAt: now}
-	run.RemoteKey = fmt.Sprintf("%s/%s/%s.sql.gz.age", instanceID, src.Database, run.ID)
+	run.RemoteKey = fmt.Sprintf("%s/%s/%s.%s.gz.age", instanceID, src.Database, run.ID, ext)
+	if src.Database == "" {
+		run.RemoteKey = fmt.Sprintf("%s/%s.%s.gz.age", instanceID, run.ID, ext)
+	}
 	if err := s.store.InsertBackupRun(ctx, run); err != nil {
 		return RunView{}, jobs.Job{}, err
 	}

@@ -44,8 +44,8 @@ type backupJobInput struct {
 
 type backupRunInput struct {
 	Body struct {
-		InstanceID string `json:"instance_id" maxLength:"64" doc:"The database instance (a ready PostgreSQL, MariaDB or MySQL instance)"`
-		Database   string `json:"database,omitempty" maxLength:"64" doc:"The database to back up; the instance's initial database when absent"`
+		InstanceID string `json:"instance_id" maxLength:"64" doc:"The database instance (a ready PostgreSQL, MariaDB, MySQL, Redis or Valkey instance)"`
+		Database   string `json:"database,omitempty" maxLength:"64" doc:"The database to back up; the instance's initial database when absent. Left out for Redis and Valkey, whose backup is an RDB snapshot of the whole instance"`
 	}
 }
 
@@ -97,7 +97,8 @@ func (s *Server) registerBackups() {
 		Description: "Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the " +
 			"local copy), checks its size and SHA-256, decrypts it (the identity reaches the agent in this job's secrets only), " +
 			"restores it into a throwaway database on the same server, compares every table's rows and checksum with the " +
-			"manifest, and drops the throwaway database. The run's verified becomes {at, ok, details} with what was compared; " +
+			"manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container " +
+			"of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; " +
 			"a failure publishes backup.verify_failed. 409 for a backup that did not succeed. Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
@@ -116,9 +117,10 @@ func (s *Server) registerBackups() {
 		Summary: "Restore a backup into a new database or in place of one",
 		Description: "Queues backup.restore (202). mode new restores into a new database named into (the job fails if it " +
 			"exists); mode replace restores into a temporary database first, compares it with the manifest, and only then swaps " +
-			"it in place of into (renaming, after ending the sessions connected to into), so a failed restore never leaves " +
-			"the target half-written. The object is fetched from the storage and checked like a verification. 422 for an " +
-			"invalid mode or name, 409 for a backup that did not succeed. Audited.",
+			"it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; " +
+			"MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target " +
+			"half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or " +
+			"name and for a Redis/Valkey backup (restored by hand), 409 for a backup that did not succeed. Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *backupRestoreInput) (*acceptedOutput, error) {
 		if s.deps.Backups == nil {

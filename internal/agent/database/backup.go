@@ -57,12 +57,6 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	if err := jsonPayload(job, &p); err != nil {
 		return fail(err)
 	}
-	if agentproto.EngineKind(p.Target.Engine) != agentproto.EngineKindSQL {
-		return fail(fmt.Errorf("%s backups are not supported by this agent", p.Target.Engine))
-	}
-	if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
-		return fail(err)
-	}
 	recipient, err := age.ParseX25519Recipient(p.Recipient)
 	if err != nil {
 		return fail(fmt.Errorf("invalid recipient: %w", err))
@@ -77,26 +71,21 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	}
 	password := secrets[agentproto.SecretDBPassword]
 
-	t := b.Transfer
-	exp := agentproto.DBExportPayload{Target: p.Target, Source: p.Source, Database: p.Database}
-	r, c, cleanup, err := t.dumper(ctx, exp, password, events)
+	var src *dumpSource
+	switch agentproto.EngineKind(p.Target.Engine) {
+	case agentproto.EngineKindSQL:
+		src, err = b.sqlSource(ctx, p, password, events, &res)
+	case agentproto.EngineKindKV:
+		src, err = redisSource(ctx, p, password, events, &res)
+	default:
+		err = fmt.Errorf("%s backups are not supported by this agent", p.Target.Engine)
+	}
 	if err != nil {
 		return fail(err)
 	}
-	defer cleanup()
-	call := dumpCall(p.Target.Engine, p.Database, c)
-	res.Tool, res.ToolVersion = r.kind(), toolVersion(ctx, r, p.Target.Engine)
-	// The manifest is taken in a snapshot the dump shares.
-	snap, err := b.snapshot(ctx, p.Target, password, p.Database)
-	if err != nil {
-		return fail(fmt.Errorf("taking the snapshot: %w", err))
-	}
-	defer snap.Close()
-	call = snap.dumpCall(call)
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s", p.Database, call.Args[0], r),
-		map[string]any{"tool": r.kind(), "tool_version": res.ToolVersion})
+	defer src.close()
 
-	local, err := b.localFile(p)
+	local, err := b.localFile(p, src.ext)
 	if err != nil {
 		return fail(err)
 	}
@@ -123,12 +112,7 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 				return err
 			}
 			gz, _ := gzip.NewWriterLevel(enc, exportGzipLevel)
-			out := snap.watch(io.MultiWriter(gz, dumped))
-			err = r.run(ctx, call, nil, out)
-			if w, ok := out.(*snapshotWatch); ok {
-				w.end()
-			}
-			if err != nil {
+			if err := src.dump(ctx, io.MultiWriter(gz, dumped)); err != nil {
 				return err
 			}
 			if err := gz.Close(); err != nil {
@@ -149,7 +133,7 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	defer stopCount()
 	manifestDone := make(chan counted, 1)
 	go func() {
-		m, err := snap.manifest(mctx)
+		m, err := src.manifest(mctx)
 		manifestDone <- counted{m, err}
 	}()
 	sent := newHasher(pr)
@@ -177,10 +161,11 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	}
 	manifest := mc.m
 	res.Manifest = &manifest
-	if err := snap.Close(); err != nil {
+	if err := src.close(); err != nil {
 		return fail(fmt.Errorf("ending the snapshot: %w", err))
 	}
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("manifest of %d tables taken in the dump's snapshot", len(manifest.Tables)), nil)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("manifest of %d %s taken in the dump's snapshot", len(manifest.Tables),
+		map[string]string{agentproto.BackupManifestSQL: "tables", agentproto.BackupManifestKV: "databases"}[manifest.Kind]), nil)
 	res.Step = backupStepReadBack
 	res.Remote = &agentproto.BackupObject{Key: obj.Key, Size: obj.Size, SHA256: obj.SHA256}
 	if obj.Size != sent.n || obj.SHA256 != sent.sum() {
@@ -201,10 +186,62 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	return res, nil, nil
 }
 
+// dumpSource is what a backup dumps: dump writes the dump, manifest
+// describes it (it may run while dump does, and waits for what it needs),
+// close ends what they share (more than once is fine).
+type dumpSource struct {
+	dump     func(ctx context.Context, w io.Writer) error
+	manifest func(ctx context.Context) (agentproto.BackupManifest, error)
+	close    func() error
+	// ext names the object's content: "sql" or "rdb".
+	ext string
+}
+
+// sqlSource dumps a SQL database with its engine's dump tool in the
+// snapshot its manifest is taken in.
+func (b *Backups) sqlSource(ctx context.Context, p agentproto.BackupRunPayload, password string, events agent.EventSink,
+	res *agentproto.BackupRunResult) (*dumpSource, error) {
+	if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
+		return nil, err
+	}
+	exp := agentproto.DBExportPayload{Target: p.Target, Source: p.Source, Database: p.Database}
+	r, c, cleanup, err := b.Transfer.dumper(ctx, exp, password, events)
+	if err != nil {
+		return nil, err
+	}
+	call := dumpCall(p.Target.Engine, p.Database, c)
+	res.Tool, res.ToolVersion = r.kind(), toolVersion(ctx, r, p.Target.Engine)
+	// The manifest is taken in a snapshot the dump shares.
+	snap, err := b.snapshot(ctx, p.Target, password, p.Database)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("taking the snapshot: %w", err)
+	}
+	call = snap.dumpCall(call)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s", p.Database, call.Args[0], r),
+		map[string]any{"tool": r.kind(), "tool_version": res.ToolVersion})
+	return &dumpSource{ext: "sql",
+		dump: func(ctx context.Context, w io.Writer) error {
+			out := snap.watch(w)
+			err := r.run(ctx, call, nil, out)
+			if w, ok := out.(*snapshotWatch); ok {
+				w.end()
+			}
+			return err
+		},
+		manifest: snap.manifest,
+		close: func() error {
+			err := snap.Close()
+			cleanup()
+			return err
+		},
+	}, nil
+}
+
 const partialSuffix = ".partial"
 
 // localFile creates the local copy's file, or nil when none is kept.
-func (b *Backups) localFile(p agentproto.BackupRunPayload) (*os.File, error) {
+func (b *Backups) localFile(p agentproto.BackupRunPayload, ext string) (*os.File, error) {
 	if p.LocalKeep <= 0 {
 		return nil, nil
 	}
@@ -212,7 +249,7 @@ func (b *Backups) localFile(p agentproto.BackupRunPayload) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("the local backup directory: %w", err)
 	}
-	name := filepath.Join(dir, filepath.Base(p.RunID)+".sql.gz.age"+partialSuffix)
+	name := filepath.Join(dir, filepath.Base(p.RunID)+"."+ext+".gz.age"+partialSuffix)
 	return os.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 }
 
@@ -247,7 +284,7 @@ func (b *Backups) keepLocal(f *os.File, p agentproto.BackupRunPayload) error {
 	}
 	var copies []string
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".sql.gz.age") {
+		if strings.HasSuffix(e.Name(), ".gz.age") {
 			copies = append(copies, e.Name())
 		}
 	}

@@ -42,6 +42,9 @@ func (b *Backups) verify(ctx context.Context, job agentproto.Job, secrets map[st
 	if err := jsonPayload(job, &p); err != nil {
 		return res, nil, err
 	}
+	if agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
+		return b.verifyKV(ctx, p, secrets, events, res)
+	}
 	admin, err := b.adminConn(ctx, p, secrets)
 	if err != nil {
 		return b.failed(res, err)
@@ -236,6 +239,22 @@ func sqlManifest(ctx context.Context, target agentproto.DBTarget, password, data
 // size and SHA-256 is errChecksum, whatever else failed.
 func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string,
 	events agent.EventSink, database string, res *agentproto.BackupVerifyResult) error {
+	return b.fetchLoadCompare(ctx, p, secrets, res,
+		func(object io.Reader, identity *age.X25519Identity) error {
+			return b.load(ctx, p, secrets, events, database, object, identity)
+		},
+		func(ctx context.Context) (agentproto.BackupManifest, error) {
+			return sqlManifest(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
+		})
+}
+
+// fetchLoadCompare fetches the object from the storage, loads it (load
+// decrypts and decompresses it as it streams), and compares what loaded
+// (loaded describes it) with the manifest. A fetched object that is not
+// the backup's size and SHA-256 is errChecksum, whatever else failed.
+func (b *Backups) fetchLoadCompare(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string,
+	res *agentproto.BackupVerifyResult, load func(io.Reader, *age.X25519Identity) error,
+	loaded func(context.Context) (agentproto.BackupManifest, error)) error {
 	identity, err := age.ParseX25519Identity(secrets[agentproto.SecretBackupIdentity])
 	if err != nil {
 		return errors.New("the job carries no valid decryption identity")
@@ -259,7 +278,7 @@ func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestore
 			obj.SHA256, p.Size, p.SHA256)
 	}
 	fetched := newHasher(rc)
-	loadErr := b.load(ctx, p, secrets, events, database, fetched, identity)
+	loadErr := load(fetched, identity)
 	// The rest of the object is read, so its checksum says whether a
 	// failed load was the object's fault.
 	if _, err := io.Copy(io.Discard, fetched); err != nil && loadErr == nil {
@@ -274,9 +293,9 @@ func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestore
 	if loadErr != nil {
 		return fmt.Errorf("restoring: %w", loadErr)
 	}
-	got, err := sqlManifest(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
+	got, err := loaded(ctx)
 	if err != nil {
-		return fmt.Errorf("counting the restored tables: %w", err)
+		return fmt.Errorf("counting what was restored: %w", err)
 	}
 	return compareManifest(p.Manifest, got, res)
 }
@@ -284,16 +303,10 @@ func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestore
 // load streams the object into database with the engine's load tool.
 func (b *Backups) load(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
 	database string, object io.Reader, identity *age.X25519Identity) error {
-	dec, err := age.Decrypt(object, identity)
+	unzipped, check, err := plaintext(object, identity)
 	if err != nil {
-		return fmt.Errorf("decrypting: %w", err)
+		return err
 	}
-	src := &sourceReader{r: dec}
-	gz, err := gzip.NewReader(src)
-	if err != nil {
-		return fmt.Errorf("decompressing: %w", err)
-	}
-	unzipped := &sourceReader{r: gz}
 	r, c, err := b.Transfer.loader(ctx, agentproto.DBImportPayload{Target: p.Target, Source: p.Source, Database: database},
 		secrets[agentproto.SecretDBPassword], events)
 	if err != nil {
@@ -316,13 +329,35 @@ func (b *Backups) load(ctx context.Context, p agentproto.BackupRestorePayload, s
 	call := loadCall(p.Target.Engine, agentproto.DBFormatSQL, database, c)
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading the backup into %s with %s %s", database, call.Args[0], r), nil)
 	err = r.run(ctx, call, stdin, newTail(stderrKeep))
-	switch {
-	case src.err != nil:
-		return fmt.Errorf("decrypting: %w", src.err)
-	case unzipped.err != nil:
-		return fmt.Errorf("decompressing: %w", unzipped.err)
+	if cerr := check(); cerr != nil {
+		return cerr
 	}
 	return err
+}
+
+// plaintext decrypts and decompresses an object as it is read; check
+// returns the decryption's or the decompression's error, if one failed,
+// which a tool reading the plaintext sees only as its input ending.
+func plaintext(object io.Reader, identity *age.X25519Identity) (io.Reader, func() error, error) {
+	dec, err := age.Decrypt(object, identity)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decrypting: %w", err)
+	}
+	src := &sourceReader{r: dec}
+	gz, err := gzip.NewReader(src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("decompressing: %w", err)
+	}
+	unzipped := &sourceReader{r: gz}
+	return unzipped, func() error {
+		switch {
+		case src.err != nil:
+			return fmt.Errorf("decrypting: %w", src.err)
+		case unzipped.err != nil:
+			return fmt.Errorf("decompressing: %w", unzipped.err)
+		}
+		return nil
+	}, nil
 }
 
 // compareManifest fills res.Tables and fails when a table differs.
