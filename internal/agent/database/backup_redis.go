@@ -257,11 +257,8 @@ func parseRDB(r *bufio.Reader) (agentproto.BackupManifest, error) {
 			}
 			db = int(n)
 		case rdbOpResizeDB:
-			if _, err := p.length(); err == nil {
+			if _, err = p.length(); err == nil {
 				_, err = p.length()
-			}
-			if err != nil {
-				return agentproto.BackupManifest{}, err
 			}
 		case rdbOpAux:
 			if err := p.skipStrings(2); err != nil {
@@ -294,7 +291,7 @@ func parseRDB(r *bufio.Reader) (agentproto.BackupManifest, error) {
 			t.add(db, typ, key)
 		}
 		if err != nil {
-			return agentproto.BackupManifest{}, fmt.Errorf("%w: %v", errRDB, err)
+			return agentproto.BackupManifest{}, err
 		}
 	}
 }
