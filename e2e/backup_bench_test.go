@@ -46,9 +46,9 @@ import (
 // everything running and writes three scripts into DIR for an outside timer: capstan-backup.sh
 // (one backup through the API, exit 0 when it succeeded),
 // shell-pipeline.sh (the pipeline above) and capstan-verify.sh (a
-// verification of the newest backup); agent.pid names the agent, whose
-// VmHWM in /proc is its peak resident memory. It stops when DIR/done
-// exists (or after an hour).
+// verification of the newest backup), and keeps the agent's peak
+// resident memory in DIR/agent-rss (see holdForTimer). It stops when
+// DIR/done exists (or after an hour).
 func BenchmarkBackupPostgres(b *testing.B) {
 	mb := 64
 	if v := os.Getenv("CAPSTAN_BENCH_DB_MB"); v != "" {
@@ -159,9 +159,19 @@ func (r *backupRig) recipient(tb testing.TB) string {
 // holdForTimer writes the scripts an outside timer runs and waits for
 // DIR/done.
 func (r *backupRig) holdForTimer(b *testing.B, dir, instanceID string, pid int) {
-	auth := fmt.Sprintf("-H 'Authorization: Bearer %s'", r.Token)
+	// Access tokens expire: the scripts read the one kept fresh in
+	// DIR/token.
+	tokenFile := filepath.Join(dir, "token")
+	refresh := func() {
+		s := signInUser(b, r.ControlPlane, r.Admin)
+		if err := os.WriteFile(tokenFile, []byte(s.AccessToken), 0o600); err != nil {
+			b.Fatal(err)
+		}
+	}
+	refresh()
+	auth := fmt.Sprintf(`-H "Authorization: Bearer $(cat '%s')"`, tokenFile)
 	wait := fmt.Sprintf(`while :; do
-	job=$(curl -sSf %s "%s/api/v1/backups/jobs/$id?wait=60")
+	job=$(curl -sSf %s "%s/api/v1/backups/jobs/$id?wait=30")
 	case "$job" in
 	*'"status":"succeeded"'*) exit 0 ;;
 	*'"status":"failed"'*|*'"status":"cancelled"'*) echo "$job" >&2; exit 1 ;;
@@ -182,13 +192,29 @@ id=$(printf '%%s' "$out" | sed -n 's/^{"job_id":"\([^"]*\)".*/\1/p')
 	if err := os.WriteFile(filepath.Join(dir, "agent.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	// The agent's resident memory is sampled all along: DIR/agent-rss
+	// holds the largest VmRSS since DIR/agent-rss-reset was last
+	// created (the file is then removed).
 	b.Logf("holding: scripts in %s; touch %s/done to stop", dir, dir)
+	var peak int64
+	refreshed := time.Now()
 	deadline := time.Now().Add(time.Hour)
-	for time.Now().Before(deadline) {
+	for i := 0; time.Now().Before(deadline); i++ {
 		if _, err := os.Stat(filepath.Join(dir, "done")); err == nil {
 			break
 		}
-		time.Sleep(time.Second) // polling a file an operator creates; no condition to wait on
+		if err := os.Remove(filepath.Join(dir, "agent-rss-reset")); err == nil {
+			peak = 0
+		}
+		peak = max(peak, procStatus(b, pid, "VmRSS"))
+		if i%10 == 0 {
+			_ = os.WriteFile(filepath.Join(dir, "agent-rss"), []byte(fmt.Sprintf("%.1f MiB\n", float64(peak)/(1<<20))), 0o600)
+		}
+		if time.Since(refreshed) > 5*time.Minute {
+			refresh()
+			refreshed = time.Now()
+		}
+		time.Sleep(50 * time.Millisecond) // sampling; no condition to wait on
 	}
 	b.Logf("agent VmHWM at the end: %.1f MiB", float64(procStatus(b, pid, "VmHWM"))/(1<<20))
 }
