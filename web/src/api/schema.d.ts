@@ -666,7 +666,7 @@ export interface paths {
         put?: never;
         /**
          * Restore a backup into a new database or in place of one
-         * @description Queues backup.restore (202). mode new restores into a new database named into (the job fails if it exists); mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (renaming, after ending the sessions connected to into), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or name, 409 for a backup that did not succeed. Audited.
+         * @description Queues backup.restore (202). mode new restores into a new database named into (the job fails if it exists); mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or name and for a Redis/Valkey backup (restored by hand), 409 for a backup that did not succeed. Audited.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -688,7 +688,7 @@ export interface paths {
         put?: never;
         /**
          * Test-restore a backup into a throwaway database
-         * @description Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy), checks its size and SHA-256, decrypts it (the identity reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database. The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed. Audited.
+         * @description Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy), checks its size and SHA-256, decrypts it (the identity reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed. Audited.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -2902,9 +2902,9 @@ export interface components {
             mode: "new" | "replace";
         };
         BackupRunInputBody: {
-            /** @description The database to back up; the instance's initial database when absent */
+            /** @description The database to back up; the instance's initial database when absent. Left out for Redis and Valkey, whose backup is an RDB snapshot of the whole instance */
             database?: string;
-            /** @description The database instance (a ready PostgreSQL, MariaDB or MySQL instance) */
+            /** @description The database instance (a ready PostgreSQL, MariaDB, MySQL, Redis or Valkey instance) */
             instance_id: string;
         };
         BackupRunOutputBody: {
