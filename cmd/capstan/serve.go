@@ -54,6 +54,7 @@ type serveCmd struct {
 	ExportMax       string        `name:"database-export-max-size" env:"CAPSTAN_DATABASE_EXPORT_MAX_SIZE" default:"100GiB" help:"Largest database export an agent may upload (compressed)."`
 	BackupLocalDir  string        `name:"backup-local-dir" env:"CAPSTAN_BACKUP_LOCAL_DIR" help:"Directory on each server where agents keep local copies of backups (encrypted, like the uploaded ones). Default: /var/lib/capstan-agent/backups, the agent's state directory."`
 	BackupLocalKeep int           `name:"backup-local-keep" env:"CAPSTAN_BACKUP_LOCAL_KEEP" default:"2" help:"How many local copies of each database a server keeps (0 to 100; 0 keeps none)."`
+	RestartGrace    time.Duration `name:"restart-lease-grace" env:"CAPSTAN_RESTART_LEASE_GRACE" default:"60s" help:"When the control plane starts, the leases of running jobs last at least this long, so that agents that backed off while it was down can come back before their jobs fail as agent_lost (agents back off up to 30 s)."`
 	ReapEvery       time.Duration `name:"artifact-reap-interval" env:"CAPSTAN_ARTIFACT_REAP_INTERVAL" hidden:"" default:"1m" help:"How often expired database exports are deleted."`
 }
 
@@ -186,6 +187,14 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			log.Error("writing the last heartbeats", "err", err.Error())
 		}
 	}()
+	if c.RestartGrace < 0 || c.RestartGrace > time.Hour {
+		return fmt.Errorf("--restart-lease-grace must be between 0s and 1h")
+	}
+	if n, err := a.jobs.Grace(ctx, c.RestartGrace); err != nil {
+		return fmt.Errorf("extending running jobs' leases: %w", err)
+	} else if n > 0 {
+		log.Info("running jobs get a grace period for their agents to come back", "jobs", n, "grace", c.RestartGrace.String())
+	}
 	// Background loops end (and are waited for) before the store closes.
 	var loops sync.WaitGroup
 	defer loops.Wait()

@@ -294,6 +294,11 @@ type Store interface {
 	// application's current deployment becomes it. false when it was not
 	// running.
 	FinishDeployment(ctx context.Context, id string, f Finish) (bool, error)
+	// ReconcileDeployment turns a deployment that was failed because its
+	// agent was lost into the succeeded one that f says it was, and makes
+	// it the application's current deployment unless a later one is;
+	// false if the deployment is not such a failed one.
+	ReconcileDeployment(ctx context.Context, id string, f Finish) (bool, error)
 	// CancelQueuedDeployments cancels the queued deployments (those
 	// without a job) of an application, or only the one named by id when
 	// id is not empty; it returns the ids cancelled.

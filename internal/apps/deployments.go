@@ -647,3 +647,44 @@ func (s *Service) deployFinished(ctx context.Context, j jobs.Job) error {
 	}
 	return s.dispatch(ctx, d.AppID)
 }
+
+// deployLateResult is the reconcile step of app.deploy: the agent reported
+// that a deployment succeeded after its job had been failed with
+// agent_lost (the control plane restarted, or the server was cut off,
+// while the agent deployed). What runs on the server is the new release,
+// so the deployment is recorded as succeeded and becomes current, unless a
+// later deployment is current already. A late failure changes nothing:
+// the deployment is failed already.
+func (s *Service) deployLateResult(ctx context.Context, j jobs.Job) error {
+	if j.LateResult == nil || j.LateResult.Status != jobs.Succeeded {
+		return nil
+	}
+	var p agentproto.DeployPayload
+	if err := json.Unmarshal(j.Payload, &p); err != nil || p.DeploymentID == "" {
+		return err
+	}
+	d, err := s.store.Deployment(ctx, p.DeploymentID)
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if d.JobID != j.ID {
+		return nil
+	}
+	f := Finish{Status: Succeeded, Result: j.LateResult.Data, At: j.LateResult.At}
+	var res agentproto.DeployResult
+	if len(j.LateResult.Data) > 0 && json.Unmarshal(j.LateResult.Data, &res) == nil {
+		f.ImageID = res.ImageID
+		if res.Services != nil {
+			f.Release = &Release{Services: res.Services}
+		}
+	}
+	ok, err := s.store.ReconcileDeployment(ctx, d.ID, f)
+	if err != nil || !ok {
+		return err
+	}
+	s.log.InfoContext(ctx, "deployment reconciled from a late result: it succeeded", "deployment_id", d.ID, "job_id", j.ID)
+	return nil
+}

@@ -128,6 +128,7 @@ func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *sec
 	}
 	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, now: now, log: logger}
 	j.OnComplete(agentproto.JobAppDeploy, s.deployFinished)
+	j.OnLateResult(agentproto.JobAppDeploy, s.deployLateResult)
 	j.OnComplete(agentproto.JobAppRemove, s.removeFinished)
 	return s
 }

@@ -66,6 +66,24 @@ type Job struct {
 	Redacted bool `json:"redacted" doc:"True when payload, data, output, events and the error text were withheld (the caller is not an administrator)"`
 	// RequestHash fingerprints type and payload for idempotency checks.
 	RequestHash string `json:"-"`
+	// HookPendingAt is when the job ended, while its completion hook has
+	// not run yet; nil otherwise. Readers see such a job still running.
+	HookPendingAt *time.Time `json:"-"`
+	// LateResult is nil unless the agent reported a result after the job
+	// had been failed with agent_lost.
+	LateResult *LateResult `json:"late_result" doc:"A result the agent reported after the job was failed because its lease lapsed (agent_lost), e.g. across a control-plane restart or a network partition; null when none came. The job's status stays failed; the job type's records (a deployment, a backup run) are corrected from it"`
+}
+
+// LateResult is the result an agent reported for a job that the control
+// plane had already failed for a lost lease.
+type LateResult struct {
+	Status Status `json:"status" enum:"succeeded,failed" doc:"What the agent reported"`
+	// Error is the agent's error text; nil when it succeeded, and the
+	// error class for members.
+	Error *string `json:"error" doc:"The agent's error; null when it succeeded. Members get the error class"`
+	// Data is nil for members.
+	Data json.RawMessage `json:"data" doc:"The agent's result data. Administrators only"`
+	At   time.Time       `json:"at" doc:"When the late result came"`
 }
 
 // Event is one progress event of a job.
@@ -89,7 +107,10 @@ type Store interface {
 	ListJobs(ctx context.Context, serverID string, limit int) ([]Job, error)
 	// Every method that ends a job (CancelJob, FinishJob, ExpireJobs,
 	// EndServerJobs) erases its sealed secrets in the same conditional
-	// update: nothing reads them after the job ended.
+	// update: nothing reads them after the job ended. CancelJob, FinishJob
+	// and ExpireJobs also mark the job's completion hook pending
+	// (HookPendingAt = now) in that update, and change only the jobs they
+	// report: a job that another caller changed first is not theirs.
 	//
 	// CancelJob cancels a queued job; fault.Conflict if it is not queued.
 	CancelJob(ctx context.Context, id string, now time.Time) (Job, error)
@@ -109,4 +130,16 @@ type Store interface {
 	// EndServerJobs cancels the server's queued jobs and fails its running
 	// ones with reason.
 	EndServerJobs(ctx context.Context, serverID, reason string, now time.Time) error
+	// ClearHookPending records that the job's completion hook ran.
+	ClearHookPending(ctx context.Context, id string) error
+	// TakeStaleHooks returns jobs whose hook has been pending since before
+	// before, each taken (its HookPendingAt set to now) by a conditional
+	// update, so that one caller of several gets each.
+	TakeStaleHooks(ctx context.Context, before, now time.Time, limit int) ([]Job, error)
+	// RecordLateResult stores the late result of a job failed with
+	// agent_lost; false if the job is not such a job or has one already.
+	RecordLateResult(ctx context.Context, id string, r LateResult) (bool, error)
+	// GraceLeases moves every running job's lease that ends before until
+	// to until, and returns how many it moved.
+	GraceLeases(ctx context.Context, until time.Time) (int, error)
 }

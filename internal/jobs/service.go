@@ -33,17 +33,13 @@ type Service struct {
 	// serverEndKey (every job of a revoked or deleted server).
 	ends   *notifier
 	lease  time.Duration
-	hookMu sync.RWMutex // guards hooks
+	hookMu sync.RWMutex // guards hooks and reconciles
 	hooks  map[string]CompletionHook
+	// reconciles correct a job type's records from a late result.
+	reconciles map[string]CompletionHook
 
 	inflightMu sync.Mutex // guards inflight
 	inflight   map[string]struct{}
-	// finishing holds the ids of jobs that an agent's completion has
-	// finished in the store whose completion hook has not run yet: readers
-	// see them still running, so that a job never reads as finished
-	// before what it finished (an instance, a login, a deployment) says
-	// so.
-	finishing sync.Map
 
 	stopClaims     chan struct{} // closed by StopClaims
 	stopClaimsOnce sync.Once
@@ -66,7 +62,7 @@ type CompletionHook func(ctx context.Context, j Job) error
 // NewService returns a job service.
 func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), ends: newNotifier(), lease: DefaultLease,
-		hooks: map[string]CompletionHook{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
+		hooks: map[string]CompletionHook{}, reconciles: map[string]CompletionHook{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
 }
 
 // StopClaims ends the claims that wait for a job at once, with no job, and
@@ -81,6 +77,17 @@ func (s *Service) StopClaims() {
 func (s *Service) OnComplete(jobType string, h CompletionHook) {
 	s.hookMu.Lock()
 	s.hooks[jobType] = h
+	s.hookMu.Unlock()
+}
+
+// OnLateResult registers the reconcile step of a job type: it runs once
+// when an agent reports the result of a job that had been failed with
+// agent_lost (the job's LateResult is set), so that the records the type
+// owns say what really happened (a deployment that succeeded becomes
+// current). The job itself stays failed.
+func (s *Service) OnLateResult(jobType string, h CompletionHook) {
+	s.hookMu.Lock()
+	s.reconciles[jobType] = h
 	s.hookMu.Unlock()
 }
 
@@ -201,12 +208,11 @@ func (s *Service) Get(ctx context.Context, id string) (Job, []Event, error) {
 }
 
 // visible is j as readers see it: still running while its completion
-// hook has not run (see finishing).
+// hook has not run (HookPendingAt), so that a job never reads as finished
+// before what it finished (an instance, a login, a deployment) says so.
+// The mark lives in the store, so every control plane shows the same.
 func (s *Service) visible(j Job) Job {
-	if !j.Status.Finished() {
-		return j
-	}
-	if _, ok := s.finishing.Load(j.ID); !ok {
+	if !j.Status.Finished() || j.HookPendingAt == nil {
 		return j
 	}
 	j.Status, j.FinishedAt = Running, nil
@@ -293,6 +299,7 @@ func (s *Service) Cancel(ctx context.Context, id string) (Job, error) {
 		return Job{}, err
 	}
 	s.runHook(ctx, j)
+	j.HookPendingAt = nil
 	s.ends.notify(j.ID)
 	s.changed(Change{Job: j})
 	return j, nil
@@ -451,12 +458,6 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	if err != nil {
 		return Job{}, err
 	}
-	if j.Status.Finished() {
-		return j, nil
-	}
-	if j.Status != Running {
-		return Job{}, fault.Conflictf("job-not-running", "The job is %s; only a running job can be completed.", j.Status)
-	}
 	var errText *string
 	if status == Failed {
 		errText = &req.Error
@@ -465,8 +466,15 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	if len(data) == 0 || string(data) == "null" {
 		data = json.RawMessage("{}")
 	}
-	s.finishing.Store(jobID, struct{}{})
-	defer s.finishing.Delete(jobID)
+	if j.Status == Failed && j.Error != nil && *j.Error == ErrAgentLost {
+		return s.lateResult(ctx, j, LateResult{Status: status, Error: errText, Data: data, At: s.now().UTC()})
+	}
+	if j.Status.Finished() {
+		return s.visible(j), nil
+	}
+	if j.Status != Running {
+		return Job{}, fault.Conflictf("job-not-running", "The job is %s; only a running job can be completed.", j.Status)
+	}
 	ok, err := s.store.FinishJob(ctx, jobID, status, errText, data, req.Output, s.now())
 	if err != nil {
 		return Job{}, err
@@ -474,12 +482,41 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	if j, err = s.store.Job(ctx, jobID); err != nil {
 		return Job{}, err
 	}
-	if ok {
-		s.runHook(ctx, j)
-		s.finishing.Delete(j.ID)
-		s.ends.notify(j.ID)
-		s.changed(Change{Job: j})
+	if !ok {
+		// Something else ended it first (its lease lapsed, its server
+		// was revoked): that one runs the hook. A lease that lapsed
+		// just now makes this result a late one.
+		if j.Status == Failed && j.Error != nil && *j.Error == ErrAgentLost {
+			return s.lateResult(ctx, j, LateResult{Status: status, Error: errText, Data: data, At: s.now().UTC()})
+		}
+		return s.visible(j), nil
 	}
+	s.runHook(ctx, j)
+	j.HookPendingAt = nil
+	s.ends.notify(j.ID)
+	s.changed(Change{Job: j})
+	return j, nil
+}
+
+// lateResult records the result of a job failed with agent_lost and runs
+// its type's reconcile step, once.
+func (s *Service) lateResult(ctx context.Context, j Job, late LateResult) (Job, error) {
+	ok, err := s.store.RecordLateResult(ctx, j.ID, late)
+	if err != nil || !ok {
+		return j, err
+	}
+	j.LateResult = &late
+	s.log.InfoContext(ctx, "late job result recorded", "job_id", j.ID, "type", j.Type, "status", string(late.Status))
+	s.hookMu.RLock()
+	h := s.reconciles[j.Type]
+	s.hookMu.RUnlock()
+	if h != nil {
+		if err := h(context.WithoutCancel(ctx), j); err != nil {
+			s.log.ErrorContext(ctx, "job reconcile step failed", "job_id", j.ID, "type", j.Type, "err", err.Error())
+		}
+	}
+	s.ends.notify(j.ID)
+	s.changed(Change{Job: j})
 	return j, nil
 }
 
@@ -503,19 +540,34 @@ func (s *Service) EndServerJobs(ctx context.Context, serverID string) error {
 	return err
 }
 
+// runHook runs the completion hook of a job that this process ended (or
+// took as stale) and then clears its pending mark. A hook that fails
+// leaves the mark cleared: hooks log their own failures, and running one
+// again would not make it succeed.
 func (s *Service) runHook(ctx context.Context, j Job) {
 	s.hookMu.RLock()
 	h := s.hooks[j.Type]
 	s.hookMu.RUnlock()
-	if h == nil {
-		return
+	// The hook and the mark are for the job, not for the request that
+	// ended it: finish them if the caller hangs up.
+	ctx = context.WithoutCancel(ctx)
+	if h != nil {
+		if err := h(ctx, j); err != nil {
+			s.log.ErrorContext(ctx, "job completion hook failed", "job_id", j.ID, "type", j.Type, "err", err.Error())
+		}
 	}
-	if err := h(ctx, j); err != nil {
-		s.log.ErrorContext(ctx, "job completion hook failed", "job_id", j.ID, "type", j.Type, "err", err.Error())
+	if err := s.store.ClearHookPending(ctx, j.ID); err != nil {
+		s.log.ErrorContext(ctx, "clearing a job's pending hook", "job_id", j.ID, "err", err.Error())
 	}
 }
 
-// Expire fails the running jobs whose lease lapsed or deadline passed.
+// StaleHookAfter is how long a job's completion hook may stay pending
+// before the reaper runs it: the control plane that ended the job died
+// before its hook ran.
+const StaleHookAfter = 2 * time.Minute
+
+// Expire fails the running jobs whose lease lapsed or deadline passed, and
+// runs the completion hooks that a control plane that died left pending.
 func (s *Service) Expire(ctx context.Context) (int, error) {
 	expired, err := s.store.ExpireJobs(ctx, s.now())
 	for _, j := range expired {
@@ -524,7 +576,27 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 		s.ends.notify(j.ID)
 		s.changed(Change{Job: j})
 	}
+	if err != nil {
+		return len(expired), err
+	}
+	now := s.now()
+	stale, err := s.store.TakeStaleHooks(ctx, now.Add(-StaleHookAfter), now, 100)
+	for _, j := range stale {
+		s.log.WarnContext(ctx, "running a completion hook left pending", "job_id", j.ID, "type", j.Type)
+		s.runHook(ctx, j)
+		j.HookPendingAt = nil
+		s.ends.notify(j.ID)
+		s.changed(Change{Job: j})
+	}
 	return len(expired), err
+}
+
+// Grace gives every running job's lease at least grace from now. The
+// control plane calls it when it starts: agents that were in backoff while
+// it was down need that long to come back and heartbeat, and their jobs
+// must not fail as agent_lost before they could.
+func (s *Service) Grace(ctx context.Context, grace time.Duration) (int, error) {
+	return s.store.GraceLeases(ctx, s.now().Add(grace))
 }
 
 // RunReaper expires jobs every interval until ctx ends.

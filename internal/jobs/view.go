@@ -63,6 +63,15 @@ func (j Job) For(r Reader) Job {
 	}
 	j.Error = j.ErrorClass
 	j.Payload, j.Data, j.Output = nil, nil, nil
+	if j.LateResult != nil {
+		late := *j.LateResult
+		if late.Error != nil {
+			c := ErrorClass(*late.Error)
+			late.Error = &c
+		}
+		late.Data = nil
+		j.LateResult = &late
+	}
 	j.Redacted = true
 	return j
 }

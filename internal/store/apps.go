@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
 )
 
 var _ apps.Store = (*Store)(nil)
@@ -559,6 +560,50 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 			return err
 		}
 		// The application's sites now proxy to another container.
+		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
+			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
+		return err
+	})
+	if done && err == nil {
+		s.published()
+	}
+	return done, err
+}
+
+// ReconcileDeployment records a deployment failed with agent_lost as the
+// success its late result says it was, and makes it current unless the
+// application's current deployment is a later one (deployment ids are
+// time-ordered).
+func (s *Store) ReconcileDeployment(ctx context.Context, id string, f apps.Finish) (bool, error) {
+	release, err := releaseColumn(f.Release)
+	if err != nil {
+		return false, err
+	}
+	var done bool
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = NULL, result = ?, image_id = ?, kept_release = ?,
+			finished_at = ?, updated_at = ? WHERE id = ? AND status = 'failed' AND error = ?`),
+			apps.Succeeded, nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id, jobs.ErrAgentLost)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil || n != 1 {
+			return err
+		}
+		done = true
+		if err := publishDeploymentTx(ctx, tx, id, f); err != nil {
+			return err
+		}
+		res, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
+			WHERE id = (SELECT app_id FROM deployments WHERE id = ?) AND (current_deployment_id IS NULL OR current_deployment_id < ?)`),
+			id, ms(f.At), id, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
 			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
 		return err

@@ -15,7 +15,8 @@ import (
 var _ jobs.Store = (*Store)(nil)
 
 const jobColumns = `id, server_id, type, status, payload, secrets != '' AS has_secrets, idempotency_key, request_hash, created_by,
-	timeout_seconds, lease_seconds, created_at, updated_at, started_at, lease_expires_at, deadline_at, finished_at, error, data, output`
+	timeout_seconds, lease_seconds, created_at, updated_at, started_at, lease_expires_at, deadline_at, finished_at, error, data, output,
+	hook_pending_at, late_status, late_error, late_data, late_at`
 
 type jobRow struct {
 	ID             string         `db:"id"`
@@ -38,6 +39,11 @@ type jobRow struct {
 	Error          sql.NullString `db:"error"`
 	Data           sql.NullString `db:"data"`
 	Output         sql.NullString `db:"output"`
+	HookPendingAt  sql.NullInt64  `db:"hook_pending_at"`
+	LateStatus     sql.NullString `db:"late_status"`
+	LateError      sql.NullString `db:"late_error"`
+	LateData       sql.NullString `db:"late_data"`
+	LateAt         sql.NullInt64  `db:"late_at"`
 }
 
 func rawOrNil(s sql.NullString) json.RawMessage {
@@ -52,10 +58,17 @@ func (r jobRow) job() jobs.Job {
 		HasSecrets: r.HasSecrets, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash, CreatedBy: r.CreatedBy,
 		TimeoutSeconds: r.TimeoutSeconds, LeaseSeconds: r.LeaseSeconds, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
 		StartedAt: nullMS(r.StartedAt), LeaseExpiresAt: nullMS(r.LeaseExpiresAt), DeadlineAt: nullMS(r.DeadlineAt),
-		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output)}
+		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output), HookPendingAt: nullMS(r.HookPendingAt)}
 	if r.Error.Valid {
 		e := r.Error.String
 		j.Error = &e
+	}
+	if r.LateStatus.Valid && r.LateAt.Valid {
+		j.LateResult = &jobs.LateResult{Status: jobs.Status(r.LateStatus.String), Data: rawOrNil(r.LateData), At: fromMS(r.LateAt.Int64)}
+		if r.LateError.Valid {
+			e := r.LateError.String
+			j.LateResult.Error = &e
+		}
 	}
 	return j
 }
@@ -141,24 +154,30 @@ func (s *Store) ListJobs(ctx context.Context, serverID string, limit int) ([]job
 	return out, nil
 }
 
-// CancelJob cancels a queued job.
+// CancelJob cancels a queued job. The update is conditional on the job
+// still being queued: a claim that took it first leaves it running, and
+// the cancel is a conflict.
 func (s *Store) CancelJob(ctx context.Context, id string, now time.Time) (jobs.Job, error) {
 	var j jobs.Job
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = 'cancelled', finished_at = ?, updated_at = ?,
+			data = NULL, secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'queued'`), ms(now), ms(now), ms(now), id)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return err
+		}
 		cur, err := s.jobWhere(ctx, tx, "id = ?", id)
 		if err != nil {
 			return err
 		}
-		if cur.Status != jobs.Queued {
+		if n != 1 {
 			return fault.Conflictf("job-not-queued", "Only a queued job can be cancelled; this one is %s.", cur.Status)
 		}
-		msg := "cancelled"
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'cancelled', error = ?, finished_at = ?, updated_at = ?, data = NULL, secrets = '' WHERE id = ? AND status = 'queued'`),
-			msg, ms(now), ms(now), id); err != nil {
-			return err
-		}
-		j, err = s.jobWhere(ctx, tx, "id = ?", id)
-		return err
+		j = cur
+		return nil
 	})
 	return j, err
 }
@@ -237,7 +256,8 @@ func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, er
 		e = sql.NullString{String: *errText, Valid: true}
 	}
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
-		lease_expires_at = NULL, secrets = '' WHERE id = ? AND status = 'running'`), string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), id)
+		lease_expires_at = NULL, secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'running'`),
+		string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), ms(now), id)
 	if err != nil {
 		return false, err
 	}
@@ -275,14 +295,25 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, erro
 				(!r.LeaseExpiresAt.Valid || r.DeadlineAt.Int64 < r.LeaseExpiresAt.Int64) {
 				reason = jobs.ErrTimedOut
 			}
-			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
-				lease_expires_at = NULL, secrets = '' WHERE id = ? AND status = 'running'`), reason, ms(now), ms(now), r.ID); err != nil {
+			// Conditional on what was read: a completion or a grace
+			// that changed the job since is not overridden, and the job
+			// is not reported (its hook is not run) unless it changed here.
+			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
+				lease_expires_at = NULL, secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'running'
+				AND (lease_expires_at < ? OR deadline_at < ?)`), reason, ms(now), ms(now), ms(now), r.ID, ms(now), ms(now))
+			if err != nil {
 				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				if err != nil {
+					return err
+				}
+				continue
 			}
 			j := r.job()
 			j.Status, j.Error = jobs.Failed, &reason
 			t := fromMS(ms(now))
-			j.FinishedAt = &t
+			j.FinishedAt, j.HookPendingAt, j.LeaseExpiresAt = &t, &t, nil
 			out = append(out, j)
 		}
 		return nil
@@ -301,4 +332,67 @@ func (s *Store) EndServerJobs(ctx context.Context, serverID, reason string, now 
 			WHERE server_id = ? AND status = 'running'`), reason, ms(now), ms(now), serverID)
 		return err
 	})
+}
+
+// ClearHookPending records that a job's completion hook ran.
+func (s *Store) ClearHookPending(ctx context.Context, id string) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET hook_pending_at = NULL WHERE id = ?`), id)
+	return err
+}
+
+// TakeStaleHooks takes the jobs whose hook has been pending since before
+// before: each is taken by moving its mark to now, conditional on the mark
+// read, so that of several control planes one gets each.
+func (s *Store) TakeStaleHooks(ctx context.Context, before, now time.Time, limit int) ([]jobs.Job, error) {
+	var rows []jobRow
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+jobColumns+` FROM jobs
+		WHERE hook_pending_at IS NOT NULL AND hook_pending_at < ? ORDER BY hook_pending_at LIMIT ?`), ms(before), limit); err != nil {
+		return nil, err
+	}
+	var out []jobs.Job
+	for _, r := range rows {
+		res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET hook_pending_at = ? WHERE id = ? AND hook_pending_at = ?`),
+			ms(now), r.ID, r.HookPendingAt.Int64)
+		if err != nil {
+			return out, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return out, err
+		} else if n == 1 {
+			j := r.job()
+			t := fromMS(ms(now))
+			j.HookPendingAt = &t
+			out = append(out, j)
+		}
+	}
+	return out, nil
+}
+
+// RecordLateResult stores the late result of a job failed with agent_lost,
+// once.
+func (s *Store) RecordLateResult(ctx context.Context, id string, r jobs.LateResult) (bool, error) {
+	var e sql.NullString
+	if r.Error != nil {
+		e = sql.NullString{String: *r.Error, Valid: true}
+	}
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET late_status = ?, late_error = ?, late_data = ?, late_at = ?, updated_at = ?
+		WHERE id = ? AND status = 'failed' AND error = ? AND late_at IS NULL`),
+		string(r.Status), e, nullRaw(r.Data), ms(r.At), ms(r.At), id, jobs.ErrAgentLost)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// GraceLeases moves the leases of running jobs that end before until to
+// until.
+func (s *Store) GraceLeases(ctx context.Context, until time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET lease_expires_at = ? WHERE status = 'running' AND lease_expires_at < ?`),
+		ms(until), ms(until))
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }
