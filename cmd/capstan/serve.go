@@ -200,17 +200,69 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	defer loops.Wait()
 	bg, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
-	go a.jobs.RunReaper(bg, 2*time.Second)
-	go a.metrics.Run(bg, c.MetricsEvery)
+	if a.store.Shared() {
+		// Control planes sharing the database wake each other's claims
+		// and readers, and drop revoked agents' tokens, over the store's
+		// bus (PostgreSQL LISTEN/NOTIFY).
+		a.jobs.UseBus(a.store)
+		a.servers.UseBus(a.store)
+		loops.Go(func() {
+			a.store.Listen(bg, func(msg string) {
+				if !a.jobs.Deliver(msg) {
+					a.servers.Deliver(msg)
+				}
+			}, func(up bool) {
+				a.servers.BusConnected(up)
+				if up {
+					a.jobs.WakeAll()
+				} else {
+					log.Warn("lost the connection that hears the other control planes; reconnecting")
+				}
+			})
+		})
+	}
+	// Every background loop that must not run twice at once runs as a
+	// singleton.Task: in one control plane of those sharing the database.
+	// (The event dispatcher claims each delivery in the store instead, so
+	// every control plane delivers.)
 	loops.Go(func() { a.events.Run(bg, time.Second) })
 	holder := singleton.Holder()
+	reaper := &singleton.Task{Leases: a.store, Name: "job-reaper", Holder: holder, Interval: 2 * time.Second,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			_, err := a.jobs.Expire(ctx)
+			return err
+		}}
+	loops.Go(func() { reaper.Loop(bg) })
+	rollups := &singleton.Task{Leases: a.store, Name: "metrics-maintenance", Holder: holder, Interval: c.MetricsEvery,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			st, err := a.metrics.Maintain(ctx)
+			if err == nil && (st.HoursRolledUp > 0 || st.RowsPruned > 0) {
+				log.Debug("metrics maintenance", "hours_rolled_up", st.HoursRolledUp, "rows_pruned", st.RowsPruned)
+			}
+			return err
+		}}
+	loops.Go(func() { rollups.Loop(bg) })
+	artifactReaper := &singleton.Task{Leases: a.store, Name: "artifact-reaper", Holder: holder, Interval: c.ReapEvery,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			n, err := a.dbs.ReapArtifacts(ctx)
+			if n > 0 {
+				log.Info("deleted expired database artifacts", "files", n)
+			}
+			return err
+		}}
+	loops.Go(func() { artifactReaper.Loop(bg) })
+	throttlePrune := &singleton.Task{Leases: a.store, Name: "login-throttle-prune", Holder: holder, Interval: 10 * time.Minute,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			_, err := a.auth.PruneThrottles(ctx)
+			return err
+		}}
+	loops.Go(func() { throttlePrune.Loop(bg) })
 	presence := &singleton.Task{Leases: a.store, Name: "server-presence", Holder: holder, Interval: 5 * time.Second,
 		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
 			_, err := a.presence.Check(ctx)
 			return err
 		}}
 	loops.Go(func() { presence.Loop(bg) })
-	loops.Go(func() { a.dbs.RunArtifactReaper(bg, c.ReapEvery) })
 	evaluation := &singleton.Task{Leases: a.store, Name: "alert-evaluation", Holder: holder, Interval: c.EvaluateEvery,
 		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
 			_, err := a.monitor.Evaluate(ctx)

@@ -89,8 +89,11 @@ type Principal struct {
 	ExpiresAt time.Time
 }
 
-// Store persists accounts, challenges, sessions and tokens.
+// Store persists accounts, challenges, sessions, tokens and sign-in
+// throttles.
 type Store interface {
+	Throttles
+
 	CreateAccount(ctx context.Context, a Account) error
 	AccountByEmail(ctx context.Context, email string) (Account, error)
 	AccountByID(ctx context.Context, id string) (Account, error)

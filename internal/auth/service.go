@@ -81,9 +81,9 @@ func NewService(store Store, key *secrets.Key, log *audit.Log, now func() time.T
 	return &Service{
 		store: store, key: key, audit: log, now: now, issuer: issuer,
 		// 5 failures per account from one address, then one a minute.
-		perClient: newThrottle(ClientBurst, time.Minute),
+		perClient: &throttle{store: store, kind: "client", burst: ClientBurst, every: time.Minute},
 		// 20 failures per address, then one every 15 seconds.
-		perAddress: newThrottle(AddressBurst, 15*time.Second),
+		perAddress: &throttle{store: store, kind: "address", burst: AddressBurst, every: 15 * time.Second},
 		// 8 hashes at once (152 MiB), 32 more waiting at most.
 		hashes: newHashQueue(8, 32),
 	}
@@ -209,22 +209,38 @@ func clientKey(email, ip string) string { return ip + " " + email } // an addres
 // takeTokens takes one throttle token for the (account, address) pair and
 // one for the address, before a credential is checked; it takes neither
 // when either must wait.
-func (s *Service) takeTokens(email, ip string, now time.Time) error {
-	if wait := s.perClient.take(clientKey(email, ip), now); wait > 0 {
+func (s *Service) takeTokens(ctx context.Context, email, ip string, now time.Time) error {
+	if wait, err := s.perClient.take(ctx, clientKey(email, ip), now); err != nil || wait > 0 {
+		if err != nil {
+			return err
+		}
 		return throttledFor(wait)
 	}
-	if wait := s.perAddress.take(ip, now); wait > 0 {
-		s.perClient.giveBack(clientKey(email, ip), now)
+	if wait, err := s.perAddress.take(ctx, ip, now); err != nil || wait > 0 {
+		if gerr := s.perClient.giveBack(ctx, clientKey(email, ip)); err == nil {
+			err = gerr
+		}
+		if err != nil {
+			return err
+		}
 		return throttledFor(wait)
 	}
 	return nil
 }
 
 // giveBackTokens returns the tokens of an attempt whose credential was
-// right or never checked.
-func (s *Service) giveBackTokens(email, ip string, now time.Time) {
-	s.perClient.giveBack(clientKey(email, ip), now)
-	s.perAddress.giveBack(ip, now)
+// right or never checked. It finishes even when the caller has gone.
+func (s *Service) giveBackTokens(ctx context.Context, email, ip string) {
+	ctx = context.WithoutCancel(ctx)
+	// A token not given back costs the client one attempt; nothing to
+	// tell the caller, whose attempt is over.
+	_ = s.perClient.giveBack(ctx, clientKey(email, ip))
+	_ = s.perAddress.giveBack(ctx, ip)
+}
+
+// PruneThrottles deletes the sign-in throttle buckets that are full again.
+func (s *Service) PruneThrottles(ctx context.Context) (int, error) {
+	return s.store.PruneThrottles(ctx, s.now().Add(-ThrottleIdle))
 }
 
 // takeAccountAttempt counts an attempt against the account in the store
@@ -320,12 +336,12 @@ var errBadCredentials = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInva
 func (s *Service) Login(ctx context.Context, c Client, email, password string) (LoginResult, error) {
 	email = NormalizeEmail(email)
 	now := s.now()
-	if err := s.takeTokens(email, c.IP, now); err != nil {
+	if err := s.takeTokens(ctx, email, c.IP, now); err != nil {
 		return LoginResult{}, err
 	}
 	res, keep, err := s.login(ctx, c, email, password, now)
 	if !keep {
-		s.giveBackTokens(email, c.IP, now)
+		s.giveBackTokens(ctx, email, c.IP)
 	}
 	return res, err
 }
@@ -433,12 +449,12 @@ func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string
 	if a.DisabledAt != nil {
 		return Tokens{}, errBadChallenge
 	}
-	if err := s.takeTokens(a.Email, c.IP, now); err != nil {
+	if err := s.takeTokens(ctx, a.Email, c.IP, now); err != nil {
 		return Tokens{}, err
 	}
 	t, keep, err := s.verify(ctx, c, a, hash, code, now)
 	if !keep {
-		s.giveBackTokens(a.Email, c.IP, now)
+		s.giveBackTokens(ctx, a.Email, c.IP)
 	}
 	return t, err
 }
@@ -611,12 +627,12 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 // tokens and the account's attempt are taken before the hash.
 func (s *Service) CheckOwnPassword(ctx context.Context, c Client, p Principal, password string) (bool, error) {
 	now := s.now()
-	if err := s.takeTokens(p.User.Email, c.IP, now); err != nil {
+	if err := s.takeTokens(ctx, p.User.Email, c.IP, now); err != nil {
 		return false, err
 	}
 	ok, keep, err := s.checkOwnPassword(ctx, c, p, password)
 	if !keep {
-		s.giveBackTokens(p.User.Email, c.IP, now)
+		s.giveBackTokens(ctx, p.User.Email, c.IP)
 	}
 	return ok, err
 }

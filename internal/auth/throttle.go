@@ -1,83 +1,59 @@
 package auth
 
 import (
-	"math"
-	"sync"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"time"
 )
 
-// throttle holds a token bucket per key: an attempt takes a token before it
-// is evaluated, tokens come back at a steady rate, and a key with no token
-// left is refused until one comes back. A successful attempt gives its token
-// back, so only failures cost anything. Taking is atomic: N parallel
-// attempts on a key with a burst of B let at most B through.
+// Throttles keeps sign-in throttle buckets in the store, so that every
+// control plane sharing it counts the same attempts: a client that moves
+// to another replica finds its bucket as it left it.
+type Throttles interface {
+	// TakeThrottle atomically takes one token from the bucket key (burst
+	// at most, one back per every); it returns 0 when it took one, or the
+	// wait for the next token when there is none (taking nothing).
+	TakeThrottle(ctx context.Context, key string, burst int, every time.Duration, now time.Time) (time.Duration, error)
+	// ReturnThrottle gives a token back, never beyond burst.
+	ReturnThrottle(ctx context.Context, key string, burst int) error
+	// PruneThrottles deletes buckets unused since before.
+	PruneThrottles(ctx context.Context, before time.Time) (int, error)
+}
+
+// ThrottleIdle is how long after its last use every bucket is full again
+// (and can be pruned): longer than any throttle's burst takes to refill.
+const ThrottleIdle = time.Hour
+
+// throttle is one kind of token bucket (per account and address, or per
+// address): an attempt takes a token before it is evaluated, tokens come
+// back at a steady rate, and a key with no token left is refused until
+// one comes back. A successful attempt gives its token back, so only
+// failures cost anything. Taking is atomic in the store: N parallel
+// attempts on a key with a burst of B let at most B through, whichever
+// control planes they reach.
 type throttle struct {
-	burst float64
+	store Throttles
+	kind  string // keeps the kinds' keys apart
+	burst int
 	every time.Duration // one token comes back per every
-
-	mu      sync.Mutex // guards buckets
-	buckets map[string]*bucket
 }
 
-type bucket struct {
-	tokens float64
-	last   time.Time
+// key names the bucket of k: a hash, so the store keeps no addresses or
+// e-mail addresses for it.
+func (t *throttle) key(k string) string {
+	h := sha256.Sum256([]byte(t.kind + "\x00" + k))
+	return hex.EncodeToString(h[:16])
 }
 
-// maxThrottleKeys bounds memory; full buckets are dropped first.
-const maxThrottleKeys = 100_000
-
-func newThrottle(burst int, every time.Duration) *throttle {
-	return &throttle{burst: float64(burst), every: every, buckets: map[string]*bucket{}}
-}
-
-func (t *throttle) refill(b *bucket, now time.Time) {
-	if now.After(b.last) {
-		b.tokens = math.Min(t.burst, b.tokens+float64(now.Sub(b.last))/float64(t.every))
-		b.last = now
-	}
-}
-
-// take takes one token for key. It returns 0 when it did, or how long key
+// take takes one token for k. It returns 0 when it did, or how long k
 // must wait for its next token when there is none (and takes nothing).
-func (t *throttle) take(key string, now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ok := t.buckets[key]
-	if !ok {
-		if len(t.buckets) >= maxThrottleKeys {
-			t.sweep(now)
-		}
-		b = &bucket{tokens: t.burst, last: now}
-		t.buckets[key] = b
-	}
-	t.refill(b, now)
-	if b.tokens < 1 {
-		return time.Duration((1 - b.tokens) * float64(t.every))
-	}
-	b.tokens--
-	return 0
+func (t *throttle) take(ctx context.Context, k string, now time.Time) (time.Duration, error) {
+	return t.store.TakeThrottle(ctx, t.key(k), t.burst, t.every, now)
 }
 
 // giveBack returns a token taken by take, for an attempt that succeeded or
 // was never evaluated.
-func (t *throttle) giveBack(key string, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ok := t.buckets[key]
-	if !ok {
-		return // swept: the bucket was full anyway
-	}
-	t.refill(b, now)
-	b.tokens = math.Min(t.burst, b.tokens+1)
-}
-
-// sweep drops buckets that have refilled; called with mu held.
-func (t *throttle) sweep(now time.Time) {
-	for k, b := range t.buckets {
-		t.refill(b, now)
-		if b.tokens >= t.burst {
-			delete(t.buckets, k)
-		}
-	}
+func (t *throttle) giveBack(ctx context.Context, k string) error {
+	return t.store.ReturnThrottle(ctx, t.key(k), t.burst)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"time"
 
@@ -516,31 +515,4 @@ func (s *Service) ReapArtifacts(ctx context.Context) (int, error) {
 	}
 	swept, err := s.artifacts.Dir.Sweep(time.Now().Add(-artifactSweepAge), func(f string) bool { return files[f] })
 	return n + swept, err
-}
-
-// RunArtifactReaper calls ReapArtifacts every interval until ctx ends,
-// backing off after errors.
-func (s *Service) RunArtifactReaper(ctx context.Context, interval time.Duration) {
-	backoff := time.Duration(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval + backoff):
-		}
-		n, err := s.ReapArtifacts(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.ErrorContext(ctx, "database artifact reaper", "err", err.Error())
-			backoff = min(max(2*backoff, time.Second), 5*time.Minute)
-			backoff = time.Duration(rand.Int64N(int64(backoff)) + 1)
-			continue
-		}
-		backoff = 0
-		if n > 0 {
-			s.log.InfoContext(ctx, "deleted expired database artifacts", "files", n)
-		}
-	}
 }

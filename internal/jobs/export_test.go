@@ -6,3 +6,10 @@ func EndWaiters(s *Service, jobID string) int {
 	defer s.ends.mu.Unlock()
 	return len(s.ends.waiters[jobID])
 }
+
+// ClaimWaiters returns how many claims wait for a job of the server.
+func ClaimWaiters(s *Service, serverID string) int {
+	s.wake.mu.Lock()
+	defer s.wake.mu.Unlock()
+	return len(s.wake.waiters[serverID])
+}

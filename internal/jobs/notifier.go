@@ -53,3 +53,17 @@ func (n *notifier) notify(key string) {
 	}
 	n.mu.Unlock()
 }
+
+// notifyAll wakes every waiter.
+func (n *notifier) notifyAll() {
+	n.mu.Lock()
+	for _, set := range n.waiters {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	n.mu.Unlock()
+}

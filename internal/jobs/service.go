@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
-	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,11 +44,73 @@ type Service struct {
 	stopClaims     chan struct{} // closed by StopClaims
 	stopClaimsOnce sync.Once
 
-	// ended holds the servers whose jobs were ended (revoked or deleted) by
-	// this process, so their waiting claims answer at once.
+	// ended holds the servers whose jobs were ended (revoked or deleted),
+	// so their waiting claims answer at once.
 	ended sync.Map // server id → struct{}
 
 	watch watchers
+
+	// bus tells the other control planes sharing the store about queued
+	// and ended jobs; nil: this is the only one.
+	bus Bus
+}
+
+// Bus carries messages between the control planes that share a store;
+// each one's messages reach every one, the sender included, through
+// Deliver.
+type Bus interface {
+	Notify(ctx context.Context, msg string) error
+}
+
+// UseBus makes the service tell the other control planes sharing its store
+// about queued and ended jobs: their waiting claims and readers are woken
+// at once (see Deliver).
+func (s *Service) UseBus(b Bus) { s.bus = b }
+
+// Messages on the bus: a kind, a colon, a key.
+const (
+	msgQueued      = "job-queued:"   // key: server id
+	msgEnded       = "job-ended:"    // key: job id
+	msgServerEnded = "server-ended:" // key: server id
+)
+
+// publish sends a message to the other control planes; a failure is
+// logged: their waits then end at their deadline instead of at once.
+func (s *Service) publish(ctx context.Context, kind, key string) {
+	if s.bus == nil {
+		return
+	}
+	if err := s.bus.Notify(context.WithoutCancel(ctx), kind+key); err != nil {
+		s.log.WarnContext(ctx, "telling the other control planes", "message", kind, "err", err.Error())
+	}
+}
+
+// Deliver takes a message from the bus, sent by this control plane or
+// another, and wakes the claims and readers it concerns. It reports
+// whether the message was one of the job service's.
+func (s *Service) Deliver(msg string) bool {
+	switch {
+	case strings.HasPrefix(msg, msgQueued):
+		s.wake.notify(strings.TrimPrefix(msg, msgQueued))
+	case strings.HasPrefix(msg, msgEnded):
+		s.ends.notify(strings.TrimPrefix(msg, msgEnded))
+	case strings.HasPrefix(msg, msgServerEnded):
+		id := strings.TrimPrefix(msg, msgServerEnded)
+		s.ended.Store(id, struct{}{})
+		s.wake.notify(id)
+		s.ends.notify(serverEndKey(id))
+	default:
+		return false
+	}
+	return true
+}
+
+// WakeAll wakes every waiting claim and reader to look at the store
+// again: the bus reconnected, and messages sent while it was down are
+// lost.
+func (s *Service) WakeAll() {
+	s.wake.notifyAll()
+	s.ends.notifyAll()
 }
 
 // ErrServerEnded is returned by Claim when the server was revoked while
@@ -183,6 +245,7 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 		return Job{}, false, err
 	}
 	s.wake.notify(n.ServerID)
+	s.publish(ctx, msgQueued, n.ServerID)
 	s.changed(Change{Job: j})
 	return j, true, nil
 }
@@ -259,9 +322,9 @@ func serverEndKey(serverID string) string { return "server\x00" + serverID }
 // Wait returns the job with its events as r may read them once it is
 // finished, or after wait (at most MaxWait) with its state then, or when
 // ctx ends. It does not poll: it is woken when a job ends through this
-// process (completed by its agent, cancelled, expired, or ended with its
-// server). With several control planes on one store, a job ended through
-// another one is seen at the deadline.
+// process or, with a bus (UseBus), through any control plane sharing the
+// store (completed by its agent, cancelled, expired, or ended with its
+// server).
 func (s *Service) Wait(ctx context.Context, id string, wait time.Duration, r Reader) (Job, []Event, error) {
 	wait = min(wait, MaxWait)
 	if wait <= 0 {
@@ -300,9 +363,16 @@ func (s *Service) Cancel(ctx context.Context, id string) (Job, error) {
 	}
 	s.runHook(ctx, j)
 	j.HookPendingAt = nil
-	s.ends.notify(j.ID)
+	s.jobEnded(ctx, j.ID)
 	s.changed(Change{Job: j})
 	return j, nil
+}
+
+// jobEnded wakes the readers waiting for the job, here and in the other
+// control planes.
+func (s *Service) jobEnded(ctx context.Context, id string) {
+	s.ends.notify(id)
+	s.publish(ctx, msgEnded, id)
 }
 
 // Claim waits up to wait for a queued job of the server and moves it to
@@ -493,7 +563,7 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	}
 	s.runHook(ctx, j)
 	j.HookPendingAt = nil
-	s.ends.notify(j.ID)
+	s.jobEnded(ctx, j.ID)
 	s.changed(Change{Job: j})
 	return j, nil
 }
@@ -515,7 +585,7 @@ func (s *Service) lateResult(ctx context.Context, j Job, late LateResult) (Job, 
 			s.log.ErrorContext(ctx, "job reconcile step failed", "job_id", j.ID, "type", j.Type, "err", err.Error())
 		}
 	}
-	s.ends.notify(j.ID)
+	s.jobEnded(ctx, j.ID)
 	s.changed(Change{Job: j})
 	return j, nil
 }
@@ -537,6 +607,7 @@ func (s *Service) EndServerJobs(ctx context.Context, serverID string) error {
 	s.wake.notify(serverID)
 	err := s.store.EndServerJobs(ctx, serverID, ErrServerRevoked, s.now())
 	s.ends.notify(serverEndKey(serverID))
+	s.publish(ctx, msgServerEnded, serverID)
 	return err
 }
 
@@ -573,7 +644,8 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 	for _, j := range expired {
 		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
 		s.runHook(ctx, j)
-		s.ends.notify(j.ID)
+		j.HookPendingAt = nil
+		s.jobEnded(ctx, j.ID)
 		s.changed(Change{Job: j})
 	}
 	if err != nil {
@@ -585,7 +657,7 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 		s.log.WarnContext(ctx, "running a completion hook left pending", "job_id", j.ID, "type", j.Type)
 		s.runHook(ctx, j)
 		j.HookPendingAt = nil
-		s.ends.notify(j.ID)
+		s.jobEnded(ctx, j.ID)
 		s.changed(Change{Job: j})
 	}
 	return len(expired), err
@@ -597,27 +669,4 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 // must not fail as agent_lost before they could.
 func (s *Service) Grace(ctx context.Context, grace time.Duration) (int, error) {
 	return s.store.GraceLeases(ctx, s.now().Add(grace))
-}
-
-// RunReaper expires jobs every interval until ctx ends.
-func (s *Service) RunReaper(ctx context.Context, interval time.Duration) {
-	backoff := time.Duration(0)
-	for {
-		wait := interval + backoff
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
-		}
-		if _, err := s.Expire(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.ErrorContext(ctx, "job reaper", "err", err.Error())
-			backoff = min(max(2*backoff, time.Second), 30*time.Second)
-			backoff = time.Duration(rand.Int64N(int64(backoff)) + 1)
-			continue
-		}
-		backoff = 0
-	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -411,31 +410,4 @@ func (s *Service) Maintain(ctx context.Context) (MaintenanceStats, error) {
 		}
 	}
 	return st, nil
-}
-
-// Run calls Maintain every interval until ctx ends, backing off after
-// errors.
-func (s *Service) Run(ctx context.Context, interval time.Duration) {
-	backoff := time.Duration(0)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval + backoff):
-		}
-		st, err := s.Maintain(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			s.log.ErrorContext(ctx, "metrics maintenance", "err", err.Error())
-			backoff = min(max(2*backoff, time.Second), 5*time.Minute)
-			backoff = time.Duration(rand.Int64N(int64(backoff)) + 1)
-			continue
-		}
-		backoff = 0
-		if st.HoursRolledUp > 0 || st.RowsPruned > 0 {
-			s.log.DebugContext(ctx, "metrics maintenance", "hours_rolled_up", st.HoursRolledUp, "rows_pruned", st.RowsPruned)
-		}
-	}
 }

@@ -9,12 +9,12 @@ import (
 // store, is accepted from memory. Every agent request is authenticated, a
 // few per agent every 10 seconds; the cache saves most of those lookups.
 //
-// Revocation stays immediate within this process: Revoke and Delete drop
-// the server's entries (after the store has committed) and bump a
-// generation that keeps lookups already in flight from caching what they
-// read before. A revocation made by another control plane process sharing
-// the database (PostgreSQL) is seen here within AgentAuthTTL, when the
-// entry is checked against the store again.
+// Revocation is immediate: Revoke and Delete drop the server's entries
+// (after the store has committed) and bump a generation that keeps lookups
+// already in flight from caching what they read before. With several
+// control planes on one PostgreSQL database, the revoking one tells the
+// others over the store's bus (Service.UseBus), and they drop the entries
+// too; while a control plane's bus is down, it caches nothing.
 const AgentAuthTTL = 30 * time.Second
 
 // maxAuthEntries bounds the cache's size; beyond it, tokens are checked
@@ -95,4 +95,13 @@ func (c *authCache) invalidate(serverID string) {
 			delete(c.entries, h)
 		}
 	}
+}
+
+// clear forgets every token and makes lookups in flight not cache their
+// result.
+func (c *authCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.entries)
 }

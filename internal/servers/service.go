@@ -44,6 +44,56 @@ type Service struct {
 
 	auth    *authCache                   // agent tokens checked recently
 	touches atomic.Pointer[touchBatcher] // nil: heartbeats are written at once
+
+	// bus tells the other control planes sharing the store about revoked
+	// agents; nil: this is the only one.
+	bus jobs.Bus
+	// cacheOff turns the agent token cache off: with a bus, while it is
+	// not connected, a revocation elsewhere could be missed.
+	cacheOff atomic.Bool
+}
+
+// msgAgentRevoked is the bus message of a revoked or deleted server's
+// agent; the key is the server id.
+const msgAgentRevoked = "agent-revoked:"
+
+// UseBus makes revocations reach the agent token caches of every control
+// plane sharing the store (see Deliver). Until BusConnected(true), and
+// whenever the bus is down, tokens are checked against the store on every
+// call.
+func (s *Service) UseBus(b jobs.Bus) {
+	s.bus = b
+	s.cacheOff.Store(true)
+}
+
+// BusConnected tells the service whether its bus listens. While it does
+// not, nothing is cached; when it comes back, what was cached before is
+// dropped, as a revocation may have been missed.
+func (s *Service) BusConnected(up bool) {
+	s.auth.clear()
+	s.cacheOff.Store(!up)
+}
+
+// Deliver takes a message from the bus and reports whether it was one of
+// the server service's: a revoked agent is forgotten here too.
+func (s *Service) Deliver(msg string) bool {
+	id, ok := strings.CutPrefix(msg, msgAgentRevoked)
+	if ok {
+		s.forgetAgent(id)
+	}
+	return ok
+}
+
+// revoked forgets a revoked server's agent here and in the other control
+// planes.
+func (s *Service) revoked(ctx context.Context, id string) {
+	s.forgetAgent(id)
+	if s.bus == nil {
+		return
+	}
+	// The revocation is committed whatever happens here; if the message
+	// is lost, the others check the token again within AgentAuthTTL.
+	_ = s.bus.Notify(context.WithoutCancel(ctx), msgAgentRevoked+id)
 }
 
 // NewService returns a server service. publicURL goes into install commands.
@@ -185,7 +235,7 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return Server{}, err
 	}
-	s.forgetAgent(id)
+	s.revoked(ctx, id)
 	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
 		return Server{}, err
 	}
@@ -197,7 +247,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.store.DeleteServer(ctx, id, s.now()); err != nil {
 		return err
 	}
-	s.forgetAgent(id)
+	s.revoked(ctx, id)
 	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
 		return err
 	}
@@ -251,7 +301,8 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Server, error
 		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
 	}
 	hash := ids.Hash(token)
-	if srv, ok := s.auth.get(hash); ok {
+	cache := !s.cacheOff.Load()
+	if srv, ok := s.auth.get(hash); ok && cache {
 		return srv, nil
 	}
 	gen, checked := s.auth.generation(), s.now()
@@ -265,7 +316,9 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Server, error
 	if revoked {
 		return Server{}, fault.Unauthenticatedf("agent-revoked", "This server's agent credential was revoked. The agent must stop.")
 	}
-	s.auth.put(hash, srv, gen, checked)
+	if cache {
+		s.auth.put(hash, srv, gen, checked)
+	}
 	return srv, nil
 }
 

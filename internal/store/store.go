@@ -55,6 +55,8 @@ type Store struct {
 	// connection (SQLite allows one writer at a time, and queueing writers in
 	// Go is cheaper than retrying on SQLITE_BUSY). For PostgreSQL r == w.
 	r, w *sqlx.DB
+	// dsn is the PostgreSQL connection string, for Listen; "" for SQLite.
+	dsn string
 
 	stmts     stmtCache    // SQLite: prepared statements of hot queries
 	stmtCount atomic.Int64 // how many stmts holds
@@ -117,7 +119,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(16)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{dialect: Postgres, r: db, w: db}
+	s := &Store{dialect: Postgres, r: db, w: db, dsn: dsn}
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, err

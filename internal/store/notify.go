@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// notifyChannel is the PostgreSQL channel control planes sharing a
+// database tell each other about changes on.
+const notifyChannel = "capstan"
+
+// Shared reports whether several control planes may share this store
+// (PostgreSQL): they then tell each other about changes with Notify and
+// Listen, and keep nothing in memory that another could change.
+func (s *Store) Shared() bool { return s.dialect == Postgres }
+
+// Notify sends msg to every control plane listening on the database,
+// this one included. With SQLite (one control plane) it does nothing.
+func (s *Store) Notify(ctx context.Context, msg string) error {
+	if !s.Shared() {
+		return nil
+	}
+	_, err := s.w.ExecContext(ctx, `SELECT pg_notify($1, $2)`, notifyChannel, msg)
+	return err
+}
+
+// Listen delivers every message sent with Notify, in order, until ctx
+// ends. It holds one connection of its own; when that is lost, it calls
+// connected(false), reconnects with backoff, and calls connected(true)
+// once it listens again (messages sent meanwhile are lost: the caller
+// treats reconnecting as "anything may have changed"). With SQLite it
+// returns at once.
+func (s *Store) Listen(ctx context.Context, deliver func(msg string), connected func(bool)) {
+	if !s.Shared() {
+		return
+	}
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Duration(rand.Int64N(int64(backoff))) + backoff/2):
+			}
+		}
+		listened, _ := s.listenOnce(ctx, deliver, connected)
+		if ctx.Err() != nil {
+			return
+		}
+		if listened {
+			backoff = 0
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+	}
+}
+
+// listenOnce listens on one connection until it fails; listened reports
+// whether it got as far as listening.
+func (s *Store) listenOnce(ctx context.Context, deliver func(msg string), connected func(bool)) (listened bool, err error) {
+	conn, err := pgx.Connect(ctx, s.dsn)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return false, err
+	}
+	connected(true)
+	defer connected(false)
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, err
+		}
+		deliver(n.Payload)
+	}
+}
