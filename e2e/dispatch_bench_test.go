@@ -96,13 +96,16 @@ type dispatchRig struct {
 	f          *Fleet
 	serverID   string
 	agentToken string
+	// agentURL is where the agent's long polls go: f.URL, or another
+	// control plane sharing f's database.
+	agentURL string
 }
 
 func newDispatchRig(tb testing.TB) *dispatchRig {
 	tb.Helper()
 	f := newFleet(tb, Options{})
 	e := f.createEnrollment(tb, "bench-1")
-	return &dispatchRig{f: f, serverID: e.Server.ID, agentToken: f.enrollHTTP(tb, e.Token).AgentToken}
+	return &dispatchRig{f: f, serverID: e.Server.ID, agentToken: f.enrollHTTP(tb, e.Token).AgentToken, agentURL: f.URL}
 }
 
 // claimed is what the protocol agent reports for each job it got.
@@ -122,7 +125,7 @@ func (rig *dispatchRig) measure(tb testing.TB, n int) (lat, fromSend []time.Dura
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		protocolAgent(ctx, rig.f.URL, rig.agentToken, got)
+		protocolAgent(ctx, rig.agentURL, rig.agentToken, got)
 	}()
 	defer func() {
 		cancel()

@@ -1,12 +1,15 @@
 package testlab
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -223,4 +226,53 @@ func (c *Caddy) URL(scheme, host, path string) string {
 		port = c.HTTPSPort
 	}
 	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(port)) + path
+}
+
+// LoadBalance configures Caddy as a plain-HTTP load balancer on HTTPPort
+// in front of upstreams (host:port): round robin, and a request that
+// cannot reach one upstream is tried on the next for up to 10 seconds (an
+// upstream that failed is left out for 2 seconds). It returns the load
+// balancer's URL.
+func (c *Caddy) LoadBalance(t testing.TB, upstreams ...string) string {
+	t.Helper()
+	ups := make([]map[string]string, len(upstreams))
+	for i, u := range upstreams {
+		ups[i] = map[string]string{"dial": u}
+	}
+	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.HTTPPort))
+	cfg := map[string]any{
+		"admin": map[string]any{"listen": strings.TrimPrefix(c.AdminURL, "http://")},
+		"apps": map[string]any{
+			"pki": map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}},
+			"http": map[string]any{"servers": map[string]any{"lb": map[string]any{
+				"listen":          []string{listen},
+				"automatic_https": map[string]any{"disable": true},
+				"routes": []any{map[string]any{"handle": []any{map[string]any{
+					"handler":   "reverse_proxy",
+					"upstreams": ups,
+					"load_balancing": map[string]any{
+						"selection_policy": map[string]any{"policy": "round_robin"},
+						"try_duration":     "10s", "try_interval": "50ms",
+					},
+					"health_checks": map[string]any{"passive": map[string]any{"fail_duration": "2s", "max_fails": 1}},
+					// Long polls answer when they answer: stream, never buffer.
+					"flush_interval": -1,
+				}}}},
+			}}},
+		},
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(c.AdminURL+"/load", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("caddy /load: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("caddy /load: %d %s", resp.StatusCode, body)
+	}
+	return "http://" + listen
 }
