@@ -4072,6 +4072,8 @@ export interface components {
             has_secrets: boolean;
             id: string;
             idempotency_key?: string;
+            /** @description A result the agent reported after the job was failed because its lease lapsed (agent_lost), e.g. across a control-plane restart or a network partition; null when none came. The job's status stays failed; the job type's records (a deployment, a backup run) are corrected from it */
+            late_result: components["schemas"]["LateResult"];
             /** @description Administrators only */
             output: unknown;
             /** @description What the job was asked to do; administrators only */
@@ -4106,6 +4108,8 @@ export interface components {
             has_secrets: boolean;
             id: string;
             idempotency_key?: string;
+            /** @description A result the agent reported after the job was failed because its lease lapsed (agent_lost), e.g. across a control-plane restart or a network partition; null when none came. The job's status stays failed; the job type's records (a deployment, a backup run) are corrected from it */
+            late_result: components["schemas"]["LateResult"];
             /** @description Administrators only */
             output: unknown;
             /** @description What the job was asked to do; administrators only */
@@ -4222,6 +4226,22 @@ export interface components {
              * @description SQL engines: the databases' total size in bytes
              */
             size_bytes: number | null;
+        };
+        LateResult: {
+            /**
+             * Format: date-time
+             * @description When the late result came
+             */
+            at: string;
+            /** @description The agent's result data. Administrators only */
+            data: unknown;
+            /** @description The agent's error; null when it succeeded. Members get the error class */
+            error: string | null;
+            /**
+             * @description What the agent reported
+             * @enum {string}
+             */
+            status: "succeeded" | "failed";
         };
         LatestMetrics: {
             /**
