@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent"
@@ -54,6 +55,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		log.Error("invalid proxy settings", "err", err)
 		return err
 	}
+	warnTCPMigrateReq(log)
 	// The applied proxy revision is kept per enrollment, next to the
 	// traffic report's state.
 	ps.StateDir, ps.ServerID = r.StateDir, cfg.ServerID
@@ -172,4 +174,22 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	backups.RegisterRestores(r)
 	backup.Executors{}.Register(r)
 	return r
+}
+
+// tcpMigrateReqPath is the kernel setting that hands the connections
+// waiting on a listening socket that closes to another socket of the same
+// port (Linux 5.14+).
+const tcpMigrateReqPath = "/proc/sys/net/ipv4/tcp_migrate_req"
+
+// warnTCPMigrateReq warns when the kernel resets the connections waiting
+// on a listener Caddy closes at a reload (every release and proxy change)
+// instead of handing them over: the installer sets it, a server set up by
+// hand may not.
+func warnTCPMigrateReq(log *slog.Logger) {
+	b, err := os.ReadFile(tcpMigrateReqPath)
+	if err != nil || strings.TrimSpace(string(b)) != "0" {
+		return
+	}
+	log.Warn("net.ipv4.tcp_migrate_req is 0: a new connection reaching the proxy while it reloads (at every release) may be reset; " +
+		"set it to 1 (echo net.ipv4.tcp_migrate_req = 1 > /etc/sysctl.d/60-capstan.conf; sysctl --system), as the installer does")
 }

@@ -65,7 +65,11 @@ func (a *Agent) runJob(log *slog.Logger, job agentproto.Job) {
 	// Recorded in the state directory until its result is delivered: a
 	// crash in between reports it after the restart.
 	a.pending.started(job.ID, start)
-	res := a.execute(log, job)
+	res, red, after := a.execute(log, job)
+	if len(after) > 0 {
+		// Next to the delivery of the result, which does not wait for it.
+		a.jobs.Go(func() { a.runAfter(log, job.ID, red, after) })
+	}
 	a.recent.finish(job.ID, res)
 	if res == nil {
 		a.pending.done(job.ID)
@@ -125,9 +129,10 @@ type outcome struct {
 }
 
 // execute runs the job's executor and returns the result to report, or nil
-// if the job is not this agent's to complete anymore. The job's slot is
-// released as soon as the executor has returned.
-func (a *Agent) execute(log *slog.Logger, job agentproto.Job) *agentproto.CompleteRequest {
+// if the job is not this agent's to complete anymore, with the job's
+// redactor and the work it left for after its result (After). The job's
+// slot is released as soon as the executor has returned.
+func (a *Agent) execute(log *slog.Logger, job agentproto.Job) (res *agentproto.CompleteRequest, red *redactor, after []AfterFunc) {
 	released := false
 	release := func() {
 		if !released {
@@ -140,15 +145,17 @@ func (a *Agent) execute(log *slog.Logger, job agentproto.Job) *agentproto.Comple
 	}
 	defer release()
 
+	red = newRedactor(nil)
 	ex, ok := a.opts.Executors[job.Type]
 	if !ok {
-		return &agentproto.CompleteRequest{Status: agentproto.StatusFailed, Error: "unsupported job type: " + job.Type}
+		return &agentproto.CompleteRequest{Status: agentproto.StatusFailed, Error: "unsupported job type: " + job.Type}, red, nil
 	}
 	timeout := DefaultJobTimeout
 	if job.TimeoutSeconds > 0 {
 		timeout = time.Duration(job.TimeoutSeconds) * time.Second
 	}
-	ctx, cancel := context.WithTimeout(a.execCtx, timeout)
+	later := &afterWork{}
+	ctx, cancel := context.WithTimeout(context.WithValue(a.execCtx, afterKey{}, later), timeout)
 	defer cancel()
 
 	var secrets map[string]string
@@ -157,14 +164,14 @@ func (a *Agent) execute(log *slog.Logger, job agentproto.Job) *agentproto.Comple
 		if err != nil {
 			if errors.Is(err, ErrRevoked) || gone(err) {
 				log.Warn("job abandoned: its secrets were refused", "err", err)
-				return nil
+				return nil, red, nil
 			}
 			return &agentproto.CompleteRequest{Status: agentproto.StatusFailed,
-				Error: jobError(ctx, timeout, fmt.Errorf("fetching secrets: %w", err))}
+				Error: jobError(ctx, timeout, fmt.Errorf("fetching secrets: %w", err))}, red, nil
 		}
 		secrets = s
 	}
-	red := newRedactor(secrets)
+	red = newRedactor(secrets)
 	events := newJobEvents(a.sendCtx, a.client, job.ID, log, red, a.opts.Backoff)
 
 	ch := make(chan outcome, 1)
@@ -194,7 +201,7 @@ func (a *Agent) execute(log *slog.Logger, job agentproto.Job) *agentproto.Comple
 	}
 	release()
 	events.Close()
-	return result(ctx, timeout, red, out)
+	return result(ctx, timeout, red, out), red, later.take()
 }
 
 // gone reports whether err says the job is not this agent's anymore.

@@ -612,7 +612,11 @@ type DeployResult struct {
 	HostPort      int    `json:"host_port"`
 	// Pulled is false when the registry was unreachable and a local image
 	// with that exact reference was used.
-	Pulled          bool     `json:"pulled"`
+	Pulled bool `json:"pulled"`
+	// RemovedIDs and PrunedImageIDs are the old containers removed and
+	// images pruned before the result. An image release leaves both for
+	// after its result (empty here; the job's later events say what was
+	// removed); a compose release removes its old web container first.
 	RemovedIDs      []string `json:"removed_container_ids"`
 	PrunedImageIDs  []string `json:"pruned_image_ids"`
 	HealthStatus    int      `json:"health_status"`

@@ -449,12 +449,17 @@ func (s *Service) Secrets(ctx context.Context, serverID, jobID string) (map[stri
 
 // Limits on events.
 const (
+	// LateEventsWindow is how long after a job finished its agent may
+	// still add events: a job's clean-up left for after its result (a
+	// release removes the old container then) reports on the job.
+	LateEventsWindow  = 10 * time.Minute
 	MaxEventsPerCall  = 500
 	MaxEventMessage   = 4096
 	MaxEventDataBytes = 16 << 10
 )
 
-// AddEvents stores progress events of a running job and extends its lease.
+// AddEvents stores progress events of a running job and extends its lease;
+// a job finished less than LateEventsWindow ago still takes them.
 func (s *Service) AddEvents(ctx context.Context, serverID, jobID string, in []agentproto.Event) error {
 	var errs fault.Fields
 	if len(in) > MaxEventsPerCall {
@@ -487,7 +492,7 @@ func (s *Service) AddEvents(ctx context.Context, serverID, jobID string, in []ag
 	if err != nil {
 		return err
 	}
-	if j.Status != Running {
+	if j.Status != Running && (!j.Status.Finished() || j.FinishedAt == nil || now.Sub(*j.FinishedAt) > LateEventsWindow) {
 		return fault.Conflictf("job-not-running", "The job is %s; it takes no more events.", j.Status)
 	}
 	if err := s.store.AppendJobEvents(ctx, jobID, evs, now); err != nil {

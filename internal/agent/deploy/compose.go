@@ -197,7 +197,7 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 		return agentproto.DeployResult{}, err
 	}
 	drain := d.opts.Proxy != nil && siteCount(applied, p.AppID) > 0
-	removed, _ := d.removeOld(ctx, cli, p.AppID, s.ID, drain, events)
+	removed, _ := d.removeOld(ctx, cli, p.AppID, func(id string) bool { return id != s.ID }, drain, events)
 
 	// 4. The other services, where what they run changed; and those the
 	// document no longer has.

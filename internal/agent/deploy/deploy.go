@@ -7,10 +7,13 @@
 //
 // An application's containers are those labelled agentproto.LabelApp with
 // its id. A release starts a new container next to the live one, waits for
-// it to answer its health check, switches the proxy to it, then stops and
-// removes the old one: the old container serves until the switch, and
-// stays untouched when any step before the switch fails. Jobs of one
-// application run one at a time.
+// it to answer its health check and switches the proxy to it: the release
+// is done (its result is sent) once the new container serves. The old
+// container serves until the switch, and stays untouched when any step
+// before the switch fails; after the switch it is stopped and removed, and
+// old images pruned, next to the delivery of the result, reported as later
+// events of the job. Jobs of one application run one at a time: the next
+// waits for that clean-up.
 package deploy
 
 import (

@@ -413,7 +413,7 @@ func TestReleases(t *testing.T) {
 		testlab.Eventually(t, time.Minute, "an answer of v1", answered("v1 hello from secrets"))
 		p := payload(v2)
 		p.KeepImageIDs = []string{v1.ID}
-		res, _ := deployOK(t, d, p, secrets)
+		res, rec := deployOK(t, d, p, secrets)
 		testlab.Eventually(t, time.Minute, "an answer of v2", answered("v2 hello from secrets"))
 		stop.Store(true)
 		wg.Wait()
@@ -424,8 +424,13 @@ func TestReleases(t *testing.T) {
 		if seen["v1 hello from secrets"] == 0 || seen["v2 hello from secrets"] == 0 {
 			t.Errorf("answers seen %v, want both versions", seen)
 		}
-		if !slices.Equal(res.RemovedIDs, []string{cur.ContainerID}) || len(res.PrunedImageIDs) != 0 || res.ImageID != v2.ID {
-			t.Errorf("result %+v; want the v1 container removed, nothing pruned", res)
+		if res.ImageID != v2.ID {
+			t.Errorf("result %+v; want v2", res)
+		}
+		// Removed after the result, which the executor run on its own
+		// (outside an agent) waits for; the events say so.
+		if !rec.has("info: stopping and removing the old container "+cur.ContainerName) || !rec.has("info: removed 1 old containers") {
+			t.Errorf("no events about removing the v1 container:\n%s", strings.Join(rec.events, "\n"))
 		}
 		onlyContainer(t, cli, app, res.ContainerID)
 		if !imageExists(t, cli, v1.ID) {
@@ -512,7 +517,7 @@ func TestReleases(t *testing.T) {
 		p.ImageID = v1.ID
 		p.KeepImageIDs = []string{v2.ID}
 		res, _ := deployOK(t, d, p, secrets)
-		if res.ImageID != v1.ID || res.Pulled || !slices.Equal(res.RemovedIDs, []string{cur.ContainerID}) || len(res.PrunedImageIDs) != 0 {
+		if res.ImageID != v1.ID || res.Pulled {
 			t.Errorf("result %+v", res)
 		}
 		up := fmt.Sprintf("127.0.0.1:%d", res.HostPort)
@@ -570,9 +575,6 @@ func TestReleases(t *testing.T) {
 	step("old images are pruned unless kept", func(t *testing.T) {
 		p := payload(v2)
 		res, _ := deployOK(t, d, p, secrets)
-		if !slices.Equal(res.PrunedImageIDs, []string{v1.ID}) {
-			t.Errorf("pruned %q, want the v1 image %s", res.PrunedImageIDs, v1.ID)
-		}
 		if imageExists(t, cli, v1.ID) {
 			t.Error("the v1 image is still there")
 		}

@@ -49,7 +49,8 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 	if err != nil {
 		return nil, nil, err
 	}
-	defer unlock()
+	lk := &heldLock{unlock: unlock}
+	defer lk.release()
 	if p.Compose != nil {
 		res, err := d.runCompose(ctx, cli, p, secrets, events)
 		if err != nil {
@@ -57,7 +58,7 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 		}
 		return res, nil, nil
 	}
-	res, err := d.release(ctx, cli, p, env, in, events)
+	res, err := d.release(ctx, cli, p, env, in, events, lk)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -121,8 +122,31 @@ func environment(keys []string, secrets map[string]string) ([]string, error) {
 	return env, nil
 }
 
-// release runs the steps of a release; see the package documentation.
-func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, env []string, in buildInputs, events agent.EventSink) (agentproto.DeployResult, error) {
+// heldLock is an application's lock held by a job, which a release hands
+// over to the clean-up it leaves for after its result.
+type heldLock struct {
+	unlock func()
+	handed bool
+}
+
+// handOver returns the unlock function: the job no longer releases it.
+func (l *heldLock) handOver() func() {
+	l.handed = true
+	return l.unlock
+}
+
+func (l *heldLock) release() {
+	if !l.handed {
+		l.unlock()
+	}
+}
+
+// release runs the steps of a release; see the package documentation. The
+// release is done once the proxy serves the new container: the removal of
+// the old containers and their images is left for after the job's result
+// (agent.After), holding the application's lock (lk) until it is done,
+// and reported as later events of the job.
+func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, env []string, in buildInputs, events agent.EventSink, lk *heldLock) (agentproto.DeployResult, error) {
 	// 1. The image: built from git, or pulled (a rollback's is local).
 	var img image
 	var built *agentproto.BuildResult
@@ -177,32 +201,39 @@ func (d *Deployer) release(ctx context.Context, cli *client.Client, p agentproto
 		return agentproto.DeployResult{}, err
 	}
 
-	// 5. The old containers.
-	drain := d.opts.Proxy != nil && siteCount(applied, p.AppID) > 0
-	removed, images := d.removeOld(ctx, cli, p.AppID, s.ID, drain, events)
-
-	// 6. Their images, and those of earlier deployments that fell out of
-	// the ones kept for rollbacks.
-	pruned := []string{}
-	if p.Build != nil {
-		// Builds of a commit built before leave its older image untagged.
-		images = append(images, danglingBuilds(ctx, cli, p.AppID)...)
-	}
-	if ctx.Err() == nil {
-		pruned = prune(ctx, cli, append(images, p.PruneImageIDs...), p.KeepImageIDs, img.ID, events)
-	} else if len(images)+len(p.PruneImageIDs) > 0 {
-		events.Emit(agentproto.LevelWarn, "not pruning old images: the job's time ran out", nil)
-	}
-
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("released deployment %s: container %s serves on %s", p.DeploymentID, s.Name, s.upstream()), nil)
+
+	// 5. After the result: the old containers (those of the application
+	// before this release: a later release's are not this one's to
+	// remove), their images, and those of earlier deployments that fell
+	// out of the ones kept for rollbacks.
+	drain := d.opts.Proxy != nil && siteCount(applied, p.AppID) > 0
+	oldIDs := map[string]bool{}
+	for _, c := range old {
+		oldIDs[c.ID] = true
+	}
+	unlock := lk.handOver()
+	agent.After(ctx, events, func(ctx context.Context, events agent.EventSink) {
+		defer unlock()
+		_, images := d.removeOld(ctx, cli, p.AppID, func(id string) bool { return oldIDs[id] }, drain, events)
+		if p.Build != nil {
+			// Builds of a commit built before leave its older image untagged.
+			images = append(images, danglingBuilds(ctx, cli, p.AppID)...)
+		}
+		if ctx.Err() == nil {
+			prune(ctx, cli, append(images, p.PruneImageIDs...), p.KeepImageIDs, img.ID, events)
+		} else if len(images)+len(p.PruneImageIDs) > 0 {
+			events.Emit(agentproto.LevelWarn, "not pruning old images: the agent is stopping", nil)
+		}
+	})
 	return agentproto.DeployResult{
 		ContainerID:     s.ID,
 		ContainerName:   s.Name,
 		ImageID:         img.ID,
 		HostPort:        s.HostPort,
 		Pulled:          img.Pulled,
-		RemovedIDs:      removed,
-		PrunedImageIDs:  pruned,
+		RemovedIDs:      []string{},
+		PrunedImageIDs:  []string{},
 		HealthStatus:    healthy.Status,
 		HealthCheckedAt: healthy.At.Format(time.RFC3339Nano),
 		Build:           built,
@@ -262,11 +293,11 @@ func (d *Deployer) restoreProxy(ctx context.Context, p agentproto.DeployPayload,
 	events.Emit(agentproto.LevelInfo, "applied the proxy state again with the application's previous container", nil)
 }
 
-// removeOld stops and removes the application's containers other than
-// keepID, after a drain (if drain: the proxy was switched away from a
-// running one). It returns the ids removed and the images they ran. A
-// removal begun goes on after ctx ends; none begins after it.
-func (d *Deployer) removeOld(ctx context.Context, cli *client.Client, app, keepID string, drain bool, events agent.EventSink) (removed, images []string) {
+// removeOld stops and removes the application's containers that isOld
+// picks, after a drain (if drain: the proxy was switched away
+// from a running one). It returns the ids removed and the images they ran.
+// A removal begun goes on after ctx ends; none begins after it.
+func (d *Deployer) removeOld(ctx context.Context, cli *client.Client, app string, isOld func(id string) bool, drain bool, events agent.EventSink) (removed, images []string) {
 	removed = []string{}
 	lctx, cancel := cleanupContext(ctx, 30*time.Second)
 	list, err := appContainers(lctx, cli, app)
@@ -278,7 +309,7 @@ func (d *Deployer) removeOld(ctx context.Context, cli *client.Client, app, keepI
 	var old []containerSummary
 	running := false
 	for _, c := range list {
-		if c.ID != keepID {
+		if isOld(c.ID) {
 			old = append(old, c)
 			running = running || c.State == container.StateRunning
 		}
