@@ -22,15 +22,18 @@ type afterKey struct{}
 
 // afterWork collects the AfterFuncs of one job.
 type afterWork struct {
-	mu  sync.Mutex
-	fns []AfterFunc
+	mu     sync.Mutex
+	fns    []AfterFunc
+	closed bool // taken: later ones run at once
 }
 
+// take returns the work left so far; work left later (by an executor the
+// agent gave up waiting for) runs at once in After.
 func (w *afterWork) take() []AfterFunc {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	fns := w.fns
-	w.fns = nil
+	w.fns, w.closed = nil, true
 	return fns
 }
 
@@ -39,14 +42,18 @@ func (w *afterWork) take() []AfterFunc {
 // delivery of the result, with an event sink of the job. fn's context ends
 // after AfterTimeout, or when the agent stops (after its shutdown grace);
 // fn always runs, if only to see its context ended. Outside a job the
-// agent runs (an executor called directly), fn runs at once with ctx and
-// events, before After returns.
+// agent runs (an executor called directly), or from an executor the agent
+// gave up waiting for, fn runs at once with ctx and events, before After
+// returns.
 func After(ctx context.Context, events EventSink, fn AfterFunc) {
 	if w, ok := ctx.Value(afterKey{}).(*afterWork); ok {
 		w.mu.Lock()
-		w.fns = append(w.fns, fn)
+		if !w.closed {
+			w.fns = append(w.fns, fn)
+			w.mu.Unlock()
+			return
+		}
 		w.mu.Unlock()
-		return
 	}
 	fn(ctx, events)
 }

@@ -191,7 +191,7 @@ func register(s *httpapi.Server, d Deps) {
 		Description: "A job finished less than 10 minutes ago still takes its agent's events (the clean-up it left for after its result, " +
 			"such as a release removing the old container); later, and before the job started, 409. " +
 			"Rate limited per server: 2,000 events at once, then 50 a second; beyond that 429 with Retry-After, and nothing is stored.",
-		Errors:      []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusTooManyRequests},
+		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *eventsInput) (*struct{}, error) {
 		if err := limits.take(httpapi.AgentServer(ctx).ID, ReportEvents, len(in.Body.Events)); err != nil {
 			return nil, err
