@@ -51,7 +51,7 @@ func BenchmarkDeployOverhead(b *testing.B) {
 
 	const deploys = 20
 	var (
-		viaAPI, withoutOld, direct, directTight []time.Duration
+		viaAPI, direct, directTight []time.Duration
 		phases                                  = map[string][]time.Duration{}
 	)
 	for b.Loop() {
@@ -67,7 +67,6 @@ func BenchmarkDeployOverhead(b *testing.B) {
 			for name, v := range ph {
 				phases[name] = append(phases[name], v)
 			}
-			withoutOld = append(withoutOld, seen.Sub(posted)-ph[phaseRemoveOld])
 			dd := directDeploy(b, s.Docker, img.Ref, deploy.DefaultHealthInterval)
 			direct = append(direct, dd["total"])
 			for name, v := range dd {
@@ -76,11 +75,10 @@ func BenchmarkDeployOverhead(b *testing.B) {
 			directTight = append(directTight, directDeploy(b, s.Docker, img.Ref, 5*time.Millisecond)["total"])
 		}
 	}
-	api, dir, tight, same := median(viaAPI), median(direct), median(directTight), median(withoutOld)
+	api, dir, tight := median(viaAPI), median(direct), median(directTight)
 	b.ReportMetric(ms(api), "ms/deploy-via-api")
 	b.ReportMetric(ms(dir), "ms/deploy-direct")
 	b.ReportMetric(ms(api-dir), "ms/overhead")
-	b.ReportMetric(ms(same-dir), "ms/overhead-without-old-removal")
 	b.Logf("%d deploys through the API: median %s (min %s, max %s)", len(viaAPI), api, slices.Min(viaAPI), slices.Max(viaAPI))
 	b.Logf("%d direct (inspect, create, start, health every 200 ms as the agent): median %s (min %s, max %s)", len(direct), dir, slices.Min(direct), slices.Max(direct))
 	b.Logf("%d direct (health every 5 ms): median %s", len(directTight), tight)
@@ -91,13 +89,12 @@ func BenchmarkDeployOverhead(b *testing.B) {
 	b.ReportMetric(ms(median(paired)), "ms/overhead-paired")
 	b.Logf("overhead: %s (median via API − median direct); %s against the 5 ms probe; median of the paired differences %s",
 		api-dir, api-tight, median(paired))
-	b.Logf("without the agent's stop and removal of the old container (which the direct path does not do): median %s, overhead %s", same, same-dir)
 	for _, name := range slices.Sorted(maps.Keys(phases)) {
 		b.Logf("  phase %-48s median %s", name, median(phases[name]))
 	}
 }
 
-const phaseRemoveOld = "8 agent: stop and remove the old container"
+const phaseRemoveOld = "10 agent, after the result: stop and remove the old container"
 
 // deployPhases splits one deployment's time by the job's timestamps
 // (control plane) and its events (agent).
@@ -127,6 +124,7 @@ func deployPhases(d AppDeployment, start, posted, seen time.Time) map[string]tim
 	span("5 agent: create and start the container", "creating container", "started container")
 	span("6 agent: health check", "waiting up to", "healthy after")
 	span("7 agent: proxy switch (Caddy /load)", "switching the proxy", "the proxy sends")
+	// After the result (later events of the job): not part of the release.
 	span(phaseRemoveOld, "stopping and removing the old container", "removed ")
 	if last, ok := at("released deployment"); ok {
 		out["8b agent: released → job completed"] = d.Job.FinishedAt.Sub(last)
