@@ -234,7 +234,7 @@ export interface paths {
         put?: never;
         /**
          * Progress events of a running job; extends its lease
-         * @description Rate limited per server: 2,000 events at once, then 50 a second; beyond that 429 with Retry-After, and nothing is stored.
+         * @description A job finished less than 10 minutes ago still takes its agent's events (the clean-up it left for after its result, such as a release removing the old container); later, and before the job started, 409. Rate limited per server: 2,000 events at once, then 50 a second; beyond that 429 with Retry-After, and nothing is stored.
          *
          *     An enrolled agent, with its agent token.
          */
