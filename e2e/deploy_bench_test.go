@@ -52,7 +52,7 @@ func BenchmarkDeployOverhead(b *testing.B) {
 	const deploys = 20
 	var (
 		viaAPI, direct, directTight []time.Duration
-		phases                                  = map[string][]time.Duration{}
+		phases                      = map[string][]time.Duration{}
 	)
 	for b.Loop() {
 		// Interleaved, so that the machine's ups and downs hit both.
