@@ -31,8 +31,9 @@ chmod 755 run.sh
 // a real Caddy. It is redeployed under load without a failed request, a
 // failing and a timed-out build fail with their output while the old
 // release serves, a rollback starts a kept release, the journal is read,
-// app_down opens when the live slot stops answering its health path, and
-// deleting the application removes its units and releases.
+// app_down opens when the live slot stops answering its health path, the
+// detail shows the slots, and deleting the application removes its units
+// and releases.
 func TestServiceApplicationOnSystemdHost(t *testing.T) {
 	t.Parallel()
 	requireNspawnHost(t)
@@ -108,6 +109,32 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 			t.Errorf("%s of %s is %q, want %q", k, sv.Unit, props[k], want)
 		}
 	}
+
+	// The detail shows the slot, once the host's inventory lists it.
+	testlab.EventuallyReport(t, 2*time.Minute, "the detail shows the live slot running", func() (bool, string) {
+		r := s.Get(t, "/api/v1/applications/"+app.ID, f.Token)
+		expectStatus(t, r, http.StatusOK)
+		var detail struct {
+			Slots *struct {
+				CollectedAt *time.Time `json:"collected_at"`
+				Slots       []struct {
+					Unit    string `json:"unit"`
+					Port    int    `json:"port"`
+					Release string `json:"release"`
+					State   string `json:"state"`
+					Status  string `json:"status"`
+					Live    bool   `json:"live"`
+				} `json:"slots"`
+			} `json:"slots"`
+		}
+		if err := json.Unmarshal(r.Body, &detail); err != nil {
+			t.Fatal(err)
+		}
+		sl := detail.Slots
+		return sl != nil && sl.CollectedAt != nil && len(sl.Slots) == 1 && sl.Slots[0].Unit == sv.Unit && sl.Slots[0].Port == sv.Port &&
+				sl.Slots[0].Release == d1.ID && sl.Slots[0].State == "running" && sl.Slots[0].Status == "active (running)" && sl.Slots[0].Live,
+			string(r.Body)
+	})
 
 	const hostname = "svc.test"
 	resp := s.Post(t, "/api/v1/domains", f.Token, map[string]any{"hostname": hostname, "application_id": app.ID, "tls_mode": "internal"})

@@ -179,6 +179,8 @@ type ApplicationDetail struct {
 	Latest  *Deployment `json:"latest" doc:"The newest deployment, whatever its status; null if none"`
 	// Services is set for compose applications.
 	Services *ServiceStates `json:"services,omitempty" doc:"Compose applications: every service's container and state, from the server's latest inventory"`
+	// Slots is set for service applications.
+	Slots *SlotStates `json:"slots,omitempty" doc:"Service applications: every release slot's unit, port, release and state, from the server's latest inventory"`
 }
 
 func strp(s string) *string {
@@ -529,14 +531,19 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 		v := latest[0].view(rd.Reader)
 		d.Latest = &v
 	}
-	if a.Kind == KindCompose {
+	if a.Kind == KindCompose || a.Kind == KindService {
 		var cur *DeploymentRecord
 		if a.CurrentDeploymentID != "" {
 			if c, err := s.store.Deployment(ctx, a.CurrentDeploymentID); err == nil {
 				cur = &c
 			}
 		}
-		if d.Services, err = s.serviceStates(ctx, a, cur); err != nil {
+		if a.Kind == KindCompose {
+			d.Services, err = s.serviceStates(ctx, a, cur)
+		} else {
+			d.Slots, err = s.slotStates(ctx, a, cur)
+		}
+		if err != nil {
 			return ApplicationDetail{}, err
 		}
 	}

@@ -2,7 +2,14 @@ package apps
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/fault"
@@ -172,4 +179,88 @@ func serviceName(a App) string {
 		return ""
 	}
 	return a.Name
+}
+
+// SlotState is the state of one release slot of a service application on
+// its server, from the server's latest inventory.
+type SlotState struct {
+	Unit    string `json:"unit" doc:"The slot's systemd unit, capstan-app-<name>@<port>.service"`
+	Port    int    `json:"port" doc:"The loopback port the slot listens on"`
+	Release string `json:"release" doc:"The deployment whose release the slot runs (for a rollback, the deployment rolled back to)"`
+	State   string `json:"state" enum:"running,starting,stopping,stopped,failed,missing" doc:"running (systemd: active), starting (activating or reloading), stopping (deactivating), stopped (inactive), failed; missing for the live slot the inventory does not list"`
+	Status  string `json:"status" doc:"systemd's own words: the active state and the sub-state, e.g. active (running)"`
+	Live    bool   `json:"live" doc:"The proxy sends the application's requests to this slot: the current deployment's"`
+}
+
+// SlotStates are the release slots of a service application as its
+// server's inventory last listed them.
+type SlotStates struct {
+	CollectedAt *time.Time  `json:"collected_at" doc:"When the server's inventory was collected; null when it has none"`
+	Slots       []SlotState `json:"slots" doc:"By port; the current deployment's slot, if the inventory does not list it, has state missing"`
+}
+
+// slotStates reads a service application's slots from its server's
+// latest inventory: its units capstan-app-<name>@<port>.service, whose
+// description names the release they run. The live slot is the current
+// deployment's.
+func (s *Service) slotStates(ctx context.Context, a App, current *DeploymentRecord) (*SlotStates, error) {
+	inv, err := s.store.ServerInventory(ctx, a.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	out := &SlotStates{Slots: []SlotState{}}
+	live, liveRelease := 0, ""
+	if current != nil && len(current.Result) > 0 {
+		var res agentproto.DeployResult
+		if json.Unmarshal(current.Result, &res) == nil && res.Service != nil {
+			live, liveRelease = res.Service.Port, res.Service.Release
+		}
+	}
+	if inv == nil {
+		return out, nil
+	}
+	t := inv.CollectedAt
+	out.CollectedAt = &t
+	prefix := "capstan-app-" + a.Name + "@"
+	for _, u := range inv.Services {
+		rest, ok := strings.CutPrefix(u.Name, prefix)
+		if !ok {
+			continue
+		}
+		port, err := strconv.Atoi(strings.TrimSuffix(rest, ".service"))
+		if err != nil || !strings.HasSuffix(rest, ".service") || port < 1 || port > 65535 {
+			continue
+		}
+		st := SlotState{Unit: u.Name, Port: port, State: slotState(u.ActiveState), Status: u.ActiveState + " (" + u.SubState + ")",
+			Live: port == live}
+		if m := releaseInDescription.FindStringSubmatch(u.Description); m != nil {
+			st.Release = m[1]
+		}
+		out.Slots = append(out.Slots, st)
+	}
+	if live != 0 && !slices.ContainsFunc(out.Slots, func(st SlotState) bool { return st.Live }) {
+		out.Slots = append(out.Slots, SlotState{Unit: fmt.Sprintf("%s%d.service", prefix, live), Port: live, Release: liveRelease,
+			State: "missing", Live: true})
+	}
+	sort.Slice(out.Slots, func(i, j int) bool { return out.Slots[i].Port < out.Slots[j].Port })
+	return out, nil
+}
+
+// releaseInDescription finds the release in a slot unit's description,
+// "Capstan application <name> (deployment <id>)".
+var releaseInDescription = regexp.MustCompile(`\(deployment ([A-Za-z0-9_]+)\)$`)
+
+// slotState is systemd's active state as the detail shows it.
+func slotState(active string) string {
+	switch active {
+	case "active":
+		return "running"
+	case "activating", "reloading":
+		return "starting"
+	case "deactivating":
+		return "stopping"
+	case "failed":
+		return "failed"
+	}
+	return "stopped"
 }
