@@ -76,6 +76,9 @@
 //	            the job secret backup_identity.
 //	2026-11-24  v1: DomainCheckResult.CertNotBefore, so that tls_expiring
 //	            judges a certificate against its lifetime.
+//	2026-11-24  v1: compose applications from git: ComposeSpec.File with
+//	            DeployPayload.Build, services built from the commit;
+//	            DeployResult.ComposeDocument.
 //	2026-11-24  v1: HealthReport.WantTargets; the control plane answers it
 //	            with HealthTargets (200): every application with a live
 //	            release, of every kind, to probe.
@@ -602,6 +605,12 @@ type ComposeSpec struct {
 	// ImageIDs, for a rollback, are the exact local images to run, by
 	// service; the job fails if one is gone.
 	ImageIDs map[string]string `json:"image_ids,omitempty"`
+	// File, with DeployPayload.Build and an empty Document (a deployment
+	// from git), is the compose file's path in the commit; "" means
+	// compose.yaml, else docker-compose.yml. Its services may build their
+	// image from the commit (build.context and build.dockerfile inside
+	// it); each is tagged <Image's repository>-<service>:<Image's tag>.
+	File string `json:"file,omitempty"`
 }
 
 // DeployResult is the data of a finished app.deploy.
@@ -630,6 +639,9 @@ type DeployResult struct {
 	// Services are the image ids every service of a compose application
 	// runs, by service name; nil for other applications.
 	Services map[string]string `json:"services,omitempty"`
+	// ComposeDocument is the compose document a deployment from git read
+	// from its commit, for the release to keep; "" otherwise.
+	ComposeDocument string `json:"compose_document,omitempty"`
 }
 
 // RemovePayload is the payload of app.remove: remove the application's

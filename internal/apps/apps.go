@@ -239,9 +239,13 @@ type ComposeSettings struct {
 
 // Release is what a compose deployment released: the image id every
 // service ran, by service name. With the deployment's frozen compose
-// document it is enough to re-create the stack.
+// document (or, from git, the document it read from its commit) it is
+// enough to re-create the stack.
 type Release struct {
 	Services map[string]string `json:"services"`
+	// Document is the compose document a deployment from git read from
+	// its commit; "" for an inline document (the spec has it).
+	Document string `json:"document,omitempty"`
 }
 
 // Store persists applications and deployments.

@@ -15,9 +15,15 @@ import (
 // document is given in the request.
 const SourceInline = "inline"
 
+// DefaultComposeFile names, in a compose application's spec, the
+// default compose file of a repository: compose.yaml, else
+// docker-compose.yml.
+const DefaultComposeFile = "compose.yaml|docker-compose.yml"
+
 // ComposeSpec is the frozen stack of a compose deployment.
 type ComposeSpec struct {
-	Document   string            `json:"document" doc:"The compose document deployed"`
+	Document   string            `json:"document" doc:"The compose document deployed; for an application from git, empty until the deployment read it from the commit (the release keeps it)"`
+	File       string            `json:"compose_file,omitempty" doc:"For an application from git: the compose file read from the commit (compose.yaml|docker-compose.yml: the first of them that exists)"`
 	WebService string            `json:"web_service" doc:"The service the proxy routes to"`
 	ImageIDs   map[string]string `json:"pinned_image_ids,omitempty" doc:"Rollbacks: the exact local image of every service"`
 }
@@ -41,19 +47,32 @@ type ServiceStates struct {
 }
 
 // validateCompose checks a compose application's stack into errs: the
-// source is inline with a document, or (later) git; the web service is
-// a service of the document; the document holds only what Capstan runs
-// (422 naming every unsupported key).
+// source is inline with a document, or git with the compose file's path
+// in the repository (read by the agent from each commit deployed); the
+// web service is a service of the document; an inline document holds
+// only what Capstan runs, without builds (422 naming every unsupported
+// key).
 func validateCompose(ctx context.Context, name string, src Source, c ComposeSettings, errs *fault.Fields) {
-	if src.Type != SourceInline {
-		errs.Add("source.type", "compose applications take their compose document inline (source type inline)")
+	if p := serviceNameProblem(c.WebService); p != "" {
+		errs.Add("web_service", "%s", p)
+	}
+	switch src.Type {
+	case SourceInline:
+	case SourceGit:
+		validateSource(src, errs)
+		if c.Document != "" {
+			errs.Add("compose", "is only for an inline document: an application from git deploys the compose file of each commit (compose_file)")
+		}
+		if p := BuildPathProblem(c.File); c.File != "" && p != "" {
+			errs.Add("compose_file", "%s", p)
+		}
+		return
+	default:
+		errs.Add("source.type", "compose applications take their compose document inline (source type inline) or from git (source type git)")
 		return
 	}
 	if c.File != "" {
 		errs.Add("compose_file", "is only for compose applications from git")
-	}
-	if p := serviceNameProblem(c.WebService); p != "" {
-		errs.Add("web_service", "%s", p)
 	}
 	if strings.TrimSpace(c.Document) == "" {
 		errs.Add("compose", "is required: the compose document")
@@ -94,7 +113,11 @@ func serviceNameProblem(s string) string {
 
 // composeSpec is the stack a deployment of a compose application freezes.
 func composeSpec(a App) *ComposeSpec {
-	return &ComposeSpec{Document: a.Compose.Document, WebService: a.Compose.WebService}
+	c := &ComposeSpec{Document: a.Compose.Document, WebService: a.Compose.WebService}
+	if a.Source.Type == SourceGit {
+		c.File = cmpOr(a.Compose.File, DefaultComposeFile)
+	}
+	return c
 }
 
 // composePayload is the stack of a deployment's job.
@@ -102,7 +125,15 @@ func composePayload(c *ComposeSpec) *agentproto.ComposeSpec {
 	if c == nil {
 		return nil
 	}
-	return &agentproto.ComposeSpec{Document: c.Document, WebService: c.WebService, ImageIDs: c.ImageIDs}
+	p := &agentproto.ComposeSpec{Document: c.Document, WebService: c.WebService, ImageIDs: c.ImageIDs}
+	if c.Document == "" {
+		// From git: the agent reads the compose file of the commit.
+		p.File = c.File
+		if p.File == DefaultComposeFile {
+			p.File = ""
+		}
+	}
+	return p
 }
 
 // serviceStates reads a compose application's services from its server's
@@ -163,7 +194,13 @@ func (s *Service) serviceOf(ctx context.Context, a App, service string) error {
 	if a.CurrentDeploymentID != "" {
 		if cur, err := s.store.Deployment(ctx, a.CurrentDeploymentID); err == nil && cur.Spec.Compose != nil {
 			doc = cur.Spec.Compose.Document
+			if doc == "" && cur.Release != nil {
+				doc = cur.Release.Document
+			}
 		}
+	}
+	if doc == "" {
+		return fault.Invalidf("service", "the application has no deployed compose document yet")
 	}
 	p, err := compose.Load(ctx, composeProject(a.Name), []byte(doc), compose.Options{AllowBuild: true})
 	if err != nil {

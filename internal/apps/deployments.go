@@ -121,7 +121,7 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	if ref != "" && a.Kind == KindCompose {
+	if ref != "" && a.Kind == KindCompose && a.Source.Type != SourceGit {
 		return DeploymentDetail{}, fault.Invalidf("ref", "is not used by compose applications with an inline document: each deployment runs the document")
 	}
 	if ref != "" && a.Source.Type != SourceGit {
@@ -136,7 +136,11 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return DeploymentDetail{}, err
 	}
 	var spec Spec
-	if a.Kind == KindCompose {
+	if a.Kind == KindCompose && a.Source.Type == SourceGit {
+		if spec, err = s.gitSpec(ctx, a, ref); err == nil {
+			spec.Compose = composeSpec(a)
+		}
+	} else if a.Kind == KindCompose {
 		spec, err = composeSpecOf(a)
 	} else if a.Source.Type == SourceGit {
 		spec, err = s.gitSpec(ctx, a, ref)
@@ -219,11 +223,15 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 	spec := old.Spec
 	spec.ImageID = old.ImageID
 	if spec.Compose != nil {
-		if old.Release == nil {
+		if old.Release == nil || spec.Compose.Document == "" && old.Release.Document == "" {
 			return DeploymentDetail{}, fault.Conflictf("deployment-not-succeeded", "Deployment %s kept no release to roll back to.", old.ID)
 		}
 		c := *spec.Compose
 		c.ImageIDs = old.Release.Services
+		if c.Document == "" {
+			// From git: the document the deployment read from its commit.
+			c.Document = old.Release.Document
+		}
 		spec.Compose = &c
 	}
 	if old.Spec.Service != nil {
@@ -560,7 +568,8 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 		keys = append(keys, e.Key)
 	}
 	var build *agentproto.BuildSpec
-	if d.Spec.Git != nil && d.Spec.ImageID == "" && (d.Spec.Service == nil || d.Spec.Service.Release == "") {
+	if d.Spec.Git != nil && d.Spec.ImageID == "" && (d.Spec.Service == nil || d.Spec.Service.Release == "") &&
+		(d.Spec.Compose == nil || len(d.Spec.Compose.ImageIDs) == 0) {
 		if build, err = s.buildPayload(ctx, d, secrets); err != nil {
 			return agentproto.DeployPayload{}, nil, err
 		}
@@ -624,7 +633,7 @@ func (s *Service) deployFinished(ctx context.Context, j jobs.Job) error {
 		}
 		f.Status, f.Result, f.ImageID = Succeeded, j.Data, res.ImageID
 		if res.Services != nil {
-			f.Release = &Release{Services: res.Services}
+			f.Release = &Release{Services: res.Services, Document: res.ComposeDocument}
 		}
 	case jobs.Cancelled:
 		f.Status, f.Error = Cancelled, "cancelled"

@@ -151,6 +151,7 @@ type Application struct {
 	BuildContext        string           `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
 	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
 	WebService          string           `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
+	ComposeFile         string           `json:"compose_file,omitempty" doc:"Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml)"`
 	Compose             string           `json:"compose,omitempty" doc:"Compose applications from an inline document: the document"`
 	Status              string           `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
 	CurrentDeploymentID *string          `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
@@ -200,7 +201,7 @@ func (a App) view(r jobs.Reader) Application {
 		v.Dockerfile, v.BuildContext, v.BuildArgKeys = a.Build.Dockerfile, a.Build.Context, nonNilKeys(a.Build.ArgKeys)
 	}
 	if a.Kind == KindCompose {
-		v.WebService, v.Compose = a.Compose.WebService, a.Compose.Document
+		v.WebService, v.Compose, v.ComposeFile = a.Compose.WebService, a.Compose.Document, a.Compose.File
 	}
 	if v.EnvKeys == nil {
 		v.EnvKeys = []string{}
@@ -260,6 +261,9 @@ type NewApp struct {
 	// the proxy routes to.
 	Compose    string
 	WebService string
+	// ComposeFile is a compose application's compose file in its
+	// repository (git sources); "" means the default.
+	ComposeFile string
 	// Service is a service application's build and start (nil for the
 	// other kinds); BuildTimeoutSeconds 0 means the default.
 	Service *ServiceSettings
@@ -283,8 +287,9 @@ type Patch struct {
 	BuildContext *string
 	BuildArgs    *[]EnvVar
 	// Compose applications.
-	Compose    *string
-	WebService *string
+	Compose     *string
+	WebService  *string
+	ComposeFile *string
 	// Service changes a service application's build and start.
 	Service ServicePatch
 }
@@ -360,7 +365,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if n.Kind == "" {
 		n.Kind = KindContainer
 	}
-	stack := ComposeSettings{WebService: n.WebService, Document: n.Compose}
+	stack := ComposeSettings{WebService: n.WebService, Document: n.Compose, File: n.ComposeFile}
 	if n.Kind == KindCompose {
 		validateCompose(ctx, n.Name, n.Source, stack, &errs)
 	} else {
@@ -596,9 +601,13 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		a.Source = *p.Source
 		changed = append(changed, "source")
 	}
-	if p.Compose != nil || p.WebService != nil {
+	if p.Compose != nil || p.WebService != nil || p.ComposeFile != nil {
 		if a.Kind != KindCompose {
-			errs.Add("compose", "compose and web_service are only for compose applications")
+			errs.Add("compose", "compose, compose_file and web_service are only for compose applications")
+		}
+		if p.ComposeFile != nil {
+			a.Compose.File = *p.ComposeFile
+			changed = append(changed, "compose_file")
 		}
 		if p.Compose != nil {
 			a.Compose.Document = *p.Compose
@@ -669,7 +678,7 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		if p.Dockerfile != nil || p.BuildContext != nil || p.BuildArgs != nil {
 			errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
 		}
-		if p.Name != nil || p.Source != nil || p.Image != nil || p.Compose != nil || p.WebService != nil {
+		if p.Name != nil || p.Source != nil || p.Image != nil || p.Compose != nil || p.WebService != nil || p.ComposeFile != nil {
 			validateCompose(ctx, a.Name, a.Source, a.Compose, &errs)
 		}
 	} else {

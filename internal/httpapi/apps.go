@@ -55,6 +55,7 @@ type createAppInput struct {
 		Dockerfile          *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
 		BuildContext        *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
 		BuildArgs           []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown)"`
+		ComposeFile         string        `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (default compose.yaml, else docker-compose.yml); services may then have build (context and dockerfile inside the repository)"`
 		Compose             string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
 		WebService          string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
 		BuildCommand        string        `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build)"`
@@ -79,6 +80,7 @@ type patchAppInput struct {
 		BuildContext        *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
 		BuildArgs           *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null"`
 		Compose             *string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
+		ComposeFile         *string        `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (empty for the default); unchanged when absent or null"`
 		WebService          *string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`
 		BuildCommand        *string        `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
 		StartCommand        *string        `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
@@ -206,7 +208,7 @@ func (s *Server) registerApps() {
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
-			Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds)})
+			ComposeFile: b.ComposeFile, Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds)})
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +247,7 @@ func (s *Server) registerApps() {
 		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
-			Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
+			ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
 		if err != nil {
 			return nil, err
 		}

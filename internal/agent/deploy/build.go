@@ -91,66 +91,88 @@ func localPath(p string) bool {
 func (d *Deployer) buildImage(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, in buildInputs, events agent.EventSink) (image, *agentproto.BuildResult, error) {
 	b := p.Build
 	res := &agentproto.BuildResult{Commit: b.Commit}
-	dir, err := os.MkdirTemp(d.opts.BuildDir, "capstan-build-")
-	if err != nil {
-		return image{}, nil, fmt.Errorf("making the build directory: %w", err)
-	}
+	repo, dir, err := d.checkout(ctx, p, in, res, events)
 	defer os.RemoveAll(dir)
+	if err != nil {
+		return image{}, nil, err
+	}
+	img, err := d.buildFrom(ctx, cli, p.AppID, b.Commit, repo, b.Context, b.Dockerfile, p.Image, in.args, res, events)
+	if err != nil {
+		return image{}, nil, err
+	}
+	return img, res, nil
+}
 
+// checkout fetches the payload's commit into repo, in a new directory
+// dir ("" when none was made) that the caller removes.
+func (d *Deployer) checkout(ctx context.Context, p agentproto.DeployPayload, in buildInputs, res *agentproto.BuildResult, events agent.EventSink) (repo, dir string, err error) {
+	b := p.Build
+	dir, err = os.MkdirTemp(d.opts.BuildDir, "capstan-build-")
+	if err != nil {
+		return "", "", fmt.Errorf("making the build directory: %w", err)
+	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("fetching commit %s of %s", b.Commit[:12], b.Repository), nil)
 	start := time.Now()
-	repo := filepath.Join(dir, "src")
+	repo = filepath.Join(dir, "src")
 	if err := fetchCommit(ctx, dir, repo, b.CloneURL, b.Commit, in.token); err != nil {
-		return image{}, nil, err
+		return "", dir, err
 	}
 	res.FetchMillis = time.Since(start).Milliseconds()
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("fetched commit %s in %d ms", b.Commit[:12], res.FetchMillis), nil)
+	return repo, dir, nil
+}
 
+// buildFrom builds the image tag from the build context ctxRel of the
+// checkout repo ("" for its root), with the Dockerfile at dockerfile in
+// it ("" for Dockerfile), and adds the build to res. The context must be
+// a directory of the checkout, its symbolic links resolved.
+func (d *Deployer) buildFrom(ctx context.Context, cli *client.Client, app, commit, repo, ctxRel, dockerfile, tag string,
+	args map[string]*string, res *agentproto.BuildResult, events agent.EventSink) (image, error) {
 	ctxDir := repo
-	if b.Context != "" {
-		ctxDir = filepath.Join(repo, filepath.FromSlash(b.Context))
+	if ctxRel != "" {
+		ctxDir = filepath.Join(repo, filepath.FromSlash(ctxRel))
 	}
-	dockerfile := b.Dockerfile
 	if dockerfile == "" {
 		dockerfile = "Dockerfile"
 	}
 	if err := insideRepo(repo, ctxDir); err != nil {
-		return image{}, nil, fmt.Errorf("build context %q: %w", b.Context, err)
+		return image{}, fmt.Errorf("build context %q: %w", ctxRel, err)
 	}
 	if fi, err := os.Lstat(filepath.Join(ctxDir, filepath.FromSlash(dockerfile))); err != nil || !fi.Mode().IsRegular() {
-		return image{}, nil, fmt.Errorf("commit %s has no Dockerfile at %s in the build context %q", b.Commit[:12], dockerfile, orDot(b.Context))
+		return image{}, fmt.Errorf("commit %s has no Dockerfile at %s in the build context %q", commit[:12], dockerfile, orDot(ctxRel))
 	}
 
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("building %s from %s", p.Image, path.Join(orDot(b.Context), dockerfile)), nil)
-	start = time.Now()
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("building %s from %s", tag, path.Join(orDot(ctxRel), dockerfile)), nil)
+	start := time.Now()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(tarContext(pw, ctxDir, repo)) }()
 	defer pr.Close()
 	out, err := cli.ImageBuild(ctx, pr, client.ImageBuildOptions{
-		Tags: []string{p.Image}, Dockerfile: dockerfile, BuildArgs: in.args, Remove: true, ForceRemove: true,
-		Labels:  map[string]string{agentproto.LabelApp: p.AppID, agentproto.LabelCommit: b.Commit},
+		Tags: []string{tag}, Dockerfile: dockerfile, BuildArgs: args, Remove: true, ForceRemove: true,
+		Labels:  map[string]string{agentproto.LabelApp: app, agentproto.LabelCommit: commit},
 		Version: build.BuilderV1,
 	})
 	if err != nil {
-		return image{}, nil, fmt.Errorf("building %s: %w", p.Image, err)
+		return image{}, fmt.Errorf("building %s: %w", tag, err)
 	}
 	id, err := readBuild(out.Body, res, events)
 	out.Body.Close()
 	if err != nil {
-		return image{}, nil, fmt.Errorf("building %s: %w", p.Image, err)
+		return image{}, fmt.Errorf("building %s: %w", tag, err)
 	}
-	insp, err := cli.ImageInspect(ctx, p.Image)
+	insp, err := cli.ImageInspect(ctx, tag)
 	if err != nil {
-		return image{}, nil, fmt.Errorf("inspecting the built image %s: %w", p.Image, err)
+		return image{}, fmt.Errorf("inspecting the built image %s: %w", tag, err)
 	}
 	if id != "" && !sameImage(id, insp.ID) {
-		return image{}, nil, fmt.Errorf("the built image is %s but %s names %s (another build tagged it meanwhile)", shortImage(id), p.Image, shortImage(insp.ID))
+		return image{}, fmt.Errorf("the built image is %s but %s names %s (another build tagged it meanwhile)", shortImage(id), tag, shortImage(insp.ID))
 	}
 	res.ImageID = insp.ID
-	res.BuildMillis = time.Since(start).Milliseconds()
+	took := time.Since(start).Milliseconds()
+	res.BuildMillis += took
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("built %s: image %s in %d ms (%d of %d steps from the cache)",
-		p.Image, shortImage(insp.ID), res.BuildMillis, res.CachedSteps, res.Steps), nil)
-	return image{ID: insp.ID}, res, nil
+		tag, shortImage(insp.ID), took, res.CachedSteps, res.Steps), nil)
+	return image{ID: insp.ID}, nil
 }
 
 func orDot(s string) string {

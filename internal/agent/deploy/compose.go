@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -77,7 +78,24 @@ type plannedService struct {
 
 func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentproto.DeployPayload, secrets map[string]string, events agent.EventSink) (agentproto.DeployResult, error) {
 	c := p.Compose
-	proj, err := compose.Load(ctx, "capstan", []byte(c.Document), compose.Options{WebService: c.WebService})
+	doc := []byte(c.Document)
+	// From git (not a rollback): the commit's compose file, whose
+	// services may build.
+	var co *composeCheckout
+	if p.Build != nil && len(c.ImageIDs) == 0 {
+		in, err := checkBuild(p, secrets)
+		if err != nil {
+			return agentproto.DeployResult{}, fmt.Errorf("invalid app.deploy payload: %w", err)
+		}
+		var dir string
+		co, dir, err = d.checkoutCompose(ctx, p, in, events)
+		defer os.RemoveAll(dir)
+		if err != nil {
+			return agentproto.DeployResult{}, err
+		}
+		doc = co.doc
+	}
+	proj, err := compose.Load(ctx, "capstan", doc, compose.Options{WebService: c.WebService, AllowBuild: co != nil || len(c.ImageIDs) > 0})
 	if err != nil {
 		return agentproto.DeployResult{}, err
 	}
@@ -99,6 +117,8 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 			ps.image, err = resolveImage(ctx, cli, agentproto.DeployPayload{ImageID: id}, events)
 		} else if len(c.ImageIDs) > 0 {
 			return agentproto.DeployResult{}, fmt.Errorf("the release to roll back to has no image of service %s", name)
+		} else if svc.Build != nil {
+			ps.image, err = d.buildService(ctx, cli, p, co, ps, events)
 		} else {
 			ps.image, err = resolveImage(ctx, cli, agentproto.DeployPayload{Image: svc.Image}, events)
 		}
@@ -272,7 +292,7 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 		}
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("released deployment %s: %d services; %s serves on %s", p.DeploymentID, len(plan), s.Name, s.upstream()), nil)
-	return agentproto.DeployResult{
+	res := agentproto.DeployResult{
 		ContainerID:     s.ID,
 		ContainerName:   s.Name,
 		ImageID:         web.image.ID,
@@ -283,7 +303,11 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 		HealthStatus:    healthy.Status,
 		HealthCheckedAt: healthy.At.Format(time.RFC3339Nano),
 		Services:        services,
-	}, nil
+	}
+	if co != nil {
+		res.Build, res.ComposeDocument = co.build, string(co.doc)
+	}
+	return res, nil
 }
 
 // dependsOn reports whether service from depends on service on, directly
