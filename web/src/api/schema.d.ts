@@ -2691,6 +2691,8 @@ export interface components {
             build_context?: string;
             /** @description Compose applications from an inline document: the document */
             compose?: string;
+            /** @description Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml) */
+            compose_file?: string;
             /**
              * Format: int64
              * @description The port the container listens on
@@ -2743,6 +2745,8 @@ export interface components {
             build_context?: string;
             /** @description Compose applications from an inline document: the document */
             compose?: string;
+            /** @description Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml) */
+            compose_file?: string;
             /**
              * Format: int64
              * @description The port the container listens on
@@ -2784,6 +2788,8 @@ export interface components {
             service?: components["schemas"]["ServiceSettings"];
             /** @description Compose applications: every service's container and state, from the server's latest inventory */
             services?: components["schemas"]["ServiceStates"];
+            /** @description Service applications: every release slot's unit, port, release and state, from the server's latest inventory */
+            slots?: components["schemas"]["SlotStates"];
             source: components["schemas"]["Source"];
             /**
              * @description Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed
@@ -3070,7 +3076,9 @@ export interface components {
             status: string;
         };
         ComposeSpec: {
-            /** @description The compose document deployed */
+            /** @description For an application from git: the compose file read from the commit (compose.yaml|docker-compose.yml: the first of them that exists) */
+            compose_file?: string;
+            /** @description The compose document deployed; for an application from git, empty until the deployment read it from the commit (the release keeps it) */
             document: string;
             /** @description Rollbacks: the exact local image of every service */
             pinned_image_ids?: {
@@ -3151,6 +3159,8 @@ export interface components {
             build_timeout_seconds?: number;
             /** @description Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it) */
             compose?: string;
+            /** @description Compose applications from git: the compose file's path in the repository (default compose.yaml, else docker-compose.yml); services may then have build (context and dockerfile inside the repository) */
+            compose_file?: string;
             /**
              * Format: int64
              * @description The port the container listens on: 1 to 65535; required except for service applications (the agent gives each release slot its PORT)
@@ -3454,6 +3464,7 @@ export interface components {
         };
         DeployResult: {
             build?: components["schemas"]["BuildResult"];
+            compose_document?: string;
             container_id: string;
             container_name: string;
             health_checked_at: string;
@@ -4607,6 +4618,8 @@ export interface components {
             build_timeout_seconds?: number;
             /** @description Compose applications: a new compose document, checked as on create; unchanged when absent or null */
             compose?: string;
+            /** @description Compose applications from git: the compose file's path in the repository (empty for the default); unchanged when absent or null */
+            compose_file?: string;
             /**
              * Format: int64
              * @description The port the container listens on: 1 to 65535; unchanged when absent or null
@@ -5234,6 +5247,35 @@ export interface components {
             /** Format: date-time */
             minute: string;
             reason: string;
+        };
+        SlotState: {
+            /** @description The proxy sends the application's requests to this slot: the current deployment's */
+            live: boolean;
+            /**
+             * Format: int64
+             * @description The loopback port the slot listens on
+             */
+            port: number;
+            /** @description The deployment whose release the slot runs (for a rollback, the deployment rolled back to) */
+            release: string;
+            /**
+             * @description running (systemd: active), starting (activating or reloading), stopping (deactivating), stopped (inactive), failed; missing for the live slot the inventory does not list
+             * @enum {string}
+             */
+            state: "running" | "starting" | "stopping" | "stopped" | "failed" | "missing";
+            /** @description systemd's own words: the active state and the sub-state, e.g. active (running) */
+            status: string;
+            /** @description The slot's systemd unit, capstan-app-<name>@<port>.service */
+            unit: string;
+        };
+        SlotStates: {
+            /**
+             * Format: date-time
+             * @description When the server's inventory was collected; null when it has none
+             */
+            collected_at: string | null;
+            /** @description By port; the current deployment's slot, if the inventory does not list it, has state missing */
+            slots: components["schemas"]["SlotState"][] | null;
         };
         Source: {
             /** @description type git: the branch deployed by default and on pushes (with auto_deploy) */
