@@ -44,6 +44,13 @@ try {
   await page.getByRole("heading", { name: "Jobs" }).waitFor(wait);
   await page.getByText("Live", { exact: false }).first().waitFor(wait);
   say("signed-in");
+  // The access token lives in memory only; a reload renews it from the
+  // refresh cookie, silently.
+  const stored = await page.evaluate(() => localStorage.length + sessionStorage.length + document.cookie.length);
+  if (stored !== 0) throw new Error("the console keeps something in storage or a script-readable cookie");
+  await page.reload();
+  await page.getByRole("heading", { name: "Jobs" }).waitFor(wait);
+  if (!page.url().endsWith("/jobs")) throw new Error("a reload lost the page: " + page.url());
 
   // The fleet, empty.
   await page.getByRole("link", { name: "Servers" }).click();

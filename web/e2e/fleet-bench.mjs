@@ -34,7 +34,12 @@ try {
         const done = performance.getEntriesByName("capstan:fleet-rendered")[0];
         const rows = document.querySelectorAll(".tbody .tr").length;
         const count = document.querySelector(".counts span")?.textContent;
-        return { fromNavigation: done.startTime, fetchAndRender: m.duration, rows, count };
+        const api = performance.getEntriesByType("resource").filter((e) => e.name.endsWith("/api/v1/servers")).pop();
+        return {
+          fromNavigation: done.startTime, fetchAndRender: m.duration, rows, count,
+          apiMs: api ? api.responseEnd - api.startTime : null, apiBytes: api ? api.encodedBodySize : null,
+          afterResponse: api ? done.startTime - api.responseEnd : null,
+        };
       }),
     );
   }
@@ -61,6 +66,8 @@ try {
     rowsRendered: loads[0].rows,
     firstRenderFromNavigationMs: { runs: loads.map((l) => Math.round(l.fromNavigation)), median: Math.round(med(loads.map((l) => l.fromNavigation))) },
     fetchAndRenderMs: { runs: loads.map((l) => Math.round(l.fetchAndRender)), median: Math.round(med(loads.map((l) => l.fetchAndRender))) },
+    serversRequestMs: { runs: loads.map((l) => Math.round(l.apiMs)), median: Math.round(med(loads.map((l) => l.apiMs))), bytes: loads[0].apiBytes },
+    renderAfterResponseMs: { runs: loads.map((l) => Math.round(l.afterResponse)), median: Math.round(med(loads.map((l) => l.afterResponse))) },
     scrollFrameMs: { frames: frames.length, p50: +q(0.5).toFixed(1), p95: +q(0.95).toFixed(1), max: +sorted[sorted.length - 1].toFixed(1) },
   }, null, 2));
 } finally {

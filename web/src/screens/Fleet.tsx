@@ -109,7 +109,7 @@ export function Fleet() {
       <ProblemBox problem={problem} />
       {n && (
         <p class="counts" aria-live="polite">
-          <span>{servers!.length} servers</span>
+          <span>{servers!.length} {servers!.length === 1 ? "server" : "servers"}</span>
           <span class="s-online">{n.online} online</span>
           <span class="s-offline">{n.offline} offline</span>
           <span class="s-pending">{n.pending} pending</span>
