@@ -69,6 +69,12 @@ func TestComposeAppFromGit(t *testing.T) {
 		t.Fatalf("second deployment: commit %s image %s; want %s and a new image", d2.Spec.Git.CommitSHA, d2.ImageID, sha2)
 	}
 	serves(d2, "two ")
+	for _, d := range []AppDeployment{d1, d2} {
+		if d.StartedAt != nil && d.FinishedAt != nil && d.Result.Build != nil {
+			t.Logf("deployment of commit %s: %s on the agent (fetch %d ms, build %d ms, %d of %d steps cached)", d.Spec.Git.CommitSHA[:12],
+				d.FinishedAt.Sub(*d.StartedAt), d.Result.Build.FetchMillis, d.Result.Build.BuildMillis, d.Result.Build.CachedSteps, d.Result.Build.Steps)
+		}
+	}
 
 	// The rollback re-creates the first release: its document and the
 	// image it built, without fetching or building.
