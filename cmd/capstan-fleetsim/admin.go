@@ -267,3 +267,30 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// evaluate runs one alert evaluation cycle and records how long it took.
+func (a *admin) evaluate(ctx context.Context) error {
+	start := time.Now()
+	_, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/monitoring/evaluate", a.bearer(), nil, nil, http.StatusOK)
+	if ctx.Err() == nil {
+		a.rec.record(callEvaluate, time.Since(start), err)
+	}
+	return err
+}
+
+// evaluateLoop runs an alert evaluation cycle every --evaluate-every until
+// ctx ends, one at a time.
+func (s *sim) evaluateLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.EvalEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ectx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		s.admin.evaluate(ectx) //nolint:errcheck // recorded
+		cancel()
+	}
+}

@@ -52,6 +52,7 @@ type agent struct {
 	pending        []agentproto.MetricSample // not yet accepted by the control plane
 
 	stopped atomic.Bool // revoked: the agent exits
+	down    atomic.Bool // its last call failed
 }
 
 func newAgent(s *sim, idx int) *agent {
@@ -77,8 +78,22 @@ func (a *agent) call(ctx context.Context, kind, path string, in, out any, timeou
 		return status, ctx.Err() // the run ended; not the control plane's fault
 	}
 	a.sim.rec.record(kind, time.Since(start), err)
+	a.observe(err)
 	a.checkRevoked(err)
 	return status, err
+}
+
+// observe follows whether the agent can reach the control plane: down at
+// its first failed call, back at its next successful one.
+func (a *agent) observe(err error) {
+	now := time.Now()
+	if err != nil {
+		a.sim.avail.failed(now, !a.down.Swap(true))
+		return
+	}
+	if a.down.Swap(false) {
+		a.sim.avail.back(now)
+	}
 }
 
 // checkRevoked stops the agent when the control plane says its credential
@@ -319,6 +334,7 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 		switch {
 		case err != nil:
 			a.sim.rec.record(callClaimError, at.Sub(start), err)
+			a.observe(err)
 			a.checkRevoked(err)
 			if a.stopped.Load() {
 				stop()
@@ -328,10 +344,12 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 			continue
 		case status == http.StatusNoContent:
 			a.sim.rec.record(callClaimEmpty, at.Sub(start), nil)
+			a.observe(nil)
 			b.reset()
 			continue
 		}
 		a.sim.rec.record(callClaimJob, at.Sub(start), nil)
+		a.observe(nil)
 		b.reset()
 		a.sim.dispatch.claimed(res.Job.ID, at)
 		a.runJob(ctx, res.Job)

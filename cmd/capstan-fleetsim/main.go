@@ -64,6 +64,9 @@ type config struct {
 	ClaimWait   int
 	Grace       time.Duration
 	Seed        uint64
+	EvalEvery   time.Duration
+	KillAfter   time.Duration
+	RestartCmd  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -89,6 +92,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.ClaimWait, "claim-wait", 25, "wait_seconds of the claim long poll")
 	fs.DurationVar(&c.Grace, "grace", 15*time.Second, "after the run, how long to wait for queued jobs to be completed")
 	fs.Uint64Var(&c.Seed, "seed", 0, "random seed (0: random)")
+	fs.DurationVar(&c.EvalEvery, "evaluate-every", 0, "as the administrator, run an alert evaluation cycle (POST /api/v1/monitoring/evaluate) this often and report its duration as the evaluate call (0: never)")
+	fs.DurationVar(&c.KillAfter, "kill-after", 0, "restart storm: this long into the run, kill the control plane (--pid) with SIGKILL and run --restart-cmd; the report has the curve of agents cut off and back (0: no kill)")
+	fs.StringVar(&c.RestartCmd, "restart-cmd", "", "shell command (sh -c) that starts the control plane again after --kill-after; it should exec it, so that its process id is the control plane's")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -113,6 +119,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--concurrency must be at least 1")
 	case c.ClaimWait < 0 || c.ClaimWait > 30:
 		return c, errors.New("--claim-wait must be between 0 and 30")
+	case c.EvalEvery < 0 || (c.EvalEvery > 0 && c.EvalEvery < time.Second):
+		return c, errors.New("--evaluate-every must be 0 or at least 1s")
+	case c.KillAfter < 0:
+		return c, errors.New("--kill-after must not be negative")
+	case c.KillAfter > 0 && (c.PID <= 0 || c.RestartCmd == ""):
+		return c, errors.New("--kill-after needs --pid (the process to kill) and --restart-cmd (how to start it again)")
 	case c.AdminToken == "" && (c.Email == "" || c.Password == "" || c.TOTPSecret == ""):
 		return c, errors.New("give --admin-token, or --email, --password and --totp-secret")
 	}
@@ -188,6 +200,7 @@ type sim struct {
 	admin    *admin
 	rec      *recorder
 	dispatch *dispatchTracker
+	avail    *availability
 
 	enrollSem chan struct{}
 
@@ -311,6 +324,7 @@ func simulate(ctx context.Context, cfg config, stderr io.Writer) (*Report, error
 		cfg.Agents, cfg.URL, cfg.Ramp, cfg.Duration, cfg.Heartbeat, cfg.Metrics, cfg.Inventory, cfg.JobRate, limit, mon.fdLimitText())
 
 	start := time.Now()
+	s.avail = newAvailability(start)
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
 	agentCtx, cancelAgents := context.WithCancel(context.Background())
@@ -356,6 +370,16 @@ func simulate(ctx context.Context, cfg config, stderr io.Writer) (*Report, error
 	if cfg.JobRate > 0 {
 		driver.Go(func() { s.drive(runCtx) })
 	}
+	if cfg.EvalEvery > 0 {
+		driver.Go(func() { s.evaluateLoop(runCtx) })
+	}
+	restart := &restarter{cmd: cfg.RestartCmd}
+	var killTimer <-chan time.Time
+	if cfg.KillAfter > 0 {
+		t := time.NewTimer(time.Until(start.Add(cfg.KillAfter)))
+		defer t.Stop()
+		killTimer = t.C
+	}
 
 	steadyAt := start.Add(cfg.Ramp)
 	end := steadyAt.Add(cfg.Duration)
@@ -376,6 +400,14 @@ loop:
 			break loop
 		case <-steadyTimer.C:
 			s.rec.setSteady()
+		case <-killTimer:
+			if err := restart.killAndRestart(ctx, cfg.PID); err != nil {
+				fmt.Fprintln(stderr, "capstan-fleetsim:", err)
+				break loop
+			}
+			mon.switchPID(strconv.Itoa(restart.newPID))
+			fmt.Fprintf(stderr, "capstan-fleetsim: killed the control plane (pid %d) at %.1fs and started it again (pid %d)\n",
+				cfg.PID, restart.killedAt.Sub(start).Seconds(), restart.newPID)
 		case <-report.C:
 			if cfg.ReportEvery <= 0 {
 				continue
@@ -411,6 +443,7 @@ loop:
 	adminHC.CloseIdleConnections()
 
 	rep := s.report(elapsed, mon, load, intervals)
+	rep.Restart = restart.report(start, s.avail)
 	select {
 	case d := <-allEnrolled:
 		rep.AllEnrolledAfterS = d.Seconds()
@@ -573,10 +606,36 @@ type monitor struct {
 	ok        bool
 	cpuFirst  cpuTimes
 	cpuLast   cpuTimes
+	// cpuCarry is the CPU time of control-plane processes killed during
+	// the run, counted in its average.
+	cpuCarry time.Duration
+	startAt  time.Time
+}
+
+// switchPID follows the control plane's new process after a restart.
+func (m *monitor) switchPID(pid string) {
+	if m.ok {
+		m.cpuCarry += m.last.cpu - m.first.cpu
+	}
+	m.pid = pid
+	if p, err := readProc(pid); err == nil {
+		m.first, m.last, m.ok = p, p, true
+		m.rssMaxKB = max(m.rssMaxKB, p.rssKB)
+	}
+}
+
+// cpuAvg is the control plane's average CPU over the run, of every process
+// it had.
+func (m *monitor) cpuAvg(last procSample) float64 {
+	wall := last.at.Sub(m.startAt)
+	if wall <= 0 {
+		return 0
+	}
+	return 100 * float64(m.cpuCarry+last.cpu-m.first.cpu) / float64(wall)
 }
 
 func newMonitor(pid string) *monitor {
-	m := &monitor{pid: pid}
+	m := &monitor{pid: pid, startAt: time.Now()}
 	m.cpuFirst, _ = readCPUTimes()
 	m.cpuLast = m.cpuFirst
 	m.selfFirst, _ = readProc("self")
@@ -688,14 +747,15 @@ func (iv Interval) write(w io.Writer) {
 
 // ProcReport is a process's use over the whole run.
 type ProcReport struct {
-	PID        string  `json:"pid"`
-	CPUAvgPct  float64 `json:"cpu_avg_percent"`
-	CPUMaxPct  float64 `json:"cpu_max_percent" doc:"highest of the reporting windows"`
-	RSSEndMB   float64 `json:"rss_end_mb"`
-	RSSMaxMB   float64 `json:"rss_max_mb"`
-	FDsMax     int     `json:"fds_max"`
-	FDLimit    uint64  `json:"fd_limit"`
-	ThreadsEnd int     `json:"threads_end"`
+	PID                string  `json:"pid"`
+	CPUAvgPct          float64 `json:"cpu_avg_percent" doc:"of one core"`
+	CPUAvgOfMachinePct float64 `json:"cpu_avg_machine_percent" doc:"of all the machine's cores"`
+	CPUMaxPct          float64 `json:"cpu_max_percent" doc:"highest of the reporting windows"`
+	RSSEndMB           float64 `json:"rss_end_mb"`
+	RSSMaxMB           float64 `json:"rss_max_mb"`
+	FDsMax             int     `json:"fds_max"`
+	FDLimit            uint64  `json:"fd_limit"`
+	ThreadsEnd         int     `json:"threads_end"`
 }
 
 // Jobs counts the driver's jobs.
@@ -735,6 +795,7 @@ type Report struct {
 	LoadMax1          float64            `json:"load_average_max_1m"`
 	Machine           MachineCPU         `json:"machine"`
 	Intervals         []Interval         `json:"intervals,omitempty"`
+	Restart           *Restart           `json:"restart,omitempty"`
 }
 
 func (s *sim) report(elapsed time.Duration, mon *monitor, load *loadTracker, intervals []Interval) *Report {
@@ -774,9 +835,10 @@ func (s *sim) report(elapsed time.Duration, mon *monitor, load *loadTracker, int
 			last = mon.last
 		}
 		mon.rssMaxKB = max(mon.rssMaxKB, last.rssKB, last.hwmKB)
-		rep.ControlPlane = &ProcReport{PID: mon.pid, CPUAvgPct: cpuPercent(mon.first, last), CPUMaxPct: mon.cpuMax,
+		rep.ControlPlane = &ProcReport{PID: mon.pid, CPUAvgPct: mon.cpuAvg(last), CPUMaxPct: mon.cpuMax,
 			RSSEndMB: float64(last.rssKB) / 1024, RSSMaxMB: float64(mon.rssMaxKB) / 1024, FDsMax: mon.fdsMax,
 			FDLimit: fdLimit(mon.pid), ThreadsEnd: last.threads}
+		rep.ControlPlane.CPUAvgOfMachinePct = rep.ControlPlane.CPUAvgPct / float64(runtime.NumCPU())
 	}
 	return rep
 }
@@ -815,12 +877,15 @@ func (r *Report) write(w io.Writer) {
 		}
 	}
 	if cp := r.ControlPlane; cp != nil {
-		fmt.Fprintf(w, "control plane (pid %s): cpu avg %.0f%% (max window %.0f%%) of one core; rss end %.0f MB, max %.0f MB; fds max %d (limit %d); threads %d\n",
-			cp.PID, cp.CPUAvgPct, cp.CPUMaxPct, cp.RSSEndMB, cp.RSSMaxMB, cp.FDsMax, cp.FDLimit, cp.ThreadsEnd)
+		fmt.Fprintf(w, "control plane (pid %s): cpu avg %.0f%% of one core, %.0f%% of the machine (max window %.0f%% of one core); rss end %.0f MB, max %.0f MB; fds max %d (limit %d); threads %d\n",
+			cp.PID, cp.CPUAvgPct, cp.CPUAvgOfMachinePct, cp.CPUMaxPct, cp.RSSEndMB, cp.RSSMaxMB, cp.FDsMax, cp.FDLimit, cp.ThreadsEnd)
 	}
 	sm := r.Simulator
 	fmt.Fprintf(w, "simulator (pid %s): cpu avg %.0f%% (max window %.0f%%); rss %.0f MB (max %.0f MB); fds max %d (limit %d)\n",
 		sm.PID, sm.CPUAvgPct, sm.CPUMaxPct, sm.RSSEndMB, sm.RSSMaxMB, sm.FDsMax, sm.FDLimit)
+	if r.Restart != nil {
+		r.Restart.write(w)
+	}
 	fmt.Fprintf(w, "load average: start %.2f %.2f %.2f; end %.2f %.2f %.2f; max 1-min %.2f (%d CPUs); machine cpu busy %.0f%%, stolen by the hypervisor %.0f%%\n",
 		r.LoadStart[0], r.LoadStart[1], r.LoadStart[2], r.LoadEnd[0], r.LoadEnd[1], r.LoadEnd[2], r.LoadMax1, runtime.NumCPU(), r.Machine.BusyPct, r.Machine.StealPct)
 }

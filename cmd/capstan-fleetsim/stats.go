@@ -18,12 +18,13 @@ const (
 	callClaimError = "claim-error" // the claim failed (transport error or unexpected status)
 	callEvents     = "events"
 	callComplete   = "complete"
-	callActions    = "actions" // admin: POST /api/v1/servers/{id}/actions
-	callAuth       = "auth"    // admin: login, 2fa/verify, refresh
+	callActions    = "actions"  // admin: POST /api/v1/servers/{id}/actions
+	callAuth       = "auth"     // admin: login, 2fa/verify, refresh
+	callEvaluate   = "evaluate" // admin: POST /api/v1/monitoring/evaluate (one alert evaluation cycle)
 )
 
 var callOrder = []string{callEnrollment, callEnroll, callHeartbeat, callMetrics, callInventory,
-	callClaimEmpty, callClaimJob, callClaimError, callEvents, callComplete, callActions, callAuth}
+	callClaimEmpty, callClaimJob, callClaimError, callEvents, callComplete, callActions, callAuth, callEvaluate}
 
 // histogram records durations in microseconds in log-linear buckets: 64
 // buckets per power of two, so a quantile is within about 1.6 % of the

@@ -24,6 +24,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/singleton"
+	"github.com/capstan-dev/capstan/internal/telemetry"
 	"github.com/capstan-dev/capstan/web"
 )
 
@@ -49,6 +50,8 @@ type serveCmd struct {
 	NotifyRetry     time.Duration `name:"notify-retry-base" hidden:"" default:"10s" help:"Wait after a first failed notification delivery; each further failure doubles it (at most an hour)."`
 	NotifyTimeout   time.Duration `name:"notify-attempt-timeout" hidden:"" default:"30s" help:"How long one notification delivery attempt may take; a control plane that dies mid-attempt has it made again after four times this."`
 	PprofListen     string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
+	MemoryLimit     string        `name:"memory-limit" env:"CAPSTAN_MEMORY_LIMIT" default:"auto" help:"Soft limit of the process's Go memory (e.g. 256MiB; off to have none): near it the garbage collector runs more often instead of letting the heap grow to twice what is live. auto: 80% of the memory limit of the control plane's cgroup when it has one, else none. GOMEMLIMIT, when set, takes precedence."`
+	MetricsListen   string        `name:"metrics-listen" env:"CAPSTAN_METRICS_LISTEN" help:"Serve Prometheus metrics at /metrics on this address (host:port), apart from the API; off when empty. The metrics carry no secrets but describe the fleet: listen on loopback or a private network. Names: docs/metrics.md."`
 	ExportTTL       time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
 	ImportMax       string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
 	ExportMax       string        `name:"database-export-max-size" env:"CAPSTAN_DATABASE_EXPORT_MAX_SIZE" default:"100GiB" help:"Largest database export an agent may upload (compressed)."`
@@ -59,7 +62,14 @@ type serveCmd struct {
 }
 
 func (c *serveCmd) Run(ctx context.Context) error {
+	if err := execWithRuntimeSettings(); err != nil {
+		return err
+	}
 	log := newLogger(c.LogLevel)
+	limit, err := applyMemoryLimit(c.MemoryLimit)
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return err
@@ -140,12 +150,24 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		defer pprofLn.Close()
 	}
+	var metricsLn net.Listener
+	if c.MetricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", c.MetricsListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		defer metricsLn.Close()
+	}
 	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, catalog, provider, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer a.Close()
+	var tel *telemetry.Metrics
+	if metricsLn != nil {
+		tel = newTelemetry(a, log)
+	}
 	if err := a.useArtifacts(c.DataDir, artifactOpts); err != nil {
 		return err
 	}
@@ -174,7 +196,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
 		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(),
-		Stream: a.live, StreamTickets: a.store,
+		Stream: a.live, StreamTickets: a.store, Requests: requestObserver(tel),
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))
 	// Heartbeats are written in batches; the last batch is written after
@@ -289,7 +311,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	// Claim long polls wait up to 30 s; end them when shutdown begins.
 	srv.RegisterOnShutdown(a.jobs.StopClaims)
 	log.Info("listening", "addr", ln.Addr().String(), "public_url", publicURL, "store", a.store.DialectName(),
-		"schema_version", a.schema, "version", version)
+		"schema_version", a.schema, "version", version, "memory_limit", limit)
 	if agentapi.InsecurePublicURL(publicURL) {
 		if c.AllowInsecure {
 			log.Warn("the public URL is plain http:// to an address other than loopback: agent tokens and job secrets cross the network in clear",
@@ -304,6 +326,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			c.DataDir + " --email you@example.com --admin --password-stdin")
 	}
 
+	if metricsLn != nil {
+		log.Info("metrics listening", "addr", metricsLn.Addr().String())
+		go serveMetrics(metricsLn, tel) //nolint:errcheck // ends when the listener closes
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

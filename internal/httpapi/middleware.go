@@ -96,6 +96,10 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
+		if s.deps.Requests != nil {
+			// The mux set r.Pattern when a route matched.
+			s.deps.Requests.ObserveRequest(r.Pattern, sw.status, time.Since(start))
+		}
 		// Agents make a few requests each every 10 s: thousands per
 		// second from a large fleet. Their successes are logged at debug;
 		// their failures, like every other request, at info or error.

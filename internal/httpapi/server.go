@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"reflect"
 	"sort"
+	"time"
 	"strings"
 	"sync"
 
@@ -77,6 +78,14 @@ type Deps struct {
 	// at / for every path the API does not take. Without an index.html a
 	// page says how to build it.
 	Console fs.FS
+	// Requests, when set, is told of every answered request.
+	Requests RequestObserver
+}
+
+// RequestObserver is told of every answered request: the route pattern
+// that matched ("" when none did), the status and the time it took.
+type RequestObserver interface {
+	ObserveRequest(pattern string, status int, d time.Duration)
 }
 
 // Server is the HTTP handler of the control plane.

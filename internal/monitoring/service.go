@@ -50,8 +50,13 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 
-	evalMu sync.Mutex // one evaluation at a time in this process
+	evalMu    sync.Mutex // one evaluation at a time in this process
+	evaluated func(time.Duration)
 }
+
+// OnEvaluated sets a function told how long each evaluation cycle took.
+// Call it before evaluations start.
+func (s *Service) OnEvaluated(f func(time.Duration)) { s.evaluated = f }
 
 // NewService returns a monitoring service.
 func NewService(st Store, srv ServerLister, log *audit.Log, now func() time.Time, logger *slog.Logger) *Service {
@@ -159,6 +164,10 @@ func (s *Service) Acknowledge(ctx context.Context, actor audit.Actor, c audit.En
 func (s *Service) Evaluate(ctx context.Context) (Outcome, error) {
 	s.evalMu.Lock()
 	defer s.evalMu.Unlock()
+	if s.evaluated != nil {
+		start := time.Now()
+		defer func() { s.evaluated(time.Since(start)) }()
+	}
 	f := &fleet{now: s.now().UTC(), servers: map[string]servers.Server{}, samples: map[string]ServerSample{}}
 	rules, err := s.store.Rules(ctx)
 	if err != nil {

@@ -63,6 +63,7 @@ type Store struct {
 	group     *groupCommitter
 
 	onPublish atomic.Pointer[func()] // called after events are stored; nil: none
+	observer  *atomic.Pointer[QueryObserver]
 }
 
 // Open connects to the database named by databaseURL: empty means the SQLite
@@ -89,20 +90,21 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 		q.Add("_pragma", p)
 	}
 	base := "file:" + path + "?" + q.Encode()
-	w, err := sqlx.Open("sqlite", base+"&_txlock=immediate")
+	obs := &atomic.Pointer[QueryObserver]{}
+	w, err := openTimed("sqlite", base+"&_txlock=immediate", obs)
 	if err != nil {
 		return nil, err
 	}
 	w.SetMaxOpenConns(1)
 	w.SetConnMaxIdleTime(0)
-	r, err := sqlx.Open("sqlite", base)
+	r, err := openTimed("sqlite", base, obs)
 	if err != nil {
 		w.Close()
 		return nil, err
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{dialect: SQLite, r: r, w: w}
+	s := &Store{dialect: SQLite, r: r, w: w, observer: obs}
 	s.group = newGroupCommitter(s)
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
@@ -112,14 +114,15 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 }
 
 func openPostgres(ctx context.Context, dsn string) (*Store, error) {
-	db, err := sqlx.Open("pgx", dsn)
+	obs := &atomic.Pointer[QueryObserver]{}
+	db, err := openTimed("pgx", dsn, obs)
 	if err != nil {
 		return nil, err
 	}
 	db.SetMaxOpenConns(32)
 	db.SetMaxIdleConns(16)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	s := &Store{dialect: Postgres, r: db, w: db, dsn: dsn}
+	s := &Store{dialect: Postgres, r: db, w: db, dsn: dsn, observer: obs}
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, err
