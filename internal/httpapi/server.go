@@ -12,9 +12,9 @@ import (
 	"net/http"
 	"reflect"
 	"sort"
-	"time"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"

@@ -177,7 +177,7 @@ type fleetCollector struct {
 }
 
 var (
-	jobsDesc = prometheus.NewDesc(Namespace+"_jobs", "Stored jobs by type and state.", []string{"type", "state"}, nil)
+	jobsDesc       = prometheus.NewDesc(Namespace+"_jobs", "Stored jobs by type and state.", []string{"type", "state"}, nil)
 	queueDepthDesc = prometheus.NewDesc(Namespace+"_job_queue_depth", "Jobs queued and not yet claimed by an agent.", nil, nil)
 	queueAgeDesc   = prometheus.NewDesc(Namespace+"_job_queue_oldest_age_seconds",
 		"Age of the oldest queued job (0 when the queue is empty).", nil, nil)
