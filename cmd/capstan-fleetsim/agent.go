@@ -34,7 +34,6 @@ func (b *backoff) reset() { b.n = 0 }
 // to run on.
 type agent struct {
 	sim  *sim
-	hc   *http.Client // the shared HTTP/1.1 client, or the agent's own HTTP/2 one
 	idx  int
 	name string
 	rng  *rand.Rand
@@ -58,10 +57,7 @@ type agent struct {
 
 func newAgent(s *sim, idx int) *agent {
 	rng := rand.New(rand.NewPCG(s.seed, uint64(idx)))
-	a := &agent{sim: s, hc: s.agentHC, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng}
-	if s.cfg.Protocol == "h2c" {
-		a.hc = &http.Client{Transport: newH2CTransport()}
-	}
+	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng}
 	a.cpu = 5 + rng.Float64()*40
 	a.load = a.cpu / 25
 	a.memTotal = []uint64{2, 4, 8, 16, 32}[rng.IntN(5)] << 30
@@ -77,7 +73,7 @@ func (a *agent) call(ctx context.Context, kind, path string, in, out any, timeou
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	status, err := do(cctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1"+path, a.token, in, out, want...)
+	status, err := do(cctx, a.sim.agentHC, http.MethodPost, a.sim.base+"/agent/v1"+path, a.token, in, out, want...)
 	if ctx.Err() != nil {
 		return status, ctx.Err() // the run ended; not the control plane's fault
 	}
@@ -141,7 +137,7 @@ func (a *agent) enroll(ctx context.Context) bool {
 			var res agentproto.EnrollResponse
 			for try := 0; try < 3 && ctx.Err() == nil; try++ {
 				start := time.Now()
-				_, err = do(ctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1/enroll", "",
+				_, err = do(ctx, a.sim.agentHC, http.MethodPost, a.sim.base+"/agent/v1/enroll", "",
 					agentproto.EnrollRequest{Token: e.Token, Facts: a.facts()}, &res, http.StatusOK)
 				if ctx.Err() != nil {
 					return false
@@ -183,9 +179,6 @@ func (a *agent) run(ctx context.Context, startAt time.Time) {
 	a.sim.enrolled.Add(1)
 	a.sim.addLive(a)
 	defer a.sim.removeLive(a)
-	if a.hc != a.sim.agentHC {
-		defer a.hc.CloseIdleConnections()
-	}
 
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -331,7 +324,7 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 		var res agentproto.ClaimResponse
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(wait)*time.Second+20*time.Second)
 		start := time.Now()
-		status, err := do(cctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1/jobs/claim", a.token,
+		status, err := do(cctx, a.sim.agentHC, http.MethodPost, a.sim.base+"/agent/v1/jobs/claim", a.token,
 			agentproto.ClaimRequest{WaitSeconds: wait}, &res, http.StatusOK, http.StatusNoContent)
 		at := time.Now()
 		cancel()

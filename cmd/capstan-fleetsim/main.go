@@ -67,7 +67,6 @@ type config struct {
 	EvalEvery   time.Duration
 	KillAfter   time.Duration
 	RestartCmd  string
-	Protocol    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -95,7 +94,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.Seed, "seed", 0, "random seed (0: random)")
 	fs.DurationVar(&c.EvalEvery, "evaluate-every", 0, "as the administrator, run an alert evaluation cycle (POST /api/v1/monitoring/evaluate) this often and report its duration as the evaluate call (0: never)")
 	fs.DurationVar(&c.KillAfter, "kill-after", 0, "restart storm: this long into the run, kill the control plane (--pid) with SIGKILL and run --restart-cmd; the report has the curve of agents cut off and back (0: no kill)")
-	fs.StringVar(&c.Protocol, "protocol", "h2c", "how agents speak to the control plane: h2c (HTTP/2 without TLS, one connection per agent, as agents multiplex over HTTP/2 with TLS) or http1 (HTTP/1.1 connections shared by all simulated agents, one per request in flight)")
 	fs.StringVar(&c.RestartCmd, "restart-cmd", "", "shell command (sh -c) that starts the control plane again after --kill-after; it should exec it, so that its process id is the control plane's")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -123,8 +121,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--claim-wait must be between 0 and 30")
 	case c.EvalEvery < 0 || (c.EvalEvery > 0 && c.EvalEvery < time.Second):
 		return c, errors.New("--evaluate-every must be 0 or at least 1s")
-	case c.Protocol != "h2c" && c.Protocol != "http1":
-		return c, errors.New("--protocol must be h2c or http1")
 	case c.KillAfter < 0:
 		return c, errors.New("--kill-after must not be negative")
 	case c.KillAfter > 0 && (c.PID <= 0 || c.RestartCmd == ""):
@@ -270,7 +266,6 @@ func (s *sim) liveCount() int {
 // the control plane's 120 s idle timeout would close them under a request.
 func newTransport(maxIdle int) *http.Transport {
 	return &http.Transport{
-		Protocols:           http1Only(),
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:        maxIdle,
@@ -281,35 +276,10 @@ func newTransport(maxIdle int) *http.Transport {
 	}
 }
 
-func http1Only() *http.Protocols {
-	p := new(http.Protocols)
-	p.SetHTTP1(true)
-	return p
-}
-
-// newH2CTransport is one agent's transport: one HTTP/2 connection without
-// TLS (prior knowledge) that carries all its calls.
-func newH2CTransport() *http.Transport {
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	return &http.Transport{
-		Protocols:          p,
-		Proxy:              nil,
-		DialContext:        (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:       1,
-		IdleConnTimeout:    90 * time.Second,
-		DisableCompression: true,
-		HTTP2:              &http.HTTP2Config{SendPingTimeout: 0},
-	}
-}
-
 func simulate(ctx context.Context, cfg config, stderr io.Writer) (*Report, error) {
 	// Each agent holds its long poll's connection and, at times, one more;
 	// the admin client and the process need some beyond that.
 	need := uint64(2*cfg.Agents + 256)
-	if cfg.Protocol == "h2c" {
-		need = uint64(cfg.Agents + 256)
-	}
 	limit, err := raiseFDLimit(need)
 	if err != nil {
 		fmt.Fprintln(stderr, "capstan-fleetsim: warning:", err)

@@ -307,17 +307,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          nil,
-		// Frames are read into a buffer the connection keeps; small
-		// frames keep it small.
-		HTTP2: &http.HTTP2Config{MaxReadFrameSize: 16 << 10},
 	}
-	// HTTP/1.1, and HTTP/2 without TLS for clients that know to speak it
-	// (prior knowledge): an agent then holds one connection for its long
-	// poll and its reports instead of two, and an idle HTTP/2 connection
-	// keeps no write buffer.
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetUnencryptedHTTP2(true)
 	// Claim long polls wait up to 30 s; end them when shutdown begins.
 	srv.RegisterOnShutdown(a.jobs.StopClaims)
 	log.Info("listening", "addr", ln.Addr().String(), "public_url", publicURL, "store", a.store.DialectName(),

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -142,5 +143,7 @@ func checkPassword(phc, pw string) (bool, error) {
 }
 
 // dummyHash is checked against when an account does not exist, so that the
-// response takes as long as for a real account.
-var dummyHash = hashPassword("capstan-timing-equaliser-not-a-password")
+// response takes as long as for a real account. It is made at the first
+// sign-in, not at start: hashing takes 19 MiB, which a process that never
+// signs anyone in (or not yet) should not hold.
+var dummyHash = sync.OnceValue(func() string { return hashPassword("capstan-timing-equaliser-not-a-password") })

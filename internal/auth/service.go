@@ -361,7 +361,7 @@ func (s *Service) login(ctx context.Context, c Client, email, password string, n
 		}
 		known = err == nil
 	}
-	hash, n := dummyHash, 0
+	hash, n := dummyHash(), 0
 	if known {
 		var err error
 		if n, err = s.takeAccountAttempt(ctx, c, a); err != nil {
