@@ -305,8 +305,25 @@ func plan(f *fleet, rules []Rule, conds []Condition, open []Alert, newID func() 
 	return c
 }
 
+// Snapshot is everything one evaluation reads, read at one moment.
+type Snapshot struct {
+	Rules      []Rule
+	Conditions []Condition
+	Open       []Alert
+	// Servers are every server's id, name, tags, status and last seen
+	// time (no facts), with the status as stored.
+	Servers []servers.Server
+	Samples []ServerSample
+	Apps    []AppHealth
+	Domains []DomainCertificate
+}
+
 // Evaluator reads what evaluation needs.
 type Evaluator interface {
+	// EvaluationSnapshot reads what an evaluation needs in a few
+	// set-based queries, one after the other on one connection: a busy
+	// control plane's requests do not get between them.
+	EvaluationSnapshot(ctx context.Context) (Snapshot, error)
 	Rules(ctx context.Context) ([]Rule, error)
 	Conditions(ctx context.Context) ([]Condition, error)
 	OpenAlerts(ctx context.Context) ([]Alert, error)

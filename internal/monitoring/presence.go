@@ -16,6 +16,8 @@ type PresenceStore interface {
 // ServerLister lists servers with their derived status.
 type ServerLister interface {
 	List(ctx context.Context) ([]servers.Server, error)
+	// WithStatus derives the status of servers read from the store.
+	WithStatus(list []servers.Server) []servers.Server
 }
 
 // Presence publishes server.online and server.offline when an enrolled

@@ -168,42 +168,23 @@ func (s *Service) Evaluate(ctx context.Context) (Outcome, error) {
 		start := time.Now()
 		defer func() { s.evaluated(time.Since(start)) }()
 	}
-	f := &fleet{now: s.now().UTC(), servers: map[string]servers.Server{}, samples: map[string]ServerSample{}}
-	rules, err := s.store.Rules(ctx)
+	snap, err := s.store.EvaluationSnapshot(ctx)
 	if err != nil {
 		return Outcome{}, err
 	}
+	f := &fleet{now: s.now().UTC(), servers: make(map[string]servers.Server, len(snap.Servers)),
+		samples: make(map[string]ServerSample, len(snap.Samples)), apps: snap.Apps, domains: snap.Domains}
+	rules := snap.Rules
 	for i := range rules {
 		rules[i] = withUnit(rules[i])
 	}
-	conds, err := s.store.Conditions(ctx)
-	if err != nil {
-		return Outcome{}, err
-	}
-	open, err := s.store.OpenAlerts(ctx)
-	if err != nil {
-		return Outcome{}, err
-	}
-	list, err := s.servers.List(ctx)
-	if err != nil {
-		return Outcome{}, err
-	}
-	for _, srv := range list {
+	for _, srv := range s.servers.WithStatus(snap.Servers) {
 		f.servers[srv.ID] = srv
 	}
-	samples, err := s.store.LatestServerSamples(ctx)
-	if err != nil {
-		return Outcome{}, err
-	}
-	for _, sm := range samples {
+	for _, sm := range snap.Samples {
 		f.samples[sm.ServerID] = sm
 	}
-	if f.apps, err = s.store.AppHealth(ctx); err != nil {
-		return Outcome{}, err
-	}
-	if f.domains, err = s.store.DomainCertificates(ctx); err != nil {
-		return Outcome{}, err
-	}
+	conds, open := snap.Conditions, snap.Open
 	c := plan(f, rules, conds, open, func() string { return ids.NewAt(AlertIDPrefix, f.now) })
 	if len(c.Start)+len(c.Drop)+len(c.Open)+len(c.Resolve) == 0 {
 		return Outcome{Opened: []Alert{}, Resolved: []Alert{}}, nil

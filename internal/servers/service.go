@@ -220,6 +220,16 @@ func (s *Service) Get(ctx context.Context, id string) (Server, error) {
 }
 
 // List returns every server.
+// WithStatus derives the status of servers read straight from the store
+// (online turns offline when the agent is silent), counting the heartbeats
+// not yet written.
+func (s *Service) WithStatus(list []Server) []Server {
+	for i := range list {
+		list[i] = s.withStatus(list[i])
+	}
+	return list
+}
+
 func (s *Service) List(ctx context.Context) ([]Server, error) {
 	list, err := s.store.ListServers(ctx)
 	for i := range list {

@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/servers"
 )
 
 var _ monitoring.Store = (*Store)(nil)
@@ -56,9 +57,11 @@ func (s *Store) InsertRule(ctx context.Context, r monitoring.Rule) error {
 }
 
 // Rules returns every alert rule, oldest first.
-func (s *Store) Rules(ctx context.Context) ([]monitoring.Rule, error) {
+func (s *Store) Rules(ctx context.Context) ([]monitoring.Rule, error) { return s.rules(ctx, s.r) }
+
+func (s *Store) rules(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.Rule, error) {
 	var rows []ruleRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`); err != nil {
+	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`); err != nil {
 		return nil, err
 	}
 	out := make([]monitoring.Rule, len(rows))
@@ -109,12 +112,16 @@ func (s *Store) DeleteRule(ctx context.Context, id string) error {
 
 // Conditions returns every condition holding without an alert yet.
 func (s *Store) Conditions(ctx context.Context) ([]monitoring.Condition, error) {
+	return s.conditions(ctx, s.r)
+}
+
+func (s *Store) conditions(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.Condition, error) {
 	var rows []struct {
 		RuleID  string `db:"rule_id"`
 		Subject string `db:"subject"`
 		Since   int64  `db:"since"`
 	}
-	if err := s.r.SelectContext(ctx, &rows, `SELECT rule_id, subject, since FROM alert_conditions`); err != nil {
+	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT rule_id, subject, since FROM alert_conditions`); err != nil {
 		return nil, err
 	}
 	out := make([]monitoring.Condition, len(rows))
@@ -294,6 +301,10 @@ func (s *Store) ApplyEvaluation(ctx context.Context, c monitoring.Changes) (moni
 // LatestServerSamples returns every server's newest sample with its swap
 // and filesystems.
 func (s *Store) LatestServerSamples(ctx context.Context) ([]monitoring.ServerSample, error) {
+	return s.latestServerSamples(ctx, s.r)
+}
+
+func (s *Store) latestServerSamples(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.ServerSample, error) {
 	var rows []struct {
 		ServerID    string          `db:"server_id"`
 		At          int64           `db:"at"`
@@ -303,7 +314,7 @@ func (s *Store) LatestServerSamples(ctx context.Context) ([]monitoring.ServerSam
 		SwapTotal   int64           `db:"swap_total"`
 		Filesystems string          `db:"filesystems"`
 	}
-	if err := s.r.SelectContext(ctx, &rows, `SELECT m.server_id, m.at, m.cpu_percent, m.memory_used_percent, m.swap_used_percent,
+	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT m.server_id, m.at, m.cpu_percent, m.memory_used_percent, m.swap_used_percent,
 		m.swap_total, m.filesystems FROM metric_latest l JOIN metric_samples m ON m.server_id = l.server_id AND m.at = l.at`); err != nil {
 		return nil, err
 	}
@@ -322,6 +333,10 @@ func (s *Store) LatestServerSamples(ctx context.Context) ([]monitoring.ServerSam
 
 // AppHealth returns the latest health probe of every application.
 func (s *Store) AppHealth(ctx context.Context) ([]monitoring.AppHealth, error) {
+	return s.appHealth(ctx, s.r)
+}
+
+func (s *Store) appHealth(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.AppHealth, error) {
 	var rows []struct {
 		AppID        string        `db:"app_id"`
 		Name         string        `db:"name"`
@@ -332,7 +347,7 @@ func (s *Store) AppHealth(ctx context.Context) ([]monitoring.AppHealth, error) {
 		LastError    string        `db:"last_error"`
 		ProbedAt     int64         `db:"probed_at"`
 	}
-	if err := s.r.SelectContext(ctx, &rows, `SELECT h.app_id, a.name, h.server_id, h.healthy, h.failing_since, h.status_code,
+	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT h.app_id, a.name, h.server_id, h.healthy, h.failing_since, h.status_code,
 		h.last_error, h.probed_at FROM app_health h JOIN applications a ON a.id = h.app_id`); err != nil {
 		return nil, err
 	}
@@ -347,6 +362,10 @@ func (s *Store) AppHealth(ctx context.Context) ([]monitoring.AppHealth, error) {
 // DomainCertificates returns the certificate each domain served at its
 // last check.
 func (s *Store) DomainCertificates(ctx context.Context) ([]monitoring.DomainCertificate, error) {
+	return s.domainCertificates(ctx, s.r)
+}
+
+func (s *Store) domainCertificates(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.DomainCertificate, error) {
 	var rows []struct {
 		ID        string         `db:"id"`
 		Hostname  string         `db:"hostname"`
@@ -356,7 +375,7 @@ func (s *Store) DomainCertificates(ctx context.Context) ([]monitoring.DomainCert
 		Result    sql.NullString `db:"check_result"`
 		CheckedAt sql.NullInt64  `db:"checked_at"`
 	}
-	if err := s.r.SelectContext(ctx, &rows, `SELECT id, hostname, app_id, server_id, tls_mode, check_result, checked_at FROM domains`); err != nil {
+	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT id, hostname, app_id, server_id, tls_mode, check_result, checked_at FROM domains`); err != nil {
 		return nil, err
 	}
 	out := make([]monitoring.DomainCertificate, len(rows))
@@ -449,4 +468,62 @@ func (s *Store) DomainsDueForCheck(ctx context.Context, before time.Time, limit 
 		WHERE d.tls_mode IN ('auto', 'internal') AND (d.checked_at IS NULL OR d.checked_at < ?)
 		AND (j.id IS NULL OR j.status NOT IN ('queued', 'running')) ORDER BY d.checked_at, d.id LIMIT ?`), ms(before), limit)
 	return out, err
+}
+
+// EvaluationSnapshot reads what an alert evaluation needs, in one read
+// transaction: one connection is taken from the pool once (not once per
+// query, each time queueing behind the agents' requests), and the reads
+// see one state of the database.
+func (s *Store) EvaluationSnapshot(ctx context.Context) (monitoring.Snapshot, error) {
+	var snap monitoring.Snapshot
+	opts := &sql.TxOptions{}
+	if s.dialect == Postgres {
+		opts = &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true}
+	}
+	tx, err := s.r.BeginTxx(ctx, opts)
+	if err != nil {
+		return snap, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+	if snap.Rules, err = s.rules(ctx, tx); err != nil {
+		return snap, err
+	}
+	if snap.Conditions, err = s.conditions(ctx, tx); err != nil {
+		return snap, err
+	}
+	if snap.Open, err = s.alertsWhere(ctx, tx, `state = 'open'`); err != nil {
+		return snap, err
+	}
+	var rows []struct {
+		ID         string        `db:"id"`
+		Name       string        `db:"name"`
+		Tags       string        `db:"tags"`
+		Status     string        `db:"status"`
+		LastSeenAt sql.NullInt64 `db:"last_seen_at"`
+	}
+	// Only what evaluation looks at: not the facts, whose JSON is most of
+	// a server row.
+	if err := tx.SelectContext(ctx, &rows, `SELECT id, name, tags, status, last_seen_at FROM servers`); err != nil {
+		return snap, err
+	}
+	snap.Servers = make([]servers.Server, len(rows))
+	for i, r := range rows {
+		srv := servers.Server{ID: r.ID, Name: r.Name, Status: r.Status, LastSeenAt: nullMS(r.LastSeenAt)}
+		if r.Tags != "" && r.Tags != "[]" {
+			if err := json.Unmarshal([]byte(r.Tags), &srv.Tags); err != nil {
+				return snap, err
+			}
+		}
+		snap.Servers[i] = srv
+	}
+	if snap.Samples, err = s.latestServerSamples(ctx, tx); err != nil {
+		return snap, err
+	}
+	if snap.Apps, err = s.appHealth(ctx, tx); err != nil {
+		return snap, err
+	}
+	if snap.Domains, err = s.domainCertificates(ctx, tx); err != nil {
+		return snap, err
+	}
+	return snap, tx.Commit()
 }

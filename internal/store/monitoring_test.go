@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/monitoring"
+	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 )
@@ -163,5 +164,51 @@ func TestRuleUpdatesAreConditional(t *testing.T) {
 		}
 		wantKind(t, "delete again", s.DeleteRule(ctx, r.ID), fault.NotFound)
 		wantKind(t, "update deleted", s.UpdateRule(ctx, r, r.UpdatedAt), fault.NotFound)
+	})
+}
+
+func TestEvaluationSnapshotReadsWhatTheSeparateReadsDo(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		for i, name := range []string{"snap-1", "snap-2", "snap-3"} {
+			srv := servers.Server{ID: ids.NewAt(ids.Server, t0.Add(time.Duration(i)*time.Millisecond)), Name: name, Tags: []string{"web"},
+				Status: servers.Pending, CreatedAt: t0, UpdatedAt: t0}
+			if err := s.CreateServer(ctx, srv, "hash-"+name, t0.Add(time.Hour)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rule := "rul_default_cpu_high"
+		if _, err := s.ApplyEvaluation(ctx, monitoring.Changes{Now: t0, Start: []monitoring.Condition{{RuleID: rule, Key: "srv_x", Since: t0}},
+			Open: []monitoring.Alert{{ID: ids.NewAt(monitoring.AlertIDPrefix, t0), RuleID: "rul_default_memory_high", Kind: monitoring.MemoryHigh,
+				Severity: monitoring.Warning, Key: "srv_y", Subject: monitoring.AlertSubject{Type: "server", ID: "srv_y", Name: "y"}, Value: 97,
+				Threshold: 90, OpenedAt: t0}}}); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := s.EvaluationSnapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules, _ := s.Rules(ctx)
+		conds, _ := s.Conditions(ctx)
+		open, _ := s.OpenAlerts(ctx)
+		list, _ := s.ListServers(ctx)
+		if len(snap.Rules) != len(rules) || len(rules) == 0 || len(snap.Conditions) != 1 || len(conds) != 1 ||
+			snap.Conditions[0] != conds[0] || len(snap.Open) != 1 || len(open) != 1 || snap.Open[0].ID != open[0].ID {
+			t.Fatalf("snapshot: %d rules, %+v conditions, %d open; separately %d, %+v, %d", len(snap.Rules), snap.Conditions,
+				len(snap.Open), len(rules), conds, len(open))
+		}
+		if len(snap.Servers) != 3 || len(list) != 3 {
+			t.Fatalf("snapshot servers %d, listed %d", len(snap.Servers), len(list))
+		}
+		byID := map[string]servers.Server{}
+		for _, srv := range snap.Servers {
+			byID[srv.ID] = srv
+		}
+		for _, want := range list {
+			got := byID[want.ID]
+			if got.Name != want.Name || got.Status != want.Status || len(got.Tags) != 1 || got.Tags[0] != "web" || got.Facts != nil {
+				t.Errorf("snapshot server %+v, listed %+v", got, want)
+			}
+		}
 	})
 }
