@@ -24,8 +24,7 @@ type availability struct {
 	down      int
 	maxDown   int
 	seconds   []SecondCounts
-	lastBack  time.Time
-	firstDown time.Time
+	allBackAt []time.Time // when the last agent down came back, each time
 }
 
 // SecondCounts is one second of the availability curve.
@@ -55,9 +54,6 @@ func (v *availability) failed(t time.Time, wasUp bool) {
 	c := v.at(t)
 	c.Errors++
 	if wasUp {
-		if v.down == 0 {
-			v.firstDown = t
-		}
 		v.down++
 		v.maxDown = max(v.maxDown, v.down)
 		c.WentDown++
@@ -72,7 +68,9 @@ func (v *availability) back(t time.Time) {
 	c := v.at(t)
 	v.down--
 	c.CameBack++
-	v.lastBack = t
+	if v.down == 0 {
+		v.allBackAt = append(v.allBackAt, t)
+	}
 }
 
 // curve returns the seconds from..to (inclusive) of the run.
@@ -101,11 +99,11 @@ type Restart struct {
 	NewPID          int     `json:"new_pid"`
 	AgentsDownMax   int     `json:"agents_down_max"`
 	AllBack         bool    `json:"all_back"`
-	AllBackAfterS   float64 `json:"all_back_after_s" doc:"from the restart until the last agent that was cut off made a successful call"`
-	ErrorsTotal     int     `json:"errors_total" doc:"failed calls from the kill until every agent was back"`
+	AllBackAfterS   float64 `json:"all_back_after_s" doc:"from the restart until the first moment no agent was cut off"`
+	ErrorsTotal     int     `json:"errors_total" doc:"failed calls from the kill until every agent was back (or the end of the run)"`
 	ErrorsPeakPerS  int     `json:"errors_peak_per_s"`
 	BackPeakPerS    int     `json:"back_peak_per_s"`
-	AgentsDownAtEnd int     `json:"agents_down_at_end"`
+	AgentsDownAtEnd int     `json:"agents_down_at_end" doc:"agents whose last call failed when the run ended"`
 	Curve           []SecondCounts
 }
 
@@ -160,17 +158,24 @@ func (r *restarter) report(start time.Time, v *availability) *Restart {
 	out := &Restart{KilledAtS: r.killedAt.Sub(start).Seconds(), RestartedAtS: r.restartedAt.Sub(start).Seconds(), NewPID: r.newPID}
 	down, _ := v.agentsDown()
 	out.AgentsDownAtEnd = down
+	// Every agent is back the first time after the kill that none is
+	// down; failures later (of a loaded machine, say) are not the
+	// restart's.
 	v.mu.Lock()
-	lastBack := v.lastBack
+	var backAt time.Time
+	for _, t := range v.allBackAt {
+		if t.After(r.killedAt) {
+			backAt = t
+			break
+		}
+	}
 	v.mu.Unlock()
 	from := int(r.killedAt.Sub(start) / time.Second)
-	to := from + 1
-	if down == 0 && lastBack.After(r.killedAt) {
+	to := int(time.Since(start) / time.Second)
+	if !backAt.IsZero() {
 		out.AllBack = true
-		out.AllBackAfterS = lastBack.Sub(r.restartedAt).Seconds()
-		to = int(lastBack.Sub(start) / time.Second)
-	} else if down > 0 {
-		to = int(time.Since(start) / time.Second)
+		out.AllBackAfterS = backAt.Sub(r.restartedAt).Seconds()
+		to = int(backAt.Sub(start) / time.Second)
 	}
 	out.Curve = v.curve(from, to)
 	for _, c := range out.Curve {
