@@ -125,7 +125,8 @@ func (t *timedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.
 	if bt, ok := t.c.(driver.ConnBeginTx); ok {
 		tx, err = bt.BeginTx(ctx, opts)
 	} else {
-		tx, err = t.c.Begin() //nolint:staticcheck // the driver has nothing newer
+		//lint:ignore SA1019 the driver has nothing newer
+		tx, err = t.c.Begin()
 	}
 	t.observe("begin", start)
 	if err != nil {
@@ -213,14 +214,16 @@ func (t *timedStmt) NumInput() int { return t.s.NumInput() }
 
 func (t *timedStmt) Exec(args []driver.Value) (driver.Result, error) {
 	start := time.Now()
-	res, err := t.s.Exec(args) //nolint:staticcheck // the driver may have nothing newer
+	//lint:ignore SA1019 the driver may have nothing newer
+	res, err := t.s.Exec(args)
 	t.conn.observe("exec", start)
 	return res, err
 }
 
 func (t *timedStmt) Query(args []driver.Value) (driver.Rows, error) {
 	start := time.Now()
-	rows, err := t.s.Query(args) //nolint:staticcheck // the driver may have nothing newer
+	//lint:ignore SA1019 the driver may have nothing newer
+	rows, err := t.s.Query(args)
 	t.conn.observe("query", start)
 	return rows, err
 }
