@@ -94,17 +94,17 @@ func (v *availability) agentsDown() (now, most int) {
 // Restart is what a kill and restart of the control plane during the run
 // did to the fleet.
 type Restart struct {
-	KilledAtS       float64 `json:"killed_at_s" doc:"seconds into the run when the control plane was killed with SIGKILL"`
-	RestartedAtS    float64 `json:"restarted_at_s" doc:"when the restart command was started"`
-	NewPID          int     `json:"new_pid"`
-	AgentsDownMax   int     `json:"agents_down_max"`
-	AllBack         bool    `json:"all_back"`
-	AllBackAfterS   float64 `json:"all_back_after_s" doc:"from the restart until the first moment no agent was cut off"`
-	ErrorsTotal     int     `json:"errors_total" doc:"failed calls from the kill until every agent was back (or the end of the run)"`
-	ErrorsPeakPerS  int     `json:"errors_peak_per_s"`
-	BackPeakPerS    int     `json:"back_peak_per_s"`
-	AgentsDownAtEnd int     `json:"agents_down_at_end" doc:"agents whose last call failed when the run ended"`
-	Curve           []SecondCounts
+	KilledAtS       float64        `json:"killed_at_s" doc:"seconds into the run when the control plane was killed with SIGKILL"`
+	RestartedAtS    float64        `json:"restarted_at_s" doc:"when the restart command was started"`
+	NewPID          int            `json:"new_pid"`
+	AgentsDownMax   int            `json:"agents_down_max"`
+	AllBack         bool           `json:"all_back"`
+	AllBackAfterS   float64        `json:"all_back_after_s" doc:"from the restart until the first moment no agent was cut off"`
+	ErrorsTotal     int            `json:"errors_total" doc:"failed calls from the kill until every agent was back (or the end of the run)"`
+	ErrorsPeakPerS  int            `json:"errors_peak_per_s"`
+	BackPeakPerS    int            `json:"back_peak_per_s"`
+	AgentsDownAtEnd int            `json:"agents_down_at_end" doc:"agents whose last call failed when the run ended"`
+	Curve           []SecondCounts `json:"curve" doc:"per second from the kill until every agent was back"`
 }
 
 // restarter kills the control plane at a moment of the run and starts it
