@@ -317,7 +317,9 @@ func startBinary(t *testing.T, args ...string) *process {
 	cmd := exec.Command(binary(t), args...)
 	p := &process{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
-	cmd.Env = append(os.Environ(), "CAPSTAN_AGENT_CONFIG=/nonexistent/agent.json")
+	// Its own state directory unless the arguments name one: nothing of
+	// a test is kept in the machine's /var/lib/capstan-agent.
+	cmd.Env = append(os.Environ(), "CAPSTAN_AGENT_CONFIG=/nonexistent/agent.json", "CAPSTAN_AGENT_STATE_DIR="+t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
