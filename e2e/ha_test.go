@@ -216,3 +216,32 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDispatchAcrossReplicas measures dispatch (as BenchmarkDispatch
+// does) with two control planes on one PostgreSQL database: the agent
+// waits on replica B while the jobs are queued on replica A, and, for
+// comparison, with agent and jobs both on A.
+//
+//	go test -run '^$' -bench BenchmarkDispatchAcrossReplicas -benchtime 1x ./e2e/
+func BenchmarkDispatchAcrossReplicas(b *testing.B) {
+	rs := startReplicaSet(b, 2)
+	f := rs.fleet
+	for _, c := range []struct {
+		name  string
+		agent *ControlPlane
+	}{{"same-replica", rs.replicas[0]}, {"across-replicas", rs.replicas[1]}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := f.createEnrollment(b, c.name)
+			rig := &dispatchRig{f: f, serverID: e.Server.ID, agentToken: f.enrollHTTP(b, e.Token).AgentToken, agentURL: c.agent.URL}
+			var all []time.Duration
+			for range b.N {
+				lat, _ := rig.measure(b, dispatchJobs)
+				all = append(all, lat...)
+			}
+			s := summarize(all)
+			b.ReportMetric(ms(s.p50), "p50-ms")
+			b.ReportMetric(ms(s.p99), "p99-ms")
+			b.Logf("%s: %d jobs, p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms", c.name, len(all), ms(s.p50), ms(s.p90), ms(s.p99), ms(s.max))
+		})
+	}
+}
