@@ -32,6 +32,13 @@ type Verified struct {
 // container, as imports do).
 func newRestoreRig(t *testing.T) *backupRig {
 	t.Helper()
+	return newRestoreRigOn(t, store.SQLite)
+}
+
+// newRestoreRigOn is newRestoreRig on the store d, with extra arguments
+// for capstan serve.
+func newRestoreRigOn(t *testing.T, d store.Dialect, args ...string) *backupRig {
+	t.Helper()
 	testlab.Docker(t)
 	return newImagesRig(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}})
 }
@@ -48,7 +55,7 @@ func newImagesRig(t testing.TB, images map[string]map[string]string) *backupRig 
 	if err := os.WriteFile(file, list, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return newBackupRig(t, store.SQLite, "--database-images", file)
+	return newBackupRig(t, d, append([]string{"--database-images", file}, args...)...)
 }
 
 // post queues a verify or restore and waits for its job.

@@ -131,7 +131,8 @@ func TestAlertRulesAPI(t *testing.T) {
 			units[r.Kind] = r.Unit
 		}
 		want := map[string]string{"agent_offline": "minutes", "cpu_high": "percent", "memory_high": "percent", "disk_high": "percent",
-			"inode_high": "percent", "swap_high": "percent", "app_down": "none", "tls_expiring": "days"}
+			"inode_high": "percent", "swap_high": "percent", "app_down": "none", "tls_expiring": "days",
+			"backup_stale": "hours"}
 		if fmt.Sprint(units) != fmt.Sprint(want) {
 			t.Fatalf("default rules' kinds and units: got %v, want %v", units, want)
 		}
@@ -140,7 +141,8 @@ func TestAlertRulesAPI(t *testing.T) {
 			{"kind": "cpu_high", "threshold": 150},
 			{"kind": "cpu_high", "threshold": 0},
 			{"kind": "tls_expiring", "threshold": 365},
-			{"kind": "backup_stale"},
+			{"kind": "backup_stale", "threshold": 0},
+			{"kind": "backup_stale", "scope": "server", "scope_id": "srv_x"},
 			{"kind": "cpu_hot"},
 			{"kind": "cpu_high", "scope": "galaxy", "scope_id": "x"},
 			{"kind": "cpu_high", "scope": "domain", "scope_id": "dom_x"},

@@ -58,6 +58,8 @@ type serveCmd struct {
 	BackupLocalDir  string        `name:"backup-local-dir" env:"CAPSTAN_BACKUP_LOCAL_DIR" help:"Directory on each server where agents keep local copies of backups (encrypted, like the uploaded ones). Default: /var/lib/capstan-agent/backups, the agent's state directory."`
 	BackupLocalKeep int           `name:"backup-local-keep" env:"CAPSTAN_BACKUP_LOCAL_KEEP" default:"2" help:"How many local copies of each database a server keeps (0 to 100; 0 keeps none)."`
 	RestartGrace    time.Duration `name:"restart-lease-grace" env:"CAPSTAN_RESTART_LEASE_GRACE" default:"60s" help:"When the control plane starts, the leases of running jobs last at least this long, so that agents that backed off while it was down can come back before their jobs fail as agent_lost (agents back off up to 30 s)."`
+	BackupSchedule  time.Duration `name:"backup-schedule-interval" env:"CAPSTAN_BACKUP_SCHEDULE_INTERVAL" default:"1m" help:"How often the backup scheduler (in one control plane of those sharing a database) queues due backups and looks for stale ones."`
+	BackupJitter    time.Duration `name:"backup-schedule-jitter" env:"CAPSTAN_BACKUP_SCHEDULE_JITTER" default:"15m" help:"Window over which newly enabled backup policies first fire, spread by instance (never more than a policy's interval; 0 fires at once)."`
 	ReapEvery       time.Duration `name:"artifact-reap-interval" env:"CAPSTAN_ARTIFACT_REAP_INTERVAL" hidden:"" default:"1m" help:"How often expired database exports are deleted."`
 }
 
@@ -182,6 +184,13 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return fmt.Errorf("--backup-local-dir must be an absolute path")
 	}
 	a.backups.UseRunOptions(backups.RunOptions{LocalDir: c.BackupLocalDir, LocalKeep: c.BackupLocalKeep})
+	if c.BackupSchedule < time.Second || c.BackupSchedule > time.Hour {
+		return fmt.Errorf("--backup-schedule-interval must be between 1s and 1h")
+	}
+	if c.BackupJitter < 0 || c.BackupJitter > 24*time.Hour {
+		return fmt.Errorf("--backup-schedule-jitter must be between 0 and 24h")
+	}
+	a.backups.UseSchedule(backups.ScheduleOptions{Jitter: c.BackupJitter})
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
@@ -299,6 +308,12 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			return err
 		}}
 	loops.Go(func() { domainChecks.Loop(bg) })
+	backupScheduler := &singleton.Task{Leases: a.store, Name: "backup-scheduler", Holder: holder, Interval: c.BackupSchedule,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			_, err := a.backups.Tick(ctx)
+			return err
+		}}
+	loops.Go(func() { backupScheduler.Loop(bg) })
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -34,6 +34,8 @@ type Store interface {
 	// prevRevision (0: none are stored) and returns false if it is not.
 	PutBackupSettings(ctx context.Context, s Settings, prevRevision int64) (bool, error)
 	RunStore
+	PolicyStore
+	ScheduleStore
 }
 
 // Service is the backups capability.
@@ -48,6 +50,7 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	runOpts RunOptions
+	sched   ScheduleOptions
 	// drive is the cloud drive service; nil when there is none.
 	drive *clouddrive.Service
 }

@@ -117,6 +117,11 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 	if into == "" {
 		into = run.Database
 	}
+	if mode == agentproto.BackupRestoreNew {
+		if err := s.newDatabaseFree(ctx, run.InstanceID, into); err != nil {
+			return jobs.Job{}, err
+		}
+	}
 	p.Mode, p.Into = mode, into
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: run.ServerID, Type: agentproto.JobBackupRestore, Payload: p,
 		Secrets: secrets, CreatedBy: actor.ID})

@@ -286,7 +286,10 @@ func (s *Service) runFinished(ctx context.Context, j jobs.Job) error {
 	default:
 		f.Status = StatusSucceeded
 	}
-	return s.finish(ctx, run, f)
+	if err := s.finish(ctx, run, f); err != nil {
+		return err
+	}
+	return s.backedUp(ctx, run, f)
 }
 
 // finish records the end of a run and publishes backup.failed for a

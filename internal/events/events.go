@@ -35,6 +35,7 @@ const (
 	AlertResolved      Type = "alert.resolved"
 	BackupFailed       Type = "backup.failed"
 	BackupVerifyFailed Type = "backup.verify_failed"
+	BackupStale        Type = "backup.stale"
 )
 
 // IDPrefix starts every event id.
@@ -115,6 +116,17 @@ type BackupPayload struct {
 	Error string `json:"error,omitempty"`
 }
 
+// BackupStalePayload is the payload of backup.stale.
+type BackupStalePayload struct {
+	InstanceID   string `json:"instance_id"`
+	InstanceName string `json:"instance_name"`
+	Database     string `json:"database"`
+	EveryHours   int    `json:"every_hours"`
+	// LastVerifiedAt is when the database's newest verified backup
+	// finished; nil when it has none.
+	LastVerifiedAt *time.Time `json:"last_verified_at"`
+}
+
 // Spec documents one event type.
 type Spec struct {
 	Type    Type
@@ -142,6 +154,9 @@ var Catalogue = []Spec{
 		"run_id, instance_id, server_id, database, trigger, error"},
 	{BackupVerifyFailed, "a backup's verification failed: its checksum, its decryption, its restore or its comparison with the manifest",
 		"backup", "run_id, instance_id, server_id, database, trigger, error"},
+	{BackupStale, "a database of an enabled backup policy has no verified backup within twice the policy's every_hours (counted " +
+		"from when the policy was enabled if that is later); published once until a newer verified backup makes it fresh again",
+		"database", "instance_id, instance_name, database, every_hours, last_verified_at (null when it has none)"},
 }
 
 // Known reports whether t is in the catalogue.

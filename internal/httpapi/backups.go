@@ -89,8 +89,72 @@ type backupRestoreInput struct {
 	}
 }
 
+type backupPoliciesOutput struct {
+	Body struct {
+		Policies []backups.PolicyView `json:"policies" doc:"One per database instance, in the order of the instances' list"`
+	}
+}
+
+type backupPolicyInput struct {
+	InstanceID string `path:"instance_id" maxLength:"64"`
+	Body       struct {
+		Enabled    bool     `json:"enabled" doc:"Whether the scheduler backs the databases up"`
+		EveryHours int      `json:"every_hours" minimum:"1" maximum:"168" doc:"Hours between scheduled backups, 1 to 168"`
+		Keep       int      `json:"keep" minimum:"1" maximum:"365" doc:"Successful backups kept per database (manual ones included), 1 to 365; older ones are deleted locally and in storage, never the newest verified one"`
+		Databases  []string `json:"databases,omitempty" maxItems:"64" doc:"The databases to back up; each must be the instance's initial database or one its agent listed in its newest metric sample. Absent or empty: the initial database (a key-value instance is backed up whole)"`
+		Verify     *bool    `json:"verify,omitempty" doc:"Verify (test-restore) every backup of these databases once it succeeded; default true"`
+	}
+}
+
+type backupPolicyOutput struct {
+	Body backups.PolicyView
+}
+
 func (s *Server) registerBackups() {
 	tags := []string{"Backups"}
+	op(s, huma.Operation{
+		OperationID: "list-backup-policies", Method: http.MethodGet, Path: "/api/v1/backups/policies", Tags: tags,
+		Summary: "Every database instance's backup policy",
+		Description: "Each instance has one policy; an instance whose policy was never saved has the default: disabled, every_hours " +
+			"24, keep 7, databases empty (the initial database), verify true. next_due_at is when the scheduler queues the next " +
+			"backups; stale lists the databases without a verified backup within twice every_hours.",
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*backupPoliciesOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		list, err := s.deps.Backups.Policies(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := &backupPoliciesOutput{}
+		out.Body.Policies = list
+		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "put-backup-policy", Method: http.MethodPut, Path: "/api/v1/backups/policies/{instance_id}", Tags: tags,
+		Summary: "Save an instance's backup policy",
+		Description: "Replaces the policy. Enabled, the scheduler (in one control plane of those sharing a database) queues a " +
+			"backup of each database every every_hours; a newly enabled policy (or a new interval) first fires within the " +
+			"scheduler's jitter window, so a fleet's policies do not all fire at once. A scheduled backup is not queued while the " +
+			"previous scheduled backup of the database is still queued or running. With verify, every successful backup of the " +
+			"databases is verified. Backups beyond keep are deleted. 422 with field errors for out-of-range values or a database " +
+			"the control plane does not know the instance has (its initial database and those its agent listed in its newest " +
+			"metric sample are known); nothing changes. 404 for an unknown instance. Audited.",
+		Errors: []int{http.StatusNotFound},
+	}, Admin, func(ctx context.Context, in *backupPolicyInput) (*backupPolicyOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		b := in.Body
+		verify := b.Verify == nil || *b.Verify
+		v, err := s.deps.Backups.PutPolicy(ctx, a, c, in.InstanceID, backups.PolicyInput{Enabled: b.Enabled, EveryHours: b.EveryHours,
+			Keep: b.Keep, Databases: b.Databases, Verify: verify})
+		if err != nil {
+			return nil, err
+		}
+		return &backupPolicyOutput{Body: v}, nil
+	})
 	op(s, huma.Operation{
 		OperationID: "verify-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/verify", Tags: tags,
 		Summary: "Test-restore a backup into a throwaway database",
@@ -115,8 +179,10 @@ func (s *Server) registerBackups() {
 	op(s, huma.Operation{
 		OperationID: "restore-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/restore", Tags: tags,
 		Summary: "Restore a backup into a new database or in place of one",
-		Description: "Queues backup.restore (202). mode new restores into a new database named into (the job fails if it " +
-			"exists); mode replace restores into a temporary database first, compares it with the manifest, and only then swaps " +
+		Description: "Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the " +
+			"control plane knows the instance has it (its initial database, or one its agent listed in its newest metric " +
+			"sample); one created since then is found by the job, which fails saying so without touching it. mode replace " +
+			"restores into a temporary database first, compares it with the manifest, and only then swaps " +
 			"it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; " +
 			"MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target " +
 			"half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or " +

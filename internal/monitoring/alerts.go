@@ -15,11 +15,11 @@ const AlertIDPrefix = "alr"
 
 // AlertSubject is what an alert is about.
 type AlertSubject struct {
-	Type string `json:"type" enum:"server,filesystem,application,domain" doc:"server; filesystem (id is the server's, detail the mount point); application; domain"`
-	ID   string `json:"id" doc:"The server, application or domain id"`
+	Type string `json:"type" enum:"server,filesystem,application,domain,database" doc:"server; filesystem (id is the server's, detail the mount point); application; domain; database (id is the instance's, detail the database's name)"`
+	ID   string `json:"id" doc:"The server, application, domain or database instance id"`
 	Name string `json:"name" doc:"Its name (server name, application name, hostname) when the alert opened"`
 	// Detail is the mount point of a filesystem; empty otherwise.
-	Detail string `json:"detail,omitempty" doc:"The filesystem's mount point, for disk_high and inode_high"`
+	Detail string `json:"detail,omitempty" doc:"The filesystem's mount point, for disk_high and inode_high; the database's name, for backup_stale"`
 }
 
 // Alert is an open or resolved alert.

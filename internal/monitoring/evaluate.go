@@ -49,6 +49,20 @@ type DomainCertificate struct {
 	CheckedAt *time.Time
 }
 
+// BackupAge is how long a database of an enabled backup policy has been
+// without a newer verified backup, as evaluation reads it.
+type BackupAge struct {
+	InstanceID   string
+	InstanceName string
+	Database     string
+	// EveryHours is the policy's interval: the database is not stale
+	// before twice that.
+	EveryHours int
+	// Since is when its newest verified backup finished, or when the
+	// policy was enabled if that is later (or there is none).
+	Since time.Time
+}
+
 // Freshness bounds how old a sample or probe may be and still count: older
 // data is unknown, which neither opens nor resolves an alert.
 const Freshness = 2 * time.Minute
@@ -75,6 +89,7 @@ type fleet struct {
 	samples map[string]ServerSample
 	apps    []AppHealth
 	domains []DomainCertificate
+	backups []BackupAge
 }
 
 // inScope reports whether a subject on serverID (of appID, domainID) is
@@ -211,6 +226,19 @@ func (f *fleet) observe(r Rule) (map[string]observation, map[string]bool) {
 			}
 			out[d.DomainID] = o
 		}
+	case BackupStale:
+		for _, b := range f.backups {
+			if r.Scope == ScopeInstance && b.InstanceID != r.ScopeID {
+				continue
+			}
+			hours := f.now.Sub(b.Since).Hours()
+			// A database is never stale before its policy's allowance.
+			threshold := max(r.Threshold, 2*float64(b.EveryHours))
+			o := observation{subject: AlertSubject{Type: "database", ID: b.InstanceID, Name: b.InstanceName, Detail: b.Database},
+				value: math.Floor(hours*10) / 10, state: level(hours, threshold, spec.Hysteresis)}
+			o.since = b.Since.Add(time.Duration(threshold * float64(time.Hour)))
+			out["backup/"+b.InstanceID+"/"+b.Database] = o
+		}
 	}
 	return out, unknownServers
 }
@@ -316,6 +344,7 @@ type Snapshot struct {
 	Samples []ServerSample
 	Apps    []AppHealth
 	Domains []DomainCertificate
+	Backups []BackupAge
 }
 
 // Evaluator reads what evaluation needs.
@@ -330,6 +359,8 @@ type Evaluator interface {
 	LatestServerSamples(ctx context.Context) ([]ServerSample, error)
 	AppHealth(ctx context.Context) ([]AppHealth, error)
 	DomainCertificates(ctx context.Context) ([]DomainCertificate, error)
+	// BackupAges returns every database of an enabled backup policy.
+	DatabaseBackupAges(ctx context.Context) ([]BackupAge, error)
 	// ApplyEvaluation applies changes in one transaction and publishes
 	// alert.opened and alert.resolved with them. It returns what it
 	// opened and resolved: an alert another evaluation opened or resolved

@@ -24,6 +24,7 @@ const (
 	SwapHigh     Kind = "swap_high"
 	AppDown      Kind = "app_down"
 	TLSExpiring  Kind = "tls_expiring"
+	BackupStale  Kind = "backup_stale"
 )
 
 // Scopes: which subjects a rule watches.
@@ -33,6 +34,7 @@ const (
 	ScopeServer      = "server"      // subjects on the server scope_id
 	ScopeApplication = "application" // the application scope_id (or its domains)
 	ScopeDomain      = "domain"      // the domain scope_id
+	ScopeInstance    = "instance"    // the database instance scope_id
 )
 
 // Severities.
@@ -48,8 +50,8 @@ var Severities = []string{Info, Warning, Critical}
 // KindSpec documents a kind: its unit, bounds and defaults.
 type KindSpec struct {
 	Kind    Kind     `json:"kind"`
-	Subject string   `json:"subject" doc:"What one alert of the kind is about: server, filesystem (of a server), application or domain"`
-	Unit    string   `json:"unit" doc:"Unit of threshold and value: percent, minutes, days; none when the kind has no threshold"`
+	Subject string   `json:"subject" doc:"What one alert of the kind is about: server, filesystem (of a server), application, domain or database (of an instance)"`
+	Unit    string   `json:"unit" doc:"Unit of threshold and value: percent, minutes, days, hours; none when the kind has no threshold"`
 	Min     float64  `json:"min" doc:"Smallest threshold"`
 	Max     float64  `json:"max" doc:"Largest threshold"`
 	Scopes  []string `json:"scopes" doc:"The scopes a rule of the kind may have"`
@@ -88,6 +90,12 @@ var Kinds = []KindSpec{
 		Condition: "the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired; " +
 			"the threshold is capped at a third of the certificate's lifetime (not_before to not_after), when renewers start renewing, so a " +
 			"short-lived certificate (12 hours from Caddy's local CA) alerts only once less than a third of its life remains"},
+	{Kind: BackupStale, Subject: "database", Unit: "hours", Min: 1, Max: 8760, Scopes: []string{ScopeAll, ScopeInstance}, Threshold: 1,
+		Severity: Warning,
+		Condition: "a database of an enabled backup policy has no verified backup (one that succeeded and whose last verification " +
+			"restored it) taken within threshold hours, nor within twice its policy's every_hours (the policy's own allowance: a " +
+			"database is never stale before it); without any, counted from when the policy was enabled. Resolves when a newer " +
+			"verified backup exists or the policy is disabled"},
 }
 
 // SpecOf returns the spec of a kind.
@@ -120,10 +128,10 @@ type Rule struct {
 	ID        string    `json:"id" doc:"Rule id (rul_…)"`
 	Kind      Kind      `json:"kind" doc:"What the rule watches"`
 	Name      string    `json:"name"`
-	Scope     string    `json:"scope" enum:"all,tag,server,application,domain" doc:"Which subjects the rule watches"`
-	ScopeID   string    `json:"scope_id,omitempty" doc:"The tag, server, application or domain of the scope; absent for all"`
+	Scope     string    `json:"scope" enum:"all,tag,server,application,domain,instance" doc:"Which subjects the rule watches"`
+	ScopeID   string    `json:"scope_id,omitempty" doc:"The tag, server, application, domain or database instance of the scope; absent for all"`
 	Threshold float64   `json:"threshold" doc:"In the kind's unit (see unit)"`
-	Unit      string    `json:"unit" doc:"percent, minutes, days, or none"`
+	Unit      string    `json:"unit" doc:"percent, minutes, days, hours, or none"`
 	Duration  int       `json:"duration" doc:"Seconds the condition must hold before an alert opens"`
 	Severity  string    `json:"severity" enum:"info,warning,critical"`
 	Enabled   bool      `json:"enabled"`
@@ -135,10 +143,10 @@ type Rule struct {
 // NewRule is what creating a rule takes; nil fields take the kind's
 // defaults.
 type NewRule struct {
-	Kind      Kind     `json:"kind" maxLength:"32" doc:"One of agent_offline, cpu_high, memory_high, disk_high, inode_high, swap_high, app_down, tls_expiring"`
+	Kind      Kind     `json:"kind" maxLength:"32" doc:"One of agent_offline, cpu_high, memory_high, disk_high, inode_high, swap_high, app_down, tls_expiring, backup_stale"`
 	Name      string   `json:"name,omitempty" maxLength:"100" doc:"Default: the kind"`
-	Scope     string   `json:"scope,omitempty" maxLength:"16" doc:"all (default), tag, server, application or domain, as the kind allows"`
-	ScopeID   string   `json:"scope_id,omitempty" maxLength:"64" doc:"The tag, server id, application id or domain id; required unless scope is all"`
+	Scope     string   `json:"scope,omitempty" maxLength:"16" doc:"all (default), tag, server, application, domain or instance, as the kind allows"`
+	ScopeID   string   `json:"scope_id,omitempty" maxLength:"64" doc:"The tag, server id, application id, domain id or database instance id; required unless scope is all"`
 	Threshold *float64 `json:"threshold,omitempty" doc:"Default: the kind's"`
 	Duration  *int     `json:"duration,omitempty" doc:"Seconds, 0 to 86400; default: the kind's"`
 	Severity  string   `json:"severity,omitempty" maxLength:"16" doc:"info, warning or critical; default: the kind's"`

@@ -173,7 +173,8 @@ func (s *Service) Evaluate(ctx context.Context) (Outcome, error) {
 		return Outcome{}, err
 	}
 	f := &fleet{now: s.now().UTC(), servers: make(map[string]servers.Server, len(snap.Servers)),
-		samples: make(map[string]ServerSample, len(snap.Samples)), apps: snap.Apps, domains: snap.Domains}
+		samples: make(map[string]ServerSample, len(snap.Samples)), apps: snap.Apps, domains: snap.Domains,
+		backups: snap.Backups}
 	rules := snap.Rules
 	for i := range rules {
 		rules[i] = withUnit(rules[i])

@@ -525,5 +525,8 @@ func (s *Store) EvaluationSnapshot(ctx context.Context) (monitoring.Snapshot, er
 	if snap.Domains, err = s.domainCertificates(ctx, tx); err != nil {
 		return snap, err
 	}
+	if snap.Backups, err = s.monitoringBackupAges(ctx, tx); err != nil {
+		return snap, err
+	}
 	return snap, tx.Commit()
 }
