@@ -180,6 +180,7 @@ func TestAccessByRole(t *testing.T) {
 		"GET /api/v1/backups/summary":                              {access: signedIn, path: "/api/v1/backups/summary", output: true},
 		"POST /api/v1/backups/{run_id}/verify":                     {access: admin, path: "/api/v1/backups/" + none + "/verify"},
 		"POST /api/v1/backups/{run_id}/restore":                    {access: admin, path: "/api/v1/backups/" + none + "/restore", body: map[string]any{}},
+		"DELETE /api/v1/backups/{run_id}":                          {access: admin, path: "/api/v1/backups/" + none},
 		"GET /api/v1/backups/policies":                             {access: signedIn, path: "/api/v1/backups/policies"},
 		"PUT /api/v1/backups/policies/{instance_id}":               {access: admin, path: "/api/v1/backups/policies/" + none, body: map[string]any{}},
 		"GET /agent/install.sh":                                    {access: public, path: "/agent/install.sh"},

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +162,115 @@ func TestBackupPolicySchedule(t *testing.T) {
 		"agent log": r.agent.Logs()} {
 		if strings.Contains(text, r.s3.SecretAccessKey) {
 			t.Errorf("the %s holds the storage secret", what)
+		}
+	}
+}
+
+// TestBackupDeleteAndPrune, with a real agent, S3 server and PostgreSQL:
+// DELETE while the storage refuses leaves the backup delete_pending with
+// the storage's error (never verified again) and the scheduler deletes
+// it once the storage is back; the scheduler prunes the backups beyond
+// the policy's keep, never the newest verified one, locally and in the
+// storage.
+func TestBackupDeleteAndPrune(t *testing.T) {
+	r := newRestoreRigOn(t, store.SQLite, "--backup-schedule-interval=1s", "--backup-schedule-jitter=0s", "--backup-delete-retry=1s",
+		"--backup-local-keep", "10")
+	expectStatus(t, r.putSettings(t, r.storageSettings("keep")), http.StatusOK)
+	host, port, user, password, database := postgresTarget(t)
+	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
+		"password": password, "database": database, "tls_mode": "disable"})
+	var w struct{}
+	r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": "CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 100) g"}).result(t, &w)
+	var runs []BackupRun
+	for range 4 {
+		run, j := r.backup(t, pg.ID, "")
+		if run.Status != "succeeded" || run.Locations.Local == "" {
+			t.Fatalf("backup: %s %+v", j.Status, run)
+		}
+		runs = append(runs, run)
+	}
+	if vj := r.post(t, "/api/v1/backups/"+runs[0].ID+"/verify", nil); vj.Status != "succeeded" {
+		t.Fatalf("verify: %s %s", vj.Status, deref(vj.Error))
+	}
+	object := func(run BackupRun) bool { return r.s3.Object(t, "keep/"+run.Locations.Remote) != nil }
+	local := func(run BackupRun) bool { _, err := os.Stat(run.Locations.Local); return err == nil }
+
+	// The storage refuses: the local copy goes, the object stays, the
+	// backup stays delete_pending with the storage's error.
+	r.s3.SetUnavailable(true)
+	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/backups/" + runs[1].ID, Token: r.Token})
+	expectStatus(t, resp, http.StatusAccepted)
+	var a Accepted
+	resp.JSON(t, &a)
+	j := r.backupJob(t, a.JobID)
+	var res struct {
+		Local, Remote struct {
+			OK    bool   `json:"ok"`
+			Error string `json:"error"`
+		}
+	}
+	if err := json.Unmarshal(j.Data, &res); err != nil || j.Status != "failed" || !res.Local.OK || res.Remote.OK || res.Remote.Error == "" {
+		t.Fatalf("delete while the storage refuses: %s %s %s", j.Status, deref(j.Error), j.Data)
+	}
+	pending := r.run(t, runs[1].ID)
+	if !pending.DeletePending || pending.DeleteError == "" || local(runs[1]) || !object(runs[1]) {
+		t.Fatalf("run after the refused deletion: %+v (local copy there: %v)", pending, local(runs[1]))
+	}
+	expectProblem(t, r.Post(t, "/api/v1/backups/"+runs[1].ID+"/verify", r.Token, nil), http.StatusConflict, "backup-deleted")
+	expectProblem(t, r.Post(t, "/api/v1/backups/"+runs[1].ID+"/restore", r.Token, map[string]any{"mode": "new", "into": "x_copy"}),
+		http.StatusConflict, "backup-deleted")
+	r.s3.SetUnavailable(false)
+	eventually(t, 2*time.Minute, "the deletion retried once the storage is back", func() bool {
+		for _, x := range r.runs(t, "&instance_id="+pg.ID) {
+			if x.ID == runs[1].ID {
+				return false
+			}
+		}
+		return true
+	})
+	if object(runs[1]) {
+		t.Fatal("the deleted backup's object is still in the storage")
+	}
+
+	// keep 1 with the agent stopped: the scheduled backup waits, and the
+	// round prunes runs[2] only: runs[3] is the newest, runs[0] the
+	// newest verified.
+	r.agent.Terminate(t)
+	expectStatus(t, r.putPolicy(t, pg.ID, map[string]any{"enabled": true, "every_hours": 24, "keep": 1}), http.StatusOK)
+	eventually(t, time.Minute, "runs[2] pruned", func() bool { return r.run(t, runs[2].ID).DeletePending })
+	for _, run := range []BackupRun{runs[0], runs[3]} {
+		if r.run(t, run.ID).DeletePending {
+			t.Fatalf("%s pruned: it is the newest or the newest verified", run.ID)
+		}
+	}
+	// With the agent back, the scheduled backup succeeds and is verified:
+	// it is the newest and the newest verified; every other one goes.
+	r.agent = startAgent(t, r.agent.Config)
+	var scheduled BackupRun
+	eventually(t, 4*time.Minute, "only the scheduled backup left", func() bool {
+		left := r.runs(t, "&instance_id="+pg.ID)
+		if len(left) != 1 || left[0].Trigger != "schedule" {
+			return false
+		}
+		scheduled = left[0]
+		return true
+	})
+	if v := r.verified(t, scheduled.ID); !v.OK {
+		t.Fatalf("the scheduled backup is not verified: %+v", v)
+	}
+	for _, run := range runs {
+		if object(run) || local(run) {
+			t.Errorf("%s: object there %v, local copy there %v after pruning", run.ID, object(run), local(run))
+		}
+	}
+	if !object(scheduled) || !local(scheduled) {
+		t.Fatalf("the kept backup lost its object (%v) or local copy (%v)", object(scheduled), local(scheduled))
+	}
+	resp = r.Get(t, "/api/v1/audit-logs?limit=200&action=backup.pruned", r.Token)
+	expectStatus(t, resp, http.StatusOK)
+	for _, run := range []BackupRun{runs[0], runs[2], runs[3]} {
+		if !strings.Contains(string(resp.Body), run.ID) {
+			t.Errorf("no backup.pruned audit entry of %s", run.ID)
 		}
 	}
 }

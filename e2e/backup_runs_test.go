@@ -47,6 +47,7 @@ type BackupRun struct {
 	Verified      json.RawMessage `json:"verified"`
 	Error         string          `json:"error"`
 	DeletePending bool            `json:"delete_pending"`
+	DeleteError   string          `json:"delete_error"`
 }
 
 // BackupSummary is GET /api/v1/backups/summary.

@@ -60,6 +60,7 @@ type serveCmd struct {
 	RestartGrace    time.Duration `name:"restart-lease-grace" env:"CAPSTAN_RESTART_LEASE_GRACE" default:"60s" help:"When the control plane starts, the leases of running jobs last at least this long, so that agents that backed off while it was down can come back before their jobs fail as agent_lost (agents back off up to 30 s)."`
 	BackupSchedule  time.Duration `name:"backup-schedule-interval" env:"CAPSTAN_BACKUP_SCHEDULE_INTERVAL" default:"1m" help:"How often the backup scheduler (in one control plane of those sharing a database) queues due backups and looks for stale ones."`
 	BackupJitter    time.Duration `name:"backup-schedule-jitter" env:"CAPSTAN_BACKUP_SCHEDULE_JITTER" default:"15m" help:"Window over which newly enabled backup policies first fire, spread by instance (never more than a policy's interval; 0 fires at once)."`
+	BackupRetry     time.Duration `name:"backup-delete-retry" env:"CAPSTAN_BACKUP_DELETE_RETRY" hidden:"" default:"1m" help:"First wait before a backup deletion the storage refused is tried again (doubling up to 6h)."`
 	ReapEvery       time.Duration `name:"artifact-reap-interval" env:"CAPSTAN_ARTIFACT_REAP_INTERVAL" hidden:"" default:"1m" help:"How often expired database exports are deleted."`
 }
 
@@ -190,7 +191,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.BackupJitter < 0 || c.BackupJitter > 24*time.Hour {
 		return fmt.Errorf("--backup-schedule-jitter must be between 0 and 24h")
 	}
-	a.backups.UseSchedule(backups.ScheduleOptions{Jitter: c.BackupJitter})
+	if c.BackupRetry < time.Second || c.BackupRetry > time.Hour {
+		return fmt.Errorf("--backup-delete-retry must be between 1s and 1h")
+	}
+	a.backups.UseSchedule(backups.ScheduleOptions{Jitter: c.BackupJitter, DeleteRetry: c.BackupRetry})
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes

@@ -82,6 +82,8 @@
 //	2026-11-24  v1: HealthReport.WantTargets; the control plane answers it
 //	            with HealthTargets (200): every application with a live
 //	            release, of every kind, to probe.
+//	2026-11-24  v1: backup deletion (backup_delete.go): job type
+//	            backup.delete (BackupDeletePayload, BackupDeleteResult).
 package agentproto
 
 import (

@@ -36,6 +36,7 @@ type Store interface {
 	RunStore
 	PolicyStore
 	ScheduleStore
+	DeleteStore
 }
 
 // Service is the backups capability.
@@ -65,6 +66,7 @@ func NewService(st Store, js *jobs.Service, srv *servers.Service, dbs *databases
 	s := &Service{store: st, jobs: js, servers: srv, dbs: dbs, events: ev, audit: log, key: key, now: now, log: logger}
 	js.OnComplete(agentproto.JobBackupRun, s.runFinished)
 	js.OnComplete(agentproto.JobBackupVerify, s.verifyFinished)
+	js.OnComplete(agentproto.JobBackupDelete, s.deleteFinished)
 	return s
 }
 

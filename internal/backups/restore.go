@@ -70,7 +70,8 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return jobs.Job{}, err
 	}
 	if !ok {
-		return jobs.Job{}, fault.NotFoundf("No such backup.")
+		// Deleted, or being deleted, since it was read.
+		return jobs.Job{}, fault.Conflictf("backup-deleted", "The backup is being deleted.")
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupVerify, Payload: p,
 		Secrets: secrets, CreatedBy: actor.ID})

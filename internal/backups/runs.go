@@ -57,6 +57,12 @@ type Run struct {
 	Verified      *Verification
 	VerifyJobID   string
 	DeletePending bool
+	// DeleteJobID is the current backup.delete job of a run being
+	// deleted; DeleteAttempts counts its jobs, DeleteError is the last
+	// one's failure.
+	DeleteJobID    string
+	DeleteAttempts int
+	DeleteError    string
 	CreatedBy     string
 	CreatedAt     time.Time
 	StartedAt     *time.Time
@@ -125,7 +131,7 @@ type RunStore interface {
 	BackupRuns(ctx context.Context, q RunQuery) ([]Run, error)
 	BackupSummary(ctx context.Context, recentFailures int) (Summary, []Run, error)
 	// SetBackupVerifyJob names the run's current verification job;
-	// false if there is no such run.
+	// false if there is no such run or it is being deleted.
 	SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error)
 	// FinishBackupVerify records a verification if jobID is still the
 	// run's current one.
@@ -172,14 +178,15 @@ type RunView struct {
 	Locations     Locations                  `json:"locations"`
 	Verified      *Verification              `json:"verified" doc:"null until a verification ended"`
 	Error         string                     `json:"error" doc:"Why the backup failed; for members only its class"`
-	DeletePending bool                       `json:"delete_pending" doc:"The remote object could not be deleted yet; it is retried"`
+	DeletePending bool                       `json:"delete_pending" doc:"The backup is being deleted (DELETE, or pruned beyond its policy's keep): never verified or restored again; a deletion the storage refused is retried"`
+	DeleteError   string                     `json:"delete_error,omitempty" doc:"Why the last attempt to delete it failed (administrators only)"`
 }
 
 func (s *Service) view(ctx context.Context, r Run, reader jobs.Reader) RunView {
 	v := RunView{ID: r.ID, InstanceID: r.InstanceID, ServerID: r.ServerID, Engine: r.Engine, Database: r.Database, Trigger: r.Trigger,
 		JobID: r.JobID, Status: r.Status, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, Size: r.Size,
 		SHA256: r.SHA256, Manifest: r.Manifest, Locations: Locations{Local: r.LocalPath, Remote: r.RemoteKey}, Verified: r.Verified,
-		Error: r.Error, DeletePending: r.DeletePending}
+		Error: r.Error, DeletePending: r.DeletePending, DeleteError: r.DeleteError}
 	if r.Status == StatusQueued {
 		if j, _, err := s.jobs.Get(ctx, r.JobID); err == nil && j.Status == jobs.Running {
 			v.Status, v.StartedAt = StatusRunning, j.StartedAt
@@ -187,6 +194,9 @@ func (s *Service) view(ctx context.Context, r Run, reader jobs.Reader) RunView {
 	}
 	if reader != jobs.AdminReader && v.Error != "" {
 		v.Error = jobs.ClassFailed
+	}
+	if reader != jobs.AdminReader && v.DeleteError != "" {
+		v.DeleteError = jobs.ClassFailed
 	}
 	return v
 }

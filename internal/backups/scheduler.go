@@ -16,6 +16,10 @@ type ScheduleOptions struct {
 	// Jitter is the window over which newly enabled policies first fire
 	// (never more than their interval); 0 fires them at once.
 	Jitter time.Duration
+	// DeleteRetry is the first wait before a failed deletion is tried
+	// again (doubling after each failure, up to 6 hours); 0 is
+	// DefaultDeleteRetry.
+	DeleteRetry time.Duration
 }
 
 // UseSchedule sets the scheduler's options.
@@ -74,6 +78,9 @@ type TickResult struct {
 	// Stale are the databases found stale this round (each published
 	// backup.stale).
 	Stale []StaleDatabase
+	// Pruned are the runs whose deletion was queued beyond their
+	// policy's keep.
+	Pruned []string
 }
 
 // schedulerActor is the actor of what the scheduler queues.
@@ -81,8 +88,9 @@ var schedulerActor = audit.Actor{Type: audit.ActorSystem}
 
 // Tick is one round of the scheduler: it queues a backup of every
 // database of each due policy (unless a scheduled backup of it is still
-// queued or running) and publishes backup.stale for the databases newly
-// found stale. Several ticks at once, in one control plane or several
+// queued or running), publishes backup.stale for the databases newly
+// found stale, deletes the backups beyond each policy's keep and tries
+// failed deletions again. Several ticks at once, in one control plane or several
 // sharing the store, queue each due backup once: a policy is claimed by
 // moving its next_due_at at the revision read.
 func (s *Service) Tick(ctx context.Context) (TickResult, error) {
@@ -113,6 +121,12 @@ func (s *Service) Tick(ctx context.Context) (TickResult, error) {
 		}
 	}
 	if err := s.checkStale(ctx, now, &res); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.prune(ctx, &res); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.retryDeletes(ctx, now); err != nil {
 		errs = append(errs, err)
 	}
 	return res, errors.Join(errs...)

@@ -200,6 +200,27 @@ func (s *Server) registerBackups() {
 		return backupAccepted(accepted(j, true)), nil
 	})
 	op(s, huma.Operation{
+		OperationID: "delete-backup", Method: http.MethodDelete, Path: "/api/v1/backups/{run_id}", Tags: tags,
+		Summary: "Delete a backup locally and in storage",
+		Description: "Queues backup.delete (202) on the backup's server: its agent deletes the local copy and the object in the " +
+			"storage and reports each ({local: {ok, gone, error}, remote: {ok, gone, error}} in the job's data). From this call on " +
+			"the backup is delete_pending: never verified or restored again. It leaves the list once both copies are gone; when " +
+			"the storage refuses or cannot be reached it stays delete_pending with delete_error, and the scheduler tries again " +
+			"(after 1 minute, doubling up to 6 hours). 409 for a backup still running, being verified, or being deleted already. " +
+			"Audited.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		a, c := actor(ctx)
+		j, err := s.deps.Backups.Delete(ctx, a, c, in.RunID)
+		if err != nil {
+			return nil, err
+		}
+		return backupAccepted(accepted(j, true)), nil
+	})
+	op(s, huma.Operation{
 		OperationID: "run-backup", Method: http.MethodPost, Path: "/api/v1/backups/run", Tags: tags,
 		Summary: "Back up a database now",
 		Description: "Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every " +

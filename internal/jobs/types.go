@@ -60,6 +60,7 @@ var types = map[string]TypeSpec{
 	agentproto.JobBackupRun:         {Timeout: 6 * time.Hour},
 	agentproto.JobBackupVerify:      {Timeout: 6 * time.Hour},
 	agentproto.JobBackupRestore:     {Timeout: 6 * time.Hour},
+	agentproto.JobBackupDelete:      {Timeout: 5 * time.Minute},
 }
 
 // Spec returns the type's spec and whether the type exists.

@@ -288,3 +288,80 @@ func (s *Store) StaleBackups(ctx context.Context) ([]backups.StaleDatabase, erro
 	}
 	return out, nil
 }
+
+// MarkBackupDeleting marks a run as being deleted by deleteJobID if it is
+// not queued, not being deleted, and no verification started since
+// verifyJobID.
+func (s *Store) MarkBackupDeleting(ctx context.Context, runID, verifyJobID, deleteJobID string, retryAt time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_state = 'pending', delete_job_id = ?, delete_attempts = 1,
+		delete_retry_at = ?, delete_error = '' WHERE id = ? AND delete_state = '' AND status <> ? AND verify_job_id = ?`),
+		deleteJobID, ms(retryAt), runID, backups.StatusQueued, verifyJobID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// DeleteBackupRun removes a run whose deletion job deleteJobID succeeded.
+func (s *Store) DeleteBackupRun(ctx context.Context, runID, deleteJobID string) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM backup_runs WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`),
+		runID, deleteJobID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// FailBackupDelete records a failed deletion job and when to retry.
+func (s *Store) FailBackupDelete(ctx context.Context, runID, deleteJobID, reason string, retryAt time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_error = ?, delete_retry_at = ?
+		WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), reason, ms(retryAt), runID, deleteJobID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// DueBackupDeletes returns the runs being deleted whose retry is due.
+func (s *Store) DueBackupDeletes(ctx context.Context, now time.Time) ([]backups.Run, error) {
+	var rows []backupRunRow
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
+		WHERE delete_state = 'pending' AND delete_retry_at <= ? ORDER BY delete_retry_at LIMIT 100`), ms(now)); err != nil {
+		return nil, err
+	}
+	out := make([]backups.Run, len(rows))
+	for i, r := range rows {
+		out[i] = r.run()
+	}
+	return out, nil
+}
+
+// RequeueBackupDelete replaces a run's deletion job, counting an attempt.
+func (s *Store) RequeueBackupDelete(ctx context.Context, runID, oldJobID, newJobID string, retryAt time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_job_id = ?, delete_attempts = delete_attempts + 1,
+		delete_retry_at = ? WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), newJobID, ms(retryAt), runID, oldJobID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// DatabaseBackups returns a database's succeeded runs not being deleted,
+// newest first.
+func (s *Store) DatabaseBackups(ctx context.Context, instanceID, database string) ([]backups.Run, error) {
+	var rows []backupRunRow
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
+		WHERE instance_id = ? AND database_name = ? AND status = ? AND delete_state = '' ORDER BY id DESC`),
+		instanceID, database, backups.StatusSucceeded); err != nil {
+		return nil, err
+	}
+	out := make([]backups.Run, len(rows))
+	for i, r := range rows {
+		out[i] = r.run()
+	}
+	return out, nil
+}

@@ -90,6 +90,9 @@ type backupRunRow struct {
 	VerifyDetails string        `db:"verify_details"`
 	VerifyJobID   string        `db:"verify_job_id"`
 	DeleteState   string        `db:"delete_state"`
+	DeleteJobID   string        `db:"delete_job_id"`
+	DeleteTries   int           `db:"delete_attempts"`
+	DeleteError   string        `db:"delete_error"`
 	CreatedBy     string        `db:"created_by"`
 	CreatedAt     int64         `db:"created_at"`
 	StartedAt     sql.NullInt64 `db:"started_at"`
@@ -98,7 +101,7 @@ type backupRunRow struct {
 
 const backupRunColumns = `id, instance_id, server_id, engine, database_name, trigger_kind, job_id, status, remote_key, local_path, size,
 	sha256, manifest, error, verified_at, verified_ok, verify_details, verify_job_id, delete_state, created_by, created_at, started_at,
-	finished_at`
+	finished_at, delete_job_id, delete_attempts, delete_error`
 
 func nullTime(v sql.NullInt64) *time.Time {
 	if !v.Valid {
@@ -119,6 +122,7 @@ func (r backupRunRow) run() backups.Run {
 	out := backups.Run{ID: r.ID, InstanceID: r.InstanceID, ServerID: r.ServerID, Engine: r.Engine, Database: r.Database,
 		Trigger: r.Trigger, JobID: r.JobID, Status: r.Status, RemoteKey: r.RemoteKey, LocalPath: r.LocalPath, Size: r.Size,
 		SHA256: r.SHA256, Error: r.Error, VerifyJobID: r.VerifyJobID, DeletePending: r.DeleteState == "pending",
+		DeleteJobID: r.DeleteJobID, DeleteAttempts: r.DeleteTries, DeleteError: r.DeleteError,
 		CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), StartedAt: nullTime(r.StartedAt), FinishedAt: nullTime(r.FinishedAt)}
 	if r.Manifest != "" {
 		var m agentproto.BackupManifest
@@ -260,9 +264,13 @@ func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.
 	return sum, failed, err
 }
 
-// SetBackupVerifyJob names the run's current verification job.
+// SetBackupVerifyJob names the run's current verification job, unless
+// the run is being deleted.
 func (s *Store) SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ?`), jobID, runID)
+	// Never for a backup being deleted: its deletion checked for a
+	// verification under way at the same revision of this row.
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ? AND delete_state = ''`),
+		jobID, runID)
 	if err != nil {
 		return false, err
 	}

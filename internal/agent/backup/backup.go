@@ -27,7 +27,7 @@ const ProbePrefix = "capstan-probe/"
 // probeSize is the size of a probe object.
 const probeSize = 256 << 10
 
-// Executors runs backup.storage_test.
+// Executors runs backup.storage_test and backup.delete.
 type Executors struct {
 	// Open opens a job's storage; nil means objstore.Open.
 	Open func(context.Context, agentproto.BackupStorage, map[string]string) (objstore.Store, error)
@@ -36,6 +36,7 @@ type Executors struct {
 // Register adds the storage test to r.
 func (e Executors) Register(r agent.Registry) {
 	r.Register(agentproto.JobBackupStorageTest, agent.ExecutorFunc(e.storageTest))
+	r.Register(agentproto.JobBackupDelete, agent.ExecutorFunc(e.delete))
 }
 
 func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {

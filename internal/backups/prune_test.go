@@ -1,0 +1,235 @@
+package backups_test
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/backups"
+	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/store"
+)
+
+// manual backs a database up and lets it succeed.
+func (r *rig) manual(instanceID string) backups.RunView {
+	r.t.Helper()
+	run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, instanceID, "", backups.TriggerManual)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.backedUp(r.claim(agentproto.JobBackupRun))
+	r.clock.Add(time.Second) // run ids sort by time
+	return run
+}
+
+func (r *rig) verify(runID string, ok bool) {
+	r.t.Helper()
+	if _, err := r.backups.Verify(r.ctx, r.admin, r.client, runID); err != nil {
+		r.t.Fatal(err)
+	}
+	r.verified(r.claim(agentproto.JobBackupVerify), ok)
+}
+
+// deleteJobs claims the queued jobs, which must all be backup.delete, by
+// run id.
+func (r *rig) deleteJobs() map[string]jobs.Job {
+	r.t.Helper()
+	out := map[string]jobs.Job{}
+	for _, j := range r.claimAll() {
+		if j.Type != agentproto.JobBackupDelete {
+			r.t.Fatalf("claimed a %s job, want backup.delete", j.Type)
+		}
+		if strings.Contains(string(j.Payload), "secret-of-the-test") {
+			r.t.Fatalf("the storage secret is in the payload: %s", j.Payload)
+		}
+		var p agentproto.BackupDeletePayload
+		if err := json.Unmarshal(j.Payload, &p); err != nil {
+			r.t.Fatal(err)
+		}
+		out[p.RunID] = j
+	}
+	return out
+}
+
+func (r *rig) ids(instanceID string) []string {
+	r.t.Helper()
+	var out []string
+	for _, run := range r.runs(instanceID) {
+		out = append(out, run.ID)
+	}
+	return out
+}
+
+func wantConflict(t *testing.T, err error, code string) {
+	t.Helper()
+	if fe := fault.As(err); fe == nil || fe.Kind != fault.Conflict || fe.Code != code {
+		t.Fatalf("got %v, want a %s conflict", err, code)
+	}
+}
+
+// TestPrune: the scheduler deletes the successful backups beyond the
+// policy's keep, newest kept, and never the newest verified one; a
+// backup being deleted is never verified or restored; a deletion the
+// storage refused stays delete_pending with the reason and is queued
+// again after its backoff, not before; a deleted backup leaves the list.
+func TestPrune(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		r := newRig(t, d)
+		pg := r.instance("main")
+		var runs []backups.RunView
+		for range 5 {
+			runs = append(runs, r.manual(pg.ID))
+		}
+		r.verify(runs[1].ID, true)
+		r.verify(runs[3].ID, false) // failed verification: not verified
+		// Disabled, nothing is pruned.
+		r.mustPut(pg.ID, backups.PolicyInput{Enabled: false, EveryHours: 24, Keep: 2})
+		if res := r.tick(); len(res.Pruned) != 0 {
+			t.Fatalf("pruned under a disabled policy: %+v", res)
+		}
+		r.mustPut(pg.ID, backups.PolicyInput{Enabled: true, EveryHours: 24, Keep: 2})
+		r.clock.Add(time.Minute)
+		res := r.tick()
+		// The policy was due too: its backup is queued.
+		if want := []string{runs[2].ID, runs[0].ID}; !slices.Equal(res.Pruned, want) || len(res.Queued) != 1 {
+			t.Fatalf("pruned %v, want %v (keep 2, and the newest verified %s); queued %d", res.Pruned, want, runs[1].ID, len(res.Queued))
+		}
+		for _, j := range r.claimAll() {
+			if j.Type == agentproto.JobBackupRun {
+				r.complete(j, agentproto.StatusFailed, agentproto.BackupRunResult{Step: "dump"}, "dump failed")
+				continue
+			}
+			var p agentproto.BackupDeletePayload
+			if err := json.Unmarshal(j.Payload, &p); err != nil || j.Type != agentproto.JobBackupDelete {
+				t.Fatalf("job %s %s", j.Type, j.Payload)
+			}
+			if p.RunID == runs[2].ID {
+				r.complete(j, agentproto.StatusSucceeded, agentproto.BackupDeleteResult{Local: agentproto.BackupDeleteStep{OK: true},
+					Remote: agentproto.BackupDeleteStep{OK: true}}, "")
+				continue
+			}
+			if p.RunID != runs[0].ID || !strings.HasSuffix(p.Key, runs[0].ID+".sql.gz.age") {
+				t.Fatalf("delete payload %+v", p)
+			}
+			r.complete(j, agentproto.StatusFailed, agentproto.BackupDeleteResult{Local: agentproto.BackupDeleteStep{OK: true},
+				Remote: agentproto.BackupDeleteStep{Error: "503 SlowDown"}}, "deleting the stored object: 503 SlowDown")
+		}
+		left := r.ids(pg.ID)
+		if slices.Contains(left, runs[2].ID) || !slices.Contains(left, runs[0].ID) {
+			t.Fatalf("runs after the deletions: %v", left)
+		}
+		pending := r.runs(pg.ID)[len(left)-1]
+		if pending.ID != runs[0].ID || !pending.DeletePending || !strings.Contains(pending.DeleteError, "503 SlowDown") {
+			t.Fatalf("run whose deletion failed: %+v", pending)
+		}
+		_, err := r.backups.Verify(r.ctx, r.admin, r.client, runs[0].ID)
+		wantConflict(t, err, "backup-deleted")
+		_, err = r.backups.Restore(r.ctx, r.admin, r.client, runs[0].ID, agentproto.BackupRestoreNew, "copy")
+		wantConflict(t, err, "backup-deleted")
+		_, err = r.backups.Delete(r.ctx, r.admin, r.client, runs[0].ID)
+		wantConflict(t, err, "backup-deleted")
+
+		// Not before the backoff (1 minute, then 2).
+		r.clock.Add(30 * time.Second)
+		if res := r.tick(); len(res.Pruned) != 0 || len(r.deleteJobs()) != 0 {
+			t.Fatalf("a deletion was retried before its backoff")
+		}
+		r.clock.Add(31 * time.Second)
+		r.tick()
+		again := r.deleteJobs()
+		if len(again) != 1 || again[runs[0].ID].ID == "" {
+			t.Fatalf("retried deletions: %v", again)
+		}
+		r.complete(again[runs[0].ID], agentproto.StatusFailed, agentproto.BackupDeleteResult{Remote: agentproto.BackupDeleteStep{Error: "refused"}},
+			"deleting the stored object: refused")
+		r.clock.Add(90 * time.Second)
+		if r.tick(); len(r.deleteJobs()) != 0 {
+			t.Fatal("the second retry came before its doubled backoff")
+		}
+		r.clock.Add(31 * time.Second)
+		r.tick()
+		third := r.deleteJobs()
+		r.complete(third[runs[0].ID], agentproto.StatusSucceeded, agentproto.BackupDeleteResult{Local: agentproto.BackupDeleteStep{OK: true, Gone: true},
+			Remote: agentproto.BackupDeleteStep{OK: true}}, "")
+		var succeeded []string
+		for _, run := range r.runs(pg.ID) {
+			if run.Status == backups.StatusSucceeded {
+				succeeded = append(succeeded, run.ID)
+			}
+		}
+		if want := []string{runs[4].ID, runs[3].ID, runs[1].ID}; !slices.Equal(succeeded, want) {
+			t.Fatalf("backups left %v, want %v", succeeded, want)
+		}
+		if res := r.tick(); len(res.Pruned) != 0 {
+			t.Fatalf("pruned again: %v", res.Pruned)
+		}
+	})
+}
+
+// TestDeleteRacesVerify: a DELETE and a verification of the same backup
+// at once: exactly one of them goes ahead, the other is a conflict; a
+// backup being verified cannot be deleted, nor one still running.
+func TestDeleteRacesVerify(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		r := newRig(t, d)
+		other := r.open(r.dir)
+		pg := r.instance("main")
+		for i := range 12 {
+			run := r.manual(pg.ID)
+			var wg sync.WaitGroup
+			var verr, derr error
+			vp, dp := r.plane, other
+			if i%2 == 1 {
+				vp, dp = other, r.plane
+			}
+			wg.Go(func() { _, verr = vp.backups.Verify(r.ctx, r.admin, r.client, run.ID) })
+			wg.Go(func() { _, derr = dp.backups.Delete(r.ctx, r.admin, r.client, run.ID) })
+			wg.Wait()
+			if (verr == nil) == (derr == nil) {
+				t.Fatalf("round %d: verify %v, delete %v: want exactly one to go ahead", i, verr, derr)
+			}
+			for _, err := range []error{verr, derr} {
+				if err != nil && !fault.Is(err, fault.Conflict) {
+					t.Fatalf("round %d: %v, want a conflict", i, err)
+				}
+			}
+			j := r.claimAll()
+			if len(j) != 1 {
+				t.Fatalf("round %d: %d jobs queued", i, len(j))
+			}
+			if verr == nil {
+				if j[0].Type != agentproto.JobBackupVerify {
+					t.Fatalf("round %d: verify went ahead, but a %s job was queued", i, j[0].Type)
+				}
+				r.verified(j[0], true)
+				continue
+			}
+			if j[0].Type != agentproto.JobBackupDelete {
+				t.Fatalf("round %d: delete went ahead, but a %s job was queued", i, j[0].Type)
+			}
+		}
+		// Being verified: no deletion.
+		run := r.manual(pg.ID)
+		if _, err := r.backups.Verify(r.ctx, r.admin, r.client, run.ID); err != nil {
+			t.Fatal(err)
+		}
+		_, err := r.backups.Delete(r.ctx, r.admin, r.client, run.ID)
+		wantConflict(t, err, "backup-verifying")
+		r.verified(r.claim(agentproto.JobBackupVerify), true)
+		// Still running: no deletion.
+		queued, _, err := r.backups.Backup(r.ctx, r.admin, r.client, pg.ID, "", backups.TriggerManual)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.backups.Delete(r.ctx, r.admin, r.client, queued.ID)
+		wantConflict(t, err, "backup-running")
+		if _, err := r.backups.Delete(r.ctx, r.admin, r.client, "run_none"); !fault.Is(err, fault.NotFound) {
+			t.Fatalf("delete of an unknown backup: %v", err)
+		}
+	})
+}
