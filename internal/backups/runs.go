@@ -63,10 +63,10 @@ type Run struct {
 	DeleteJobID    string
 	DeleteAttempts int
 	DeleteError    string
-	CreatedBy     string
-	CreatedAt     time.Time
-	StartedAt     *time.Time
-	FinishedAt    *time.Time
+	CreatedBy      string
+	CreatedAt      time.Time
+	StartedAt      *time.Time
+	FinishedAt     *time.Time
 }
 
 // Verification is the outcome of a test-restore.

@@ -248,7 +248,8 @@ func (s *Server) registerBackups() {
 		Summary: "Backups, newest first",
 		Description: "Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, " +
 			"manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, " +
-			"details}) and error. Members get a failed run's error as its class only.",
+			"details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error " +
+			"(and delete_error) as its class only.",
 	}, SignedIn, func(ctx context.Context, in *backupListInput) (*backupListOutput, error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
