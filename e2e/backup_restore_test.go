@@ -40,12 +40,19 @@ func newRestoreRig(t *testing.T) *backupRig {
 func newRestoreRigOn(t *testing.T, d store.Dialect, args ...string) *backupRig {
 	t.Helper()
 	testlab.Docker(t)
-	return newImagesRig(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}})
+	return newImagesRigOn(t, d, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}}, args...)
 }
 
 // newImagesRig is a backup rig whose control plane names images, by
 // engine and version.
 func newImagesRig(t testing.TB, images map[string]map[string]string) *backupRig {
+	t.Helper()
+	return newImagesRigOn(t, store.SQLite, images)
+}
+
+// newImagesRigOn is newImagesRig on the store d, with extra arguments for
+// capstan serve.
+func newImagesRigOn(t *testing.T, d store.Dialect, images map[string]map[string]string, args ...string) *backupRig {
 	t.Helper()
 	list, err := json.Marshal(images)
 	if err != nil {
