@@ -42,6 +42,9 @@ type DeleteStore interface {
 	// RequeueBackupDelete replaces a run's deletion job oldJobID by
 	// newJobID, counting an attempt; false if oldJobID is not its job.
 	RequeueBackupDelete(ctx context.Context, runID, oldJobID, newJobID string, retryAt time.Time) (bool, error)
+	// ResetBackupVerifyJob names prev again as the run's verification
+	// job if jobID (which could not be queued) still is.
+	ResetBackupVerifyJob(ctx context.Context, runID, jobID, prev string) error
 	// DatabaseBackups returns a database's succeeded runs that are not
 	// being deleted, newest first.
 	DatabaseBackups(ctx context.Context, instanceID, database string) ([]Run, error)
@@ -89,11 +92,14 @@ func (s *Service) deleteRun(ctx context.Context, actor audit.Actor, run Run) (jo
 		return jobs.Job{}, fault.Conflictf("backup-deleted", "The backup is being deleted already; a failed deletion is retried.")
 	}
 	if run.VerifyJobID != "" {
+		// A verification job that does not exist yet is being queued
+		// (Verify names it on the run first); one that could not be
+		// queued is taken off the run again.
 		vj, _, err := s.jobs.Get(ctx, run.VerifyJobID)
 		if err != nil && !fault.Is(err, fault.NotFound) {
 			return jobs.Job{}, err
 		}
-		if err == nil && !vj.Status.Finished() {
+		if err != nil || !vj.Status.Finished() {
 			return jobs.Job{}, fault.Conflictf("backup-verifying", "The backup is being verified; delete it once the verification ended.")
 		}
 	}

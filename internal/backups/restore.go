@@ -76,6 +76,11 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupVerify, Payload: p,
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {
+		// Not queued: the run names its previous verification again,
+		// so that a deletion does not wait for this one.
+		if rerr := s.store.ResetBackupVerifyJob(context.WithoutCancel(ctx), run.ID, jobID, run.VerifyJobID); rerr != nil {
+			s.log.Error("naming the previous verification job again", "run_id", run.ID, "err", rerr.Error())
+		}
 		return jobs.Job{}, err
 	}
 	if actor.ID == "" {

@@ -365,3 +365,11 @@ func (s *Store) DatabaseBackups(ctx context.Context, instanceID, database string
 	}
 	return out, nil
 }
+
+// ResetBackupVerifyJob names prev as the run's verification job again if
+// jobID still is.
+func (s *Store) ResetBackupVerifyJob(ctx context.Context, runID, jobID, prev string) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ? AND verify_job_id = ?`),
+		prev, runID, jobID)
+	return err
+}
