@@ -52,7 +52,7 @@ func newImagesRig(t testing.TB, images map[string]map[string]string) *backupRig 
 
 // newImagesRigOn is newImagesRig on the store d, with extra arguments for
 // capstan serve.
-func newImagesRigOn(t *testing.T, d store.Dialect, images map[string]map[string]string, args ...string) *backupRig {
+func newImagesRigOn(t testing.TB, d store.Dialect, images map[string]map[string]string, args ...string) *backupRig {
 	t.Helper()
 	list, err := json.Marshal(images)
 	if err != nil {

@@ -642,7 +642,7 @@ export interface paths {
         };
         /**
          * Backups, newest first
-         * @description Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}) and error. Members get a failed run's error as its class only.
+         * @description Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -650,6 +650,28 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backups/{run_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a backup locally and in storage
+         * @description Queues backup.delete (202) on the backup's server: its agent deletes the local copy and the object in the storage and reports each ({local: {ok, gone, error}, remote: {ok, gone, error}} in the job's data). From this call on the backup is delete_pending: never verified or restored again. It leaves the list once both copies are gone; when the storage refuses or cannot be reached it stays delete_pending with delete_error, and the scheduler tries again (after 1 minute, doubling up to 6 hours). 409 for a backup still running, being verified, or being deleted already. Audited.
+         *
+         *     Administrators only (403 admin-required for members).
+         */
+        delete: operations["delete-backup"];
         options?: never;
         head?: never;
         patch?: never;
@@ -666,7 +688,7 @@ export interface paths {
         put?: never;
         /**
          * Restore a backup into a new database or in place of one
-         * @description Queues backup.restore (202). mode new restores into a new database named into (the job fails if it exists); mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or name and for a Redis/Valkey backup (restored by hand), 409 for a backup that did not succeed. Audited.
+         * @description Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or name and for a Redis/Valkey backup (restored by hand), 409 for a backup that did not succeed. Audited.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -802,6 +824,50 @@ export interface paths {
          */
         get: operations["get-backup-job"];
         put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backups/policies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every database instance's backup policy
+         * @description Each instance has one policy; an instance whose policy was never saved has the default: disabled, every_hours 24, keep 7, databases empty (the initial database), verify true. next_due_at is when the scheduler queues the next backups; stale lists the databases without a verified backup within twice every_hours.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        get: operations["list-backup-policies"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/backups/policies/{instance_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        /**
+         * Save an instance's backup policy
+         * @description Replaces the policy. Enabled, the scheduler (in one control plane of those sharing a database) queues a backup of each database every every_hours; a newly enabled policy (or a new interval) first fires within the scheduler's jitter window, so a fleet's policies do not all fire at once. A scheduled backup is not queued while the previous scheduled backup of the database is still queued or running. With verify, every successful backup of the databases is verified. Backups beyond keep are deleted. 422 with field errors for out-of-range values or a database the control plane does not know the instance has (its initial database and those its agent listed in its newest metric sample are known); nothing changes. 404 for an unknown instance. Audited.
+         *
+         *     Administrators only (403 admin-required for members).
+         */
+        put: operations["put-backup-policy"];
         post?: never;
         delete?: never;
         options?: never;
@@ -1590,6 +1656,7 @@ export interface paths {
          *     | `alert.resolved` | an open alert's condition cleared (or its rule was disabled or deleted, or its subject is gone) | alert | the same as alert.opened, and acknowledged |
          *     | `backup.failed` | a backup failed: its dump, upload or the storage's read-back (nothing of it counts as a backup) | backup | run_id, instance_id, server_id, database, trigger, error |
          *     | `backup.verify_failed` | a backup's verification failed: its checksum, its decryption, its restore or its comparison with the manifest | backup | run_id, instance_id, server_id, database, trigger, error |
+         *     | `backup.stale` | a database of an enabled backup policy has no verified backup within twice the policy's every_hours (counted from when the policy was enabled if that is later); published once until a newer verified backup makes it fresh again | database | instance_id, instance_name, database, every_hours, last_verified_at (null when it has none) |
          *
          *
          *     Administrators only (403 admin-required for members).
@@ -2018,6 +2085,7 @@ export interface paths {
          *     | `swap_high` | server | percent | 1 to 100 | 80 | 600 s | 5 percent past the threshold | all, tag, server | swap used is at or above threshold percent (servers without swap never match) |
          *     | `app_down` | application | none | 0 only | 0 | 120 s | when the condition clears | all, tag, server, application | the health probes of the application's running container (its health_path on its loopback port, every 30 s) fail; threshold is always 0 |
          *     | `tls_expiring` | domain | days | 1 to 90 | 14 | 0 s | 1 days past the threshold | all, tag, server, application, domain | the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired; the threshold is capped at a third of the certificate's lifetime (not_before to not_after), when renewers start renewing, so a short-lived certificate (12 hours from Caddy's local CA) alerts only once less than a third of its life remains |
+         *     | `backup_stale` | database | hours | 1 to 8760 | 1 | 0 s | when the condition clears | all, instance | a database of an enabled backup policy has no verified backup (one that succeeded and whose last verification restored it) taken within threshold hours, nor within twice its policy's every_hours (the policy's own allowance: a database is never stale before it); without any, counted from when the policy was enabled. Resolves when a newer verified backup exists or the policy is disabled |
          *
          *     A condition must hold for the rule's duration (seconds) before an alert opens; there is at most one open alert per rule and subject. Rules are evaluated every 30 seconds and on POST /api/v1/monitoring/evaluate.
          *
@@ -2041,6 +2109,7 @@ export interface paths {
          *     | `swap_high` | server | percent | 1 to 100 | 80 | 600 s | 5 percent past the threshold | all, tag, server | swap used is at or above threshold percent (servers without swap never match) |
          *     | `app_down` | application | none | 0 only | 0 | 120 s | when the condition clears | all, tag, server, application | the health probes of the application's running container (its health_path on its loopback port, every 30 s) fail; threshold is always 0 |
          *     | `tls_expiring` | domain | days | 1 to 90 | 14 | 0 s | 1 days past the threshold | all, tag, server, application, domain | the certificate a domain serves (auto or internal TLS; checked at least daily) expires within threshold days, or has expired; the threshold is capped at a third of the certificate's lifetime (not_before to not_after), when renewers start renewing, so a short-lived certificate (12 hours from Caddy's local CA) alerts only once less than a third of its life remains |
+         *     | `backup_stale` | database | hours | 1 to 8760 | 1 | 0 s | when the condition clears | all, instance | a database of an enabled backup policy has no verified backup (one that succeeded and whose last verification restored it) taken within threshold hours, nor within twice its policy's every_hours (the policy's own allowance: a database is never stale before it); without any, counted from when the policy was enabled. Resolves when a newer verified backup exists or the policy is disabled |
          *
          *     A condition must hold for the rule's duration (seconds) before an alert opens; there is at most one open alert per rule and subject. Rules are evaluated every 30 seconds and on POST /api/v1/monitoring/evaluate.
          *
@@ -2146,6 +2215,7 @@ export interface paths {
          *     | `alert.resolved` | an open alert's condition cleared (or its rule was disabled or deleted, or its subject is gone) | alert | the same as alert.opened, and acknowledged |
          *     | `backup.failed` | a backup failed: its dump, upload or the storage's read-back (nothing of it counts as a backup) | backup | run_id, instance_id, server_id, database, trigger, error |
          *     | `backup.verify_failed` | a backup's verification failed: its checksum, its decryption, its restore or its comparison with the manifest | backup | run_id, instance_id, server_id, database, trigger, error |
+         *     | `backup.stale` | a database of an enabled backup policy has no verified backup within twice the policy's every_hours (counted from when the policy was enabled if that is later); published once until a newer verified backup makes it fresh again | database | instance_id, instance_name, database, every_hours, last_verified_at (null when it has none) |
          *
          *
          *     Administrators only (403 admin-required for members).
@@ -2652,17 +2722,17 @@ export interface components {
             next_cursor?: string;
         };
         AlertSubject: {
-            /** @description The filesystem's mount point, for disk_high and inode_high */
+            /** @description The filesystem's mount point, for disk_high and inode_high; the database's name, for backup_stale */
             detail?: string;
-            /** @description The server, application or domain id */
+            /** @description The server, application, domain or database instance id */
             id: string;
             /** @description Its name (server name, application name, hostname) when the alert opened */
             name: string;
             /**
-             * @description server; filesystem (id is the server's, detail the mount point); application; domain
+             * @description server; filesystem (id is the server's, detail the mount point); application; domain; database (id is the instance's, detail the database's name)
              * @enum {string}
              */
-            type: "server" | "filesystem" | "application" | "domain";
+            type: "server" | "filesystem" | "application" | "domain" | "database";
         };
         AppInfo: {
             /** Format: date-time */
@@ -2897,6 +2967,28 @@ export interface components {
             };
             kind: string;
             tables?: components["schemas"]["BackupTable"][] | null;
+        };
+        BackupPoliciesOutputBody: {
+            /** @description One per database instance, in the order of the instances' list */
+            policies: components["schemas"]["PolicyView"][] | null;
+        };
+        BackupPolicyInputBody: {
+            /** @description The databases to back up; each must be the instance's initial database or one its agent listed in its newest metric sample. Absent or empty: the initial database (a key-value instance is backed up whole) */
+            databases?: string[] | null;
+            /** @description Whether the scheduler backs the databases up */
+            enabled: boolean;
+            /**
+             * Format: int64
+             * @description Hours between scheduled backups, 1 to 168
+             */
+            every_hours: number;
+            /**
+             * Format: int64
+             * @description Successful backups kept per database (manual ones included), 1 to 365; older ones are deleted locally and in storage, never the newest verified one
+             */
+            keep: number;
+            /** @description Verify (test-restore) every backup of these databases once it succeeded; default true */
+            verify?: boolean;
         };
         BackupRestoreInputBody: {
             /** @description new: the new database (required); replace: the database replaced (default: the backup's) */
@@ -4548,13 +4640,13 @@ export interface components {
             duration?: number;
             /** @description Default true */
             enabled?: boolean;
-            /** @description One of agent_offline, cpu_high, memory_high, disk_high, inode_high, swap_high, app_down, tls_expiring */
+            /** @description One of agent_offline, cpu_high, memory_high, disk_high, inode_high, swap_high, app_down, tls_expiring, backup_stale */
             kind: string;
             /** @description Default: the kind */
             name?: string;
-            /** @description all (default), tag, server, application or domain, as the kind allows */
+            /** @description all (default), tag, server, application, domain or instance, as the kind allows */
             scope?: string;
-            /** @description The tag, server id, application id or domain id; required unless scope is all */
+            /** @description The tag, server id, application id, domain id or database instance id; required unless scope is all */
             scope_id?: string;
             /** @description info, warning or critical; default: the kind's */
             severity?: string;
@@ -4648,6 +4740,41 @@ export interface components {
         PatchDomainInputBody: {
             /** @enum {string} */
             tls_mode: "auto" | "internal" | "off";
+        };
+        PolicyView: {
+            /** @description The databases backed up; empty: the instance's initial database (a key-value instance is backed up whole) */
+            databases: string[] | null;
+            /** @description Whether the scheduler backs the databases up; false until a policy is saved enabled */
+            enabled: boolean;
+            engine: string;
+            /**
+             * Format: int64
+             * @description Hours between scheduled backups, 1 to 168
+             */
+            every_hours: number;
+            instance_id: string;
+            instance_name: string;
+            /**
+             * Format: int64
+             * @description Successful backups kept per database, 1 to 365; older ones are deleted locally and in storage, except the newest verified one
+             */
+            keep: number;
+            /**
+             * Format: date-time
+             * @description When the scheduler queues the next backups; null while disabled
+             */
+            next_due_at: string | null;
+            /** @description Databases without a verified backup within twice every_hours (each published backup.stale once) */
+            stale: components["schemas"]["StaleDatabase"][] | null;
+            /**
+             * Format: date-time
+             * @description When the policy was saved; null for the default
+             */
+            updated_at: string | null;
+            /** @description Who saved the policy; absent for the default */
+            updated_by?: string;
+            /** @description Verify (test-restore) every backup of these databases once it succeeded */
+            verify: boolean;
         };
         Problem: {
             /** @description Explanation of this occurrence of the problem */
@@ -4860,8 +4987,8 @@ export interface components {
              * @description Which subjects the rule watches
              * @enum {string}
              */
-            scope: "all" | "tag" | "server" | "application" | "domain";
-            /** @description The tag, server, application or domain of the scope; absent for all */
+            scope: "all" | "tag" | "server" | "application" | "domain" | "instance";
+            /** @description The tag, server, application, domain or database instance of the scope; absent for all */
             scope_id?: string;
             /** @enum {string} */
             severity: "info" | "warning" | "critical";
@@ -4870,7 +4997,7 @@ export interface components {
              * @description In the kind's unit (see unit)
              */
             threshold: number;
-            /** @description percent, minutes, days, or none */
+            /** @description percent, minutes, days, hours, or none */
             unit: string;
             /** Format: date-time */
             updated_at: string;
@@ -4899,7 +5026,9 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             database: string;
-            /** @description The remote object could not be deleted yet; it is retried */
+            /** @description Why the last attempt to delete it failed (administrators only) */
+            delete_error?: string;
+            /** @description The backup is being deleted (DELETE, or pruned beyond its policy's keep): never verified or restored again; a deletion the storage refused is retried */
             delete_pending: boolean;
             engine: string;
             /** @description Why the backup failed; for members only its class */
@@ -5332,6 +5461,14 @@ export interface components {
             pinned_image_id?: string;
             /** @description For a service application: its build and start commands, and for a rollback the deployment whose kept release runs again */
             service?: components["schemas"]["ServiceSpec"];
+        };
+        StaleDatabase: {
+            database: string;
+            /**
+             * Format: date-time
+             * @description When it was found without a verified backup within twice every_hours
+             */
+            since: string;
         };
         Status: {
             /** @description null when no app is connected */
@@ -8048,6 +8185,83 @@ export interface operations {
             };
         };
     };
+    "delete-backup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Accepted */
+            202: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["AcceptedBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     "restore-backup": {
         parameters: {
             query?: never;
@@ -8547,6 +8761,151 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-backup-policies": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["BackupPoliciesOutputBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "put-backup-policy": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                instance_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["BackupPolicyInputBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PolicyView"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
                 headers: {
                     [name: string]: unknown;
                 };
