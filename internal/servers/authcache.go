@@ -12,9 +12,8 @@ import (
 // Revocation is immediate: Revoke and Delete drop the server's entries
 // (after the store has committed) and bump a generation that keeps lookups
 // already in flight from caching what they read before. With several
-// control planes on one PostgreSQL database, the revoking one tells the
-// others over the store's bus (Service.UseBus), and they drop the entries
-// too; while a control plane's bus is down, it caches nothing.
+// control planes on one PostgreSQL database (Service.UseBus), nothing is
+// cached: another control plane's revocation must refuse the next call.
 const AgentAuthTTL = 30 * time.Second
 
 // maxAuthEntries bounds the cache's size; beyond it, tokens are checked

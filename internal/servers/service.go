@@ -48,8 +48,9 @@ type Service struct {
 	// bus tells the other control planes sharing the store about revoked
 	// agents; nil: this is the only one.
 	bus jobs.Bus
-	// cacheOff turns the agent token cache off: with a bus, while it is
-	// not connected, a revocation elsewhere could be missed.
+	// cacheOff turns the agent token cache off. It is off whenever other
+	// control planes may share the store: a revocation there must refuse
+	// the very next call here, and a bus message can arrive after it.
 	cacheOff atomic.Bool
 }
 
@@ -57,21 +58,23 @@ type Service struct {
 // agent; the key is the server id.
 const msgAgentRevoked = "agent-revoked:"
 
-// UseBus makes revocations reach the agent token caches of every control
-// plane sharing the store (see Deliver). Until BusConnected(true), and
-// whenever the bus is down, tokens are checked against the store on every
-// call.
+// UseBus makes revocations reach every control plane sharing the store
+// (see Deliver), where they drop the agent's batched heartbeats. With
+// other control planes possible, agent tokens are checked against the
+// store on every call: a bus message is not guaranteed to arrive before
+// the revoked agent's next call reaches another control plane, and a
+// revocation takes effect at that call.
 func (s *Service) UseBus(b jobs.Bus) {
 	s.bus = b
 	s.cacheOff.Store(true)
+	s.auth.clear()
 }
 
-// BusConnected tells the service whether its bus listens. While it does
-// not, nothing is cached; when it comes back, what was cached before is
-// dropped, as a revocation may have been missed.
+// BusConnected tells the service whether its bus listens. When it comes
+// back, revocations may have been missed while it was down: whatever is
+// cached is dropped.
 func (s *Service) BusConnected(up bool) {
 	s.auth.clear()
-	s.cacheOff.Store(!up)
 }
 
 // Deliver takes a message from the bus and reports whether it was one of
@@ -91,8 +94,8 @@ func (s *Service) revoked(ctx context.Context, id string) {
 	if s.bus == nil {
 		return
 	}
-	// The revocation is committed whatever happens here; if the message
-	// is lost, the others check the token again within AgentAuthTTL.
+	// The revocation is committed whatever happens here, and the others
+	// check agent tokens against the store on every call.
 	_ = s.bus.Notify(context.WithoutCancel(ctx), msgAgentRevoked+id)
 }
 
