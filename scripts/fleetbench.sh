@@ -69,6 +69,7 @@ SERVE="$SERVE >>$OUT/serve.log 2>&1"
 : >"$OUT/serve.log"
 sh -c "$SERVE" &
 CP_PID=$!
+# shellcheck disable=SC2317 # cleanup runs from the EXIT trap
 cleanup() {
 	kill "$CP_PID" 2>/dev/null || true
 	if [ -n "${NEW_PID:-}" ]; then kill "$NEW_PID" 2>/dev/null || true; fi
