@@ -319,10 +319,12 @@ func (s *Store) DeleteApp(ctx context.Context, id string) error {
 }
 
 // deploymentColumns are the columns of deployments as read, with the
-// status and start of their job.
+// status and start of their job. A job whose completion hook has not run
+// yet reads as running, as it does through the job service: the hook is
+// what records the deployment's outcome.
 const deploymentColumns = `d.id, d.app_id, d.server_id, d.status, d.spec, d.ref, d.rollback_of, d.job_id, d.image_id, d.result, d.error,
 	d.kept_release, d.created_by, d.created_at, d.updated_at, d.dispatched_at, d.finished_at,
-	COALESCE(j.status, '') AS job_status, j.started_at AS job_started_at`
+	CASE WHEN j.hook_pending_at IS NOT NULL THEN 'running' ELSE COALESCE(j.status, '') END AS job_status, j.started_at AS job_started_at`
 
 const deploymentFrom = ` FROM deployments d LEFT JOIN jobs j ON j.id = d.job_id`
 

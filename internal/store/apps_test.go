@@ -181,6 +181,21 @@ func TestStoreDeploymentQueue(t *testing.T) {
 		}
 
 		res := json.RawMessage(`{"image_id":"sha256:3","container_id":"c3"}`)
+		// The job's result is in, its completion hook (which records the
+		// deployment's outcome) has not run: the deployment still reads
+		// as running, never as succeeded without its image.
+		if ok, err := s.FinishJob(ctx, j.ID, jobs.Succeeded, nil, res, nil, now); err != nil || !ok {
+			t.Fatalf("finish job: %v %v", ok, err)
+		}
+		if got, _ := s.Deployment(ctx, d3.ID); got.JobStatus != string(jobs.Running) {
+			t.Fatalf("job status through the deployment while its hook is pending: %q, want running", got.JobStatus)
+		}
+		if err := s.ClearHookPending(ctx, j.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := s.Deployment(ctx, d3.ID); got.JobStatus != string(jobs.Succeeded) {
+			t.Fatalf("job status through the deployment after its hook: %q", got.JobStatus)
+		}
 		if done, err := s.FinishDeployment(ctx, d3.ID, apps.Finish{Status: apps.Succeeded, Result: res, ImageID: "sha256:3", At: now}); err != nil || !done {
 			t.Fatalf("finish: %v %v", done, err)
 		}
