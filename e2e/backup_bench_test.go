@@ -18,6 +18,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/capstan-dev/capstan/internal/procstat"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -261,18 +262,11 @@ func writeScript(tb testing.TB, path, content string) {
 
 // procStatus reads a size field (kB) of /proc/PID/status in bytes.
 func procStatus(tb testing.TB, pid int, field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	st, err := procstat.Status(strconv.Itoa(pid))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	tb.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return st[field] << 10
 }
 
 // newestPgDump is the newest installed PostgreSQL's pg_dump, the one the

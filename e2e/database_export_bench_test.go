@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/http"
@@ -9,11 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/procstat"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -240,19 +239,11 @@ func fileSize(b *testing.B, path string) int64 {
 // function is called, which returns the first sample and the largest.
 func sampleRSS(b *testing.B, pid int) func() (first, peak int64) {
 	read := func() int64 {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+		st, err := procstat.Status(strconv.Itoa(pid))
 		if err != nil {
 			return 0
 		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				return kb << 10
-			}
-		}
-		return 0
+		return st["VmRSS"] << 10
 	}
 	first := read()
 	if first == 0 {

@@ -1,13 +1,12 @@
 package e2e
 
 import (
-	"os"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/procstat"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
@@ -29,36 +28,11 @@ func (m procMemory) private() int64 { return m.anon + m.shmem }
 
 func readProcMemory(t *testing.T, pid int) procMemory {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	st, err := procstat.Status(strconv.Itoa(pid))
 	if err != nil {
-		t.Fatalf("reading /proc/%d/status: %v", pid, err)
+		t.Fatal(err)
 	}
-	var m procMemory
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseInt(f[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			m.rss = n
-		case "RssAnon":
-			m.anon = n
-		case "RssFile":
-			m.file = n
-		case "RssShmem":
-			m.shmem = n
-		}
-	}
-	if m.rss == 0 {
-		t.Fatalf("/proc/%d/status has no VmRSS", pid)
-	}
-	return m
+	return procMemory{rss: st["VmRSS"], anon: st["RssAnon"], file: st["RssFile"], shmem: st["RssShmem"]}
 }
 
 // counterValue returns the value of one exposition line of a Prometheus

@@ -23,6 +23,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent/agenttest"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/procstat"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -430,15 +431,11 @@ func TestIdleRSS(t *testing.T) {
 	cp.Enqueue(job, nil)
 	testlab.Eventually(t, time.Minute, "ping", func() bool { return len(cp.Completions(job.ID)) > 0 })
 	testlab.Eventually(t, time.Duration(2*secs+20)*time.Second, "idle heartbeats", func() bool { return len(cp.Heartbeats()) >= secs })
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	st, err := procstat.Status(strconv.Itoa(p.cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(string(status), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") || strings.HasPrefix(line, "VmHWM:") {
-			t.Log(strings.Join(strings.Fields(line), " "))
-		}
-	}
+	t.Logf("VmRSS: %d kB, VmHWM: %d kB", st["VmRSS"], st["VmHWM"])
 	t.Logf("after %d heartbeats", len(cp.Heartbeats()))
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	if got := p.exitStatus(t, time.Minute); got != 0 {

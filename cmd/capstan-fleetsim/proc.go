@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/procstat"
 )
 
 // userHZ is the unit of the CPU times in /proc/PID/stat (USER_HZ, 100 on
@@ -48,32 +49,12 @@ func readProc(pid string) (procSample, error) {
 		return s, err
 	}
 	s.cpu = time.Duration(utime+stime) * time.Second / userHZ
-	fh, err := os.Open("/proc/" + pid + "/status")
+	st, err := procstat.Status(pid)
 	if err != nil {
 		return s, err
 	}
-	defer fh.Close()
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(v)
-		if len(fields) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseUint(fields[0], 10, 64)
-		switch k {
-		case "VmRSS":
-			s.rssKB = n
-		case "VmHWM":
-			s.hwmKB = n
-		case "Threads":
-			s.threads = int(n)
-		}
-	}
-	return s, sc.Err()
+	s.rssKB, s.hwmKB, s.threads = uint64(st["VmRSS"]), uint64(st["VmHWM"]), int(st["Threads"])
+	return s, nil
 }
 
 // cpuPercent is the CPU used between two samples, in percent of one core.
