@@ -25,27 +25,76 @@ import (
 // CSP violation or page error happens. Screenshots go to web/test-results/.
 func TestConsoleInBrowser(t *testing.T) {
 	t.Parallel()
-	chromium := testlab.Chromium(t)
-	node, webDir := testlab.ConsoleScripts(t, filepath.Join("..", "web"))
 	cli := hwRequireDocker(t)
 	image := hwBuildChatterImage(t, cli)
 	container := hwRunContainer(t, cli, image, "-interval", "1s")
 
 	f := newFleet(t, Options{})
+	var agent *AgentProcess
+	steps := runConsoleScript(t, f, "console.mjs", []string{"CAPSTAN_CONTAINER=" + container}, func(line string, fields []string) {
+		switch fields[0] {
+		case "enroll-token":
+			config := enrollAgent(t, f.ControlPlane, fields[1])
+			var env []string
+			if h := hwDockerHost(); h != "" {
+				env = append(env, "DOCKER_HOST="+h)
+			}
+			agent = hwStartAgent(t, config, env...)
+		case "job-succeeded":
+			seen, err := strconv.ParseInt(fields[2], 10, 64)
+			if err != nil {
+				t.Errorf("job-succeeded line %q", line)
+				return
+			}
+			var job JobInfo
+			f.Get(t, "/api/v1/jobs/"+fields[1], f.Token).JSON(t, &job)
+			if job.Status != "succeeded" || job.FinishedAt == nil || job.Type != "container.restart" {
+				t.Errorf("the job the console showed succeeded: %+v", job)
+				return
+			}
+			lag := time.UnixMilli(seen).Sub(*job.FinishedAt)
+			t.Logf("figure: the console showed the job finished %s after it finished", lag.Round(time.Millisecond))
+			if lag < -time.Second {
+				t.Errorf("the console showed the job finished %s before it did", -lag)
+			}
+		}
+	}, func() string {
+		if agent != nil {
+			return "agent log:\n" + agent.Logs()
+		}
+		return ""
+	})
+	if want := "signed-in enroll-token online-seen job-succeeded logs-followed done"; strings.Join(steps, " ") != want {
+		t.Fatalf("console.mjs steps %v, want %s", steps, want)
+	}
+}
+
+// runConsoleScript runs the browser test web/e2e/<script> with Node and
+// Debian's Chromium against fleet f, signed in as an administrator of its
+// own (TOTP codes are accepted once per step, and the fleet's
+// administrator used this step's). The script gets CAPSTAN_URL,
+// CAPSTAN_EMAIL, CAPSTAN_PASSWORD, CAPSTAN_TOTP_SECRET and env; each line
+// it prints goes to onLine (when not nil) with its fields, and the first
+// fields are returned, in order, as the steps the script reported. The
+// test fails when the script exits with an error; diag, when not nil,
+// adds what helps to read such a failure (an agent's log, say).
+func runConsoleScript(t *testing.T, f *Fleet, script string, env []string, onLine func(line string, fields []string), diag func() string) []string {
+	t.Helper()
+	chromium := testlab.Chromium(t)
+	node, webDir := testlab.ConsoleScripts(t, filepath.Join("..", "web"))
 	page := f.Get(t, "/", "")
 	if page.Status != 200 || !strings.Contains(string(page.Body), "/assets/") {
 		testlab.Require(t, "the web console built into the binary (make web before go test ./e2e)")
 	}
-	// Its own administrator: TOTP codes are accepted once per step, and
-	// the fleet's administrator used this step's.
-	user := createUser(t, f.ControlPlane, "browser@example.com", testPassword, true)
+	user := createUser(t, f.ControlPlane, "browser-"+strings.ToLower(strings.TrimSuffix(script, ".mjs"))+"@example.com", testPassword, true)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, node, filepath.Join("e2e", "console.mjs"))
+	cmd := exec.CommandContext(ctx, node, filepath.Join("e2e", script))
 	cmd.Dir = webDir
 	cmd.Env = append(os.Environ(), "CAPSTAN_URL="+f.URL, "CAPSTAN_EMAIL="+user.Email, "CAPSTAN_PASSWORD="+user.Password,
-		"CAPSTAN_TOTP_SECRET="+user.TOTPSecret, "CAPSTAN_CONTAINER="+container, "CAPSTAN_TEST_CHROMIUM="+chromium)
+		"CAPSTAN_TOTP_SECRET="+user.TOTPSecret, "CAPSTAN_TEST_CHROMIUM="+chromium)
+	cmd.Env = append(cmd.Env, env...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -65,46 +114,23 @@ func TestConsoleInBrowser(t *testing.T) {
 		io.Copy(io.Discard, out) //nolint:errcheck // drain
 	}()
 	var steps []string
-	var agent *AgentProcess
 	for line := range lines {
-		t.Logf("console: %s", line)
+		t.Logf("%s: %s", script, line)
 		fields := strings.Fields(line)
 		if len(fields) == 0 {
 			continue
 		}
 		steps = append(steps, fields[0])
-		switch fields[0] {
-		case "enroll-token":
-			config := enrollAgent(t, f.ControlPlane, fields[1])
-			var env []string
-			if h := hwDockerHost(); h != "" {
-				env = append(env, "DOCKER_HOST="+h)
-			}
-			agent = hwStartAgent(t, config, env...)
-		case "job-succeeded":
-			seen, err := strconv.ParseInt(fields[2], 10, 64)
-			if err != nil {
-				t.Fatalf("job-succeeded line %q", line)
-			}
-			var job JobInfo
-			f.Get(t, "/api/v1/jobs/"+fields[1], f.Token).JSON(t, &job)
-			if job.Status != "succeeded" || job.FinishedAt == nil || job.Type != "container.restart" {
-				t.Fatalf("the job the console showed succeeded: %+v", job)
-			}
-			lag := time.UnixMilli(seen).Sub(*job.FinishedAt)
-			t.Logf("figure: the console showed the job finished %s after it finished", lag.Round(time.Millisecond))
-			if lag < -time.Second {
-				t.Errorf("the console showed the job finished %s before it did", -lag)
-			}
+		if onLine != nil {
+			onLine(line, fields)
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		if agent != nil {
-			t.Logf("agent log:\n%s", agent.Logs())
+		extra := ""
+		if diag != nil {
+			extra = diag()
 		}
-		t.Fatalf("console.mjs: %v\nsteps: %v\nstderr:\n%s", err, steps, stderr.String())
+		t.Fatalf("%s: %v\nsteps: %v\nstderr:\n%s\n%s", script, err, steps, stderr.String(), extra)
 	}
-	if want := "signed-in enroll-token online-seen job-succeeded logs-followed done"; strings.Join(steps, " ") != want {
-		t.Fatalf("console.mjs steps %v, want %s", steps, want)
-	}
+	return steps
 }

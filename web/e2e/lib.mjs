@@ -102,3 +102,46 @@ export async function watchPage(page, problems) {
 export function say(...parts) {
   process.stdout.write(parts.join(" ") + "\n");
 }
+
+// The environment every browser test gets from its Go test.
+export const env = {
+  url: process.env.CAPSTAN_URL,
+  email: process.env.CAPSTAN_EMAIL,
+  password: process.env.CAPSTAN_PASSWORD,
+  secret: process.env.CAPSTAN_TOTP_SECRET,
+};
+
+export const wait = { timeout: 90_000 };
+
+// signIn signs in through the form with a computed TOTP code, starting at
+// path (default the fleet), and waits until the console is live there.
+export async function signIn(page, path = "/servers") {
+  await page.goto(env.url + path);
+  await page.getByLabel("E-mail").waitFor(wait);
+  await page.getByLabel("E-mail").fill(env.email);
+  await page.getByLabel("Password").fill(env.password);
+  await page.getByRole("button", { name: "Continue" }).click();
+  await page.getByLabel("Code from your authenticator app").fill(totp(env.secret));
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForURL((u) => !u.pathname.startsWith("/sign-in"), wait);
+  await page.getByText("Live", { exact: false }).first().waitFor(wait);
+}
+
+// session runs fn with a signed-in page at 1280×720 and fails when the
+// page had a CSP violation or a script error; the browser is closed
+// whatever happens.
+export async function session(fn, path) {
+  const browser = await launch();
+  const problems = [];
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 720 } });
+    const page = await context.newPage();
+    await watchPage(page, problems);
+    await signIn(page, path);
+    await fn(page);
+    if (problems.length) throw new Error("page problems:\n" + problems.join("\n"));
+    say("done");
+  } finally {
+    await browser.close();
+  }
+}

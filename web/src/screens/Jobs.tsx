@@ -1,4 +1,4 @@
-import { useEffect, useState } from "preact/hooks";
+import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Confirm, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
 import { currentUser } from "../lib/auth";
@@ -6,28 +6,18 @@ import { ago } from "../lib/format";
 import { finishedStates, mergeEvents, upsertJob } from "../lib/jobs";
 import { useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
+import { useResource } from "../lib/resource";
 
 type Job = Schemas["Job"];
-type JobDetailT = Schemas["JobDetail"];
 type JobEvent = Schemas["Event"];
 
 // Jobs lists the newest jobs and keeps the list current from the stream.
 export function Jobs() {
-  const [jobs, setJobs] = useState<Job[] | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
-  async function load() {
-    try {
-      setJobs((await ok(api.GET("/api/v1/jobs", { params: { query: { limit: 100 } } }))).jobs ?? []);
-    } catch (err) {
-      setProblem(asProblem(err));
-    }
-  }
-  useEffect(() => {
-    void load();
-  }, []);
+  const res = useResource(async () => (await ok(api.GET("/api/v1/jobs", { params: { query: { limit: 100 } } }))).jobs ?? []);
+  const { data: jobs, problem } = res;
   useLive(["job"], (data, type) => {
-    if (type === "reset") void load();
-    else setJobs((list) => (list ? upsertJob(list, data as Job) : list));
+    if (type === "reset") void res.reload();
+    else res.set((list) => (list ? upsertJob(list, data as Job) : list));
   });
   return (
     <section>
@@ -74,20 +64,11 @@ export function Jobs() {
 // JobDetail shows a job with its events, live while it runs, and cancels
 // it while it is queued.
 export function JobDetail({ id }: { id: string }) {
-  const [job, setJob] = useState<JobDetailT | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const res = useResource(() => ok(api.GET("/api/v1/jobs/{id}", { params: { path: { id } } })), [id]);
+  const { data: job, reload: load, set: setJob } = res;
+  const [actionProblem, setProblem] = useState<Problem | null>(null);
+  const problem = actionProblem ?? res.problem;
   const [confirm, setConfirm] = useState(false);
-  async function load() {
-    try {
-      setJob(await ok(api.GET("/api/v1/jobs/{id}", { params: { path: { id } } })));
-      setProblem(null);
-    } catch (err) {
-      setProblem(asProblem(err));
-    }
-  }
-  useEffect(() => {
-    void load();
-  }, [id]);
   useLive(
     ["job", "job.events"],
     (data, type) => {
@@ -106,6 +87,7 @@ export function JobDetail({ id }: { id: string }) {
 
   async function cancel() {
     setConfirm(false);
+    setProblem(null);
     try {
       await ok(api.POST("/api/v1/jobs/{id}/cancel", { params: { path: { id } } }));
       await load();

@@ -1,4 +1,4 @@
-import { useEffect, useMemo, useState } from "preact/hooks";
+import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
 import { Logs } from "./Logs";
@@ -7,6 +7,7 @@ import { currentUser } from "../lib/auth";
 import { ago, bytes, percent } from "../lib/format";
 import { newestJob, serverStatusAfter, useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
+import { useResource } from "../lib/resource";
 
 type Detail = Schemas["ServerDetail"];
 type Job = Schemas["Job"];
@@ -22,24 +23,14 @@ interface Pending {
 // ServerDetail shows a server's facts, metric charts and inventory, and
 // runs service and container actions whose jobs it follows live.
 export function ServerDetail({ id }: { id: string }) {
-  const [srv, setSrv] = useState<Detail | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const res = useResource(() => ok(api.GET("/api/v1/servers/{id}", { params: { path: { id } } })), [id]);
+  const { data: srv, reload: load, set: setSrv } = res;
+  const [actionProblem, setProblem] = useState<Problem | null>(null);
+  const problem = actionProblem ?? res.problem;
   const [tab, setTab] = useState<"overview" | "services" | "containers" | "ports" | "logs">("overview");
   const [jobs, setJobs] = useState<Job[]>([]);
   const [confirm, setConfirm] = useState<Pending | null>(null);
   const admin = currentUser()?.admin ?? false;
-
-  async function load() {
-    try {
-      setSrv(await ok(api.GET("/api/v1/servers/{id}", { params: { path: { id } } })));
-      setProblem(null);
-    } catch (err) {
-      setProblem(asProblem(err));
-    }
-  }
-  useEffect(() => {
-    void load();
-  }, [id]);
 
   useLive(
     ["event", "job"],
@@ -63,6 +54,7 @@ export function ServerDetail({ id }: { id: string }) {
 
   async function act(p: Pending) {
     setConfirm(null);
+    setProblem(null);
     try {
       const payload = p.type.startsWith("service.") ? { unit: p.target } : { container: p.target };
       const res = await ok(api.POST("/api/v1/servers/{id}/actions", { params: { path: { id } }, body: { type: p.type, payload } }));
@@ -301,17 +293,10 @@ function Actions({ kind, name, onAct }: { kind: "service" | "container"; name: s
 
 function Metrics({ id }: { id: string }) {
   const [range, setRange] = useState<Range>("1h");
-  const [data, setData] = useState<Schemas["ServerSeries"] | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
-  useEffect(() => {
-    let live = true;
-    ok(api.GET("/api/v1/servers/{id}/metrics", { params: { path: { id }, query: { range } } }))
-      .then((d) => live && (setData(d), setProblem(null)))
-      .catch((err) => live && setProblem(asProblem(err)));
-    return () => {
-      live = false;
-    };
-  }, [id, range]);
+  const { data, problem } = useResource(
+    () => ok(api.GET("/api/v1/servers/{id}/metrics", { params: { path: { id }, query: { range } } })),
+    [id, range],
+  );
   const charts = useMemo(() => {
     const pts = data?.series ?? [];
     const t = pts.map((p) => Date.parse(p.t) / 1000);
