@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,12 +73,26 @@ func TestReplicasOnOnePostgres(t *testing.T) {
 	rig := &dispatchRig{f: f, agentURL: b.URL}
 	e := f.createEnrollment(t, "cross-1")
 	rig.serverID, rig.agentToken = e.Server.ID, f.enrollHTTP(t, e.Token).AgentToken
+	// Each replica's live stream, opened before the jobs.
+	streamA, streamB := openLiveStream(t, a, f.Token), openLiveStream(t, b, f.Token)
 	lat, _ := rig.measure(t, 20)
 	s := summarize(lat)
 	t.Logf("dispatch across replicas: p50 %.3f ms, p99 %.3f ms, max %.3f ms", ms(s.p50), ms(s.p99), ms(s.max))
 	if s.max > 2*time.Second {
 		t.Errorf("slowest dispatch across replicas took %s; the queuing must wake the claim waiting on the other replica", s.max)
 	}
+
+	// The live stream of each shows what the other did: on A, where the
+	// jobs were queued, they finish (the agent reported to B); on B, they
+	// are queued (on A).
+	jobMessage := func(status string) func(testlab.SSEMessage) bool {
+		return func(m testlab.SSEMessage) bool {
+			return m.Event == "job" && strings.Contains(m.Data, `"server_id":"`+rig.serverID+`"`) &&
+				strings.Contains(m.Data, `"status":"`+status+`"`)
+		}
+	}
+	streamA.Until(t, time.Minute, jobMessage("succeeded"))
+	streamB.Until(t, time.Minute, jobMessage("queued"))
 
 	// Revocation: B has the token cached (it just served the agent's
 	// calls); A revokes; B refuses the next call.
@@ -244,4 +259,17 @@ func BenchmarkDispatchAcrossReplicas(b *testing.B) {
 			b.Logf("%s: %d jobs, p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms", c.name, len(all), ms(s.p50), ms(s.p90), ms(s.p99), ms(s.max))
 		})
 	}
+}
+
+// openLiveStream opens the live stream (GET /api/v1/stream) on cp with a
+// ticket taken there.
+func openLiveStream(t testing.TB, cp *ControlPlane, token string) *testlab.SSE {
+	t.Helper()
+	var tk struct {
+		Ticket string `json:"ticket"`
+	}
+	r := cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/stream/tickets", Token: token})
+	expectStatus(t, r, http.StatusCreated)
+	r.JSON(t, &tk)
+	return testlab.OpenSSE(t, cp.URL+"/api/v1/stream?ticket="+url.QueryEscape(tk.Ticket))
 }

@@ -20,10 +20,13 @@ import (
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpapi"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/monitoring"
 	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/singleton"
+	"github.com/capstan-dev/capstan/internal/stream"
 	"github.com/capstan-dev/capstan/internal/telemetry"
 	"github.com/capstan-dev/capstan/web"
 )
@@ -241,15 +244,24 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		// bus (PostgreSQL LISTEN/NOTIFY).
 		a.jobs.UseBus(a.store)
 		a.servers.UseBus(a.store)
+		// The live stream of each shows the changes the others made.
+		relay := stream.NewRelay(a.live, a.store, ids.New("cp"), func(ctx context.Context, id string) (jobs.Job, error) {
+			j, _, err := a.jobs.Get(ctx, id)
+			return j, err
+		}, log)
+		loops.Go(func() { relay.Run(bg) })
 		loops.Go(func() {
 			a.store.Listen(bg, func(msg string) {
-				if !a.jobs.Deliver(msg) {
+				if !a.jobs.Deliver(msg) && !relay.Deliver(bg, msg) {
 					a.servers.Deliver(msg)
 				}
 			}, func(up bool) {
 				a.servers.BusConnected(up)
 				if up {
 					a.jobs.WakeAll()
+					// What the others sent while this one was not
+					// listening is lost: browsers reload what they show.
+					relay.Missed()
 				} else {
 					log.Warn("lost the connection that hears the other control planes; reconnecting")
 				}

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -15,20 +14,13 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/stream"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// sseMessage is one message read off a stream.
-type sseMessage struct {
-	ID    int64
-	Event string
-	Data  string
-}
+type sseMessage = testlab.SSEMessage
 
-// sseClient reads a stream's messages into a channel.
-type sseClient struct {
-	resp *http.Response
-	msgs chan sseMessage
-}
+// sseClient reads a stream's messages.
+type sseClient struct{ *testlab.SSE }
 
 func (e *testEnv) ticket(t testing.TB, token string) string {
 	t.Helper()
@@ -67,59 +59,20 @@ func (e *testEnv) stream(t testing.TB, token string, last int64) *sseClient {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		t.Fatalf("stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
-	c := &sseClient{resp: resp, msgs: make(chan sseMessage, 100)}
-	t.Cleanup(func() { resp.Body.Close() })
-	go func() {
-		defer close(c.msgs)
-		sc := bufio.NewScanner(resp.Body)
-		var m sseMessage
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "":
-				if m.Event != "" {
-					c.msgs <- m
-				}
-				m = sseMessage{}
-			case strings.HasPrefix(line, "id: "):
-				m.ID, _ = strconv.ParseInt(line[4:], 10, 64)
-			case strings.HasPrefix(line, "event: "):
-				m.Event = line[7:]
-			case strings.HasPrefix(line, "data: "):
-				m.Data = line[6:]
-			}
-		}
-	}()
-	return c
+	return &sseClient{testlab.ReadSSE(t, resp)}
 }
 
 // next returns the next message, failing after a deadline.
 func (c *sseClient) next(t testing.TB) sseMessage {
 	t.Helper()
-	select {
-	case m, ok := <-c.msgs:
-		if !ok {
-			t.Fatal("the stream ended")
-		}
-		return m
-	case <-time.After(10 * time.Second):
-		t.Fatal("no stream message within 10 s")
-	}
-	return sseMessage{}
+	return c.Next(t, 10*time.Second)
 }
 
 // until returns the messages up to and including the first for which
 // done is true.
 func (c *sseClient) until(t testing.TB, done func(sseMessage) bool) []sseMessage {
 	t.Helper()
-	var out []sseMessage
-	for {
-		m := c.next(t)
-		out = append(out, m)
-		if done(m) {
-			return out
-		}
-	}
+	return c.Until(t, 10*time.Second, done)
 }
 
 // runJob queues a job for a new server, has "the agent" run it with a
@@ -290,7 +243,7 @@ func TestStreamResume(t *testing.T) {
 	first := e.stream(t, token, 0)
 	j := e.runJob(t, "one")
 	seen := first.until(t, finished(j.ID))
-	first.resp.Body.Close()
+	first.Resp.Body.Close()
 
 	// Reconnect after the first message: the other three come again, in
 	// order, then a new job's messages live.

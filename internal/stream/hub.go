@@ -5,15 +5,16 @@
 //
 // A Hub numbers every message and keeps the newest ones in a ring, so
 // that a client that reconnects with the id of the last message it saw
-// gets the ones it missed. Ids grow across restarts (they start at the
-// hub's creation time in microseconds), so an id from before a restart,
-// or one older than the ring, is recognised as a gap: the client is told
-// to reload what it shows.
+// gets the ones it missed. Every hub marks its ids with a random tag of
+// its own, so an id from before a restart, from another control plane
+// (a load balancer may send a reconnecting client to any), or one older
+// than the ring, is recognised as a gap: the client is told to reload
+// what it shows.
 package stream
 
 import (
+	"math/rand/v2"
 	"sync"
-	"time"
 )
 
 // Message types: the event names of the stream.
@@ -40,6 +41,9 @@ type Message struct {
 	Admin, Member []byte
 	// UserID, when set, limits the message to that user.
 	UserID string
+	// jobID names the job a job message is about, for a relay that
+	// cannot carry the message whole.
+	jobID string
 }
 
 // For returns the data v receives of m, and false when v receives none.
@@ -60,14 +64,25 @@ const DefaultRing = 4096
 // before it is dropped; it then reconnects and resumes from the ring.
 const subscriberBuffer = 512
 
+// An id is a hub's tag in the bits from seqBits up, and the message's
+// number in that hub below.
+const (
+	seqBits = 40
+	tagBits = 22
+)
+
 // Hub fans messages out to subscribers and keeps the newest for resuming.
 type Hub struct {
+	tag  int64      // this hub's mark, in the high bits of every id it gives
 	mu   sync.Mutex // guards everything below
 	next int64
 	ring []Message // the newest messages, a circle of fixed size
 	head int       // index of the oldest message in ring
 	n    int       // how many of ring are in use
 	subs map[*Subscription]struct{}
+	// relay, when set, is told of every message published here first
+	// (see Relay).
+	relay func(Message)
 }
 
 // NewHub returns a hub that keeps the newest ring messages (DefaultRing
@@ -76,7 +91,8 @@ func NewHub(ring int) *Hub {
 	if ring < 1 {
 		ring = DefaultRing
 	}
-	return &Hub{next: time.Now().UnixMicro(), ring: make([]Message, ring), subs: map[*Subscription]struct{}{}}
+	tag := (1 + rand.Int64N(1<<tagBits-1)) << seqBits
+	return &Hub{tag: tag, next: tag, ring: make([]Message, ring), subs: map[*Subscription]struct{}{}}
 }
 
 // Subscription receives a hub's messages until it is closed or dropped.
@@ -104,11 +120,21 @@ func (s *Subscription) Close() {
 }
 
 // Publish numbers m, keeps it in the ring and hands it to every
-// subscriber. It never blocks: a subscriber whose buffer is full is
-// dropped.
-func (h *Hub) Publish(m Message) Message {
+// subscriber, and to the other control planes' hubs when a relay is set.
+// It never blocks: a subscriber whose buffer is full is dropped.
+func (h *Hub) Publish(m Message) Message { return h.publishFrom(m, true) }
+
+// publish is Publish for this hub alone: for messages the relay brought.
+func (h *Hub) publish(m Message) Message { return h.publishFrom(m, false) }
+
+func (h *Hub) publishFrom(m Message, local bool) Message {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if local && h.relay != nil {
+		// Under the lock, so the others receive messages in this hub's
+		// order; the relay never blocks.
+		defer h.relay(m)
+	}
 	h.next++
 	m.ID = h.next
 	if h.n < len(h.ring) {
@@ -143,9 +169,9 @@ func (h *Hub) Subscribe(after int64) (s *Subscription, backlog []Message, last i
 	if after <= 0 {
 		return s, nil, h.next, true
 	}
-	if after > h.next {
-		// An id this hub never gave: from another control plane, or
-		// made up.
+	if after&^(1<<seqBits-1) != h.tag || after > h.next {
+		// An id this hub never gave: from before a restart, from another
+		// control plane, or made up.
 		return s, nil, h.next, false
 	}
 	// The ring holds the ids next-n+1 … next, one after another.

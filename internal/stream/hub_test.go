@@ -2,7 +2,6 @@ package stream
 
 import (
 	"encoding/json"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -58,24 +57,28 @@ func TestHubResume(t *testing.T) {
 	}
 }
 
-// A new hub (a restarted control plane) gives ids above every id of an
-// older one, so an old id is a gap, never a wrong resume. Ids start at
-// the hub's creation in microseconds: an old hub's ids stay below a new
-// one's unless it published more than a message per microsecond of its
-// life.
-func TestHubIDsGrowAcrossRestarts(t *testing.T) {
+// An id another hub gave (before a restart, or another control plane's)
+// is a gap, never a wrong resume, even when its number falls in this
+// hub's ring.
+func TestHubRefusesAnotherHubsIDs(t *testing.T) {
 	old := NewHub(8)
-	sent := publishN(old, 1000)
-	for time.Now().UnixMicro() <= sent[len(sent)-1].ID {
-		runtime.Gosched() // until the clock passes the old hub's last id
-	}
+	sent := publishN(old, 20)
 	h := NewHub(8)
-	m := h.Publish(Message{Type: TypeJob})
-	if m.ID <= sent[len(sent)-1].ID {
-		t.Fatalf("new hub's first id %d is not above the old hub's last %d", m.ID, sent[len(sent)-1].ID)
-	}
+	mine := publishN(h, 20)
 	if _, _, _, resumed := h.Subscribe(sent[len(sent)-1].ID); resumed {
 		t.Fatal("an id of the old hub resumed")
+	}
+	// The same number under this hub's tag resumes; under the other's,
+	// it does not.
+	seq := sent[15].ID & (1<<seqBits - 1)
+	if _, _, _, resumed := h.Subscribe(h.tag | seq); !resumed {
+		t.Fatal("this hub's own id did not resume")
+	}
+	if _, _, _, resumed := h.Subscribe(old.tag | seq); resumed && old.tag != h.tag {
+		t.Fatal("another hub's id within this hub's ring resumed")
+	}
+	if mine[0].ID&^(1<<seqBits-1) != h.tag || mine[0].ID <= 0 {
+		t.Fatalf("id %d does not carry the hub's tag", mine[0].ID)
 	}
 }
 

@@ -28,19 +28,41 @@ func streamed(j jobs.Job, r jobs.Reader) jobs.Job {
 // as members read jobs: no payload, the error's class only), its progress
 // events to administrators only (their messages are the job's output).
 func (h *Hub) PublishJob(c jobs.Change) {
+	for _, m := range jobMessages(c) {
+		h.Publish(m)
+	}
+}
+
+// eventsChunk is how large a job.events message grows before the events
+// go on in another: small enough for a relay to carry it whole.
+const eventsChunk = 6 << 10
+
+// jobMessages are the messages of a job change. Many progress events (a
+// build's output) are split over several messages.
+func jobMessages(c jobs.Change) []Message {
 	if len(c.Events) > 0 {
-		admin, err := json.Marshal(JobEvents{JobID: c.Job.ID, ServerID: c.Job.ServerID, Type: c.Job.Type,
-			Events: jobs.EventsFor(jobs.AdminReader, c.Events)})
-		if err == nil {
-			h.Publish(Message{Type: TypeJobEvents, Admin: admin})
+		var out []Message
+		evs := jobs.EventsFor(jobs.AdminReader, c.Events)
+		for len(evs) > 0 {
+			n, size := 0, 0
+			for n < len(evs) && (n == 0 || size+len(evs[n].Message)+len(evs[n].Data)+96 <= eventsChunk) {
+				size += len(evs[n].Message) + len(evs[n].Data) + 96
+				n++
+			}
+			admin, err := json.Marshal(JobEvents{JobID: c.Job.ID, ServerID: c.Job.ServerID, Type: c.Job.Type, Events: evs[:n]})
+			if err == nil {
+				out = append(out, Message{Type: TypeJobEvents, Admin: admin})
+			}
+			evs = evs[n:]
 		}
-		return
+		return out
 	}
 	admin, err1 := json.Marshal(streamed(c.Job, jobs.AdminReader))
 	member, err2 := json.Marshal(streamed(c.Job, jobs.MemberReader))
-	if err1 == nil && err2 == nil {
-		h.Publish(Message{Type: TypeJob, Admin: admin, Member: member})
+	if err1 != nil || err2 != nil {
+		return nil
 	}
+	return []Message{{Type: TypeJob, Admin: admin, Member: member, jobID: c.Job.ID}}
 }
 
 // PublishEvent sends an event of the event bus. Members get it without

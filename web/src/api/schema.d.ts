@@ -2572,7 +2572,7 @@ export interface paths {
          *     - `inbox`: a new item in the caller's inbox {event_id, event_type, subject}.
          *     - `reset`: messages were missed (the control plane restarted, or the client was away too long): reload what is shown.
          *
-         *     Every message has an id. A client that reconnects passes the last id it received as last_event_id (or the Last-Event-ID header) and receives the messages it missed, or `reset` when they are no longer kept (the newest 4096 messages are). A comment line is sent every 15 s while nothing happens. A client that falls far behind is disconnected and resumes by reconnecting.
+         *     Every message has an id. A client that reconnects passes the last id it received as last_event_id (or the Last-Event-ID header) and receives the messages it missed, or `reset` when they are no longer kept (the newest 4096 messages are), or come from before a restart or from another control plane. A comment line is sent every 15 s while nothing happens. A client that falls far behind is disconnected and resumes by reconnecting. With several control planes sharing PostgreSQL, every stream carries the whole fleet's messages, whichever one made the change.
          *
          *     No Authorization header: the ticket is the credential (401 `invalid-stream-ticket` without a live one).
          *
