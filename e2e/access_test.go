@@ -57,7 +57,7 @@ type accessFixtures struct {
 	domainID                             string
 	databaseID, databaseJobID            string
 	exportDatabaseID, exportJobID        string
-	backupJobID                          string
+	backupJobID, backupRunID             string
 }
 
 // TestAccessByRole calls every operation of the served OpenAPI document
@@ -178,6 +178,7 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/backups/run":                                 {access: admin, path: "/api/v1/backups/run", body: map[string]any{}},
 		"GET /api/v1/backups":                                      {access: signedIn, path: "/api/v1/backups", output: true},
 		"GET /api/v1/backups/summary":                              {access: signedIn, path: "/api/v1/backups/summary", output: true},
+		"GET /api/v1/backups/{run_id}":                             {access: signedIn, path: "/api/v1/backups/" + fx.backupRunID, output: true},
 		"POST /api/v1/backups/{run_id}/verify":                     {access: admin, path: "/api/v1/backups/" + none + "/verify"},
 		"POST /api/v1/backups/{run_id}/restore":                    {access: admin, path: "/api/v1/backups/" + none + "/restore", body: map[string]any{}},
 		"DELETE /api/v1/backups/{run_id}":                          {access: admin, path: "/api/v1/backups/" + none},
@@ -496,6 +497,13 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	// A backup that failed with the dump tool's text.
 	resp = r.Post(t, "/api/v1/backups/run", r.Token, map[string]any{"instance_id": fx.exportDatabaseID})
 	expectStatus(t, resp, http.StatusAccepted)
+	var queued struct {
+		Run struct {
+			ID string `json:"id"`
+		} `json:"run"`
+	}
+	resp.JSON(t, &queued)
+	fx.backupRunID = queued.Run.ID
 	complete(r.claimAs(t, agentproto.JobBackupRun).ID, agentproto.StatusFailed, agentproto.BackupRunResult{Step: "dump"},
 		"pg_dump: "+outputMarker)
 

@@ -136,6 +136,34 @@ func TestAlertRulesAPI(t *testing.T) {
 		if fmt.Sprint(units) != fmt.Sprint(want) {
 			t.Fatalf("default rules' kinds and units: got %v, want %v", units, want)
 		}
+		// The list says what each kind allows, as the console offers it.
+		var listed struct {
+			Kinds []struct {
+				Kind      string   `json:"kind"`
+				Unit      string   `json:"unit"`
+				Min       float64  `json:"min"`
+				Max       float64  `json:"max"`
+				Scopes    []string `json:"scopes"`
+				Threshold float64  `json:"default_threshold"`
+				Duration  int      `json:"default_duration"`
+				Severity  string   `json:"default_severity"`
+			} `json:"kinds"`
+		}
+		f.Get(t, "/api/v1/monitoring/rules", f.Token).JSON(t, &listed)
+		kindUnits := map[string]string{}
+		for _, k := range listed.Kinds {
+			kindUnits[k.Kind] = k.Unit
+			if k.Kind == "cpu_high" && (k.Min != 1 || k.Max != 100 || k.Threshold != 90 || k.Duration != 300 || k.Severity != "warning" ||
+				strings.Join(k.Scopes, ",") != "all,tag,server") {
+				t.Fatalf("cpu_high as listed: %+v", k)
+			}
+			if k.Kind == "backup_stale" && strings.Join(k.Scopes, ",") != "all,instance" {
+				t.Fatalf("backup_stale's scopes: %v", k.Scopes)
+			}
+		}
+		if fmt.Sprint(kindUnits) != fmt.Sprint(want) {
+			t.Fatalf("listed kinds and units: got %v, want %v", kindUnits, want)
+		}
 
 		for _, body := range []map[string]any{
 			{"kind": "cpu_high", "threshold": 150},

@@ -348,6 +348,15 @@ func (s *Service) Runs(ctx context.Context, q RunQuery, reader jobs.Reader) ([]R
 	return out, nil
 }
 
+// Run returns one run as reader may read it.
+func (s *Service) Run(ctx context.Context, id string, reader jobs.Reader) (RunView, error) {
+	r, err := s.store.BackupRun(ctx, id)
+	if err != nil {
+		return RunView{}, err
+	}
+	return s.view(ctx, r, reader), nil
+}
+
 // Summary returns the counts, the recent failures and each instance's
 // last success and verification.
 func (s *Service) Summary(ctx context.Context, reader jobs.Reader) (Summary, error) {

@@ -73,6 +73,10 @@ type backupListOutput struct {
 	}
 }
 
+type backupOutput struct {
+	Body backups.RunView
+}
+
 type backupSummaryOutput struct {
 	Body backups.Summary
 }
@@ -269,6 +273,22 @@ func (s *Server) registerBackups() {
 			out.Body.NextCursor = list[len(list)-1].ID
 		}
 		return out, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "get-backup", Method: http.MethodGet, Path: "/api/v1/backups/{run_id}", Tags: tags,
+		Summary: "One backup", Errors: []int{http.StatusNotFound},
+		Description: "The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last " +
+			"verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members " +
+			"get a failed run's error (and delete_error) as its class only.",
+	}, SignedIn, func(ctx context.Context, in *backupVerifyInput) (*backupOutput, error) {
+		if s.deps.Backups == nil {
+			return nil, errNoBackups
+		}
+		v, err := s.deps.Backups.Run(ctx, in.RunID, reader(ctx))
+		if err != nil {
+			return nil, err
+		}
+		return &backupOutput{Body: v}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "backup-summary", Method: http.MethodGet, Path: "/api/v1/backups/summary", Tags: tags,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -48,7 +49,23 @@ type ruleOutput struct {
 type ruleListOutput struct {
 	Body struct {
 		Rules []monitoring.Rule `json:"rules" doc:"Oldest first"`
+		Kinds []kindView        `json:"kinds" doc:"Every kind a rule may have, with its unit, threshold bounds, scopes and defaults"`
 	}
+}
+
+// kindView is a rule kind as the API shows it, so that a client offers
+// the bounds, scopes and defaults the control plane enforces.
+type kindView struct {
+	monitoring.KindSpec
+	Duration int `json:"default_duration" doc:"Seconds a new rule's condition must hold by default"`
+}
+
+func kindViews() []kindView {
+	out := make([]kindView, len(monitoring.Kinds))
+	for i, k := range monitoring.Kinds {
+		out[i] = kindView{KindSpec: k, Duration: int(k.Duration / time.Second)}
+	}
+	return out
 }
 
 type ruleCreateInput struct {
@@ -102,7 +119,7 @@ func (s *Server) registerMonitoring() {
 			return nil, err
 		}
 		out := &ruleListOutput{}
-		out.Body.Rules = list
+		out.Body.Rules, out.Body.Kinds = list, kindViews()
 		if out.Body.Rules == nil {
 			out.Body.Rules = []monitoring.Rule{}
 		}

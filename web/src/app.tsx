@@ -14,6 +14,8 @@ import { stream } from "./lib/stream";
 import { useStreamState } from "./lib/live";
 
 const ServerDetail = lazy(() => import("./screens/Server").then((m) => m.ServerDetail), "the server");
+const Alerts = lazy(() => import("./screens/Monitoring").then((m) => m.Alerts), "alerts");
+const Rules = lazy(() => import("./screens/Monitoring").then((m) => m.Rules), "alert rules");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -58,11 +60,14 @@ export function App() {
   else if ((p = match("/servers/:id", path))) screen = <ServerDetail key={p.id} id={p.id} />;
   else if (path === "/jobs") screen = <Jobs />;
   else if ((p = match("/jobs/:id", path))) screen = <JobDetail key={p.id} id={p.id} />;
+  else if (path === "/monitoring") screen = <Alerts />;
+  else if (path === "/monitoring/rules") screen = <Rules />;
   else screen = <NotFound what={path} />;
 
   const nav = [
     { href: "/servers", label: "Servers", active: path === "/" || path.startsWith("/servers") },
     { href: "/jobs", label: "Jobs", active: path.startsWith("/jobs") },
+    { href: "/monitoring", label: "Monitoring", active: path.startsWith("/monitoring") },
   ];
   return (
     <div class="shell">

@@ -662,7 +662,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * One backup
+         * @description The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members get a failed run's error (and delete_error) as its class only.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        get: operations["get-backup"];
         put?: never;
         post?: never;
         /**
@@ -4255,6 +4261,40 @@ export interface components {
             /** @enum {string} */
             type: "db.connect" | "db.query" | "db.explore" | "db.kv" | "db.database.create" | "db.database.drop" | "db.user.create" | "db.user.rotate" | "db.user.drop" | "db.create" | "db.control" | "db.remove" | "db.export" | "db.import";
         };
+        KindView: {
+            /** @description When the condition holds */
+            condition: string;
+            /**
+             * Format: int64
+             * @description Seconds a new rule's condition must hold by default
+             */
+            default_duration: number;
+            default_severity: string;
+            /** Format: double */
+            default_threshold: number;
+            /**
+             * Format: double
+             * @description How far past the threshold the value must come back before an open alert resolves
+             */
+            hysteresis: number;
+            kind: string;
+            /**
+             * Format: double
+             * @description Largest threshold
+             */
+            max: number;
+            /**
+             * Format: double
+             * @description Smallest threshold
+             */
+            min: number;
+            /** @description The scopes a rule of the kind may have */
+            scopes: string[] | null;
+            /** @description What one alert of the kind is about: server, filesystem (of a server), application, domain or database (of an instance) */
+            subject: string;
+            /** @description Unit of threshold and value: percent, minutes, days, hours; none when the kind has no threshold */
+            unit: string;
+        };
         KvInputBody: {
             /** @description info, scan, get, delete or acl_list */
             action: string;
@@ -5003,6 +5043,8 @@ export interface components {
             updated_at: string;
         };
         RuleListOutputBody: {
+            /** @description Every kind a rule may have, with its unit, threshold bounds, scopes and defaults */
+            kinds: components["schemas"]["KindView"][] | null;
             /** @description Oldest first */
             rules: components["schemas"]["Rule"][] | null;
         };
@@ -8158,6 +8200,64 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "get-backup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RunView"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
