@@ -44,10 +44,12 @@ const (
 // TestChaosControlPlaneKilled queues 1,000 jobs, each with its own
 // idempotency key, from 8 clients that retry every request until it is
 // answered, at four real agents, while the control plane is killed with
-// SIGKILL at random moments and restarted. Then: every accepted job ends
-// (none lost or left running), no agent started a job twice, and no
-// idempotency key made two jobs (a retried request whose answer died with
-// the process got the job it had created).
+// SIGKILL at random moments and restarted. Then: every accepted job
+// succeeds (none left running, none failed as agent_lost: a claim whose
+// answer died with the process is queued again when its lease lapses), no
+// agent started a job twice, and no idempotency key made two jobs (a
+// retried request whose answer died with the process got the job it had
+// created).
 func TestChaosControlPlaneKilled(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Dialect) {
 		opts := Options{Dialect: d, Args: []string{"--restart-lease-grace=5s"}}
@@ -197,8 +199,8 @@ func TestChaosControlPlaneKilled(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d jobs through %d kills: %v", d, len(states), kills, counts)
-		if counts["succeeded"]+counts["failed agent_lost"] != len(states) {
-			t.Errorf("jobs ended other than succeeded or agent_lost: %v", counts)
+		if counts["succeeded"] != len(states) {
+			t.Errorf("jobs that did not succeed: %v; want every one succeeded, none lost", counts)
 		}
 	})
 }

@@ -120,6 +120,10 @@ func (r *rig) claim(typ string) jobs.Job {
 	if j.Type != typ {
 		r.t.Fatalf("claimed a %s job, want %s", j.Type, typ)
 	}
+	// The agent names the job in its next heartbeat: the claim reached it.
+	if err := r.jobs.Heartbeat(r.ctx, r.serverID, []string{j.ID}); err != nil {
+		r.t.Fatalf("heartbeat: %v", err)
+	}
 	return j
 }
 

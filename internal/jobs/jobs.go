@@ -5,7 +5,16 @@
 // the job with agent_lost and a job past its timeout fails with timed_out, so
 // no job stays running forever.
 //
-// States: queued → running → succeeded | failed; queued → cancelled.
+// A claim that the agent never acknowledged (no heartbeat naming the job,
+// no event, no fetch of its secrets, no result) when its lease lapses was
+// most likely lost on the way: the control plane died after committing it
+// and before the agent read the answer. Such a job is queued again rather
+// than failed, at most MaxRequeues times. It cannot run twice: it goes
+// back to the same server, whose agent starts a job id at most once (and
+// reports the remembered result when it is handed a job again).
+//
+// States: queued → running → succeeded | failed; queued → cancelled;
+// running → queued (a claim never acknowledged).
 package jobs
 
 import (
@@ -69,6 +78,13 @@ type Job struct {
 	// HookPendingAt is when the job ended, while its completion hook has
 	// not run yet; nil otherwise. Readers see such a job still running.
 	HookPendingAt *time.Time `json:"-"`
+	// AckedAt is when the agent first showed that it holds the job since
+	// its last claim (a heartbeat naming it, an event, a fetch of its
+	// secrets); nil while it has not.
+	AckedAt *time.Time `json:"-"`
+	// Requeues counts the claims that were never acknowledged and whose
+	// job was queued again when their lease lapsed (see MaxRequeues).
+	Requeues int `json:"-"`
 	// LateResult is nil unless the agent reported a result after the job
 	// had been failed with agent_lost.
 	LateResult *LateResult `json:"late_result" doc:"A result the agent reported after the job was failed because its lease lapsed (agent_lost), e.g. across a control-plane restart or a network partition; null when none came. The job's status stays failed; the job type's records (a deployment, a backup run) are corrected from it"`
@@ -114,19 +130,31 @@ type Store interface {
 	//
 	// CancelJob cancels a queued job; fault.Conflict if it is not queued.
 	CancelJob(ctx context.Context, id string, now time.Time) (Job, error)
-	// ClaimJob moves the oldest queued job of the server to running.
+	// ClaimJob moves the oldest queued job of the server to running, not
+	// acknowledged yet.
 	ClaimJob(ctx context.Context, serverID string, now time.Time) (Job, bool, error)
+	// AckJob records that the server's agent holds its running job (it
+	// fetched the job's secrets): from then on a lapsed lease fails the job
+	// instead of queueing it again.
+	AckJob(ctx context.Context, serverID, id string, now time.Time) error
 	// JobSecrets returns the sealed secrets of a job; "" once the job ended.
 	JobSecrets(ctx context.Context, id string) (string, error)
-	// AppendJobEvents stores events of a running job and extends its lease.
+	// AppendJobEvents stores events of a running job and extends its
+	// lease; the events acknowledge the claim.
 	AppendJobEvents(ctx context.Context, jobID string, events []Event, now time.Time) error
-	// FinishJob moves a running job to a final status; false if it was not running.
+	// FinishJob moves a running job to a final status, or a job queued
+	// again after a claim never acknowledged (its agent did have it);
+	// false if it was neither.
 	FinishJob(ctx context.Context, id string, status Status, errText *string, data, output json.RawMessage, now time.Time) (bool, error)
-	// ExtendLeases extends the leases of the server's running jobs named.
+	// ExtendLeases extends the leases of the server's running jobs named,
+	// acknowledging their claims.
 	ExtendLeases(ctx context.Context, serverID string, ids []string, now time.Time) error
-	// ExpireJobs fails running jobs whose lease lapsed (agent_lost) or whose
-	// deadline passed (timed_out) and returns them.
-	ExpireJobs(ctx context.Context, now time.Time) ([]Job, error)
+	// ExpireJobs ends the claims of running jobs whose lease lapsed or whose
+	// deadline passed. A claim never acknowledged is queued again while the
+	// job has fewer than maxRequeues requeues (returned in requeued, with
+	// an event saying so); any other is failed, agent_lost or timed_out
+	// (returned in expired).
+	ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) (expired, requeued []Job, err error)
 	// EndServerJobs cancels the server's queued jobs and fails its running
 	// ones with reason.
 	EndServerJobs(ctx context.Context, serverID, reason string, now time.Time) error

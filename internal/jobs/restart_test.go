@@ -197,9 +197,13 @@ func TestRestartGraceAndLateResult(t *testing.T) {
 			t.Fatalf("completion within the grace: %s %v, want succeeded", got.Status, err)
 		}
 
-		// An agent that does not come back within the grace loses its job.
+		// An agent that had the job (its heartbeat named it) and does not
+		// come back within the grace loses it.
 		j = mustEnqueueType(t, js, "srv_1", agentproto.JobAppDeploy)
 		mustClaim(t, js, "srv_1")
+		if err := js.Heartbeat(ctx, "srv_1", []string{j.ID}); err != nil {
+			t.Fatal(err)
+		}
 		c.advance(5 * time.Minute)
 		if _, err := js.Grace(ctx, time.Minute); err != nil {
 			t.Fatal(err)

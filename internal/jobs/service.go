@@ -432,6 +432,10 @@ func (s *Service) Secrets(ctx context.Context, serverID, jobID string) (map[stri
 	if j.Status != Running {
 		return nil, fault.Forbiddenf("job-not-running", "Secrets are only available while the job runs.")
 	}
+	// The agent has the job: a lapsed lease fails it from now on.
+	if err := s.store.AckJob(ctx, serverID, jobID, s.now()); err != nil {
+		return nil, err
+	}
 	out := map[string]string{}
 	if !j.HasSecrets {
 		return out, nil
@@ -547,7 +551,9 @@ func (s *Service) Complete(ctx context.Context, serverID, jobID string, req agen
 	if j.Status.Finished() {
 		return s.visible(j), nil
 	}
-	if j.Status != Running {
+	// A job queued again after a claim that was never acknowledged: its
+	// agent did get it, ran it, and its result is the job's.
+	if j.Status != Running && (j.Status != Queued || j.Requeues == 0) {
 		return Job{}, fault.Conflictf("job-not-running", "The job is %s; only a running job can be completed.", j.Status)
 	}
 	ok, err := s.store.FinishJob(ctx, jobID, status, errText, data, req.Output, s.now())
@@ -642,10 +648,23 @@ func (s *Service) runHook(ctx context.Context, j Job) {
 // before its hook ran.
 const StaleHookAfter = 2 * time.Minute
 
-// Expire fails the running jobs whose lease lapsed or deadline passed, and
-// runs the completion hooks that a control plane that died left pending.
+// MaxRequeues bounds how many times a job is queued again because its
+// claim was never acknowledged; after that a lapsed lease fails it as
+// agent_lost.
+const MaxRequeues = 3
+
+// Expire ends the claims whose lease lapsed or deadline passed — a claim
+// the agent never acknowledged is queued again, any other fails its job —
+// and runs the completion hooks that a control plane that died left
+// pending.
 func (s *Service) Expire(ctx context.Context) (int, error) {
-	expired, err := s.store.ExpireJobs(ctx, s.now())
+	expired, requeued, err := s.store.ExpireJobs(ctx, s.now(), MaxRequeues)
+	for _, j := range requeued {
+		s.log.WarnContext(ctx, "job queued again: its claim was never acknowledged", "job_id", j.ID, "server_id", j.ServerID, "requeues", j.Requeues)
+		s.wake.notify(j.ServerID)
+		s.publish(ctx, msgQueued, j.ServerID)
+		s.changed(Change{Job: j})
+	}
 	for _, j := range expired {
 		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
 		s.runHook(ctx, j)

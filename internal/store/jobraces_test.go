@@ -105,6 +105,10 @@ func TestJobStateChangesLoseRacesCleanly(t *testing.T) {
 				if err != nil || !ok {
 					t.Fatalf("claim: %v %v", ok, err)
 				}
+				// The agent has it: a lapsed lease fails it.
+				if err := s.AckJob(ctx, srv, j.ID, t0.Add(time.Second)); err != nil {
+					t.Fatal(err)
+				}
 				commit := holdJob(t, raw, j.ID, c.set)
 				type answer struct {
 					expired []jobs.Job
@@ -112,7 +116,7 @@ func TestJobStateChangesLoseRacesCleanly(t *testing.T) {
 				}
 				done := make(chan answer, 1)
 				go func() {
-					expired, err := s.ExpireJobs(ctx, t0.Add(31*time.Second))
+					expired, _, err := s.ExpireJobs(ctx, t0.Add(31*time.Second), jobs.MaxRequeues)
 					done <- answer{expired, err}
 				}()
 				waitBlocked(t, d, raw)

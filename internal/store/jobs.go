@@ -16,7 +16,7 @@ var _ jobs.Store = (*Store)(nil)
 
 const jobColumns = `id, server_id, type, status, payload, secrets != '' AS has_secrets, idempotency_key, request_hash, created_by,
 	timeout_seconds, lease_seconds, created_at, updated_at, started_at, lease_expires_at, deadline_at, finished_at, error, data, output,
-	hook_pending_at, late_status, late_error, late_data, late_at`
+	hook_pending_at, late_status, late_error, late_data, late_at, acked_at, requeues`
 
 type jobRow struct {
 	ID             string         `db:"id"`
@@ -44,6 +44,8 @@ type jobRow struct {
 	LateError      sql.NullString `db:"late_error"`
 	LateData       sql.NullString `db:"late_data"`
 	LateAt         sql.NullInt64  `db:"late_at"`
+	AckedAt        sql.NullInt64  `db:"acked_at"`
+	Requeues       int            `db:"requeues"`
 }
 
 func rawOrNil(s sql.NullString) json.RawMessage {
@@ -58,7 +60,8 @@ func (r jobRow) job() jobs.Job {
 		HasSecrets: r.HasSecrets, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash, CreatedBy: r.CreatedBy,
 		TimeoutSeconds: r.TimeoutSeconds, LeaseSeconds: r.LeaseSeconds, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
 		StartedAt: nullMS(r.StartedAt), LeaseExpiresAt: nullMS(r.LeaseExpiresAt), DeadlineAt: nullMS(r.DeadlineAt),
-		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output), HookPendingAt: nullMS(r.HookPendingAt)}
+		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output), HookPendingAt: nullMS(r.HookPendingAt),
+		AckedAt: nullMS(r.AckedAt), Requeues: r.Requeues}
 	if r.Error.Valid {
 		e := r.Error.String
 		j.Error = &e
@@ -182,7 +185,8 @@ func (s *Store) CancelJob(ctx context.Context, id string, now time.Time) (jobs.J
 	return j, err
 }
 
-// ClaimJob moves the oldest queued job of the server to running. Most
+// ClaimJob moves the oldest queued job of the server to running, its claim
+// not acknowledged yet. Most
 // claims find nothing: that is found out with a read, and only a claim
 // that has a job to take opens a write transaction.
 func (s *Store) ClaimJob(ctx context.Context, serverID string, now time.Time) (jobs.Job, bool, error) {
@@ -204,7 +208,7 @@ func (s *Store) ClaimJob(ctx context.Context, serverID string, now time.Time) (j
 				return err
 			}
 			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'running', started_at = ?, updated_at = ?,
-				lease_expires_at = ? + lease_seconds * 1000, deadline_at = ? + timeout_seconds * 1000
+				lease_expires_at = ? + lease_seconds * 1000, deadline_at = ? + timeout_seconds * 1000, acked_at = NULL
 				WHERE id = ? AND status = 'queued'`), ms(now), ms(now), ms(now), ms(now), id)
 			if err != nil {
 				return err
@@ -221,6 +225,14 @@ func (s *Store) ClaimJob(ctx context.Context, serverID string, now time.Time) (j
 	return j, ok, err
 }
 
+// AckJob records that the server's agent holds its running job, unless
+// that is known already.
+func (s *Store) AckJob(ctx context.Context, serverID, id string, now time.Time) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET acked_at = ? WHERE id = ? AND server_id = ? AND status = 'running' AND acked_at IS NULL`),
+		ms(now), id, serverID)
+	return err
+}
+
 // JobSecrets returns a job's sealed secrets.
 func (s *Store) JobSecrets(ctx context.Context, id string) (string, error) {
 	var sealed string
@@ -231,7 +243,8 @@ func (s *Store) JobSecrets(ctx context.Context, id string) (string, error) {
 	return sealed, err
 }
 
-// AppendJobEvents stores events and extends the job's lease.
+// AppendJobEvents stores events and extends the job's lease; events
+// acknowledge its claim.
 func (s *Store) AppendJobEvents(ctx context.Context, jobID string, events []jobs.Event, now time.Time) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
 		var next int
@@ -244,20 +257,24 @@ func (s *Store) AppendJobEvents(ctx context.Context, jobID string, events []jobs
 				return err
 			}
 		}
-		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET lease_expires_at = ? + lease_seconds * 1000 WHERE id = ? AND status = 'running'`), ms(now), jobID)
+		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET lease_expires_at = ? + lease_seconds * 1000, acked_at = COALESCE(acked_at, ?)
+			WHERE id = ? AND status = 'running'`), ms(now), ms(now), jobID)
 		return err
 	})
 }
 
-// FinishJob moves a running job to a final status.
+// FinishJob moves a job to a final status: a running one, or one queued
+// again after a claim that was never acknowledged, whose agent did get it
+// after all and reports its result.
 func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, errText *string, data, output json.RawMessage, now time.Time) (bool, error) {
 	var e sql.NullString
 	if errText != nil {
 		e = sql.NullString{String: *errText, Valid: true}
 	}
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
-		lease_expires_at = NULL, secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'running'`),
-		string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), ms(now), id)
+		started_at = COALESCE(started_at, ?), lease_expires_at = NULL, secrets = '', hook_pending_at = ?
+		WHERE id = ? AND (status = 'running' OR (status = 'queued' AND requeues > 0))`),
+		string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), ms(now), ms(now), id)
 	if err != nil {
 		return false, err
 	}
@@ -265,10 +282,12 @@ func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, er
 	return n == 1, err
 }
 
-// ExtendLeases extends the leases of a server's running jobs.
+// ExtendLeases extends the leases of a server's running jobs and
+// acknowledges their claims.
 func (s *Store) ExtendLeases(ctx context.Context, serverID string, ids []string, now time.Time) error {
-	q, args, err := sqlx.In(`UPDATE jobs SET lease_expires_at = ? + lease_seconds * 1000 WHERE server_id = ? AND status = 'running' AND id IN (?)`,
-		ms(now), serverID, ids)
+	q, args, err := sqlx.In(`UPDATE jobs SET lease_expires_at = ? + lease_seconds * 1000, acked_at = COALESCE(acked_at, ?)
+		WHERE server_id = ? AND status = 'running' AND id IN (?)`,
+		ms(now), ms(now), serverID, ids)
 	if err != nil {
 		return err
 	}
@@ -276,16 +295,54 @@ func (s *Store) ExtendLeases(ctx context.Context, serverID string, ids []string,
 	return err
 }
 
-// ExpireJobs fails running jobs whose lease lapsed or deadline passed.
-func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, error) {
-	var out []jobs.Job
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+// RequeuedMessage is the event of a job queued again because its claim
+// was never acknowledged.
+const RequeuedMessage = "The agent never acknowledged this job (no heartbeat naming it, no event, no fetch of its secrets) before its lease lapsed: " +
+	"the answer to its claim was most likely lost. The job is queued again."
+
+// ExpireJobs ends the claims of running jobs whose lease lapsed or
+// deadline passed: a claim never acknowledged is queued again while the
+// job has fewer than maxRequeues requeues; any other job is failed.
+func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) (expired, requeued []jobs.Job, err error) {
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
 		var rows []jobRow
 		if err := tx.SelectContext(ctx, &rows, tx.Rebind(`SELECT `+jobColumns+` FROM jobs WHERE status = 'running'
 			AND (lease_expires_at < ? OR deadline_at < ?) ORDER BY id LIMIT 500`), ms(now), ms(now)); err != nil {
 			return err
 		}
 		for _, r := range rows {
+			if !r.AckedAt.Valid && r.Requeues < maxRequeues {
+				// Conditional on what was read: a heartbeat or event
+				// that acknowledged the claim since, or another control
+				// plane that requeued it first, leaves it alone.
+				res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'queued', started_at = NULL, lease_expires_at = NULL,
+					deadline_at = NULL, requeues = requeues + 1, updated_at = ?
+					WHERE id = ? AND status = 'running' AND acked_at IS NULL AND requeues = ? AND (lease_expires_at < ? OR deadline_at < ?)`),
+					ms(now), r.ID, r.Requeues, ms(now), ms(now))
+				if err != nil {
+					return err
+				}
+				if n, err := res.RowsAffected(); err != nil || n != 1 {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				var seq int
+				if err := tx.GetContext(ctx, &seq, tx.Rebind(`SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?`), r.ID); err != nil {
+					return err
+				}
+				if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO job_events (job_id, seq, at, level, message) VALUES (?, ?, ?, ?, ?)`),
+					r.ID, seq, ms(now), "warn", RequeuedMessage); err != nil {
+					return err
+				}
+				j := r.job()
+				j.Status, j.Requeues = jobs.Queued, r.Requeues+1
+				j.StartedAt, j.LeaseExpiresAt, j.DeadlineAt = nil, nil, nil
+				j.UpdatedAt = fromMS(ms(now))
+				requeued = append(requeued, j)
+				continue
+			}
 			// The reason is whichever lapsed first: a job whose agent
 			// vanished before (or as) its deadline passed was lost, not
 			// slow. (With a timeout equal to the lease, as agent.ping
@@ -300,7 +357,8 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, erro
 			// is not reported (its hook is not run) unless it changed here.
 			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
 				lease_expires_at = NULL, secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'running'
-				AND (lease_expires_at < ? OR deadline_at < ?)`), reason, ms(now), ms(now), ms(now), r.ID, ms(now), ms(now))
+				AND (lease_expires_at < ? OR deadline_at < ?) AND (acked_at IS NOT NULL OR requeues >= ?)`),
+				reason, ms(now), ms(now), ms(now), r.ID, ms(now), ms(now), maxRequeues)
 			if err != nil {
 				return err
 			}
@@ -314,11 +372,15 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time) ([]jobs.Job, erro
 			j.Status, j.Error = jobs.Failed, &reason
 			t := fromMS(ms(now))
 			j.FinishedAt, j.HookPendingAt, j.LeaseExpiresAt = &t, &t, nil
-			out = append(out, j)
+			expired = append(expired, j)
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		// Rolled back: nothing changed.
+		return nil, nil, err
+	}
+	return expired, requeued, nil
 }
 
 // EndServerJobs cancels queued and fails running jobs of a server.

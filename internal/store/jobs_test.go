@@ -81,7 +81,10 @@ func TestJobSecretsErasedWhenJobEnds(t *testing.T) {
 		// Lease lapsed, then timed out.
 		mustInsertJobWithSecrets(t, s, srv, t0)
 		lost := claim(t0)
-		expired, err := s.ExpireJobs(ctx, t0.Add(31*time.Second))
+		if err := s.AckJob(ctx, srv, lost.ID, t0); err != nil {
+			t.Fatal(err)
+		}
+		expired, _, err := s.ExpireJobs(ctx, t0.Add(31*time.Second), jobs.MaxRequeues)
 		if err != nil || len(expired) != 1 || expired[0].ID != lost.ID || *expired[0].Error != jobs.ErrAgentLost {
 			t.Fatalf("expire: %+v %v", expired, err)
 		}
@@ -93,7 +96,7 @@ func TestJobSecretsErasedWhenJobEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		expired, err = s.ExpireJobs(ctx, t0.Add(61*time.Second))
+		expired, _, err = s.ExpireJobs(ctx, t0.Add(61*time.Second), jobs.MaxRequeues)
 		if err != nil || len(expired) != 1 || *expired[0].Error != jobs.ErrTimedOut {
 			t.Fatalf("time out: %+v %v", expired, err)
 		}
