@@ -127,10 +127,25 @@ func startAgentWith(t testing.TB, config string, env []string, args ...string) *
 	return launchAgent(t, config, env, append([]string{"--log-level", "debug"}, args...))
 }
 
+// startAgentIn is startAgentWith for an agent in the network namespace
+// ns: it reaches the control plane only over ns's link, which the test
+// can cut.
+func startAgentIn(t testing.TB, ns *testlab.NetNS, config string, env []string, args ...string) *AgentProcess {
+	t.Helper()
+	return launchAgentCmd(t, config, env, append([]string{"--log-level", "debug"}, args...), ns.Command)
+}
+
 func launchAgent(t testing.TB, config string, env, args []string) *AgentProcess {
 	t.Helper()
+	return launchAgentCmd(t, config, env, args, exec.Command)
+}
+
+// launchAgentCmd starts capstan-agent run through command (exec.Command,
+// or a wrapper that execs it: the process is the agent's).
+func launchAgentCmd(t testing.TB, config string, env, args []string, command func(string, ...string) *exec.Cmd) *AgentProcess {
+	t.Helper()
 	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
-	a.cmd = exec.Command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
+	a.cmd = command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
 	// Its own state directory unless env or args name one: agents of
 	// parallel tests do not share what they keep across restarts.
 	a.cmd.Env = childEnv(append([]string{"CAPSTAN_AGENT_STATE_DIR=" + t.TempDir()}, env...))
@@ -309,6 +324,12 @@ type JobInfo struct {
 	Data           json.RawMessage `json:"data"`
 	Output         json.RawMessage `json:"output"`
 	Events         []JobEvent      `json:"events"`
+	LateResult     *struct {
+		Status string          `json:"status"`
+		Error  *string         `json:"error"`
+		Data   json.RawMessage `json:"data"`
+		At     time.Time       `json:"at"`
+	} `json:"late_result"`
 }
 
 // Accepted is the reply of an endpoint that queues a job.

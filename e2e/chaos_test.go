@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -249,4 +250,39 @@ func chaosJobStates(t testing.TB, db *sql.DB) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestLostClaimAnswerRequeued: the control plane hands a job out and the
+// answer never reaches the agent (here, a claim made with the agent's
+// credential whose answer nobody reads, as when the control plane dies
+// between its commit and its answer). The agent never acknowledges the
+// job, so when the lease lapses the job is queued again — with a warning
+// event — and the real agent runs it, once: it succeeds instead of
+// failing as agent_lost.
+func TestLostClaimAnswerRequeued(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, Options{})
+	e := f.createEnrollment(t, "lost-answer")
+	config := enrollAgent(t, f.ControlPlane, e.Token)
+	id := f.ping(t, e.Server.ID, "answer lost")
+	if job := f.claim(t, readAgentConfig(t, config).AgentToken, 5); job == nil || job.ID != id {
+		t.Fatalf("claim: got %+v, want job %s", job, id)
+	}
+	agent := startAgentWith(t, config, nil)
+	j := f.waitJob(t, id, "succeeded", 2*time.Minute)
+	warned := 0
+	for _, ev := range j.Events {
+		if ev.Level == "warn" && strings.Contains(ev.Message, "queued again") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("job events %+v: want one warning that the job was queued again", j.Events)
+	}
+	if j.StartedAt == nil || j.StartedAt.Sub(j.CreatedAt) < 30*time.Second {
+		t.Errorf("job started at %v, created at %v: want it started by the second claim, after the first one's 30 s lease", j.StartedAt, j.CreatedAt)
+	}
+	if n := jobStarts(agent)[id]; n != 1 {
+		t.Errorf("the agent started the job %d times, want once", n)
+	}
 }

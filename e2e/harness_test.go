@@ -48,6 +48,10 @@ type Options struct {
 	DatabaseURL string
 	// PublicURL, when set, is passed as --public-url.
 	PublicURL string
+	// ListenHost, when set, is the address capstan serve listens on
+	// (port from :0) instead of 127.0.0.1: the test's end of a link to a
+	// network namespace the test made (testlab.NewNetNS), never another.
+	ListenHost string
 	// Args are extra arguments for capstan serve.
 	Args []string
 	// Env holds extra KEY=value variables for the server and the CLI.
@@ -110,7 +114,11 @@ func startControlPlane(t testing.TB, opts Options) *ControlPlane {
 		env:         childEnv(opts.Env),
 		exited:      make(chan struct{}),
 	}
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "debug"}, cp.StoreArgs()...)
+	listenHost := "127.0.0.1"
+	if opts.ListenHost != "" {
+		listenHost = opts.ListenHost
+	}
+	args := append([]string{"serve", "--listen", net.JoinHostPort(listenHost, "0"), "--log-level", "debug"}, cp.StoreArgs()...)
 	if opts.PublicURL != "" {
 		args = append(args, "--public-url", opts.PublicURL)
 	}
@@ -153,8 +161,8 @@ func startControlPlane(t testing.TB, opts Options) *ControlPlane {
 	select {
 	case addr := <-listening:
 		host, _, err := net.SplitHostPort(addr)
-		if err != nil || host != "127.0.0.1" {
-			t.Fatalf("listening on %q, want 127.0.0.1:<port>", addr)
+		if err != nil || host != listenHost {
+			t.Fatalf("listening on %q, want %s:<port>", addr, listenHost)
 		}
 		cp.Addr, cp.URL = addr, "http://"+addr
 	case <-cp.exited:

@@ -142,6 +142,8 @@ ensure_packages() {
 	have git || pkgs+=(git)
 	# The backup benchmark's shell pipeline encrypts with age.
 	have age || pkgs+=(age)
+	# The partition test puts an agent in a network namespace of its own.
+	have ip || pkgs+=(iproute2)
 	# The web console's build and browser tests: Node.js and npm (when the
 	# machine has none of its own) and Debian's Chromium, which
 	# playwright-core drives headless.
@@ -169,6 +171,7 @@ ensure_packages() {
 	have redis-server || die "redis-server installed but not found"
 	have node || die "nodejs installed but node not found"
 	have chromium || die "chromium installed but not found"
+	have ip || die "iproute2 installed but ip not found"
 }
 
 # ---------------------------------------------------------------------------

@@ -45,6 +45,9 @@
 //   - browser.go: Chromium (Debian's, for playwright-core) and
 //     ConsoleScripts (node and the web console's installed packages), for
 //     the console's browser tests.
+//   - netns.go: NewNetNS (a network namespace linked to the test's own by
+//     a veth pair with private addresses, commands run in it, and Cut and
+//     Restore of the link: a network partition).
 //   - loopfs.go: LoopFilesystem (a small real ext4 filesystem, loop-mounted,
 //     that agents report like any disk, for tests that fill it).
 //
