@@ -16,6 +16,9 @@ import { useStreamState } from "./lib/live";
 const ServerDetail = lazy(() => import("./screens/Server").then((m) => m.ServerDetail), "the server");
 const Alerts = lazy(() => import("./screens/Monitoring").then((m) => m.Alerts), "alerts");
 const Rules = lazy(() => import("./screens/Monitoring").then((m) => m.Rules), "alert rules");
+const Databases = lazy(() => import("./screens/Databases").then((m) => m.Databases), "databases");
+const NewDatabase = lazy(() => import("./screens/Databases").then((m) => m.NewDatabase), "the form");
+const DatabaseDetail = lazy(() => import("./screens/Database").then((m) => m.DatabaseDetail), "the instance");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -62,12 +65,16 @@ export function App() {
   else if ((p = match("/jobs/:id", path))) screen = <JobDetail key={p.id} id={p.id} />;
   else if (path === "/monitoring") screen = <Alerts />;
   else if (path === "/monitoring/rules") screen = <Rules />;
+  else if (path === "/databases") screen = <Databases />;
+  else if (path === "/databases/new") screen = <NewDatabase />;
+  else if ((p = match("/databases/:id", path))) screen = <DatabaseDetail key={p.id} id={p.id} />;
   else screen = <NotFound what={path} />;
 
   const nav = [
     { href: "/servers", label: "Servers", active: path === "/" || path.startsWith("/servers") },
     { href: "/jobs", label: "Jobs", active: path.startsWith("/jobs") },
     { href: "/monitoring", label: "Monitoring", active: path.startsWith("/monitoring") },
+    { href: "/databases", label: "Databases", active: path.startsWith("/databases") },
   ];
   return (
     <div class="shell">

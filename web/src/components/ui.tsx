@@ -64,6 +64,7 @@ export function Confirm(props: {
   action: string;
   onConfirm: () => void;
   onCancel: () => void;
+  children?: ComponentChildren;
 }) {
   const ref = useRef<HTMLDialogElement>(null);
   useEffect(() => {
@@ -75,6 +76,7 @@ export function Confirm(props: {
       <p>
         {props.action} <strong>{props.object}</strong>?
       </p>
+      {props.children}
       <div class="row end">
         <button type="button" onClick={props.onCancel}>
           Keep it

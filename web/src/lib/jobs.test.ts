@@ -12,4 +12,12 @@ describe("jobs", () => {
     expect(mergeEvents([e("2026-01-01T00:00:01Z", "a")], [e("2026-01-01T00:00:00Z", "z"), e("2026-01-01T00:00:01Z", "a")]))
       .toEqual([e("2026-01-01T00:00:00Z", "z"), e("2026-01-01T00:00:01Z", "a")]);
   });
+  it("knows an event again by its sequence number, or its time to the millisecond", () => {
+    const live = { seq: 1, at: "2026-01-01T00:00:01.123456789Z", level: "info", message: "a" };
+    const stored = { seq: 1, at: "2026-01-01T00:00:01.123456Z", level: "info", message: "a" };
+    expect(mergeEvents([stored], [live])).toEqual([stored]);
+    const { seq: _, ...noSeq } = live;
+    const { seq: __, ...storedNoSeq } = stored;
+    expect(mergeEvents([storedNoSeq], [noSeq])).toEqual([storedNoSeq]);
+  });
 });

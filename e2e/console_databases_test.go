@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// TestConsoleDatabases drives the databases screens (web/e2e/databases.mjs)
+// against a real control plane and agent, a real PostgreSQL and a real
+// Redis: register both through the form and see them become ready live;
+// a write refused while read-only is on (the engine's error shown), an
+// error's position marked, a write that succeeds with read-only off (the
+// table and rows checked in PostgreSQL itself), the result grid with its
+// column types, the explorer, a login whose password is shown once (the
+// same as the stored one), the audited connection details, an export
+// downloaded and a file imported (checked in PostgreSQL), and the key
+// browser finding keys by pattern, showing a hash and deleting a key
+// (checked in Redis). axe-core runs on every screen and state.
+func TestConsoleDatabases(t *testing.T) {
+	t.Parallel()
+	r := newManagedRig(t, store.SQLite)
+	dsn := testlab.PostgresDatabase(t)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgPassword, _ := u.User.Password()
+	pgDatabase := strings.TrimPrefix(u.Path, "/")
+	pg, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+
+	// Roles are the PostgreSQL server's, not the database's: the login the
+	// console creates has a name of this run, and goes at the end.
+	login := "console_" + r.run
+	t.Cleanup(func() {
+		for _, stmt := range []string{"DROP OWNED BY " + login, "DROP ROLE IF EXISTS " + login} {
+			if _, err := pg.Exec(stmt); err != nil {
+				t.Logf("%s: %v", stmt, err)
+			}
+		}
+	})
+
+	rds := testlab.StartRedis(t, nil)
+	kv := rds.Client(t)
+	ctx := context.Background()
+	for _, err := range []error{
+		kv.Set(ctx, "shop:greeting", "hello", time.Hour).Err(),
+		kv.HSet(ctx, "shop:cart:1", "item", "apple", "qty", "2").Err(),
+		kv.RPush(ctx, "shop:queue", "a", "b", "c").Err(),
+		kv.SAdd(ctx, "shop:tags", "red", "green").Err(),
+		kv.Set(ctx, "other:key", "x", 0).Err(),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	env := []string{
+		"CAPSTAN_PG_HOST=" + u.Hostname(), "CAPSTAN_PG_PORT=" + u.Port(), "CAPSTAN_PG_USER=" + u.User.Username(),
+		"CAPSTAN_PG_PASSWORD=" + pgPassword, "CAPSTAN_PG_DATABASE=" + pgDatabase,
+		"CAPSTAN_REDIS_PORT=" + strconv.Itoa(rds.Port), "CAPSTAN_REDIS_PASSWORD=" + rds.Password, "CAPSTAN_LOGIN=" + login,
+	}
+	var pgID string
+	steps := runConsoleScript(t, r.Fleet, "databases.mjs", env, func(line string, fields []string) {
+		switch fields[0] {
+		case "pg-ready":
+			pgID = fields[1]
+			if d := r.instance(t, pgID); d.State != "ready" || d.Engine != "postgres" || d.Managed {
+				t.Errorf("the instance the console registered: %+v", d)
+			}
+		case "write-refused":
+			// Nothing was created while read-only was on.
+			var n int
+			if err := pg.QueryRow(`SELECT count(*) FROM pg_tables WHERE tablename = 'console_orders'`).Scan(&n); err != nil || n != 0 {
+				t.Errorf("after the refused write: %d tables named console_orders (%v)", n, err)
+			}
+		case "write-ok":
+			var n int
+			if err := pg.QueryRow(`SELECT count(*) FROM console_orders`).Scan(&n); err != nil || n != 2 {
+				t.Errorf("after the writes with read-only off: %d rows in console_orders (%v)", n, err)
+			}
+		case "login-created":
+			// The password shown once is the one stored (compared by hash,
+			// so that it is not in the test's log).
+			var conn struct {
+				Logins []struct {
+					Username string `json:"username"`
+					Password string `json:"password"`
+				} `json:"logins"`
+			}
+			resp := r.Get(t, "/api/v1/databases/"+pgID+"/connection", r.Token)
+			expectStatus(t, resp, http.StatusOK)
+			resp.JSON(t, &conn)
+			found := false
+			for _, l := range conn.Logins {
+				if l.Username == fields[1] {
+					found = true
+					sum := sha256.Sum256([]byte(l.Password))
+					if hex.EncodeToString(sum[:]) != fields[2] {
+						t.Errorf("the password the console showed for %s is not the stored one", l.Username)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("login %s not among the instance's logins: %+v", fields[1], conn.Logins)
+			}
+		case "connection-shown":
+			entries := auditEntries(t, r.ControlPlane, r.Token, "database.connection.read")
+			browser := 0
+			for _, e := range entries {
+				if e.Target.ID == pgID && e.Actor.Email != "" && strings.HasPrefix(e.Actor.Email, "browser-") {
+					browser++
+				}
+			}
+			if browser != 1 {
+				t.Errorf("connection reads by the console's user in the audit log: %d, want 1 (%+v)", browser, entries)
+			}
+		case "imported":
+			var n int
+			if err := pg.QueryRow(`SELECT count(*) FROM imported_items`).Scan(&n); err != nil || n != 3 {
+				t.Errorf("after the import: %d rows in imported_items (%v)", n, err)
+			}
+		case "key-deleted":
+			if n, err := kv.Exists(ctx, fields[1]).Result(); err != nil || n != 0 {
+				t.Errorf("%s after the console deleted it: exists %d (%v)", fields[1], n, err)
+			}
+			if n, err := kv.Exists(ctx, "shop:cart:1").Result(); err != nil || n != 1 {
+				t.Errorf("shop:cart:1 went too: exists %d (%v)", n, err)
+			}
+		}
+	}, func() string { return "agent log:\n" + r.agent.Logs() })
+	want := "pg-ready write-refused error-marked write-ok grid explored login-created connection-shown exported imported redis-ready kv-browsed key-deleted done"
+	if got := strings.Join(steps, " "); got != want {
+		t.Fatalf("databases.mjs steps:\n%s\nwant\n%s", got, want)
+	}
+}
