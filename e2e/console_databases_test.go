@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,30 +28,24 @@ import (
 // (checked in Redis). axe-core runs on every screen and state.
 func TestConsoleDatabases(t *testing.T) {
 	t.Parallel()
-	r := newManagedRig(t, store.SQLite)
-	dsn := testlab.PostgresDatabase(t)
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgPassword, _ := u.User.Password()
-	pgDatabase := strings.TrimPrefix(u.Path, "/")
-	pg, err := sql.Open("pgx", dsn)
+	// Samples every second, so that the instance's charts have points.
+	r := newManagedRigWith(t, store.SQLite, "--database-metrics-interval", "1s")
+	// A PostgreSQL server of this test's own: the login the console
+	// creates is the server's, not one database's.
+	server := testlab.StartPostgresServer(t, nil)
+	pg, err := sql.Open("pgx", server.URL("postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pg.Close() })
-
-	// Roles are the PostgreSQL server's, not the database's: the login the
-	// console creates has a name of this run, and goes at the end.
+	if _, err := pg.Exec("CREATE DATABASE shop"); err != nil {
+		t.Fatal(err)
+	}
+	pg.Close()
+	if pg, err = sql.Open("pgx", server.URL("shop")); err != nil {
+		t.Fatal(err)
+	}
 	login := "console_" + r.run
-	t.Cleanup(func() {
-		for _, stmt := range []string{"DROP OWNED BY " + login, "DROP ROLE IF EXISTS " + login} {
-			if _, err := pg.Exec(stmt); err != nil {
-				t.Logf("%s: %v", stmt, err)
-			}
-		}
-	})
 
 	rds := testlab.StartRedis(t, nil)
 	kv := rds.Client(t)
@@ -70,8 +63,8 @@ func TestConsoleDatabases(t *testing.T) {
 	}
 
 	env := []string{
-		"CAPSTAN_PG_HOST=" + u.Hostname(), "CAPSTAN_PG_PORT=" + u.Port(), "CAPSTAN_PG_USER=" + u.User.Username(),
-		"CAPSTAN_PG_PASSWORD=" + pgPassword, "CAPSTAN_PG_DATABASE=" + pgDatabase,
+		"CAPSTAN_PG_PORT=" + strconv.Itoa(server.Port), "CAPSTAN_PG_USER=" + server.User, "CAPSTAN_PG_PASSWORD=" + server.Password,
+		"CAPSTAN_PG_DATABASE=shop",
 		"CAPSTAN_REDIS_PORT=" + strconv.Itoa(rds.Port), "CAPSTAN_REDIS_PASSWORD=" + rds.Password, "CAPSTAN_LOGIN=" + login,
 	}
 	var pgID string

@@ -19,7 +19,6 @@ import { readFileSync } from "node:fs";
 import { axe, say, session, shots, wait } from "./lib.mjs";
 
 const pg = {
-  host: process.env.CAPSTAN_PG_HOST,
   port: process.env.CAPSTAN_PG_PORT,
   user: process.env.CAPSTAN_PG_USER,
   password: process.env.CAPSTAN_PG_PASSWORD,
@@ -193,7 +192,7 @@ await session(async (page) => {
   say("exported");
 
   // Import a file: the upload, then its job live.
-  await page.getByLabel("File").setInputFiles({
+  await page.getByLabel("File", { exact: true }).setInputFiles({
     name: "items.sql",
     mimeType: "application/sql",
     buffer: Buffer.from("CREATE TABLE imported_items (id int);\nINSERT INTO imported_items VALUES (1), (2), (3);\n"),
@@ -212,13 +211,13 @@ await session(async (page) => {
   await page.getByLabel("Pattern").fill("shop:*");
   await page.getByRole("button", { name: "Find keys" }).click();
   const keys = page.getByRole("table", { name: "Keys" });
-  await keys.getByRole("button", { name: "shop:cart:1" }).waitFor(wait);
+  await keys.getByRole("button", { name: "shop:cart:1", exact: true }).waitFor(wait);
   if (await keys.getByText("other:key").count()) throw new Error("the pattern shop:* found other:key");
   for (const type of ["hash", "string", "list", "set"]) await keys.locator(".t-" + type).first().waitFor(wait);
-  await keys.getByRole("button", { name: "shop:cart:1" }).click();
+  await keys.getByRole("button", { name: "shop:cart:1", exact: true }).click();
   await page.getByRole("table", { name: "Items of shop:cart:1" }).getByText("apple").waitFor(wait);
   await page.getByRole("region", { name: "Value of shop:cart:1" }).getByText("no expiry").waitFor(wait);
-  await keys.getByRole("button", { name: "shop:greeting" }).click();
+  await keys.getByRole("button", { name: "shop:greeting", exact: true }).click();
   await page.getByRole("region", { name: "Value of shop:greeting" }).locator("pre").getByText("hello").waitFor(wait);
   await axe(page, "database-keys-value");
   await shots(page, "database-keys-value");
@@ -233,6 +232,16 @@ await session(async (page) => {
   await page.getByRole("button", { name: "Delete shop:queue" }).last().click();
   await page.getByText("Deleted shop:queue.").waitFor(wait);
   say("key-deleted", "shop:queue");
+
+  // The instance's figures and charts (the agent samples it every second
+  // in this test).
+  await nav(page).click();
+  await page.getByRole("link", { name: "shop", exact: true }).click();
+  await page.getByRole("img", { name: "Connections chart" }).waitFor(wait);
+  await page.getByRole("button", { name: "1 h", exact: true }).click();
+  await page.getByRole("img", { name: "Connections chart" }).waitFor(wait);
+  await axe(page, "database-metrics");
+  await shots(page, "database-metrics");
 
   // The list with both instances.
   await nav(page).click();

@@ -178,11 +178,12 @@ export function Query({ inst }: { inst: Instance }) {
       <ProblemBox problem={problem} />
       {failure && (
         <div class="problem query-error" role="alert">
-          <strong>The engine refused the statement{failure.readonly ? " (read-only)" : ""}</strong>
+          <strong>The engine refused the statement</strong>
           <p>
             {failure.e.message}
             {failure.e.code && <span class="muted"> (code {failure.e.code})</span>}
           </p>
+          <p class="muted">It ran {failure.readonly ? "read-only" : "with read-only off"}.</p>
           {marked && (
             <>
               <pre class="sql-marked" aria-label={`Where the error is: character ${failure.e.position}`}>
