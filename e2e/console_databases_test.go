@@ -25,7 +25,9 @@ import (
 // same as the stored one), the audited connection details, an export
 // downloaded and a file imported (checked in PostgreSQL), and the key
 // browser finding keys by pattern, showing a hash and deleting a key
-// (checked in Redis). axe-core runs on every screen and state.
+// (checked in Redis); a long statement ended by its timeout; and a member
+// who reads instances and logins' names with no controls and no secrets.
+// axe-core runs on every screen and state.
 func TestConsoleDatabases(t *testing.T) {
 	t.Parallel()
 	// Samples every second, so that the instance's charts have points.
@@ -62,7 +64,10 @@ func TestConsoleDatabases(t *testing.T) {
 		}
 	}
 
+	memberUser := createUser(t, r.ControlPlane, "member-databases@example.com", testPassword, false)
 	env := []string{
+		"CAPSTAN_MEMBER_EMAIL=" + memberUser.Email, "CAPSTAN_MEMBER_PASSWORD=" + memberUser.Password,
+		"CAPSTAN_MEMBER_TOTP_SECRET=" + memberUser.TOTPSecret,
 		"CAPSTAN_PG_PORT=" + strconv.Itoa(server.Port), "CAPSTAN_PG_USER=" + server.User, "CAPSTAN_PG_PASSWORD=" + server.Password,
 		"CAPSTAN_PG_DATABASE=shop",
 		"CAPSTAN_REDIS_PORT=" + strconv.Itoa(rds.Port), "CAPSTAN_REDIS_PASSWORD=" + rds.Password, "CAPSTAN_LOGIN=" + login,
@@ -136,7 +141,7 @@ func TestConsoleDatabases(t *testing.T) {
 			}
 		}
 	}, func() string { return "agent log:\n" + r.agent.Logs() })
-	want := "pg-ready write-refused error-marked write-ok grid explored login-created connection-shown exported imported redis-ready kv-browsed key-deleted done"
+	want := "pg-ready write-refused error-marked write-ok grid long-query explored login-created connection-shown exported imported redis-ready kv-browsed key-deleted member-read-only done"
 	if got := strings.Join(steps, " "); got != want {
 		t.Fatalf("databases.mjs steps:\n%s\nwant\n%s", got, want)
 	}

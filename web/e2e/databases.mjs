@@ -16,7 +16,7 @@
 // or the engine).
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { axe, say, session, shots, wait } from "./lib.mjs";
+import { axe, say, session, shots, signIn, wait, watchPage } from "./lib.mjs";
 
 const pg = {
   port: process.env.CAPSTAN_PG_PORT,
@@ -25,6 +25,7 @@ const pg = {
   database: process.env.CAPSTAN_PG_DATABASE,
 };
 const login = process.env.CAPSTAN_LOGIN;
+const member = { email: process.env.CAPSTAN_MEMBER_EMAIL, password: process.env.CAPSTAN_MEMBER_PASSWORD, secret: process.env.CAPSTAN_MEMBER_TOTP_SECRET };
 const redis = { port: process.env.CAPSTAN_REDIS_PORT, password: process.env.CAPSTAN_REDIS_PASSWORD };
 
 const nav = (page) => page.getByRole("navigation", { name: "Main" }).getByRole("link", { name: "Databases" });
@@ -139,6 +140,23 @@ await session(async (page) => {
   await shots(page, "database-query-result");
   say("grid");
 
+  // A long statement: running, with Cancel; its timeout ends it on the
+  // engine, whose error is shown.
+  await page.getByLabel("Timeout (s)").fill("2");
+  await page.getByLabel("Statement", { exact: true }).fill("SELECT pg_sleep(30)");
+  await page.getByRole("button", { name: "Run", exact: true }).click();
+  await page.getByRole("button", { name: "Cancel" }).waitFor(wait);
+  await axe(page, "database-query-running");
+  await page.locator(".query-error").getByText("statement timeout").waitFor(wait);
+  await page.getByLabel("Timeout (s)").fill("30");
+  // Cancel stops waiting for a statement (the engine ends it at its timeout).
+  await page.getByLabel("Statement", { exact: true }).fill("SELECT pg_sleep(3)");
+  await page.getByRole("button", { name: "Run", exact: true }).click();
+  await page.getByRole("button", { name: "Cancel" }).click();
+  await page.getByRole("button", { name: "Run", exact: true }).and(page.locator(":enabled")).waitFor(wait);
+  if (await page.getByRole("button", { name: "Cancel" }).count()) throw new Error("still waiting after Cancel");
+  say("long-query");
+
   // Explorer: the table and its columns.
   await page.getByRole("tab", { name: "Explore" }).click();
   await axe(page, "database-explore");
@@ -249,4 +267,29 @@ await session(async (page) => {
   await page.locator('[data-instance="shop"] .badge.s-ready').waitFor(wait);
   await axe(page, "databases");
   await shots(page, "databases");
+
+  // A member reads the instances, their figures and logins' names: no
+  // query console, no secrets, no controls.
+  const other = await page.context().browser().newContext({ viewport: { width: 1280, height: 720 } });
+  const mp = await other.newPage();
+  const problems = [];
+  await watchPage(mp, problems);
+  await signIn(mp, "/databases", member);
+  await mp.locator('[data-instance="shop"] .badge.s-ready').waitFor(wait);
+  if (await mp.getByRole("link", { name: "Add an instance" }).count()) throw new Error("a member is offered to add an instance");
+  await mp.getByRole("link", { name: "shop", exact: true }).click();
+  await mp.getByRole("heading", { name: "Instance" }).waitFor(wait);
+  const tabs = (await mp.getByRole("tab").allTextContents()).join(",");
+  if (tabs !== "Overview,Logins") throw new Error("a member's tabs: " + tabs);
+  for (const name of ["Show the connection details", "Forget the instance"])
+    if (await mp.getByRole("button", { name }).count()) throw new Error(`a member is offered "${name}"`);
+  await axe(mp, "database-member");
+  await shots(mp, "database-member");
+  await mp.getByRole("tab", { name: "Logins" }).click();
+  await mp.getByRole("cell", { name: login, exact: true }).waitFor(wait);
+  if (await mp.getByRole("button").filter({ hasText: /New password|Drop|Create/ }).count()) throw new Error("a member is offered login controls");
+  await axe(mp, "database-member-logins");
+  if (problems.length) throw new Error("member page problems:\n" + problems.join("\n"));
+  await other.close();
+  say("member-read-only");
 }, "/databases");

@@ -114,14 +114,15 @@ export const env = {
 export const wait = { timeout: 90_000 };
 
 // signIn signs in through the form with a computed TOTP code, starting at
-// path (default the fleet), and waits until the console is live there.
-export async function signIn(page, path = "/servers") {
+// path (default the fleet), and waits until the console is live there;
+// who is the test's administrator unless given ({email, password, secret}).
+export async function signIn(page, path = "/servers", who = env) {
   await page.goto(env.url + path);
   await page.getByLabel("E-mail").waitFor(wait);
-  await page.getByLabel("E-mail").fill(env.email);
-  await page.getByLabel("Password").fill(env.password);
+  await page.getByLabel("E-mail").fill(who.email);
+  await page.getByLabel("Password").fill(who.password);
   await page.getByRole("button", { name: "Continue" }).click();
-  await page.getByLabel("Code from your authenticator app").fill(totp(env.secret));
+  await page.getByLabel("Code from your authenticator app").fill(totp(who.secret));
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.waitForURL((u) => !u.pathname.startsWith("/sign-in"), wait);
   await page.getByText("Live", { exact: false }).first().waitFor(wait);
