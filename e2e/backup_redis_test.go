@@ -19,17 +19,10 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// TestBackupRedis backs up a managed Redis instance (two databases; every value
-// type in its compact and its large encodings, a stream with a consumer
-// group, expiring keys, names long enough to be compressed) while keys
-// are being written: the object is the RDB snapshot, compressed and
-// age-encrypted (no plaintext in storage); its manifest counts the keys
-// of each database and type. Verify loads it into a throwaway server in
-// a container of the engine's image and matches the manifest; an object
-// corrupted in storage fails with a checksum error. Restoring a
-// key-value backup through the API is refused (422), and a database
-// named in a run is refused.
-func TestBackupRedis(t *testing.T) {
+// newRedisBackupRig is a backup rig with storage settings and a managed
+// Redis instance, and the options of a client of its admin login.
+func newRedisBackupRig(t *testing.T) (*backupRig, *managedRig, DatabaseInfo, *redis.Options) {
+	t.Helper()
 	docker := testlab.Docker(t)
 	r := newImagesRig(t, map[string]map[string]string{"redis": {"7.2": testlab.EngineImage(t, "redis")}})
 	expectStatus(t, r.putSettings(t, r.storageSettings("kv")), http.StatusOK)
@@ -60,9 +53,24 @@ func TestBackupRedis(t *testing.T) {
 	if u := conn.Logins[0].Username; u != "default" {
 		opts.Username = u
 	}
+	return r, mr, inst, opts
+}
+
+// TestBackupRedis backs up a managed Redis instance (two databases; every value
+// type in its compact and its large encodings, a stream with a consumer
+// group, expiring keys, names long enough to be compressed) while keys
+// are being written: the object is the RDB snapshot, compressed and
+// age-encrypted (no plaintext in storage); its manifest counts the keys
+// of each database and type. Verify loads it into a throwaway server in
+// a container of the engine's image and matches the manifest; an object
+// corrupted in storage fails with a checksum error. A restore into a new
+// or a named database is refused (422), and so is a database named in a
+// run.
+func TestBackupRedis(t *testing.T) {
+	r, _, inst, opts := newRedisBackupRig(t)
 	c := redis.NewClient(opts)
 	defer c.Close()
-	password := conn.Logins[0].Password
+	password := opts.Password
 	ctx := context.Background()
 	marker := randomMarker(t)
 	seed := func(c *redis.Client) {
@@ -168,9 +176,12 @@ func TestBackupRedis(t *testing.T) {
 		t.Fatalf("verified: %+v", v)
 	}
 
-	// Refused: a restore through the API, a database named in a run.
-	expectProblem(t, r.Post(t, "/api/v1/backups/"+run.ID+"/restore", r.Token, map[string]any{"mode": "replace"}),
-		http.StatusUnprocessableEntity, "validation-failed")
+	// Refused: a restore into a new database or one named (a snapshot
+	// replaces the whole instance), a database named in a run.
+	for _, body := range []map[string]any{{"mode": "new", "into": "copy"}, {"mode": "replace", "into": "1"}} {
+		expectProblem(t, r.Post(t, "/api/v1/backups/"+run.ID+"/restore", r.Token, body), http.StatusUnprocessableEntity,
+			"validation-failed")
+	}
 	expectProblem(t, r.Post(t, "/api/v1/backups/run", r.Token, map[string]any{"instance_id": inst.ID, "database": "1"}),
 		http.StatusUnprocessableEntity, "validation-failed")
 

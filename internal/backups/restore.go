@@ -92,33 +92,36 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 // Restore queues backup.restore of a run that succeeded into a new
 // database into (mode new) or in place of into ("": the backup's
 // database; mode replace), which is swapped only after the restore
-// succeeded.
+// succeeded. A Redis/Valkey backup replaces the whole instance's data
+// (mode replace only).
 func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry, runID, mode, into string) (jobs.Job, error) {
-	var errs fault.Fields
-	switch mode {
-	case agentproto.BackupRestoreNew:
-		if into == "" {
-			errs.Add("into", "is required: the name of the new database")
-		}
-	case agentproto.BackupRestoreReplace:
-	default:
-		errs.Add("mode", "must be new or replace")
-	}
-	if into != "" {
-		if p := artifactNameProblem(into); p != "" {
-			errs.Add("into", "%s", p)
-		}
-	}
-	if err := errs.Err(); err != nil {
-		return jobs.Job{}, err
+	if mode != agentproto.BackupRestoreNew && mode != agentproto.BackupRestoreReplace {
+		return jobs.Job{}, fault.Invalidf("mode", "must be new or replace")
 	}
 	run, p, secrets, err := s.restorable(ctx, runID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	if agentproto.EngineKind(run.Engine) != agentproto.EngineKindSQL {
-		return jobs.Job{}, fault.Invalidf("run_id", "a %s backup is restored by hand (see the documentation); it can be verified here",
-			run.Engine)
+	switch agentproto.EngineKind(run.Engine) {
+	case agentproto.EngineKindSQL:
+		var errs fault.Fields
+		if mode == agentproto.BackupRestoreNew && into == "" {
+			errs.Add("into", "is required: the name of the new database")
+		}
+		if into != "" {
+			if p := artifactNameProblem(into); p != "" {
+				errs.Add("into", "%s", p)
+			}
+		}
+		if err := errs.Err(); err != nil {
+			return jobs.Job{}, err
+		}
+	case agentproto.EngineKindKV:
+		if err := kvRestorable(run, p, mode, into); err != nil {
+			return jobs.Job{}, err
+		}
+	default:
+		return jobs.Job{}, fault.Invalidf("run_id", "backups of %s are not restored", run.Engine)
 	}
 	if into == "" {
 		into = run.Database
@@ -136,6 +139,30 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 	}
 	return j, s.record(ctx, actor, c, ActionRestoreQueued, "backup", run.ID, map[string]any{"job_id": j.ID, "mode": mode,
 		"into": into, "instance_id": run.InstanceID})
+}
+
+// kvRestorable says whether a Redis/Valkey backup can be restored so: a
+// snapshot holds every numbered database of the instance, so it replaces
+// the data of the whole instance (mode replace, no into), by restarting
+// the managed instance's server on it; the server of an external
+// instance is not Capstan's to restart.
+func kvRestorable(run Run, p agentproto.BackupRestorePayload, mode, into string) error {
+	var errs fault.Fields
+	if mode == agentproto.BackupRestoreNew {
+		errs.Add("mode", "must be replace for a %s backup: it is a snapshot of the whole instance (every numbered database), "+
+			"which replaces the instance's data; to keep the current data, back it up first", run.Engine)
+	}
+	if into != "" {
+		errs.Add("into", "must be left out for a %s backup: it replaces the whole instance's data", run.Engine)
+	}
+	if err := errs.Err(); err != nil {
+		return err
+	}
+	if p.Source.ContainerName == "" {
+		return fault.Invalidf("run_id", "the backup's instance is external: Capstan does not run its server, so it cannot restart "+
+			"it on the snapshot; restore it by hand (see the documentation)")
+	}
+	return nil
 }
 
 // artifactNameProblem says what is wrong with a database name a restore

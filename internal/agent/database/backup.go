@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"filippo.io/age"
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,10 @@ type Backups struct {
 	// DefaultLocalDir is where local copies go when a job names no
 	// directory.
 	DefaultLocalDir string
+
+	// restoring holds the ids of the instances a restore swaps the data
+	// of now: one at a time each.
+	restoring sync.Map
 }
 
 // DefaultBackupDir is Backups.DefaultLocalDir when it is not set: under

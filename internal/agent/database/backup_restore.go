@@ -78,6 +78,9 @@ func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[s
 	if err := jsonPayload(job, &p); err != nil {
 		return res, nil, err
 	}
+	if agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
+		return b.restoreKV(ctx, p, secrets, events, res)
+	}
 	if err := checkArtifactJob(p.Target.Engine, p.Into); err != nil {
 		return b.failed(res, err)
 	}

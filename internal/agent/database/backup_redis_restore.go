@@ -1,0 +1,690 @@
+package database
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"filippo.io/age"
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agentproto"
+)
+
+// Restoring a Redis/Valkey backup in place (mode replace) puts the
+// snapshot under the managed instance's server and restarts it there:
+//
+//  1. The object is fetched from the storage once; as it is decrypted
+//     and decompressed, the snapshot goes both into a throwaway server
+//     (as a verification loads it) and into a staging file in the
+//     instance's volume (/data/.capstan-restore/restored.rdb, written by
+//     a short-lived container of the instance's image). The throwaway
+//     must load it and match the manifest, the object's size and SHA-256
+//     must be the backup's, and the staged file's SHA-256 must be the
+//     snapshot's; otherwise the staging file is removed and the instance
+//     was never touched.
+//  2. The instance's container is stopped (the server saves its data as
+//     it shuts down); its snapshot file and append-only directory are
+//     moved aside into /data/.capstan-restore/old, and the staged
+//     snapshot takes the snapshot file's place.
+//  3. With appendonly yes in the instance's configuration (as Capstan
+//     writes it), a server starting with no append-only files would
+//     start empty and ignore the snapshot. So the server starts once on
+//     its configuration with appendonly no, loads the snapshot, and then
+//     switches the append-only file on at runtime (CONFIG SET appendonly
+//     yes), which writes a new one from the loaded data; the original
+//     configuration is written back after that rewrite finished.
+//  4. The server must answer with its data loaded and with as many keys
+//     loaded from the snapshot (INFO persistence: loaded plus expired at
+//     load) as the manifest counts. Only then is the previous data in
+//     .capstan-restore/old removed; any failure from step 2 on stops the
+//     server again, moves the previous data and configuration back and
+//     starts it on them.
+//
+// ACL users the server holds only in memory are carried across the
+// restart. Writes made after the backup was taken are lost, as are
+// writes made while the server runs on the restored snapshot if the
+// restore then fails and puts the previous data back.
+
+// restoreDir is the directory, in a managed Redis/Valkey instance's
+// volume, of a restore's staged snapshot and of the data it replaces.
+const restoreDir = ".capstan-restore"
+
+// kvInstance is a managed Redis/Valkey instance's container as a restore
+// sees it.
+type kvInstance struct {
+	id, name string
+	// image is the container's image id; volume is the named volume at
+	// dataDir.
+	image, volume, dataDir string
+	// conf is the configuration file (its tar header and content).
+	confHeader *tar.Header
+	conf       []byte
+	// appendOnly, dbFilename and aofDir are what conf says.
+	appendOnly         bool
+	dbFilename, aofDir string
+}
+
+// restoreKV restores a Redis/Valkey backup in place of a managed
+// instance's data (see above).
+func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
+	res *agentproto.BackupVerifyResult) (any, any, error) {
+	switch {
+	case p.Mode != agentproto.BackupRestoreReplace:
+		return b.failed(res, fmt.Errorf("a %s backup is restored with mode replace only: it is a snapshot of the whole instance",
+			p.Target.Engine))
+	case p.Source.ContainerName == "":
+		return b.failed(res, fmt.Errorf("the instance is external: this agent does not run its server, so it cannot restart it on the snapshot"))
+	case p.Source.Image == "":
+		return b.failed(res, fmt.Errorf("no image of %s %s to load the snapshot in", p.Target.Engine, p.Source.Version))
+	case b.Transfer == nil || b.Transfer.Docker == nil:
+		return b.failed(res, errors.New("this agent has no Docker engine"))
+	}
+	if _, busy := b.restoring.LoadOrStore(p.Target.InstanceID, true); busy {
+		return b.failed(res, errors.New("another restore of this instance is running on the server"))
+	}
+	defer b.restoring.Delete(p.Target.InstanceID)
+	cli, err := b.Transfer.Docker.client()
+	if err != nil {
+		return b.failed(res, err)
+	}
+	inst, err := kvInstanceOf(ctx, cli, p)
+	if err != nil {
+		return b.failed(res, err)
+	}
+	password := secrets[agentproto.SecretDBPassword]
+
+	// 1: prove the snapshot and stage it, the instance untouched.
+	if _, err := volumeScript(ctx, cli, inst, prepareScript, nil); err != nil {
+		return b.failed(res, fmt.Errorf("preparing the instance's volume: %w", err))
+	}
+	staged := true
+	defer func() {
+		if !staged {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if _, err := volumeScript(cctx, cli, inst, discardScript, nil); err != nil {
+			events.Emit(agentproto.LevelWarn, "removing the staged snapshot: "+err.Error(), nil)
+		}
+	}()
+	if err := b.stageKV(ctx, cli, p, secrets, inst, events, res); err != nil {
+		return b.failed(res, err)
+	}
+
+	// 2 to 4: the swap.
+	c, err := kvAdmin(ctx, p.Target, password)
+	if err != nil {
+		return b.failed(res, fmt.Errorf("connecting to the instance: %w", err))
+	}
+	users, err := aclUsers(ctx, c)
+	c.Close()
+	if err != nil {
+		return b.failed(res, fmt.Errorf("listing the instance's ACL users: %w", err))
+	}
+	s := &kvSwap{cli: cli, inst: inst, target: p.Target, password: password, users: users, events: events}
+	staged = false // the swap owns the staging directory from here
+	loaded, err := s.run(ctx, manifestKeys(p.Manifest))
+	if err != nil {
+		return b.failed(res, err)
+	}
+	res.Database = "the instance (container " + inst.name + ")"
+	res.OK = true
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s runs on the restored snapshot: %d keys loaded, as the manifest counts", inst.name,
+		loaded), nil)
+	return res, nil, nil
+}
+
+// manifestKeys is the number of keys a kv manifest counts.
+func manifestKeys(m agentproto.BackupManifest) int64 {
+	var n int64
+	for _, t := range m.Tables {
+		n += t.Rows
+	}
+	return n
+}
+
+// stageKV fetches the object, loads the snapshot into a throwaway server
+// and into the instance's staging file at once, and checks the object's
+// checksum, the throwaway's keys against the manifest and the staged
+// file's checksum against the snapshot's.
+func (b *Backups) stageKV(ctx context.Context, cli *client.Client, p agentproto.BackupRestorePayload, secrets map[string]string,
+	inst kvInstance, events agent.EventSink, res *agentproto.BackupVerifyResult) error {
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var id string
+	defer func() {
+		if id == "" {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true})
+	}()
+	err = b.fetchLoadCompare(ctx, p, secrets, res,
+		func(object io.Reader, identity *age.X25519Identity) error {
+			plain, check, err := plaintext(object, identity)
+			if err != nil {
+				return err
+			}
+			events.Emit(agentproto.LevelInfo, "loading the snapshot into a throwaway "+p.Target.Engine+" on "+addr+
+				" and staging it in the volume of "+inst.name, nil)
+			pr, pw := io.Pipe()
+			type stagedFile struct {
+				out string
+				err error
+			}
+			stage := make(chan stagedFile, 1)
+			go func() {
+				out, err := volumeScript(ctx, cli, inst, stageScript, pr)
+				// Whatever is still written after the script ended fails.
+				pr.CloseWithError(errors.Join(err, errStagingEnded))
+				stage <- stagedFile{out, err}
+			}()
+			sum := sha256.New()
+			count := &byteCounter{}
+			id, err = startThrowawayRedis(ctx, cli, p, port, io.TeeReader(plain, io.MultiWriter(pw, sum, count)))
+			pw.CloseWithError(err)
+			st := <-stage
+			if cerr := check(); cerr != nil {
+				return cerr
+			}
+			if st.err != nil {
+				return fmt.Errorf("staging the snapshot in the instance's volume: %w", st.err)
+			}
+			if err != nil {
+				return err
+			}
+			if want := hex.EncodeToString(sum.Sum(nil)); !strings.HasPrefix(st.out, want+" ") {
+				return fmt.Errorf("the staged snapshot's sha256 is %.64s, the snapshot's (%d bytes) is %s", st.out, count.n, want)
+			}
+			return waitLoaded(ctx, cli, id, addr)
+		},
+		func(ctx context.Context) (agentproto.BackupManifest, error) { return redisManifest(ctx, addr) })
+	if err == nil {
+		err = compareKeyTypes(p.Manifest, ctx, addr, res)
+	}
+	if err != nil {
+		return err
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("the snapshot loaded in the throwaway server matches the manifest's %d databases; "+
+		"it is staged in the instance's volume", len(res.Tables)), nil)
+	return nil
+}
+
+// safeName is a file name a restore script may use unquoted.
+var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// kvInstanceOf inspects the instance's container and reads its
+// configuration file.
+func kvInstanceOf(ctx context.Context, cli *client.Client, p agentproto.BackupRestorePayload) (kvInstance, error) {
+	spec, ok := engineSpecs[p.Target.Engine]
+	if !ok || agentproto.EngineKind(p.Target.Engine) != agentproto.EngineKindKV {
+		return kvInstance{}, fmt.Errorf("%s is not a key-value engine", p.Target.Engine)
+	}
+	id, err := existingContainer(ctx, cli, p.Source.ContainerName, p.Target.InstanceID)
+	if err != nil {
+		return kvInstance{}, err
+	}
+	if id == "" {
+		return kvInstance{}, fmt.Errorf("the instance's container %s does not exist", p.Source.ContainerName)
+	}
+	insp, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return kvInstance{}, fmt.Errorf("inspecting %s: %w", p.Source.ContainerName, err)
+	}
+	c := insp.Container
+	inst := kvInstance{id: id, name: p.Source.ContainerName, image: c.Image, dataDir: spec.dataDir}
+	if c.State == nil || !c.State.Running {
+		return kvInstance{}, fmt.Errorf("the instance's container %s is not running; start the instance first", inst.name)
+	}
+	for _, m := range c.Mounts {
+		if m.Type == mount.TypeVolume && m.Destination == spec.dataDir {
+			inst.volume = m.Name
+		}
+	}
+	if inst.volume == "" {
+		return kvInstance{}, fmt.Errorf("the container %s has no volume at %s", inst.name, spec.dataDir)
+	}
+	confPath := spec.dataDir + "/" + redisConf
+	if c.Config == nil || len(c.Config.Cmd) < 2 || c.Config.Cmd[len(c.Config.Cmd)-1] != confPath {
+		return kvInstance{}, fmt.Errorf("the container %s does not run its server on %s", inst.name, confPath)
+	}
+	cp, err := cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: confPath})
+	if err != nil {
+		return kvInstance{}, fmt.Errorf("reading %s: %w", confPath, err)
+	}
+	defer cp.Content.Close()
+	tr := tar.NewReader(cp.Content)
+	h, err := tr.Next()
+	if err != nil {
+		return kvInstance{}, fmt.Errorf("reading %s: %w", confPath, err)
+	}
+	if inst.conf, err = io.ReadAll(io.LimitReader(tr, 1<<20)); err != nil {
+		return kvInstance{}, fmt.Errorf("reading %s: %w", confPath, err)
+	}
+	inst.confHeader = h
+	return inst, inst.parseConf()
+}
+
+// parseConf reads what a restore needs from the configuration: where
+// the data is, and whether the append-only file is on.
+func (inst *kvInstance) parseConf() error {
+	inst.dbFilename, inst.aofDir = "dump.rdb", "appendonlydir"
+	dir := ""
+	for _, line := range strings.Split(string(inst.conf), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		v := strings.Trim(f[1], `"'`)
+		switch strings.ToLower(f[0]) {
+		case "dir":
+			dir = v
+		case "dbfilename":
+			inst.dbFilename = v
+		case "appenddirname":
+			inst.aofDir = v
+		case "appendonly":
+			inst.appendOnly = strings.EqualFold(v, "yes")
+		case "include":
+			return fmt.Errorf("the configuration includes %s; a restore handles a single configuration file only", v)
+		}
+	}
+	if strings.TrimSuffix(dir, "/") != inst.dataDir {
+		return fmt.Errorf("the configuration keeps the data in %q, not in the volume at %s", dir, inst.dataDir)
+	}
+	if !safeName.MatchString(inst.dbFilename) || !safeName.MatchString(inst.aofDir) {
+		return fmt.Errorf("unexpected file names in the configuration: %q, %q", inst.dbFilename, inst.aofDir)
+	}
+	return nil
+}
+
+// confWithAppendOnly is the configuration with appendonly set to v.
+func (inst kvInstance) confWithAppendOnly(v string) []byte {
+	lines := strings.Split(string(inst.conf), "\n")
+	for i, line := range lines {
+		if f := strings.Fields(line); len(f) >= 2 && strings.EqualFold(f[0], "appendonly") {
+			lines[i] = "appendonly " + v
+		}
+	}
+	return []byte(strings.Join(lines, "\n"))
+}
+
+// writeConf writes content as the configuration file, with the original
+// file's owner and mode.
+func (inst kvInstance) writeConf(ctx context.Context, cli *client.Client, content []byte) error {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	h := &tar.Header{Name: redisConf, Mode: inst.confHeader.Mode, Uid: inst.confHeader.Uid, Gid: inst.confHeader.Gid,
+		Size: int64(len(content)), ModTime: time.Now()}
+	if err := tw.WriteHeader(h); err != nil {
+		return err
+	}
+	if _, err := tw.Write(content); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if _, err := cli.CopyToContainer(ctx, inst.id, client.CopyToContainerOptions{DestinationPath: inst.dataDir, Content: &buf}); err != nil {
+		return fmt.Errorf("writing %s: %w", redisConf, err)
+	}
+	return nil
+}
+
+// The scripts run in the instance's volume by volumeScript. Each starts
+// in the data directory with $d the restore directory, $db the snapshot
+// file and $aof the append-only directory.
+const (
+	// prepareScript refuses to go on over the data an earlier restore
+	// moved aside and could not put back, and makes the directory.
+	prepareScript = `if [ -e "$d/old" ]; then
+	echo "$PWD/$d/old holds the data an earlier restore replaced and could not put back; move it back or remove it first" >&2
+	exit 3
+fi
+rm -rf "$d"
+mkdir -m 700 "$d"
+chown "$(stat -c %u:%g .)" "$d"`
+	// stageScript writes the snapshot from its standard input and prints
+	// its SHA-256.
+	stageScript = `cat >"$d/restored.rdb.partial"
+chown "$(stat -c %u:%g .)" "$d/restored.rdb.partial"
+chmod 600 "$d/restored.rdb.partial"
+sync
+mv "$d/restored.rdb.partial" "$d/restored.rdb"
+sha256sum "$d/restored.rdb"`
+	// discardScript removes a staged snapshot no swap used.
+	discardScript = `if [ ! -e "$d/old" ]; then rm -rf "$d"; fi`
+	// swapScript moves the data aside and the staged snapshot in.
+	swapScript = `mkdir "$d/old"
+for f in "$db" "$aof"; do
+	if [ -e "$f" ]; then mv "$f" "$d/old/"; fi
+done
+mv "$d/restored.rdb" "$db"
+sync`
+	// rollbackScript puts the data moved aside back.
+	rollbackScript = `if [ -d "$d/old" ]; then
+	rm -rf "$db" "$aof"
+	for f in "$db" "$aof"; do
+		if [ -e "$d/old/$f" ]; then mv "$d/old/$f" "$f"; fi
+	done
+	sync
+fi
+rm -rf "$d"`
+	// commitScript removes the data replaced.
+	commitScript = `rm -rf "$d"`
+)
+
+// volumeScript runs a script (with set -eu) as root in a short-lived
+// container of the instance's image, with no network and the instance's
+// volume at its data directory, stdin (nil: none) as its standard input,
+// and returns its standard output.
+func volumeScript(ctx context.Context, cli *client.Client, inst kvInstance, script string, stdin io.Reader) (string, error) {
+	full := fmt.Sprintf("set -eu\ncd %s\nd=%s db=%s aof=%s\n%s", inst.dataDir, restoreDir, inst.dbFilename, inst.aofDir, script)
+	cfg := &container.Config{Image: inst.image, Entrypoint: []string{"sh", "-c", full}, User: "0:0", WorkingDir: inst.dataDir,
+		AttachStdout: true, AttachStderr: true, AttachStdin: stdin != nil, OpenStdin: stdin != nil, StdinOnce: stdin != nil,
+		Labels: map[string]string{agentproto.LabelDBInstance: inst.name, labelDBTool: "restore"}}
+	hc := &container.HostConfig{NetworkMode: "none",
+		Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: inst.volume, Target: inst.dataDir}}}
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc})
+	if err != nil {
+		return "", fmt.Errorf("creating a container of the instance's image: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true})
+	}()
+	att, err := cli.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: stdin != nil, Stdout: true,
+		Stderr: true})
+	if err != nil {
+		return "", fmt.Errorf("attaching to the restore's container: %w", err)
+	}
+	wait := cli.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		att.Close()
+		return "", fmt.Errorf("starting the restore's container: %w", err)
+	}
+	out := newTail(4 << 10)
+	stderr, err := stream(ctx, att.HijackedResponse, stdin, out, "sh")
+	if err != nil {
+		return "", err
+	}
+	select {
+	case w := <-wait.Result:
+		if w.Error != nil && w.Error.Message != "" {
+			return "", errors.New(w.Error.Message)
+		}
+		if err := exitError("the restore's script", int(w.StatusCode), stderr); err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(out.String()), nil
+	case err := <-wait.Error:
+		return "", fmt.Errorf("waiting for the restore's container: %w", err)
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// kvAdmin connects to a Redis/Valkey instance as its admin login.
+func kvAdmin(ctx context.Context, t agentproto.DBTarget, password string) (*redisConn, error) {
+	c, err := Connect(ctx, t, password, "")
+	if err != nil {
+		return nil, err
+	}
+	rc, ok := c.(*redisConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("%s is not a key-value engine", t.Engine)
+	}
+	return rc, nil
+}
+
+// aclUsers returns the server's ACL users other than default, each as
+// the rules ACL LIST gives (its passwords as hashes), which ACL SETUSER
+// takes back.
+func aclUsers(ctx context.Context, c *redisConn) ([][]string, error) {
+	lines, err := c.client.Do(ctx, "ACL", "LIST").StringSlice()
+	if err != nil {
+		return nil, err
+	}
+	var out [][]string
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 2 || f[0] != "user" || f[1] == "default" {
+			continue
+		}
+		out = append(out, f[1:])
+	}
+	return out, nil
+}
+
+// kvSwap is the swap of a managed Redis/Valkey instance's data for a
+// staged snapshot.
+type kvSwap struct {
+	cli      *client.Client
+	inst     kvInstance
+	target   agentproto.DBTarget
+	password string
+	users    [][]string
+	events   agent.EventSink
+	// confChanged says the configuration file on the volume is not the
+	// original.
+	confChanged bool
+}
+
+// run swaps the data, starts the server on the snapshot and checks that
+// it loaded want keys; any failure puts the previous data back. It
+// returns the keys loaded.
+func (s *kvSwap) run(ctx context.Context, want int64) (int64, error) {
+	stop := stopSeconds
+	s.events.Emit(agentproto.LevelInfo, fmt.Sprintf("stopping %s to swap its data; clients are refused until it is back", s.inst.name), nil)
+	if _, err := s.cli.ContainerStop(ctx, s.inst.id, client.ContainerStopOptions{Timeout: &stop}); err != nil {
+		return 0, s.rollback(ctx, fmt.Errorf("stopping %s: %w", s.inst.name, err))
+	}
+	loaded, err := s.swap(ctx, want)
+	if err != nil {
+		return 0, s.rollback(ctx, err)
+	}
+	if _, err := volumeScript(ctx, s.cli, s.inst, commitScript, nil); err != nil {
+		s.events.Emit(agentproto.LevelWarn, fmt.Sprintf("removing the replaced data (%s in volume %s): %v", restoreDir, s.inst.volume, err), nil)
+	}
+	return loaded, nil
+}
+
+func (s *kvSwap) swap(ctx context.Context, want int64) (int64, error) {
+	if s.inst.appendOnly {
+		// Started with appendonly yes and no append-only files, the
+		// server would start empty: it starts without, and writes them
+		// from the loaded snapshot once it runs.
+		s.confChanged = true
+		if err := s.inst.writeConf(ctx, s.cli, s.inst.confWithAppendOnly("no")); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := volumeScript(ctx, s.cli, s.inst, swapScript, nil); err != nil {
+		return 0, fmt.Errorf("moving the data aside: %w", err)
+	}
+	s.events.Emit(agentproto.LevelInfo, fmt.Sprintf("moved %s and %s aside into %s/old; starting %s on the restored snapshot",
+		s.inst.dbFilename, s.inst.aofDir, restoreDir, s.inst.name), nil)
+	c, info, err := s.start(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	loaded, lerr := strconv.ParseInt(info["rdb_last_load_keys_loaded"], 10, 64)
+	expired, eerr := strconv.ParseInt(info["rdb_last_load_keys_expired"], 10, 64)
+	if lerr != nil || eerr != nil {
+		return 0, fmt.Errorf("the server does not report the keys it loaded (INFO persistence): %v", info)
+	}
+	if loaded+expired != want {
+		return 0, fmt.Errorf("the server loaded %d keys (and %d expired ones) from the restored snapshot, the manifest counts %d",
+			loaded, expired, want)
+	}
+	if expired > 0 {
+		s.events.Emit(agentproto.LevelInfo, fmt.Sprintf("%d keys of the backup had expired since and were not loaded", expired), nil)
+	}
+	if err := s.restoreUsers(ctx, c); err != nil {
+		return 0, err
+	}
+	if s.inst.appendOnly {
+		if err := s.rewriteAOF(ctx, c); err != nil {
+			return 0, err
+		}
+		if err := s.inst.writeConf(ctx, s.cli, s.inst.conf); err != nil {
+			return 0, err
+		}
+		s.confChanged = false
+	}
+	return loaded, nil
+}
+
+// start starts the container and waits until the server answers with
+// its data loaded; it returns a connection and INFO persistence.
+func (s *kvSwap) start(ctx context.Context) (*redisConn, map[string]string, error) {
+	insp, err := s.cli.ContainerInspect(ctx, s.inst.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	restarts := insp.Container.RestartCount
+	if _, err := s.cli.ContainerStart(ctx, s.inst.id, client.ContainerStartOptions{}); err != nil {
+		return nil, nil, fmt.Errorf("starting %s: %w", s.inst.name, err)
+	}
+	deadline := time.Now().Add(10 * time.Minute)
+	var last error
+	for {
+		attempt, cancel := context.WithTimeout(ctx, 5*time.Second)
+		c, err := kvAdmin(attempt, s.target, s.password)
+		if err == nil {
+			var info string
+			info, err = c.client.Info(attempt, "persistence").Result()
+			p := parseInfo(info)["persistence"]
+			if err == nil && p["loading"] == "0" {
+				cancel()
+				return c, p, nil
+			}
+			c.Close()
+		}
+		cancel()
+		last = err
+		insp, ierr := s.cli.ContainerInspect(ctx, s.inst.id, client.ContainerInspectOptions{})
+		if ierr != nil {
+			return nil, nil, ierr
+		}
+		st := insp.Container.State
+		if st == nil || !st.Running && !st.Restarting || insp.Container.RestartCount > restarts {
+			return nil, nil, fmt.Errorf("the server exited before it had loaded its data: %s", containerLogTail(ctx, s.cli, s.inst.id))
+		}
+		if time.Now().After(deadline) {
+			return nil, nil, fmt.Errorf("the server had not loaded its data within 10 minutes: %v", last)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// restoreUsers gives the server back the ACL users it had in memory.
+func (s *kvSwap) restoreUsers(ctx context.Context, c *redisConn) error {
+	for _, u := range s.users {
+		args := []any{"ACL", "SETUSER"}
+		for _, f := range u {
+			args = append(args, f)
+		}
+		if err := c.client.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("restoring ACL user %s: %w", u[0], err)
+		}
+	}
+	return nil
+}
+
+// rewriteAOF switches the append-only file on and waits until the server
+// wrote it from its data.
+func (s *kvSwap) rewriteAOF(ctx context.Context, c *redisConn) error {
+	if err := c.client.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		return fmt.Errorf("switching the append-only file on: %w", err)
+	}
+	s.events.Emit(agentproto.LevelInfo, "writing a new append-only file from the restored data", nil)
+	deadline := time.Now().Add(30 * time.Minute)
+	for {
+		info, err := c.client.Info(ctx, "persistence").Result()
+		if err != nil {
+			return fmt.Errorf("waiting for the append-only file: %w", err)
+		}
+		p := parseInfo(info)["persistence"]
+		switch {
+		case p["aof_last_bgrewrite_status"] == "err":
+			return errors.New("the server failed to write the append-only file (see its log)")
+		case p["aof_enabled"] == "1" && p["aof_rewrite_in_progress"] == "0" && p["aof_rewrite_scheduled"] == "0" &&
+			p["aof_rewrites"] != "" && p["aof_rewrites"] != "0":
+			return nil
+		case time.Now().After(deadline):
+			return errors.New("the append-only file was not written within 30 minutes")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// rollback puts the data moved aside and the configuration back, starts
+// the server on them, and returns cause with what became of the
+// instance.
+func (s *kvSwap) rollback(ctx context.Context, cause error) error {
+	ctx = context.WithoutCancel(ctx)
+	s.events.Emit(agentproto.LevelError, "restore failed: "+cause.Error()+"; putting the previous data back", nil)
+	err := func() error {
+		stop := stopSeconds
+		if _, err := s.cli.ContainerStop(ctx, s.inst.id, client.ContainerStopOptions{Timeout: &stop}); err != nil &&
+			!cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("stopping %s: %w", s.inst.name, err)
+		}
+		if s.confChanged {
+			if err := s.inst.writeConf(ctx, s.cli, s.inst.conf); err != nil {
+				return err
+			}
+			s.confChanged = false
+		}
+		if _, err := volumeScript(ctx, s.cli, s.inst, rollbackScript, nil); err != nil {
+			return fmt.Errorf("moving the data back: %w", err)
+		}
+		c, _, err := s.start(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return s.restoreUsers(ctx, c)
+	}()
+	if err != nil {
+		return fmt.Errorf("%w; putting the previous data back failed too: %v (what was moved aside is in %s/old in volume %s)",
+			cause, err, restoreDir, s.inst.volume)
+	}
+	s.events.Emit(agentproto.LevelInfo, s.inst.name+" runs on its previous data again", nil)
+	return fmt.Errorf("%w; the instance runs on its previous data again", cause)
+}
+
+// errStagingEnded is a write to the staging script after it ended.
+var errStagingEnded = errors.New("the staging script ended")
