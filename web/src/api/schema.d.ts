@@ -694,7 +694,7 @@ export interface paths {
         put?: never;
         /**
          * Restore a backup into a new database or in place of one
-         * @description Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. 422 for an invalid mode or name and for a Redis/Valkey backup (restored by hand), 409 for a backup that did not succeed. Audited.
+         * @description Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed. Audited.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -2997,10 +2997,10 @@ export interface components {
             verify?: boolean;
         };
         BackupRestoreInputBody: {
-            /** @description new: the new database (required); replace: the database replaced (default: the backup's) */
+            /** @description new: the new database (required); replace: the database replaced (default: the backup's). Left out for Redis/Valkey */
             into?: string;
             /**
-             * @description new: into a new database named into; replace: into a temporary database, swapped in place of into only after it succeeded
+             * @description new: into a new database named into; replace: into a temporary database, swapped in place of into only after it succeeded (Redis/Valkey: replace only, the whole instance's data)
              * @enum {string}
              */
             mode: "new" | "replace";
