@@ -48,7 +48,16 @@ type DeleteStore interface {
 	// DatabaseBackups returns a database's succeeded runs that are not
 	// being deleted, newest first.
 	DatabaseBackups(ctx context.Context, instanceID, database string) ([]Run, error)
+	// OldFailedBackups returns the failed runs that are not being
+	// deleted beyond the newest keep of each database, oldest first (a
+	// bounded batch).
+	OldFailedBackups(ctx context.Context, keep int) ([]Run, error)
 }
+
+// KeepFailed is how many failed backups of each database the scheduler
+// keeps for diagnosis; older ones are deleted with what they left in the
+// storage.
+const KeepFailed = 10
 
 // retryAfter is the wait before the attempt-th retry of a deletion.
 func (s *Service) retryAfter(attempt int) time.Duration {
@@ -201,9 +210,54 @@ func (s *Service) retryDeletes(ctx context.Context, now time.Time) error {
 
 // prune deletes, for every database of an enabled policy, the successful
 // backups beyond the policy's keep (newest first), except the newest
-// verified one, which is always kept. A backup being verified is left for
-// a later round.
+// verified one, which is always kept, and for every database the failed
+// backups beyond the newest KeepFailed. A backup being verified is left
+// for a later round.
 func (s *Service) prune(ctx context.Context, res *TickResult) error {
+	if err := s.pruneSucceeded(ctx, res); err != nil {
+		return err
+	}
+	return s.pruneFailed(ctx, res)
+}
+
+// pruneFailed deletes the failed backups of each database beyond the
+// newest KeepFailed: a failed upload may have left an object (or part of
+// one) in the storage.
+func (s *Service) pruneFailed(ctx context.Context, res *TickResult) error {
+	old, err := s.store.OldFailedBackups(ctx, KeepFailed)
+	if err != nil {
+		return err
+	}
+	for _, r := range old {
+		if err := s.pruneRun(ctx, r, map[string]any{"instance_id": r.InstanceID, "database": r.Database, "status": r.Status,
+			"keep_failed": KeepFailed}, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pruneRun queues the deletion of a run and audits it; a run that is
+// being verified or deleted is left for a later round.
+func (s *Service) pruneRun(ctx context.Context, r Run, details map[string]any, res *TickResult) error {
+	if _, err := s.deleteRun(ctx, schedulerActor, r); err != nil {
+		if fault.Is(err, fault.Conflict) {
+			return nil // being verified or deleted: a later round
+		}
+		return err
+	}
+	if err := s.audit.Record(ctx, audit.Entry{Actor: schedulerActor, Action: ActionPruned,
+		Target: audit.Target{Type: "backup", ID: r.ID}, Details: details}); err != nil {
+		return err
+	}
+	res.Pruned = append(res.Pruned, r.ID)
+	return nil
+}
+
+// pruneSucceeded deletes, for every database of an enabled policy, the
+// successful backups beyond the policy's keep, except the newest verified
+// one.
+func (s *Service) pruneSucceeded(ctx context.Context, res *TickResult) error {
 	ages, err := s.store.BackupAges(ctx)
 	if err != nil {
 		return err
@@ -239,18 +293,10 @@ func (s *Service) prune(ctx context.Context, res *TickResult) error {
 			if r.ID == newestVerified {
 				continue
 			}
-			if _, err := s.deleteRun(ctx, schedulerActor, r); err != nil {
-				if fault.Is(err, fault.Conflict) {
-					continue // being verified or deleted: a later round
-				}
+			if err := s.pruneRun(ctx, r, map[string]any{"instance_id": r.InstanceID, "database": r.Database, "keep": keep},
+				res); err != nil {
 				return err
 			}
-			if err := s.audit.Record(ctx, audit.Entry{Actor: schedulerActor, Action: ActionPruned,
-				Target: audit.Target{Type: "backup", ID: r.ID}, Details: map[string]any{"instance_id": r.InstanceID,
-					"database": r.Database, "keep": keep}}); err != nil {
-				return err
-			}
-			res.Pruned = append(res.Pruned, r.ID)
 		}
 	}
 	return nil

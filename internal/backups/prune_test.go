@@ -233,3 +233,88 @@ func TestDeleteRacesVerify(t *testing.T) {
 		}
 	})
 }
+
+// failedRun backs a database up and lets the backup fail.
+func (r *rig) failedRun(instanceID string) backups.RunView {
+	r.t.Helper()
+	run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, instanceID, "", backups.TriggerManual)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.complete(r.claim(agentproto.JobBackupRun), agentproto.StatusFailed, agentproto.BackupRunResult{Step: "upload"},
+		"uploading the backup: 503 SlowDown")
+	r.clock.Add(time.Second) // run ids sort by time
+	return run
+}
+
+// TestPruneFailed: failed backups do not pile up: each database keeps its
+// newest KeepFailed failures, older ones are deleted (with whatever their
+// upload left in the storage) whether or not a policy is enabled, and
+// the successful backups, the newest verified among them, stay. Ticks
+// at once in two control planes queue each deletion once.
+func TestPruneFailed(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		r := newRig(t, d)
+		other := r.open(r.dir)
+		pg := r.instance("main")
+		second := r.instance("second")
+		good := r.manual(pg.ID)
+		r.verify(good.ID, true)
+		var failed []backups.RunView
+		for range backups.KeepFailed + 4 {
+			failed = append(failed, r.failedRun(pg.ID))
+		}
+		// Another database's failures are counted apart.
+		var others []string
+		for range 3 {
+			others = append(others, r.failedRun(second.ID).ID)
+		}
+		var wg sync.WaitGroup
+		results := make([]backups.TickResult, 2)
+		for i, p := range []*plane{r.plane, other} {
+			wg.Go(func() {
+				res, err := p.backups.Tick(r.ctx)
+				if err != nil {
+					t.Errorf("tick: %v", err)
+				}
+				results[i] = res
+			})
+		}
+		wg.Wait()
+		var pruned []string
+		for _, res := range results {
+			pruned = append(pruned, res.Pruned...)
+		}
+		slices.Sort(pruned)
+		var want []string
+		for _, f := range failed[:4] {
+			want = append(want, f.ID)
+		}
+		if !slices.Equal(pruned, want) {
+			t.Fatalf("pruned %v, want the 4 oldest failures %v", pruned, want)
+		}
+		dels := r.deleteJobs()
+		if len(dels) != 4 {
+			t.Fatalf("%d deletions queued, want 4", len(dels))
+		}
+		for _, f := range failed[:4] {
+			var p agentproto.BackupDeletePayload
+			if err := json.Unmarshal(dels[f.ID].Payload, &p); err != nil || !strings.HasSuffix(p.Key, f.ID+".sql.gz.age") {
+				t.Fatalf("deletion of %s: %s (%v)", f.ID, dels[f.ID].Payload, err)
+			}
+			r.complete(dels[f.ID], agentproto.StatusSucceeded, agentproto.BackupDeleteResult{Local: agentproto.BackupDeleteStep{OK: true,
+				Gone: true}, Remote: agentproto.BackupDeleteStep{OK: true, Gone: true}}, "")
+		}
+		left := r.ids(pg.ID)
+		if len(left) != backups.KeepFailed+1 || !slices.Contains(left, good.ID) || slices.Contains(left, failed[3].ID) ||
+			!slices.Contains(left, failed[4].ID) {
+			t.Fatalf("runs left %v", left)
+		}
+		if got := r.ids(second.ID); len(got) != 3 {
+			t.Fatalf("the other database's failures: %v, want %v", got, others)
+		}
+		if res := r.tick(); len(res.Pruned) != 0 {
+			t.Fatalf("pruned again: %v", res.Pruned)
+		}
+	})
+}

@@ -366,6 +366,22 @@ func (s *Store) DatabaseBackups(ctx context.Context, instanceID, database string
 	return out, nil
 }
 
+// OldFailedBackups returns the failed runs not being deleted beyond the
+// newest keep of each database (by instance), oldest first, at most 100.
+func (s *Store) OldFailedBackups(ctx context.Context, keep int) ([]backups.Run, error) {
+	var rows []backupRunRow
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM (SELECT *, ROW_NUMBER() OVER
+		(PARTITION BY instance_id, database_name ORDER BY id DESC) AS newer FROM backup_runs WHERE status = ? AND delete_state = '') r
+		WHERE newer > ? ORDER BY id LIMIT 100`), backups.StatusFailed, keep); err != nil {
+		return nil, err
+	}
+	out := make([]backups.Run, len(rows))
+	for i, r := range rows {
+		out[i] = r.run()
+	}
+	return out, nil
+}
+
 // ResetBackupVerifyJob names prev as the run's verification job again if
 // jobID still is.
 func (s *Store) ResetBackupVerifyJob(ctx context.Context, runID, jobID, prev string) error {
