@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestConsoleMonitoring drives the monitoring screens in headless
@@ -65,4 +68,83 @@ func TestConsoleMonitoring(t *testing.T) {
 	}
 	expectProblem(t, f.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/monitoring/rules/" + old.ID, Token: f.Token}),
 		http.StatusNotFound, "not-found")
+}
+
+// TestConsoleBackups drives the backup screens in headless Chromium
+// (web/e2e/backups.mjs) against a real control plane, a real agent, a
+// real PostgreSQL database and an S3 stand-in: the browser saves the
+// storage settings (the key pair write-only) and tests the storage from
+// the server, enables the instance's policy with verification, backs the
+// database up and watches the run succeed and be verified live, restores
+// it into a new database, is asked before replacing one, and deletes the
+// backup. The API and the restored database then show what it did.
+func TestConsoleBackups(t *testing.T) {
+	t.Parallel()
+	r := newRestoreRig(t)
+	host, port, user, password, database := postgresTarget(t)
+	pg := r.register(t, map[string]any{"name": "pg-orders", "engine": "postgres", "host": host, "port": port, "username": user,
+		"password": password, "database": database, "tls_mode": "disable"})
+	var w struct{}
+	for _, sql := range []string{"CREATE TABLE orders (id int PRIMARY KEY, item text)",
+		"INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 500) g"} {
+		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": sql}).result(t, &w)
+	}
+	sums := map[string]string{"orders": `SELECT md5(string_agg(t::text, E'\n' ORDER BY t.id)) FROM orders t`}
+	source := r.checksums(t, pg.ID, database, sums)
+	copyDB := database + "_copy"
+	testlab.DropPostgresDatabaseAtCleanup(t, copyDB)
+
+	env := []string{"CAPSTAN_SERVER=db-host", "CAPSTAN_INSTANCE=pg-orders", "CAPSTAN_DATABASE=" + database,
+		"CAPSTAN_S3_ENDPOINT=" + r.s3.Endpoint, "CAPSTAN_S3_REGION=" + r.s3.Region, "CAPSTAN_S3_BUCKET=" + r.s3.Bucket,
+		"CAPSTAN_S3_KEY=" + r.s3.AccessKeyID, "CAPSTAN_S3_SECRET=" + r.s3.SecretAccessKey, "CAPSTAN_S3_CA=" + r.s3.CA.PEM}
+	var runID string
+	steps := runConsoleScript(t, r.Fleet, "backups.mjs", env, func(line string, fields []string) {
+		switch fields[0] {
+		case "run-succeeded":
+			runID = fields[1]
+			run := r.run(t, runID)
+			rows := map[string]int64{}
+			for _, tb := range run.Manifest.Tables {
+				rows[tb.Name] = tb.Rows
+			}
+			if run.Status != "succeeded" || run.Trigger != "manual" || run.InstanceID != pg.ID || rows["public.orders"] != 500 {
+				t.Errorf("the run the console showed succeeded: %+v", run)
+			}
+		case "verified":
+			var v struct {
+				OK bool `json:"ok"`
+			}
+			if err := json.Unmarshal(r.run(t, fields[1]).Verified, &v); err != nil || !v.OK {
+				t.Errorf("the run the console showed verified: %s (%v)", r.run(t, fields[1]).Verified, err)
+			}
+		case "restored":
+			for table, sum := range r.checksums(t, pg.ID, fields[1], sums) {
+				if sum != source[table] {
+					t.Errorf("%s restored into %s: checksum %s, at backup time %s", table, fields[1], sum, source[table])
+				}
+			}
+		}
+	}, func() string { return "agent log:\n" + r.agent.Logs() })
+	want := "settings-saved storage-tested policy-saved run-succeeded verified restored deleted done"
+	if strings.Join(steps, " ") != want {
+		t.Fatalf("backups.mjs steps %v, want %s", steps, want)
+	}
+
+	s := r.settings(t)
+	if !s.Configured || s.Provider != "s3" || s.Endpoint != r.s3.Endpoint || !s.PathStyle || !s.AccessKeyIDSet || !s.SecretAccessKeySet ||
+		s.Prefix != "console/" {
+		t.Fatalf("settings saved in the browser: %+v", s)
+	}
+	p := r.policy(t, pg.ID)
+	if !p.Enabled || p.EveryHours != 24 || p.Keep != 3 || !p.Verify {
+		t.Fatalf("policy saved in the browser: %+v", p)
+	}
+	expectProblem(t, r.Get(t, "/api/v1/backups/"+runID, r.Token), http.StatusNotFound, "not-found")
+	for action, n := range map[string]int{"backup.settings.updated": 1, "backup.settings.tested": 1, "backup.policy.updated": 1,
+		"backup.run.queued": 1, "backup.restore.queued": 1, "backup.delete.queued": 1} {
+		entries := auditEntries(t, r.ControlPlane, r.Token, action)
+		if len(entries) != n || entries[0].Actor.Email != "browser-backups@example.com" {
+			t.Errorf("%s audited: %+v; want %d by the browser's user", action, entries, n)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,24 @@ func PostgresDatabase(t testing.TB) string {
 	})
 	u.Path = "/" + name
 	return u.String()
+}
+
+// DropPostgresDatabaseAtCleanup drops the database name of the test
+// server when the test ends: one the code under test made there (a
+// restore's new database, say).
+func DropPostgresDatabaseAtCleanup(t testing.TB, name string) {
+	t.Helper()
+	base := PostgresURL(t)
+	t.Cleanup(func() {
+		admin, err := sql.Open("pgx", base)
+		if err != nil {
+			return
+		}
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, `DROP DATABASE IF EXISTS "`+strings.ReplaceAll(name, `"`, `""`)+`" WITH (FORCE)`); err != nil {
+			t.Logf("dropping database %s: %v", name, err)
+		}
+	})
 }

@@ -19,6 +19,10 @@ const Rules = lazy(() => import("./screens/Monitoring").then((m) => m.Rules), "a
 const Databases = lazy(() => import("./screens/Databases").then((m) => m.Databases), "databases");
 const NewDatabase = lazy(() => import("./screens/Databases").then((m) => m.NewDatabase), "the form");
 const DatabaseDetail = lazy(() => import("./screens/Database").then((m) => m.DatabaseDetail), "the instance");
+const BackupRuns = lazy(() => import("./screens/Backups").then((m) => m.Runs), "backups");
+const BackupRun = lazy(() => import("./screens/Backups").then((m) => m.RunDetail), "the backup");
+const BackupPolicies = lazy(() => import("./screens/Backups").then((m) => m.Policies), "backup policies");
+const BackupStorage = lazy(() => import("./screens/Backups").then((m) => m.Storage), "backup storage");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -68,6 +72,10 @@ export function App() {
   else if (path === "/databases") screen = <Databases />;
   else if (path === "/databases/new") screen = <NewDatabase />;
   else if ((p = match("/databases/:id", path))) screen = <DatabaseDetail key={p.id} id={p.id} />;
+  else if (path === "/backups") screen = <BackupRuns />;
+  else if (path === "/backups/policies") screen = <BackupPolicies />;
+  else if (path === "/backups/storage") screen = <BackupStorage />;
+  else if ((p = match("/backups/runs/:id", path))) screen = <BackupRun key={p.id} id={p.id} />;
   else screen = <NotFound what={path} />;
 
   const nav = [
@@ -75,6 +83,7 @@ export function App() {
     { href: "/jobs", label: "Jobs", active: path.startsWith("/jobs") },
     { href: "/monitoring", label: "Monitoring", active: path.startsWith("/monitoring") },
     { href: "/databases", label: "Databases", active: path.startsWith("/databases") },
+    { href: "/backups", label: "Backups", active: path.startsWith("/backups") },
   ];
   return (
     <div class="shell">

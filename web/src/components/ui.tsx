@@ -116,3 +116,17 @@ export function Loading({ what }: { what: string }) {
     </p>
   );
 }
+
+// SubNav links the pages of one area (monitoring's alerts and rules, say),
+// marking the one shown.
+export function SubNav(props: { label: string; items: { href: string; label: string; current: boolean }[] }) {
+  return (
+    <nav class="subnav" aria-label={props.label}>
+      {props.items.map((i) => (
+        <Link key={i.href} href={i.href} aria-current={i.current ? "page" : undefined}>
+          {i.label}
+        </Link>
+      ))}
+    </nav>
+  );
+}

@@ -1,6 +1,6 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Field, Link, Loading, ProblemBox } from "../components/ui";
+import { Confirm, Field, Link, Loading, ProblemBox, SubNav } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { useLive } from "../lib/live";
@@ -29,16 +29,15 @@ import "./ops.css";
 type Alert = Schemas["Alert"];
 type Rule = Schemas["Rule"];
 
-function SubNav({ at }: { at: "alerts" | "rules" }) {
+function MonitoringNav({ at }: { at: "alerts" | "rules" }) {
   return (
-    <nav class="subnav" aria-label="Monitoring">
-      <Link href="/monitoring" aria-current={at === "alerts" ? "page" : undefined}>
-        Alerts
-      </Link>
-      <Link href="/monitoring/rules" aria-current={at === "rules" ? "page" : undefined}>
-        Rules
-      </Link>
-    </nav>
+    <SubNav
+      label="Monitoring"
+      items={[
+        { href: "/monitoring", label: "Alerts", current: at === "alerts" },
+        { href: "/monitoring/rules", label: "Rules", current: at === "rules" },
+      ]}
+    />
   );
 }
 
@@ -94,7 +93,7 @@ export function Alerts() {
   return (
     <section>
       <h1>Monitoring</h1>
-      <SubNav at="alerts" />
+      <MonitoringNav at="alerts" />
       <ProblemBox problem={problem} />
       <div class="filters" role="search" aria-label="Filter alerts">
         <label class="sr-only" for="alert-state">
@@ -299,7 +298,7 @@ export function Rules() {
           </button>
         )}
       </div>
-      <SubNav at="rules" />
+      <MonitoringNav at="rules" />
       <ProblemBox problem={problem} />
       {editing && data && (
         <RuleEditor
