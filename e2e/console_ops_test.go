@@ -17,7 +17,8 @@ import (
 // memory alert open live (opened here when the script waits for it),
 // creates a rule scoped to the server (after a refused threshold shows
 // its field error), edits and disables it, and deletes another rule after
-// confirming. The API then shows what the browser did.
+// confirming. The API then shows what the browser did. A member sees the
+// same screens without any control to change them.
 func TestConsoleMonitoring(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
@@ -68,6 +69,12 @@ func TestConsoleMonitoring(t *testing.T) {
 	}
 	expectProblem(t, f.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/monitoring/rules/" + old.ID, Token: f.Token}),
 		http.StatusNotFound, "not-found")
+
+	// A member reads the same screens, and is offered nothing to change.
+	steps = runConsoleScriptAs(t, f, "ops-member.mjs", false, []string{"CAPSTAN_PAGES=monitoring", "CAPSTAN_ALERT=" + alert.ID}, nil, nil)
+	if strings.Join(steps, " ") != "monitoring-read-only done" {
+		t.Fatalf("ops-member.mjs steps %v", steps)
+	}
 }
 
 // TestConsoleBackups drives the backup screens in headless Chromium
@@ -77,7 +84,8 @@ func TestConsoleMonitoring(t *testing.T) {
 // the server, enables the instance's policy with verification, backs the
 // database up and watches the run succeed and be verified live, restores
 // it into a new database, is asked before replacing one, and deletes the
-// backup. The API and the restored database then show what it did.
+// backup. The API and the restored database then show what it did. A
+// member sees a backup's screens without any control to change them.
 func TestConsoleBackups(t *testing.T) {
 	t.Parallel()
 	r := newRestoreRig(t)
@@ -146,5 +154,14 @@ func TestConsoleBackups(t *testing.T) {
 		if len(entries) != n || entries[0].Actor.Email != "browser-backups@example.com" {
 			t.Errorf("%s audited: %+v; want %d by the browser's user", action, entries, n)
 		}
+	}
+
+	// A member reads the screens of a backup, and is offered nothing to
+	// change; the storage's secret is not in the page.
+	kept, _ := r.backup(t, pg.ID, "")
+	steps = runConsoleScriptAs(t, r.Fleet, "ops-member.mjs", false, []string{"CAPSTAN_PAGES=backups", "CAPSTAN_RUN=" + kept.ID,
+		"CAPSTAN_S3_SECRET=" + r.s3.SecretAccessKey}, nil, func() string { return "agent log:\n" + r.agent.Logs() })
+	if strings.Join(steps, " ") != "backups-read-only done" {
+		t.Fatalf("ops-member.mjs steps %v", steps)
 	}
 }

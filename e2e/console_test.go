@@ -80,13 +80,21 @@ func TestConsoleInBrowser(t *testing.T) {
 // adds what helps to read such a failure (an agent's log, say).
 func runConsoleScript(t *testing.T, f *Fleet, script string, env []string, onLine func(line string, fields []string), diag func() string) []string {
 	t.Helper()
+	return runConsoleScriptAs(t, f, script, true, env, onLine, diag)
+}
+
+// runConsoleScriptAs is runConsoleScript signed in as a user of its own
+// who is an administrator or, with admin false, a member.
+func runConsoleScriptAs(t *testing.T, f *Fleet, script string, admin bool, env []string, onLine func(line string, fields []string),
+	diag func() string) []string {
+	t.Helper()
 	chromium := testlab.Chromium(t)
 	node, webDir := testlab.ConsoleScripts(t, filepath.Join("..", "web"))
 	page := f.Get(t, "/", "")
 	if page.Status != 200 || !strings.Contains(string(page.Body), "/assets/") {
 		testlab.Require(t, "the web console built into the binary (make web before go test ./e2e)")
 	}
-	user := createUser(t, f.ControlPlane, "browser-"+strings.ToLower(strings.TrimSuffix(script, ".mjs"))+"@example.com", testPassword, true)
+	user := createUser(t, f.ControlPlane, "browser-"+strings.ToLower(strings.TrimSuffix(script, ".mjs"))+"@example.com", testPassword, admin)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
