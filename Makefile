@@ -20,12 +20,15 @@ build: web
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o bin/capstan-agent ./cmd/capstan-agent
 
 # dist cross-builds the agent for every supported server architecture into
-# dist/, ready to serve with capstan serve --agent-dir dist.
+# dist/, ready to serve with capstan serve --agent-dir dist, and next to it
+# the Caddy that the installer puts on servers (scripts/caddy-build.sh says
+# which and why).
 dist: build
 	mkdir -p dist
 	cp bin/capstan dist/capstan
 	for arch in amd64 arm64; do \
 		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build $(GOFLAGS_BUILD) -o dist/capstan-agent-linux-$$arch ./cmd/capstan-agent || exit 1; \
+		scripts/caddy-build.sh dist/caddy-linux-$$arch $$arch || exit 1; \
 	done
 
 # web builds the console into web/dist, which the control plane embeds.

@@ -186,6 +186,7 @@ func TestAccessByRole(t *testing.T) {
 		"PUT /api/v1/backups/policies/{instance_id}":               {access: admin, path: "/api/v1/backups/policies/" + none, body: map[string]any{}},
 		"GET /agent/install.sh":                                    {access: public, path: "/agent/install.sh"},
 		"GET /agent/package.tar.gz":                                {access: public, path: "/agent/package.tar.gz?arch=amd64"},
+		"GET /agent/caddy":                                         {access: public, path: "/agent/caddy?arch=amd64"},
 		"POST /agent/v1/enroll":                                    {access: public, path: "/agent/v1/enroll", body: map[string]any{}},
 		"POST /agent/v1/heartbeat":                                 {access: agent, path: "/agent/v1/heartbeat", body: map[string]any{}},
 		"POST /agent/v1/metrics":                                   {access: agent, path: "/agent/v1/metrics", body: map[string]any{}},

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -110,6 +111,18 @@ func pingAgent(t *testing.T, cp *ControlPlane, token, serverID, message string) 
 	return result
 }
 
+// copyFile copies the executable src to dst.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // agentConfig reads the agent's configuration inside the container.
 func agentConfig(t *testing.T, c *Container) (cfg struct {
 	APIURL     string `json:"api_url"`
@@ -136,6 +149,10 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 
 	agentDir := t.TempDir()
 	buildAgent(t, filepath.Join(agentDir, "capstan-agent"), agentVersion1)
+	// The Caddy servers get, in place of Debian's 2.6.2: the one the tests
+	// run (scripts/testenv.sh builds it as make dist does).
+	caddyVersion := testlab.CaddyVersion(t)
+	copyFile(t, testlab.CaddyBinary(t), filepath.Join(agentDir, "caddy-linux-"+runtime.GOARCH))
 	// The upgrade: built now, put in place later.
 	upgrade := filepath.Join(t.TempDir(), "capstan-agent")
 	buildAgent(t, upgrade, agentVersion2)
@@ -244,6 +261,18 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 		!strings.Contains(out, "/opt/capstan-agent/capstan-agent app-helper web ;") || !strings.HasSuffix(out, "\nStartLimitIntervalUSec=0\n") {
 		t.Fatalf("service application setup:\n%s", out)
 	}
+	// The control plane's Caddy took the place of Debian's, which is
+	// diverted aside so that a package upgrade does not bring it back.
+	if !strings.Contains(res.Stderr, "installed Caddy "+caddyVersion+" from the control plane") {
+		t.Errorf("the installer did not say it installed Caddy %s:\n%s", caddyVersion, res.Stderr)
+	}
+	if got := strings.Fields(c.MustExec(t, "caddy version")); len(got) == 0 || got[0] != caddyVersion {
+		t.Fatalf("caddy version on the server: %q, want %s", got, caddyVersion)
+	}
+	if out := c.MustExec(t, "dpkg-divert --list /usr/bin/caddy && /usr/bin/caddy.distrib version"); !strings.Contains(out, "diversion of /usr/bin/caddy to /usr/bin/caddy.distrib by LOCAL") ||
+		!strings.Contains(out, "\n2.6.") {
+		t.Fatalf("Debian's caddy is not diverted to /usr/bin/caddy.distrib:\n%s", out)
+	}
 	// Caddy runs in API mode, so the configuration the agent loads
 	// survives restarts, and the agent may read the proxy's access log.
 	if out := c.MustExec(t, "systemctl is-enabled caddy-api.service; systemctl is-enabled caddy.service || true"); !strings.HasPrefix(out, "enabled\n") || !strings.Contains(out, "disabled") {
@@ -289,6 +318,10 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	res = c.RunInstaller(t, installURL)
 	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "already enrolled") {
 		t.Fatalf("installer (upgrade): exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	// Caddy is the control plane's already: left as it is.
+	if !strings.Contains(res.Stderr, "Caddy is the control plane's ("+caddyVersion+")") || strings.Contains(res.Stderr, "installed Caddy") {
+		t.Errorf("the upgrade should keep the control plane's Caddy as it is:\n%s", res.Stderr)
 	}
 	if got := strings.TrimSpace(c.MustExec(t, "/opt/capstan-agent/capstan-agent version")); got != agentVersion2 {
 		t.Fatalf("after the upgrade, capstan-agent version says %q, want %q", got, agentVersion2)

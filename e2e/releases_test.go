@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestReleasesDropNoConnection redeploys an application served by Caddy
@@ -14,11 +16,17 @@ import (
 // new listeners and closes the old ones; a connection waiting in an old
 // listener's queue is handed over to the new one
 // (net.ipv4.tcp_migrate_req=1, which the agent installer sets on servers
-// and scripts/testenv.sh on the test machine) instead of being reset.
+// and scripts/testenv.sh on the test machine) instead of being reset, and
+// a handshake in that instant finds its certificate: Caddy 2.7 and later
+// keep their certificate cache across loads (servers get such a Caddy
+// from the installer, the test machine from scripts/testenv.sh).
 func TestReleasesDropNoConnection(t *testing.T) {
 	t.Parallel()
 	if got := tcpMigrateReq(); got != "1" {
 		t.Fatalf("net.ipv4.tcp_migrate_req is %s in this network namespace, want 1 as on an installed server (scripts/testenv.sh up sets it)", got)
+	}
+	if v := testlab.CaddyVersion(t); !testlab.CaddyKeepsCertificates(v) {
+		t.Fatalf("caddy %s drops its certificate cache at every configuration load, want 2.7 or later as on an installed server (scripts/testenv.sh up builds it)", v)
 	}
 	const host, redeploys = "release.test", 10
 	s := newAppStack(t, appStackOptions{Images: map[string]int{"v1": 0, "v2": 0}})

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/testenv.sh — bring up / tear down the integration-test environment
-# for Capstan: a throwaway PostgreSQL, a Docker engine and a caddy binary;
-# the MariaDB and Redis servers that tests start themselves are installed.
+# for Capstan: a throwaway PostgreSQL, a Docker engine and a caddy binary
+# (the version servers get, built by scripts/caddy-build.sh and kept under
+# STATE_DIR/caddy/<version>/); the MariaDB and Redis servers that tests
+# start themselves are installed.
 #
 #   scripts/testenv.sh up   [STATE_DIR]   # idempotent; fast when already up
 #   scripts/testenv.sh down [STATE_DIR]   # always succeeds
@@ -133,7 +135,6 @@ ensure_packages() {
 	have mariadb || pkgs+=(mariadb-client)
 	have redis-cli || pkgs+=(redis-tools)
 	have dockerd || pkgs+=(docker.io)
-	have caddy || pkgs+=(caddy)
 	have shellcheck || pkgs+=(shellcheck)
 	have systemd-nspawn || pkgs+=(systemd-container)
 	have debootstrap || pkgs+=(debootstrap)
@@ -161,7 +162,6 @@ ensure_packages() {
 
 	[[ -n "$(pg_bindir)" ]] || die "postgresql installed but no /usr/lib/postgresql/*/bin/postgres"
 	have dockerd || die "docker.io installed but dockerd not found"
-	have caddy || die "caddy installed but not found"
 	have shellcheck || die "shellcheck installed but not found"
 	have systemd-nspawn || die "systemd-container installed but systemd-nspawn not found"
 	have debootstrap || die "debootstrap installed but not found"
@@ -320,6 +320,25 @@ ensure_sysctl() {
 }
 
 # ---------------------------------------------------------------------------
+# up: caddy
+
+# The tests run the Caddy that servers run (see scripts/caddy-build.sh for
+# why not Debian's), built once per version from Caddy's Go module.
+ensure_caddy() {
+	local version
+	version="$("$SCRIPT_DIR/caddy-build.sh" --version)"
+	CADDY_BIN="$STATE_DIR/caddy/$version/caddy"
+	if [[ -x $CADDY_BIN ]]; then
+		CADDY_STATUS="reused"
+		return 0
+	fi
+	log "caddy: building $version from its Go module (once per version)"
+	local start=$SECONDS
+	"$SCRIPT_DIR/caddy-build.sh" "$CADDY_BIN" 9>&- || die "could not build Caddy $version"
+	CADDY_STATUS="built in $((SECONDS - start))s"
+}
+
+# ---------------------------------------------------------------------------
 # commands
 
 cmd_up() {
@@ -332,24 +351,24 @@ cmd_up() {
 	ensure_postgres
 	ensure_docker
 	ensure_sysctl
+	ensure_caddy
 
-	local caddy_bin caddy_ver
-	caddy_bin="$(command -v caddy)"
-	caddy_ver="$("$caddy_bin" version 2>&1)" || die "caddy version failed: $caddy_ver"
+	local caddy_ver
+	caddy_ver="$("$CADDY_BIN" version 2>&1)" || die "caddy version failed: $caddy_ver"
 
 	local url="postgres://postgres@127.0.0.1:$PG_PORT/postgres?sslmode=disable"
 	local tmp="$ENV_FILE.tmp.$$"
 	cat >"$tmp" <<EOF
 export CAPSTAN_TEST_POSTGRES_URL=$url
 export CAPSTAN_TEST_DOCKER_HOST=unix://$DOCKER_SOCK
-export CAPSTAN_TEST_CADDY=$caddy_bin
+export CAPSTAN_TEST_CADDY=$CADDY_BIN
 export CAPSTAN_TEST_CHROMIUM=$(command -v chromium)
 EOF
 	mv -f "$tmp" "$ENV_FILE"
 
 	log "postgres: $PG_STATUS, $("$PG_BIN/postgres" --version | awk '{print $3}') at $url (data $PG_DATA)"
 	log "docker:   $DOCKER_STATUS, unix://$DOCKER_SOCK"
-	log "caddy:    $caddy_bin ${caddy_ver%% *}"
+	log "caddy:    $CADDY_STATUS, $CADDY_BIN ${caddy_ver%% *}"
 	log "env:      $ENV_FILE"
 }
 

@@ -9,6 +9,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +44,11 @@ type ScriptConfig struct {
 	// of the agent package served for it. The installer refuses an
 	// architecture without one, and a package whose sum differs.
 	PackageSHA256 map[string]string
+	// CaddySHA256 maps an architecture to the SHA-256 (lowercase hex) of
+	// the Caddy binary served for it (GET /agent/caddy). The installer
+	// installs that Caddy in place of the host's unless it already is;
+	// without one it keeps the host's Caddy.
+	CaddySHA256 map[string]string
 }
 
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -56,11 +63,15 @@ func InstallScript(c ScriptConfig) (string, error) {
 	}
 	vals := []string{"__CAPSTAN_PUBLIC_URL__", shellQuote(u)}
 	for _, arch := range Architectures {
-		sum := c.PackageSHA256[arch]
+		sum, caddy := c.PackageSHA256[arch], c.CaddySHA256[arch]
 		if sum != "" && !sha256Hex.MatchString(sum) {
 			return "", fmt.Errorf("agentapi: package checksum for %s is not a SHA-256 in hex: %q", arch, sum)
 		}
-		vals = append(vals, "__CAPSTAN_SHA256_"+strings.ToUpper(arch)+"__", shellQuote(sum))
+		if caddy != "" && !sha256Hex.MatchString(caddy) {
+			return "", fmt.Errorf("agentapi: Caddy checksum for %s is not a SHA-256 in hex: %q", arch, caddy)
+		}
+		vals = append(vals, "__CAPSTAN_SHA256_"+strings.ToUpper(arch)+"__", shellQuote(sum),
+			"__CAPSTAN_CADDY_SHA256_"+strings.ToUpper(arch)+"__", shellQuote(caddy))
 	}
 	return strings.NewReplacer(vals...).Replace(installTemplate), nil
 }
@@ -131,6 +142,91 @@ func BinaryPath(dir, arch string) (string, error) {
 		}
 	}
 	return "", fault.NotFoundf("No agent binary for linux/%s on this control plane (looked for %s).", arch, filepath.Base(candidates[0]))
+}
+
+// CaddyPath returns where the Caddy binary for arch is looked up in dir:
+// caddy-linux-<arch> (make dist builds it with scripts/caddy-build.sh).
+func CaddyPath(dir, arch string) (string, error) {
+	p := filepath.Join(dir, "caddy-linux-"+arch)
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return "", fault.NotFoundf("No Caddy binary for linux/%s on this control plane (looked for %s).", arch, filepath.Base(p))
+	}
+	return p, nil
+}
+
+// fileSums keeps the SHA-256 of served files, computed once for each
+// version of a file (the same inode, size and modification time).
+type fileSums struct {
+	mu sync.Mutex // guards m
+	m  map[string]fileSum
+}
+
+type fileSum struct {
+	info os.FileInfo
+	sum  string // hex
+}
+
+// of returns the SHA-256 (hex) of f, whose Stat is st, opened from path;
+// f is read from its start and left there.
+func (fs *fileSums) of(path string, f *os.File, st os.FileInfo) (string, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if c, ok := fs.m[path]; ok && os.SameFile(c.info, st) && c.info.ModTime().Equal(st.ModTime()) && c.info.Size() == st.Size() {
+		return c.sum, nil
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	if fs.m == nil {
+		fs.m = map[string]fileSum{}
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	fs.m[path] = fileSum{info: st, sum: sum}
+	return sum, nil
+}
+
+// caddySums returns the SHA-256 of the Caddy binary of every
+// architecture this control plane serves one for.
+func (fs *fileSums) caddySums(dir string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, arch := range Architectures {
+		path, err := CaddyPath(dir, arch)
+		if fault.Is(err, fault.NotFound) {
+			continue
+		}
+		f, st, err := openRegular(path)
+		if err != nil {
+			return nil, err
+		}
+		sum, err := fs.of(path, f, st)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		out[arch] = sum
+	}
+	return out, nil
+}
+
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	return f, st, nil
 }
 
 // packager builds agent packages and keeps the last one per file.
@@ -223,6 +319,7 @@ func (p *packager) sums(dir, version string) (map[string]string, error) {
 func registerInstall(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
 	pk := &packager{}
+	caddySums := &fileSums{}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-install-script", Method: http.MethodGet, Path: "/agent/install.sh", Tags: tags,
 		Summary: "The agent installer (POSIX sh) with this control plane's URL and the agent packages' SHA-256 filled in",
@@ -242,7 +339,11 @@ func registerInstall(s *httpapi.Server, d Deps) {
 		if err != nil {
 			return nil, err
 		}
-		script, err := InstallScript(ScriptConfig{PublicURL: d.PublicURL, PackageSHA256: sums})
+		caddy, err := caddySums.caddySums(d.AgentDir)
+		if err != nil {
+			return nil, err
+		}
+		script, err := InstallScript(ScriptConfig{PublicURL: d.PublicURL, PackageSHA256: sums, CaddySHA256: caddy})
 		if err != nil {
 			return nil, err
 		}
@@ -263,5 +364,41 @@ func registerInstall(s *httpapi.Server, d Deps) {
 		}
 		return &packageOutput{ContentType: "application/gzip",
 			ContentDisposition: fmt.Sprintf(`attachment; filename="capstan-agent-linux-%s.tar.gz"`, in.Arch), Body: data}, nil
+	})
+	httpapi.Register(s, huma.Operation{
+		OperationID: "agent-caddy", Method: http.MethodGet, Path: "/agent/caddy", Tags: tags,
+		Summary: "The Caddy binary servers run as their reverse proxy, for an architecture",
+		Description: "The control plane serves the Caddy found as caddy-linux-<arch> in its agent directory (--agent-dir; " +
+			"make dist builds Caddy 2.7 or later from its source). The installer downloads it, checks its SHA-256 against the " +
+			"one filled into the installer (also sent here as Repr-Digest) and installs it in place of the host's Caddy: " +
+			"Caddy 2.7 and later keep their certificates across the configuration loads of releases, so that no TLS " +
+			"handshake fails in that instant. 404 when the control plane has none for that architecture.",
+		Errors: []int{http.StatusNotFound},
+		Responses: map[string]*huma.Response{"200": {Description: "The caddy executable (linux/<arch>)",
+			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
+	}, httpapi.Public, func(ctx context.Context, in *packageInput) (*huma.StreamResponse, error) {
+		path, err := CaddyPath(d.AgentDir, in.Arch)
+		if err != nil {
+			return nil, err
+		}
+		f, st, err := openRegular(path)
+		if err != nil {
+			return nil, err
+		}
+		sum, err := caddySums.of(path, f, st)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		log := s.Logger()
+		return &huma.StreamResponse{Body: func(hctx huma.Context) {
+			defer f.Close()
+			hctx.SetHeader("Content-Type", "application/octet-stream")
+			hctx.SetHeader("Content-Disposition", fmt.Sprintf(`attachment; filename="caddy-linux-%s"`, in.Arch))
+			hctx.SetHeader("Content-Length", strconv.FormatInt(st.Size(), 10))
+			hctx.SetHeader("Repr-Digest", httpapi.ContentDigest(sum))
+			hctx.SetStatus(http.StatusOK)
+			httpapi.StreamBody(hctx, f, func(msg string, args ...any) { log.WarnContext(ctx, msg, args...) })
+		}}, nil
 	})
 }

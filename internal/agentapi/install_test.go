@@ -39,7 +39,8 @@ func TestInstallScriptShellcheck(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "install.sh")
 	if err := os.WriteFile(path, []byte(mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL,
-		PackageSHA256: map[string]string{"amd64": strings.Repeat("ab", 32)}})), 0o644); err != nil {
+		PackageSHA256: map[string]string{"amd64": strings.Repeat("ab", 32)},
+		CaddySHA256:   map[string]string{"amd64": strings.Repeat("cd", 32)}})), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(bin, "-s", "sh", path).CombinedOutput()
@@ -194,6 +195,71 @@ func TestInstallScriptServed(t *testing.T) {
 			}
 		}
 		writeAgent(t, dir, "capstan-agent-linux-amd64", "#!/bin/sh\necho a newer, longer amd64 build\n")
+	}
+}
+
+// TestInstallCaddyServed: a Caddy binary in the agent directory is served
+// whole at /agent/caddy, and the installer carries its SHA-256; without
+// one the installer carries none and /agent/caddy is 404.
+func TestInstallCaddyServed(t *testing.T) {
+	dir := t.TempDir()
+	ts := newServer(t, dir)
+	_, script := get(t, ts, "/agent/install.sh")
+	if got := scriptHeader(t, string(script), t.TempDir(), "CADDY_SHA256_AMD64", "CADDY_SHA256_ARM64"); got[0] != "" || got[1] != "" {
+		t.Fatalf("without Caddy binaries, the installer carries Caddy sums %q", got)
+	}
+	resp, body := get(t, ts, "/agent/caddy?arch=amd64")
+	if p := expectProblem(t, resp, body, http.StatusNotFound, "not-found"); !strings.Contains(p.Detail, "caddy-linux-amd64") {
+		t.Fatalf("detail %q does not name the missing binary", p.Detail)
+	}
+
+	bins := map[string]string{"amd64": "#!/bin/sh\necho caddy amd64\n", "arm64": "#!/bin/sh\necho caddy arm64\n"}
+	for round := range 2 {
+		for arch, bin := range bins {
+			writeAgent(t, dir, "caddy-linux-"+arch, bin)
+		}
+		_, script := get(t, ts, "/agent/install.sh")
+		got := scriptHeader(t, string(script), t.TempDir(), "CADDY_SHA256_AMD64", "CADDY_SHA256_ARM64")
+		for i, arch := range []string{"amd64", "arm64"} {
+			resp, body := get(t, ts, "/agent/caddy?arch="+arch)
+			if resp.StatusCode != http.StatusOK || string(body) != bins[arch] {
+				t.Fatalf("round %d: GET /agent/caddy?arch=%s: %d %q, want %q", round, arch, resp.StatusCode, body, bins[arch])
+			}
+			sum := sha256.Sum256(body)
+			if want := hex.EncodeToString(sum[:]); got[i] != want {
+				t.Errorf("round %d: the installer's Caddy SHA-256 for %s is %q, the binary's is %q", round, arch, got[i], want)
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/octet-stream" {
+				t.Errorf("Content-Type %q", ct)
+			}
+			if d := resp.Header.Get("Repr-Digest"); d != httpapi.ContentDigest(got[i]) {
+				t.Errorf("Repr-Digest %q, want the binary's SHA-256", d)
+			}
+		}
+		// A newer build in place of the old one is served and summed anew.
+		bins["amd64"] += "# a newer, longer build\n"
+	}
+	resp, body = get(t, ts, "/agent/caddy?arch=sparc")
+	expectProblem(t, resp, body, http.StatusUnprocessableEntity, "validation-failed")
+}
+
+// The installer tells Caddy 2.7 and later, which keep their certificates
+// across configuration loads, from older ones, by what caddy version says.
+func TestInstallScriptCaddyVersion(t *testing.T) {
+	head, _, _ := strings.Cut(mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL}), "\nmain() {\n")
+	for v, want := range map[string]bool{
+		"v2.11.9": true, "v2.7.0": true, "2.7.6": true, "v3.0.0": true, "v2.10.0-beta.1": true,
+		"2.6.2": false, "v2.6.4": false, "v1.0.4": false, "": false, "v2": false, "v20": false, "garbage": false, "2.x.1": false,
+	} {
+		cmd := exec.Command("sh", "-c", head+"\nif caddy_keeps_certificates \"$1\"; then echo yes; else echo no; fi", "sh", v)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", v, err, out)
+		}
+		if got := strings.TrimSpace(string(out)) == "yes"; got != want {
+			t.Errorf("caddy_keeps_certificates %q: %s, want %v", v, out, want)
+		}
 	}
 }
 

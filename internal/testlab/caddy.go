@@ -55,6 +55,30 @@ func CaddyBinary(t testing.TB) string {
 	return bin
 }
 
+// CaddyVersion is the version the test's caddy binary reports, e.g.
+// "v2.11.9" or "2.6.2".
+func CaddyVersion(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(CaddyBinary(t), "version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("caddy version: %v\n%s", err, out)
+	}
+	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	return v
+}
+
+// CaddyKeepsCertificates reports whether Caddy of version v (as
+// CaddyVersion says it) is 2.7 or later: those keep their certificate
+// cache across configuration loads, so no TLS handshake fails while a
+// load reads the certificates back from storage.
+func CaddyKeepsCertificates(v string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 7
+}
+
 // StartCaddy runs Caddy with its own data and config directories and its
 // admin API on 127.0.0.1, local CA trust installation off, and stops it
 // when the test ends (logging its output if the test failed).

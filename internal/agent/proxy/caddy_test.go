@@ -3,10 +3,12 @@ package proxy_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -140,20 +142,20 @@ func TestApplyRealCaddy(t *testing.T) {
 		}
 	})
 
-	// Requests on brand-new connections are measured, not held to zero:
-	// in the instant of a reload Caddy 2.6 can drop a connection being
-	// set up. The new configuration binds its own SO_REUSEPORT socket and
-	// the old one is closed, resetting connections queued on it (unless
-	// net.ipv4.tcp_migrate_req is 1), and a connection the old server
-	// accepted last may fail its TLS handshake once the old TLS app has
-	// stopped ("tls: internal error"). Established connections, above,
-	// are not affected.
+	// Brand-new connections too: each reload binds new SO_REUSEPORT
+	// sockets and closes the old ones (net.ipv4.tcp_migrate_req hands the
+	// queued connections over), and Caddy 2.7 and later keep their
+	// certificate cache across loads, so a handshake in that instant
+	// finds its certificate (TestLoadsFailNoTLSHandshake).
 	t.Run("switching the upstream, a new connection per request", func(t *testing.T) {
 		tr := hc.Transport.(*http.Transport).Clone()
 		tr.DisableKeepAlives = true
 		fresh := &http.Client{Transport: tr, Timeout: hc.Timeout, CheckRedirect: hc.CheckRedirect}
 		r := switchUnderLoad(t, p, fresh, c.URL("https", "app.test", "/loop"), cfg, one, two, 6)
-		t.Logf("a connection per request (tcp_migrate_req %v): %s; first failure: %v", migrateReq(), r, r.firstErr)
+		t.Logf("a connection per request (tcp_migrate_req %v): %s", migrateReq(), r)
+		if r.failures != 0 {
+			t.Errorf("%d requests on new connections failed during upstream switches; first: %v", r.failures, r.firstErr)
+		}
 	})
 
 	t.Run("refused config keeps the previous one serving", func(t *testing.T) {
@@ -343,4 +345,66 @@ func switchUnderLoad(t *testing.T, p *proxy.Proxy, hc *http.Client, url string, 
 		t.Error("requests did not reach both upstreams")
 	}
 	return res
+}
+
+// TestLoadsFailNoTLSHandshake loads 30 configurations that switch a tls
+// internal site's upstream while eight clients do nothing but TLS
+// handshakes with Caddy, each on a new connection. Not one fails. Caddy
+// before 2.7 (Debian 12's 2.6.2) starts every load with an empty
+// certificate cache and reads the certificates back from storage in the
+// background, and fails the handshakes that arrive meanwhile with an
+// "internal error" alert; from 2.7 on the cache is kept across loads.
+func TestLoadsFailNoTLSHandshake(t *testing.T) {
+	c := testlab.StartCaddy(t)
+	p := newProxy(c, "")
+	one, two := upstream(t, "one"), upstream(t, "two")
+	cfg := agentproto.ProxyConfig{Sites: []agentproto.ProxySite{{Hostname: "app.test", AppID: "app_1", TLSMode: agentproto.TLSInternal}}}
+	if err := p.Apply(context.Background(), cfg, map[string]string{"app_1": one}); err != nil {
+		t.Fatal(err)
+	}
+	roots := c.RootPool(t)
+	hc := c.Client(roots)
+	waitFor(t, hc, c.URL("https", "app.test", "/"), 200, "one")
+
+	var (
+		stop               atomic.Bool
+		handshakes, failed atomic.Int64
+		firstErr           atomic.Value
+		wg                 sync.WaitGroup
+	)
+	addr := fmt.Sprintf("127.0.0.1:%d", c.HTTPSPort)
+	dialer := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: &tls.Config{ServerName: "app.test", RootCAs: roots}}
+	for range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+				conn, err := dialer.DialContext(context.Background(), "tcp", addr)
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+					continue
+				}
+				conn.Close()
+				handshakes.Add(1)
+			}
+		})
+	}
+	stopClients := sync.OnceFunc(func() { stop.Store(true); wg.Wait() })
+	defer stopClients()
+	const loads = 30
+	for i := range loads {
+		target := []string{two, one}[i%2]
+		before := handshakes.Load() + failed.Load()
+		if err := p.Apply(context.Background(), cfg, map[string]string{"app_1": target}); err != nil {
+			t.Fatal(err)
+		}
+		// Handshakes go on across each configuration.
+		testlab.Eventually(t, time.Minute, "handshakes after a load", func() bool {
+			return handshakes.Load()+failed.Load() > before+20
+		})
+	}
+	stopClients()
+	t.Logf("%d loads: %d TLS handshakes, %d failed (caddy %s)", loads, handshakes.Load(), failed.Load(), testlab.CaddyVersion(t))
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d of %d TLS handshakes failed across %d loads; first: %v", n, n+handshakes.Load(), loads, firstErr.Load())
+	}
 }
