@@ -127,6 +127,9 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		"--state-dir", filepath.Join(t.TempDir(), "state"),
 	}
 	s.StateDir = args[len(args)-1]
+	if c.UpstreamDir != "" {
+		args = append(args, "--proxy-upstream-dir", c.UpstreamDir)
+	}
 	if s.DNS != "" {
 		args = append(args, "--dns-server", s.DNS)
 	}

@@ -74,9 +74,13 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h)
 	}
-	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, "--caddy-admin", c.AdminURL,
+	args := []string{"--caddy-admin", c.AdminURL,
 		"--proxy-http-port", strconv.Itoa(c.HTTPPort), "--proxy-https-port", strconv.Itoa(c.HTTPSPort),
-		"--proxy-listen-host", "127.0.0.1", "--proxy-access-log", c.AccessLog, "--state-dir", filepath.Join(t.TempDir(), "state"))}
+		"--proxy-listen-host", "127.0.0.1", "--proxy-access-log", c.AccessLog, "--state-dir", filepath.Join(t.TempDir(), "state")}
+	if c.UpstreamDir != "" {
+		args = append(args, "--proxy-upstream-dir", c.UpstreamDir)
+	}
+	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, args...)}
 }
 
 func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {

@@ -273,6 +273,10 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 		!strings.Contains(out, "\n2.6.") {
 		t.Fatalf("Debian's caddy is not diverted to /usr/bin/caddy.distrib:\n%s", out)
 	}
+	// The agent's upstream files, which that Caddy reads.
+	if out := c.MustExec(t, "stat -c '%a %U' /var/lib/capstan-proxy"); strings.TrimSpace(out) != "755 capstan" {
+		t.Fatalf("/var/lib/capstan-proxy: got %q, want mode 755 owned by capstan", out)
+	}
 	// Caddy runs in API mode, so the configuration the agent loads
 	// survives restarts, and the agent may read the proxy's access log.
 	if out := c.MustExec(t, "systemctl is-enabled caddy-api.service; systemctl is-enabled caddy.service || true"); !strings.HasPrefix(out, "enabled\n") || !strings.Contains(out, "disabled") {

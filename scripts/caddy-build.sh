@@ -46,7 +46,7 @@ EOF
 	export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0 GOOS=linux GOARCH=$arch
 	go mod init capstan.local/caddy >/dev/null 2>&1
 	# Caddy's own go.mod decides every dependency's version.
-	go get "github.com/caddyserver/caddy/v2@$CADDY_VERSION" >/dev/null
+	go get "github.com/caddyserver/caddy/v2@$CADDY_VERSION" >get.log 2>&1 || { cat get.log >&2; exit 1; }
 	go build -trimpath -ldflags '-s -w' -o caddy .
 ) || die "building Caddy $CADDY_VERSION for linux/$arch failed"
 mkdir -p "$(dirname "$out")"

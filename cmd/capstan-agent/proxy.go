@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
@@ -19,6 +20,7 @@ type proxyFlags struct {
 	ProxyAccessLog string `name:"proxy-access-log" env:"CAPSTAN_PROXY_ACCESS_LOG" default:"/var/log/caddy/capstan-access.log" help:"File Caddy writes its JSON access log to; the traffic report reads it."`
 	ACMEEmail      string `name:"acme-email" env:"CAPSTAN_ACME_EMAIL" help:"E-mail of the ACME account for automatic certificates (optional)."`
 	DNSServer      string `name:"dns-server" env:"CAPSTAN_DNS_SERVER" help:"DNS server (ip:port) domain checks ask instead of the host's resolver."`
+	ProxyUpstreams string `name:"proxy-upstream-dir" env:"CAPSTAN_PROXY_UPSTREAM_DIR" default:"/var/lib/capstan-proxy" help:"Directory, readable by Caddy, of a file per application with its upstream address; Caddy 2.8 and later read it at every request, so a release switches without reloading Caddy. Used when it exists (the installer makes it for Caddy 2.8 or later)."`
 	StateDir       string `name:"state-dir" env:"CAPSTAN_AGENT_STATE_DIR" default:"/var/lib/capstan-agent" type:"path" help:"Directory of the agent's state (created 0700): the proxy's applied revision, the traffic report's position, and the metric samples and job results not delivered yet (kept across restarts)."`
 }
 
@@ -26,7 +28,17 @@ func (f proxyFlags) settings() proxy.Settings {
 	return proxy.Settings{
 		AdminURL: f.CaddyAdmin, HTTPPort: f.ProxyHTTPPort, HTTPSPort: f.ProxyHTTPSPort, ListenHost: f.ProxyListen,
 		AccessLog: f.ProxyAccessLog, ACMEEmail: f.ACMEEmail, DNSServer: f.DNSServer,
+		UpstreamDir: f.upstreamDir(),
 	}
+}
+
+// upstreamDir is the proxy's upstream directory if it is one, else "":
+// without it, upstreams are written into Caddy's configuration.
+func (f proxyFlags) upstreamDir() string {
+	if st, err := os.Stat(f.ProxyUpstreams); err == nil && st.IsDir() {
+		return f.ProxyUpstreams
+	}
+	return ""
 }
 
 // trafficReporter reports the requests of the proxy's access log.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -58,5 +59,15 @@ func TestProxyFlags(t *testing.T) {
 	r = parseRun(t, "--proxy-https-port", "9443", "--caddy-admin", "http://localhost:2999", "--proxy-listen-host", "127.0.0.1")
 	if s := r.settings(); s.HTTPSPort != 9443 || s.AdminURL != "http://localhost:2999" || s.ListenHost != "127.0.0.1" {
 		t.Errorf("flags: %+v", s)
+	}
+
+	// The upstream directory is used when it exists, as the installer
+	// makes it for a Caddy that reads upstreams from files.
+	dir := t.TempDir()
+	if s := parseRun(t, "--proxy-upstream-dir", dir).settings(); s.UpstreamDir != dir {
+		t.Errorf("existing upstream directory: settings have %q, want %q", s.UpstreamDir, dir)
+	}
+	if s := parseRun(t, "--proxy-upstream-dir", filepath.Join(dir, "missing")).settings(); s.UpstreamDir != "" {
+		t.Errorf("missing upstream directory: settings have %q, want none", s.UpstreamDir)
 	}
 }

@@ -369,10 +369,10 @@ func registerInstall(s *httpapi.Server, d Deps) {
 		OperationID: "agent-caddy", Method: http.MethodGet, Path: "/agent/caddy", Tags: tags,
 		Summary: "The Caddy binary servers run as their reverse proxy, for an architecture",
 		Description: "The control plane serves the Caddy found as caddy-linux-<arch> in its agent directory (--agent-dir; " +
-			"make dist builds Caddy 2.7 or later from its source). The installer downloads it, checks its SHA-256 against the " +
-			"one filled into the installer (also sent here as Repr-Digest) and installs it in place of the host's Caddy: " +
-			"Caddy 2.7 and later keep their certificates across the configuration loads of releases, so that no TLS " +
-			"handshake fails in that instant. 404 when the control plane has none for that architecture.",
+			"make dist builds it from Caddy's source at the version Capstan pins). The installer downloads it, checks its SHA-256 " +
+			"against the one filled into the installer (also sent here as Repr-Digest) and installs it in place of the host's " +
+			"Caddy: from Caddy 2.8 on, a release switches an application's upstream without reloading Caddy, so that no " +
+			"connection opened in that instant is dropped. 404 when the control plane has none for that architecture.",
 		Errors: []int{http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "The caddy executable (linux/<arch>)",
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},

@@ -243,22 +243,22 @@ func TestInstallCaddyServed(t *testing.T) {
 	expectProblem(t, resp, body, http.StatusUnprocessableEntity, "validation-failed")
 }
 
-// The installer tells Caddy 2.7 and later, which keep their certificates
-// across configuration loads, from older ones, by what caddy version says.
+// The installer tells Caddy 2.8 and later, which read upstream files at
+// every request, from older ones, by what caddy version says.
 func TestInstallScriptCaddyVersion(t *testing.T) {
 	head, _, _ := strings.Cut(mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL}), "\nmain() {\n")
 	for v, want := range map[string]bool{
-		"v2.11.9": true, "v2.7.0": true, "2.7.6": true, "v3.0.0": true, "v2.10.0-beta.1": true,
-		"2.6.2": false, "v2.6.4": false, "v1.0.4": false, "": false, "v2": false, "v20": false, "garbage": false, "2.x.1": false,
+		"v2.11.9": true, "v2.8.0": true, "2.8.4": true, "v3.0.0": true, "v2.10.0-beta.1": true,
+		"2.6.2": false, "v2.7.6": false, "v1.0.4": false, "": false, "v2": false, "v20": false, "garbage": false, "2.x.1": false,
 	} {
-		cmd := exec.Command("sh", "-c", head+"\nif caddy_keeps_certificates \"$1\"; then echo yes; else echo no; fi", "sh", v)
+		cmd := exec.Command("sh", "-c", head+"\nif caddy_reads_upstream_files \"$1\"; then echo yes; else echo no; fi", "sh", v)
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("%q: %v\n%s", v, err, out)
 		}
 		if got := strings.TrimSpace(string(out)) == "yes"; got != want {
-			t.Errorf("caddy_keeps_certificates %q: %s, want %v", v, out, want)
+			t.Errorf("caddy_reads_upstream_files %q: %s, want %v", v, out, want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -35,6 +36,10 @@ type Caddy struct {
 	AccessLog string
 	// LogPath is Caddy's own output.
 	LogPath string
+	// UpstreamDir is a directory for the agent's upstream files (the
+	// agent's --proxy-upstream-dir) when this Caddy reads them (2.8 and
+	// later); empty otherwise.
+	UpstreamDir string
 }
 
 // caddyStartTimeout bounds the wait for Caddy's admin API.
@@ -59,24 +64,36 @@ func CaddyBinary(t testing.TB) string {
 // "v2.11.9" or "2.6.2".
 func CaddyVersion(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command(CaddyBinary(t), "version").CombinedOutput()
+	return caddyVersionOf(t, CaddyBinary(t))
+}
+
+var caddyVersions sync.Map // binary path → version
+
+func caddyVersionOf(t testing.TB, bin string) string {
+	t.Helper()
+	if v, ok := caddyVersions.Load(bin); ok {
+		return v.(string)
+	}
+	out, err := exec.Command(bin, "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("caddy version: %v\n%s", err, out)
 	}
 	v, _, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	caddyVersions.Store(bin, v)
 	return v
 }
 
-// CaddyKeepsCertificates reports whether Caddy of version v (as
-// CaddyVersion says it) is 2.7 or later: those keep their certificate
-// cache across configuration loads, so no TLS handshake fails while a
-// load reads the certificates back from storage.
-func CaddyKeepsCertificates(v string) bool {
-	var major, minor int
-	if _, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &major, &minor); err != nil {
+// CaddyAtLeast reports whether Caddy of version v (as CaddyVersion says
+// it) is major.minor or later. Caddy 2.7 and later keep their certificate
+// cache across configuration loads; 2.8 and later read placeholders of
+// files ({file.*}) at every request, so that the agent switches an
+// upstream without a configuration load.
+func CaddyAtLeast(v string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &ma, &mi); err != nil {
 		return false
 	}
-	return major > 2 || major == 2 && minor >= 7
+	return ma > major || ma == major && mi >= minor
 }
 
 // StartCaddy runs Caddy with its own data and config directories and its
@@ -114,6 +131,12 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 	}
 	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
 	c.AdminURL = "http://" + admin
+	if CaddyAtLeast(caddyVersionOf(t, bin), 2, 8) {
+		c.UpstreamDir = filepath.Join(dir, "upstreams")
+		if err := os.Mkdir(c.UpstreamDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cfgPath := filepath.Join(dir, "caddy.json")
 	cfg := fmt.Sprintf(`{"admin":{"listen":%q},"apps":{"pki":{"certificate_authorities":{"local":{"install_trust":false}}}}}`, admin)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {

@@ -76,7 +76,7 @@ func newProxyRig(t *testing.T) *proxyRig {
 	t.Helper()
 	c := testlab.StartCaddy(t)
 	px := proxy.New(proxy.Settings{AdminURL: c.AdminURL, HTTPPort: c.HTTPPort, HTTPSPort: c.HTTPSPort, ListenHost: "127.0.0.1",
-		AccessLog: c.AccessLog, StateDir: filepath.Join(t.TempDir(), "state"), ServerID: "srv_1"}, nil)
+		AccessLog: c.AccessLog, StateDir: filepath.Join(t.TempDir(), "state"), ServerID: "srv_1", UpstreamDir: c.UpstreamDir}, nil)
 	cp := &controlPlane{}
 	srv := httptest.NewServer(cp)
 	t.Cleanup(srv.Close)

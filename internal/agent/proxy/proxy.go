@@ -19,6 +19,16 @@
 //     Caddy with --resume (Debian's caddy-api.service) so that a restart
 //     of Caddy keeps it.
 //
+// Caddy 2.7 and later keep their certificate cache across loads. From
+// 2.8 on, Caddy reads an upstream address from a file at every request
+// ({file.*}): with Settings.UpstreamDir, each app's upstream is a file
+// there and the configuration names the file, so a release, which only
+// changes an upstream, rewrites that file and leaves the configuration
+// as it was. Caddy then reloads nothing, and no connection being set up
+// at that instant is dropped (Caddy 2.6 fails its TLS handshake; a newer
+// Caddy built with Go 1.24 or later closes it unanswered when the old
+// server that accepted it is shutting down).
+//
 // The package imports agentproto, the agent runtime and the Docker client;
 // nothing of the control plane.
 package proxy
@@ -36,6 +46,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -85,6 +98,24 @@ type Settings struct {
 	// ServerID is the agent's enrollment: revisions are numbered per
 	// server, and a revision kept for another one is ignored.
 	ServerID string
+	// UpstreamDir, an absolute path Caddy can read, holds one file per
+	// app with its upstream address, which Caddy 2.8 and later read at
+	// every request: then a change of upstream alone needs no
+	// configuration load. Empty: upstreams are written into the
+	// configuration (any Caddy from 2.6).
+	UpstreamDir string
+}
+
+// appFileName is an app id that can name its upstream file.
+var appFileName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
+
+// upstreamFile is the file of app's upstream, if there is an upstream
+// directory and app's id can name a file.
+func (s Settings) upstreamFile(app string) (string, bool) {
+	if s.UpstreamDir == "" || !appFileName.MatchString(app) {
+		return "", false
+	}
+	return filepath.Join(s.UpstreamDir, app), true
 }
 
 // withDefaults fills the zero fields.
@@ -129,6 +160,13 @@ func (s Settings) Check() error {
 	if s.DNSServer != "" {
 		if _, err := netAddrPort(s.DNSServer); err != nil {
 			return fmt.Errorf("DNS server %q: want ip:port", s.DNSServer)
+		}
+	}
+	if d := s.UpstreamDir; d != "" {
+		// It goes into a Caddy placeholder: nothing that ends or nests one.
+		if !filepath.IsAbs(d) || filepath.Clean(d) != d || strings.ContainsAny(d, "{}\\") ||
+			strings.IndexFunc(d, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+			return fmt.Errorf("proxy upstream directory %q: want a clean absolute path without spaces, braces or backslashes", d)
 		}
 	}
 	return nil
@@ -237,6 +275,14 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 	if err != nil {
 		return nil, err
 	}
+	// The files first: a configuration that names one is served at once.
+	// A configuration Caddy refuses leaves everything as it was, files
+	// included.
+	undo, err := p.writeUpstreams(ups)
+	if err != nil {
+		undo()
+		return nil, err
+	}
 	c := render(p.settings, ss, ups)
 	if p.beforeLoad != nil {
 		p.beforeLoad(&c)
@@ -246,13 +292,94 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 		return nil, err
 	}
 	if err := p.load(ctx, body); err != nil {
+		undo()
 		return nil, err
 	}
 	if p.onLoad != nil {
 		p.onLoad()
 	}
 	p.current = ups
+	p.pruneUpstreams(ups)
 	return maps.Clone(ups), nil
+}
+
+// writeUpstreams writes the upstream file of every app of ups whose
+// content differs, each replaced whole (a new file renamed over the old),
+// so that Caddy reads either address, never a mix. undo puts back the
+// files it changed.
+func (p *Proxy) writeUpstreams(ups map[string]string) (undo func(), err error) {
+	type previous struct {
+		path    string
+		data    []byte
+		existed bool
+	}
+	var changed []previous
+	undo = func() {
+		for _, c := range slices.Backward(changed) {
+			if c.existed {
+				_ = writeFileAtomic(c.path, c.data)
+			} else {
+				_ = os.Remove(c.path)
+			}
+		}
+	}
+	for _, app := range slices.Sorted(maps.Keys(ups)) {
+		path, ok := p.settings.upstreamFile(app)
+		if !ok {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		if err == nil && string(b) == ups[app] {
+			continue
+		}
+		if err := writeFileAtomic(path, []byte(ups[app])); err != nil {
+			return undo, fmt.Errorf("proxy upstream of app %s: %w", app, err)
+		}
+		changed = append(changed, previous{path: path, data: b, existed: err == nil})
+	}
+	return undo, nil
+}
+
+// pruneUpstreams removes the upstream files of apps that are not in ups
+// (the configuration just loaded names none of them).
+func (p *Proxy) pruneUpstreams(ups map[string]string) {
+	if p.settings.UpstreamDir == "" {
+		return
+	}
+	entries, err := os.ReadDir(p.settings.UpstreamDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if _, ok := ups[name]; ok || !e.Type().IsRegular() || !appFileName.MatchString(name) {
+			continue
+		}
+		_ = os.Remove(filepath.Join(p.settings.UpstreamDir, name))
+	}
+}
+
+// writeFileAtomic replaces path with a file of data, mode 0644.
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+	}
+	return err
 }
 
 // upstreams resolves the upstream of every app of ss.

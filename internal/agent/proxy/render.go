@@ -262,7 +262,7 @@ func render(st Settings, sites []site, upstreams map[string]string) caddyConfig 
 	}
 	subjects := map[string][]string{} // issuer module → names
 	for _, s := range sites {
-		serve := serveHandler(upstreams[s.appID])
+		serve := serveHandler(st, s.appID, upstreams[s.appID])
 		if !s.tls {
 			httpS.Routes = append(httpS.Routes, hostRoute(s.host, serve))
 			if s.redirWWW {
@@ -331,19 +331,25 @@ func hostRoute(host string, h handler) route {
 	return route{Match: []hostMatch{{Host: []string{host}}}, Handle: []handler{h}, Terminal: true}
 }
 
-// serveHandler proxies to addr, or answers 503 when there is none.
-func serveHandler(addr string) handler {
+// serveHandler proxies to app's upstream addr, or answers 503 when there
+// is none. With an upstream directory, Caddy reads the address from the
+// app's file there ({file.*}) at every request and dial retry.
+func serveHandler(st Settings, app, addr string) handler {
 	if addr == "" {
 		h := static(503, unavailableBody)
 		h.Headers["Retry-After"] = []string{"10"}
 		return h
+	}
+	dial := addr
+	if path, ok := st.upstreamFile(app); ok {
+		dial = "{file." + path + "}"
 	}
 	// No active or passive health checks: the one upstream is never
 	// marked down by the proxy (the deployer checks the app's health);
 	// a failed dial is retried for tryDuration, which covers a switch.
 	return handler{
 		Handler:       "reverse_proxy",
-		Upstreams:     []upstream{{Dial: addr}},
+		Upstreams:     []upstream{{Dial: dial}},
 		LoadBalancing: &loadBalancing{TryDuration: tryDuration, TryInterval: tryInterval},
 	}
 }
