@@ -6,12 +6,13 @@
 #   scripts/caddy-build.sh OUT [GOARCH]   # writes the linux/GOARCH binary to OUT
 #   scripts/caddy-build.sh --version      # prints the pinned version
 #
-# Why not Debian's caddy (2.6.2 in Debian 12): Caddy before 2.7 starts
-# every configuration load with an empty certificate cache and reads the
-# certificates back from storage in the background, so a TLS handshake
-# that arrives in that instant fails with an "internal error" alert; every
-# release switches an application's upstream, which is such a load. From
-# 2.7 on, Caddy keeps its certificate cache across loads.
+# Why not Debian's caddy (2.6.2 in Debian 12): from Caddy 2.8 on, the agent
+# keeps each application's upstream in a file that Caddy reads at every
+# request ({file.*}), so that a release loads no new configuration. Every
+# load drops some connections being set up in that instant: Caddy 2.6
+# reads its certificates back from storage after each load and fails the
+# TLS handshakes that arrive meanwhile, and a Caddy built with a recent Go
+# closes unanswered the connections its previous server accepted last.
 #
 # Needs Go and the Go module proxy (or a module cache that has the
 # modules). GOARCH defaults to the host's.

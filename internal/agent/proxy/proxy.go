@@ -14,7 +14,8 @@
 //   - A reload binds new SO_REUSEPORT sockets and closes the old ones:
 //     requests on established connections are not lost, but a connection
 //     being set up in that instant may be reset (fewer with
-//     net.ipv4.tcp_migrate_req=1) or fail its TLS handshake.
+//     net.ipv4.tcp_migrate_req=1), fail its TLS handshake, or be closed
+//     unanswered (see below: a release reloads nothing with Caddy 2.8+).
 //   - A loaded configuration lives in Caddy's memory and its autosave; run
 //     Caddy with --resume (Debian's caddy-api.service) so that a restart
 //     of Caddy keeps it.
