@@ -13,6 +13,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/moby/moby/client"
 )
 
 // TestConsoleDatabases drives the databases screens (web/e2e/databases.mjs)
@@ -23,7 +24,10 @@ import (
 // table and rows checked in PostgreSQL itself), the result grid with its
 // column types, the explorer, a login whose password is shown once (the
 // same as the stored one), the audited connection details, an export
-// downloaded and a file imported (checked in PostgreSQL), and the key
+// downloaded and a file imported (checked in PostgreSQL), a database
+// created and dropped (checked in PostgreSQL), an application attached
+// (its env checked), a managed Redis created, stopped and started (its
+// container checked), and the key
 // browser finding keys by pattern, showing a hash and deleting a key
 // (checked in Redis); a long statement ended by its timeout; and a member
 // who reads instances and logins' names with no controls and no secrets.
@@ -64,6 +68,8 @@ func TestConsoleDatabases(t *testing.T) {
 		}
 	}
 
+	appID := r.createApp(t, "shopweb", nil)
+	managed := "sessions-" + r.run
 	memberUser := createUser(t, r.ControlPlane, "member-databases@example.com", testPassword, false)
 	env := []string{
 		"CAPSTAN_MEMBER_EMAIL=" + memberUser.Email, "CAPSTAN_MEMBER_PASSWORD=" + memberUser.Password,
@@ -71,8 +77,9 @@ func TestConsoleDatabases(t *testing.T) {
 		"CAPSTAN_PG_PORT=" + strconv.Itoa(server.Port), "CAPSTAN_PG_USER=" + server.User, "CAPSTAN_PG_PASSWORD=" + server.Password,
 		"CAPSTAN_PG_DATABASE=shop",
 		"CAPSTAN_REDIS_PORT=" + strconv.Itoa(rds.Port), "CAPSTAN_REDIS_PASSWORD=" + rds.Password, "CAPSTAN_LOGIN=" + login,
+		"CAPSTAN_MANAGED_NAME=" + managed,
 	}
-	var pgID string
+	var pgID, managedID string
 	steps := runConsoleScript(t, r.Fleet, "databases.mjs", env, func(line string, fields []string) {
 		switch fields[0] {
 		case "pg-ready":
@@ -132,6 +139,31 @@ func TestConsoleDatabases(t *testing.T) {
 			if err := pg.QueryRow(`SELECT count(*) FROM imported_items`).Scan(&n); err != nil || n != 3 {
 				t.Errorf("after the import: %d rows in imported_items (%v)", n, err)
 			}
+		case "database-created", "database-dropped":
+			var n int
+			if err := pg.QueryRow(`SELECT count(*) FROM pg_database WHERE datname = $1`, fields[1]).Scan(&n); err != nil ||
+				n != map[string]int{"database-created": 1, "database-dropped": 0}[fields[0]] {
+				t.Errorf("%s: %d databases named %s (%v)", fields[0], n, fields[1], err)
+			}
+		case "attached":
+			if u := r.appEnv(t, appID)["DATABASE_URL"]; !strings.HasPrefix(u, "postgres://app_") || !strings.Contains(u, "/shop") {
+				t.Errorf("the application's DATABASE_URL after the console attached it: %q", u)
+			}
+		case "managed-ready", "managed-stopped", "managed-started":
+			if fields[0] == "managed-ready" {
+				managedID = fields[1]
+			}
+			d := r.instance(t, managedID)
+			want := map[string]string{"managed-ready": "ready", "managed-stopped": "stopped", "managed-started": "ready"}[fields[0]]
+			if !d.Managed || d.State != want {
+				t.Errorf("%s: the managed instance is %+v", fields[0], d)
+			}
+			insp, err := r.docker.ContainerInspect(ctx, "capstan-db-"+managed, client.ContainerInspectOptions{})
+			if err != nil {
+				t.Errorf("%s: container capstan-db-%s: %v", fields[0], managed, err)
+			} else if running := insp.Container.State != nil && insp.Container.State.Running; running != (want == "ready") {
+				t.Errorf("%s: container capstan-db-%s running %v", fields[0], managed, running)
+			}
 		case "key-deleted":
 			if n, err := kv.Exists(ctx, fields[1]).Result(); err != nil || n != 0 {
 				t.Errorf("%s after the console deleted it: exists %d (%v)", fields[1], n, err)
@@ -141,7 +173,7 @@ func TestConsoleDatabases(t *testing.T) {
 			}
 		}
 	}, func() string { return "agent log:\n" + r.agent.Logs() })
-	want := "pg-ready write-refused error-marked write-ok grid long-query explored login-created connection-shown exported imported redis-ready kv-browsed key-deleted member-read-only done"
+	want := "pg-ready write-refused error-marked write-ok grid long-query explored login-created database-created database-dropped connection-shown exported imported attached redis-ready kv-browsed key-deleted managed-ready managed-stopped managed-started member-read-only done"
 	if got := strings.Join(steps, " "); got != want {
 		t.Fatalf("databases.mjs steps:\n%s\nwant\n%s", got, want)
 	}

@@ -7,8 +7,9 @@
 //   with its position marked → writes with read-only off → the result
 //   grid with column types → the explorer → a login, its password shown
 //   once → the audited connection details → an export, downloaded → an
-//   import → register Redis → find keys by pattern, open a hash → delete
-//   a key.
+//   import → attach an application → register Redis → find keys by
+//   pattern, open a hash → delete a key → create a managed Redis, stop and
+//   start it → the charts → a member's read-only view.
 //
 // axe-core runs on every screen and state; screenshots in light and dark
 // and at phone size go to web/test-results/. Lines on stdout are the
@@ -25,6 +26,7 @@ const pg = {
   database: process.env.CAPSTAN_PG_DATABASE,
 };
 const login = process.env.CAPSTAN_LOGIN;
+const managed = process.env.CAPSTAN_MANAGED_NAME;
 const member = { email: process.env.CAPSTAN_MEMBER_EMAIL, password: process.env.CAPSTAN_MEMBER_PASSWORD, secret: process.env.CAPSTAN_MEMBER_TOTP_SECRET };
 const redis = { port: process.env.CAPSTAN_REDIS_PORT, password: process.env.CAPSTAN_REDIS_PASSWORD };
 
@@ -34,7 +36,7 @@ async function register(page, fields) {
   await nav(page).click();
   await page.getByRole("heading", { name: "Databases" }).waitFor(wait);
   await page.getByRole("link", { name: "Add an instance" }).click();
-  await page.getByLabel("Register an external instance").check();
+  await page.getByRole("radio", { name: "Register an external instance" }).check();
   await page.getByLabel("Name", { exact: true }).fill(fields.name);
   await page.getByLabel("Engine").selectOption(fields.engine);
   await page.getByLabel("Host").fill("127.0.0.1");
@@ -77,7 +79,7 @@ await session(async (page) => {
   await page.getByRole("heading", { name: "Add a database instance" }).waitFor(wait);
   await axe(page, "database-new-managed");
   await shots(page, "database-new-managed");
-  await page.getByLabel("Register an external instance").check();
+  await page.getByRole("radio", { name: "Register an external instance" }).check();
   await page.getByLabel("Name", { exact: true }).fill("Not A Name!");
   await page.getByLabel("Host").fill("127.0.0.1");
   await page.getByLabel("TLS", { exact: true }).selectOption("disable");
@@ -188,6 +190,22 @@ await session(async (page) => {
   if (await page.locator("#new-password").count()) throw new Error("the password is still shown");
   say("login-created", login, createHash("sha256").update(password).digest("hex"));
 
+  // Databases: create one, then drop it (confirmed by name).
+  await page.getByRole("button", { name: "Show the databases" }).click();
+  await page.getByRole("table", { name: "Databases of the instance" }).getByRole("cell", { name: "shop", exact: true }).waitFor(wait);
+  await page.getByLabel("Name", { exact: true }).fill("reports");
+  await page.getByRole("button", { name: "Create the database" }).click();
+  await jobDone(page, "create database reports");
+  await page.getByRole("table", { name: "Databases of the instance" }).getByRole("cell", { name: "reports", exact: true }).waitFor(wait);
+  say("database-created", "reports");
+  await page.getByRole("button", { name: "Drop database reports" }).click();
+  await page.getByRole("dialog").getByText("reports").first().waitFor(wait);
+  await axe(page, "database-drop-confirm");
+  await page.getByRole("dialog").getByRole("button", { name: "Drop reports" }).click();
+  await jobDone(page, "drop database reports");
+  await page.getByRole("table", { name: "Databases of the instance" }).getByRole("cell", { name: "reports", exact: true }).waitFor({ state: "detached", ...wait });
+  say("database-dropped", "reports");
+
   // Connection details: only on an explicit action (audited).
   await page.getByRole("tab", { name: "Overview" }).click();
   if (await page.getByRole("table", { name: "Logins with passwords" }).count()) throw new Error("connection details shown unasked");
@@ -221,6 +239,15 @@ await session(async (page) => {
   await shots(page, "database-import");
   say("imported");
 
+  // Attach the application: its own login, the URL in its env.
+  await page.getByRole("tab", { name: "Attach" }).click();
+  await page.getByLabel("Application", { exact: true }).selectOption({ label: "shopweb" });
+  await axe(page, "database-attach");
+  await page.getByRole("button", { name: "Attach", exact: true }).click();
+  await jobDone(page, "for the application");
+  await shots(page, "database-attach");
+  say("attached");
+
   // Redis: the key browser.
   const redisID = await register(page, { name: "cache", engine: "redis", port: redis.port, password: redis.password });
   say("redis-ready", redisID);
@@ -250,6 +277,28 @@ await session(async (page) => {
   await page.getByRole("button", { name: "Delete shop:queue" }).last().click();
   await page.getByText("Deleted shop:queue.").waitFor(wait);
   say("key-deleted", "shop:queue");
+
+  // A managed instance: created through the form, ready live; stopped
+  // and started again (the stop confirmed by name).
+  await nav(page).click();
+  await page.getByRole("link", { name: "Add an instance" }).click();
+  await page.getByRole("radio", { name: "Create a managed instance" }).check();
+  await page.getByLabel("Name", { exact: true }).fill(managed);
+  await page.getByLabel("Engine").selectOption("redis");
+  await page.getByLabel("Version").selectOption("7.2");
+  await page.getByRole("button", { name: "Create the instance" }).click();
+  await page.getByRole("heading", { name: managed, exact: true }).waitFor(wait);
+  await page.locator(".db .row .badge.s-ready").waitFor({ timeout: 180_000 });
+  say("managed-ready", page.url().split("/").pop());
+  await page.getByRole("button", { name: "Stop", exact: true }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Stop " + managed }).click();
+  await page.locator(".db .row .badge.s-stopped").waitFor(wait);
+  await axe(page, "database-managed-stopped");
+  await shots(page, "database-managed-stopped");
+  say("managed-stopped");
+  await page.getByRole("button", { name: "Start", exact: true }).click();
+  await page.locator(".db .row .badge.s-ready").waitFor(wait);
+  say("managed-started");
 
   // The instance's figures and charts (the agent samples it every second
   // in this test).

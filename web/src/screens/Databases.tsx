@@ -165,7 +165,7 @@ export function NewDatabase() {
           </label>
         ))}
       </div>
-      <form onSubmit={submit} class="card form" aria-label={mode === "managed" ? "Create a managed instance" : "Register an external instance"} noValidate>
+      <form onSubmit={submit} class="card form" aria-label={mode === "managed" ? "New managed instance" : "New external instance"} noValidate>
         <p class="muted">
           {mode === "managed"
             ? "The server's agent runs the engine as a container, with its port on 127.0.0.1 only; Capstan makes the admin password."

@@ -14,7 +14,11 @@ type Pending = { kind: "drop-login" | "rotate" | "drop-db"; name: string; creden
 // once with a copy button; on SQL engines it also creates and drops
 // databases.
 export function Logins({ inst, admin, reload }: { inst: Instance; admin: boolean; reload: () => Promise<void> }) {
-  const { jobs, follow } = useFollowed(() => void reload());
+  // A finished job changes the logins, or the databases.
+  const { jobs, follow } = useFollowed((j) => {
+    void reload();
+    if (j.type.startsWith("db.database.")) void loadDatabases();
+  });
   const [secret, setSecret] = useState<{ username: string; password: string; url: string } | null>(null);
   const [problem, setProblem] = useState<Problem | null>(null);
   const [confirm, setConfirm] = useState<Pending | null>(null);
@@ -37,7 +41,6 @@ export function Logins({ inst, admin, reload }: { inst: Instance; admin: boolean
       } else {
         const a = await ok(api.DELETE("/api/v1/databases/{id}/databases/{name}", { params: { path: { id: inst.id, name: p.name } } }));
         follow(a.job, `drop database ${p.name}`);
-        setDbs((list) => list?.filter((d) => d.name !== p.name) ?? null);
       }
       await reload();
     } catch (err) {
@@ -172,7 +175,7 @@ export function Logins({ inst, admin, reload }: { inst: Instance; admin: boolean
               </table>
             </div>
           )}
-          <CreateDatabase inst={inst} onQueued={(j, name) => (follow(j, `create database ${name}`), void loadDatabases())} />
+          <CreateDatabase inst={inst} onQueued={(j, name) => follow(j, `create database ${name}`)} />
         </div>
       )}
       {confirm && (
