@@ -307,6 +307,12 @@ await session(async (page) => {
   await page.getByRole("img", { name: "Connections chart" }).waitFor(wait);
   await page.getByRole("button", { name: "1 h", exact: true }).click();
   await page.getByRole("img", { name: "Connections chart" }).waitFor(wait);
+  // Each chart fits its card.
+  const wide = await page.evaluate(() =>
+    [...document.querySelectorAll(".charts figure")].filter((f) => f.querySelector(".chart").scrollWidth > f.clientWidth).length,
+  );
+  if (wide) throw new Error(`${wide} charts are wider than their cards`);
+  if (await page.getByRole("img", { name: "Memory chart" }).count()) throw new Error("a chart of the memory an external instance does not report");
   await axe(page, "database-metrics");
   await shots(page, "database-metrics");
 

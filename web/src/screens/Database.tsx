@@ -423,10 +423,20 @@ function Metrics({ inst }: { inst: Instance }) {
       {data && charts.errors > 0 && <p class="lvl-warn">{charts.errors} samples in this range could not be taken.</p>}
       {data && charts.t.length > 0 && (
         <div class="charts">
-          <Chart title="Connections" times={charts.t} series={charts.conn} />
-          <Chart title={inst.kind === "kv" ? "Keys" : "Size"} times={charts.t} series={charts.size} />
-          <Chart title="Memory" times={charts.t} series={charts.mem} />
-          <Chart title="Operations" times={charts.t} series={charts.ops} />
+          {(
+            [
+              ["Connections", charts.conn],
+              [inst.kind === "kv" ? "Keys" : "Size", charts.size],
+              ["Memory", charts.mem],
+              ["Operations", charts.ops],
+            ] as const
+          )
+            // A figure the engine does not report (an external instance's
+            // memory) has no chart.
+            .filter(([, series]) => series.some((s) => s.values.some((v) => v != null)))
+            .map(([title, series]) => (
+              <Chart key={title} title={title} times={charts.t} series={series} />
+            ))}
         </div>
       )}
     </div>
