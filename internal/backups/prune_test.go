@@ -318,3 +318,63 @@ func TestPruneFailed(t *testing.T) {
 		}
 	})
 }
+
+// TestSummaryLeavesOutDeletions: a backup being deleted (a DELETE, or
+// pruned) is not counted as kept in the summary's count, total_size,
+// verified and unverified counts, nor as an instance's last success or
+// last verification; it is counted apart as delete_pending until it is
+// gone. A failure being deleted leaves the recent failures and the
+// instance's failure count.
+func TestSummaryLeavesOutDeletions(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		r := newRig(t, d)
+		pg := r.instance("main")
+		older := r.manual(pg.ID)
+		newer := r.manual(pg.ID)
+		r.verify(newer.ID, true)
+		failed := r.failedRun(pg.ID)
+		r.failedRun(pg.ID)
+		summary := func() backups.Summary {
+			t.Helper()
+			sum, err := r.backups.Summary(r.ctx, jobs.AdminReader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sum
+		}
+		sum := summary()
+		if sum.Count != 2 || sum.TotalSize != 200 || sum.VerifiedCount != 1 || sum.UnverifiedCount != 1 || sum.DeletePendingCount != 0 ||
+			len(sum.RecentFailures) != 2 || len(sum.Instances) != 1 || sum.Instances[0].Failures != 2 || sum.Instances[0].LastVerifiedAt == nil {
+			t.Fatalf("summary before the deletions: %+v", sum)
+		}
+		for _, id := range []string{newer.ID, failed.ID} {
+			if _, err := r.backups.Delete(r.ctx, r.admin, r.client, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sum = summary()
+		in := sum.Instances[0]
+		if sum.Count != 1 || sum.TotalSize != 100 || sum.VerifiedCount != 0 || sum.UnverifiedCount != 1 || sum.DeletePendingCount != 1 ||
+			sum.DeletePendingSize != 100 || len(sum.RecentFailures) != 1 || sum.RecentFailures[0].ID == failed.ID || in.Failures != 1 ||
+			in.LastVerifiedAt != nil || in.LastSuccessAt == nil {
+			t.Fatalf("summary while two are being deleted: %+v", sum)
+		}
+		// Gone: no longer counted at all.
+		for id, j := range r.deleteJobs() {
+			if id != newer.ID && id != failed.ID {
+				t.Fatalf("deletion of %s queued", id)
+			}
+			r.complete(j, agentproto.StatusSucceeded, agentproto.BackupDeleteResult{Local: agentproto.BackupDeleteStep{OK: true},
+				Remote: agentproto.BackupDeleteStep{OK: true}}, "")
+		}
+		if sum = summary(); sum.Count != 1 || sum.DeletePendingCount != 0 || sum.DeletePendingSize != 0 {
+			t.Fatalf("summary after the deletions: %+v", sum)
+		}
+		if _, err := r.backups.Delete(r.ctx, r.admin, r.client, older.ID); err != nil {
+			t.Fatal(err)
+		}
+		if sum = summary(); sum.Count != 0 || sum.TotalSize != 0 || sum.Instances[0].LastSuccessAt != nil {
+			t.Fatalf("summary with the last backup being deleted: %+v", sum)
+		}
+	})
+}

@@ -98,24 +98,30 @@ type RunQuery struct {
 	Limit    int
 	// Before, when set, returns runs older than this run id.
 	Before string
+	// Kept leaves out the runs being deleted.
+	Kept bool
 }
 
 // Summary is the state of the backups at a glance.
 type Summary struct {
-	Count           int64             `json:"count" doc:"Backups that succeeded (uploaded and read back)"`
-	TotalSize       int64             `json:"total_size" doc:"Bytes of the backups that succeeded, as stored (encrypted)"`
-	VerifiedCount   int64             `json:"verified_count" doc:"Backups whose last verification restored them and matched their manifest"`
-	UnverifiedCount int64             `json:"unverified_count" doc:"Backups that succeeded but were not verified, or failed verification"`
-	RecentFailures  []RunView         `json:"recent_failures" doc:"The 10 newest failed backups"`
-	Instances       []InstanceSummary `json:"instances" doc:"Per instance that has backups"`
+	Count           int64 `json:"count" doc:"Backups kept: they succeeded (uploaded and read back) and are not being deleted"`
+	TotalSize       int64 `json:"total_size" doc:"Bytes of the backups kept, as stored (encrypted)"`
+	VerifiedCount   int64 `json:"verified_count" doc:"Backups kept whose last verification restored them and matched their manifest"`
+	UnverifiedCount int64 `json:"unverified_count" doc:"Backups kept that were not verified, or failed verification"`
+	// Runs being deleted are counted apart: their objects may still be
+	// in the storage, but they are never verified or restored again.
+	DeletePendingCount int64             `json:"delete_pending_count" doc:"Backups that succeeded and are being deleted (delete_pending): not counted above; their objects stay in the storage until the deletion succeeds"`
+	DeletePendingSize  int64             `json:"delete_pending_size" doc:"Bytes of the backups being deleted, as stored"`
+	RecentFailures     []RunView         `json:"recent_failures" doc:"The 10 newest failed backups not being deleted"`
+	Instances          []InstanceSummary `json:"instances" doc:"Per instance that has backups or failures not being deleted"`
 }
 
 // InstanceSummary is one instance's line of the summary.
 type InstanceSummary struct {
 	InstanceID     string     `json:"instance_id"`
-	LastSuccessAt  *time.Time `json:"last_success_at" doc:"When its newest successful backup finished; null if none"`
-	LastVerifiedAt *time.Time `json:"last_verified_at" doc:"When a backup of it was last verified ok; null if never"`
-	Failures       int64      `json:"failures" doc:"Failed backups of it"`
+	LastSuccessAt  *time.Time `json:"last_success_at" doc:"When its newest successful backup kept (not being deleted) finished; null if none"`
+	LastVerifiedAt *time.Time `json:"last_verified_at" doc:"When a backup of it that is kept was last verified ok; null if none"`
+	Failures       int64      `json:"failures" doc:"Failed backups of it not being deleted"`
 }
 
 // RunStore persists runs.

@@ -299,8 +299,11 @@ func (s *Server) registerBackups() {
 	})
 	op(s, huma.Operation{
 		OperationID: "backup-summary", Method: http.MethodGet, Path: "/api/v1/backups/summary", Tags: tags,
-		Summary:     "Backup counts, size, recent failures and verified backups",
-		Description: "count and total_size of the backups that succeeded, verified_count and unverified_count, the 10 newest failures, and per instance the last success, the last verified backup and its failures.",
+		Summary: "Backup counts, size, recent failures and verified backups",
+		Description: "count, total_size, verified_count and unverified_count of the backups kept (succeeded and not being " +
+			"deleted); delete_pending_count and delete_pending_size of those being deleted, which count nowhere else; the 10 " +
+			"newest failures; and per instance the last success, the last verified backup and its failures, all of runs not " +
+			"being deleted.",
 	}, SignedIn, func(ctx context.Context, _ *struct{}) (*backupSummaryOutput, error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups

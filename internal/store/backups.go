@@ -208,6 +208,9 @@ func (s *Store) BackupRuns(ctx context.Context, q backups.RunQuery) ([]backups.R
 	if q.Before != "" {
 		where, args = append(where, "id < ?"), append(args, q.Before)
 	}
+	if q.Kept {
+		where = append(where, "delete_state = ''")
+	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 50
@@ -225,23 +228,31 @@ func (s *Store) BackupRuns(ctx context.Context, q backups.RunQuery) ([]backups.R
 	return out, nil
 }
 
-// BackupSummary counts the runs and returns the newest failures.
+// BackupSummary counts the runs and returns the newest failures. A run
+// being deleted counts only as being deleted.
 func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.Summary, []backups.Run, error) {
 	var sum backups.Summary
 	var totals struct {
-		Count      int64 `db:"n"`
-		Size       int64 `db:"size"`
-		Verified   int64 `db:"verified"`
-		Unverified int64 `db:"unverified"`
+		Count        int64 `db:"n"`
+		Size         int64 `db:"size"`
+		Verified     int64 `db:"verified"`
+		Unverified   int64 `db:"unverified"`
+		Deleting     int64 `db:"deleting"`
+		DeletingSize int64 `db:"deleting_size"`
 	}
-	err := s.r.GetContext(ctx, &totals, s.rebind(`SELECT count(*) AS n, coalesce(sum(size), 0) AS size,
-		coalesce(sum(CASE WHEN verified_ok = TRUE THEN 1 ELSE 0 END), 0) AS verified,
-		coalesce(sum(CASE WHEN verified_ok = TRUE THEN 0 ELSE 1 END), 0) AS unverified
-		FROM backup_runs WHERE status = ?`), backups.StatusSucceeded)
+	err := s.r.GetContext(ctx, &totals, s.rebind(`SELECT
+		coalesce(sum(CASE WHEN kept THEN 1 ELSE 0 END), 0) AS n,
+		coalesce(sum(CASE WHEN kept THEN size ELSE 0 END), 0) AS size,
+		coalesce(sum(CASE WHEN kept AND verified_ok = TRUE THEN 1 ELSE 0 END), 0) AS verified,
+		coalesce(sum(CASE WHEN kept AND (verified_ok IS NULL OR verified_ok = FALSE) THEN 1 ELSE 0 END), 0) AS unverified,
+		coalesce(sum(CASE WHEN kept THEN 0 ELSE 1 END), 0) AS deleting,
+		coalesce(sum(CASE WHEN kept THEN 0 ELSE size END), 0) AS deleting_size
+		FROM (SELECT size, verified_ok, delete_state = '' AS kept FROM backup_runs WHERE status = ?) r`), backups.StatusSucceeded)
 	if err != nil {
 		return sum, nil, err
 	}
 	sum.Count, sum.TotalSize, sum.VerifiedCount, sum.UnverifiedCount = totals.Count, totals.Size, totals.Verified, totals.Unverified
+	sum.DeletePendingCount, sum.DeletePendingSize = totals.Deleting, totals.DeletingSize
 	var per []struct {
 		InstanceID   string        `db:"instance_id"`
 		LastSuccess  sql.NullInt64 `db:"last_success"`
@@ -252,7 +263,8 @@ func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.
 		max(CASE WHEN status = ? THEN finished_at END) AS last_success,
 		max(CASE WHEN verified_ok = TRUE THEN verified_at END) AS last_verified,
 		coalesce(sum(CASE WHEN status = ? THEN 1 ELSE 0 END), 0) AS failures
-		FROM backup_runs GROUP BY instance_id ORDER BY instance_id`), backups.StatusSucceeded, backups.StatusFailed)
+		FROM backup_runs WHERE delete_state = '' GROUP BY instance_id ORDER BY instance_id`),
+		backups.StatusSucceeded, backups.StatusFailed)
 	if err != nil {
 		return sum, nil, err
 	}
@@ -260,7 +272,7 @@ func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.
 		sum.Instances = append(sum.Instances, backups.InstanceSummary{InstanceID: p.InstanceID, LastSuccessAt: nullTime(p.LastSuccess),
 			LastVerifiedAt: nullTime(p.LastVerified), Failures: p.Failures})
 	}
-	failed, err := s.BackupRuns(ctx, backups.RunQuery{Status: backups.StatusFailed, Limit: recentFailures})
+	failed, err := s.BackupRuns(ctx, backups.RunQuery{Status: backups.StatusFailed, Limit: recentFailures, Kept: true})
 	return sum, failed, err
 }
 

@@ -962,7 +962,7 @@ export interface paths {
         };
         /**
          * Backup counts, size, recent failures and verified backups
-         * @description count and total_size of the backups that succeeded, verified_count and unverified_count, the 10 newest failures, and per instance the last success, the last verified backup and its failures.
+         * @description count, total_size, verified_count and unverified_count of the backups kept (succeeded and not being deleted); delete_pending_count and delete_pending_size of those being deleted, which count nowhere else; the 10 newest failures; and per instance the last success, the last verified backup and its failures, all of runs not being deleted.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -4122,18 +4122,18 @@ export interface components {
         InstanceSummary: {
             /**
              * Format: int64
-             * @description Failed backups of it
+             * @description Failed backups of it not being deleted
              */
             failures: number;
             instance_id: string;
             /**
              * Format: date-time
-             * @description When its newest successful backup finished; null if none
+             * @description When its newest successful backup kept (not being deleted) finished; null if none
              */
             last_success_at: string | null;
             /**
              * Format: date-time
-             * @description When a backup of it was last verified ok; null if never
+             * @description When a backup of it that is kept was last verified ok; null if none
              */
             last_verified_at: string | null;
         };
@@ -5542,26 +5542,36 @@ export interface components {
         Summary: {
             /**
              * Format: int64
-             * @description Backups that succeeded (uploaded and read back)
+             * @description Backups kept: they succeeded (uploaded and read back) and are not being deleted
              */
             count: number;
-            /** @description Per instance that has backups */
+            /**
+             * Format: int64
+             * @description Backups that succeeded and are being deleted (delete_pending): not counted above; their objects stay in the storage until the deletion succeeds
+             */
+            delete_pending_count: number;
+            /**
+             * Format: int64
+             * @description Bytes of the backups being deleted, as stored
+             */
+            delete_pending_size: number;
+            /** @description Per instance that has backups or failures not being deleted */
             instances: components["schemas"]["InstanceSummary"][] | null;
-            /** @description The 10 newest failed backups */
+            /** @description The 10 newest failed backups not being deleted */
             recent_failures: components["schemas"]["RunView"][] | null;
             /**
              * Format: int64
-             * @description Bytes of the backups that succeeded, as stored (encrypted)
+             * @description Bytes of the backups kept, as stored (encrypted)
              */
             total_size: number;
             /**
              * Format: int64
-             * @description Backups that succeeded but were not verified, or failed verification
+             * @description Backups kept that were not verified, or failed verification
              */
             unverified_count: number;
             /**
              * Format: int64
-             * @description Backups whose last verification restored them and matched their manifest
+             * @description Backups kept whose last verification restored them and matched their manifest
              */
             verified_count: number;
         };
