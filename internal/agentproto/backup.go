@@ -136,6 +136,9 @@ type BackupRunPayload struct {
 	// (0: none).
 	LocalDir  string `json:"local_dir,omitempty"`
 	LocalKeep int    `json:"local_keep,omitempty"`
+	// LocalProtect are runs of the database whose local copies stay
+	// whatever LocalKeep says: the newest verified backup's.
+	LocalProtect []string `json:"local_protect,omitempty"`
 }
 
 // BackupRunResult is the data of backup.run; when it fails, what was
@@ -152,8 +155,11 @@ type BackupRunResult struct {
 	// upload; nil when the upload failed.
 	Remote *BackupObject `json:"remote,omitempty"`
 	// Local is the path of the local copy; "" when none is kept.
-	Local    string          `json:"local,omitempty"`
-	Manifest *BackupManifest `json:"manifest,omitempty"`
+	Local string `json:"local,omitempty"`
+	// LocalRemoved are the runs whose older local copies this run removed
+	// beyond LocalKeep.
+	LocalRemoved []string        `json:"local_removed,omitempty"`
+	Manifest     *BackupManifest `json:"manifest,omitempty"`
 	// Step is where a failed run stopped: dump, upload, read_back.
 	Step string `json:"step,omitempty"`
 }

@@ -378,3 +378,68 @@ func TestSummaryLeavesOutDeletions(t *testing.T) {
 		}
 	})
 }
+
+// localRun backs a database up and lets it succeed with a local copy,
+// reporting the runs whose copies the agent removed; it returns the run
+// and the job's payload.
+func (r *rig) localRun(instanceID string, removed ...string) (backups.RunView, agentproto.BackupRunPayload) {
+	r.t.Helper()
+	run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, instanceID, "", backups.TriggerManual)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	j := r.claim(agentproto.JobBackupRun)
+	var p agentproto.BackupRunPayload
+	if err := json.Unmarshal(j.Payload, &p); err != nil {
+		r.t.Fatal(err)
+	}
+	sum := "5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
+	r.complete(j, agentproto.StatusSucceeded, agentproto.BackupRunResult{Bytes: 100, SHA256: sum,
+		Remote: &agentproto.BackupObject{Size: 100, SHA256: sum}, Local: "/var/backups/" + run.ID + ".sql.gz.age", LocalRemoved: removed,
+		Manifest: &agentproto.BackupManifest{Kind: agentproto.BackupManifestSQL, Tables: []agentproto.BackupTable{}}}, "")
+	r.clock.Add(time.Second)
+	return run, p
+}
+
+// TestLocalCopies: the agent's bound on local copies follows the control
+// plane: each backup.run names the database's newest verified backup,
+// whose local copy the agent never removes to make room, and the runs
+// whose copies the agent did remove lose their local location, so that
+// locations.local never names a file that is gone. Another database's
+// runs are never touched.
+func TestLocalCopies(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		r := newRig(t, d)
+		r.backups.UseRunOptions(backups.RunOptions{LocalKeep: 1})
+		pg := r.instance("main")
+		other := r.instance("other")
+		first, p := r.localRun(pg.ID)
+		if p.LocalKeep != 1 || len(p.LocalProtect) != 0 {
+			t.Fatalf("first payload: keep %d, protect %v", p.LocalKeep, p.LocalProtect)
+		}
+		r.verify(first.ID, true)
+		elsewhere, _ := r.localRun(other.ID)
+		second, p := r.localRun(pg.ID)
+		if !slices.Equal(p.LocalProtect, []string{first.ID}) {
+			t.Fatalf("protected %v, want the newest verified %s", p.LocalProtect, first.ID)
+		}
+		third, p := r.localRun(pg.ID, second.ID, elsewhere.ID)
+		if !slices.Equal(p.LocalProtect, []string{first.ID}) {
+			t.Fatalf("protected %v, want %s", p.LocalProtect, first.ID)
+		}
+		local := map[string]string{}
+		for _, id := range []string{pg.ID, other.ID} {
+			for _, run := range r.runs(id) {
+				local[run.ID] = run.Locations.Local
+			}
+		}
+		if local[second.ID] != "" || local[first.ID] == "" || local[third.ID] == "" || local[elsewhere.ID] == "" {
+			t.Fatalf("local copies after the agent removed %s's: %v", second.ID, local)
+		}
+		// A newer verified backup is the one protected from then on.
+		r.verify(third.ID, true)
+		if _, p := r.localRun(pg.ID); !slices.Equal(p.LocalProtect, []string{third.ID}) {
+			t.Fatalf("protected %v, want %s", p.LocalProtect, third.ID)
+		}
+	})
+}

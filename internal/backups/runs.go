@@ -136,6 +136,9 @@ type RunStore interface {
 	FinishBackupRun(ctx context.Context, id string, f RunFinish) (bool, error)
 	BackupRuns(ctx context.Context, q RunQuery) ([]Run, error)
 	BackupSummary(ctx context.Context, recentFailures int) (Summary, []Run, error)
+	// ForgetBackupLocalCopies records that the runs of a database on a
+	// server have no local copy any more.
+	ForgetBackupLocalCopies(ctx context.Context, serverID, instanceID, database string, runIDs []string) error
 	// SetBackupVerifyJob names the run's current verification job;
 	// false if there is no such run or it is being deleted.
 	SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error)
@@ -154,8 +157,8 @@ type RunOptions struct {
 	// LocalDir is where servers keep local copies; "" is the agent's
 	// default (its state directory).
 	LocalDir string
-	// LocalKeep is how many local copies of a database a server keeps;
-	// 0 keeps none.
+	// LocalKeep is how many local copies of a database a server keeps
+	// (besides the newest verified backup's); 0 keeps none.
 	LocalKeep int
 }
 
@@ -254,10 +257,14 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	for k, v := range creds {
 		secrets[k] = v
 	}
+	protect, err := s.newestVerified(ctx, instanceID, src.Database)
+	if err != nil {
+		return RunView{}, jobs.Job{}, err
+	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: run.JobID, ServerID: run.ServerID, Type: agentproto.JobBackupRun,
 		Payload: agentproto.BackupRunPayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Database: src.Database,
 			Storage: storage, Key: run.RemoteKey, Recipient: s.key.ArtifactIdentity().Recipient().String(),
-			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep},
+			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep, LocalProtect: protect},
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {
 		s.finish(context.WithoutCancel(ctx), run, RunFinish{Status: StatusFailed, Error: "the backup could not be queued",
@@ -271,6 +278,22 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		}
 	}
 	return s.view(ctx, run, jobs.AdminReader), j, nil
+}
+
+// newestVerified returns the id of the database's newest verified
+// backup that is kept, as a list (empty when there is none): the agent
+// never removes its local copy to make room.
+func (s *Service) newestVerified(ctx context.Context, instanceID, database string) ([]string, error) {
+	runs, err := s.store.DatabaseBackups(ctx, instanceID, database)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		if r.Verified != nil && r.Verified.OK {
+			return []string{r.ID}, nil
+		}
+	}
+	return nil, nil
 }
 
 // runFinished is the completion hook of backup.run.
@@ -301,6 +324,12 @@ func (s *Service) runFinished(ctx context.Context, j jobs.Job) error {
 		f.Error = "the storage's read-back does not match what was uploaded"
 	default:
 		f.Status = StatusSucceeded
+	}
+	if len(res.LocalRemoved) > 0 {
+		// The agent made room: those runs have no local copy any more.
+		if err := s.store.ForgetBackupLocalCopies(ctx, run.ServerID, run.InstanceID, run.Database, res.LocalRemoved); err != nil {
+			return err
+		}
 	}
 	if err := s.finish(ctx, run, f); err != nil {
 		return err

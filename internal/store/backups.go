@@ -276,6 +276,18 @@ func (s *Store) BackupSummary(ctx context.Context, recentFailures int) (backups.
 	return sum, failed, err
 }
 
+// ForgetBackupLocalCopies clears the local path of the runs of a
+// database on a server.
+func (s *Store) ForgetBackupLocalCopies(ctx context.Context, serverID, instanceID, database string, runIDs []string) error {
+	for _, id := range runIDs {
+		if _, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET local_path = '' WHERE id = ? AND server_id = ?
+			AND instance_id = ? AND database_name = ?`), id, serverID, instanceID, database); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // SetBackupVerifyJob names the run's current verification job, unless
 // the run is being deleted.
 func (s *Store) SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error) {

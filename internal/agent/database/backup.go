@@ -180,11 +180,17 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("uploaded %s (%s before compression) and read back its size and sha256",
 		humanBytes(sent.n), humanBytes(dumped.n)), nil)
 	if local != nil {
-		if err := b.keepLocal(local, p); err != nil {
+		removed, err := b.keepLocal(local, p)
+		res.LocalRemoved = removed
+		if err != nil {
 			events.Emit(agentproto.LevelWarn, "keeping the local copy: "+err.Error(), nil)
 		} else {
 			keepLocal = true
 			res.Local = strings.TrimSuffix(local.Name(), partialSuffix)
+		}
+		if len(removed) > 0 {
+			events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed the local copies of %s beyond the newest %d",
+				strings.Join(removed, ", "), p.LocalKeep), nil)
 		}
 	}
 	res.Step = ""
@@ -270,38 +276,53 @@ func (b *Backups) localDir(p agentproto.BackupRunPayload) string {
 	return filepath.Join(root, filepath.Base(p.Target.InstanceID), filepath.Base(p.Database))
 }
 
-// keepLocal completes the local copy and removes the oldest beyond
-// p.LocalKeep.
-func (b *Backups) keepLocal(f *os.File, p agentproto.BackupRunPayload) error {
+// keepLocal completes the local copy and removes the copies beyond the
+// newest p.LocalKeep, except those of p.LocalProtect (the control plane's
+// newest verified backup); it returns the runs whose copies it removed.
+// It bounds the disk the copies take; the control plane deletes the
+// local copies of the backups it prunes itself.
+func (b *Backups) keepLocal(f *os.File, p agentproto.BackupRunPayload) ([]string, error) {
 	if err := f.Sync(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := os.Rename(f.Name(), strings.TrimSuffix(f.Name(), partialSuffix)); err != nil {
-		return err
+		return nil, err
 	}
-	dir := filepath.Dir(f.Name())
+	return pruneLocal(filepath.Dir(f.Name()), p.LocalKeep, p.LocalProtect)
+}
+
+// pruneLocal removes the local copies in dir beyond the newest keep,
+// except those of the runs protect, and returns the runs whose copies it
+// removed.
+func pruneLocal(dir string, keep int, protect []string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var copies []string
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".gz.age") {
+		if e.Type().IsRegular() && strings.HasSuffix(e.Name(), ".gz.age") {
 			copies = append(copies, e.Name())
 		}
 	}
-	// Run ids sort by time.
+	// Run ids sort by time: newest first.
 	slices.Sort(copies)
-	for len(copies) > p.LocalKeep {
-		if err := os.Remove(filepath.Join(dir, copies[0])); err != nil {
-			return err
+	slices.Reverse(copies)
+	var removed []string
+	for i, name := range copies {
+		run, _, _ := strings.Cut(name, ".")
+		if i < keep || slices.Contains(protect, run) {
+			continue
 		}
-		copies = copies[1:]
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			return removed, err
+		}
+		removed = append(removed, run)
 	}
-	return nil
+	return removed, nil
 }
 
 // backupSnapshot is the snapshot a backup's manifest is taken in,
