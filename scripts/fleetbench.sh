@@ -9,7 +9,9 @@
 # administrator, starts `capstan serve` on a free loopback port with pprof on
 # another, runs the simulator with --pid and the flags given, and writes into
 # OUT_DIR: report.json (the simulator's --json report), fleetsim.log (its
-# progress), serve.log, and heap.pprof and goroutine.txt taken from the
+# progress), serve.log, jobs.txt (the store's jobs by state and error when
+# the run ended: a job lost to a restart shows as failed agent_lost, or still
+# queued or running), and heap.pprof and goroutine.txt taken from the
 # control plane just before the run ends (when --profile-at is given).
 #
 # Extra options before --:
@@ -101,6 +103,16 @@ CAPSTAN_FLEETSIM_PASSWORD="$PASSWORD" CAPSTAN_FLEETSIM_TOTP_SECRET="$TOTP" \
 RC=$?
 set -e
 uptime >"$OUT/uptime-after.txt"
+JOBS_SQL="SELECT status, COALESCE(error, ''), COUNT(*) FROM jobs GROUP BY status, COALESCE(error, '') ORDER BY 1, 2"
+if [ -n "$DB_URL" ]; then
+	psql "$DB_URL" -At -F ' ' -c "$JOBS_SQL" >"$OUT/jobs.txt" 2>&1 || true
+elif command -v sqlite3 >/dev/null; then
+	sqlite3 -readonly -separator ' ' "$DATA/capstan.db" "$JOBS_SQL" >"$OUT/jobs.txt" 2>&1 || true
+else
+	echo "sqlite3 not installed: jobs not counted" >"$OUT/jobs.txt"
+fi
 NEW_PID="$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print((r.get("restart") or {}).get("new_pid",""))' "$OUT/report.json" 2>/dev/null || true)"
 tail -n 40 "$OUT/fleetsim.log"
+printf 'jobs in the store by state:\n'
+cat "$OUT/jobs.txt"
 exit "$RC"
