@@ -211,6 +211,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
 		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
+		SMTP:    mailer,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(),
 		Stream: a.live, StreamTickets: a.store, Requests: requestObserver(tel),
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,

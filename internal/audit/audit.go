@@ -71,6 +71,22 @@ type Query struct {
 	// Action matches exactly, or every action under a prefix when it ends
 	// in ".*" ("auth.*").
 	Action string
+	// Actor, when set, is an actor's id or a user's e-mail address.
+	Actor string
+	// TargetType and TargetID, when set, match the target exactly.
+	TargetType, TargetID string
+	// Since and Until, when not zero, bound the entries' times: at or
+	// after Since, before Until.
+	Since, Until time.Time
+}
+
+// Filter selects the entries a page lists; the zero Filter selects every
+// entry.
+type Filter struct {
+	Action               string
+	Actor                string
+	TargetType, TargetID string
+	Since, Until         time.Time
 }
 
 // Store persists entries.
@@ -112,6 +128,18 @@ var actionPattern = regexp.MustCompile(`^[a-z0-9_]+(\.[a-z0-9_]+)*(\.\*)?$`)
 // List returns one page of entries, newest first, and the cursor for the
 // next page ("" when there is none). before is a cursor from a previous page.
 func (l *Log) List(ctx context.Context, limit int, before, action string) ([]Entry, string, error) {
+	return l.Search(ctx, limit, before, Filter{Action: action})
+}
+
+var (
+	actorPattern  = regexp.MustCompile(`^[A-Za-z0-9_.@+-]{1,254}$`)
+	targetPattern = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,128}$`)
+)
+
+// Search is List with a filter: by action, actor (id or e-mail), target
+// and time.
+func (l *Log) Search(ctx context.Context, limit int, before string, f Filter) ([]Entry, string, error) {
+	action := f.Action
 	var errs fault.Fields
 	if limit == 0 {
 		limit = DefaultLimit
@@ -119,7 +147,20 @@ func (l *Log) List(ctx context.Context, limit int, before, action string) ([]Ent
 	if limit < 1 || limit > MaxLimit {
 		errs.Add("limit", "must be between 1 and %d", MaxLimit)
 	}
-	q := Query{Limit: limit, Action: action}
+	if f.Actor != "" && !actorPattern.MatchString(f.Actor) {
+		errs.Add("actor", "must be an actor id or an e-mail address")
+	}
+	if f.TargetType != "" && !targetPattern.MatchString(f.TargetType) {
+		errs.Add("target_type", "must be an object type such as server or application")
+	}
+	if f.TargetID != "" && !targetPattern.MatchString(f.TargetID) {
+		errs.Add("target_id", "must be an object id")
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		errs.Add("until", "must be later than since")
+	}
+	q := Query{Limit: limit, Action: action, Actor: f.Actor, TargetType: f.TargetType, TargetID: f.TargetID,
+		Since: f.Since, Until: f.Until}
 	if before != "" {
 		id, ok := decodeCursor(before)
 		if !ok {

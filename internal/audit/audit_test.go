@@ -141,6 +141,15 @@ func TestListValidation(t *testing.T) {
 		_, _, err := l.List(ctx, 10, "", action)
 		wantInvalidField(t, fmt.Sprintf("action %q", action), err, "action")
 	}
+	for field, f := range map[string]audit.Filter{
+		"actor":       {Actor: "ann smith"},
+		"target_type": {TargetType: "server;drop"},
+		"target_id":   {TargetID: strings.Repeat("x", 129)},
+		"until":       {Since: time.Unix(100, 0), Until: time.Unix(100, 0)},
+	} {
+		_, _, err := l.Search(ctx, 10, "", f)
+		wantInvalidField(t, field, err, field)
+	}
 	// Every problem is reported at once.
 	_, _, err = l.List(ctx, 1000, "!!!", "BAD")
 	if fe := fault.As(err); fe == nil || len(fe.Fields) != 3 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/notify"
 )
 
@@ -279,5 +280,51 @@ func (s *Server) registerNotificationSettings() {
 			return nil, err
 		}
 		return &settingsOutput{Body: st}, nil
+	})
+}
+
+type smtpOutput struct {
+	Body notify.SMTPSettings
+}
+
+type mailTestInput struct {
+	Body struct {
+		To string `json:"to" minLength:"3" maxLength:"254" doc:"The address to send the test e-mail to"`
+	}
+}
+
+type mailTestOutput struct {
+	Body notify.MailTestResult
+}
+
+func (s *Server) registerEmail() {
+	tags := []string{"Notifications"}
+	op(s, huma.Operation{
+		OperationID: "get-email-settings", Method: http.MethodGet, Path: "/api/v1/notifications/email", Tags: tags,
+		Summary: "The control plane's SMTP settings",
+		Description: "Host, port, security, user and from address as the control plane was started with (--smtp-* flags or " +
+			"CAPSTAN_SMTP_* variables); the password never, only whether one is set. enabled is false without an SMTP host.",
+	}, Admin, func(ctx context.Context, _ *struct{}) (*smtpOutput, error) {
+		return &smtpOutput{Body: s.deps.SMTP.Settings()}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "test-email", Method: http.MethodPost, Path: "/api/v1/notifications/email/test", Tags: tags,
+		Summary: "Send a test e-mail now",
+		Description: "Sends a test e-mail to the address given at once (no retries), with the control plane's SMTP settings, and " +
+			"answers with what came of it: delivered, or the error (the connection's or the SMTP server's answer). 409 " +
+			"email-not-configured without an SMTP host. Audited.",
+		Errors: []int{http.StatusConflict},
+	}, Admin, func(ctx context.Context, in *mailTestInput) (*mailTestOutput, error) {
+		r, err := s.deps.SMTP.Test(ctx, in.Body.To)
+		if err != nil {
+			return nil, err
+		}
+		a, c := actor(ctx)
+		c.Actor, c.Action, c.Target = a, "notification.email.tested", audit.Target{Type: "email"}
+		c.Details = map[string]any{"to": r.To, "delivered": r.Delivered}
+		if err := s.deps.Audit.Record(ctx, c); err != nil {
+			return nil, err
+		}
+		return &mailTestOutput{Body: r}, nil
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -11,10 +13,52 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/platform"
+	"github.com/capstan-dev/capstan/internal/servers"
 )
 
 type platformOutput struct {
-	Body platform.Info
+	Body PlatformInfo
+}
+
+// PlatformInfo is the platform description with the versions of the
+// fleet's agents.
+type PlatformInfo struct {
+	platform.Info
+	Agents []AgentVersion `json:"agents" doc:"Enrolled servers (not revoked) by the version of their agent, newest version first"`
+}
+
+// AgentVersion counts the servers whose agent runs one version.
+type AgentVersion struct {
+	Version string `json:"version" doc:"The agent's version as it reported it; empty when it did not"`
+	Servers int    `json:"servers"`
+	Online  int    `json:"online" doc:"Of those, the servers online now"`
+}
+
+// agentVersions counts servers by agent version, newest version first
+// (by string order, which fits the build versions' date-and-commit form
+// and vX.Y.Z tags of one width).
+func agentVersions(list []servers.Server) []AgentVersion {
+	by := map[string]*AgentVersion{}
+	for _, srv := range list {
+		if srv.Status != "online" && srv.Status != "offline" {
+			continue
+		}
+		v := by[srv.AgentVersion]
+		if v == nil {
+			v = &AgentVersion{Version: srv.AgentVersion}
+			by[srv.AgentVersion] = v
+		}
+		v.Servers++
+		if srv.Status == "online" {
+			v.Online++
+		}
+	}
+	out := make([]AgentVersion, 0, len(by))
+	for _, v := range by {
+		out = append(out, *v)
+	}
+	slices.SortFunc(out, func(a, b AgentVersion) int { return strings.Compare(b.Version, a.Version) })
+	return out
 }
 
 type healthOutput struct {
@@ -52,13 +96,22 @@ func (s *Server) registerPlatform() {
 
 	op(s, huma.Operation{
 		OperationID: "get-platform", Method: http.MethodGet, Path: "/api/v1/platform", Tags: []string{"Platform"},
-		Summary: "Control plane name, public URL, versions and schema",
+		Summary:     "Control plane name, public URL, versions and schema",
+		Description: "With the enrolled servers counted by the version of their agent.",
 	}, SignedIn, func(ctx context.Context, _ *struct{}) (*platformOutput, error) {
 		info, err := s.deps.Platform.Info(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &platformOutput{Body: info}, nil
+		out := &platformOutput{Body: PlatformInfo{Info: info, Agents: []AgentVersion{}}}
+		if s.deps.Servers != nil {
+			list, err := s.deps.Servers.List(ctx)
+			if err != nil {
+				return nil, err
+			}
+			out.Body.Agents = agentVersions(list)
+		}
+		return out, nil
 	})
 
 	op(s, huma.Operation{

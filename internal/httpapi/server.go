@@ -57,6 +57,8 @@ type Deps struct {
 	Preferences *notify.Preferences
 	// Channels is optional; without it the channel endpoints fail.
 	Channels *notify.Channels
+	// SMTP is how e-mail goes out; the zero value means no e-mail.
+	SMTP notify.SMTP
 	// Events is optional; without it the event list fails.
 	Events EventReader
 	// GitHost is optional; without it the git host endpoints fail.
@@ -171,6 +173,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerAudit()
 	s.registerDocs()
 	s.registerServers()
+	s.registerFleetList()
 	s.registerJobs()
 	s.registerMetrics()
 	s.registerLogs()
@@ -190,12 +193,13 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerBackups()
 	s.registerChannels()
 	s.registerNotificationSettings()
+	s.registerEmail()
 	s.registerStream()
 	for _, m := range mounts {
 		m(s)
 	}
 
-	s.handler = s.withRequestContext(s.withRecover(s.withSecurityHeaders(http.HandlerFunc(s.route))))
+	s.handler = s.withRequestContext(s.withRecover(s.withSecurityHeaders(s.withCompression(http.HandlerFunc(s.route)))))
 	return s
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -410,4 +411,80 @@ func (s *Service) Maintain(ctx context.Context) (MaintenanceStats, error) {
 		}
 	}
 	return st, nil
+}
+
+// SparkPoints is the number of points of a sparkline: two-minute slots of
+// the last hour.
+const SparkPoints = 30
+
+// SparkMaxServers is the most servers one sparkline request may ask for:
+// the rows a screen shows, not the fleet.
+const SparkMaxServers = 100
+
+// Sparkline is a server's CPU and memory use over the last hour, in
+// SparkPoints equal time slots, oldest first, as whole percentages: small
+// enough to draw a row's trend without its full series.
+type Sparkline struct {
+	ServerID string `json:"server_id"`
+	CPU      []*int `json:"cpu" doc:"Average CPU use of each slot, 0 to 100; null for a slot without samples"`
+	Memory   []*int `json:"memory" doc:"Average memory use of each slot, 0 to 100; null for a slot without samples or when unknown"`
+}
+
+// Sparklines returns the sparklines of the servers given, in their order;
+// ids that name no server are left out.
+func (s *Service) Sparklines(ctx context.Context, ids []string) ([]Sparkline, error) {
+	if len(ids) == 0 || len(ids) > SparkMaxServers {
+		return nil, fault.Invalidf("ids", "must name 1 to %d servers", SparkMaxServers)
+	}
+	to := s.now().UTC()
+	from := to.Add(-time.Hour)
+	slot := time.Hour / SparkPoints
+	out := make([]Sparkline, 0, len(ids))
+	for _, id := range ids {
+		if _, err := s.servers.Get(ctx, id); err != nil {
+			if fault.Is(err, fault.NotFound) {
+				continue
+			}
+			return nil, err
+		}
+		points, err := s.store.MetricPoints(ctx, id, from, to, slot)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sparkline(id, points[id], from, slot))
+	}
+	return out, nil
+}
+
+// sparkline puts points (bucket averages, oldest first) into the slots
+// from from on, averaging the points that fall into one slot.
+func sparkline(id string, points []SeriesPoint, from time.Time, slot time.Duration) Sparkline {
+	var cpu, mem [SparkPoints]struct {
+		sum float64
+		n   int
+	}
+	for _, p := range points {
+		i := int(p.T.Sub(from) / slot)
+		i = min(max(i, 0), SparkPoints-1)
+		cpu[i].sum += p.CPUPercent
+		cpu[i].n++
+		if p.MemoryUsedPercent != nil {
+			mem[i].sum += *p.MemoryUsedPercent
+			mem[i].n++
+		}
+	}
+	out := Sparkline{ServerID: id, CPU: make([]*int, SparkPoints), Memory: make([]*int, SparkPoints)}
+	for i := range SparkPoints {
+		out.CPU[i] = wholePercent(cpu[i].sum, cpu[i].n)
+		out.Memory[i] = wholePercent(mem[i].sum, mem[i].n)
+	}
+	return out
+}
+
+func wholePercent(sum float64, n int) *int {
+	if n == 0 {
+		return nil
+	}
+	v := int(math.Round(min(100, max(0, sum/float64(n)))))
+	return &v
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html"
 	"net"
+	netmail "net/mail"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/events"
+	"github.com/capstan-dev/capstan/internal/fault"
 )
 
 // SMTP security modes.
@@ -236,4 +238,56 @@ func (p *Preferences) Get(ctx context.Context, userID string) (Settings, error) 
 // Put replaces a user's preferences.
 func (p *Preferences) Put(ctx context.Context, userID string, s Settings) (Settings, error) {
 	return s, p.store.PutNotificationSettings(ctx, userID, s, p.now().UTC())
+}
+
+// SMTPSettings is what the API shows of the SMTP settings: never the
+// password, only whether one is set.
+type SMTPSettings struct {
+	Enabled     bool   `json:"enabled" doc:"false: no SMTP server is set (--smtp-host) and no e-mail goes out"`
+	Host        string `json:"host"`
+	Port        int    `json:"port"`
+	Security    string `json:"security" doc:"starttls, tls or none; empty when not enabled"`
+	User        string `json:"user" doc:"SMTP user name; empty: no authentication"`
+	PasswordSet bool   `json:"password_set" doc:"Whether a password is set (CAPSTAN_SMTP_PASSWORD or --smtp-password-file)"`
+	From        string `json:"from" doc:"From address of the control plane's e-mail"`
+}
+
+// Settings returns the settings to show.
+func (s SMTP) Settings() SMTPSettings {
+	if !s.Enabled() {
+		return SMTPSettings{}
+	}
+	return SMTPSettings{Enabled: true, Host: s.Host, Port: s.Port, Security: s.Security, User: s.User,
+		PasswordSet: s.Password != "", From: s.From}
+}
+
+// MailTestResult is what came of sending a test e-mail.
+type MailTestResult struct {
+	To         string `json:"to"`
+	Delivered  bool   `json:"delivered" doc:"The SMTP server accepted the mail"`
+	Error      string `json:"error,omitempty" doc:"Why it was not accepted: the connection's or the SMTP server's answer"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// Test sends a test e-mail to to at once (no retries) and says what came
+// of it. fault.Conflict when no SMTP server is set; an address that is not
+// one is a fault.Invalid.
+func (s SMTP) Test(ctx context.Context, to string) (MailTestResult, error) {
+	addr, err := netmail.ParseAddress(to)
+	if err != nil || addr.Name != "" || len(to) > 254 {
+		return MailTestResult{}, fault.Invalidf("to", "must be an e-mail address")
+	}
+	if !s.Enabled() {
+		return MailTestResult{}, fault.Conflictf("email-not-configured", "No SMTP server is set: start the control plane with --smtp-host and the other --smtp-* settings.")
+	}
+	ctx, cancel := context.WithTimeout(ctx, MailTimeout)
+	defer cancel()
+	start := time.Now()
+	body := "This is a test e-mail from Capstan: the SMTP settings work.\n"
+	err = s.Send(ctx, addr.Address, "[Capstan] Test e-mail", body, "<p>This is a test e-mail from Capstan: the SMTP settings work.</p>\n")
+	r := MailTestResult{To: addr.Address, Delivered: err == nil, DurationMS: time.Since(start).Milliseconds()}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	return r, nil
 }

@@ -51,6 +51,21 @@ func (s *Store) ListAudit(ctx context.Context, q audit.Query) ([]audit.Entry, er
 	case q.Action != "":
 		where, args = append(where, "action = ?"), append(args, q.Action)
 	}
+	if q.Actor != "" {
+		where, args = append(where, "(actor_id = ? OR actor_email = ?)"), append(args, q.Actor, q.Actor)
+	}
+	if q.TargetType != "" {
+		where, args = append(where, "target_type = ?"), append(args, q.TargetType)
+	}
+	if q.TargetID != "" {
+		where, args = append(where, "target_id = ?"), append(args, q.TargetID)
+	}
+	if !q.Since.IsZero() {
+		where, args = append(where, "at >= ?"), append(args, ms(q.Since))
+	}
+	if !q.Until.IsZero() {
+		where, args = append(where, "at < ?"), append(args, ms(q.Until))
+	}
 	args = append(args, q.Limit)
 	var rows []auditRow
 	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, at, actor_type, actor_id, actor_email, action, target_type, target_id, ip, user_agent, details

@@ -184,3 +184,50 @@ func TestAuditLogIsAppendOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditFilters: entries are filtered by actor (id or e-mail), by
+// object (type, and id) and by time, together with the action and paging.
+func TestAuditFilters(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		add := func(i int, actor audit.Actor, action, typ, id string) {
+			at := t0.Add(time.Duration(i) * time.Minute)
+			e := audit.Entry{ID: ids.NewAt(ids.Audit, at), At: at, Actor: actor, Action: action,
+				Target: audit.Target{Type: typ, ID: id}, Details: map[string]any{}}
+			if err := s.AppendAudit(context.Background(), e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ann := audit.Actor{Type: audit.ActorUser, ID: "usr_ann", Email: "ann@example.com"}
+		bob := audit.Actor{Type: audit.ActorUser, ID: "usr_bob", Email: "bob@example.com"}
+		add(0, ann, "server.enrollment.created", "server", "srv_1")
+		add(1, bob, "server.revoked", "server", "srv_1")
+		add(2, ann, "application.created", "application", "app_1")
+		add(3, bob, "server.enrollment.created", "server", "srv_2")
+		add(4, ann, "auth.logout", "session", "ses_1")
+
+		for _, c := range []struct {
+			q    audit.Query
+			want string
+		}{
+			{audit.Query{Actor: "ann@example.com"}, "auth.logout application.created server.enrollment.created"},
+			{audit.Query{Actor: "usr_bob"}, "server.enrollment.created server.revoked"},
+			{audit.Query{TargetType: "server"}, "server.enrollment.created server.revoked server.enrollment.created"},
+			{audit.Query{TargetType: "server", TargetID: "srv_1"}, "server.revoked server.enrollment.created"},
+			{audit.Query{Actor: "ann@example.com", Action: "server.*"}, "server.enrollment.created"},
+			{audit.Query{Since: t0.Add(time.Minute), Until: t0.Add(3 * time.Minute)}, "application.created server.revoked"},
+			{audit.Query{Since: t0.Add(3 * time.Minute)}, "auth.logout server.enrollment.created"},
+			{audit.Query{Actor: "nobody@example.com"}, ""},
+		} {
+			c.q.Limit = 100
+			if got := auditActions(listAudit(t, s, c.q)); got != c.want {
+				t.Errorf("%+v: got %q, want %q", c.q, got, c.want)
+			}
+		}
+		// Paging keeps the filter.
+		page := listAudit(t, s, audit.Query{Limit: 1, TargetType: "server"})
+		rest := listAudit(t, s, audit.Query{Limit: 100, TargetType: "server", BeforeID: page[0].ID})
+		if got := auditActions(rest); got != "server.revoked server.enrollment.created" {
+			t.Fatalf("second page: %q", got)
+		}
+	})
+}

@@ -536,7 +536,9 @@ export interface paths {
         };
         /**
          * Audit log, newest first
-         * @description Administrators only (403 admin-required for members).
+         * @description Filters combine: action (exact, or a prefix such as auth.*), actor (e-mail or id), the object (target_type, target_id) and the time (since, until). A page's next_cursor, passed as before with the same filters, gives the next older page.
+         *
+         *     Administrators only (403 admin-required for members).
          */
         get: operations["list-audit-logs"];
         put?: never;
@@ -2311,6 +2313,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/notifications/email": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The control plane's SMTP settings
+         * @description Host, port, security, user and from address as the control plane was started with (--smtp-* flags or CAPSTAN_SMTP_* variables); the password never, only whether one is set. enabled is false without an SMTP host.
+         *
+         *     Administrators only (403 admin-required for members).
+         */
+        get: operations["get-email-settings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/notifications/email/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test e-mail now
+         * @description Sends a test e-mail to the address given at once (no retries), with the control plane's SMTP settings, and answers with what came of it: delivered, or the error (the connection's or the SMTP server's answer). 409 email-not-configured without an SMTP host. Audited.
+         *
+         *     Administrators only (403 admin-required for members).
+         */
+        post: operations["test-email"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/notifications/read": {
         parameters: {
             query?: never;
@@ -2370,7 +2416,9 @@ export interface paths {
         };
         /**
          * Control plane name, public URL, versions and schema
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description With the enrolled servers counted by the version of their agent.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
         get: operations["get-platform"];
         put?: never;
@@ -2559,6 +2607,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/servers/compact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every server in a compact, column-wise form
+         * @description What a list of the whole fleet shows (name, status, tags, host name, OS, last heartbeat, and CPU, memory and disk use of the newest sample) as one array per field, entry i of each belonging to the same server. For 10,000 servers it is about a sixth of GET /api/v1/servers, before compression.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        get: operations["list-servers-compact"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/servers/enrollments": {
         parameters: {
             query?: never;
@@ -2575,6 +2645,28 @@ export interface paths {
          *     Administrators only (403 admin-required for members).
          */
         post: operations["create-enrollment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/servers/sparklines": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * CPU and memory of the last hour of some servers, for sparklines
+         * @description For each server named in ids (1 to 100), its CPU and memory use over the last hour in 30 two-minute slots, oldest first, as whole percentages (null for a slot without samples): one small request for the rows a list shows, instead of each server's full series.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        get: operations["get-server-sparklines"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -2707,6 +2799,17 @@ export interface components {
             /** Format: int64 */
             timeout_seconds: number;
             type: string;
+        };
+        AgentVersion: {
+            /**
+             * Format: int64
+             * @description Of those, the servers online now
+             */
+            online: number;
+            /** Format: int64 */
+            servers: number;
+            /** @description The agent's version as it reported it; empty when it did not */
+            version: string;
         };
         Alert: {
             /** Format: date-time */
@@ -4092,18 +4195,6 @@ export interface components {
              */
             unread_count: number;
         };
-        Info: {
-            /** @description Agent protocol version served under /agent/<version> */
-            agent_protocol: string;
-            /** @description Client API version served under /api/<version> */
-            api: string;
-            name: string;
-            /** @description URL that agents and browsers use to reach this control plane */
-            public_url: string;
-            schema: components["schemas"]["Schema"];
-            /** @description Control plane build version */
-            version: string;
-        };
         Installation: {
             /** @description The user or organization the app is installed on */
             account: string;
@@ -4536,6 +4627,19 @@ export interface components {
             /** @description systemd unit ending in .service (source journal) */
             unit?: string;
         };
+        MailTestInputBody: {
+            /** @description The address to send the test e-mail to */
+            to: string;
+        };
+        MailTestResult: {
+            /** @description The SMTP server accepted the mail */
+            delivered: boolean;
+            /** Format: int64 */
+            duration_ms: number;
+            /** @description Why it was not accepted: the connection's or the SMTP server's answer */
+            error?: string;
+            to: string;
+        };
         Manifest: {
             /** @description The app manifest, to post as the form field "manifest" */
             manifest: {
@@ -4802,6 +4906,20 @@ export interface components {
         PatchDomainInputBody: {
             /** @enum {string} */
             tls_mode: "auto" | "internal" | "off";
+        };
+        PlatformInfo: {
+            /** @description Agent protocol version served under /agent/<version> */
+            agent_protocol: string;
+            /** @description Enrolled servers (not revoked) by the version of their agent, newest version first */
+            agents: components["schemas"]["AgentVersion"][] | null;
+            /** @description Client API version served under /api/<version> */
+            api: string;
+            name: string;
+            /** @description URL that agents and browsers use to reach this control plane */
+            public_url: string;
+            schema: components["schemas"]["Schema"];
+            /** @description Control plane build version */
+            version: string;
         };
         PolicyView: {
             /** @description The databases backed up; empty: the instance's initial database (a key-value instance is backed up whole) */
@@ -5244,6 +5362,30 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        ServerColumns: {
+            /**
+             * Format: int64
+             * @description Number of servers; every array has this many entries
+             */
+            count: number;
+            /** @description CPU use of the newest sample, 0 to 100, one decimal; null without a sample */
+            cpu: (number | null)[] | null;
+            /** @description Use of the fullest filesystem in the newest sample, one decimal; null when unknown */
+            disk: (number | null)[] | null;
+            /** @description The host name the agent reported; empty until it enrolled */
+            hostname: string[] | null;
+            id: string[] | null;
+            /** @description Unix seconds of the last heartbeat; null when never heard from */
+            last_seen: (number | null)[] | null;
+            /** @description Memory use of the newest sample, one decimal; null when unknown */
+            memory: (number | null)[] | null;
+            name: string[] | null;
+            /** @description Operating system id and version, e.g. "debian 12"; empty until the agent enrolled */
+            os: string[] | null;
+            /** @description pending, online, offline or revoked */
+            status: string[] | null;
+            tags: (string[] | null)[] | null;
+        };
         ServerDetail: {
             agent_version?: string;
             /** Format: date-time */
@@ -5470,6 +5612,21 @@ export interface components {
             /** @description By port; the current deployment's slot, if the inventory does not list it, has state missing */
             slots: components["schemas"]["SlotState"][] | null;
         };
+        SMTPSettings: {
+            /** @description false: no SMTP server is set (--smtp-host) and no e-mail goes out */
+            enabled: boolean;
+            /** @description From address of the control plane's e-mail */
+            from: string;
+            host: string;
+            /** @description Whether a password is set (CAPSTAN_SMTP_PASSWORD or --smtp-password-file) */
+            password_set: boolean;
+            /** Format: int64 */
+            port: number;
+            /** @description starttls, tls or none; empty when not enabled */
+            security: string;
+            /** @description SMTP user name; empty: no authentication */
+            user: string;
+        };
         Source: {
             /** @description type git: the branch deployed by default and on pushes (with auto_deploy) */
             branch?: string;
@@ -5502,6 +5659,22 @@ export interface components {
             /** @description Log sources: journal, container */
             sources: string[] | null;
             units: components["schemas"]["Unit"][] | null;
+        };
+        Sparkline: {
+            /** @description Average CPU use of each slot, 0 to 100; null for a slot without samples */
+            cpu: (number | null)[] | null;
+            /** @description Average memory use of each slot, 0 to 100; null for a slot without samples or when unknown */
+            memory: (number | null)[] | null;
+            server_id: string;
+        };
+        SparklinesOutputBody: {
+            /** @description In the order asked; ids that name no server are left out */
+            servers: components["schemas"]["Sparkline"][] | null;
+            /**
+             * Format: int64
+             * @description Width of each slot; the last slot ends now
+             */
+            slot_seconds: number;
         };
         Spec: {
             /** @description The application's name when the deployment was created */
@@ -7904,10 +8077,20 @@ export interface operations {
             query?: {
                 /** @description Exact action, or a prefix ending in .* (auth.*) */
                 action?: string;
+                /** @description Who acted: a user's e-mail address, or an actor id (usr_…, srv_…) */
+                actor?: string;
                 /** @description Cursor from next_cursor of the previous page */
                 before?: string;
                 /** @description Entries per page: 1 to 200; default 50 when absent */
                 limit?: number;
+                /** @description Entries at or after this time (RFC 3339) */
+                since?: string;
+                /** @description The object's id */
+                target_id?: string;
+                /** @description The object's type, e.g. server, application, notification_channel */
+                target_type?: string;
+                /** @description Entries before this time (RFC 3339); later than since */
+                until?: string;
             };
             header?: never;
             path?: never;
@@ -14432,6 +14615,158 @@ export interface operations {
             };
         };
     };
+    "get-email-settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SMTPSettings"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "test-email": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MailTestInputBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MailTestResult"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     "mark-notifications-read": {
         parameters: {
             query?: never;
@@ -14650,7 +14985,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Info"];
+                    "application/json": components["schemas"]["PlatformInfo"];
                 };
             };
             /** @description Unauthorized */
@@ -15332,6 +15667,53 @@ export interface operations {
             };
         };
     };
+    "list-servers-compact": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ServerColumns"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     "create-enrollment": {
         parameters: {
             query?: never;
@@ -15401,6 +15783,56 @@ export interface operations {
             };
             /** @description Unsupported Media Type */
             415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "get-server-sparklines": {
+        parameters: {
+            query: {
+                /** @description Comma-separated server ids, 1 to 100 */
+                ids: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SparklinesOutputBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };
