@@ -88,13 +88,21 @@ func runConsoleScript(t *testing.T, f *Fleet, script string, env []string, onLin
 func runConsoleScriptAs(t *testing.T, f *Fleet, script string, admin bool, env []string, onLine func(line string, fields []string),
 	diag func() string) []string {
 	t.Helper()
+	user := createUser(t, f.ControlPlane, "browser-"+strings.ToLower(strings.TrimSuffix(script, ".mjs"))+"@example.com", testPassword, admin)
+	return runConsoleScriptAsUser(t, f, script, user, env, onLine, diag)
+}
+
+// runConsoleScriptAsUser is runConsoleScript signed in as user, for a test
+// that checks through the API what that user's own state became.
+func runConsoleScriptAsUser(t *testing.T, f *Fleet, script string, user User, env []string, onLine func(line string, fields []string),
+	diag func() string) []string {
+	t.Helper()
 	chromium := testlab.Chromium(t)
 	node, webDir := testlab.ConsoleScripts(t, filepath.Join("..", "web"))
 	page := f.Get(t, "/", "")
 	if page.Status != 200 || !strings.Contains(string(page.Body), "/assets/") {
 		testlab.Require(t, "the web console built into the binary (make web before go test ./e2e)")
 	}
-	user := createUser(t, f.ControlPlane, "browser-"+strings.ToLower(strings.TrimSuffix(script, ".mjs"))+"@example.com", testPassword, admin)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

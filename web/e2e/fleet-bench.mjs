@@ -34,10 +34,12 @@ try {
         const done = performance.getEntriesByName("capstan:fleet-rendered")[0];
         const rows = document.querySelectorAll(".tbody .tr").length;
         const count = document.querySelector(".counts span")?.textContent;
-        const api = performance.getEntriesByType("resource").filter((e) => e.name.endsWith("/api/v1/servers")).pop();
+        // The fleet's list: the compact one, or the full one of older builds.
+        const api = performance.getEntriesByType("resource").filter((e) => /\/api\/v1\/servers(\/compact)?$/.test(new URL(e.name).pathname)).pop();
         return {
           fromNavigation: done.startTime, fetchAndRender: m.duration, rows, count,
           apiMs: api ? api.responseEnd - api.startTime : null, apiBytes: api ? api.encodedBodySize : null,
+          apiJSONBytes: api ? api.decodedBodySize : null, apiPath: api ? new URL(api.name).pathname : null,
           afterResponse: api ? done.startTime - api.responseEnd : null,
         };
       }),
@@ -66,7 +68,10 @@ try {
     rowsRendered: loads[0].rows,
     firstRenderFromNavigationMs: { runs: loads.map((l) => Math.round(l.fromNavigation)), median: Math.round(med(loads.map((l) => l.fromNavigation))) },
     fetchAndRenderMs: { runs: loads.map((l) => Math.round(l.fetchAndRender)), median: Math.round(med(loads.map((l) => l.fetchAndRender))) },
-    serversRequestMs: { runs: loads.map((l) => Math.round(l.apiMs)), median: Math.round(med(loads.map((l) => l.apiMs))), bytes: loads[0].apiBytes },
+    serversRequestMs: {
+      path: loads[0].apiPath, runs: loads.map((l) => Math.round(l.apiMs)), median: Math.round(med(loads.map((l) => l.apiMs))),
+      bytes: loads[0].apiBytes, jsonBytes: loads[0].apiJSONBytes,
+    },
     renderAfterResponseMs: { runs: loads.map((l) => Math.round(l.afterResponse)), median: Math.round(med(loads.map((l) => l.afterResponse))) },
     scrollFrameMs: { frames: frames.length, p50: +q(0.5).toFixed(1), p95: +q(0.95).toFixed(1), max: +sorted[sorted.length - 1].toFixed(1) },
   }, null, 2));

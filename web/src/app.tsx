@@ -12,6 +12,8 @@ import { lazy } from "./components/lazy";
 import { JobDetail, Jobs } from "./screens/Jobs";
 import { stream } from "./lib/stream";
 import { useStreamState } from "./lib/live";
+import { loadUnread, setUnread, useUnread } from "./lib/inbox";
+import { HelpButton, Shortcuts } from "./components/Shortcuts";
 
 const ServerDetail = lazy(() => import("./screens/Server").then((m) => m.ServerDetail), "the server");
 const Alerts = lazy(() => import("./screens/Monitoring").then((m) => m.Alerts), "alerts");
@@ -23,6 +25,11 @@ const BackupRuns = lazy(() => import("./screens/Backups").then((m) => m.Runs), "
 const BackupRun = lazy(() => import("./screens/Backups").then((m) => m.RunDetail), "the backup");
 const BackupPolicies = lazy(() => import("./screens/Backups").then((m) => m.Policies), "backup policies");
 const BackupStorage = lazy(() => import("./screens/Backups").then((m) => m.Storage), "backup storage");
+const Inbox = lazy(() => import("./screens/Inbox").then((m) => m.Inbox), "the inbox");
+const Notifications = lazy(() => import("./screens/Notifications").then((m) => m.Notifications), "the notification settings");
+const ChannelDetail = lazy(() => import("./screens/Notifications").then((m) => m.ChannelDetail), "the channel");
+const Audit = lazy(() => import("./screens/Audit").then((m) => m.Audit), "the audit log");
+const Platform = lazy(() => import("./screens/Platform").then((m) => m.Platform), "the platform");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -51,6 +58,9 @@ export function App() {
   useEffect(() => {
     if (user) stream.start();
     else stream.stop();
+    // The unread count is the signed-in user's own.
+    setUnread(null);
+    if (user) void loadUnread();
   }, [user?.id]);
 
   if (booting) return <p class="boot">Capstan</p>;
@@ -76,6 +86,11 @@ export function App() {
   else if (path === "/backups/policies") screen = <BackupPolicies />;
   else if (path === "/backups/storage") screen = <BackupStorage />;
   else if ((p = match("/backups/runs/:id", path))) screen = <BackupRun key={p.id} id={p.id} />;
+  else if (path === "/inbox") screen = <Inbox />;
+  else if (path === "/notifications") screen = <Notifications />;
+  else if ((p = match("/notifications/channels/:id", path))) screen = <ChannelDetail key={p.id} id={p.id} />;
+  else if (path === "/audit") screen = <Audit />;
+  else if (path === "/platform") screen = <Platform />;
   else screen = <NotFound what={path} />;
 
   const nav = [
@@ -84,6 +99,9 @@ export function App() {
     { href: "/monitoring", label: "Monitoring", active: path.startsWith("/monitoring") },
     { href: "/databases", label: "Databases", active: path.startsWith("/databases") },
     { href: "/backups", label: "Backups", active: path.startsWith("/backups") },
+    { href: "/notifications", label: "Notifications", active: path.startsWith("/notifications") },
+    ...(user.admin ? [{ href: "/audit", label: "Audit", active: path.startsWith("/audit") }] : []),
+    { href: "/platform", label: "Platform", active: path.startsWith("/platform") },
   ];
   return (
     <div class="shell">
@@ -102,11 +120,13 @@ export function App() {
           ))}
         </nav>
         <div class="who">
+          <InboxLink active={path === "/inbox"} />
           <LiveState />
           <span class="muted">
             {user.email}
             {user.admin ? " · admin" : ""}
           </span>
+          <HelpButton />
           <button type="button" onClick={() => void signOut()}>
             Sign out
           </button>
@@ -115,6 +135,7 @@ export function App() {
       <main id="main" tabIndex={-1}>
         {screen}
       </main>
+      <Shortcuts />
     </div>
   );
 }
@@ -126,5 +147,24 @@ function LiveState() {
     <span class={"live s-" + s} role="status" title="Live updates from the control plane">
       ● {text}
     </span>
+  );
+}
+
+// InboxLink is the inbox in the header, with the unread count the stream
+// keeps current.
+function InboxLink({ active }: { active: boolean }) {
+  const n = useUnread();
+  return (
+    <Link href="/inbox" class="inbox-link" aria-current={active ? "page" : undefined}>
+      Inbox
+      {n ? (
+        <>
+          <span class="unread-count" data-unread={n}>
+            {n > 99 ? "99+" : n}
+          </span>
+          <span class="sr-only"> unread</span>
+        </>
+      ) : null}
+    </Link>
   );
 }

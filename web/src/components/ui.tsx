@@ -3,9 +3,9 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import type { Problem } from "../lib/problem";
 import { onLinkClick } from "../lib/router";
 
-export function Link(props: { href: string; class?: string; children: ComponentChildren; "aria-current"?: "page" }) {
+export function Link(props: { href: string; class?: string; children: ComponentChildren; "aria-current"?: "page"; "aria-label"?: string }) {
   return (
-    <a href={props.href} class={props.class} aria-current={props["aria-current"]} onClick={onLinkClick}>
+    <a href={props.href} class={props.class} aria-current={props["aria-current"]} aria-label={props["aria-label"]} onClick={onLinkClick}>
       {props.children}
     </a>
   );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { counts, defaultQuery, matches, queryFromURL, queryToURL, tagsOf, view, type FleetServer } from "./fleet";
+import { counts, defaultQuery, fromColumns, matches, queryFromURL, queryToURL, tagsOf, view, type FleetServer } from "./fleet";
 
 function srv(name: string, status: string, tags: string[] = [], cpu?: number, seen?: string): FleetServer {
   return {
@@ -7,9 +7,12 @@ function srv(name: string, status: string, tags: string[] = [], cpu?: number, se
     name,
     status,
     tags,
-    last_seen_at: seen ?? null,
-    facts: { hostname: name + ".example.internal", os: "debian" },
-    latest_metrics: cpu === undefined ? null : { cpu_percent: cpu, memory_used_percent: null, disk_used_percent: null },
+    last_seen: seen ? Date.parse(seen) : null,
+    hostname: name + ".example.internal",
+    os: "debian 12",
+    cpu: cpu ?? null,
+    memory: null,
+    disk: null,
   };
 }
 
@@ -19,6 +22,28 @@ const fleet = [
   srv("web-1", "online", ["web"], 40, "2026-01-01T00:00:20Z"),
   srv("new", "pending"),
 ];
+
+describe("compact list", () => {
+  it("turns columns into servers, seconds into milliseconds", () => {
+    const list = fromColumns({
+      count: 2,
+      id: ["srv_a", "srv_b"],
+      name: ["a", "b"],
+      status: ["online", "pending"],
+      tags: [["web"], null],
+      hostname: ["a.example", ""],
+      os: ["debian 12", ""],
+      last_seen: [1_700_000_000, null],
+      cpu: [12.5, null],
+      memory: [40, null],
+      disk: [70.1, null],
+    });
+    expect(list[0]).toMatchObject({ id: "srv_a", tags: ["web"], last_seen: 1_700_000_000_000, cpu: 12.5, disk: 70.1 });
+    expect(list[1]).toMatchObject({ id: "srv_b", tags: [], last_seen: null, cpu: null });
+    expect(matches(list[0], "A.EXAMPLE debian")).toBe(true);
+    expect(matches(list[1], "web")).toBe(false);
+  });
+});
 
 describe("fleet view", () => {
   it("sorts by name by default and keeps name order for ties", () => {
@@ -59,7 +84,7 @@ describe("fleet view", () => {
     const out = view(big, { ...defaultQuery, search: "host-9", sort: "cpu", desc: true });
     const ms = performance.now() - t0;
     expect(out.length).toBe(1111);
-    expect(out[0].latest_metrics!.cpu_percent).toBe(99);
+    expect(out[0].cpu).toBe(99);
     expect(ms).toBeLessThan(500);
   });
 });

@@ -6,14 +6,57 @@ export interface FleetServer {
   id: string;
   name: string;
   status: string;
-  tags: string[] | null;
-  last_seen_at: string | null;
-  facts?: { hostname?: string; os?: string; os_version?: string } | null;
-  latest_metrics?: {
-    cpu_percent: number;
-    memory_used_percent: number | null;
-    disk_used_percent: number | null;
-  } | null;
+  tags: string[];
+  hostname: string;
+  os: string;
+  last_seen: number | null; // ms since the epoch; null: never
+  cpu: number | null;
+  memory: number | null;
+  disk: number | null;
+  hay?: string; // what the search looks in, lower case; made when absent
+}
+
+// ServerColumns is the compact list's answer (GET /api/v1/servers/compact).
+export interface ServerColumns {
+  count: number;
+  id: string[] | null;
+  name: string[] | null;
+  status: string[] | null;
+  tags: (string[] | null)[] | null;
+  hostname: string[] | null;
+  os: string[] | null;
+  last_seen: (number | null)[] | null;
+  cpu: (number | null)[] | null;
+  memory: (number | null)[] | null;
+  disk: (number | null)[] | null;
+}
+
+// fromColumns turns the compact list into one object per server, with
+// its search text made once.
+export function fromColumns(c: ServerColumns): FleetServer[] {
+  const out: FleetServer[] = new Array(c.count);
+  for (let i = 0; i < c.count; i++) {
+    const seen = c.last_seen?.[i];
+    const s: FleetServer = {
+      id: c.id![i],
+      name: c.name![i],
+      status: c.status![i],
+      tags: c.tags?.[i] ?? [],
+      hostname: c.hostname?.[i] ?? "",
+      os: c.os?.[i] ?? "",
+      last_seen: seen == null ? null : seen * 1000,
+      cpu: c.cpu?.[i] ?? null,
+      memory: c.memory?.[i] ?? null,
+      disk: c.disk?.[i] ?? null,
+    };
+    s.hay = haystack(s);
+    out[i] = s;
+  }
+  return out;
+}
+
+function haystack(s: FleetServer): string {
+  return [s.name, s.id, s.hostname, s.os, ...s.tags].join("\n").toLowerCase();
 }
 
 export type SortKey = "name" | "status" | "cpu" | "memory" | "disk" | "last_seen";
@@ -39,13 +82,13 @@ function sortValue(s: FleetServer, k: SortKey): number | string {
     case "status":
       return statusRank[s.status] ?? 9;
     case "cpu":
-      return s.latest_metrics?.cpu_percent ?? -1;
+      return s.cpu ?? -1;
     case "memory":
-      return s.latest_metrics?.memory_used_percent ?? -1;
+      return s.memory ?? -1;
     case "disk":
-      return s.latest_metrics?.disk_used_percent ?? -1;
+      return s.disk ?? -1;
     case "last_seen":
-      return s.last_seen_at ? Date.parse(s.last_seen_at) : 0;
+      return s.last_seen ?? 0;
   }
 }
 
@@ -55,8 +98,8 @@ function sortValue(s: FleetServer, k: SortKey): number | string {
 export function matches(s: FleetServer, search: string): boolean {
   const words = search.toLowerCase().split(/\s+/).filter(Boolean);
   if (words.length === 0) return true;
-  const tags = (s.tags ?? []).map((t) => t.toLowerCase());
-  const hay = [s.name, s.id, s.facts?.hostname ?? "", s.facts?.os ?? "", ...tags].join("\n").toLowerCase();
+  const tags = s.tags.map((t) => t.toLowerCase());
+  const hay = s.hay ?? haystack(s);
   return words.every((w) => {
     if (w.startsWith("tag:")) return tags.includes(w.slice(4));
     if (w.startsWith("status:")) return s.status === w.slice(7);
@@ -68,7 +111,7 @@ export function matches(s: FleetServer, search: string): boolean {
 // name order, so that the list does not jump when values are equal.
 export function view<T extends FleetServer>(list: T[], q: FleetQuery): T[] {
   const out = list.filter(
-    (s) => (!q.status || s.status === q.status) && (!q.tag || (s.tags ?? []).includes(q.tag)) && matches(s, q.search),
+    (s) => (!q.status || s.status === q.status) && (!q.tag || s.tags.includes(q.tag)) && matches(s, q.search),
   );
   const dir = q.desc ? -1 : 1;
   const keyed = out.map((s) => ({ s, k: sortValue(s, q.sort), n: s.name.toLowerCase() }));
@@ -83,7 +126,7 @@ export function view<T extends FleetServer>(list: T[], q: FleetQuery): T[] {
 // tagsOf lists every tag in the fleet, sorted, for the tag filter.
 export function tagsOf(list: FleetServer[]): string[] {
   const set = new Set<string>();
-  for (const s of list) for (const t of s.tags ?? []) set.add(t);
+  for (const s of list) for (const t of s.tags) set.add(t);
   return [...set].sort();
 }
 

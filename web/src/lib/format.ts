@@ -1,8 +1,8 @@
 // ago says how long before now a time was, briefly: "12 s ago", "3 min
 // ago", "5 h ago", "2 d ago"; "never" for none.
-export function ago(at: string | null | undefined, now = Date.now()): string {
-  if (!at) return "never";
-  const s = Math.max(0, Math.round((now - Date.parse(at)) / 1000));
+export function ago(at: string | number | null | undefined, now = Date.now()): string {
+  if (at == null || at === "") return "never";
+  const s = Math.max(0, Math.round((now - (typeof at === "number" ? at : Date.parse(at))) / 1000));
   if (s < 60) return `${s} s ago`;
   if (s < 3600) return `${Math.floor(s / 60)} min ago`;
   if (s < 86400) return `${Math.floor(s / 3600)} h ago`;

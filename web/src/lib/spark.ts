@@ -19,33 +19,42 @@ export function sparkPoints(values: (number | null)[], width: number, height: nu
   return out.join(" ");
 }
 
-// A Pool runs at most limit loads at once, each key once.
-export class Pool<T> {
-  private running = 0;
-  private queue: (() => void)[] = [];
+// Batches loads keys in batches of at most size keys, one batch at a
+// time, each key once: the rows a list shows ask in one request. A key the
+// answer leaves out (or whose batch failed) is done with null.
+export class Batches<T> {
+  private queue: string[] = [];
+  private running = false;
   readonly done = new Map<string, T | null>();
   private started = new Set<string>();
-  constructor(private readonly limit: number, private readonly load: (key: string) => Promise<T>, private readonly onDone: () => void) {}
+  constructor(
+    private readonly size: number,
+    private readonly load: (keys: string[]) => Promise<Map<string, T>>,
+    private readonly onDone: () => void,
+  ) {}
 
   want(keys: string[]) {
     for (const k of keys) {
       if (this.started.has(k)) continue;
       this.started.add(k);
-      this.queue.push(() => {
-        this.running++;
-        this.load(k)
-          .then((v) => this.done.set(k, v), () => this.done.set(k, null))
-          .finally(() => {
-            this.running--;
-            this.onDone();
-            this.next();
-          });
-      });
+      this.queue.push(k);
     }
-    this.next();
+    void this.next();
   }
 
-  private next() {
-    while (this.running < this.limit && this.queue.length) this.queue.shift()!();
+  private async next() {
+    if (this.running || this.queue.length === 0) return;
+    this.running = true;
+    const batch = this.queue.splice(0, this.size);
+    try {
+      const got = await this.load(batch);
+      for (const k of batch) this.done.set(k, got.get(k) ?? null);
+    } catch {
+      for (const k of batch) this.done.set(k, null);
+    } finally {
+      this.running = false;
+      this.onDone();
+      void this.next();
+    }
   }
 }

@@ -1,16 +1,16 @@
 import { useEffect, useLayoutEffect, useMemo, useRef, useState } from "preact/hooks";
-import { api, ok, type Schemas } from "../api/client";
+import { api, ok } from "../api/client";
 import { Link, ProblemBox, StatusBadge } from "../components/ui";
 import { currentUser } from "../lib/auth";
-import { counts, queryFromURL, queryToURL, tagsOf, view, type FleetQuery, type SortKey } from "../lib/fleet";
+import { counts, fromColumns, queryFromURL, queryToURL, tagsOf, view, type FleetQuery, type FleetServer, type SortKey } from "../lib/fleet";
 import { ago, percent } from "../lib/format";
-import { asProblem, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
 import { serverStatusAfter, useLive } from "../lib/live";
+import { useResource } from "../lib/resource";
 import { visibleRange } from "../lib/virtual";
-import { Pool, sparkPoints } from "../lib/spark";
+import { Batches, sparkPoints } from "../lib/spark";
 
-type Server = Schemas["ServerSummary"];
+type Server = FleetServer;
 
 const ROW = 44;
 
@@ -23,38 +23,27 @@ const columns: { key: SortKey; label: string; class: string }[] = [
   { key: "last_seen", label: "Last seen", class: "c-seen" },
 ];
 
-// loadFleet fetches every server with its newest sample, in one request.
+// loadFleet fetches every server with its newest sample, in one request
+// of the compact, column-wise list.
 export async function loadFleet(): Promise<Server[]> {
-  const body = await ok(api.GET("/api/v1/servers"));
-  return body.servers ?? [];
+  return fromColumns(await ok(api.GET("/api/v1/servers/compact")));
 }
 
 export function Fleet() {
-  const [servers, setServers] = useState<Server[] | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const res = useResource(() => {
+    performance.mark("capstan:fleet-start");
+    return loadFleet();
+  });
+  const { data: servers, problem, set: setServers } = res;
   const [q, setQ] = useState<FleetQuery>(() => queryFromURL(new URLSearchParams(location.search)));
   const search = useRef<HTMLInputElement>(null);
-
-  async function load() {
-    try {
-      setServers(await loadFleet());
-      setProblem(null);
-    } catch (err) {
-      setProblem(asProblem(err));
-    }
-  }
-
-  useEffect(() => {
-    performance.mark("capstan:fleet-start");
-    void load();
-  }, []);
 
   // Servers enrolling, going offline, coming back: patch the row in place
   // (a reload of 10,000 servers per change would be wasteful); reload all
   // after a gap in the stream.
   useLive(["event"], (data, type) => {
     if (type === "reset") {
-      void load();
+      void res.reload();
       return;
     }
     const status = serverStatusAfter(data?.type);
@@ -64,27 +53,15 @@ export function Fleet() {
       if (!list) return list;
       const i = list.findIndex((s) => s.id === id);
       if (i < 0) {
-        void load(); // a server this list has not seen yet
+        void res.reload(); // a server this list has not seen yet
         return list;
       }
       const next = list.slice();
-      next[i] = { ...list[i], status: status as Server["status"], last_seen_at: data.payload?.last_seen_at ?? list[i].last_seen_at };
+      const seen = data.payload?.last_seen_at ? Date.parse(data.payload.last_seen_at) : list[i].last_seen;
+      next[i] = { ...list[i], status, last_seen: seen };
       return next;
     });
   });
-
-  // "/" focuses the search, as in most consoles.
-  useEffect(() => {
-    const onKey = (e: KeyboardEvent) => {
-      const t = e.target as HTMLElement;
-      if (e.key === "/" && !["INPUT", "TEXTAREA", "SELECT"].includes(t.tagName)) {
-        e.preventDefault();
-        search.current?.focus();
-      }
-    };
-    addEventListener("keydown", onKey);
-    return () => removeEventListener("keydown", onKey);
-  }, []);
 
   function update(next: Partial<FleetQuery>) {
     const nq = { ...q, ...next };
@@ -119,7 +96,7 @@ export function Fleet() {
       <div class="filters" role="search">
         <label class="grow">
           <span class="sr-only">Search servers</span>
-          <input ref={search} type="search" placeholder="Search name, host, tag: (press /)" value={q.search}
+          <input ref={search} type="search" data-search placeholder="Search name, host, tag: (press /)" value={q.search}
             onInput={(e) => update({ search: (e.target as HTMLInputElement).value })} />
         </label>
         <label>
@@ -162,22 +139,24 @@ interface Spark {
   memory: (number | null)[];
 }
 
+// The most rows one sparkline request asks for (the API's limit).
+const SPARK_BATCH = 100;
+
 function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort: (k: SortKey) => void }) {
   const box = useRef<HTMLDivElement>(null);
   const [scroll, setScroll] = useState(0);
   const [height, setHeight] = useState(600);
   const marked = useRef(false);
   const [, setSparkVersion] = useState(0);
-  // The last hour of the rows in view, fetched once scrolling settles,
-  // four at a time: never for 10,000 servers at once.
+  // The last hour of the rows in view, fetched once scrolling settles, in
+  // one small request per screenful: never for 10,000 servers at once.
   const sparks = useMemo(
     () =>
-      new Pool<Spark>(
-        4,
-        async (id) => {
-          const d = await ok(api.GET("/api/v1/servers/{id}/metrics", { params: { path: { id }, query: { range: "1h" } } }));
-          const pts = d.series ?? [];
-          return { cpu: pts.map((p) => p.cpu_percent), memory: pts.map((p) => p.memory_used_percent) };
+      new Batches<Spark>(
+        SPARK_BATCH,
+        async (ids) => {
+          const d = await ok(api.GET("/api/v1/servers/sparklines", { params: { query: { ids: ids.join(",") } } }));
+          return new Map((d.servers ?? []).map((s) => [s.server_id, { cpu: s.cpu ?? [], memory: s.memory ?? [] }]));
         },
         () => setSparkVersion((v) => v + 1),
       ),
@@ -202,7 +181,7 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
 
   const { start, end } = visibleRange(rows.length, ROW, scroll, height, 0);
   useEffect(() => {
-    const t = setTimeout(() => sparks.want(rows.slice(start, end).filter((s) => s.latest_metrics).map((s) => s.id)), 250);
+    const t = setTimeout(() => sparks.want(rows.slice(start, end).filter((s) => s.cpu != null).map((s) => s.id)), 250);
     return () => clearTimeout(t);
   }, [start, end, rows]);
   const now = Date.now();
@@ -225,12 +204,11 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
         <div class="spacer" style={{ height: `${rows.length * ROW}px` }}>
           {rows.slice(Math.max(0, start - 8), Math.min(rows.length, end + 8)).map((s, j) => {
             const i = j + Math.max(0, start - 8) - start;
-            const m = s.latest_metrics;
             return (
               <div key={s.id} class="tr" role="row" aria-rowindex={start + i + 2} style={{ transform: `translateY(${(start + i) * ROW}px)` }}>
                 <div role="cell" class="c-name">
                   <Link href={"/servers/" + s.id}>{s.name}</Link>
-                  {(s.tags ?? []).slice(0, 3).map((t) => (
+                  {s.tags.slice(0, 3).map((t) => (
                     <span key={t} class="tag">
                       {t}
                     </span>
@@ -240,16 +218,16 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
                   <StatusBadge status={s.status} />
                 </div>
                 <div role="cell" class="c-num">
-                  <Meter label="CPU" value={m?.cpu_percent} spark={sparks.done.get(s.id)?.cpu} />
+                  <Meter label="CPU" value={s.cpu} spark={sparks.done.get(s.id)?.cpu} />
                 </div>
                 <div role="cell" class="c-num">
-                  <Meter label="Memory" value={m?.memory_used_percent} spark={sparks.done.get(s.id)?.memory} />
+                  <Meter label="Memory" value={s.memory} spark={sparks.done.get(s.id)?.memory} />
                 </div>
                 <div role="cell" class="c-num">
-                  <Meter label="Disk" value={m?.disk_used_percent} />
+                  <Meter label="Disk" value={s.disk} />
                 </div>
                 <div role="cell" class="c-seen">
-                  {ago(s.last_seen_at, now)}
+                  {ago(s.last_seen, now)}
                 </div>
               </div>
             );
