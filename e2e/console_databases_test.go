@@ -22,14 +22,14 @@ import (
 // a write refused while read-only is on (the engine's error shown), an
 // error's position marked, a write that succeeds with read-only off (the
 // table and rows checked in PostgreSQL itself), the result grid with its
-// column types, the explorer, a login whose password is shown once (the
-// same as the stored one), the audited connection details, an export
-// downloaded and a file imported (checked in PostgreSQL), a database
-// created and dropped (checked in PostgreSQL), an application attached
-// (its env checked), a managed Redis created, stopped and started (its
-// container checked), and the key
-// browser finding keys by pattern, showing a hash and deleting a key
-// (checked in Redis); a long statement ended by its timeout; and a member
+// column types, a long statement ended by its timeout, the explorer, a
+// login whose password is shown once and then a new one (each the same
+// as the stored one), a database created and dropped (checked in
+// PostgreSQL), the audited connection details, an export downloaded and a
+// file imported (checked in PostgreSQL), an application attached (its env
+// checked), the key browser finding keys by pattern, showing a hash and
+// deleting a key (checked in Redis), a managed Redis created, stopped and
+// started (its container checked), the instance's charts, and a member
 // who reads instances and logins' names with no controls and no secrets.
 // axe-core runs on every screen and state.
 func TestConsoleDatabases(t *testing.T) {
@@ -98,7 +98,7 @@ func TestConsoleDatabases(t *testing.T) {
 			if err := pg.QueryRow(`SELECT count(*) FROM console_orders`).Scan(&n); err != nil || n != 2 {
 				t.Errorf("after the writes with read-only off: %d rows in console_orders (%v)", n, err)
 			}
-		case "login-created":
+		case "login-created", "login-rotated":
 			// The password shown once is the one stored (compared by hash,
 			// so that it is not in the test's log).
 			var conn struct {
@@ -173,7 +173,7 @@ func TestConsoleDatabases(t *testing.T) {
 			}
 		}
 	}, func() string { return "agent log:\n" + r.agent.Logs() })
-	want := "pg-ready write-refused error-marked write-ok grid long-query explored login-created database-created database-dropped connection-shown exported imported attached redis-ready kv-browsed key-deleted managed-ready managed-stopped managed-started member-read-only done"
+	want := "pg-ready write-refused error-marked write-ok grid long-query explored login-created login-rotated database-created database-dropped connection-shown exported imported attached redis-ready kv-browsed key-deleted managed-ready managed-stopped managed-started member-read-only done"
 	if got := strings.Join(steps, " "); got != want {
 		t.Fatalf("databases.mjs steps:\n%s\nwant\n%s", got, want)
 	}

@@ -190,6 +190,15 @@ await session(async (page) => {
   if (await page.locator("#new-password").count()) throw new Error("the password is still shown");
   say("login-created", login, createHash("sha256").update(password).digest("hex"));
 
+  // A new password for the login: confirmed by name, shown once.
+  await page.getByRole("button", { name: "New password for " + login }).click();
+  await page.getByRole("dialog").getByRole("button", { name: "Replace the password of " + login }).click();
+  const rotated = (await page.locator("#new-password").textContent(wait)).trim();
+  if (rotated === password || rotated.length < 20) throw new Error("the new password is not new");
+  await jobDone(page, "new password for " + login);
+  await page.getByRole("button", { name: "I have saved it" }).click();
+  say("login-rotated", login, createHash("sha256").update(rotated).digest("hex"));
+
   // Databases: create one, then drop it (confirmed by name).
   await page.getByRole("button", { name: "Show the databases" }).click();
   await page.getByRole("table", { name: "Databases of the instance" }).getByRole("cell", { name: "shop", exact: true }).waitFor(wait);
