@@ -20,6 +20,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpapi"
+	"github.com/capstan-dev/capstan/internal/httpconn"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/monitoring"
@@ -207,13 +208,16 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	a.channels = notify.NewChannels(a.store, a.key, a.audit, guard, time.Now, log)
 	a.events.Register(a.channels)
 	a.events.RetryBase, a.events.AttemptTimeout, a.events.Lease = c.NotifyRetry, c.NotifyTimeout, 4*c.NotifyTimeout
+	// Waiting claim long polls are taken out of the HTTP server while they
+	// wait (see httpconn); their connections come back to it here.
+	returns := httpconn.NewReturns(ln.Addr())
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
 		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
 		SMTP:    mailer,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(),
-		Stream: a.live, StreamTickets: a.store, Requests: requestObserver(tel),
+		Stream: a.live, StreamTickets: a.store, Requests: requestObserver(tel), Conns: returns,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))
 	// Heartbeats are written in batches; the last batch is written after
@@ -364,6 +368,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	go srv.Serve(returns) //nolint:errcheck // ends with the server's Shutdown, like Serve(ln)
 	select {
 	case err := <-errc:
 		return err
@@ -374,6 +379,11 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
+	}
+	// The claims that waited outside the server were answered when the
+	// shutdown began (StopClaims); wait until each answer was written.
+	if err := returns.Wait(sctx); err != nil {
+		return fmt.Errorf("shutdown: %d waiting claims not answered: %w", returns.Out(), err)
 	}
 	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
 		return err

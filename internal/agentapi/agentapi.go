@@ -109,6 +109,7 @@ func Mount(d Deps) func(*httpapi.Server) {
 func register(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
 	claims := newClaimSlots()
+	parked := newParker(d.Jobs, claims)
 	limits := newLimiter(DefaultLimits, nil)
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-enroll", Method: http.MethodPost, Path: "/agent/v1/enroll", Tags: tags,
@@ -153,6 +154,26 @@ func register(s *httpapi.Server, d Deps) {
 			return nil, invalidWait()
 		}
 		srv := httpapi.AgentServer(ctx)
+		if wait > 0 && httpapi.CanDetach(ctx) {
+			// Wait without this request's goroutine and buffers: look
+			// once, and when there is nothing, hand the connection to
+			// the parker, which answers it when a job comes or the wait
+			// ends.
+			c := parked.park(srv.ID, time.Duration(wait)*time.Second)
+			j, ok, err := d.Jobs.ClaimNow(ctx, srv.ID)
+			if err != nil || ok {
+				c.cancel()
+				if err != nil {
+					return nil, err
+				}
+				return &claimOutput{Status: http.StatusOK, Body: claimResponse(j)}, nil
+			}
+			if !httpapi.Detach(ctx, c.attach) {
+				c.cancel()
+				return &claimOutput{Status: http.StatusNoContent}, nil
+			}
+			return &claimOutput{Status: http.StatusNoContent}, nil // not written: the parker answers
+		}
 		cctx, release := claims.hold(ctx, srv.ID)
 		defer release()
 		j, ok, err := d.Jobs.Claim(cctx, srv.ID, time.Duration(wait)*time.Second)
@@ -167,10 +188,7 @@ func register(s *httpapi.Server, d Deps) {
 		if !ok {
 			return &claimOutput{Status: http.StatusNoContent}, nil
 		}
-		return &claimOutput{Status: http.StatusOK, Body: &AgentClaimResponse{Job: AgentJob{
-			ID: j.ID, Type: j.Type, Payload: j.Payload, HasSecrets: j.HasSecrets,
-			TimeoutSeconds: j.TimeoutSeconds, LeaseSeconds: j.LeaseSeconds, CreatedAt: j.CreatedAt,
-		}}}, nil
+		return &claimOutput{Status: http.StatusOK, Body: claimResponse(j)}, nil
 	})
 
 	httpapi.Register(s, huma.Operation{

@@ -24,6 +24,12 @@ type requestInfo struct {
 	id     string
 	client auth.Client
 	req    *http.Request
+	// srv and w are the server and the response writer under the
+	// middleware, for Detach; detach is what the handler asked to have
+	// the connection handed to.
+	srv    *Server
+	w      http.ResponseWriter
+	detach func(*Detached)
 }
 
 func info(ctx context.Context) *requestInfo {
@@ -52,15 +58,23 @@ func newRequestID() string {
 }
 
 // statusWriter remembers the status and size of a response.
+// Once the handler asked to detach the request (Detach), what it writes
+// is dropped: the connection is answered later.
 type statusWriter struct {
 	http.ResponseWriter
 	status int
 	bytes  int64
+	ri     *requestInfo
 }
+
+func (w *statusWriter) detached() bool { return w.ri != nil && w.ri.detach != nil }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
+	}
+	if w.detached() {
+		return
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -68,6 +82,9 @@ func (w *statusWriter) WriteHeader(code int) {
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
+	}
+	if w.detached() {
+		return len(b), nil
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
@@ -88,36 +105,48 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-ID", id)
-		ri := &requestInfo{id: id, client: auth.Client{IP: s.clientIP(r), UserAgent: r.UserAgent()}}
+		ri := &requestInfo{id: id, client: auth.Client{IP: s.clientIP(r), UserAgent: r.UserAgent()}, srv: s, w: w}
 		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, ri))
 		ri.req = r
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &statusWriter{ResponseWriter: w, ri: ri}
 		next.ServeHTTP(sw, r)
+		if ri.detach != nil {
+			s.detachRequest(w, sw, r, ri, start)
+			return
+		}
 		if sw.status == 0 {
 			sw.status = http.StatusOK
 		}
-		if s.deps.Requests != nil {
-			// The mux set r.Pattern when a route matched.
-			s.deps.Requests.ObserveRequest(r.Pattern, sw.status, time.Since(start))
-		}
-		// Agents make a few requests each every 10 s: thousands per
-		// second from a large fleet. Their successes are logged at debug;
-		// their failures, like every other request, at info or error.
-		level := slog.LevelInfo
-		switch {
-		case sw.status >= 500:
-			level = slog.LevelError
-		case sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/v1/"):
-			level = slog.LevelDebug
-		}
-		if !s.log.Enabled(r.Context(), level) {
-			return
-		}
-		s.log.LogAttrs(r.Context(), level, "request",
-			slog.String("request_id", id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.Int("status", sw.status), slog.Int64("bytes", sw.bytes),
-			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("ip", ri.client.IP))
+		// The mux set r.Pattern when a route matched.
+		s.observe(r.Method, r.URL.Path, r.Pattern, id, ri.client.IP, sw.status, sw.bytes, start)
 	})
+}
+
+// observe accounts for an answered request: the request metrics and one
+// log line.
+func (s *Server) observe(method, path, pattern, id, ip string, status int, bytes int64, start time.Time) {
+	took := time.Since(start)
+	if s.deps.Requests != nil {
+		s.deps.Requests.ObserveRequest(pattern, status, took)
+	}
+	// Agents make a few requests each every 10 s: thousands per
+	// second from a large fleet. Their successes are logged at debug;
+	// their failures, like every other request, at info or error.
+	level := slog.LevelInfo
+	switch {
+	case status >= 500:
+		level = slog.LevelError
+	case status < 400 && strings.HasPrefix(path, "/agent/v1/"):
+		level = slog.LevelDebug
+	}
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	s.log.LogAttrs(ctx, level, "request",
+		slog.String("request_id", id), slog.String("method", method), slog.String("path", path),
+		slog.Int("status", status), slog.Int64("bytes", bytes),
+		slog.Float64("duration_ms", float64(took.Microseconds())/1000), slog.String("ip", ip))
 }
 
 func (s *Server) clientIP(r *http.Request) string {

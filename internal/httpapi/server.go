@@ -26,6 +26,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/githost"
+	"github.com/capstan-dev/capstan/internal/httpconn"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/logs"
 	"github.com/capstan-dev/capstan/internal/metrics"
@@ -82,6 +83,10 @@ type Deps struct {
 	Console fs.FS
 	// Requests, when set, is told of every answered request.
 	Requests RequestObserver
+	// Conns, when set, takes the connections of detached requests (see
+	// Detach) back to be served again; the http.Server must also Serve
+	// it. Without it no request is detached.
+	Conns *httpconn.Returns
 }
 
 // RequestObserver is told of every answered request: the route pattern

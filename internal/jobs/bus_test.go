@@ -149,3 +149,75 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 		return err != nil
 	})
 }
+
+// TestWaitQueuedAcrossControlPlanes: a claim held without a goroutine
+// (WaitQueued) on B is woken by a job queued on A, and ClaimNow on B takes
+// it; a revocation on A wakes it again and ClaimNow refuses the ended
+// server; stopping B's claims wakes it once more.
+func TestWaitQueuedAcrossControlPlanes(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.DatabaseURL(t, store.Postgres)
+	migrated, err := store.Open(ctx, url, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrated.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	migrated.Close()
+	key := secrets.GenerateKey()
+	a, b := startControlPlane(t, url, key), startControlPlane(t, url, key)
+	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
+	e, err := a.servers.CreateEnrollment(ctx, admin, audit.Entry{}, "web-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrolled, err := a.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverID := enrolled.ServerID
+
+	woken := make(chan struct{}, 1)
+	stop := b.jobs.WaitQueued(serverID, func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	})
+	defer stop()
+	wake := func(what string) {
+		t.Helper()
+		select {
+		case <-woken:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the claim waiting on B was not woken by %s", what)
+		}
+	}
+	if _, ok, err := b.jobs.ClaimNow(ctx, serverID); ok || err != nil {
+		t.Fatalf("claim with nothing queued: %v %v", ok, err)
+	}
+	j, _, err := a.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake("a job queued on A")
+	if got, ok, err := b.jobs.ClaimNow(ctx, serverID); !ok || err != nil || got.ID != j.ID {
+		t.Fatalf("claim on B after the wake: %v %v %s, want job %s", ok, err, got.ID, j.ID)
+	}
+	if _, err := a.servers.Revoke(ctx, admin, audit.Entry{}, serverID); err != nil {
+		t.Fatal(err)
+	}
+	wake("the revocation on A")
+	if _, _, err := b.jobs.ClaimNow(ctx, serverID); err != jobs.ErrServerEnded {
+		t.Fatalf("claim of a revoked server: %v, want ErrServerEnded", err)
+	}
+	if b.jobs.ClaimsStopped() {
+		t.Fatal("claims stopped before StopClaims")
+	}
+	b.jobs.StopClaims()
+	wake("StopClaims")
+	if !b.jobs.ClaimsStopped() {
+		t.Fatal("ClaimsStopped is false after StopClaims")
+	}
+}

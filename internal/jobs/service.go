@@ -132,7 +132,21 @@ func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.L
 // shuts down: a waiting claim would otherwise hold the shutdown up for its
 // whole wait.
 func (s *Service) StopClaims() {
-	s.stopClaimsOnce.Do(func() { close(s.stopClaims) })
+	s.stopClaimsOnce.Do(func() {
+		close(s.stopClaims)
+		s.wake.notifyAll() // the waits held by WaitQueued
+	})
+}
+
+// ClaimsStopped reports whether StopClaims was called: a waiting claim
+// answers at once, with no job.
+func (s *Service) ClaimsStopped() bool {
+	select {
+	case <-s.stopClaims:
+		return true
+	default:
+		return false
+	}
 }
 
 // OnComplete registers the completion hook of a job type.
@@ -383,7 +397,7 @@ func (s *Service) Claim(ctx context.Context, serverID string, wait time.Duration
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || s.ClaimsStopped() {
 			// The agent hung up (or the server is stopping): a job
 			// claimed now would be written to a dead connection and sit
 			// running until its lease lapsed.
@@ -409,6 +423,32 @@ func (s *Service) Claim(ctx context.Context, serverID string, wait time.Duration
 			return Job{}, false, nil
 		}
 	}
+}
+
+// WaitQueued calls wake whenever a job may have been queued for serverID:
+// queued through this control plane or another one sharing the store, the
+// server ended (revoked or deleted), the bus reconnected, or claims
+// stopped. It is how a claim waits without a goroutine of its own: wake
+// runs on the notifier's goroutine under its lock and must not block
+// (nor call back into the service); whoever it wakes calls ClaimNow. The
+// returned function ends the subscription.
+func (s *Service) WaitQueued(serverID string, wake func()) (stop func()) {
+	return s.wake.subscribeFunc(serverID, wake)
+}
+
+// ClaimNow moves the oldest queued job of the server to running, if there
+// is one, without waiting; ok is false when there is none. It returns
+// ErrServerEnded when the server was revoked or deleted through this
+// control plane or one sharing its store.
+func (s *Service) ClaimNow(ctx context.Context, serverID string) (Job, bool, error) {
+	if _, ended := s.ended.Load(serverID); ended {
+		return Job{}, false, ErrServerEnded
+	}
+	j, ok, err := s.store.ClaimJob(ctx, serverID, s.now())
+	if ok && err == nil {
+		s.changed(Change{Job: j})
+	}
+	return j, ok, err
 }
 
 // owned returns the job if it belongs to serverID.
