@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	capagent "github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -41,6 +42,10 @@ type agent struct {
 	serverID string
 	token    string
 	born     time.Time
+	// hc is the agent's own HTTP client, as a real agent's: its claim
+	// long poll keeps one connection, and each report takes one that the
+	// control plane closes after answering.
+	hc *http.Client
 
 	running atomic.Value // string: the id of the job being run, "" when none
 
@@ -57,7 +62,7 @@ type agent struct {
 
 func newAgent(s *sim, idx int) *agent {
 	rng := rand.New(rand.NewPCG(s.seed, uint64(idx)))
-	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng}
+	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng, hc: capagent.NewHTTPClient()}
 	a.cpu = 5 + rng.Float64()*40
 	a.load = a.cpu / 25
 	a.memTotal = []uint64{2, 4, 8, 16, 32}[rng.IntN(5)] << 30
@@ -73,7 +78,7 @@ func (a *agent) call(ctx context.Context, kind, path string, in, out any, timeou
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	status, err := do(cctx, a.sim.agentHC, http.MethodPost, a.sim.base+"/agent/v1"+path, a.token, in, out, want...)
+	status, err := do(cctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1"+path, a.token, in, out, want...)
 	if ctx.Err() != nil {
 		return status, ctx.Err() // the run ended; not the control plane's fault
 	}
@@ -137,7 +142,7 @@ func (a *agent) enroll(ctx context.Context) bool {
 			var res agentproto.EnrollResponse
 			for try := 0; try < 3 && ctx.Err() == nil; try++ {
 				start := time.Now()
-				_, err = do(ctx, a.sim.agentHC, http.MethodPost, a.sim.base+"/agent/v1/enroll", "",
+				_, err = do(ctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1/enroll", "",
 					agentproto.EnrollRequest{Token: e.Token, Facts: a.facts()}, &res, http.StatusOK)
 				if ctx.Err() != nil {
 					return false
@@ -187,6 +192,7 @@ func (a *agent) run(ctx context.Context, startAt time.Time) {
 	a.reportLoop(actx, cancel)
 	cancel()
 	wg.Wait()
+	a.hc.CloseIdleConnections()
 	if a.stopped.Load() {
 		a.sim.stoppedAgents.Add(1)
 	}
@@ -324,7 +330,7 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 		var res agentproto.ClaimResponse
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(wait)*time.Second+20*time.Second)
 		start := time.Now()
-		status, err := do(cctx, a.sim.agentHC, http.MethodPost, a.sim.base+"/agent/v1/jobs/claim", a.token,
+		status, err := do(cctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1/jobs/claim", a.token,
 			agentproto.ClaimRequest{WaitSeconds: wait}, &res, http.StatusOK, http.StatusNoContent)
 		at := time.Now()
 		cancel()

@@ -196,7 +196,6 @@ type sim struct {
 	base     string
 	runID    string
 	seed     uint64
-	agentHC  *http.Client
 	admin    *admin
 	rec      *recorder
 	dispatch *dispatchTracker
@@ -260,10 +259,10 @@ func (s *sim) liveCount() int {
 	return len(s.live)
 }
 
-// newTransport is tuned for thousands of concurrent keep-alive
-// connections to one host: every idle connection is kept for reuse (a
-// claim long poll holds one per agent), and idle ones are closed before
-// the control plane's 120 s idle timeout would close them under a request.
+// newTransport is tuned for the administrator's concurrent calls to one
+// host: idle connections are kept for reuse, and closed before the control
+// plane's 120 s idle timeout would close them under a request. Simulated
+// agents use the agent's own HTTP client instead (see newAgent).
 func newTransport(maxIdle int) *http.Transport {
 	return &http.Transport{
 		Proxy:               nil,
@@ -277,16 +276,16 @@ func newTransport(maxIdle int) *http.Transport {
 }
 
 func simulate(ctx context.Context, cfg config, stderr io.Writer) (*Report, error) {
-	// Each agent holds its long poll's connection and, at times, one more;
-	// the admin client and the process need some beyond that.
-	need := uint64(2*cfg.Agents + 256)
+	// Each agent holds its long poll's connection and, for a moment after
+	// a report, one more; the admin client and the process need some
+	// beyond that.
+	need := uint64(cfg.Agents + cfg.Agents/4 + 256)
 	limit, err := raiseFDLimit(need)
 	if err != nil {
 		fmt.Fprintln(stderr, "capstan-fleetsim: warning:", err)
 	}
 	s := &sim{
 		cfg: cfg, base: cfg.URL, seed: cfg.Seed, runID: strconv.FormatUint(cfg.Seed%(1<<24), 16),
-		agentHC:   &http.Client{Transport: newTransport(2*cfg.Agents + 100)},
 		rec:       newRecorder(),
 		enrollSem: make(chan struct{}, cfg.Concurrency),
 		idx:       map[*agent]int{},
@@ -439,7 +438,6 @@ loop:
 	case <-time.After(30 * time.Second):
 		fmt.Fprintln(stderr, "capstan-fleetsim: warning: some agents did not stop within 30 s")
 	}
-	s.agentHC.CloseIdleConnections()
 	adminHC.CloseIdleConnections()
 
 	rep := s.report(elapsed, mon, load, intervals)

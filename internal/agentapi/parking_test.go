@@ -230,8 +230,10 @@ func TestParkedClaims(t *testing.T) {
 		t.Fatal("an answered claim's connection was closed; want it kept for the next request")
 	}
 	conns[0].send(t, tokens[0], "/heartbeat", agentproto.HeartbeatRequest{AgentVersion: "test", RunningJobIDs: []string{j.ID}})
-	if resp, body := conns[0].read(t); resp.StatusCode != http.StatusOK {
-		t.Fatalf("heartbeat on the connection of an answered claim: %d %s", resp.StatusCode, body)
+	if resp, body := conns[0].read(t); resp.StatusCode != http.StatusOK || !resp.Close {
+		// A report's connection closes after the answer: an agent
+		// keeps one connection, its claim's.
+		t.Fatalf("heartbeat on the connection of an answered claim: %d %s (close %v), want 200 and the connection closed", resp.StatusCode, body, resp.Close)
 	}
 
 	// An agent that hung up gets no job: it stays queued.

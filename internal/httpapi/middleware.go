@@ -191,7 +191,12 @@ func (s *Server) withRecover(next http.Handler) http.Handler {
 	})
 }
 
-// withSecurityHeaders sets headers every response should carry.
+// agentClaimPath is the agent's claim long poll, whose connection is kept
+// open for the agent's next claim.
+const agentClaimPath = "/agent/v1/jobs/claim"
+
+// withSecurityHeaders sets headers every response should carry, and closes
+// the connection after an agent's report.
 func (s *Server) withSecurityHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -200,6 +205,14 @@ func (s *Server) withSecurityHeaders(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		if strings.HasPrefix(r.URL.Path, "/api/") {
 			h.Set("Cache-Control", "no-store")
+		}
+		if strings.HasPrefix(r.URL.Path, "/agent/v1/") && r.URL.Path != agentClaimPath {
+			// An agent's claim long poll keeps its connection busy; its
+			// reports, every 10 s or more, would otherwise keep a second
+			// one open and idle per agent, each a file descriptor, a
+			// goroutine and 8 KiB of buffers here. The connection closes
+			// after the answer instead, so an agent holds one.
+			h.Set("Connection", "close")
 		}
 		next.ServeHTTP(w, r)
 	})
