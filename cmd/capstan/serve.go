@@ -210,7 +210,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	a.events.RetryBase, a.events.AttemptTimeout, a.events.Lease = c.NotifyRetry, c.NotifyTimeout, 4*c.NotifyTimeout
 	// Waiting claim long polls are taken out of the HTTP server while they
 	// wait (see httpconn); their connections come back to it here.
-	returns := httpconn.NewReturns(ln.Addr())
+	const idleTimeout = 120 * time.Second
+	returns := httpconn.NewReturns(ln.Addr(), idleTimeout)
 	api := httpapi.New(httpapi.Deps{
 		Auth: a.auth, Audit: a.audit, Platform: a.platform, Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Logs: a.logs, Logger: log,
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
@@ -340,7 +341,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      90 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          nil,
 	}

@@ -49,7 +49,10 @@ func newClaimRigWith(t *testing.T, detach bool) *claimRig {
 	srvs := servers.NewService(st, js, audit.NewLog(st, time.Now), time.Now, "http://capstan.test", time.Hour)
 	var h http.Handler
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
-	returns := httpconn.NewReturns(ts.Listener.Addr())
+	// A given-back connection waits as long as a kept-alive one, not only
+	// the server's (short) header timeout.
+	ts.Config.ReadHeaderTimeout = 500 * time.Millisecond
+	returns := httpconn.NewReturns(ts.Listener.Addr(), time.Minute)
 	deps := httpapi.Deps{Servers: srvs, Jobs: js, Logger: log, Version: "test"}
 	if detach {
 		deps.Conns = returns
@@ -229,6 +232,10 @@ func TestParkedClaims(t *testing.T) {
 	if resp.Close {
 		t.Fatal("an answered claim's connection was closed; want it kept for the next request")
 	}
+	// The agent runs the job before its next call: the connection waits
+	// longer than the server's header timeout, as a kept-alive one.
+	idle := time.Now()
+	testlab.Eventually(t, 10*time.Second, "2 header timeouts passed", func() bool { return time.Since(idle) > time.Second })
 	conns[0].send(t, tokens[0], "/heartbeat", agentproto.HeartbeatRequest{AgentVersion: "test", RunningJobIDs: []string{j.ID}})
 	if resp, body := conns[0].read(t); resp.StatusCode != http.StatusOK || !resp.Close {
 		// A report's connection closes after the answer: an agent

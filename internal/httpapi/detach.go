@@ -109,7 +109,7 @@ func (s *Server) detachRequest(w http.ResponseWriter, sw *statusWriter, r *http.
 	}
 	s.deps.Conns.Take()
 	fn(&Detached{
-		conn: httpconn.WithBuffered(conn, buffered), header: hb.Bytes(),
+		conn: httpconn.WithBuffered(httpconn.Unwrap(conn), buffered), header: hb.Bytes(),
 		keepAlive: !r.Close,
 		srv:       s, id: ri.id, method: r.Method, path: r.URL.Path, pattern: r.Pattern, ip: ri.client.IP, start: start,
 	})

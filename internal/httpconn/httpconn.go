@@ -17,7 +17,9 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Returns is a listener of the connections given back with Return, to be
@@ -26,10 +28,11 @@ import (
 // connections taken out of the server, so that a shutdown can wait until
 // each was answered.
 type Returns struct {
-	addr net.Addr
-	back chan net.Conn
-	done chan struct{}
-	once sync.Once
+	addr     net.Addr
+	idleWait time.Duration
+	back     chan net.Conn
+	done     chan struct{}
+	once     sync.Once
 
 	mu     sync.Mutex // guards out and idle
 	out    int
@@ -38,9 +41,12 @@ type Returns struct {
 }
 
 // NewReturns returns a listener of given-back connections that reports
-// addr (the real listener's) as its address.
-func NewReturns(addr net.Addr) *Returns {
-	return &Returns{addr: addr, back: make(chan net.Conn), done: make(chan struct{})}
+// addr (the real listener's) as its address. idle is the server's
+// IdleTimeout: how long a given-back connection may wait for the client's
+// next request, as a kept-alive one may (the server would otherwise give
+// it only its ReadHeaderTimeout, as to a new connection).
+func NewReturns(addr net.Addr, idle time.Duration) *Returns {
+	return &Returns{addr: addr, idleWait: idle, back: make(chan net.Conn), done: make(chan struct{})}
 }
 
 // Accept returns the next connection given back; net.ErrClosed once
@@ -80,8 +86,10 @@ func (r *Returns) Take() {
 // Return gives a taken connection back to be served: the server reads its
 // next request. After Close it is closed instead.
 func (r *Returns) Return(c net.Conn) {
+	w := &idleConn{Conn: c, idle: r.idleWait}
+	w.waiting.Store(true)
 	select {
-	case r.back <- c:
+	case r.back <- w:
 	case <-r.done:
 		c.Close()
 	}
@@ -139,6 +147,60 @@ func (r *Returns) Closed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.closed
+}
+
+// idleConn is a given-back connection: until the first byte of the
+// client's next request arrives, no read deadline earlier than idle from
+// now is set, so it waits as long as a kept-alive connection would.
+type idleConn struct {
+	net.Conn
+	idle    time.Duration
+	waiting atomic.Bool
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.waiting.Store(false)
+	}
+	return n, err
+}
+
+func (c *idleConn) SetReadDeadline(t time.Time) error {
+	return c.Conn.SetReadDeadline(c.extend(t))
+}
+
+func (c *idleConn) SetDeadline(t time.Time) error {
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(c.extend(t))
+}
+
+// extend moves a read deadline of a connection still waiting for its
+// next request to at least idle from now; a deadline in the past (an
+// aborted read) and none are kept.
+func (c *idleConn) extend(t time.Time) time.Time {
+	if c.idle <= 0 || t.IsZero() || !c.waiting.Load() {
+		return t
+	}
+	now := time.Now()
+	if t.Before(now) {
+		return t
+	}
+	if least := now.Add(c.idle); t.Before(least) {
+		return least
+	}
+	return t
+}
+
+// Unwrap returns the connection under one given back with Return, for
+// taking it out of the server again.
+func Unwrap(c net.Conn) net.Conn {
+	if w, ok := c.(*idleConn); ok {
+		return w.Conn
+	}
+	return c
 }
 
 // WithBuffered returns c, or, when the server had already read bytes of
