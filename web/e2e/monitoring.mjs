@@ -8,7 +8,7 @@
 //   server → edit it → disable it → delete another rule, confirmed.
 //
 // axe-core on every screen and state; screenshots in web/test-results/.
-import { axe, say, session, shots, wait } from "./lib.mjs";
+import { axe, env, say, session, shots, wait } from "./lib.mjs";
 
 const alertID = process.env.CAPSTAN_ALERT;
 const server = process.env.CAPSTAN_SERVER;
@@ -45,6 +45,12 @@ await session(async (page) => {
   await page.locator("tr[data-alert]").filter({ hasText: "Memory high" }).waitFor(wait);
   if (navigations.length !== before) throw new Error("the page reloaded while waiting for the alert");
   say("alert-live");
+
+  // A notification's link to the alert (/alerts/ID) lands on it, marked.
+  await page.goto(env.url + "/alerts/" + alertID);
+  await page.waitForURL(/\/monitoring\?alert=/, wait);
+  await page.locator(`tr[data-alert="${alertID}"][aria-current="true"]`).waitFor(wait);
+  await axe(page, "alerts-linked");
 
   // Open and resolved.
   await page.getByLabel("State", { exact: true }).selectOption("all");

@@ -2,7 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { whenSignInRequired } from "./api/client";
 import { Link } from "./components/ui";
 import { currentUser, onAuthChange, refresh } from "./lib/auth";
-import { match, navigate, useLocation } from "./lib/router";
+import { alias, match, navigate, useLocation } from "./lib/router";
 import { SignIn } from "./screens/SignIn";
 import { Fleet } from "./screens/Fleet";
 import { NotFound } from "./screens/NotFound";
@@ -67,6 +67,12 @@ export function App() {
   if (path === "/sign-in") return <SignIn next={query.get("next")} />;
   if (!user) {
     navigate("/sign-in?next=" + encodeURIComponent(path + location.search), true);
+    return null;
+  }
+
+  const to = alias(path);
+  if (to) {
+    navigate(to, true);
     return null;
   }
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { match, safeNext } from "./paths";
+import { alias, match, safeNext } from "./paths";
 
 describe("paths", () => {
   it("matches route patterns", () => {
@@ -14,5 +14,11 @@ describe("paths", () => {
     expect(safeNext("https://evil.example/")).toBe("/");
     expect(safeNext("/sign-in?next=/x")).toBe("/");
     expect(safeNext(null)).toBe("/");
+  });
+  it("sends the links of notifications to the object's page", () => {
+    expect(alias("/alerts/alr_1")).toBe("/monitoring?alert=alr_1");
+    expect(alias("/databases/dbi_1/backups/bkr_2")).toBe("/backups/runs/bkr_2");
+    expect(alias("/databases/dbi_1")).toBeNull();
+    expect(alias("/servers/srv_1")).toBeNull();
   });
 });

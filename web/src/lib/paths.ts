@@ -21,3 +21,13 @@ export function safeNext(next: string | null): string {
   if (next.startsWith("/sign-in")) return "/";
   return next;
 }
+
+// alias maps the paths that notifications link to (in the inbox and in
+// e-mails already sent) to the console's page for the object, or returns
+// null when path is no such link.
+export function alias(path: string): string | null {
+  let p: Record<string, string> | null;
+  if ((p = match("/alerts/:id", path))) return "/monitoring?alert=" + encodeURIComponent(p.id);
+  if ((p = match("/databases/:instance/backups/:run", path))) return "/backups/runs/" + encodeURIComponent(p.run);
+  return null;
+}

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 
-export { match, safeNext } from "./paths";
+export { alias, match, safeNext } from "./paths";
 
 // A small history router: the console's routes are plain paths, so that
 // links (the inbox's, a colleague's) open the page they name.

@@ -24,6 +24,7 @@ import {
 } from "../lib/monitoring";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
+import { useLocation } from "../lib/router";
 import "./ops.css";
 
 type Alert = Schemas["Alert"];
@@ -48,7 +49,9 @@ function Severity({ s }: { s: string }) {
 // Alerts lists open (or resolved) alerts, newest first, kept current from
 // the stream; administrators acknowledge open ones.
 export function Alerts() {
-  const [state, setState] = useState<"open" | "resolved" | "all">("open");
+  // A notification's link names its alert: show every state, and mark it.
+  const target = useLocation().query.get("alert");
+  const [state, setState] = useState<"open" | "resolved" | "all">(target ? "all" : "open");
   const [filter, setFilter] = useState<AlertFilter>({ severity: "", kind: "", text: "", unacknowledged: false });
   const [more, setMore] = useState<{ alerts: Alert[]; cursor?: string }>({ alerts: [] });
   const [actionProblem, setProblem] = useState<Problem | null>(null);
@@ -169,7 +172,8 @@ export function Alerts() {
             </thead>
             <tbody>
               {shown.map((a) => (
-                <tr key={a.id} data-alert={a.id}>
+                <tr key={a.id} data-alert={a.id} class={a.id === target ? "target" : undefined}
+                  aria-current={a.id === target ? "true" : undefined}>
                   <td>
                     <Severity s={a.severity} />
                   </td>
