@@ -135,6 +135,7 @@ func TestAccessByRole(t *testing.T) {
 		"POST /api/v1/applications":                                {access: admin, path: "/api/v1/applications", body: map[string]any{}},
 		"GET /api/v1/applications/{id}":                            {access: signedIn, path: "/api/v1/applications/" + fx.appID, output: true},
 		"PATCH /api/v1/applications/{id}":                          {access: admin, path: "/api/v1/applications/" + none, body: map[string]any{}},
+		"PATCH /api/v1/applications/{id}/env":                      {access: admin, path: "/api/v1/applications/" + none + "/env", body: map[string]any{}},
 		"DELETE /api/v1/applications/{id}":                         {access: admin, path: "/api/v1/applications/" + none},
 		"POST /api/v1/applications/{id}/deployments":               {access: admin, path: "/api/v1/applications/" + none + "/deployments"},
 		"GET /api/v1/applications/{id}/deployments":                {access: signedIn, path: "/api/v1/applications/" + fx.appID + "/deployments", output: true},

@@ -88,6 +88,14 @@ type patchAppInput struct {
 	}
 }
 
+type envChangeInput struct {
+	ID   string `path:"id" maxLength:"64"`
+	Body struct {
+		Set    []apps.EnvVar `json:"set,omitempty" maxItems:"200" doc:"Variables to add (at the end) or whose value to replace (where they are): keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
+		Remove []string      `json:"remove,omitempty" maxItems:"200" doc:"Keys to take out; each must be in the env and not also in set"`
+	}
+}
+
 type appDeleteInput struct {
 	ID    string `path:"id" maxLength:"64"`
 	Purge bool   `query:"purge" doc:"Compose applications: remove their named volumes too (default false: the volumes and their data stay on the server)"`
@@ -248,6 +256,26 @@ func (s *Server) registerApps() {
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
 			ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
+		if err != nil {
+			return nil, err
+		}
+		return &appDetailOutput{Body: d}, nil
+	})
+	op(s, huma.Operation{
+		OperationID: "change-application-env", Method: http.MethodPatch, Path: "/api/v1/applications/{id}/env", Tags: tags,
+		Summary: "Set or remove some environment variables, keeping the others' values",
+		Description: "Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new " +
+			"value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor " +
+			"of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to " +
+			"remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The " +
+			"reply lists the environment's keys with value_set, not the values.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
+	}, Admin, func(ctx context.Context, in *envChangeInput) (*appDetailOutput, error) {
+		if s.deps.Apps == nil {
+			return nil, errNoApps
+		}
+		a, c := actor(ctx)
+		d, err := s.deps.Apps.ChangeEnv(ctx, a, c, in.ID, apps.EnvChange{Set: in.Body.Set, Remove: in.Body.Remove})
 		if err != nil {
 			return nil, err
 		}

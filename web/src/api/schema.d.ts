@@ -461,6 +461,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/applications/{id}/env": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * Set or remove some environment variables, keeping the others' values
+         * @description Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+         *
+         *     Administrators only (403 admin-required for members).
+         */
+        patch: operations["change-application-env"];
+        trace?: never;
+    };
     "/api/v1/applications/{id}/logs": {
         parameters: {
             query?: never;
@@ -3926,6 +3948,12 @@ export interface components {
             ip: string;
             target: components["schemas"]["Target"];
             user_agent: string;
+        };
+        EnvChangeInputBody: {
+            /** @description Keys to take out; each must be in the env and not also in set */
+            remove?: string[] | null;
+            /** @description Variables to add (at the end) or whose value to replace (where they are): keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted */
+            set?: components["schemas"]["EnvVar"][] | null;
         };
         EnvEntry: {
             key: string;
@@ -7759,6 +7787,114 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DeploymentAcceptedOutputBody"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "change-application-env": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EnvChangeInputBody"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApplicationDetail"];
                 };
             };
             /** @description Bad Request */
