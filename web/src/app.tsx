@@ -30,6 +30,10 @@ const Notifications = lazy(() => import("./screens/Notifications").then((m) => m
 const ChannelDetail = lazy(() => import("./screens/Notifications").then((m) => m.ChannelDetail), "the channel");
 const Audit = lazy(() => import("./screens/Audit").then((m) => m.Audit), "the audit log");
 const Platform = lazy(() => import("./screens/Platform").then((m) => m.Platform), "the platform");
+const Apps = lazy(() => import("./screens/Apps").then((m) => m.Apps), "applications");
+const AppNew = lazy(() => import("./screens/Apps").then((m) => m.AppNew), "the form");
+const AppDetail = lazy(() => import("./screens/AppDetail").then((m) => m.AppDetail), "the application");
+const DeploymentPage = lazy(() => import("./screens/Deployments").then((m) => m.DeploymentPage), "the deployment");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -97,10 +101,16 @@ export function App() {
   else if ((p = match("/notifications/channels/:id", path))) screen = <ChannelDetail key={p.id} id={p.id} />;
   else if (path === "/audit") screen = <Audit />;
   else if (path === "/platform") screen = <Platform />;
+  else if (path === "/applications") screen = <Apps />;
+  else if (path === "/applications/new") screen = <AppNew serverId={query.get("server_id") ?? undefined} />;
+  else if ((p = match("/applications/:id", path))) screen = <AppDetail key={p.id} id={p.id} />;
+  else if ((p = match("/applications/:id/:tab", path))) screen = <AppDetail key={p.id} id={p.id} tab={p.tab} />;
+  else if ((p = match("/deployments/:id", path))) screen = <DeploymentPage key={p.id} id={p.id} />;
   else screen = <NotFound what={path} />;
 
   const nav = [
     { href: "/servers", label: "Servers", active: path === "/" || path.startsWith("/servers") },
+    { href: "/applications", label: "Applications", active: path.startsWith("/applications") || path.startsWith("/deployments") },
     { href: "/jobs", label: "Jobs", active: path.startsWith("/jobs") },
     { href: "/monitoring", label: "Monitoring", active: path.startsWith("/monitoring") },
     { href: "/databases", label: "Databases", active: path.startsWith("/databases") },
