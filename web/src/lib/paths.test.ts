@@ -18,6 +18,8 @@ describe("paths", () => {
   it("sends the links of notifications to the object's page", () => {
     expect(alias("/alerts/alr_1")).toBe("/monitoring?alert=alr_1");
     expect(alias("/databases/dbi_1/backups/bkr_2")).toBe("/backups/runs/bkr_2");
+    expect(alias("/applications/app_1/deployments/dep_2")).toBe("/deployments/dep_2");
+    expect(alias("/applications/app_1/deployments")).toBeNull();
     expect(alias("/databases/dbi_1")).toBeNull();
     expect(alias("/servers/srv_1")).toBeNull();
   });

@@ -29,5 +29,6 @@ export function alias(path: string): string | null {
   let p: Record<string, string> | null;
   if ((p = match("/alerts/:id", path))) return "/monitoring?alert=" + encodeURIComponent(p.id);
   if ((p = match("/databases/:instance/backups/:run", path))) return "/backups/runs/" + encodeURIComponent(p.run);
+  if ((p = match("/applications/:app/deployments/:deployment", path))) return "/deployments/" + encodeURIComponent(p.deployment);
   return null;
 }
