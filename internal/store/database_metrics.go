@@ -67,7 +67,26 @@ func (s *Store) ServerDatabaseInstances(ctx context.Context, serverID string) ([
 // each instance's id, state, address, TLS mode and latest change, so that
 // an instance added, removed or changed in any way the agent's list shows
 // gives another revision, also within the same millisecond.
+//
+// On SQLite the revision is read from memory between changes (see
+// revisionCache).
 func (s *Store) DatabasesRevision(ctx context.Context, serverID string) (string, error) {
+	if s.dialect != SQLite {
+		return s.readDatabasesRevision(ctx, serverID)
+	}
+	rev, gen, ok := s.revs.get(serverID)
+	if ok {
+		return rev, nil
+	}
+	rev, err := s.readDatabasesRevision(ctx, serverID)
+	if err != nil {
+		return "", err
+	}
+	s.revs.put(serverID, rev, gen)
+	return rev, nil
+}
+
+func (s *Store) readDatabasesRevision(ctx context.Context, serverID string) (string, error) {
 	var rows []struct {
 		ID        string `db:"id"`
 		State     string `db:"state"`

@@ -61,6 +61,7 @@ type Store struct {
 	stmts     stmtCache    // SQLite: prepared statements of hot queries
 	stmtCount atomic.Int64 // how many stmts holds
 	group     *groupCommitter
+	revs      revisionCache // SQLite: DatabasesRevision between changes
 
 	onPublish atomic.Pointer[func()] // called after events are stored; nil: none
 	observer  *atomic.Pointer[QueryObserver]
