@@ -104,11 +104,10 @@ type Inventory struct {
 // Store persists samples, rollups and inventories.
 type Store interface {
 	// InsertMetricSamples stores samples; a sample whose (server, time) is
-	// stored already is ignored. Hours at or after mergeBefore are marked
-	// for a rollup; samples of earlier hours, whose raw samples may be
-	// pruned already, are merged into their hour's rollup at once. It
-	// returns how many samples were new.
-	InsertMetricSamples(ctx context.Context, serverID string, samples []Sample, mergeBefore, now time.Time) (int, error)
+	// stored already is ignored. Each new sample is merged into its hour's
+	// rollup in the same transaction. It returns how many samples were
+	// new.
+	InsertMetricSamples(ctx context.Context, serverID string, samples []Sample, now time.Time) (int, error)
 	// CountMetricSamples counts a server's raw samples in [from, to).
 	CountMetricSamples(ctx context.Context, serverID string, from, to time.Time) (int, error)
 	// MetricPoints returns raw samples in [from, to) as points (bucket 0)

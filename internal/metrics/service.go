@@ -64,11 +64,6 @@ func rawHorizon(now time.Time) time.Time { return now.Add(-RawRetention).Truncat
 // rollupHorizon is the start of the oldest hour whose rollup is kept.
 func rollupHorizon(now time.Time) time.Time { return now.Add(-RollupRetention).Truncate(time.Hour) }
 
-// mergeBefore: samples of hours before it are merged into their rollup at
-// once instead of marking the hour. One hour after the raw horizon, so that
-// an hour marked for a recompute is never pruned under it.
-func mergeBefore(now time.Time) time.Time { return rawHorizon(now).Add(time.Hour) }
-
 // Ingest validates and stores an agent's samples, each at its own time. A
 // sample stored already (same server and time, to the millisecond) is
 // ignored, so a retried report counts once. It returns how many were new.
@@ -78,7 +73,7 @@ func (s *Service) Ingest(ctx context.Context, serverID string, req agentproto.Me
 	if err != nil {
 		return 0, err
 	}
-	return s.store.InsertMetricSamples(ctx, serverID, samples, mergeBefore(now), now)
+	return s.store.InsertMetricSamples(ctx, serverID, samples, now)
 }
 
 // PutInventory validates and stores an agent's inventory, replacing the

@@ -34,3 +34,11 @@ func (s *Store) MigrateSkipping(ctx context.Context, skip int64) error {
 	_, err = p.Up(ctx)
 	return err
 }
+
+// MarkMetricHour marks a server's hour for a recompute from its raw
+// samples, as versions that rolled up later than at ingest did.
+func (s *Store) MarkMetricHour(ctx context.Context, serverID string, hour int64) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO metric_dirty_hours (server_id, hour) VALUES (?, ?)
+		ON CONFLICT (server_id, hour) DO NOTHING`), serverID, hour)
+	return err
+}

@@ -94,7 +94,7 @@ func (s *Store) lockServerMetrics(ctx context.Context, tx *sqlx.Tx, serverID str
 
 // InsertMetricSamples stores samples, ignoring the ones stored already; see
 // metrics.Store.
-func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, samples []metrics.Sample, mergeBefore, now time.Time) (int, error) {
+func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, samples []metrics.Sample, now time.Time) (int, error) {
 	if len(samples) == 0 {
 		return 0, nil
 	}
@@ -119,9 +119,16 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 	}
 	// SQLite: the statements this report needs are prepared before its
 	// transaction (see stmtcache.go).
-	queries := []string{latestUpsertSQL, dirtyHoursSQL(1)}
+	queries := []string{latestUpsertSQL}
 	for start := 0; start < len(args); start += insertChunk {
 		queries = append(queries, sampleInsertSQL(min(insertChunk, len(args)-start)))
+	}
+	perHour := map[int64]int{}
+	for _, m := range samples {
+		perHour[hourOf(ms(m.At))]++
+	}
+	for _, n := range perHour {
+		queries = append(queries, mergeSamplesSQL(n))
 	}
 	if err := s.prepareWrites(ctx, queries...); err != nil {
 		return 0, err
@@ -161,36 +168,24 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 				return err
 			}
 		}
-		// Hours still within the raw retention are marked for a rollup;
-		// older ones are merged into their rollup now.
-		dirty := map[int64]bool{}
-		old := map[int64][]int64{}
+		// Each new sample is added to its hour's rollup at once, so that
+		// the rollup is always current and no later pass has to read the
+		// hour's samples again (a recompute of every server's hour reads
+		// more rows the later in the hour it runs). Sums, counts and
+		// maxima merge exactly.
+		byHour := map[int64][]int64{}
 		for _, at := range inserted {
 			h := hourOf(at)
-			if h >= ms(mergeBefore) {
-				dirty[h] = true
-			} else {
-				old[h] = append(old[h], at)
-			}
+			byHour[h] = append(byHour[h], at)
 		}
-		if len(dirty) > 0 {
-			hours := sortedKeys(dirty)
-			a := make([]any, 0, 2*len(hours))
-			for _, h := range hours {
-				a = append(a, serverID, h)
-			}
-			if _, err := s.execIn(ctx, tx, dirtyHoursSQL(len(hours)), a...); err != nil {
-				return err
-			}
-		}
-		for _, h := range sortedKeys(old) {
-			ats := old[h]
-			a := []any{h, ms(now), serverID}
+		for _, h := range sortedKeys(byHour) {
+			ats := byHour[h]
+			a := make([]any, 0, 3+len(ats))
+			a = append(a, h, ms(now), serverID)
 			for _, at := range ats {
 				a = append(a, at)
 			}
-			q := rollupSQL("server_id = ? AND at IN (?"+strings.Repeat(", ?", len(ats)-1)+")", true)
-			if _, err := tx.ExecContext(ctx, tx.Rebind(q), a...); err != nil {
+			if _, err := s.execIn(ctx, tx, mergeSamplesSQL(len(ats)), a...); err != nil {
 				return err
 			}
 		}
@@ -222,10 +217,10 @@ func sampleInsertSQL(n int) string {
 		ON CONFLICT (server_id, at) DO NOTHING RETURNING at`
 }
 
-// dirtyHoursSQL marks n hours of a server for a rollup.
-func dirtyHoursSQL(n int) string {
-	return `INSERT INTO metric_dirty_hours (server_id, hour) VALUES ` +
-		strings.TrimSuffix(strings.Repeat("(?, ?), ", n), ", ") + ` ON CONFLICT (server_id, hour) DO NOTHING`
+// mergeSamplesSQL adds n samples of one server and hour, named by their
+// times, to the hour's rollup.
+func mergeSamplesSQL(n int) string {
+	return rollupSQL("server_id = ? AND at IN (?"+strings.Repeat(", ?", n-1)+")", true)
 }
 
 func sortedKeys[V any](m map[int64]V) []int64 {

@@ -18,9 +18,6 @@ import (
 // h0 is the start of an hour.
 var h0 = time.Date(2030, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// longAgo as mergeBefore marks every inserted hour for a rollup.
-var longAgo = time.Unix(0, 0)
-
 func mustCreateServer(t testing.TB, s *store.Store, name string) string {
 	t.Helper()
 	srv := servers.Server{ID: ids.New(ids.Server), Name: name, Tags: []string{}, Status: servers.Pending, CreatedAt: t0, UpdatedAt: t0}
@@ -42,9 +39,9 @@ func sample(at time.Time, pct, disk float64) metrics.Sample {
 	return metrics.Derive(m)
 }
 
-func insert(t testing.TB, s *store.Store, serverID string, mergeBefore time.Time, samples ...metrics.Sample) int {
+func insert(t testing.TB, s *store.Store, serverID string, samples ...metrics.Sample) int {
 	t.Helper()
-	n, err := s.InsertMetricSamples(context.Background(), serverID, samples, mergeBefore, h0)
+	n, err := s.InsertMetricSamples(context.Background(), serverID, samples, h0)
 	if err != nil {
 		t.Fatalf("insert samples: %v", err)
 	}
@@ -67,6 +64,15 @@ func hourly(t *testing.T, s *store.Store, serverID string, from, to time.Time) [
 		t.Fatalf("hourly points: %v", err)
 	}
 	return got[serverID]
+}
+
+// mark marks an hour of a server for a recompute, as older versions did
+// at ingest.
+func mark(t *testing.T, s *store.Store, serverID string, hour time.Time) {
+	t.Helper()
+	if err := s.MarkMetricHour(context.Background(), serverID, hour.UnixMilli()); err != nil {
+		t.Fatalf("mark hour: %v", err)
+	}
 }
 
 func rollup(t *testing.T, s *store.Store, limit int) int {
@@ -120,19 +126,19 @@ func TestMetricSamplesInsertAndRange(t *testing.T) {
 		ctx := context.Background()
 		a, b := mustCreateServer(t, s, "a"), mustCreateServer(t, s, "b")
 		batch := []metrics.Sample{sample(h0.Add(time.Minute), 10, 40), sample(h0.Add(2*time.Minute), 20, -1), sample(h0.Add(3*time.Minute), 30, 60)}
-		if n := insert(t, s, a, longAgo, batch...); n != 3 {
+		if n := insert(t, s, a, batch...); n != 3 {
 			t.Fatalf("insert: %d new, want 3", n)
 		}
 		// A retried batch counts once; a batch overlapping an earlier one
 		// adds only what is new.
-		if n := insert(t, s, a, longAgo, batch...); n != 0 {
+		if n := insert(t, s, a, batch...); n != 0 {
 			t.Fatalf("retried batch: %d new, want 0", n)
 		}
-		if n := insert(t, s, a, longAgo, batch[2], sample(h0.Add(4*time.Minute), 40, 50)); n != 1 {
+		if n := insert(t, s, a, batch[2], sample(h0.Add(4*time.Minute), 40, 50)); n != 1 {
 			t.Fatalf("overlapping batch: %d new, want 1", n)
 		}
 		// Within a batch, two samples of the same millisecond are one.
-		if n := insert(t, s, b, longAgo, sample(h0.Add(time.Minute), 70, 10), sample(h0.Add(time.Minute+100*time.Microsecond), 71, 10)); n != 1 {
+		if n := insert(t, s, b, sample(h0.Add(time.Minute), 70, 10), sample(h0.Add(time.Minute+100*time.Microsecond), 71, 10)); n != 1 {
 			t.Fatalf("same-millisecond samples: %d new, want 1", n)
 		}
 
@@ -172,7 +178,7 @@ func TestMetricSamplesInsertAndRange(t *testing.T) {
 		}
 
 		// The latest sample moves only forward.
-		insert(t, s, a, longAgo, sample(h0.Add(30*time.Second), 99, 99))
+		insert(t, s, a, sample(h0.Add(30*time.Second), 99, 99))
 		l, err := s.LatestMetric(ctx, a)
 		if err != nil {
 			t.Fatal(err)
@@ -199,13 +205,11 @@ func TestMetricRollups(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		a := mustCreateServer(t, s, "a")
 		hA, hB := h0, h0.Add(time.Hour)
-		insert(t, s, a, longAgo, sample(hA.Add(time.Minute), 10, -1), sample(hA.Add(20*time.Minute), 20, 60), sample(hA.Add(59*time.Minute), 30, 80),
+		insert(t, s, a, sample(hA.Add(time.Minute), 10, -1), sample(hA.Add(20*time.Minute), 20, 60), sample(hA.Add(59*time.Minute), 30, 80),
 			sample(hB, 50, 10))
-		if n := rollup(t, s, 100); n != 2 {
-			t.Fatalf("rollup: %d hours, want 2", n)
-		}
+		// The rollups are current at once: nothing is left to recompute.
 		if n := rollup(t, s, 100); n != 0 {
-			t.Fatalf("second rollup: %d hours, want 0", n)
+			t.Fatalf("rollup: %d hours, want 0", n)
 		}
 		got := hourly(t, s, a, hA, hB.Add(time.Hour))
 		if len(got) != 2 {
@@ -219,37 +223,49 @@ func TestMetricRollups(t *testing.T) {
 			t.Fatalf("hour A: %+v", got[0])
 		}
 
-		// A late sample recomputes its hour, and only that hour.
-		if n := insert(t, s, a, longAgo, sample(hA.Add(30*time.Minute), 60, -1)); n != 1 {
+		// A late sample is added to its hour, and only that hour.
+		if n := insert(t, s, a, sample(hA.Add(30*time.Minute), 60, -1)); n != 1 {
 			t.Fatalf("late sample: %d new", n)
-		}
-		if n := rollup(t, s, 100); n != 1 {
-			t.Fatalf("rollup after a late sample: %d hours, want 1", n)
 		}
 		got = hourly(t, s, a, hA, hB.Add(time.Hour))
 		wantHour(t, got[0], hA, 4, 30, 60)
 		wantHour(t, got[1], hB, 1, 50, 50)
 
-		// Retried, it changes nothing and marks nothing.
-		if n := insert(t, s, a, longAgo, sample(hA.Add(30*time.Minute), 60, -1)); n != 0 {
+		// Retried, it changes nothing.
+		if n := insert(t, s, a, sample(hA.Add(30*time.Minute), 60, -1)); n != 0 {
 			t.Fatalf("retried late sample: %d new", n)
-		}
-		if n := rollup(t, s, 100); n != 0 {
-			t.Fatalf("rollup after a duplicate: %d hours, want 0", n)
 		}
 		wantHour(t, hourly(t, s, a, hA, hA.Add(time.Hour))[0], hA, 4, 30, 60)
 
-		// Marked hours are worked off in batches.
+		// Hours marked by older versions are recomputed from their raw
+		// samples, in batches, to the same rollups.
 		for i := range 5 {
-			insert(t, s, a, longAgo, sample(h0.Add(time.Duration(10+i)*time.Hour), 1, 1))
+			insert(t, s, a, sample(h0.Add(time.Duration(10+i)*time.Hour), 1, 1))
+		}
+		before := hourly(t, s, a, h0, h0.Add(24*time.Hour))
+		if len(before) != 7 {
+			t.Fatalf("hourly points: %d, want 7", len(before))
+		}
+		mark(t, s, a, hA)
+		for i := range 4 {
+			mark(t, s, a, h0.Add(time.Duration(10+i)*time.Hour))
 		}
 		for _, want := range []int{2, 2, 1, 0} {
 			if n := rollup(t, s, 2); n != want {
 				t.Fatalf("batched rollup: %d hours, want %d", n, want)
 			}
 		}
-		if got := hourly(t, s, a, h0, h0.Add(24*time.Hour)); len(got) != 7 {
-			t.Fatalf("hourly points after batches: %d, want 7", len(got))
+		after := hourly(t, s, a, h0, h0.Add(24*time.Hour))
+		if len(after) != len(before) {
+			t.Fatalf("hourly points after the recompute: %d, want %d", len(after), len(before))
+		}
+		for i := range after {
+			b, r := before[i], after[i]
+			if !b.T.Equal(r.T) || b.Samples != r.Samples || !near(b.CPUPercent, r.CPUPercent) || b.CPUPercentMax != r.CPUPercentMax ||
+				(b.DiskUsedPercent == nil) != (r.DiskUsedPercent == nil) || (b.DiskUsedPercent != nil && !near(*b.DiskUsedPercent, *r.DiskUsedPercent)) ||
+				!near(b.NetRxBytesPerS, r.NetRxBytesPerS) {
+				t.Fatalf("hour %s: merged at ingest %+v, recomputed %+v", b.T, b, r)
+			}
 		}
 	})
 }
@@ -275,10 +291,6 @@ func TestMetricSeriesRanges(t *testing.T) {
 		now := h0.Add(30 * time.Minute)
 		clock := func() time.Time { return now }
 		svc := metrics.NewService(s, fleet{{ID: a, Name: "a", Status: servers.Online}}, clock, nil)
-		// What the service uses: hours before one hour after the raw
-		// horizon are merged into their rollups at once.
-		mergeBefore := now.Add(-metrics.RawRetention).Truncate(time.Hour).Add(time.Hour)
-
 		// Three samples in each of these hours, cpu avg+-10: avg avg, max avg+10.
 		hours := []struct {
 			start time.Time
@@ -287,20 +299,20 @@ func TestMetricSeriesRanges(t *testing.T) {
 			{h0.Add(-80 * 24 * time.Hour), 15},
 			{h0.Add(-20 * 24 * time.Hour), 25},
 			{h0.Add(-5 * 24 * time.Hour), 35},
-			{h0.Add(-47 * time.Hour), 42}, // just inside the raw horizon: marked
+			{h0.Add(-47 * time.Hour), 42}, // just inside the raw horizon
 			{h0.Add(-3 * time.Hour), 45},
 			{h0, 55},
 		}
 		for _, h := range hours {
-			insert(t, s, a, mergeBefore, sample(h.start.Add(5*time.Minute), h.avg-10, 10), sample(h.start.Add(15*time.Minute), h.avg, 20),
+			insert(t, s, a, sample(h.start.Add(5*time.Minute), h.avg-10, 10), sample(h.start.Add(15*time.Minute), h.avg, 20),
 				sample(h.start.Add(25*time.Minute), h.avg+10, 30))
 		}
 		st, err := svc.Maintain(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.HoursRolledUp != 3 {
-			t.Fatalf("maintenance rolled up %d hours, want 3 (the old ones were merged on insert)", st.HoursRolledUp)
+		if st.HoursRolledUp != 0 {
+			t.Fatalf("maintenance rolled up %d hours, want 0 (every sample was merged on insert)", st.HoursRolledUp)
 		}
 		// The raw samples of the three oldest hours were pruned.
 		if st.RowsPruned != 9 {
@@ -334,7 +346,7 @@ func TestMetricSeriesRanges(t *testing.T) {
 		// counts once.
 		late := sample(hours[2].start.Add(50*time.Minute), 75, 90)
 		for range 2 {
-			if _, err := s.InsertMetricSamples(ctx, a, []metrics.Sample{late}, mergeBefore, now); err != nil {
+			if _, err := s.InsertMetricSamples(ctx, a, []metrics.Sample{late}, now); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -378,7 +390,7 @@ func TestMetricRetention(t *testing.T) {
 		a, gone := mustCreateServer(t, s, "a"), mustCreateServer(t, s, "gone")
 		rawBefore := h0
 		rollupBefore := h0.Add(-24 * time.Hour)
-		insert(t, s, a, longAgo,
+		insert(t, s, a,
 			sample(h0.Add(-26*time.Hour), 1, 1),               // raw pruned, rollup pruned
 			sample(h0.Add(-25*time.Hour+time.Minute), 2, 2),   // raw pruned, rollup pruned
 			sample(h0.Add(-24*time.Hour), 3, 3),               // raw pruned, rollup kept
@@ -388,17 +400,17 @@ func TestMetricRetention(t *testing.T) {
 			sample(h0, 7, 7),                                  // kept
 			sample(h0.Add(time.Hour), 8, 8),                   // kept
 		)
-		insert(t, s, gone, longAgo, sample(h0.Add(time.Minute), 9, 9))
+		insert(t, s, gone, sample(h0.Add(time.Minute), 9, 9))
 		if err := s.PutInventory(ctx, gone, metrics.Inventory{CollectedAt: h0, ReceivedAt: h0}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.PutInventory(ctx, a, metrics.Inventory{CollectedAt: h0, ReceivedAt: h0}); err != nil {
 			t.Fatal(err)
 		}
-		rollup(t, s, 100)
-		// A late sample marks its hour: its raw samples stay until the
-		// rollup.
-		insert(t, s, a, longAgo, sample(h0.Add(-2*time.Hour+20*time.Minute), 10, 10))
+		// A late sample in an hour an older version marked: its raw
+		// samples stay until the recompute.
+		insert(t, s, a, sample(h0.Add(-2*time.Hour+20*time.Minute), 10, 10))
+		mark(t, s, a, h0.Add(-2*time.Hour))
 		if err := s.DeleteServer(ctx, gone, h0); err != nil {
 			t.Fatal(err)
 		}
@@ -480,7 +492,7 @@ func TestMetricDownsampling(t *testing.T) {
 			diskSum += disk
 			batch = append(batch, sample(now.Add(-24*time.Hour+time.Duration(i)*step+time.Second), cpu, disk))
 			if len(batch) == cap(batch) {
-				insert(t, s, a, longAgo, batch...)
+				insert(t, s, a, batch...)
 				batch = batch[:0]
 			}
 		}
@@ -549,8 +561,8 @@ func TestMetricConcurrentIngestAndRollup(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		a := mustCreateServer(t, s, "a")
-		// Hours before mergeBefore are merged on insert, the others marked.
-		mergeBefore := h0.Add(2 * time.Hour)
+		// Ingest merges into the rollups while recomputes of hours that
+		// are marked (as older versions did) run.
 		const writers, reports = 4, 25
 		errs := make(chan error, writers+1)
 		done := make(chan struct{})
@@ -562,6 +574,12 @@ func TestMetricConcurrentIngestAndRollup(t *testing.T) {
 					return
 				default:
 				}
+				for h := range 4 {
+					if err := s.MarkMetricHour(ctx, a, h0.Add(time.Duration(h)*time.Hour).UnixMilli()); err != nil {
+						errs <- err
+						return
+					}
+				}
 				if _, err := s.RollupMetrics(ctx, 3, h0); err != nil {
 					errs <- err
 					return
@@ -572,11 +590,11 @@ func TestMetricConcurrentIngestAndRollup(t *testing.T) {
 			go func() {
 				for r := range reports {
 					var batch []metrics.Sample
-					for h := range 4 { // two merged hours, two marked ones
+					for h := range 4 {
 						at := h0.Add(time.Duration(h)*time.Hour + time.Duration(w*reports+r)*time.Second)
 						batch = append(batch, sample(at, float64(h*10+w), -1))
 					}
-					if _, err := s.InsertMetricSamples(ctx, a, batch, mergeBefore, h0); err != nil {
+					if _, err := s.InsertMetricSamples(ctx, a, batch, h0); err != nil {
 						errs <- err
 						return
 					}
@@ -658,7 +676,6 @@ func BenchmarkMetricsIngest(b *testing.B) {
 		ids[i] = mustCreateServer(b, s, "bench-"+string(rune('a'+i)))
 	}
 	start := time.Now().Add(-24 * time.Hour).Truncate(time.Hour)
-	mergeBefore := start.Add(-time.Hour)
 	batch := make([]metrics.Sample, perReport)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -670,7 +687,7 @@ func BenchmarkMetricsIngest(b *testing.B) {
 				agentproto.FilesystemSample{Mount: "/boot", Device: "/dev/sda2", FSType: "ext4", BytesTotal: 1 << 30, BytesUsed: 1 << 28, InodesTotal: 1 << 16, InodesUsed: 1 << 8})
 			batch[j] = m
 		}
-		if _, err := s.InsertMetricSamples(ctx, ids[i%servers], batch, mergeBefore, time.Now()); err != nil {
+		if _, err := s.InsertMetricSamples(ctx, ids[i%servers], batch, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}
