@@ -62,6 +62,7 @@ type Store struct {
 	stmtCount atomic.Int64 // how many stmts holds
 	group     *groupCommitter
 	revs      revisionCache // SQLite: DatabasesRevision between changes
+	ckpt      *checkpointer // SQLite: the background checkpoints; nil for PostgreSQL
 
 	onPublish atomic.Pointer[func()] // called after events are stored; nil: none
 	observer  *atomic.Pointer[QueryObserver]
@@ -92,7 +93,8 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	}
 	base := "file:" + path + "?" + q.Encode()
 	obs := &atomic.Pointer[QueryObserver]{}
-	w, err := openTimed("sqlite", base+"&_txlock=immediate", obs)
+	// The writer never checkpoints; see checkpoint.go.
+	w, err := openTimed("sqlite", base+"&_txlock=immediate&"+url.Values{"_pragma": {"wal_autocheckpoint(0)"}}.Encode(), obs)
 	if err != nil {
 		return nil, err
 	}
@@ -105,12 +107,20 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
+	c, err := sql.Open("sqlite", base)
+	if err != nil {
+		w.Close()
+		r.Close()
+		return nil, err
+	}
 	s := &Store{dialect: SQLite, r: r, w: w, observer: obs}
 	s.group = newGroupCommitter(s)
 	if err := s.Ping(ctx); err != nil {
+		c.Close()
 		s.Close()
 		return nil, err
 	}
+	s.ckpt = startCheckpointer(c, checkpointEvery)
 	return s, nil
 }
 
@@ -147,6 +157,9 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	if s.group != nil {
 		s.group.stop()
+	}
+	if s.ckpt != nil {
+		s.ckpt.stop()
 	}
 	s.closeStmts()
 	err := s.w.Close()
