@@ -39,6 +39,7 @@ type serveCmd struct {
 	Listen          string        `env:"CAPSTAN_LISTEN" default:"127.0.0.1:8080" help:"Address to listen on (host:port; port 0 picks a free one)."`
 	PublicURL       string        `name:"public-url" env:"CAPSTAN_PUBLIC_URL" help:"URL that agents and browsers use to reach this control plane. Default: derived from --listen."`
 	LogLevel        string        `name:"log-level" env:"CAPSTAN_LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+	AgentInFlight   int           `name:"agent-max-in-flight" env:"CAPSTAN_AGENT_MAX_IN_FLIGHT" default:"1024" help:"Most agent requests handled at once; more are answered 503 with Retry-After, and the agents retry. Waiting claims do not count."`
 	TrustedProxy    bool          `name:"trusted-proxy" env:"CAPSTAN_TRUSTED_PROXY" help:"Take the client address from X-Forwarded-For (only behind a proxy that sets it)."`
 	ShutdownWait    time.Duration `name:"shutdown-timeout" default:"30s" help:"How long in-flight requests may take to finish on SIGTERM."`
 	AgentDir        string        `name:"agent-dir" env:"CAPSTAN_AGENT_DIR" help:"Directory with agent binaries (capstan-agent-linux-<arch>, or capstan-agent for this host's arch). Default: the directory of this executable."`
@@ -89,6 +90,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if c.EnrollmentTTL < time.Minute || c.EnrollmentTTL > 30*24*time.Hour {
 		ln.Close()
 		return fmt.Errorf("--enrollment-ttl must be between 1m and 720h")
+	}
+	if c.AgentInFlight < 16 || c.AgentInFlight > 1_000_000 {
+		ln.Close()
+		return fmt.Errorf("--agent-max-in-flight must be between 16 and 1000000")
 	}
 	if c.MetricsEvery < time.Second || c.MetricsEvery > time.Hour {
 		ln.Close()
@@ -217,7 +222,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
 		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
 		SMTP:    mailer,
-		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(),
+		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(), AgentInFlight: c.AgentInFlight,
 		Stream: a.live, StreamTickets: a.store, Requests: requestObserver(tel), Conns: returns,
 	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))

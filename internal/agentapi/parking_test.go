@@ -43,6 +43,13 @@ func newClaimRig(t *testing.T) *claimRig { return newClaimRigWith(t, true) }
 // HTTP server when detach is true, and wait as served requests otherwise.
 func newClaimRigWith(t *testing.T, detach bool) *claimRig {
 	t.Helper()
+	return newClaimRigIn(t, detach, 0)
+}
+
+// newClaimRigIn makes a rig as newClaimRigWith does that handles at most
+// inFlight agent requests at once (0: the default).
+func newClaimRigIn(t *testing.T, detach bool, inFlight int) *claimRig {
+	t.Helper()
 	st := storetest.Open(t, store.SQLite)
 	log := slog.New(slog.DiscardHandler)
 	js := jobs.NewService(st, secrets.GenerateKey(), time.Now, log)
@@ -53,7 +60,7 @@ func newClaimRigWith(t *testing.T, detach bool) *claimRig {
 	// the server's (short) header timeout.
 	ts.Config.ReadHeaderTimeout = 500 * time.Millisecond
 	returns := httpconn.NewReturns(ts.Listener.Addr(), time.Minute)
-	deps := httpapi.Deps{Servers: srvs, Jobs: js, Logger: log, Version: "test"}
+	deps := httpapi.Deps{Servers: srvs, Jobs: js, Logger: log, Version: "test", AgentInFlight: inFlight}
 	if detach {
 		deps.Conns = returns
 	}

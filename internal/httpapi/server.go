@@ -87,6 +87,9 @@ type Deps struct {
 	// Detach) back to be served again; the http.Server must also Serve
 	// it. Without it no request is detached.
 	Conns *httpconn.Returns
+	// AgentInFlight bounds how many agent requests are handled at once;
+	// 0 means DefaultAgentInFlight. See agentSlots.
+	AgentInFlight int
 }
 
 // RequestObserver is told of every answered request: the route pattern
@@ -104,6 +107,7 @@ type Server struct {
 	handler http.Handler
 	cookie  cookieConfig
 	console *console
+	agents  agentSlots
 
 	mu     sync.Mutex // guards routes
 	routes []Route
@@ -151,7 +155,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 		d.Logger = slog.Default()
 	}
 	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL),
-		console: newConsole(d.Console)}
+		console: newConsole(d.Console), agents: newAgentSlots(d.AgentInFlight)}
 
 	cfg := huma.DefaultConfig(platform.Name+" API", d.Version)
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
@@ -417,6 +421,11 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	if access == Agent {
+		if !s.agents.acquire() {
+			fail(busyProblem())
+			return
+		}
+		defer s.agents.release()
 		srv, err := s.deps.Servers.Authenticate(ctx.Context(), strings.TrimSpace(token))
 		if err != nil {
 			fail(problemFor(ctx.Context(), s.log, err))
