@@ -1,9 +1,13 @@
 package httpapi
 
 import (
+	"context"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
 )
 
 // DefaultAgentInFlight is how many agent requests a control plane handles
@@ -19,26 +23,48 @@ const DefaultAgentInFlight = 1024
 // the agent honours; it costs next to nothing, and the requests already
 // admitted finish sooner. A waiting claim holds no slot: it is taken out of
 // the handler (see Detach) and its wake-ups are bounded on their own.
-type agentSlots chan struct{}
+type agentSlots struct {
+	slots   chan struct{}
+	refused atomic.Int64 // refusals not yet reported in the log
+	logged  atomic.Int64 // when they were last reported, in Unix nanoseconds
+}
 
-func newAgentSlots(n int) agentSlots {
+func newAgentSlots(n int) *agentSlots {
 	if n <= 0 {
 		n = DefaultAgentInFlight
 	}
-	return make(agentSlots, n)
+	return &agentSlots{slots: make(chan struct{}, n)}
 }
 
 // acquire takes a slot if one is free.
-func (a agentSlots) acquire() bool {
+func (a *agentSlots) acquire() bool {
 	select {
-	case a <- struct{}{}:
+	case a.slots <- struct{}{}:
 		return true
 	default:
 		return false
 	}
 }
 
-func (a agentSlots) release() { <-a }
+func (a *agentSlots) release() { <-a.slots }
+
+// refusedLogEvery is how often refusals are reported: one line for
+// however many there were, since logging each would add to the load they
+// come from.
+const refusedLogEvery = 10 * time.Second
+
+// refused counts a refusal and reports the refusals in the log at most
+// every refusedLogEvery.
+func (a *agentSlots) refuse(log *slog.Logger) {
+	a.refused.Add(1)
+	now := time.Now().UnixNano()
+	last := a.logged.Load()
+	if now-last < int64(refusedLogEvery) || !a.logged.CompareAndSwap(last, now) {
+		return
+	}
+	log.LogAttrs(context.Background(), slog.LevelWarn, "agent requests refused: as many as the control plane takes at once are in progress",
+		slog.Int64("refused", a.refused.Swap(0)), slog.Int("max_in_flight", cap(a.slots)))
+}
 
 // busyRetryMin and busyRetrySpread make the Retry-After of a refused
 // agent request: spread, so that the agents refused in one burst do not

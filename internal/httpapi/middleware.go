@@ -130,14 +130,17 @@ func (s *Server) observe(method, path, pattern, id, ip string, status int, bytes
 		s.deps.Requests.ObserveRequest(pattern, status, took)
 	}
 	// Agents make a few requests each every 10 s: thousands per
-	// second from a large fleet. Their successes are logged at debug;
-	// their failures, like every other request, at info or error.
+	// second from a large fleet. Their successes are logged at debug,
+	// and so are the ones refused at the in-flight bound (a burst of
+	// them is reported in one line, see agentSlots); their other
+	// failures, like every other request, at info or error.
 	level := slog.LevelInfo
+	agent := strings.HasPrefix(path, "/agent/v1/")
 	switch {
+	case agent && (status < 400 || status == http.StatusServiceUnavailable):
+		level = slog.LevelDebug
 	case status >= 500:
 		level = slog.LevelError
-	case status < 400 && strings.HasPrefix(path, "/agent/v1/"):
-		level = slog.LevelDebug
 	}
 	ctx := context.Background()
 	if !s.log.Enabled(ctx, level) {

@@ -107,7 +107,7 @@ type Server struct {
 	handler http.Handler
 	cookie  cookieConfig
 	console *console
-	agents  agentSlots
+	agents  *agentSlots
 
 	mu     sync.Mutex // guards routes
 	routes []Route
@@ -422,6 +422,7 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	}
 	if access == Agent {
 		if !s.agents.acquire() {
+			s.agents.refuse(s.log)
 			fail(busyProblem())
 			return
 		}
