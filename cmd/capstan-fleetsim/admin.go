@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/pquerna/otp"
@@ -86,10 +89,19 @@ func do(ctx context.Context, hc *http.Client, method, url, token string, in, out
 	return resp.StatusCode, nil
 }
 
+// refused reports whether a call failed because nothing listened at the
+// address: the request never reached a control plane, so sending it to
+// another is safe, whatever its method.
+func refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
 // admin is the simulator's administrator session: a fixed bearer token, or
-// one obtained by signing in and kept fresh with the refresh cookie.
+// one obtained by signing in and kept fresh with the refresh cookie. With
+// several control planes it talks to one of them and moves to the next when
+// that one refuses connections, as a browser behind a load balancer is
+// moved; the session is the same on every control plane of the database.
 type admin struct {
-	base string
+	urls []string
+	cur  atomic.Int32 // the control plane the administrator talks to
 	hc   *http.Client
 	rec  *recorder
 
@@ -99,8 +111,32 @@ type admin struct {
 	canRefresh bool
 }
 
-func newAdmin(base string, hc *http.Client, rec *recorder, token string) *admin {
-	return &admin{base: base, hc: hc, rec: rec, token: token}
+func newAdmin(urls []string, hc *http.Client, rec *recorder, token string) *admin {
+	return &admin{urls: urls, hc: hc, rec: rec, token: token}
+}
+
+// send sends a request (see do) to the control plane the administrator
+// talks to, or, with via ≥ 0, to control plane via first; on a refused
+// connection it tries the next ones in --url order and keeps talking to
+// the one that answered. It returns the index of the control plane that
+// answered, or of the last one tried.
+func (a *admin) send(ctx context.Context, via int, method, path, token string, in, out any, want ...int) (cp, status int, err error) {
+	n := len(a.urls)
+	first := via
+	if first < 0 {
+		first = int(a.cur.Load())
+	}
+	for i := range n {
+		cp = (first + i) % n
+		status, err = do(ctx, a.hc, method, a.urls[cp]+path, token, in, out, want...)
+		if !refused(err) {
+			if i > 0 {
+				a.cur.Store(int32(cp))
+			}
+			return cp, status, err
+		}
+	}
+	return cp, status, err
 }
 
 func (a *admin) bearer() string {
@@ -127,9 +163,9 @@ func (a *admin) signIn(ctx context.Context, email, password, secret string) erro
 			ChallengeID string `json:"challenge_id"`
 		}
 		start := time.Now()
-		_, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/auth/login", "",
+		cp, _, err := a.send(ctx, -1, http.MethodPost, "/api/v1/auth/login", "",
 			map[string]string{"email": email, "password": password}, &ch, http.StatusOK)
-		a.rec.record(callAuth, time.Since(start), err)
+		a.rec.record(cp, callAuth, time.Since(start), err)
 		if err != nil {
 			return fmt.Errorf("login: %w", err)
 		}
@@ -142,10 +178,10 @@ func (a *admin) signIn(ctx context.Context, email, password, secret string) erro
 			AccessToken string `json:"access_token"`
 		}
 		start = time.Now()
-		_, err = do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/auth/2fa/verify", "",
+		cp, _, err = a.send(ctx, -1, http.MethodPost, "/api/v1/auth/2fa/verify", "",
 			map[string]string{"challenge_id": ch.ChallengeID, "code": code}, &tok, http.StatusOK)
 		if err == nil {
-			a.rec.record(callAuth, time.Since(start), nil)
+			a.rec.record(cp, callAuth, time.Since(start), nil)
 			a.mu.Lock()
 			a.token = tok.AccessToken
 			a.mu.Unlock()
@@ -165,7 +201,7 @@ func (a *admin) check(ctx context.Context) error {
 			Admin bool   `json:"admin"`
 		} `json:"user"`
 	}
-	if _, err := do(ctx, a.hc, http.MethodGet, a.base+"/api/v1/auth/me", a.bearer(), nil, &me, http.StatusOK); err != nil {
+	if _, _, err := a.send(ctx, -1, http.MethodGet, "/api/v1/auth/me", a.bearer(), nil, &me, http.StatusOK); err != nil {
 		return fmt.Errorf("checking the access token: %w", err)
 	}
 	if !me.User.Admin {
@@ -193,11 +229,11 @@ func (a *admin) keepFresh(ctx context.Context, every time.Duration) {
 				AccessToken string `json:"access_token"`
 			}
 			start := time.Now()
-			_, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/auth/refresh", "", nil, &tok, http.StatusOK)
+			cp, _, err := a.send(ctx, -1, http.MethodPost, "/api/v1/auth/refresh", "", nil, &tok, http.StatusOK)
 			if ctx.Err() != nil {
 				return
 			}
-			a.rec.record(callAuth, time.Since(start), err)
+			a.rec.record(cp, callAuth, time.Since(start), err)
 			if err == nil {
 				a.mu.Lock()
 				a.token = tok.AccessToken
@@ -222,10 +258,10 @@ type enrollment struct {
 func (a *admin) createEnrollment(ctx context.Context, name string) (enrollment, error) {
 	var e enrollment
 	start := time.Now()
-	_, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/servers/enrollments", a.bearer(),
+	cp, _, err := a.send(ctx, -1, http.MethodPost, "/api/v1/servers/enrollments", a.bearer(),
 		map[string]any{"name": name, "tags": []string{"fleetsim"}}, &e, http.StatusCreated)
 	if ctx.Err() == nil {
-		a.rec.record(callEnrollment, time.Since(start), err)
+		a.rec.record(cp, callEnrollment, time.Since(start), err)
 	}
 	if err == nil && (e.Server.ID == "" || e.Token == "") {
 		err = fmt.Errorf("enrollment reply lacks the server id or token")
@@ -233,14 +269,15 @@ func (a *admin) createEnrollment(ctx context.Context, name string) (enrollment, 
 	return e, err
 }
 
-// queuePing queues agent.ping on a server and returns the job id and when
-// the response arrived.
-func (a *admin) queuePing(ctx context.Context, serverID string) (string, time.Time, error) {
+// queuePing queues agent.ping on a server through control plane via (or
+// the next that accepts connections) and returns the job id and when the
+// response arrived.
+func (a *admin) queuePing(ctx context.Context, serverID string, via int) (string, time.Time, error) {
 	var out struct {
 		JobID string `json:"job_id"`
 	}
 	start := time.Now()
-	_, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/servers/"+serverID+"/actions", a.bearer(),
+	cp, _, err := a.send(ctx, via, http.MethodPost, "/api/v1/servers/"+serverID+"/actions", a.bearer(),
 		map[string]any{"type": "agent.ping", "payload": map[string]string{"message": "fleetsim"}}, &out, http.StatusAccepted)
 	at := time.Now()
 	if ctx.Err() != nil {
@@ -249,7 +286,7 @@ func (a *admin) queuePing(ctx context.Context, serverID string) (string, time.Ti
 	if err == nil && out.JobID == "" {
 		err = fmt.Errorf("action reply lacks job_id")
 	}
-	a.rec.record(callActions, at.Sub(start), err)
+	a.rec.record(cp, callActions, at.Sub(start), err)
 	return out.JobID, at, err
 }
 
@@ -271,9 +308,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // evaluate runs one alert evaluation cycle and records how long it took.
 func (a *admin) evaluate(ctx context.Context) error {
 	start := time.Now()
-	_, err := do(ctx, a.hc, http.MethodPost, a.base+"/api/v1/monitoring/evaluate", a.bearer(), nil, nil, http.StatusOK)
+	cp, _, err := a.send(ctx, -1, http.MethodPost, "/api/v1/monitoring/evaluate", a.bearer(), nil, nil, http.StatusOK)
 	if ctx.Err() == nil {
-		a.rec.record(callEvaluate, time.Since(start), err)
+		a.rec.record(cp, callEvaluate, time.Since(start), err)
 	}
 	return err
 }

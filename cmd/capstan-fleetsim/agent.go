@@ -31,13 +31,19 @@ func (b *backoff) next(rng *rand.Rand) time.Duration {
 
 func (b *backoff) reset() { b.n = 0 }
 
-// agent is one simulated agent: its credential and the host it pretends
-// to run on.
+// agent is one simulated agent: its credential, the host it pretends to
+// run on and the control plane it talks to.
 type agent struct {
 	sim  *sim
 	idx  int
 	name string
 	rng  *rand.Rand
+	// cp is the index in --url of the control plane the agent talks to
+	// and base its URL. The agent stays with it, as a real agent stays
+	// with the one address it was enrolled with: when that control plane
+	// is down, the agent backs off and retries it.
+	cp   int
+	base string
 
 	serverID string
 	token    string
@@ -62,7 +68,9 @@ type agent struct {
 
 func newAgent(s *sim, idx int) *agent {
 	rng := rand.New(rand.NewPCG(s.seed, uint64(idx)))
-	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng, hc: capagent.NewHTTPClient()}
+	cp := pin(idx, len(s.urls))
+	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng, hc: capagent.NewHTTPClient(),
+		cp: cp, base: s.urls[cp]}
 	a.cpu = 5 + rng.Float64()*40
 	a.load = a.cpu / 25
 	a.memTotal = []uint64{2, 4, 8, 16, 32}[rng.IntN(5)] << 30
@@ -78,11 +86,11 @@ func (a *agent) call(ctx context.Context, kind, path string, in, out any, timeou
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	status, err := do(cctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1"+path, a.token, in, out, want...)
+	status, err := do(cctx, a.hc, http.MethodPost, a.base+"/agent/v1"+path, a.token, in, out, want...)
 	if ctx.Err() != nil {
 		return status, ctx.Err() // the run ended; not the control plane's fault
 	}
-	a.sim.rec.record(kind, time.Since(start), err)
+	a.sim.rec.record(a.cp, kind, time.Since(start), err)
 	a.observe(err)
 	a.checkRevoked(err)
 	return status, err
@@ -142,12 +150,12 @@ func (a *agent) enroll(ctx context.Context) bool {
 			var res agentproto.EnrollResponse
 			for try := 0; try < 3 && ctx.Err() == nil; try++ {
 				start := time.Now()
-				_, err = do(ctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1/enroll", "",
+				_, err = do(ctx, a.hc, http.MethodPost, a.base+"/agent/v1/enroll", "",
 					agentproto.EnrollRequest{Token: e.Token, Facts: a.facts()}, &res, http.StatusOK)
 				if ctx.Err() != nil {
 					return false
 				}
-				a.sim.rec.record(callEnroll, time.Since(start), err)
+				a.sim.rec.record(a.cp, callEnroll, time.Since(start), err)
 				if err == nil {
 					break
 				}
@@ -330,7 +338,7 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 		var res agentproto.ClaimResponse
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(wait)*time.Second+20*time.Second)
 		start := time.Now()
-		status, err := do(cctx, a.hc, http.MethodPost, a.sim.base+"/agent/v1/jobs/claim", a.token,
+		status, err := do(cctx, a.hc, http.MethodPost, a.base+"/agent/v1/jobs/claim", a.token,
 			agentproto.ClaimRequest{WaitSeconds: wait}, &res, http.StatusOK, http.StatusNoContent)
 		at := time.Now()
 		cancel()
@@ -339,7 +347,7 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 		}
 		switch {
 		case err != nil:
-			a.sim.rec.record(callClaimError, at.Sub(start), err)
+			a.sim.rec.record(a.cp, callClaimError, at.Sub(start), err)
 			a.observe(err)
 			a.checkRevoked(err)
 			if a.stopped.Load() {
@@ -349,15 +357,15 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 			sleep(ctx, b.next(a.rng))
 			continue
 		case status == http.StatusNoContent:
-			a.sim.rec.record(callClaimEmpty, at.Sub(start), nil)
+			a.sim.rec.record(a.cp, callClaimEmpty, at.Sub(start), nil)
 			a.observe(nil)
 			b.reset()
 			continue
 		}
-		a.sim.rec.record(callClaimJob, at.Sub(start), nil)
+		a.sim.rec.record(a.cp, callClaimJob, at.Sub(start), nil)
 		a.observe(nil)
 		b.reset()
-		a.sim.dispatch.claimed(res.Job.ID, at)
+		a.sim.dispatch.claimed(res.Job.ID, a.cp, at)
 		a.runJob(ctx, res.Job)
 	}
 }

@@ -15,6 +15,14 @@
 //	capstan-fleetsim --url http://127.0.0.1:8080 --agents 1000 --ramp 1m --duration 3m \
 //	    --email sim@example.com --password '…' --totp-secret '…' --pid $(pgrep -n capstan) [--json]
 //
+// Several replicas of one control plane (one PostgreSQL database, one
+// secret key) are loaded at once with a comma-separated --url (and --pid in
+// the same order): agent i talks to the (i mod n)-th for the whole run, as
+// a real agent talks to the one address it was enrolled with; jobs are
+// queued through another replica than their agent's; the report has the
+// calls, dispatch, CPU and memory of each control plane and of all of them.
+// With --kill-after, --kill-index chooses the one killed and restarted.
+//
 // The password, TOTP secret and admin token may come from the environment
 // (CAPSTAN_FLEETSIM_PASSWORD, CAPSTAN_FLEETSIM_TOTP_SECRET,
 // CAPSTAN_FLEETSIM_ADMIN_TOKEN) instead of flags. Exit status: 0 when the
@@ -45,7 +53,8 @@ import (
 )
 
 type config struct {
-	URL         string
+	URL         string // as given: one URL or a comma-separated list
+	URLs        []string
 	Agents      int
 	Duration    time.Duration
 	Heartbeat   time.Duration
@@ -58,7 +67,9 @@ type config struct {
 	TOTPSecret  string
 	Ramp        time.Duration
 	Concurrency int
-	PID         int
+	PID         string // as given: one process id or a comma-separated list
+	PIDs        []int  // one per URL, or none
+	KillIndex   int
 	JSON        bool
 	ReportEvery time.Duration
 	ClaimWait   int
@@ -73,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("capstan-fleetsim", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "control plane URL (loopback only: 127.0.0.0/8 or localhost)")
+	fs.StringVar(&c.URL, "url", "http://127.0.0.1:8080", "control plane URL (loopback only: 127.0.0.0/8 or localhost); a comma-separated list for several replicas of one control plane: agent i talks to the (i mod n)-th")
 	fs.IntVar(&c.Agents, "agents", 100, "number of simulated agents")
 	fs.DurationVar(&c.Duration, "duration", 2*time.Minute, "how long to run after the ramp")
 	fs.DurationVar(&c.Heartbeat, "heartbeat", 10*time.Second, "heartbeat interval")
@@ -86,7 +97,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.TOTPSecret, "totp-secret", os.Getenv("CAPSTAN_FLEETSIM_TOTP_SECRET"), "administrator TOTP secret (base32)")
 	fs.DurationVar(&c.Ramp, "ramp", 0, "spread the agents' enrollment and start over this long")
 	fs.IntVar(&c.Concurrency, "concurrency", 16, "enrollments in flight at once")
-	fs.IntVar(&c.PID, "pid", 0, "process id of the control plane, to report its CPU and RSS (0: skip)")
+	fs.StringVar(&c.PID, "pid", "", "process id of the control plane, to report its CPU and RSS; with several --url, a comma-separated list in the same order (empty: skip)")
 	fs.BoolVar(&c.JSON, "json", false, "print the final report as JSON on stdout")
 	fs.DurationVar(&c.ReportEvery, "report-every", 30*time.Second, "interval of the progress reports on stderr (0: none)")
 	fs.IntVar(&c.ClaimWait, "claim-wait", 25, "wait_seconds of the claim long poll")
@@ -94,6 +105,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&c.Seed, "seed", 0, "random seed (0: random)")
 	fs.DurationVar(&c.EvalEvery, "evaluate-every", 0, "as the administrator, run an alert evaluation cycle (POST /api/v1/monitoring/evaluate) this often and report its duration as the evaluate call (0: never)")
 	fs.DurationVar(&c.KillAfter, "kill-after", 0, "restart storm: this long into the run, kill the control plane (--pid) with SIGKILL and run --restart-cmd; the report has the curve of agents cut off and back (0: no kill)")
+	fs.IntVar(&c.KillIndex, "kill-index", 0, "with several --url, which control plane --kill-after kills and --restart-cmd starts again, counted from 0 in --url order")
 	fs.StringVar(&c.RestartCmd, "restart-cmd", "", "shell command (sh -c) that starts the control plane again after --kill-after; it should exec it, so that its process id is the control plane's")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -101,7 +113,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	if err := checkLoopback(c.URL); err != nil {
+	var err error
+	if c.URLs, err = parseURLs(c.URL); err != nil {
+		return c, err
+	}
+	if c.PIDs, err = parsePIDs(c.PID, len(c.URLs)); err != nil {
 		return c, err
 	}
 	switch {
@@ -123,15 +139,17 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("--evaluate-every must be 0 or at least 1s")
 	case c.KillAfter < 0:
 		return c, errors.New("--kill-after must not be negative")
-	case c.KillAfter > 0 && (c.PID <= 0 || c.RestartCmd == ""):
+	case c.KillAfter > 0 && (len(c.PIDs) == 0 || c.RestartCmd == ""):
 		return c, errors.New("--kill-after needs --pid (the process to kill) and --restart-cmd (how to start it again)")
+	case c.KillIndex < 0 || c.KillIndex >= len(c.URLs):
+		return c, fmt.Errorf("--kill-index must be between 0 and %d (one less than the number of --url entries)", len(c.URLs)-1)
 	case c.AdminToken == "" && (c.Email == "" || c.Password == "" || c.TOTPSecret == ""):
 		return c, errors.New("give --admin-token, or --email, --password and --totp-secret")
 	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
-	c.URL = strings.TrimRight(c.URL, "/")
+	c.URL = strings.Join(c.URLs, ",")
 	return c, nil
 }
 
@@ -193,7 +211,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // sim is one simulation run.
 type sim struct {
 	cfg      config
-	base     string
+	urls     []string
 	runID    string
 	seed     uint64
 	admin    *admin
@@ -244,13 +262,15 @@ func (s *sim) removeLive(a *agent) {
 	s.liveMu.Unlock()
 }
 
-func (s *sim) randomLive(rng *rand.Rand) (string, bool) {
+// randomLive returns a random running agent's server id and control plane.
+func (s *sim) randomLive(rng *rand.Rand) (string, int, bool) {
 	s.liveMu.RLock()
 	defer s.liveMu.RUnlock()
 	if len(s.live) == 0 {
-		return "", false
+		return "", 0, false
 	}
-	return s.live[rng.IntN(len(s.live))].serverID, true
+	a := s.live[rng.IntN(len(s.live))]
+	return a.serverID, a.cp, true
 }
 
 func (s *sim) liveCount() int {
@@ -285,14 +305,14 @@ func simulate(ctx context.Context, cfg config, stderr io.Writer) (*Report, error
 		fmt.Fprintln(stderr, "capstan-fleetsim: warning:", err)
 	}
 	s := &sim{
-		cfg: cfg, base: cfg.URL, seed: cfg.Seed, runID: strconv.FormatUint(cfg.Seed%(1<<24), 16),
-		rec:       newRecorder(),
+		cfg: cfg, urls: cfg.URLs, seed: cfg.Seed, runID: strconv.FormatUint(cfg.Seed%(1<<24), 16),
+		rec:       newRecorder(len(cfg.URLs)),
 		enrollSem: make(chan struct{}, cfg.Concurrency),
 		idx:       map[*agent]int{},
 	}
 	s.dispatch = newDispatchTracker(s.rec)
 	adminHC := &http.Client{Transport: newTransport(cfg.Concurrency + 256), Timeout: 30 * time.Second}
-	s.admin = newAdmin(cfg.URL, adminHC, s.rec, cfg.AdminToken)
+	s.admin = newAdmin(cfg.URLs, adminHC, s.rec, cfg.AdminToken)
 	if cfg.AdminToken == "" {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		err := s.admin.signIn(sctx, cfg.Email, cfg.Password, cfg.TOTPSecret)
@@ -311,14 +331,12 @@ func simulate(ctx context.Context, cfg config, stderr io.Writer) (*Report, error
 		fmt.Fprintln(stderr, "capstan-fleetsim: warning: an access token lasts 15 minutes and --admin-token cannot be refreshed; sign in with --email instead for long runs")
 	}
 
-	pid := ""
-	if cfg.PID > 0 {
-		pid = strconv.Itoa(cfg.PID)
-		if _, err := readProc(pid); err != nil {
-			return nil, fmt.Errorf("--pid %d: %w", cfg.PID, err)
+	for _, pid := range cfg.PIDs {
+		if _, err := readProc(strconv.Itoa(pid)); err != nil {
+			return nil, fmt.Errorf("--pid %d: %w", pid, err)
 		}
 	}
-	mon := newMonitor(pid)
+	mon := newMonitor(cfg.PIDs)
 	fmt.Fprintf(stderr, "capstan-fleetsim: %d agents against %s: ramp %s, then %s; heartbeat %s, metrics %s, inventory %s, %.3g jobs/s; fd limit %d (control plane: %s)\n",
 		cfg.Agents, cfg.URL, cfg.Ramp, cfg.Duration, cfg.Heartbeat, cfg.Metrics, cfg.Inventory, cfg.JobRate, limit, mon.fdLimitText())
 
@@ -400,13 +418,14 @@ loop:
 		case <-steadyTimer.C:
 			s.rec.setSteady()
 		case <-killTimer:
-			if err := restart.killAndRestart(ctx, cfg.PID); err != nil {
+			victim := cfg.PIDs[cfg.KillIndex]
+			if err := restart.killAndRestart(ctx, victim); err != nil {
 				fmt.Fprintln(stderr, "capstan-fleetsim:", err)
 				break loop
 			}
-			mon.switchPID(strconv.Itoa(restart.newPID))
-			fmt.Fprintf(stderr, "capstan-fleetsim: killed the control plane (pid %d) at %.1fs and started it again (pid %d)\n",
-				cfg.PID, restart.killedAt.Sub(start).Seconds(), restart.newPID)
+			mon.cps[cfg.KillIndex].switchPID(strconv.Itoa(restart.newPID))
+			fmt.Fprintf(stderr, "capstan-fleetsim: killed the control plane at %s (pid %d) at %.1fs and started it again (pid %d)\n",
+				cfg.URLs[cfg.KillIndex], victim, restart.killedAt.Sub(start).Seconds(), restart.newPID)
 		case <-report.C:
 			if cfg.ReportEvery <= 0 {
 				continue
@@ -442,6 +461,10 @@ loop:
 
 	rep := s.report(elapsed, mon, load, intervals)
 	rep.Restart = restart.report(start, s.avail)
+	if rep.Restart != nil && len(cfg.URLs) > 1 {
+		rep.Restart.URL = cfg.URLs[cfg.KillIndex]
+		rep.Restart.AgentsOnIt = pinned(cfg.Agents, len(cfg.URLs))[cfg.KillIndex]
+	}
 	select {
 	case d := <-allEnrolled:
 		rep.AllEnrolledAfterS = d.Seconds()
@@ -459,7 +482,9 @@ func lastSeconds(iv []Interval) float64 {
 
 // drive queues agent.ping jobs on random live servers at the job rate
 // until ctx ends. Each POST runs in its own goroutine, at most 256 at
-// once; a tick that finds them all busy is skipped and counted.
+// once; a tick that finds them all busy is skipped and counted. With
+// several control planes, each job is queued through the one after its
+// agent's, so that its dispatch crosses from one replica to another.
 func (s *sim) drive(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(s.seed, 1<<62))
 	every := time.Duration(float64(time.Second) / s.cfg.JobRate)
@@ -479,7 +504,7 @@ func (s *sim) drive(ctx context.Context) {
 		case <-t.C:
 		}
 		for range perTick {
-			id, ok := s.randomLive(rng)
+			id, cp, ok := s.randomLive(rng)
 			if !ok {
 				continue
 			}
@@ -496,7 +521,7 @@ func (s *sim) drive(ctx context.Context) {
 				// instead of being left queued behind the report's back.
 				postCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 				defer cancel()
-				jobID, at, err := s.admin.queuePing(postCtx, id)
+				jobID, at, err := s.admin.queuePing(postCtx, id, (cp+1)%len(s.urls))
 				if err != nil {
 					return
 				}
@@ -519,6 +544,7 @@ type dispatchTracker struct {
 
 type dispatchEntry struct {
 	posted, claimed time.Time
+	cp              int // the control plane of the agent that claimed it
 	done            bool
 }
 
@@ -546,19 +572,19 @@ func (d *dispatchTracker) posted(id string, at time.Time) {
 	e := d.entry(id)
 	e.posted = at
 	if !e.claimed.IsZero() {
-		d.rec.recordDispatch(e.claimed.Sub(at))
+		d.rec.recordDispatch(e.cp, e.claimed.Sub(at))
 	}
 	d.settle(id, e)
 	d.mu.Unlock()
 }
 
-func (d *dispatchTracker) claimed(id string, at time.Time) {
+func (d *dispatchTracker) claimed(id string, cp int, at time.Time) {
 	d.mu.Lock()
 	d.claimsN++
 	e := d.entry(id)
-	e.claimed = at
+	e.claimed, e.cp = at, cp
 	if !e.posted.IsZero() {
-		d.rec.recordDispatch(at.Sub(e.posted))
+		d.rec.recordDispatch(cp, at.Sub(e.posted))
 	}
 	d.settle(id, e)
 	d.mu.Unlock()
@@ -589,92 +615,6 @@ func (d *dispatchTracker) claims() int64 {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.claimsN
-}
-
-// monitor samples the control plane's and the simulator's CPU and memory.
-type monitor struct {
-	pid       string
-	first     procSample
-	last      procSample
-	selfFirst procSample
-	selfLast  procSample
-	cpuMax    float64
-	rssMaxKB  uint64
-	fdsMax    int
-	ok        bool
-	cpuFirst  cpuTimes
-	cpuLast   cpuTimes
-	// cpuCarry is the CPU time of control-plane processes killed during
-	// the run, counted in its average.
-	cpuCarry time.Duration
-	startAt  time.Time
-}
-
-// switchPID follows the control plane's new process after a restart.
-func (m *monitor) switchPID(pid string) {
-	if m.ok {
-		m.cpuCarry += m.last.cpu - m.first.cpu
-	}
-	m.pid = pid
-	if p, err := readProc(pid); err == nil {
-		m.first, m.last, m.ok = p, p, true
-		m.rssMaxKB = max(m.rssMaxKB, p.rssKB)
-	}
-}
-
-// cpuAvg is the control plane's average CPU over the run, of every process
-// it had.
-func (m *monitor) cpuAvg(last procSample) float64 {
-	wall := last.at.Sub(m.startAt)
-	if wall <= 0 {
-		return 0
-	}
-	return 100 * float64(m.cpuCarry+last.cpu-m.first.cpu) / float64(wall)
-}
-
-func newMonitor(pid string) *monitor {
-	m := &monitor{pid: pid, startAt: time.Now()}
-	m.cpuFirst, _ = readCPUTimes()
-	m.cpuLast = m.cpuFirst
-	m.selfFirst, _ = readProc("self")
-	m.selfLast = m.selfFirst
-	if pid != "" {
-		if p, err := readProc(pid); err == nil {
-			m.first, m.last, m.ok = p, p, true
-			m.rssMaxKB = p.rssKB
-		}
-	}
-	return m
-}
-
-func (m *monitor) fdLimitText() string {
-	if m.pid == "" {
-		return "not watched"
-	}
-	return fmt.Sprintf("pid %s, fd limit %d", m.pid, fdLimit(m.pid))
-}
-
-// sample returns the CPU % of both processes and of the machine since the
-// previous sample.
-func (m *monitor) sample() (cp ProcInterval, self ProcInterval, mc MachineCPU) {
-	if t, ok := readCPUTimes(); ok {
-		mc = machineCPU(m.cpuLast, t)
-		m.cpuLast = t
-	}
-	if p, err := readProc("self"); err == nil {
-		self = ProcInterval{CPUPercent: cpuPercent(m.selfLast, p), RSSMB: float64(p.rssKB) / 1024, Threads: p.threads, FDs: openFDs("self")}
-		m.selfLast = p
-	}
-	if m.ok {
-		if p, err := readProc(m.pid); err == nil {
-			cp = ProcInterval{CPUPercent: cpuPercent(m.last, p), RSSMB: float64(p.rssKB) / 1024, Threads: p.threads, FDs: openFDs(m.pid)}
-			m.last = p
-			m.cpuMax = max(m.cpuMax, cp.CPUPercent)
-			m.rssMaxKB = max(m.rssMaxKB, p.rssKB, p.hwmKB)
-			m.fdsMax = max(m.fdsMax, cp.FDs)
-		}
-	}
-	return cp, self, mc
 }
 
 // loadTracker remembers the load averages at the start and their peak.
@@ -708,18 +648,24 @@ type Interval struct {
 	Live         int                `json:"live_agents"`
 	Calls        map[string]Summary `json:"calls"`
 	Dispatch     DispatchSummary    `json:"dispatch"`
-	ControlPlane *ProcInterval      `json:"control_plane,omitempty"`
-	Simulator    ProcInterval       `json:"simulator"`
-	Machine      MachineCPU         `json:"machine"`
-	Load         [3]float64         `json:"load_average"`
+	ControlPlane *ProcInterval      `json:"control_plane,omitempty" doc:"with several control planes, all of them together"`
+	// ControlPlanes has each control plane's use, in --url order, when
+	// there are several.
+	ControlPlanes []ProcInterval `json:"control_planes,omitempty"`
+	Simulator     ProcInterval   `json:"simulator"`
+	Machine       MachineCPU     `json:"machine"`
+	Load          [3]float64     `json:"load_average"`
 }
 
 func (s *sim) interval(start time.Time, mon *monitor, load *loadTracker) Interval {
 	calls, d := s.rec.rotate()
-	cp, self, mc := mon.sample()
+	cps, total, self, mc := mon.sample()
 	iv := Interval{Seconds: time.Since(start).Seconds(), Live: s.liveCount(), Calls: calls, Dispatch: d, Simulator: self, Machine: mc, Load: load.sample()}
-	if mon.ok {
-		iv.ControlPlane = &cp
+	if mon.watching() {
+		iv.ControlPlane = &total
+	}
+	if len(cps) > 1 {
+		iv.ControlPlanes = cps
 	}
 	return iv
 }
@@ -730,6 +676,9 @@ func (iv Interval) write(w io.Writer) {
 		iv.Load[0], iv.Load[1], iv.Load[2], iv.Machine.BusyPct, iv.Machine.StealPct)
 	if iv.ControlPlane != nil {
 		fmt.Fprintf(&b, " | control plane cpu=%.0f%% rss=%.0fMB fds=%d", iv.ControlPlane.CPUPercent, iv.ControlPlane.RSSMB, iv.ControlPlane.FDs)
+	}
+	for i, cp := range iv.ControlPlanes {
+		fmt.Fprintf(&b, " [%d: cpu=%.0f%% rss=%.0fMB]", i, cp.CPUPercent, cp.RSSMB)
 	}
 	fmt.Fprintf(&b, " | simulator cpu=%.0f%% rss=%.0fMB\n", iv.Simulator.CPUPercent, iv.Simulator.RSSMB)
 	for _, c := range callOrder {
@@ -786,14 +735,17 @@ type Report struct {
 	Jobs              Jobs               `json:"jobs"`
 	Errors            uint64             `json:"errors"`
 	FirstErrors       map[string]string  `json:"first_errors,omitempty"`
-	ControlPlane      *ProcReport        `json:"control_plane,omitempty"`
-	Simulator         ProcReport         `json:"simulator"`
-	LoadStart         [3]float64         `json:"load_average_start"`
-	LoadEnd           [3]float64         `json:"load_average_end"`
-	LoadMax1          float64            `json:"load_average_max_1m"`
-	Machine           MachineCPU         `json:"machine"`
-	Intervals         []Interval         `json:"intervals,omitempty"`
-	Restart           *Restart           `json:"restart,omitempty"`
+	ControlPlane      *ProcReport        `json:"control_plane,omitempty" doc:"with several control planes, all of them together"`
+	// ControlPlanes has each control plane's part, in --url order, when
+	// there are several.
+	ControlPlanes []ControlPlaneReport `json:"control_planes,omitempty"`
+	Simulator     ProcReport           `json:"simulator"`
+	LoadStart     [3]float64           `json:"load_average_start"`
+	LoadEnd       [3]float64           `json:"load_average_end"`
+	LoadMax1      float64              `json:"load_average_max_1m"`
+	Machine       MachineCPU           `json:"machine"`
+	Intervals     []Interval           `json:"intervals,omitempty"`
+	Restart       *Restart             `json:"restart,omitempty"`
 }
 
 func (s *sim) report(elapsed time.Duration, mon *monitor, load *loadTracker, intervals []Interval) *Report {
@@ -805,6 +757,16 @@ func (s *sim) report(elapsed time.Duration, mon *monitor, load *loadTracker, int
 	for k, v := range s.rec.firstError {
 		first[k] = v
 	}
+	var cps []ControlPlaneReport
+	if len(s.urls) > 1 {
+		agents := pinned(s.cfg.Agents, len(s.urls))
+		for i, u := range s.urls {
+			cps = append(cps, ControlPlaneReport{URL: u, Agents: agents[i],
+				Calls: s.rec.cpTotal[i].summaries(), Steady: s.rec.cpSteady[i].summaries(), Errors: s.rec.cpTotal[i].totalErrors(),
+				Dispatch:       dispatchSummary(&s.rec.cpDispatch[i][0], s.rec.cpEarly[i][0]),
+				SteadyDispatch: dispatchSummary(&s.rec.cpDispatch[i][1], s.rec.cpEarly[i][1])})
+		}
+	}
 	s.rec.mu.Unlock()
 	cfg := s.cfg
 	rep := &Report{URL: cfg.URL, Agents: cfg.Agents, Enrolled: s.enrolled.Load(), StoppedAgents: s.stoppedAgents.Load(),
@@ -813,7 +775,7 @@ func (s *sim) report(elapsed time.Duration, mon *monitor, load *loadTracker, int
 		Calls: calls, Steady: steady, Dispatch: d, SteadyDispatch: sd, Errors: errs, FirstErrors: first,
 		Jobs: Jobs{Queued: s.queued.Load(), Claimed: s.dispatch.claims(), Completed: s.completed.Load(),
 			Outstanding: s.dispatch.outstanding(), Skipped: s.driverSkipped.Load()},
-		LoadStart: load.start, LoadEnd: load.sample(), LoadMax1: load.max1, Intervals: intervals}
+		LoadStart: load.start, LoadEnd: load.sample(), LoadMax1: load.max1, Intervals: intervals, ControlPlanes: cps}
 	if len(first) == 0 {
 		rep.FirstErrors = nil
 	}
@@ -827,16 +789,16 @@ func (s *sim) report(elapsed time.Duration, mon *monitor, load *loadTracker, int
 		rep.Simulator.CPUMaxPct = max(rep.Simulator.CPUMaxPct, iv.Simulator.CPUPercent)
 		rep.Simulator.FDsMax = max(rep.Simulator.FDsMax, iv.Simulator.FDs)
 	}
-	if mon.ok {
-		last, err := readProc(mon.pid)
-		if err != nil {
-			last = mon.last
+	if mon.watching() {
+		var procs []ProcReport
+		for _, p := range mon.cps {
+			procs = append(procs, p.report())
 		}
-		mon.rssMaxKB = max(mon.rssMaxKB, last.rssKB, last.hwmKB)
-		rep.ControlPlane = &ProcReport{PID: mon.pid, CPUAvgPct: mon.cpuAvg(last), CPUMaxPct: mon.cpuMax,
-			RSSEndMB: float64(last.rssKB) / 1024, RSSMaxMB: float64(mon.rssMaxKB) / 1024, FDsMax: mon.fdsMax,
-			FDLimit: fdLimit(mon.pid), ThreadsEnd: last.threads}
-		rep.ControlPlane.CPUAvgOfMachinePct = rep.ControlPlane.CPUAvgPct / float64(runtime.NumCPU())
+		total := sumReports(procs, mon.cpuMax)
+		rep.ControlPlane = &total
+		for i := range rep.ControlPlanes {
+			rep.ControlPlanes[i].Process = &procs[i]
+		}
 	}
 	return rep
 }
@@ -866,6 +828,9 @@ func (r *Report) write(w io.Writer) {
 	writeCalls(w, r.Calls, r.Dispatch)
 	fmt.Fprintln(w, "\nsteady state (after the ramp):")
 	writeCalls(w, r.Steady, r.SteadyDispatch)
+	for i := range r.ControlPlanes {
+		r.ControlPlanes[i].write(w, i)
+	}
 	fmt.Fprintf(w, "\njobs: %d queued, %d claimed, %d completed, %d outstanding; %d claimed before the POST response (counted as 0 ms); %d driver ticks skipped\n",
 		r.Jobs.Queued, r.Jobs.Claimed, r.Jobs.Completed, r.Jobs.Outstanding, r.Dispatch.Early, r.Jobs.Skipped)
 	fmt.Fprintf(w, "errors: %d\n", r.Errors)
@@ -875,8 +840,11 @@ func (r *Report) write(w io.Writer) {
 		}
 	}
 	if cp := r.ControlPlane; cp != nil {
-		fmt.Fprintf(w, "control plane (pid %s): cpu avg %.0f%% of one core, %.0f%% of the machine (max window %.0f%% of one core); rss end %.0f MB, max %.0f MB; fds max %d (limit %d); threads %d\n",
-			cp.PID, cp.CPUAvgPct, cp.CPUAvgOfMachinePct, cp.CPUMaxPct, cp.RSSEndMB, cp.RSSMaxMB, cp.FDsMax, cp.FDLimit, cp.ThreadsEnd)
+		label := "control plane"
+		if len(r.ControlPlanes) > 1 {
+			label = fmt.Sprintf("%d control planes together", len(r.ControlPlanes))
+		}
+		cp.write(w, label)
 	}
 	sm := r.Simulator
 	fmt.Fprintf(w, "simulator (pid %s): cpu avg %.0f%% (max window %.0f%%); rss %.0f MB (max %.0f MB); fds max %d (limit %d)\n",

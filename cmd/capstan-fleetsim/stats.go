@@ -147,9 +147,9 @@ func (w *window) totalErrors() uint64 {
 }
 
 // recorder collects every measurement: the current reporting window, the
-// whole run, and the steady state (after the ramp). Recording takes one
-// mutex; at a few thousand calls per second that is not contended enough
-// to matter.
+// whole run, and the steady state (after the ramp), in total and per
+// control plane. Recording takes one mutex; at a few thousand calls per
+// second that is not contended enough to matter.
 type recorder struct {
 	mu         sync.Mutex // guards everything below
 	cur        *window
@@ -160,13 +160,26 @@ type recorder struct {
 	early      [3]uint64    // claims that arrived before the action's response
 	firstError map[string]string
 	closed     bool // the run is over: calls cut short by its end are not counted
+
+	// Per control plane (index in --url): whole run and steady state.
+	cpTotal, cpSteady []*window
+	cpDispatch        [][2]histogram
+	cpEarly           [][2]uint64
 }
 
-func newRecorder() *recorder {
-	return &recorder{cur: newWindow(), total: newWindow(), steady: newWindow(), firstError: map[string]string{}}
+// newRecorder returns a recorder for n control planes.
+func newRecorder(n int) *recorder {
+	r := &recorder{cur: newWindow(), total: newWindow(), steady: newWindow(), firstError: map[string]string{},
+		cpDispatch: make([][2]histogram, n), cpEarly: make([][2]uint64, n)}
+	for range n {
+		r.cpTotal = append(r.cpTotal, newWindow())
+		r.cpSteady = append(r.cpSteady, newWindow())
+	}
+	return r
 }
 
-func (r *recorder) record(call string, d time.Duration, err error) {
+// record counts one call that control plane cp answered (or failed).
+func (r *recorder) record(cp int, call string, d time.Duration, err error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -175,8 +188,10 @@ func (r *recorder) record(call string, d time.Duration, err error) {
 	failed := err != nil
 	r.cur.add(call, d, failed)
 	r.total.add(call, d, failed)
+	r.cpTotal[cp].add(call, d, failed)
 	if r.isSteady {
 		r.steady.add(call, d, failed)
+		r.cpSteady[cp].add(call, d, failed)
 	}
 	if failed {
 		if _, ok := r.firstError[call]; !ok {
@@ -186,7 +201,9 @@ func (r *recorder) record(call string, d time.Duration, err error) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) recordDispatch(d time.Duration) {
+// recordDispatch counts the dispatch of a job to an agent waiting on
+// control plane cp.
+func (r *recorder) recordDispatch(cp int, d time.Duration) {
 	r.mu.Lock()
 	n := 2
 	if r.isSteady {
@@ -197,6 +214,12 @@ func (r *recorder) recordDispatch(d time.Duration) {
 			r.early[i]++
 		}
 		r.dispatch[i].add(max(d, 0))
+		if i > 0 {
+			if d < 0 {
+				r.cpEarly[cp][i-1]++
+			}
+			r.cpDispatch[cp][i-1].add(max(d, 0))
+		}
 	}
 	r.mu.Unlock()
 }

@@ -94,6 +94,8 @@ func (v *availability) agentsDown() (now, most int) {
 // Restart is what a kill and restart of the control plane during the run
 // did to the fleet.
 type Restart struct {
+	URL             string         `json:"url,omitempty" doc:"with several control planes, the one killed and restarted"`
+	AgentsOnIt      int            `json:"agents_on_it,omitempty" doc:"with several control planes, the simulated agents that talk to the one killed"`
 	KilledAtS       float64        `json:"killed_at_s" doc:"seconds into the run when the control plane was killed with SIGKILL"`
 	RestartedAtS    float64        `json:"restarted_at_s" doc:"when the restart command was started"`
 	NewPID          int            `json:"new_pid"`
@@ -188,8 +190,12 @@ func (r *restarter) report(start time.Time, v *availability) *Restart {
 }
 
 func (r *Restart) write(w io.Writer) {
-	fmt.Fprintf(w, "restart: killed at %.1fs, restarted at %.1fs (new pid %d); %d agents cut off at most; ",
-		r.KilledAtS, r.RestartedAtS, r.NewPID, r.AgentsDownMax)
+	what := "restart"
+	if r.URL != "" {
+		what = fmt.Sprintf("restart of %s (%d agents on it)", r.URL, r.AgentsOnIt)
+	}
+	fmt.Fprintf(w, "%s: killed at %.1fs, restarted at %.1fs (new pid %d); %d agents cut off at most; ",
+		what, r.KilledAtS, r.RestartedAtS, r.NewPID, r.AgentsDownMax)
 	if r.AllBack {
 		fmt.Fprintf(w, "all back %.1fs after the restart", r.AllBackAfterS)
 	} else {
