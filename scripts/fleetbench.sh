@@ -117,8 +117,17 @@ ulimit -n "$(ulimit -Hn)"
 SERVES=(); CP_PIDS=(); URLS=()
 # shellcheck disable=SC2317 # cleanup runs from the EXIT trap
 cleanup() {
-	for p in "${CP_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	if [ -n "${NEW_PID:-}" ]; then kill "$NEW_PID" 2>/dev/null || true; fi
+	local all=("${CP_PIDS[@]}")
+	if [ -n "${NEW_PID:-}" ]; then all+=("$NEW_PID"); fi
+	for p in "${all[@]}"; do kill "$p" 2>/dev/null || true; done
+	# Wait (up to 30 s) until they have stopped, so that the database may
+	# be dropped once this script returns.
+	for _ in $(seq 1 300); do
+		local alive=0
+		for p in "${all[@]}"; do if kill -0 "$p" 2>/dev/null; then alive=1; fi; done
+		[ "$alive" = 1 ] || break
+		sleep 0.1
+	done
 }
 trap cleanup EXIT
 for i in $(seq 0 $((REPLICAS - 1))); do
