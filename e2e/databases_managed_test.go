@@ -15,6 +15,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
@@ -376,4 +377,87 @@ func (r *managedRig) instancePort(t *testing.T, id string) int {
 	}
 	resp.JSON(t, &out)
 	return out.Port
+}
+
+// TestManagedRedisLoginsSurviveRestart: the logins of a managed Redis
+// made through the API are in its ACL file, so a restart through the API
+// keeps them: a created login still authenticates, a rotated password is
+// the one that works, and a deleted login stays deleted.
+func TestManagedRedisLoginsSurviveRestart(t *testing.T) {
+	r := newManagedRig(t, store.SQLite)
+	rd, j := r.create(t, map[string]any{"name": "keep-" + r.run, "engine": "redis", "version": "7.2"})
+	if j.Status != "succeeded" || rd.State != "ready" {
+		t.Fatalf("redis: %s %s %s: %+v\nagent log:\n%s", j.Status, deref(j.Error), j.Data, rd, r.agent.Logs())
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", r.instancePort(t, rd.ID))
+	auth := func(user, password string) error {
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: password, Protocol: 2, DisableIdentity: true,
+			MaxRetries: -1})
+		defer c.Close()
+		return c.Ping(t.Context()).Err()
+	}
+	restart := func() {
+		t.Helper()
+		r.control(t, rd.ID, "restart")
+		if in := r.instance(t, rd.ID); in.State != "ready" {
+			t.Fatalf("after restart: %+v", in)
+		}
+	}
+	login := func(name string) LoginSecret {
+		t.Helper()
+		s, j := r.login(t, rd.ID, map[string]any{"username": name, "key_pattern": name + ":*", "access": "readwrite"})
+		if j.Status != "succeeded" {
+			t.Fatalf("login %s: %s %s", name, deref(j.Error), j.Data)
+		}
+		return s
+	}
+	kept, rotated, dropped := login("kept"), login("rotated"), login("dropped")
+	restart()
+	if err := auth("kept", kept.Password); err != nil {
+		t.Fatalf("a login after restart: %v\nagent log:\n%s", err, r.agent.Logs())
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, Username: "kept", Password: kept.Password, Protocol: 2, DisableIdentity: true})
+	defer c.Close()
+	if err := c.Set(t.Context(), "kept:1", "v", 0).Err(); err != nil {
+		t.Errorf("the login's rules after restart (SET in its pattern): %v", err)
+	}
+	if err := c.Set(t.Context(), "other:1", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Errorf("the login's rules after restart (SET outside its pattern): %v", err)
+	}
+
+	nw, j := r.rotate(t, rd.ID, rotated.Login.CredentialID)
+	if j.Status != "succeeded" {
+		t.Fatalf("rotate: %s", deref(j.Error))
+	}
+	if j := r.delJob(t, rd.ID, "/users/dropped"); j.Status != "succeeded" {
+		t.Fatalf("drop: %s", deref(j.Error))
+	}
+	restart()
+	if err := auth("rotated", nw.Password); err != nil {
+		t.Errorf("the rotated password after restart: %v", err)
+	}
+	if err := auth("rotated", rotated.Password); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("the old password after rotate and restart: %v", err)
+	}
+	if err := auth("dropped", dropped.Password); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		t.Errorf("a deleted login after restart: %v", err)
+	}
+	if err := auth("kept", kept.Password); err != nil {
+		t.Errorf("a login after a second restart: %v", err)
+	}
+	// The admin login is the one the instance was made with.
+	var kv struct {
+		ACLUsers []struct {
+			Name string `json:"name"`
+		} `json:"acl_users"`
+	}
+	r.call(t, rd.ID, "kv", map[string]any{"action": "acl_list"}).result(t, &kv)
+	var names []string
+	for _, u := range kv.ACLUsers {
+		names = append(names, u.Name)
+	}
+	if got := strings.Join(names, " "); got != "default kept rotated" {
+		t.Errorf("ACL users after restarts: %s", got)
+	}
+	r.remove(t, rd.ID, true)
 }

@@ -541,9 +541,10 @@ func (c *redisConn) aclExists(ctx context.Context, username string) (bool, error
 	return err == nil, err
 }
 
-// aclSave writes the ACL file when the server has one; a server without
-// one keeps its users in memory (and in its configuration file only if
-// the operator rewrites it).
+// aclSave writes the ACL file when the server has one, as a managed
+// instance does (redisACL); a server without one keeps its users in
+// memory (and in its configuration file only if the operator rewrites
+// it).
 func (c *redisConn) aclSave(ctx context.Context) []string {
 	if err := c.client.Do(ctx, "ACL", "SAVE").Err(); err != nil {
 		return []string{"ACL SAVE: " + err.Error()}

@@ -2,7 +2,6 @@ package database
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,8 +54,11 @@ import (
 //     server again, moves the previous data and configuration back and
 //     starts it on them.
 //
-// ACL users the server holds only in memory are carried across the
-// restart. Writes made after the backup was taken are lost, as are
+// The instance's ACL users are in its ACL file (redisACL), which the
+// swap leaves where it is: the server starts with the same logins on the
+// restored data, or on its previous data after a failure. An instance
+// without one gets it first (ensureACLFile), from its running server's
+// users. Writes made after the backup was taken are lost, as are
 // writes made while the server runs on the restored snapshot if the
 // restore then fails and puts the previous data back.
 
@@ -107,6 +109,13 @@ func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePaylo
 		return b.failed(res, err)
 	}
 	password := secrets[agentproto.SecretDBPassword]
+	if changed, err := ensureACLFile(ctx, cli, inst.id, inst.dataDir, p.Target, password, events); err != nil {
+		return b.failed(res, fmt.Errorf("keeping the instance's users across its restart: %w", err))
+	} else if changed {
+		if inst, err = kvInstanceOf(ctx, cli, p); err != nil {
+			return b.failed(res, err)
+		}
+	}
 
 	// 1: prove the snapshot and stage it, the instance untouched.
 	if _, err := volumeScript(ctx, cli, inst, prepareScript, nil); err != nil {
@@ -128,16 +137,7 @@ func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePaylo
 	}
 
 	// 2 to 4: the swap.
-	c, err := kvAdmin(ctx, p.Target, password)
-	if err != nil {
-		return b.failed(res, fmt.Errorf("connecting to the instance: %w", err))
-	}
-	users, err := aclUsers(ctx, c)
-	c.Close()
-	if err != nil {
-		return b.failed(res, fmt.Errorf("listing the instance's ACL users: %w", err))
-	}
-	s := &kvSwap{cli: cli, inst: inst, target: p.Target, password: password, users: users, events: events}
+	s := &kvSwap{cli: cli, inst: inst, target: p.Target, password: password, events: events}
 	staged = false // the swap owns the staging directory from here
 	loaded, err := s.run(ctx, manifestKeys(p.Manifest))
 	if err != nil {
@@ -268,20 +268,9 @@ func kvInstanceOf(ctx context.Context, cli *client.Client, p agentproto.BackupRe
 	if c.Config == nil || len(c.Config.Cmd) < 2 || c.Config.Cmd[len(c.Config.Cmd)-1] != confPath {
 		return kvInstance{}, fmt.Errorf("the container %s does not run its server on %s", inst.name, confPath)
 	}
-	cp, err := cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: confPath})
-	if err != nil {
-		return kvInstance{}, fmt.Errorf("reading %s: %w", confPath, err)
+	if inst.confHeader, inst.conf, err = readContainerFile(ctx, cli, id, confPath); err != nil {
+		return kvInstance{}, err
 	}
-	defer cp.Content.Close()
-	tr := tar.NewReader(cp.Content)
-	h, err := tr.Next()
-	if err != nil {
-		return kvInstance{}, fmt.Errorf("reading %s: %w", confPath, err)
-	}
-	if inst.conf, err = io.ReadAll(io.LimitReader(tr, 1<<20)); err != nil {
-		return kvInstance{}, fmt.Errorf("reading %s: %w", confPath, err)
-	}
-	inst.confHeader = h
 	return inst, inst.parseConf()
 }
 
@@ -332,23 +321,7 @@ func (inst kvInstance) confWithAppendOnly(v string) []byte {
 // writeConf writes content as the configuration file, with the original
 // file's owner and mode.
 func (inst kvInstance) writeConf(ctx context.Context, cli *client.Client, content []byte) error {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	h := &tar.Header{Name: redisConf, Mode: inst.confHeader.Mode, Uid: inst.confHeader.Uid, Gid: inst.confHeader.Gid,
-		Size: int64(len(content)), ModTime: time.Now()}
-	if err := tw.WriteHeader(h); err != nil {
-		return err
-	}
-	if _, err := tw.Write(content); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if _, err := cli.CopyToContainer(ctx, inst.id, client.CopyToContainerOptions{DestinationPath: inst.dataDir, Content: &buf}); err != nil {
-		return fmt.Errorf("writing %s: %w", redisConf, err)
-	}
-	return nil
+	return copyFile(ctx, cli, inst.id, inst.dataDir, redisConf, content, inst.confHeader)
 }
 
 // The scripts run in the instance's volume by volumeScript. Each starts
@@ -459,25 +432,6 @@ func kvAdmin(ctx context.Context, t agentproto.DBTarget, password string) (*redi
 	return rc, nil
 }
 
-// aclUsers returns the server's ACL users other than default, each as
-// the rules ACL LIST gives (its passwords as hashes), which ACL SETUSER
-// takes back.
-func aclUsers(ctx context.Context, c *redisConn) ([][]string, error) {
-	lines, err := c.client.Do(ctx, "ACL", "LIST").StringSlice()
-	if err != nil {
-		return nil, err
-	}
-	var out [][]string
-	for _, l := range lines {
-		f := strings.Fields(l)
-		if len(f) < 2 || f[0] != "user" || f[1] == "default" {
-			continue
-		}
-		out = append(out, f[1:])
-	}
-	return out, nil
-}
-
 // kvSwap is the swap of a managed Redis/Valkey instance's data for a
 // staged snapshot.
 type kvSwap struct {
@@ -485,7 +439,6 @@ type kvSwap struct {
 	inst     kvInstance
 	target   agentproto.DBTarget
 	password string
-	users    [][]string
 	events   agent.EventSink
 	// confChanged says the configuration file on the volume is not the
 	// original.
@@ -542,9 +495,6 @@ func (s *kvSwap) swap(ctx context.Context, want int64) (int64, error) {
 	}
 	if expired > 0 {
 		s.events.Emit(agentproto.LevelInfo, fmt.Sprintf("%d keys of the backup had expired since and were not loaded", expired), nil)
-	}
-	if err := s.restoreUsers(ctx, c); err != nil {
-		return 0, err
 	}
 	if s.inst.appendOnly {
 		if err := s.rewriteAOF(ctx, c); err != nil {
@@ -605,20 +555,6 @@ func (s *kvSwap) start(ctx context.Context) (*redisConn, map[string]string, erro
 	}
 }
 
-// restoreUsers gives the server back the ACL users it had in memory.
-func (s *kvSwap) restoreUsers(ctx context.Context, c *redisConn) error {
-	for _, u := range s.users {
-		args := []any{"ACL", "SETUSER"}
-		for _, f := range u {
-			args = append(args, f)
-		}
-		if err := c.client.Do(ctx, args...).Err(); err != nil {
-			return fmt.Errorf("restoring ACL user %s: %w", u[0], err)
-		}
-	}
-	return nil
-}
-
 // rewriteAOF switches the append-only file on and waits until the server
 // wrote it from its data.
 func (s *kvSwap) rewriteAOF(ctx context.Context, c *redisConn) error {
@@ -672,11 +608,10 @@ func (s *kvSwap) rollback(ctx context.Context, cause error) error {
 			return fmt.Errorf("moving the data back: %w", err)
 		}
 		c, _, err := s.start(ctx)
-		if err != nil {
-			return err
+		if err == nil {
+			c.Close()
 		}
-		defer c.Close()
-		return s.restoreUsers(ctx, c)
+		return err
 	}()
 	if err != nil {
 		return fmt.Errorf("%w; putting the previous data back failed too: %v (what was moved aside is in %s/old in volume %s)",

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -33,7 +35,8 @@ import (
 // The admin password reaches the container as the official images'
 // environment (POSTGRES_PASSWORD, MARIADB_ROOT_PASSWORD,
 // MYSQL_ROOT_PASSWORD); for Redis and Valkey it is written to a
-// configuration file in the instance's volume (requirepass), so it is
+// configuration file in the instance's volume (requirepass) and, as the
+// default user's SHA-256, to its ACL file there (see redisACL), so it is
 // never on the server's command line or in the container's arguments.
 type Managed struct {
 	// Host is the Docker API address; "" means the environment's default.
@@ -83,6 +86,12 @@ var engineSpecs = map[string]engineSpec{
 // volume.
 const redisConf = "capstan-redis.conf"
 
+// redisACL is the ACL file of a Redis/Valkey instance, in its volume
+// next to redisConf (aclfile): the server loads its users from it as it
+// starts, and the logins made through Capstan are written there (ACL
+// SAVE) as they change, so that they outlive a restart.
+const redisACL = "capstan-users.acl"
+
 // stopSeconds is how long an engine gets to shut down cleanly.
 const stopSeconds = 60
 
@@ -101,10 +110,29 @@ func containerEnv(p agentproto.DBCreatePayload, password string) []string {
 }
 
 // redisConfig is the configuration of a Redis/Valkey instance: its
-// password, data kept in an append-only file in the volume.
+// password, data kept in an append-only file in the volume, users in
+// the ACL file there. With an ACL file the server takes the default
+// user's password from that file and ignores requirepass, which stays
+// as a fallback should the aclfile line ever be removed.
 func redisConfig(password, dataDir string) []byte {
 	q := strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(password)
-	return []byte("bind * -::*\nprotected-mode no\nport 6379\ndir " + dataDir + "\nappendonly yes\nrequirepass \"" + q + "\"\n")
+	return []byte("bind * -::*\nprotected-mode no\nport 6379\ndir " + dataDir + "\nappendonly yes\nrequirepass \"" + q + "\"\n" +
+		aclFileLine(dataDir))
+}
+
+// aclFileLine is the configuration's line naming the ACL file.
+func aclFileLine(dataDir string) string {
+	return "aclfile " + dataDir + "/" + redisACL + "\n"
+}
+
+// redisAdminACL is an ACL file holding the admin login alone: the
+// default user, on, with the password's SHA-256 (as the server keeps it)
+// and every key, channel and command. The server refuses to start on a
+// missing ACL file, and on an empty one it would make the default user
+// without a password.
+func redisAdminACL(password string) []byte {
+	sum := sha256.Sum256([]byte(password))
+	return []byte("user default on #" + hex.EncodeToString(sum[:]) + " ~* &* +@all\n")
 }
 
 func checkCreate(p agentproto.DBCreatePayload) (engineSpec, error) {
@@ -163,6 +191,16 @@ func (m *Managed) create(ctx context.Context, job agentproto.Job, secrets map[st
 			}
 		} else {
 			events.Emit(agentproto.LevelInfo, "container "+p.ContainerName+" exists; reusing it", nil)
+			if agentproto.EngineKind(p.Engine) == agentproto.EngineKindKV {
+				port, err := hostPort(ctx, cli, id, spec.port)
+				if err != nil {
+					return nil, err
+				}
+				target := agentproto.DBTarget{InstanceID: p.InstanceID, Engine: p.Engine, Host: "127.0.0.1", Port: port, Username: p.Username}
+				if _, err := ensureACLFile(ctx, cli, id, spec.dataDir, target, password, events); err != nil {
+					events.Emit(agentproto.LevelWarn, "giving the instance its ACL file: "+err.Error(), nil)
+				}
+			}
 		}
 		if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 			return nil, fmt.Errorf("starting container %s: %w", p.ContainerName, err)
@@ -298,7 +336,14 @@ func createContainer(ctx context.Context, cli *client.Client, p agentproto.DBCre
 		events.Emit(agentproto.LevelWarn, "the engine warns: "+w, nil)
 	}
 	if kv {
-		if err := copyFile(ctx, cli, res.ID, spec.dataDir, redisConf, redisConfig(password, spec.dataDir)); err != nil {
+		acl, err := volumeACL(ctx, cli, res.ID, spec.dataDir, password, events)
+		if err != nil {
+			return "", err
+		}
+		if err := copyFile(ctx, cli, res.ID, spec.dataDir, redisACL, acl, nil); err != nil {
+			return "", err
+		}
+		if err := copyFile(ctx, cli, res.ID, spec.dataDir, redisConf, redisConfig(password, spec.dataDir), nil); err != nil {
 			return "", err
 		}
 	}
@@ -307,12 +352,17 @@ func createContainer(ctx context.Context, cli *client.Client, p agentproto.DBCre
 	return res.ID, nil
 }
 
-// copyFile writes a file readable by its owner only into a created
-// container's directory.
-func copyFile(ctx context.Context, cli *client.Client, id, dir, name string, content []byte) error {
+// copyFile writes a file into a container's directory, readable by its
+// owner only; the owner is like's (nil: root, which the engine images'
+// entrypoints hand to the server's user as they start it).
+func copyFile(ctx context.Context, cli *client.Client, id, dir, name string, content []byte, like *tar.Header) error {
+	h := &tar.Header{Name: name, Mode: 0o600, Size: int64(len(content)), ModTime: time.Now()}
+	if like != nil {
+		h.Mode, h.Uid, h.Gid = like.Mode, like.Uid, like.Gid
+	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(content)), ModTime: time.Now()}); err != nil {
+	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
 	if _, err := tw.Write(content); err != nil {
@@ -404,6 +454,14 @@ func (m *Managed) control(ctx context.Context, job agentproto.Job, secrets map[s
 		}
 		if id == "" {
 			return nil, fmt.Errorf("the instance's container %s does not exist", p.ContainerName)
+		}
+		if spec, ok := engineSpecs[p.Target.Engine]; ok && agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
+			// Before a stop or restart, while the server still holds
+			// its users. A server that does not answer is restarted all
+			// the same (its file is made the next time).
+			if _, err := ensureACLFile(ctx, cli, id, spec.dataDir, p.Target, secrets[agentproto.SecretDBPassword], events); err != nil {
+				events.Emit(agentproto.LevelWarn, "giving the instance its ACL file: "+err.Error(), nil)
+			}
 		}
 		stop := stopSeconds
 		switch p.Action {

@@ -1,15 +1,21 @@
 package database_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/database"
@@ -89,5 +95,202 @@ func TestManagedCreateIsIdempotent(t *testing.T) {
 	}
 	if _, err := cli.VolumeInspect(context.Background(), volume, client.VolumeInspectOptions{}); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("volume after purge: %v", err)
+	}
+}
+
+// TestManagedRedisGetsItsACLFile: a managed Redis made before instances
+// had an ACL file (its configuration names none, its users live in
+// memory) gets one the next time the agent restarts it, or stops it,
+// with the users its server held; from then on a login made through the
+// agent is saved there and outlives a restart the agent has no part in
+// (as the host's reboot).
+func TestManagedRedisGetsItsACLFile(t *testing.T) {
+	cli := testlab.Docker(t)
+	image := testlab.EngineImage(t, "redis")
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id := "db_test" + hex.EncodeToString(b[:])
+	name, volume := "capstan-db-agenttest-"+hex.EncodeToString(b[:]), "capstan-db-"+id
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+		_, _ = cli.VolumeRemove(ctx, volume, client.VolumeRemoveOptions{Force: true})
+	})
+	r := agent.Registry{}
+	(&database.Managed{Host: testlab.DockerHost()}).Register(r)
+	const password = "s3cret"
+	run := func(jobType string, payload any) []byte {
+		t.Helper()
+		pl, err := json.Marshal(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		data, _, err := r[jobType].Run(ctx, agentproto.Job{ID: "job_test", Type: jobType, Payload: pl},
+			map[string]string{agentproto.SecretDBPassword: password}, events{})
+		out, _ := json.Marshal(data)
+		if err != nil {
+			t.Fatalf("%s: %v: %s", jobType, err, out)
+		}
+		return out
+	}
+	var created agentproto.DBCreateResult
+	if err := json.Unmarshal(run(agentproto.JobDBCreate, agentproto.DBCreatePayload{InstanceID: id, Engine: agentproto.EngineRedis,
+		Version: "7.2", Image: image, ContainerName: name, Network: agentproto.DBNetwork, Volume: volume, Username: "default"}), &created); err != nil {
+		t.Fatal(err)
+	}
+	target := agentproto.DBTarget{InstanceID: id, Engine: agentproto.EngineRedis, Host: "127.0.0.1", Port: created.HostPort, Username: "default"}
+	addr := fmt.Sprintf("127.0.0.1:%d", created.HostPort)
+	ctx := t.Context()
+	connect := func(user, pw string) *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: pw, Protocol: 2, DisableIdentity: true, MaxRetries: -1})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	admin := connect("", password)
+	aclFile := func() string {
+		t.Helper()
+		v, err := admin.ConfigGet(ctx, "aclfile").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v["aclfile"]
+	}
+	if got := aclFile(); got != "/data/capstan-users.acl" {
+		t.Fatalf("a new instance's aclfile: %q", got)
+	}
+	if err := connect("", "wrong").Ping(ctx).Err(); err == nil {
+		t.Fatal("a wrong password is taken")
+	}
+
+	// makeOld turns the instance into one made before ACL files: no
+	// aclfile line, the server running on that configuration, a login
+	// in its memory only.
+	makeOld := func(user string) {
+		t.Helper()
+		conf := readFile(t, cli, name, "/data/capstan-redis.conf")
+		var kept []string
+		for _, l := range strings.Split(conf, "\n") {
+			if !strings.HasPrefix(l, "aclfile ") {
+				kept = append(kept, l)
+			}
+		}
+		writeFile(t, cli, name, "/data", "capstan-redis.conf", strings.Join(kept, "\n"))
+		if _, err := cli.ContainerRestart(ctx, name, client.ContainerRestartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		testlab.Eventually(t, time.Minute, "the server answers after its restart", func() bool { return admin.Ping(ctx).Err() == nil })
+		if got := aclFile(); got != "" {
+			t.Fatalf("the old instance's aclfile: %q", got)
+		}
+		if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw-"+user, "~"+user+":*", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	makeOld("old1")
+	run(agentproto.JobDBControl, agentproto.DBControlPayload{Target: target, ContainerName: name, Action: agentproto.DBControlRestart})
+	if err := connect("old1", "pw-old1").Ping(ctx).Err(); err != nil {
+		t.Fatalf("the in-memory login after the restart that gave the instance its ACL file: %v", err)
+	}
+	if got := aclFile(); got != "/data/capstan-users.acl" {
+		t.Fatalf("aclfile after the restart: %q", got)
+	}
+
+	// A login made through the agent now, then a restart without it.
+	o := runJobSecrets(t, agentproto.JobDBUserCreate, agentproto.DBUserPayload{Target: target, Username: "app", KeyPattern: "app:*",
+		Access: agentproto.DBAccessReadWrite}, map[string]string{agentproto.SecretDBPassword: password, agentproto.SecretDBNewPassword: "app-pw"})
+	var res agentproto.DBAdminResult
+	o.ok(t, &res)
+	if last := res.Statements[len(res.Statements)-1]; last != "ACL SAVE" {
+		t.Fatalf("statements: %v", res.Statements)
+	}
+	var appLine string
+	for _, l := range strings.Split(readFile(t, cli, name, "/data/capstan-users.acl"), "\n") {
+		if strings.HasPrefix(l, "user app ") {
+			appLine = l
+		}
+	}
+	if appLine == "" || strings.Contains(readFile(t, cli, name, "/data/capstan-users.acl"), password) {
+		t.Fatalf("the ACL file holds no app login, or a password in clear:\n%s", readFile(t, cli, name, "/data/capstan-users.acl"))
+	}
+	if _, err := cli.ContainerRestart(ctx, name, client.ContainerRestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testlab.Eventually(t, time.Minute, "the server answers after its restart", func() bool { return admin.Ping(ctx).Err() == nil })
+	users, err := admin.Do(ctx, "ACL", "USERS").StringSlice()
+	if err != nil || strings.Join(users, " ") != "app default old1" {
+		t.Fatalf("users after a restart without the agent: %v, %v", users, err)
+	}
+	if err := connect("app", "app-pw").Set(ctx, "app:1", "v", 0).Err(); err != nil {
+		t.Fatalf("the login made through the agent, after a restart without it: %v", err)
+	}
+
+	// Stopped as an old instance, it keeps the users its server held.
+	makeOld("old2")
+	run(agentproto.JobDBControl, agentproto.DBControlPayload{Target: target, ContainerName: name, Action: agentproto.DBControlStop})
+	run(agentproto.JobDBControl, agentproto.DBControlPayload{Target: target, ContainerName: name, Action: agentproto.DBControlStart})
+	if err := connect("old2", "pw-old2").Ping(ctx).Err(); err != nil {
+		t.Fatalf("the in-memory login after stop and start: %v", err)
+	}
+	if users, err := admin.Do(ctx, "ACL", "USERS").StringSlice(); err != nil || strings.Join(users, " ") != "default old2" {
+		t.Fatalf("users after stop and start: %v, %v", users, err)
+	}
+
+	// A container made anew on the kept volume keeps its users.
+	if _, err := cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	var again agentproto.DBCreateResult
+	if err := json.Unmarshal(run(agentproto.JobDBCreate, agentproto.DBCreatePayload{InstanceID: id, Engine: agentproto.EngineRedis,
+		Version: "7.2", Image: image, ContainerName: name, Network: agentproto.DBNetwork, Volume: volume, Username: "default"}), &again); err != nil {
+		t.Fatal(err)
+	}
+	addr = fmt.Sprintf("127.0.0.1:%d", again.HostPort)
+	if err := connect("old2", "pw-old2").Ping(ctx).Err(); err != nil {
+		t.Fatalf("a login after its container was made anew: %v", err)
+	}
+	if users, err := connect("", password).Do(ctx, "ACL", "USERS").StringSlice(); err != nil || strings.Join(users, " ") != "default old2" {
+		t.Fatalf("users after the container was made anew: %v, %v", users, err)
+	}
+}
+
+// readFile reads a file of a container.
+func readFile(t *testing.T, cli *client.Client, container, path string) string {
+	t.Helper()
+	cp, err := cli.CopyFromContainer(t.Context(), container, client.CopyFromContainerOptions{SourcePath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Content.Close()
+	tr := tar.NewReader(cp.Content)
+	if _, err := tr.Next(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// writeFile writes a file into a container's directory, owned by root
+// with mode 0644.
+func writeFile(t *testing.T, cli *client.Client, container, dir, name, content string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.CopyToContainer(t.Context(), container, client.CopyToContainerOptions{DestinationPath: dir, Content: &buf}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -24,8 +24,14 @@ func TestContainerEnv(t *testing.T) {
 		}
 	}
 	conf := string(redisConfig(`a"b\c`, "/data"))
-	if !strings.Contains(conf, `requirepass "a\"b\\c"`+"\n") || !strings.Contains(conf, "dir /data\n") {
+	if !strings.Contains(conf, `requirepass "a\"b\\c"`+"\n") || !strings.Contains(conf, "dir /data\n") ||
+		!strings.Contains(conf, "aclfile /data/capstan-users.acl\n") {
 		t.Errorf("redis configuration:\n%s", conf)
+	}
+	// The SHA-256 of "pw", as the server keeps a password.
+	const want = "user default on #30c952fab122c3f9759f02a6d95c3758b246b4fee239957b2d4fee46e26170c4 ~* &* +@all\n"
+	if got := string(redisAdminACL("pw")); got != want {
+		t.Errorf("admin ACL file: %q, want %q", got, want)
 	}
 }
 
