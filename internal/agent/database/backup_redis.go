@@ -706,12 +706,42 @@ func (b *Backups) verifyKV(ctx context.Context, p agentproto.BackupRestorePayloa
 	if err != nil {
 		return b.failed(res, err)
 	}
-	port, err := freeLoopbackPort()
+	err = b.loadThrowawayKV(ctx, cli, p, secrets, events, res, func(addr string) {
+		res.Database = "a throwaway " + p.Target.Engine + " on " + addr
+	}, nil)
 	if err != nil {
 		return b.failed(res, err)
 	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loaded the snapshot and matched the manifest's %d databases", len(res.Tables)), nil)
+	return res, nil, nil
+}
+
+// snapshotTee is how a caller of loadThrowawayKV sees the snapshot the
+// throwaway server loads: given the snapshot's plaintext as it is
+// decrypted, it returns the reader the server loads from instead, and a
+// function that finishes its own work once the server has read it, given
+// the outcome of that read (nil: the whole snapshot was read); an error
+// of finish fails the load.
+type snapshotTee func(snapshot io.Reader) (through io.Reader, finish func(readErr error) error)
+
+// loadThrowawayKV fetches a Redis/Valkey backup's object, loads its
+// snapshot as the data of a throwaway server of the engine's image
+// (startThrowawayRedis) on a free loopback port, waits until the server
+// loaded it, and compares what it holds with the manifest: per database
+// (fetchLoadCompare) and per key type. The server is removed before it
+// returns. started, when not nil, learns the server's address before it
+// starts; tee, when not nil, sees the snapshot on its way (snapshotTee).
+// Verification and in-place restore both load a snapshot this way.
+func (b *Backups) loadThrowawayKV(ctx context.Context, cli *client.Client, p agentproto.BackupRestorePayload, secrets map[string]string,
+	events agent.EventSink, res *agentproto.BackupVerifyResult, started func(addr string), tee snapshotTee) error {
+	port, err := freeLoopbackPort()
+	if err != nil {
+		return err
+	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	res.Database = "a throwaway " + p.Target.Engine + " on " + addr
+	if started != nil {
+		started(addr)
+	}
 	var id string
 	defer func() {
 		if id == "" {
@@ -727,25 +757,30 @@ func (b *Backups) verifyKV(ctx context.Context, p agentproto.BackupRestorePayloa
 			if err != nil {
 				return err
 			}
-			id, err = startThrowawayRedis(ctx, cli, p, port, plain)
+			events.Emit(agentproto.LevelInfo, "loading the snapshot into a throwaway "+p.Target.Engine+" on "+addr, nil)
+			src, finish := io.Reader(plain), func(error) error { return nil }
+			if tee != nil {
+				src, finish = tee(plain)
+			}
+			id, err = startThrowawayRedis(ctx, cli, p, port, src)
+			ferr := finish(err)
+			// A broken object explains the rest: it is said first.
 			if cerr := check(); cerr != nil {
 				return cerr
+			}
+			if ferr != nil {
+				return ferr
 			}
 			if err != nil {
 				return err
 			}
-			events.Emit(agentproto.LevelInfo, "loading the snapshot into "+res.Database, nil)
 			return waitLoaded(ctx, cli, id, addr)
 		},
 		func(ctx context.Context) (agentproto.BackupManifest, error) { return redisManifest(ctx, addr) })
-	if err == nil {
-		err = compareKeyTypes(p.Manifest, ctx, addr, res)
-	}
 	if err != nil {
-		return b.failed(res, err)
+		return err
 	}
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loaded the snapshot and matched the manifest's %d databases", len(res.Tables)), nil)
-	return res, nil, nil
+	return compareKeyTypes(p.Manifest, ctx, addr, res)
 }
 
 // compareKeyTypes checks the loaded keys of each type against the

@@ -8,13 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
-	"filippo.io/age"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -159,69 +157,42 @@ func manifestKeys(m agentproto.BackupManifest) int64 {
 	return n
 }
 
-// stageKV fetches the object, loads the snapshot into a throwaway server
-// and into the instance's staging file at once, and checks the object's
-// checksum, the throwaway's keys against the manifest and the staged
-// file's checksum against the snapshot's.
+// stageKV loads the snapshot into a throwaway server and into the
+// instance's staging file at once (loadThrowawayKV), and checks the
+// staged file's checksum against the snapshot's.
 func (b *Backups) stageKV(ctx context.Context, cli *client.Client, p agentproto.BackupRestorePayload, secrets map[string]string,
 	inst kvInstance, events agent.EventSink, res *agentproto.BackupVerifyResult) error {
-	port, err := freeLoopbackPort()
-	if err != nil {
-		return err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	var id string
-	defer func() {
-		if id == "" {
-			return
+	err := b.loadThrowawayKV(ctx, cli, p, secrets, events, res, nil, func(snapshot io.Reader) (io.Reader, func(error) error) {
+		events.Emit(agentproto.LevelInfo, "staging the snapshot in the volume of "+inst.name, nil)
+		pr, pw := io.Pipe()
+		type stagedFile struct {
+			out string
+			err error
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		_, _ = cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true})
-	}()
-	err = b.fetchLoadCompare(ctx, p, secrets, res,
-		func(object io.Reader, identity *age.X25519Identity) error {
-			plain, check, err := plaintext(object, identity)
-			if err != nil {
-				return err
-			}
-			events.Emit(agentproto.LevelInfo, "loading the snapshot into a throwaway "+p.Target.Engine+" on "+addr+
-				" and staging it in the volume of "+inst.name, nil)
-			pr, pw := io.Pipe()
-			type stagedFile struct {
-				out string
-				err error
-			}
-			stage := make(chan stagedFile, 1)
-			go func() {
-				out, err := volumeScript(ctx, cli, inst, stageScript, pr)
-				// Whatever is still written after the script ended fails.
-				pr.CloseWithError(errors.Join(err, errStagingEnded))
-				stage <- stagedFile{out, err}
-			}()
-			sum := sha256.New()
-			count := &byteCounter{}
-			id, err = startThrowawayRedis(ctx, cli, p, port, io.TeeReader(plain, io.MultiWriter(pw, sum, count)))
-			pw.CloseWithError(err)
+		stage := make(chan stagedFile, 1)
+		go func() {
+			out, err := volumeScript(ctx, cli, inst, stageScript, pr)
+			// Whatever is still written after the script ended fails.
+			pr.CloseWithError(errors.Join(err, errStagingEnded))
+			stage <- stagedFile{out, err}
+		}()
+		sum := sha256.New()
+		count := &byteCounter{}
+		return io.TeeReader(snapshot, io.MultiWriter(pw, sum, count)), func(readErr error) error {
+			pw.CloseWithError(readErr)
 			st := <-stage
-			if cerr := check(); cerr != nil {
-				return cerr
-			}
-			if st.err != nil {
+			switch {
+			case st.err != nil:
 				return fmt.Errorf("staging the snapshot in the instance's volume: %w", st.err)
-			}
-			if err != nil {
-				return err
+			case readErr != nil:
+				return nil // the load's own error
 			}
 			if want := hex.EncodeToString(sum.Sum(nil)); !strings.HasPrefix(st.out, want+" ") {
 				return fmt.Errorf("the staged snapshot's sha256 is %.64s, the snapshot's (%d bytes) is %s", st.out, count.n, want)
 			}
-			return waitLoaded(ctx, cli, id, addr)
-		},
-		func(ctx context.Context) (agentproto.BackupManifest, error) { return redisManifest(ctx, addr) })
-	if err == nil {
-		err = compareKeyTypes(p.Manifest, ctx, addr, res)
-	}
+			return nil
+		}
+	})
 	if err != nil {
 		return err
 	}
