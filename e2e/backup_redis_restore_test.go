@@ -7,17 +7,22 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestBackupRestoreRedis restores a managed Redis instance (append-only
 // file on, as Capstan configures it) in place: keys written, backed up,
 // then changed, deleted and added in two databases; restore replace
 // restarts the server on the snapshot and the keys are the backup's
-// again, the login made through the API still signs in, and nothing is
+// again, the login made through the API still signs in (the instance
+// was made to look like one from before ACL files: the restore gives it
+// its file first), and nothing is
 // left in the volume. The server then restarts on its new append-only
 // file with the same keys. An object corrupted in storage fails the
 // restore with a checksum error before the instance is touched: it was
@@ -126,6 +131,26 @@ func TestBackupRestoreRedis(t *testing.T) {
 		}
 	}
 
+	// The instance as one made before managed instances had an ACL file:
+	// no aclfile line, the login in the server's memory only. The
+	// restore gives it the file first, with that login.
+	conf := testlab.ContainerFile(t, mr.docker, name, "/data/capstan-redis.conf")
+	var lines []string
+	for _, l := range strings.Split(conf, "\n") {
+		if !strings.HasPrefix(l, "aclfile ") {
+			lines = append(lines, l)
+		}
+	}
+	testlab.WriteContainerFile(t, mr.docker, name, "/data", "capstan-redis.conf", strings.Join(lines, "\n"))
+	_, err = mr.docker.ContainerRestart(ctx, name, client.ContainerRestartOptions{})
+	must(err)
+	eventually(t, time.Minute, "the instance answers after its restart", func() bool { return c.Ping(ctx).Err() == nil })
+	if v, err := c.ConfigGet(ctx, "aclfile").Result(); err != nil || v["aclfile"] != "" {
+		t.Fatalf("aclfile of the instance made old: %v, %v", v, err)
+	}
+	must(c.Do(ctx, "ACL", "SETUSER", "app_reader", "reset", "on", "~app:*", "resetchannels", "-@all", "+@read", "+@connection",
+		"-@dangerous", ">"+login.Password).Err())
+
 	before := startedAt()
 	rj := r.post(t, "/api/v1/backups/"+run.ID+"/restore", map[string]any{"mode": "replace"})
 	if rj.Status != "succeeded" {
@@ -144,6 +169,9 @@ func TestBackupRestoreRedis(t *testing.T) {
 	}
 	if aof, err := c.ConfigGet(ctx, "appendonly").Result(); err != nil || aof["appendonly"] != "yes" {
 		t.Fatalf("appendonly after the restore: %v, %v", aof, err)
+	}
+	if v, err := c.ConfigGet(ctx, "aclfile").Result(); err != nil || v["aclfile"] != "/data/capstan-users.acl" {
+		t.Fatalf("aclfile after the restore: %v, %v", v, err)
 	}
 
 	// The next start loads the append-only file written from the

@@ -248,3 +248,42 @@ func StartContainer(t testing.TB, cli *client.Client, name string) {
 		t.Fatalf("starting container %s: %v", name, err)
 	}
 }
+
+// ContainerFile reads a file of a container, running or not.
+func ContainerFile(t testing.TB, cli *client.Client, container, path string) string {
+	t.Helper()
+	cp, err := cli.CopyFromContainer(context.Background(), container, client.CopyFromContainerOptions{SourcePath: path})
+	if err != nil {
+		t.Fatalf("reading %s of %s: %v", path, container, err)
+	}
+	defer cp.Content.Close()
+	tr := tar.NewReader(cp.Content)
+	if _, err := tr.Next(); err != nil {
+		t.Fatalf("reading %s of %s: %v", path, container, err)
+	}
+	b, err := io.ReadAll(tr)
+	if err != nil {
+		t.Fatalf("reading %s of %s: %v", path, container, err)
+	}
+	return string(b)
+}
+
+// WriteContainerFile writes a file named name into a container's
+// directory dir, owned by root with mode 0644.
+func WriteContainerFile(t testing.TB, cli *client.Client, container, dir, name, content string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content)), ModTime: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte(content)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.CopyToContainer(context.Background(), container, client.CopyToContainerOptions{DestinationPath: dir, Content: &buf}); err != nil {
+		t.Fatalf("writing %s/%s of %s: %v", dir, name, container, err)
+	}
+}

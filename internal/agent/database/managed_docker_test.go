@@ -1,15 +1,14 @@
 package database_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,11 +118,10 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 	r := agent.Registry{}
 	(&database.Managed{Host: testlab.DockerHost()}).Register(r)
 	const password = "s3cret"
-	run := func(jobType string, payload any) []byte {
-		t.Helper()
+	runErr := func(jobType string, payload any) ([]byte, error) {
 		pl, err := json.Marshal(payload)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
@@ -131,7 +129,15 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 			map[string]string{agentproto.SecretDBPassword: password}, events{})
 		out, _ := json.Marshal(data)
 		if err != nil {
-			t.Fatalf("%s: %v: %s", jobType, err, out)
+			return nil, fmt.Errorf("%s: %w: %s", jobType, err, out)
+		}
+		return out, nil
+	}
+	run := func(jobType string, payload any) []byte {
+		t.Helper()
+		out, err := runErr(jobType, payload)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return out
 	}
@@ -169,14 +175,14 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 	// in its memory only.
 	makeOld := func(user string) {
 		t.Helper()
-		conf := readFile(t, cli, name, "/data/capstan-redis.conf")
+		conf := testlab.ContainerFile(t, cli, name, "/data/capstan-redis.conf")
 		var kept []string
 		for _, l := range strings.Split(conf, "\n") {
 			if !strings.HasPrefix(l, "aclfile ") {
 				kept = append(kept, l)
 			}
 		}
-		writeFile(t, cli, name, "/data", "capstan-redis.conf", strings.Join(kept, "\n"))
+		testlab.WriteContainerFile(t, cli, name, "/data", "capstan-redis.conf", strings.Join(kept, "\n"))
 		if _, err := cli.ContainerRestart(ctx, name, client.ContainerRestartOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -207,13 +213,13 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 		t.Fatalf("statements: %v", res.Statements)
 	}
 	var appLine string
-	for _, l := range strings.Split(readFile(t, cli, name, "/data/capstan-users.acl"), "\n") {
+	for _, l := range strings.Split(testlab.ContainerFile(t, cli, name, "/data/capstan-users.acl"), "\n") {
 		if strings.HasPrefix(l, "user app ") {
 			appLine = l
 		}
 	}
-	if appLine == "" || strings.Contains(readFile(t, cli, name, "/data/capstan-users.acl"), password) {
-		t.Fatalf("the ACL file holds no app login, or a password in clear:\n%s", readFile(t, cli, name, "/data/capstan-users.acl"))
+	if appLine == "" || strings.Contains(testlab.ContainerFile(t, cli, name, "/data/capstan-users.acl"), password) {
+		t.Fatalf("the ACL file holds no app login, or a password in clear:\n%s", testlab.ContainerFile(t, cli, name, "/data/capstan-users.acl"))
 	}
 	if _, err := cli.ContainerRestart(ctx, name, client.ContainerRestartOptions{}); err != nil {
 		t.Fatal(err)
@@ -238,6 +244,32 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 		t.Fatalf("users after stop and start: %v, %v", users, err)
 	}
 
+	// Two jobs at once on an old instance: one of them gives it its
+	// file, once, and neither loses a user.
+	makeOld("old3")
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = runErr(agentproto.JobDBControl, agentproto.DBControlPayload{Target: target, ContainerName: name,
+				Action: agentproto.DBControlStart})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(testlab.ContainerFile(t, cli, name, "/data/capstan-redis.conf"), "\naclfile "); n != 1 {
+		t.Fatalf("%d aclfile lines after two jobs at once", n)
+	}
+	if _, err := cli.ContainerRestart(ctx, name, client.ContainerRestartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testlab.Eventually(t, time.Minute, "the server answers after its restart", func() bool { return admin.Ping(ctx).Err() == nil })
+	if users, err := admin.Do(ctx, "ACL", "USERS").StringSlice(); err != nil || strings.Join(users, " ") != "default old3" {
+		t.Fatalf("users after two jobs at once and a restart: %v, %v", users, err)
+	}
+
 	// A container made anew on the kept volume keeps its users.
 	if _, err := cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
@@ -248,49 +280,10 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr = fmt.Sprintf("127.0.0.1:%d", again.HostPort)
-	if err := connect("old2", "pw-old2").Ping(ctx).Err(); err != nil {
+	if err := connect("old3", "pw-old3").Ping(ctx).Err(); err != nil {
 		t.Fatalf("a login after its container was made anew: %v", err)
 	}
-	if users, err := connect("", password).Do(ctx, "ACL", "USERS").StringSlice(); err != nil || strings.Join(users, " ") != "default old2" {
+	if users, err := connect("", password).Do(ctx, "ACL", "USERS").StringSlice(); err != nil || strings.Join(users, " ") != "default old3" {
 		t.Fatalf("users after the container was made anew: %v, %v", users, err)
-	}
-}
-
-// readFile reads a file of a container.
-func readFile(t *testing.T, cli *client.Client, container, path string) string {
-	t.Helper()
-	cp, err := cli.CopyFromContainer(t.Context(), container, client.CopyFromContainerOptions{SourcePath: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cp.Content.Close()
-	tr := tar.NewReader(cp.Content)
-	if _, err := tr.Next(); err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// writeFile writes a file into a container's directory, owned by root
-// with mode 0644.
-func writeFile(t *testing.T, cli *client.Client, container, dir, name, content string) {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content))}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write([]byte(content)); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.CopyToContainer(t.Context(), container, client.CopyToContainerOptions{DestinationPath: dir, Content: &buf}); err != nil {
-		t.Fatal(err)
 	}
 }
