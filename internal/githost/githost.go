@@ -133,6 +133,9 @@ type Provider interface {
 	// ManifestPostURL is the provider's page a browser posts an app
 	// manifest to, for an organization or ("") the signed-in user.
 	ManifestPostURL(organization, state string) string
+	// WebOrigin is the origin (scheme://host[:port]) of the provider's
+	// web pages, where browsers post manifests and install the app.
+	WebOrigin() string
 	// ConvertManifest exchanges the code the provider returned after
 	// creating an app from a manifest for the app's credentials.
 	ConvertManifest(ctx context.Context, code string) (Credentials, error)

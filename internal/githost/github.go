@@ -107,6 +107,16 @@ func (g *GitHub) ManifestPostURL(organization, state string) string {
 	return g.web + "/settings/apps/new?" + q
 }
 
+// WebOrigin implements Provider.
+func (g *GitHub) WebOrigin() string {
+	u, err := url.Parse(g.web)
+	if err != nil {
+		// NewGitHub checked the URL.
+		panic(err)
+	}
+	return u.Scheme + "://" + u.Host
+}
+
 // InstallURL implements Provider.
 func (g *GitHub) InstallURL(app App) string {
 	return g.web + "/apps/" + url.PathEscape(app.Slug) + "/installations/new"

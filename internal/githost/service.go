@@ -91,6 +91,10 @@ func NewService(st Store, p Provider, key *secrets.Key, log *audit.Log, publicUR
 // Provider returns the provider.
 func (s *Service) Provider() Provider { return s.provider }
 
+// WebOrigin is the origin of the provider's web pages, which the
+// console's form posting the manifest goes to.
+func (s *Service) WebOrigin() string { return s.provider.WebOrigin() }
+
 // AppInfo is the connected app, without its secrets.
 type AppInfo struct {
 	Provider    string    `json:"provider" doc:"github"`

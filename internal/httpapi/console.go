@@ -5,14 +5,28 @@ import (
 	"io/fs"
 	"net/http"
 	"path"
+	"regexp"
 	"strings"
 	"time"
 )
 
-// consoleCSP is the web console's policy: its own scripts, styles, images
-// and API only, nothing inline, nothing from another host.
-const consoleCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
-	"font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+// consolePolicy is the web console's policy: its own scripts, styles,
+// images and API only, nothing inline, nothing from another host. Forms
+// post to the console itself and, when a git host is configured, to the
+// git host's web origin (formOrigin), where the console posts the app
+// manifest that creates the git host app.
+func consolePolicy(formOrigin string) string {
+	formAction := "'self'"
+	if formOrigin != "" {
+		formAction += " " + formOrigin
+	}
+	return "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+		"font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action " + formAction + "; frame-ancestors 'none'"
+}
+
+// originPattern is an origin that can stand in a policy as it is: a
+// scheme, a host name or address, and a port.
+var originPattern = regexp.MustCompile(`^https?://(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$`)
 
 // consoleMissingCSP is the policy of the page served when the console was
 // not built: it has an inline style and no script.
@@ -42,10 +56,17 @@ type console struct {
 	files fs.FS
 	index []byte // nil when the console was not built
 	mod   time.Time
+	csp   string
 }
 
-func newConsole(files fs.FS) *console {
-	c := &console{files: files, mod: time.Now()}
+// newConsole serves files; formOrigin is the git host's web origin, or
+// "" when none is configured. An origin that cannot stand in a policy
+// is left out of it.
+func newConsole(files fs.FS, formOrigin string) *console {
+	if !originPattern.MatchString(formOrigin) {
+		formOrigin = ""
+	}
+	c := &console{files: files, mod: time.Now(), csp: consolePolicy(formOrigin)}
 	if files != nil {
 		if b, err := fs.ReadFile(files, "index.html"); err == nil {
 			c.index = b
@@ -81,7 +102,7 @@ func (c *console) serve(w http.ResponseWriter, r *http.Request) bool {
 			} else {
 				h.Set("Cache-Control", "no-cache")
 			}
-			h.Set("Content-Security-Policy", consoleCSP)
+			h.Set("Content-Security-Policy", c.csp)
 			http.ServeFileFS(w, r, c.files, name)
 			return true
 		}
@@ -98,9 +119,18 @@ func (c *console) serve(w http.ResponseWriter, r *http.Request) bool {
 		http.ServeContent(w, r, "index.html", c.mod, bytes.NewReader(consoleMissingPage))
 		return true
 	}
-	h.Set("Content-Security-Policy", consoleCSP)
+	c.serveIndex(w, r)
+	return true
+}
+
+// built reports whether the console is in this build.
+func (c *console) built() bool { return c.index != nil }
+
+// serveIndex answers with the console's page, for one of its routes.
+func (c *console) serveIndex(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", c.csp)
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	http.ServeContent(w, r, "index.html", c.mod, bytes.NewReader(c.index))
-	return true
 }

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/githost"
 )
 
 func consoleGet(t *testing.T, h http.Handler, method, path string) *http.Response {
@@ -123,6 +126,95 @@ func TestConsoleNotBuilt(t *testing.T) {
 		}
 		if r := consoleGet(t, s, http.MethodGet, "/server.go"); r.StatusCode != http.StatusNotFound {
 			t.Errorf("%s: GET /server.go: %d, want 404", name, r.StatusCode)
+		}
+	}
+}
+
+// consoleFiles is a built console: an index and one asset.
+func consoleFiles() fstest.MapFS {
+	return fstest.MapFS{
+		"index.html":             {Data: []byte(`<!doctype html><script type="module" src="/assets/index-abc123.js"></script>`)},
+		"assets/index-abc123.js": {Data: []byte(`console.log("capstan")`)},
+	}
+}
+
+// formAction returns the form-action directive of a policy.
+func formAction(t *testing.T, csp string) string {
+	t.Helper()
+	for _, d := range strings.Split(csp, ";") {
+		if d = strings.TrimSpace(d); strings.HasPrefix(d, "form-action ") {
+			return d
+		}
+	}
+	t.Fatalf("CSP %q has no form-action", csp)
+	return ""
+}
+
+// The console posts the git host app's manifest from the browser to the
+// git host's web pages: its policy lets forms go to the console itself
+// and to exactly that origin, on every console path and asset; without a
+// git host, to the console alone.
+func TestConsoleFormActionGitHost(t *testing.T) {
+	provider, err := githost.NewGitHub("https://git.example.com:8443/api/v3", "https://git.example.com:8443/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh := githost.NewService(nil, provider, nil, nil, "https://capstan.example.com", time.Now, slog.New(slog.DiscardHandler))
+	for _, c := range []struct {
+		name string
+		gh   *githost.Service
+		want string
+	}{
+		{"git host", gh, "form-action 'self' https://git.example.com:8443"},
+		{"none", nil, "form-action 'self'"},
+	} {
+		s := New(Deps{Console: consoleFiles(), GitHost: c.gh, Logger: slog.New(slog.DiscardHandler)})
+		for _, path := range []string{"/", "/applications", "/githost/manifest/callback?code=c&state=s", "/assets/index-abc123.js"} {
+			r := consoleGet(t, s, http.MethodGet, path)
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("%s: GET %s: %d", c.name, path, r.StatusCode)
+			}
+			csp := r.Header.Get("Content-Security-Policy")
+			if got := formAction(t, csp); got != c.want {
+				t.Errorf("%s: GET %s: %q, want %q", c.name, path, got, c.want)
+			}
+			// The git host's origin is named in form-action and nowhere else.
+			if n := strings.Count(csp, "git.example.com"); c.gh != nil && n != 1 {
+				t.Errorf("%s: GET %s: CSP %q names the git host %d times, want once", c.name, path, csp, n)
+			}
+			if rest := strings.Replace(csp, c.want, "", 1); strings.Contains(rest, "http") || strings.Contains(rest, "unsafe-inline") {
+				t.Errorf("%s: GET %s: CSP %q allows another host or inline code", c.name, path, csp)
+			}
+		}
+	}
+}
+
+// Where the git host sends the browser back to (after creating the app,
+// after installing it) are console routes when the console is built: the
+// console's page with the headers of every other console route, which
+// finishes the step with the administrator's session.
+func TestConsoleGitHostReturnRoutes(t *testing.T) {
+	s := New(Deps{Console: consoleFiles(), Logger: slog.New(slog.DiscardHandler)})
+	other := consoleGet(t, s, http.MethodGet, "/applications")
+	for _, path := range []string{
+		githost.ManifestRedirectPath + "?code=c0de&state=" + strings.Repeat("s", 43),
+		githost.ManifestRedirectPath, // without a code the console says so
+		githost.SetupPath + "?installation_id=42&setup_action=install",
+		githost.SetupPath + "?setup_action=request",
+	} {
+		for _, method := range []string{http.MethodGet, http.MethodHead} {
+			r := consoleGet(t, s, method, path)
+			if r.StatusCode != http.StatusOK {
+				t.Fatalf("%s %s: %d", method, path, r.StatusCode)
+			}
+			if b := bodyOf(t, r); method == http.MethodGet && !strings.Contains(b, "/assets/index-abc123.js") {
+				t.Errorf("GET %s: not the console's page: %q", path, b)
+			}
+			for _, h := range []string{"Content-Security-Policy", "Content-Type", "Cache-Control", "Referrer-Policy", "X-Frame-Options"} {
+				if got, want := r.Header.Get(h), other.Header.Get(h); got != want || got == "" {
+					t.Errorf("%s %s: %s %q, want %q as on other console routes", method, path, h, got, want)
+				}
+			}
 		}
 	}
 }

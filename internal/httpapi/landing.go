@@ -11,8 +11,9 @@ import (
 )
 
 // A landing page is where a provider sends the administrator's browser
-// back to: it says what happened and which API call finishes the step,
-// with the values the provider put in the address. It runs no script.
+// back to when the console is not built: it says what happened and which
+// API call finishes the step, with the values the provider put in the
+// address. It runs no script.
 type landingPage struct {
 	Title string
 	Lines []string
@@ -51,10 +52,26 @@ func writeLanding(w http.ResponseWriter, r *http.Request, status int, p landingP
 	w.Write(page) //nolint:errcheck // the browser may have gone
 }
 
+// gitHostOrigin is the origin of the git host's web pages, or "" when no
+// git host is configured.
+func gitHostOrigin(gh *githost.Service) string {
+	if gh == nil {
+		return ""
+	}
+	return gh.WebOrigin()
+}
+
 // registerLandings serves the pages the git host sends the browser back
-// to after creating the app and after installing it.
+// to after creating the app and after installing it: the console's own
+// routes, which finish each step with the signed-in administrator's
+// session, or, when the console is not in this build, pages that say
+// which API call finishes it.
 func (s *Server) registerLandings() {
 	s.mux.HandleFunc("GET "+githost.ManifestRedirectPath, func(w http.ResponseWriter, r *http.Request) {
+		if s.console.built() {
+			s.console.serveIndex(w, r)
+			return
+		}
 		q := r.URL.Query()
 		code, state := q.Get("code"), q.Get("state")
 		if code == "" || state == "" {
@@ -67,6 +84,10 @@ func (s *Server) registerLandings() {
 			Call:  callText("/api/v1/githost/manifest/complete", map[string]any{"code": code, "state": state})})
 	})
 	s.mux.HandleFunc("GET "+githost.SetupPath, func(w http.ResponseWriter, r *http.Request) {
+		if s.console.built() {
+			s.console.serveIndex(w, r)
+			return
+		}
 		q := r.URL.Query()
 		id, err := strconv.ParseInt(q.Get("installation_id"), 10, 64)
 		if err != nil || id < 1 {

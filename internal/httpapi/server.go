@@ -155,7 +155,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 		d.Logger = slog.Default()
 	}
 	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL),
-		console: newConsole(d.Console), agents: newAgentSlots(d.AgentInFlight)}
+		console: newConsole(d.Console, gitHostOrigin(d.GitHost)), agents: newAgentSlots(d.AgentInFlight)}
 
 	cfg := huma.DefaultConfig(platform.Name+" API", d.Version)
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses

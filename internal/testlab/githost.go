@@ -8,8 +8,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,7 +24,7 @@ import (
 )
 
 // GitHost is a stand-in for GitHub: its web pages that create an app from
-// a manifest, and the REST API endpoints a GitHub App uses (manifest
+// a manifest and install it on an account, and the REST API endpoints a GitHub App uses (manifest
 // conversion, installations, installation access tokens, installation
 // repositories, repositories by id, branches, commits), served over HTTPS
 // on 127.0.0.1 with a certificate of a CA the test made. Answers have the
@@ -335,14 +337,17 @@ func writeGH(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v) //nolint:errchkjson // test server
 }
 
-// serveWeb serves the pages that create an app from a manifest:
-// POST /settings/apps/new?state= and
+// serveWeb serves the app's install page (serveInstall) and the pages
+// that create an app from a manifest: POST /settings/apps/new?state= and
 // POST /organizations/{org}/settings/apps/new?state= with the form field
 // manifest. As GitHub does after the user confirms, it creates the app
 // and redirects to the manifest's redirect_url with ?code=&state=.
 func (g *GitHost) serveWeb(w http.ResponseWriter, r *http.Request) {
 	owner, ownerType := "capstan-admin", "User"
 	switch {
+	case strings.HasPrefix(r.URL.Path, "/apps/") && strings.HasSuffix(r.URL.Path, "/installations/new"):
+		g.serveInstall(w, r, strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/apps/"), "/installations/new"))
+		return
 	case r.URL.Path == "/settings/apps/new":
 	case strings.HasPrefix(r.URL.Path, "/organizations/") && strings.HasSuffix(r.URL.Path, "/settings/apps/new"):
 		owner = strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/organizations/"), "/settings/apps/new")
@@ -383,6 +388,59 @@ func (g *GitHost) serveWeb(w http.ResponseWriter, r *http.Request) {
 		q.Set("state", st)
 	}
 	http.Redirect(w, r, m["redirect_url"].(string)+"?"+q.Encode(), http.StatusFound)
+}
+
+// accountPattern is a GitHub account name.
+var accountPattern = regexp.MustCompile(`^[A-Za-z0-9-]{1,39}$`)
+
+// installPage is the stand-in's page that installs the app on an
+// account, as GitHub's /apps/{slug}/installations/new does.
+var installPage = template.Must(template.New("install").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Install {{.Name}}</title></head>
+<body><main><h1>Install {{.Name}}</h1>
+<form method="post"><label for="account">Account</label> <input id="account" name="account" value="{{.Owner}}">
+<button type="submit">Install</button></form></main></body></html>
+`))
+
+// serveInstall serves the app's install page (GET) and installs it
+// (POST, form field account) on every repository of the account; then,
+// as GitHub does, it redirects to the manifest's setup_url with
+// ?installation_id=&setup_action=install.
+func (g *GitHost) serveInstall(w http.ResponseWriter, r *http.Request, slug string) {
+	g.mu.Lock()
+	app := g.app
+	g.mu.Unlock()
+	if app == nil || app.slug != slug {
+		http.NotFound(w, r)
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		installPage.Execute(w, map[string]string{"Name": app.name, "Owner": app.owner}) //nolint:errcheck // test server
+	case http.MethodPost:
+		account := r.FormValue("account")
+		if !accountPattern.MatchString(account) {
+			http.Error(w, "no such account", http.StatusUnprocessableEntity)
+			return
+		}
+		g.mu.Lock()
+		in := &hostedInstallation{id: g.id(), account: account, accountType: "User", createdAt: time.Now().UTC()}
+		if account != app.owner || app.ownerType == "Organization" {
+			in.accountType = "Organization"
+		}
+		g.installations[in.id] = in
+		g.mu.Unlock()
+		setup, _ := app.manifest["setup_url"].(string)
+		if setup == "" {
+			http.Error(w, "installed; the app has no setup_url", http.StatusOK)
+			return
+		}
+		q := url.Values{"installation_id": {strconv.FormatInt(in.id, 10)}, "setup_action": {"install"}}
+		http.Redirect(w, r, setup+"?"+q.Encode(), http.StatusFound)
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
 }
 
 func checkManifest(m map[string]any) error {
