@@ -130,12 +130,13 @@ export async function signIn(page, path = "/servers", who = env) {
 
 // session runs fn with a signed-in page at 1280×720 and fails when the
 // page had a CSP violation or a script error; the browser is closed
-// whatever happens.
-export async function session(fn, path) {
+// whatever happens. contextOptions are Playwright's browser context
+// options, added to the viewport.
+export async function session(fn, path, contextOptions = {}) {
   const browser = await launch();
   const problems = [];
   try {
-    const context = await browser.newContext({ viewport: { width: 1280, height: 720 } });
+    const context = await browser.newContext({ viewport: { width: 1280, height: 720 }, ...contextOptions });
     const page = await context.newPage();
     await watchPage(page, problems);
     await signIn(page, path);

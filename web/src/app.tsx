@@ -14,6 +14,7 @@ import { stream } from "./lib/stream";
 import { useStreamState } from "./lib/live";
 import { loadUnread, setUnread, useUnread } from "./lib/inbox";
 import { HelpButton, Shortcuts } from "./components/Shortcuts";
+import { manifestReturnPath, setupReturnPath } from "./lib/paths";
 
 const ServerDetail = lazy(() => import("./screens/Server").then((m) => m.ServerDetail), "the server");
 const Alerts = lazy(() => import("./screens/Monitoring").then((m) => m.Alerts), "alerts");
@@ -34,6 +35,7 @@ const Apps = lazy(() => import("./screens/Apps").then((m) => m.Apps), "applicati
 const AppNew = lazy(() => import("./screens/Apps").then((m) => m.AppNew), "the form");
 const AppDetail = lazy(() => import("./screens/AppDetail").then((m) => m.AppDetail), "the application");
 const DeploymentPage = lazy(() => import("./screens/Deployments").then((m) => m.DeploymentPage), "the deployment");
+const GitHostReturn = lazy(() => import("./screens/GitHost").then((m) => m.GitHostReturn), "the git host");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
@@ -106,11 +108,14 @@ export function App() {
   else if ((p = match("/applications/:id", path))) screen = <AppDetail key={p.id} id={p.id} />;
   else if ((p = match("/applications/:id/:tab", path))) screen = <AppDetail key={p.id} id={p.id} tab={p.tab} />;
   else if ((p = match("/deployments/:id", path))) screen = <DeploymentPage key={p.id} id={p.id} />;
+  else if (path === manifestReturnPath) screen = <GitHostReturn step="manifest" />;
+  else if (path === setupReturnPath) screen = <GitHostReturn step="setup" />;
   else screen = <NotFound what={path} />;
 
   const nav = [
     { href: "/servers", label: "Servers", active: path === "/" || path.startsWith("/servers") },
-    { href: "/applications", label: "Applications", active: path.startsWith("/applications") || path.startsWith("/deployments") },
+    { href: "/applications", label: "Applications",
+      active: path.startsWith("/applications") || path.startsWith("/deployments") || path.startsWith("/githost/") },
     { href: "/jobs", label: "Jobs", active: path.startsWith("/jobs") },
     { href: "/monitoring", label: "Monitoring", active: path.startsWith("/monitoring") },
     { href: "/databases", label: "Databases", active: path.startsWith("/databases") },

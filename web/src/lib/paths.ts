@@ -1,5 +1,11 @@
 // Paths of the console's routes, kept pure for the unit tests.
 
+// Paths the git host sends the browser back to, after creating the app
+// and after installing it (the control plane's githost.ManifestRedirectPath
+// and githost.SetupPath).
+export const manifestReturnPath = "/githost/manifest/callback";
+export const setupReturnPath = "/githost/setup";
+
 // match returns the parameters of a path against a pattern such as
 // /servers/:id, or null.
 export function match(pattern: string, path: string): Record<string, string> | null {

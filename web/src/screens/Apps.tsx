@@ -1,7 +1,8 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { lazy } from "../components/lazy";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { createBody, emptyForm, sourcesOf, withKind, type AppForm, type Kind, type KV, type SourceType } from "../lib/apps";
@@ -12,6 +13,10 @@ import { navigate } from "../lib/router";
 import "./apps.css";
 
 type App = Schemas["Application"];
+
+// The git host connection has its own code, loaded where it is shown.
+const GitHostCard = lazy(() => import("./GitHost").then((m) => m.GitHostCard), "the git host");
+const GitHostState = lazy(() => import("./GitHost").then((m) => m.GitHostState), "the git host");
 
 const kindLabel: Record<Kind, string> = { container: "Container", compose: "Compose stack", service: "Service" };
 const sourceLabel: Record<SourceType, string> = { image: "Image", git: "Git repository", inline: "Compose document" };
@@ -92,6 +97,7 @@ export function Apps() {
           )}
         </div>
       )}
+      {admin && <GitHostCard />}
     </section>
   );
 }
@@ -356,102 +362,6 @@ function GitSource({ f, set, errors }: { f: AppForm; set: (p: Partial<AppForm>) 
           {errors.join("; ")}
         </small>
       )}
-    </div>
-  );
-}
-
-// GitHostState shows whether a git host app is connected, its
-// installations, and how to connect one: create the app from a manifest
-// on the provider, complete it with the code the provider returns, then
-// install it and record the installation.
-export function GitHostState({ res }: { res: ReturnType<typeof useResource<Schemas["Status"]>> }) {
-  const [manifest, setManifest] = useState<Schemas["Manifest"] | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [code, setCode] = useState("");
-  const [state, setState] = useState("");
-  const [installation, setInstallation] = useState("");
-  const errs = fieldErrors(problem);
-  const s = res.data;
-  async function run(p: Promise<unknown>) {
-    setProblem(null);
-    try {
-      await p;
-      await res.reload();
-    } catch (err) {
-      setProblem(asProblem(err));
-    }
-  }
-  if (!s) return res.problem ? <ProblemBox problem={res.problem} /> : <Loading what="the git host" />;
-  return (
-    <div class="card githost-state">
-      <h2>Git host</h2>
-      <ProblemBox problem={problem} fields={["code", "state", "installation_id"]} />
-      {s.connected && s.app ? (
-        <>
-          <p>
-            <StatusBadge status="connected" /> GitHub App <a href={s.app.html_url}>{s.app.name}</a> of {s.app.owner}.
-          </p>
-          {(s.installations ?? []).length > 0 ? (
-            <p class="muted">
-              Installed on {(s.installations ?? []).map((i) => `${i.account} (${i.repository_selection || "?"} repositories)`).join(", ")}.
-            </p>
-          ) : (
-            <p>
-              Not installed anywhere yet: <a href={s.app.install_url}>install it on an account</a>, then record the installation below.
-            </p>
-          )}
-        </>
-      ) : (
-        <>
-          <p>
-            <StatusBadge status="not connected" /> Applications from git need a GitHub App of your own. Connect one in three steps:
-          </p>
-          <ol class="steps-small">
-            <li>
-              <button type="button" onClick={() => run(ok(api.POST("/api/v1/githost/manifest", { body: {} })).then(setManifest))}>
-                Create the app's manifest
-              </button>
-              {manifest && (
-                <div>
-                  <p>
-                    Post this manifest from your browser as the form field <code>manifest</code> to <code>{manifest.post_url}</code>; the
-                    provider creates the app and sends you back with a code and state.
-                  </p>
-                  <pre class="log">{JSON.stringify(manifest.manifest, null, 2)}</pre>
-                  <CopyButton text={JSON.stringify(manifest.manifest)} label="Copy the manifest" />{" "}
-                  <CopyButton text={manifest.post_url} label="Copy the address" />
-                </div>
-              )}
-            </li>
-            <li>
-              <div class="row wrap" role="group" aria-label="Complete the connection">
-                <Field label="Code" name="gh-code" errors={errs.code}>
-                  <input id="gh-code" value={code} onInput={(e) => setCode((e.target as HTMLInputElement).value)} />
-                </Field>
-                <Field label="State" name="gh-state" errors={errs.state}>
-                  <input id="gh-state" value={state} onInput={(e) => setState((e.target as HTMLInputElement).value)} />
-                </Field>
-                <button type="button" onClick={() => run(ok(api.POST("/api/v1/githost/manifest/complete", { body: { code, state } })))}>
-                  Connect the app
-                </button>
-              </div>
-            </li>
-            <li>Install the app on an account from its page, then record the installation.</li>
-          </ol>
-        </>
-      )}
-      {s.connected && (
-        <div class="row wrap" role="group" aria-label="Record an installation">
-          <Field label="Installation id" name="gh-installation" errors={errs.installation_id} hint="From the provider's page after installing.">
-            <input id="gh-installation" inputMode="numeric" value={installation} onInput={(e) => setInstallation((e.target as HTMLInputElement).value)} />
-          </Field>
-          <button type="button"
-            onClick={() => run(ok(api.POST("/api/v1/githost/installations", { body: { installation_id: Number(installation), setup_action: "install" } })))}>
-            Record the installation
-          </button>
-        </div>
-      )}
-      <p class="muted">Webhook address for pushes: <code>{s.webhook_url}</code></p>
     </div>
   );
 }
