@@ -20,7 +20,8 @@ import (
 // installation; the git source picker then lists the installation's
 // repositories. This test checks through the API that the app's
 // credentials work and the installation exists, and that a member, who
-// sees no connect control, is refused by the API.
+// sees no connect control, is refused by the API; disconnecting forgets
+// the app.
 func TestConsoleGitHost(t *testing.T) {
 	t.Parallel()
 	host := testlab.StartGitHost(t)
@@ -107,9 +108,13 @@ func TestConsoleGitHost(t *testing.T) {
 			if st := status(); len(st.Installations) != 1 {
 				t.Errorf("installations after the member's return: %+v, want the one recorded", st.Installations)
 			}
+		case "disconnected":
+			if st := status(); st.Connected || st.App != nil || len(st.Installations) != 0 {
+				t.Errorf("status after the console disconnected: %+v", st)
+			}
 		}
 	}, nil)
-	want := "field-error connected installed failed-shown repos-listed member-refused done"
+	want := "field-error connected installed failed-shown repos-listed member-refused disconnected done"
 	if strings.Join(steps, " ") != want {
 		t.Fatalf("githost.mjs steps %v, want %s", steps, want)
 	}

@@ -9,7 +9,7 @@
 //   on the stand-in's page, which returns through the setup path; the
 //   console records the installation → the used code again, refused →
 //   the git source picker lists the stand-in's repositories → a member
-//   sees no connect control and is refused.
+//   sees no connect control and is refused → disconnect, confirmed.
 //
 // axe-core runs on every state; screenshots go to web/test-results/.
 // Lines on stdout report to the Go test, which checks each step through
@@ -153,6 +153,22 @@ await session(
     } finally {
       await browser.close();
     }
+
+    // Disconnecting asks first, naming the app, and then links the app's
+    // settings on the git host, where it is deleted.
+    await page.goto(env.url + "/applications");
+    await card(page, "connected").waitFor(wait);
+    const appName = await page.locator(".githost-state a").first().innerText();
+    await page.getByRole("button", { name: "Disconnect…" }).click();
+    const dialog = page.getByRole("dialog", { name: "Disconnect the git host app" });
+    await dialog.getByText(appName).first().waitFor(wait);
+    await axe(page, "githost-disconnect-confirm");
+    await shots(page, "githost-disconnect-confirm");
+    await dialog.getByRole("button", { name: `Disconnect ${appName}` }).click();
+    await card(page, "not-connected").waitFor(wait);
+    await page.getByRole("link", { name: "Delete the app on the git host" }).waitFor(wait);
+    await axe(page, "githost-disconnected");
+    say("disconnected");
   },
   "/applications",
   // The stand-in's certificate is signed by the test's own CA.
