@@ -22,7 +22,19 @@ import (
 // percent CPU), and a signed-in administrator.
 func fleetEnv(t *testing.T, n int) (*testEnv, string, []string) {
 	t.Helper()
+	return fleetEnvAt(t, n, -1)
+}
+
+// fleetEnvAt is fleetEnv with the clock moved first, when offset is not
+// negative, to that far into a two-minute slot.
+func fleetEnvAt(t *testing.T, n int, offset time.Duration) (*testEnv, string, []string) {
+	t.Helper()
 	e := newTestEnv(t, envOptions{}).serve(t)
+	if offset >= 0 {
+		slot := 2 * time.Minute
+		now := e.clock.Now()
+		e.clock.Advance(now.Truncate(slot).Add(slot + offset).Sub(now))
+	}
 	admin, secret := e.createUser(t, "admin@example.com", true)
 	token, _ := e.signIn(t, admin.Email, secret)
 	d := e.srv.deps
@@ -95,7 +107,15 @@ func TestServersCompact(t *testing.T) {
 // servers asked, in their order; unknown ids are left out; no ids, or
 // more than 100, are a 422.
 func TestServerSparklines(t *testing.T) {
-	e, token, ids := fleetEnv(t, 3)
+	// Every slot has samples (one every 15 s), wherever in its two
+	// minutes the clock is.
+	for _, offset := range []time.Duration{0, 7 * time.Second, 15 * time.Second, 16 * time.Second, time.Minute, 119 * time.Second} {
+		t.Run(offset.String(), func(t *testing.T) { testServerSparklines(t, offset) })
+	}
+}
+
+func testServerSparklines(t *testing.T, offset time.Duration) {
+	e, token, ids := fleetEnvAt(t, 3, offset)
 	r := e.request(t, http.MethodGet, "/api/v1/servers/sparklines?ids="+ids[2]+",srv_nope,"+ids[0], token, nil)
 	expectStatus(t, r, http.StatusOK)
 	var got struct {

@@ -431,9 +431,14 @@ func (s *Service) Sparklines(ctx context.Context, ids []string) ([]Sparkline, er
 	if len(ids) == 0 || len(ids) > SparkMaxServers {
 		return nil, fault.Invalidf("ids", "must name 1 to %d servers", SparkMaxServers)
 	}
-	to := s.now().UTC()
-	from := to.Add(-time.Hour)
+	// The slots are those of the store's buckets (multiples of the slot
+	// length since the epoch), the last one holding now: a window that
+	// started at now minus an hour put each bucket astride two slots and
+	// left the last slot empty for the first seconds of every bucket.
 	slot := time.Hour / SparkPoints
+	now := s.now().UTC()
+	to := now.Truncate(slot).Add(slot)
+	from := to.Add(-time.Hour)
 	out := make([]Sparkline, 0, len(ids))
 	for _, id := range ids {
 		if _, err := s.servers.Get(ctx, id); err != nil {
