@@ -1,0 +1,119 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// formApp is an application as GET /api/v1/applications/{id} gives it,
+// with every setting of every kind, to see that one kind's settings hold
+// nothing of another's.
+type formApp struct {
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	Kind          string `json:"kind"`
+	ServerID      string `json:"server_id"`
+	ContainerPort int    `json:"container_port"`
+	Source        struct {
+		Type           string `json:"type"`
+		Image          string `json:"image"`
+		InstallationID int64  `json:"installation_id"`
+		RepoID         int64  `json:"repo_id"`
+		Branch         string `json:"branch"`
+	} `json:"source"`
+	Compose      string   `json:"compose"`
+	ComposeFile  string   `json:"compose_file"`
+	WebService   string   `json:"web_service"`
+	Dockerfile   string   `json:"dockerfile"`
+	BuildContext string   `json:"build_context"`
+	BuildArgKeys []string `json:"build_arg_keys"`
+	Service      *struct {
+		BuildCommand        string `json:"build_command"`
+		StartCommand        string `json:"start_command"`
+		BuildTimeoutSeconds int    `json:"build_timeout_seconds"`
+	} `json:"service"`
+	EnvKeys []string       `json:"env_keys"`
+	Latest  *AppDeployment `json:"latest"`
+}
+
+// TestConsoleFormsApps drives the application create form in headless
+// Chromium (web/e2e/forms-apps.mjs) against a real control plane whose git
+// host is the GitHub stand-in, connected through the API, and a real
+// agent: switching between the kinds and sources shows each one's fields
+// only and posts nothing of the others; a compose application and a
+// service application are created, each after its field errors were shown
+// next to the fields; the service application's repository and branch
+// are picked from the ones the git host lists. The API then shows each
+// application with its own kind's settings only.
+func TestConsoleFormsApps(t *testing.T) {
+	t.Parallel()
+	host := testlab.StartGitHost(t)
+	f := newFleet(t, gitHostOptions(store.SQLite, host))
+	e := f.createEnrollment(t, "forms-host")
+	startAgent(t, enrollAgent(t, f.ControlPlane, e.Token))
+	testlab.Eventually(t, time.Minute, "the server online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
+
+	web := host.AddRepo("acme", "shop", false, map[string]string{"main": strings.Repeat("a", 40), "release": strings.Repeat("b", 40)})
+	host.UpdateRepo(web, func(r *testlab.HostedRepo) {
+		for b, sha := range r.Branches {
+			r.Commits[sha] = testlab.HostedCommit{SHA: sha, Message: "the head of " + b, AuthorName: "Ada", AuthorEmail: "ada@example.com"}
+		}
+	})
+	other := host.AddRepo("acme", "tools", true, map[string]string{"main": strings.Repeat("c", 40)})
+	inst := connectGitHost(t, f.ControlPlane, host, f.Token, "acme", web, other)
+
+	created := map[string]formApp{}
+	steps := runConsoleScript(t, f, "forms-apps.mjs", []string{"CAPSTAN_SERVER=forms-host", "CAPSTAN_REPO=" + web.FullName()},
+		func(line string, fields []string) {
+			if fields[0] != "created" || len(fields) != 3 {
+				return
+			}
+			var a formApp
+			r := f.Get(t, "/api/v1/applications/"+fields[2], f.Token)
+			expectStatus(t, r, http.StatusOK)
+			r.JSON(t, &a)
+			created[fields[1]] = a
+		}, nil)
+	want := "kinds-switched compose-errors created service-errors created done"
+	if strings.Join(steps, " ") != want {
+		t.Fatalf("forms-apps.mjs steps %v, want %s", steps, want)
+	}
+
+	c, ok := created["compose"]
+	if !ok || c.Name != "shop-stack" || c.Kind != "compose" || c.ServerID != e.Server.ID || c.Source.Type != "inline" ||
+		c.Source.Image != "" || c.Source.RepoID != 0 || c.WebService != "web" || !strings.Contains(c.Compose, "image: nginx:alpine") ||
+		c.ComposeFile != "" || c.ContainerPort != 80 {
+		t.Errorf("the compose application the browser created: %+v", c)
+	}
+	if c.Dockerfile != "" || c.BuildContext != "" || len(c.BuildArgKeys) != 0 {
+		t.Errorf("the compose application has build settings of a git container: %+v", c)
+	}
+	if c.Service != nil && (c.Service.StartCommand != "" || c.Service.BuildCommand != "") {
+		t.Errorf("the compose application has a service's commands: %+v", *c.Service)
+	}
+	if strings.Join(c.EnvKeys, " ") != "MODE" || c.Latest != nil {
+		t.Errorf("the compose application: env %v, latest deployment %+v; want MODE and none (not deployed)", c.EnvKeys, c.Latest)
+	}
+
+	s, ok := created["service"]
+	if !ok || s.Name != "shop-api" || s.Kind != "service" || s.Source.Type != "git" || s.Source.InstallationID != inst ||
+		s.Source.RepoID != web.ID || s.Source.Branch != "release" || s.Source.Image != "" || s.Service == nil ||
+		s.Service.StartCommand != "./bin/api" || s.Service.BuildCommand != "make" || s.Service.BuildTimeoutSeconds != 600 ||
+		s.ContainerPort != 0 {
+		t.Errorf("the service application the browser created: %+v (service %+v)", s, s.Service)
+	}
+	if s.Compose != "" || s.WebService != "" || s.ComposeFile != "" || len(s.BuildArgKeys) != 0 {
+		t.Errorf("the service application has settings of another kind: %+v", s)
+	}
+	if len(s.EnvKeys) != 0 || s.Latest != nil {
+		t.Errorf("the service application: env %v, latest deployment %+v; want none of either", s.EnvKeys, s.Latest)
+	}
+	if n := len(auditEntries(t, f.ControlPlane, f.Token, "application.created")); n != 2 {
+		t.Errorf("%d applications created, want the browser's 2 (refused forms create nothing)", n)
+	}
+}
