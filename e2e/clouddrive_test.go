@@ -203,8 +203,8 @@ func TestCloudDriveConnect(t *testing.T) {
 		r := f.finish(t, theirs.callback, theirs.cookie)
 		expectStatus(t, r, http.StatusOK)
 		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") || !strings.Contains(string(r.Body), "connected") ||
-			!strings.Contains(string(r.Body), drive.Email) {
-			t.Fatalf("callback page (%s): %s", ct, r.Body)
+			!strings.Contains(string(r.Body), drive.Email) || !strings.Contains(string(r.Body), `<a href="/backups/storage">`) {
+			t.Fatalf("callback page (%s), which names the account and links back to the console's storage: %s", ct, r.Body)
 		}
 		if ck := r.Cookie("capstan_clouddrive"); ck == nil || ck.MaxAge >= 0 {
 			t.Fatalf("the callback did not clear the browser cookie: %q", r.Header.Values("Set-Cookie"))

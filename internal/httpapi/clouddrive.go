@@ -102,7 +102,7 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			"lands here from the consent screen with ?code=&state= (or ?error=). The state must be unused, unexpired, carried by " +
 			"the browser that started the sign-in (its cookie), and its session still signed in as an administrator; otherwise " +
 			"422 and nothing is stored. The code is exchanged with the PKCE verifier, the refresh token stored encrypted (never " +
-			"shown), and a small page says the drive is connected. 422 when the consent was declined, the code refused or the " +
+			"shown), and a small page says the drive is connected and links back to the console's backup storage. 422 when the consent was declined, the code refused or the " +
 			"drive permission not granted; 409 when a drive is connected already; 502 when the provider fails.",
 		Errors: []int{http.StatusConflict, http.StatusBadGateway},
 	}, Public, func(ctx context.Context, in *cloudDriveCallbackInput) (*cloudDriveCallbackOutput, error) {
@@ -121,7 +121,7 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			where += " of " + st.AccountEmail
 		}
 		page, err := renderLanding(landingPage{Title: "Cloud drive connected",
-			Lines: []string{"Backups can now be stored in " + where + ". You can close this tab."}})
+			Lines: []string{"Backups can now be stored in " + where + "."}, Back: "/backups/storage", BackText: "Back to the backup storage"})
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,9 @@ type landingPage struct {
 	Title string
 	Lines []string
 	Call  string // the API call that finishes the step, to copy
+	// Back, when set, links to the console page the step started from,
+	// with BackText.
+	Back, BackText string
 }
 
 const landingCSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -27,7 +30,7 @@ var landingTemplate = template.Must(template.New("landing").Parse(`<!doctype htm
 <meta name="referrer" content="no-referrer"><title>{{.Title}} · Capstan</title>
 <style>body{font:16px/1.5 system-ui,sans-serif;max-width:46rem;margin:3rem auto;padding:0 1rem;color:#1b1f24}
 pre{background:#f3f4f6;padding:1rem;overflow-x:auto;white-space:pre-wrap;word-break:break-all}</style></head>
-<body><h1>{{.Title}}</h1>{{range .Lines}}<p>{{.}}</p>{{end}}{{if .Call}}<pre>{{.Call}}</pre>{{end}}</body></html>
+<body><h1>{{.Title}}</h1>{{range .Lines}}<p>{{.}}</p>{{end}}{{if .Call}}<pre>{{.Call}}</pre>{{end}}{{if .Back}}<p><a href="{{.Back}}">{{.BackText}}</a></p>{{end}}</body></html>
 `))
 
 const landingType = "text/html; charset=utf-8"
