@@ -54,6 +54,13 @@ func newImagesRig(t testing.TB, images map[string]map[string]string) *backupRig 
 // capstan serve.
 func newImagesRigOn(t testing.TB, d store.Dialect, images map[string]map[string]string, args ...string) *backupRig {
 	t.Helper()
+	return newBackupRig(t, d, append([]string{"--database-images", databaseImagesFile(t, images)}, args...)...)
+}
+
+// databaseImagesFile writes images (by engine and version) to a file for
+// capstan serve --database-images.
+func databaseImagesFile(t testing.TB, images map[string]map[string]string) string {
+	t.Helper()
 	list, err := json.Marshal(images)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +69,7 @@ func newImagesRigOn(t testing.TB, d store.Dialect, images map[string]map[string]
 	if err := os.WriteFile(file, list, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return newBackupRig(t, d, append([]string{"--database-images", file}, args...)...)
+	return file
 }
 
 // post queues a verify or restore and waits for its job.

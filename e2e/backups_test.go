@@ -51,8 +51,16 @@ type backupRig struct {
 
 func newBackupRig(t testing.TB, d store.Dialect, args ...string) *backupRig {
 	t.Helper()
+	return newBackupRigWith(t, Options{Dialect: d, Args: args})
+}
+
+// newBackupRigWith is newBackupRig on a control plane started with opts
+// (its arguments after the rig's own).
+func newBackupRigWith(t testing.TB, opts Options) *backupRig {
+	t.Helper()
 	local := t.TempDir()
-	f := newFleet(t, Options{Dialect: d, Args: append([]string{"--backup-local-dir", local, "--backup-local-keep", "2"}, args...)})
+	opts.Args = append([]string{"--backup-local-dir", local, "--backup-local-keep", "2"}, opts.Args...)
+	f := newFleet(t, opts)
 	e := f.createEnrollment(t, "db-host")
 	config := enrollAgent(t, f.ControlPlane, e.Token)
 	return &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}, s3: testlab.StartS3(t),

@@ -1,11 +1,18 @@
 package e2e
 
 import (
+	"database/sql"
+	"encoding/json"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/backups"
+	"github.com/capstan-dev/capstan/internal/ids"
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
@@ -115,5 +122,101 @@ func TestConsoleFormsApps(t *testing.T) {
 	}
 	if n := len(auditEntries(t, f.ControlPlane, f.Token, "application.created")); n != 2 {
 		t.Errorf("%d applications created, want the browser's 2 (refused forms create nothing)", n)
+	}
+}
+
+// TestConsoleFormsBackups drives the backup screens in headless Chromium
+// (web/e2e/forms-backups.mjs) against a real control plane whose cloud
+// drive provider is the Google stand-in, a real agent and a real
+// PostgreSQL database backed up to an S3 stand-in: the list of backups
+// pages to its older runs (more than a page of them, the older ones
+// written to the store), "Verify now" on a backup shows it verified live,
+// and the cloud drive is connected through the provider's consent and
+// back, then disconnected after a confirmation naming the account. The
+// API and the stand-in then show what the browser did.
+func TestConsoleFormsBackups(t *testing.T) {
+	t.Parallel()
+	testlab.Docker(t)
+	drive := testlab.StartCloudDrive(t)
+	opts := cloudDriveOptions(store.SQLite, drive)
+	opts.Args = append(opts.Args, "--database-images",
+		databaseImagesFile(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}}))
+	r := newBackupRigWith(t, opts)
+	expectStatus(t, r.putSettings(t, r.storageSettings("forms")), http.StatusOK)
+	host, port, user, password, database := postgresTarget(t)
+	pg := r.register(t, map[string]any{"name": "pg-forms", "engine": "postgres", "host": host, "port": port, "username": user,
+		"password": password, "database": database, "tls_mode": "disable"})
+	var w struct{}
+	r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": "CREATE TABLE notes (id int PRIMARY KEY, body text)"}).result(t, &w)
+	run, job := r.backup(t, pg.ID, "")
+	if job.Status != "succeeded" || string(run.Verified) != "null" && len(run.Verified) != 0 {
+		t.Fatalf("the backup to verify: job %s, run %+v", job.Status, run)
+	}
+
+	// Older runs than a page holds (50), as the store keeps them: copies
+	// of the real run, an hour apart, before it.
+	const older = 60
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(r.ControlPlane.DataDir, store.FileName)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var created int64
+	if err := db.QueryRow(`SELECT created_at FROM backup_runs WHERE id = ?`, run.ID).Scan(&created); err != nil {
+		t.Fatal(err)
+	}
+	for i := range older {
+		at := time.UnixMilli(created).Add(-time.Duration(i+1) * time.Hour)
+		res, err := db.Exec(`INSERT INTO backup_runs (id, instance_id, server_id, engine, database_name, trigger_kind, job_id, status,
+			remote_key, size, sha256, manifest, created_at, started_at, finished_at)
+			SELECT ?, instance_id, server_id, engine, database_name, ?, ?, status, remote_key || ?, size, sha256, manifest, ?, ?, ?
+			FROM backup_runs WHERE id = ?`, ids.NewAt(backups.RunIDPrefix, at), backups.TriggerSchedule, jobs.NewID(at),
+			"."+strconv.Itoa(i), at.UnixMilli(), at.UnixMilli(), at.Add(time.Second).UnixMilli(), run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := res.RowsAffected(); err != nil || n != 1 {
+			t.Fatalf("copy %d of the run: %d rows, %v", i, n, err)
+		}
+	}
+	if n := len(r.runs(t, "")); n != older+1 {
+		t.Fatalf("%d runs listed, want %d", n, older+1)
+	}
+
+	steps := runConsoleScript(t, r.Fleet, "forms-backups.mjs", []string{"CAPSTAN_RUN=" + run.ID, "CAPSTAN_DRIVE_EMAIL=" + drive.Email},
+		func(line string, fields []string) {
+			switch fields[0] {
+			case "paged":
+				if fields[1] != strconv.Itoa(older+1) {
+					t.Errorf("the browser listed %s backups after paging, want %d", fields[1], older+1)
+				}
+			case "verified":
+				var v struct {
+					OK bool `json:"ok"`
+				}
+				got := r.run(t, fields[1])
+				if err := json.Unmarshal(got.Verified, &v); err != nil || !v.OK || fields[1] != run.ID {
+					t.Errorf("the run the console showed verified: %s %s (%v)", fields[1], got.Verified, err)
+				}
+			case "drive-connected":
+				var st CloudDriveStatus
+				r.Get(t, "/api/v1/backups/clouddrive", r.Token).JSON(t, &st)
+				if !st.Connected || st.AccountEmail != drive.Email || drive.LiveGrants() != 1 {
+					t.Errorf("after the browser connected the drive: %+v, %d grants at the provider", st, drive.LiveGrants())
+				}
+			case "drive-disconnected":
+				var st CloudDriveStatus
+				r.Get(t, "/api/v1/backups/clouddrive", r.Token).JSON(t, &st)
+				if st.Connected || drive.Revocations() != 1 || drive.LiveGrants() != 0 {
+					t.Errorf("after the browser disconnected the drive: %+v, %d revocations, %d grants", st, drive.Revocations(), drive.LiveGrants())
+				}
+			}
+		}, func() string { return "agent log:\n" + r.agent.Logs() })
+	want := "paged verified drive-connected drive-disconnected done"
+	if strings.Join(steps, " ") != want {
+		t.Fatalf("forms-backups.mjs steps %v, want %s", steps, want)
+	}
+	if n := len(auditEntries(t, r.ControlPlane, r.Token, "backup.verify.queued")); n != 1 {
+		t.Errorf("%d verifications queued, want the browser's 1", n)
 	}
 }
