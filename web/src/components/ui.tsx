@@ -1,4 +1,4 @@
-import type { ComponentChildren } from "preact";
+import type { ComponentChildren, VNode } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import type { Problem } from "../lib/problem";
 import { onLinkClick } from "../lib/router";
@@ -86,6 +86,83 @@ export function Confirm(props: {
         </button>
       </div>
     </dialog>
+  );
+}
+
+// A confirmation: what Confirm shows, and what confirming runs.
+export interface Confirmation {
+  title: string;
+  object: string;
+  action: string;
+  run: () => unknown;
+  children?: ComponentChildren;
+}
+
+// useConfirm keeps the action waiting for a confirmation: ask(what) opens
+// the dialog that spec(what) describes; confirming closes it and runs the
+// action, cancelling just closes it. Render dialog where it goes. spec is
+// called when the dialog renders, so it may use what the component
+// computes after calling useConfirm.
+export function useConfirm<T>(spec: (what: T) => Confirmation): { ask: (what: T) => void; dialog: VNode | null } {
+  const [asked, setAsked] = useState<{ what: T } | null>(null);
+  const dialog = asked ? <Asked spec={() => spec(asked.what)} close={() => setAsked(null)} /> : null;
+  return { ask: (what: T) => setAsked({ what }), dialog };
+}
+
+function Asked({ spec, close }: { spec: () => Confirmation; close: () => void }) {
+  const c = spec();
+  return (
+    <Confirm title={c.title} object={c.object} action={c.action} onCancel={close}
+      onConfirm={() => {
+        close();
+        void c.run();
+      }}>
+      {c.children}
+    </Confirm>
+  );
+}
+
+// Tabs switches between the sections of one page kept in its state (the
+// sections at their own addresses use SubNav).
+export function Tabs<T extends string>(props: { label: string; tabs: { id: T; label: string }[]; current: T; onSelect: (id: T) => void }) {
+  return (
+    <div class="tabs" role="tablist" aria-label={props.label}>
+      {props.tabs.map((t) => (
+        <button key={t.id} type="button" role="tab" aria-selected={props.current === t.id} onClick={() => props.onSelect(t.id)}>
+          {t.label}
+        </button>
+      ))}
+    </div>
+  );
+}
+
+// Column is a table's column heading: its text, or its text with a class
+// (num for figures) or shown to screen readers only (an actions column).
+export type Column = string | { label: string; class?: string; hidden?: boolean } | null | false;
+
+// Table is a list's table: its headings (a falsy one is left out), its
+// rows, and what to say when it has none.
+export function Table(props: { label: string; columns: Column[]; children: ComponentChildren; empty?: ComponentChildren; class?: string }) {
+  return (
+    <>
+      <table class={"plain" + (props.class ? " " + props.class : "")} aria-label={props.label}>
+        <thead>
+          <tr>
+            {props.columns.map((c, i) => {
+              if (!c) return null;
+              const col = typeof c === "string" ? { label: c } : c;
+              return (
+                <th key={i} scope="col" class={col.class}>
+                  {col.hidden ? <span class="sr-only">{col.label}</span> : col.label}
+                </th>
+              );
+            })}
+          </tr>
+        </thead>
+        <tbody>{props.children}</tbody>
+      </table>
+      {props.empty && <p class="muted">{props.empty}</p>}
+    </>
   );
 }
 

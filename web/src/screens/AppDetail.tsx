@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
 import { concernsApp, envChange, envFieldErrors, envRows, patchBody, settingsForm, type EnvRow, type SettingsForm } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
@@ -55,13 +55,8 @@ export function AppDetail({ id, tab = "" }: { id: string; tab?: string }) {
         <span class="muted apps-source">{sourceText(app)}</span>
       </div>
       <ProblemBox problem={res.problem} />
-      <nav class="tabs" aria-label="Application sections">
-        {shown.map((t) => (
-          <Link key={t.id} href={`/applications/${id}${t.id ? "/" + t.id : ""}`} aria-current={t.id === current ? "page" : undefined}>
-            {t.label}
-          </Link>
-        ))}
-      </nav>
+      <SubNav label="Application sections"
+        items={shown.map((t) => ({ href: `/applications/${id}${t.id ? "/" + t.id : ""}`, label: t.label, current: t.id === current }))} />
       {current === "" && <Overview app={app} reload={res.reload} />}
       {current === "deployments" && <DeploymentList app={app} onChange={() => void res.reload()} />}
       {current === "env" && <EnvEditor app={app} onSaved={(d) => res.set(() => d)} />}
@@ -178,63 +173,41 @@ function Parts({ app, kind }: { app: Detail; kind: "compose" | "service" }) {
       <h2>{kind === "compose" ? "Services" : "Release slots"}</h2>
       <p class="muted">{at ? `From the server's inventory of ${ago(at)}.` : "The server has sent no inventory yet."}</p>
       {kind === "compose" ? (
-        <table class="plain" aria-label="Services">
-          <thead>
-            <tr>
-              <th scope="col">Service</th>
-              <th scope="col">State</th>
-              <th scope="col">Status</th>
-              <th scope="col">Container</th>
-              <th scope="col">Restarts</th>
+        <Table label="Services" columns={["Service", "State", "Status", "Container", "Restarts"]}>
+          {(app.services?.services ?? []).map((s) => (
+            <tr key={s.service}>
+              <td>
+                {s.service}
+                {s.service === app.web_service && <span class="tag">web</span>}
+              </td>
+              <td>
+                <StatusBadge status={s.state} />
+              </td>
+              <td>{s.status}</td>
+              <td>{s.container}</td>
+              <td>{s.restart_count}</td>
             </tr>
-          </thead>
-          <tbody>
-            {(app.services?.services ?? []).map((s) => (
-              <tr key={s.service}>
-                <td>
-                  {s.service}
-                  {s.service === app.web_service && <span class="tag">web</span>}
-                </td>
-                <td>
-                  <StatusBadge status={s.state} />
-                </td>
-                <td>{s.status}</td>
-                <td>{s.container}</td>
-                <td>{s.restart_count}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </Table>
       ) : (
-        <table class="plain" aria-label="Release slots">
-          <thead>
-            <tr>
-              <th scope="col">Port</th>
-              <th scope="col">State</th>
-              <th scope="col">Status</th>
-              <th scope="col">Release</th>
-              <th scope="col">Unit</th>
+        <Table label="Release slots" columns={["Port", "State", "Status", "Release", "Unit"]}>
+          {(app.slots?.slots ?? []).map((s) => (
+            <tr key={s.port}>
+              <td>
+                {s.port}
+                {s.live && <span class="tag">live</span>}
+              </td>
+              <td>
+                <StatusBadge status={s.state} />
+              </td>
+              <td>{s.status}</td>
+              <td>
+                <Link href={"/deployments/" + s.release}>{s.release}</Link>
+              </td>
+              <td>{s.unit}</td>
             </tr>
-          </thead>
-          <tbody>
-            {(app.slots?.slots ?? []).map((s) => (
-              <tr key={s.port}>
-                <td>
-                  {s.port}
-                  {s.live && <span class="tag">live</span>}
-                </td>
-                <td>
-                  <StatusBadge status={s.state} />
-                </td>
-                <td>{s.status}</td>
-                <td>
-                  <Link href={"/deployments/" + s.release}>{s.release}</Link>
-                </td>
-                <td>{s.unit}</td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </Table>
       )}
     </div>
   );
@@ -301,71 +274,62 @@ function EnvEditor({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void
       <ProblemBox problem={problem} fields={["set", "remove"]} />
       {rowErrs[""] && <p class="field-error" role="alert">{rowErrs[""].join("; ")}</p>}
       <div class="scroll-x">
-        <table class="plain" aria-label="Variables">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Value</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {rows.map((r, i) => {
-              const name = r.key || `new variable ${i + 1}`;
-              const err = rowErrs[r.key.trim()];
-              return (
-                <tr key={i} data-env={r.key} class={r.remove ? "removed" : ""}>
-                  <td>
-                    {r.existing ? (
-                      <code>{r.key}</code>
-                    ) : (
-                      <input class="mono" aria-label={`Name of ${name}`} placeholder="NAME" value={r.key} aria-invalid={err ? true : undefined}
-                        onInput={(e) => set(i, { key: (e.target as HTMLInputElement).value })} />
+        <Table label="Variables" columns={["Name", "Value", "Actions"]}>
+          {rows.map((r, i) => {
+            const name = r.key || `new variable ${i + 1}`;
+            const err = rowErrs[r.key.trim()];
+            return (
+              <tr key={i} data-env={r.key} class={r.remove ? "removed" : ""}>
+                <td>
+                  {r.existing ? (
+                    <code>{r.key}</code>
+                  ) : (
+                    <input class="mono" aria-label={`Name of ${name}`} placeholder="NAME" value={r.key} aria-invalid={err ? true : undefined}
+                      onInput={(e) => set(i, { key: (e.target as HTMLInputElement).value })} />
+                  )}
+                  {err && (
+                    <small class="field-error" role="alert">
+                      {err.join("; ")}
+                    </small>
+                  )}
+                </td>
+                <td>
+                  {r.remove ? (
+                    <span class="muted">{r.existing ? "removed on save" : "dropped"}</span>
+                  ) : r.value === null ? (
+                    <span class="muted">•••••• (set)</span>
+                  ) : (
+                    <input type="password" autocomplete="new-password" aria-label={`New value of ${name}`} value={r.value}
+                      onInput={(e) => set(i, { value: (e.target as HTMLInputElement).value })} />
+                  )}
+                </td>
+                <td>
+                  <div class="actions">
+                    {r.existing && !r.remove && r.value === null && (
+                      <button type="button" aria-label={`Replace value of ${r.key}`} onClick={() => set(i, { value: "" })}>
+                        Replace value
+                      </button>
                     )}
-                    {err && (
-                      <small class="field-error" role="alert">
-                        {err.join("; ")}
-                      </small>
+                    {r.existing && !r.remove && r.value !== null && (
+                      <button type="button" aria-label={`Keep value of ${r.key}`} onClick={() => set(i, { value: null })}>
+                        Keep value
+                      </button>
                     )}
-                  </td>
-                  <td>
                     {r.remove ? (
-                      <span class="muted">{r.existing ? "removed on save" : "dropped"}</span>
-                    ) : r.value === null ? (
-                      <span class="muted">•••••• (set)</span>
+                      <button type="button" aria-label={`Undo removing ${name}`} onClick={() => set(i, { remove: false })}>
+                        Undo
+                      </button>
                     ) : (
-                      <input type="password" autocomplete="new-password" aria-label={`New value of ${name}`} value={r.value}
-                        onInput={(e) => set(i, { value: (e.target as HTMLInputElement).value })} />
+                      <button type="button" class="danger" aria-label={`Remove ${name}`} onClick={() => set(i, { remove: true })}>
+                        Remove
+                      </button>
                     )}
-                  </td>
-                  <td>
-                    <div class="actions">
-                      {r.existing && !r.remove && r.value === null && (
-                        <button type="button" aria-label={`Replace value of ${r.key}`} onClick={() => set(i, { value: "" })}>
-                          Replace value
-                        </button>
-                      )}
-                      {r.existing && !r.remove && r.value !== null && (
-                        <button type="button" aria-label={`Keep value of ${r.key}`} onClick={() => set(i, { value: null })}>
-                          Keep value
-                        </button>
-                      )}
-                      {r.remove ? (
-                        <button type="button" aria-label={`Undo removing ${name}`} onClick={() => set(i, { remove: false })}>
-                          Undo
-                        </button>
-                      ) : (
-                        <button type="button" class="danger" aria-label={`Remove ${name}`} onClick={() => set(i, { remove: true })}>
-                          Remove
-                        </button>
-                      )}
-                    </div>
-                  </td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
+                  </div>
+                </td>
+              </tr>
+            );
+          })}
+        </Table>
       </div>
       {rows.length === 0 && <p class="muted">No variables.</p>}
       <div class="row wrap">
@@ -477,8 +441,8 @@ function Settings({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void 
   const [f, setF] = useState<SettingsForm>(() => settingsForm(app));
   const [problem, setProblem] = useState<Problem | null>(null);
   const [saved, setSaved] = useState(false);
-  const [confirm, setConfirm] = useState(false);
   const [purge, setPurge] = useState(false);
+  const confirm = useConfirm(() => ({ title: "Delete the application", action: "Delete", object: app.name + (purge ? " and its volumes" : ""), run: remove }));
   const errs = fieldErrors(problem);
   const body = patchBody(app, f);
   const input = (name: keyof SettingsForm) => ({
@@ -508,7 +472,6 @@ function Settings({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void 
     }
   }
   async function remove() {
-    setConfirm(false);
     setProblem(null);
     try {
       await ok(api.DELETE("/api/v1/applications/{id}", { params: { path: { id: app.id }, query: { purge } } }));
@@ -567,14 +530,11 @@ function Settings({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void 
             and their data
           </label>
         )}
-        <button type="button" class="danger" onClick={() => setConfirm(true)}>
+        <button type="button" class="danger" onClick={() => confirm.ask(null)}>
           Delete {app.name}
         </button>
       </div>
-      {confirm && (
-        <Confirm title="Delete the application" action="Delete" object={app.name + (purge ? " and its volumes" : "")} onConfirm={() => void remove()}
-          onCancel={() => setConfirm(false)} />
-      )}
+      {confirm.dialog}
     </>
   );
 }

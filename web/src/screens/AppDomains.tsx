@@ -1,7 +1,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
-import { Confirm, Field, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Field, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { certLeft, trafficSeries } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago, bytes } from "../lib/format";
@@ -36,7 +36,8 @@ export function AppDomains({ app }: { app: Detail }) {
   const [www, setWWW] = useState(false);
   const [proxyJob, setProxyJob] = useState<Job | null>(null);
   const [proxyDone, setProxyDone] = useState<string | null>(null);
-  const [confirm, setConfirm] = useState<Domain | null>(null);
+  const confirm = useConfirm((d: Domain) => ({ title: "Remove the domain", action: "Remove", object: d.hostname,
+    run: () => run(ok(api.DELETE("/api/v1/domains/{id}", { params: { path: { id: d.id } } })), proxy) }));
   const errs = fieldErrors(problem);
   useJobEnd(proxyJob, (status) => setProxyDone(status));
 
@@ -105,16 +106,9 @@ export function AppDomains({ app }: { app: Detail }) {
       <ProblemBox problem={res.problem} />
       {list && list.length === 0 && <p class="card muted">No domains: the application is reachable only once one points at it.</p>}
       {(list ?? []).map((d) => (
-        <DomainCard key={d.id} d={d} admin={admin} reload={res.reload} onProxy={proxy} onRemove={() => setConfirm(d)} onProblem={setProblem} />
+        <DomainCard key={d.id} d={d} admin={admin} reload={res.reload} onProxy={proxy} onRemove={() => confirm.ask(d)} onProblem={setProblem} />
       ))}
-      {confirm && (
-        <Confirm title="Remove the domain" action="Remove" object={confirm.hostname} onCancel={() => setConfirm(null)}
-          onConfirm={() => {
-            const d = confirm;
-            setConfirm(null);
-            void run(ok(api.DELETE("/api/v1/domains/{id}", { params: { path: { id: d.id } } })), proxy);
-          }} />
-      )}
+      {confirm.dialog}
     </div>
   );
 }

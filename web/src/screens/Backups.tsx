@@ -1,6 +1,6 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Field, Link, Loading, ProblemBox, StatusBadge, SubNav } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import {
   busyWith,
@@ -207,30 +207,20 @@ export function Runs() {
           </p>
           {(sum.instances ?? []).length > 0 && (
             <div class="scroll-x">
-              <table class="plain" aria-label="Backups per instance">
-                <thead>
-                  <tr>
-                    <th scope="col">Instance</th>
-                    <th scope="col">Last success</th>
-                    <th scope="col">Last verified</th>
-                    <th scope="col">Failures</th>
+              <Table label="Backups per instance" columns={["Instance", "Last success", "Last verified", "Failures"]}>
+                {(sum.instances ?? []).map((i) => (
+                  <tr key={i.instance_id} data-instance={i.instance_id}>
+                    <td>
+                      <Link href={"/backups" + filterToQuery({ ...filter, instance_id: i.instance_id })}>
+                        {instances.names[i.instance_id] ?? i.instance_id}
+                      </Link>
+                    </td>
+                    <td>{ago(i.last_success_at)}</td>
+                    <td>{ago(i.last_verified_at)}</td>
+                    <td class={i.failures ? "lvl-error" : ""}>{i.failures}</td>
                   </tr>
-                </thead>
-                <tbody>
-                  {(sum.instances ?? []).map((i) => (
-                    <tr key={i.instance_id} data-instance={i.instance_id}>
-                      <td>
-                        <Link href={"/backups" + filterToQuery({ ...filter, instance_id: i.instance_id })}>
-                          {instances.names[i.instance_id] ?? i.instance_id}
-                        </Link>
-                      </td>
-                      <td>{ago(i.last_success_at)}</td>
-                      <td>{ago(i.last_verified_at)}</td>
-                      <td class={i.failures ? "lvl-error" : ""}>{i.failures}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+                ))}
+              </Table>
             </div>
           )}
         </div>
@@ -271,40 +261,27 @@ export function Runs() {
       {!res.data && !res.problem && <Loading what="backups" />}
       {res.data && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Backups">
-            <thead>
-              <tr>
-                <th scope="col">Started</th>
-                <th scope="col">Instance</th>
-                <th scope="col">Database</th>
-                <th scope="col">Status</th>
-                <th scope="col">Verified</th>
-                <th scope="col">Size</th>
-                <th scope="col">Trigger</th>
+          <Table label="Backups" columns={["Started", "Instance", "Database", "Status", "Verified", "Size", "Trigger"]}>
+            {runs.map((r) => (
+              <tr key={r.id} data-run={r.id}>
+                <td>
+                  <Link href={"/backups/runs/" + r.id}>{ago(r.created_at)}</Link>
+                </td>
+                <td>{instances.names[r.instance_id] ?? r.instance_id}</td>
+                <td>{r.database || <span class="muted">whole instance</span>}</td>
+                <td>
+                  <StatusBadge status={r.status} />
+                  {r.delete_pending && <span class="badge s-cancelled">deleting</span>}
+                  {r.error && <div class="lvl-error small">{r.error}</div>}
+                </td>
+                <td>
+                  <Verified run={r} busy={busyWith(busy[r.id])} />
+                </td>
+                <td>{r.status === "succeeded" ? bytes(r.size) : "–"}</td>
+                <td>{r.trigger}</td>
               </tr>
-            </thead>
-            <tbody>
-              {runs.map((r) => (
-                <tr key={r.id} data-run={r.id}>
-                  <td>
-                    <Link href={"/backups/runs/" + r.id}>{ago(r.created_at)}</Link>
-                  </td>
-                  <td>{instances.names[r.instance_id] ?? r.instance_id}</td>
-                  <td>{r.database || <span class="muted">whole instance</span>}</td>
-                  <td>
-                    <StatusBadge status={r.status} />
-                    {r.delete_pending && <span class="badge s-cancelled">deleting</span>}
-                    {r.error && <div class="lvl-error small">{r.error}</div>}
-                  </td>
-                  <td>
-                    <Verified run={r} busy={busyWith(busy[r.id])} />
-                  </td>
-                  <td>{r.status === "succeeded" ? bytes(r.size) : "–"}</td>
-                  <td>{r.trigger}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {runs.length === 0 && <p class="muted">{key ? "No backup matches the filters." : "No backups yet."}</p>}
           {older.cursor && (
             <button type="button" onClick={() => void loadOlder()}>
@@ -382,7 +359,11 @@ export function RunDetail({ id }: { id: string }) {
   const admin = currentUser()?.admin ?? false;
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const [busy, setBusy] = useState<Record<string, Record<string, string>>>({});
-  const [confirm, setConfirm] = useState<"delete" | "replace" | null>(null);
+  const confirm = useConfirm((what: "delete" | "replace") =>
+    what === "replace"
+      ? { title: "Replace a database", action: "Replace", object: `database ${target} on ${instName}`, run: () => act("restore") }
+      : { title: "Delete the backup", action: "Delete", object: `the backup of ${run?.database || instName} from ${new Date(run?.created_at ?? 0).toLocaleString()}`,
+          run: () => act("delete") });
   const [mode, setMode] = useState<"new" | "replace">("new");
   const [into, setInto] = useState("");
   const [label, setLabel] = useState("");
@@ -404,7 +385,6 @@ export function RunDetail({ id }: { id: string }) {
   );
 
   async function act(what: "verify" | "restore" | "delete") {
-    setConfirm(null);
     setProblem(null);
     try {
       let r;
@@ -569,35 +549,25 @@ export function RunDetail({ id }: { id: string }) {
                 .join(", ")}
             </p>
           )}
-          <table class="plain" aria-label="Manifest">
-            <thead>
-              <tr>
-                <th scope="col">{sql ? "Table" : "Database"}</th>
-                <th scope="col">{sql ? "Rows" : "Keys"}</th>
-                <th scope="col">Checksum</th>
-                {v && <th scope="col">Verified</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {(run.manifest.tables ?? []).map((tb) => {
-                const got = v?.tables.find((x) => x.name === tb.name);
-                return (
-                  <tr key={tb.name}>
-                    <td>{tb.name}</td>
-                    <td>{tb.rows}</td>
-                    <td>
-                      <code>{tb.checksum}</code>
+          <Table label="Manifest" columns={[sql ? "Table" : "Database", sql ? "Rows" : "Keys", "Checksum", v && "Verified"]}>
+            {(run.manifest.tables ?? []).map((tb) => {
+              const got = v?.tables.find((x) => x.name === tb.name);
+              return (
+                <tr key={tb.name}>
+                  <td>{tb.name}</td>
+                  <td>{tb.rows}</td>
+                  <td>
+                    <code>{tb.checksum}</code>
+                  </td>
+                  {v && (
+                    <td class={got ? (got.ok ? "s-succeeded" : "lvl-error") : "muted"}>
+                      {got ? (got.ok ? "✓ matches" : `✗ ${got.rows} rows, ${got.checksum}`) : "–"}
                     </td>
-                    {v && (
-                      <td class={got ? (got.ok ? "s-succeeded" : "lvl-error") : "muted"}>
-                        {got ? (got.ok ? "✓ matches" : `✗ ${got.rows} rows, ${got.checksum}`) : "–"}
-                      </td>
-                    )}
-                  </tr>
-                );
-              })}
-            </tbody>
-          </table>
+                  )}
+                </tr>
+              );
+            })}
+          </Table>
           {(run.manifest.tables ?? []).length === 0 && <p class="muted">No tables.</p>}
         </div>
       )}
@@ -607,7 +577,7 @@ export function RunDetail({ id }: { id: string }) {
             <form class="card form" aria-label="Restore" noValidate
               onSubmit={(e) => {
                 e.preventDefault();
-                if (mode === "replace") setConfirm("replace");
+                if (mode === "replace") confirm.ask("replace");
                 else void act("restore");
               }}>
               <h2>Restore</h2>
@@ -641,20 +611,13 @@ export function RunDetail({ id }: { id: string }) {
           <div class="card">
             <h2>Delete</h2>
             <p class="muted">Deletes the local copy on the server and the object in storage.</p>
-            <button type="button" class="danger" onClick={() => setConfirm("delete")}>
+            <button type="button" class="danger" onClick={() => confirm.ask("delete")}>
               Delete the backup
             </button>
           </div>
         </div>
       )}
-      {confirm === "replace" && (
-        <Confirm title="Replace a database" action="Replace" object={`database ${target} on ${instName}`} onConfirm={() => void act("restore")}
-          onCancel={() => setConfirm(null)} />
-      )}
-      {confirm === "delete" && (
-        <Confirm title="Delete the backup" action="Delete" object={`the backup of ${run.database || instName} from ${new Date(run.created_at).toLocaleString()}`}
-          onConfirm={() => void act("delete")} onCancel={() => setConfirm(null)} />
-      )}
+      {confirm.dialog}
     </section>
   );
 }
@@ -676,52 +639,37 @@ export function Policies() {
       {!res.data && !res.problem && <Loading what="policies" />}
       {res.data && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Backup policies">
-            <thead>
-              <tr>
-                <th scope="col">Instance</th>
-                <th scope="col">Enabled</th>
-                <th scope="col">Every</th>
-                <th scope="col">Keep</th>
-                <th scope="col">Databases</th>
-                <th scope="col">Verify</th>
-                <th scope="col">Next</th>
-                <th scope="col">Stale</th>
-                {admin && <th scope="col">Actions</th>}
+          <Table label="Backup policies" columns={["Instance", "Enabled", "Every", "Keep", "Databases", "Verify", "Next", "Stale", admin && "Actions"]}>
+            {res.data.map((p) => (
+              <tr key={p.instance_id} data-policy={p.instance_name}>
+                <td>
+                  <Link href={"/backups?instance_id=" + p.instance_id}>{p.instance_name}</Link> <span class="muted">{p.engine}</span>
+                </td>
+                <td>{p.enabled ? <span class="s-succeeded">on</span> : "off"}</td>
+                <td>{p.every_hours} h</td>
+                <td>{p.keep}</td>
+                <td>{(p.databases ?? []).join(", ") || <span class="muted">{/^(redis|valkey)$/.test(p.engine) ? "whole instance" : "initial"}</span>}</td>
+                <td>{p.verify ? "yes" : "no"}</td>
+                <td>{p.next_due_at ? new Date(p.next_due_at).toLocaleString() : "–"}</td>
+                <td>
+                  {(p.stale ?? []).length
+                    ? (p.stale ?? []).map((s) => (
+                        <div key={s.database} class="lvl-error">
+                          {s.database || "instance"} since {ago(s.since)}
+                        </div>
+                      ))
+                    : "–"}
+                </td>
+                {admin && (
+                  <td>
+                    <button type="button" onClick={() => setEditing(p.instance_id)} aria-label={`Edit the policy of ${p.instance_name}`}>
+                      Edit
+                    </button>
+                  </td>
+                )}
               </tr>
-            </thead>
-            <tbody>
-              {res.data.map((p) => (
-                <tr key={p.instance_id} data-policy={p.instance_name}>
-                  <td>
-                    <Link href={"/backups?instance_id=" + p.instance_id}>{p.instance_name}</Link> <span class="muted">{p.engine}</span>
-                  </td>
-                  <td>{p.enabled ? <span class="s-succeeded">on</span> : "off"}</td>
-                  <td>{p.every_hours} h</td>
-                  <td>{p.keep}</td>
-                  <td>{(p.databases ?? []).join(", ") || <span class="muted">{/^(redis|valkey)$/.test(p.engine) ? "whole instance" : "initial"}</span>}</td>
-                  <td>{p.verify ? "yes" : "no"}</td>
-                  <td>{p.next_due_at ? new Date(p.next_due_at).toLocaleString() : "–"}</td>
-                  <td>
-                    {(p.stale ?? []).length
-                      ? (p.stale ?? []).map((s) => (
-                          <div key={s.database} class="lvl-error">
-                            {s.database || "instance"} since {ago(s.since)}
-                          </div>
-                        ))
-                      : "–"}
-                  </td>
-                  {admin && (
-                    <td>
-                      <button type="button" onClick={() => setEditing(p.instance_id)} aria-label={`Edit the policy of ${p.instance_name}`}>
-                        Edit
-                      </button>
-                    </td>
-                  )}
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {res.data.length === 0 && <p class="muted">No database instances: add one under Databases first.</p>}
         </div>
       )}
@@ -994,7 +942,8 @@ function SettingsForm({ s, driveConnected, onSaved }: { s: SettingsView; driveCo
 
 function CloudDrive({ status, onChange }: { status: Schemas["DriveStatus"]; onChange: () => void }) {
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [confirm, setConfirm] = useState<"plain" | "force" | null>(null);
+  const confirm = useConfirm((force: boolean) => ({ title: "Disconnect the cloud drive", action: force ? "Forget" : "Disconnect", object: who,
+    run: () => disconnect(force) }));
   const [note, setNote] = useState("");
 
   async function connect() {
@@ -1009,7 +958,6 @@ function CloudDrive({ status, onChange }: { status: Schemas["DriveStatus"]; onCh
   }
 
   async function disconnect(force: boolean) {
-    setConfirm(null);
     setProblem(null);
     try {
       const r = await ok(api.DELETE("/api/v1/backups/clouddrive/connection", { params: { query: { force } } }));
@@ -1035,11 +983,11 @@ function CloudDrive({ status, onChange }: { status: Schemas["DriveStatus"]; onCh
             <span class="muted">since {status.connected_at ? new Date(status.connected_at).toLocaleString() : "–"}</span>
           </p>
           <div class="row wrap">
-            <button type="button" class="danger" onClick={() => setConfirm("plain")}>
+            <button type="button" class="danger" onClick={() => confirm.ask(false)}>
               Disconnect
             </button>
             {problem?.status === 502 && (
-              <button type="button" class="danger" onClick={() => setConfirm("force")}>
+              <button type="button" class="danger" onClick={() => confirm.ask(true)}>
                 Forget it without revoking
               </button>
             )}
@@ -1056,10 +1004,7 @@ function CloudDrive({ status, onChange }: { status: Schemas["DriveStatus"]; onCh
           </button>
         </>
       )}
-      {confirm && (
-        <Confirm title="Disconnect the cloud drive" action={confirm === "force" ? "Forget" : "Disconnect"} object={who}
-          onConfirm={() => void disconnect(confirm === "force")} onCancel={() => setConfirm(null)} />
-      )}
+      {confirm.dialog}
     </div>
   );
 }
@@ -1110,26 +1055,17 @@ function StorageTest() {
           <p>
             <StatusBadge status={follow.job.status} /> <Link href={"/jobs/" + follow.job.id}>job</Link>
           </p>
-          <table class="plain" aria-label="Storage test steps">
-            <thead>
-              <tr>
-                <th scope="col">Step</th>
-                <th scope="col">Result</th>
-                <th scope="col">Time</th>
+          <Table label="Storage test steps" columns={["Step", "Result", "Time"]}>
+            {stepRows(data?.steps ?? liveSteps(follow.events)).map(({ step, result }) => (
+              <tr key={step} data-step={step}>
+                <td>{step}</td>
+                <td class={result ? (result.ok ? "s-succeeded" : "lvl-error") : "muted"}>
+                  {result ? (result.ok ? "ok" : "failed: " + (result.error ?? "")) : running ? "…" : "not run"}
+                </td>
+                <td>{result ? duration(result.duration_ms) : "–"}</td>
               </tr>
-            </thead>
-            <tbody>
-              {stepRows(data?.steps ?? liveSteps(follow.events)).map(({ step, result }) => (
-                <tr key={step} data-step={step}>
-                  <td>{step}</td>
-                  <td class={result ? (result.ok ? "s-succeeded" : "lvl-error") : "muted"}>
-                    {result ? (result.ok ? "ok" : "failed: " + (result.error ?? "")) : running ? "…" : "not run"}
-                  </td>
-                  <td>{result ? duration(result.duration_ms) : "–"}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {follow.job.error && <p class="lvl-error">{follow.job.error}</p>}
         </div>
       )}

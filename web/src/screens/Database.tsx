@@ -1,7 +1,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
-import { Confirm, CopyButton, Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm, type Confirmation } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { finished } from "../lib/db";
 import { ago, bytes } from "../lib/format";
@@ -81,13 +81,7 @@ export function DatabaseDetail({ id }: { id: string }) {
           The instance is {inst.state}: it takes queries and calls once it is ready.
         </p>
       )}
-      <div class="tabs" role="tablist" aria-label="Instance sections">
-        {tabs.map((t) => (
-          <button key={t} type="button" role="tab" aria-selected={tab === t} onClick={() => setTab(t)}>
-            {tabNames[t]}
-          </button>
-        ))}
-      </div>
+      <Tabs label="Instance sections" tabs={tabs.map((t) => ({ id: t, label: tabNames[t] }))} current={tab} onSelect={setTab} />
       {tab === "overview" && <Overview inst={inst} admin={admin} reload={res.reload} />}
       {tab === "query" && <Query inst={inst} />}
       {tab === "explore" && <Explore inst={inst} />}
@@ -103,12 +97,29 @@ function Overview({ inst, admin, reload }: { inst: Instance; admin: boolean; rel
   const m = inst.last_metrics;
   const { jobs, follow } = useFollowed();
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [confirm, setConfirm] = useState<null | "stop" | "restart" | "delete">(null);
   const [purge, setPurge] = useState(false);
+  const confirm = useConfirm((what: "stop" | "restart" | "delete"): Confirmation => {
+    if (what !== "delete")
+      return { title: `${what === "stop" ? "Stop" : "Restart"} an instance`, action: what === "stop" ? "Stop" : "Restart", object: inst.name,
+        run: () => control(what) };
+    return {
+      title: inst.managed ? "Remove a managed instance" : "Forget an external instance",
+      action: inst.managed ? "Remove" : "Forget",
+      object: inst.name,
+      run: remove,
+      children: inst.managed ? (
+        <label class="choice">
+          <input type="checkbox" checked={purge} onChange={(e) => setPurge((e.currentTarget as HTMLInputElement).checked)} /> Also delete its
+          data volume (otherwise it is kept)
+        </label>
+      ) : (
+        <p class="muted">The registration and its stored logins go; the database server and its data are not touched.</p>
+      ),
+    };
+  });
   const server = useResource(() => ok(api.GET("/api/v1/servers/{id}", { params: { path: { id: inst.server_id } } })), [inst.server_id]);
 
   async function control(action: "start" | "stop" | "restart") {
-    setConfirm(null);
     setProblem(null);
     try {
       const a = await ok(api.POST("/api/v1/databases/{id}/control", { params: { path: { id: inst.id } }, body: { action } }));
@@ -120,7 +131,6 @@ function Overview({ inst, admin, reload }: { inst: Instance; admin: boolean; rel
   }
 
   async function remove() {
-    setConfirm(null);
     setProblem(null);
     try {
       const r = await ok(api.DELETE("/api/v1/databases/{id}", { params: { path: { id: inst.id }, query: inst.managed ? { purge } : {} } }));
@@ -222,15 +232,15 @@ function Overview({ inst, admin, reload }: { inst: Instance; admin: boolean; rel
                 <button type="button" onClick={() => void control("start")} disabled={inst.state !== "stopped" && inst.state !== "failed"}>
                   Start
                 </button>
-                <button type="button" class="danger" onClick={() => setConfirm("stop")} disabled={inst.state !== "ready"}>
+                <button type="button" class="danger" onClick={() => confirm.ask("stop")} disabled={inst.state !== "ready"}>
                   Stop
                 </button>
-                <button type="button" class="danger" onClick={() => setConfirm("restart")} disabled={inst.state !== "ready"}>
+                <button type="button" class="danger" onClick={() => confirm.ask("restart")} disabled={inst.state !== "ready"}>
                   Restart
                 </button>
               </>
             )}
-            <button type="button" class="danger" onClick={() => setConfirm("delete")}>
+            <button type="button" class="danger" onClick={() => confirm.ask("delete")}>
               {inst.managed ? "Remove the instance" : "Forget the instance"}
             </button>
           </div>
@@ -239,33 +249,7 @@ function Overview({ inst, admin, reload }: { inst: Instance; admin: boolean; rel
       )}
       {admin && <ConnectionDetails inst={inst} />}
       <Metrics inst={inst} />
-      {confirm === "delete" && (
-        <Confirm
-          title={inst.managed ? "Remove a managed instance" : "Forget an external instance"}
-          action={inst.managed ? "Remove" : "Forget"}
-          object={inst.name}
-          onConfirm={() => void remove()}
-          onCancel={() => setConfirm(null)}
-        >
-          {inst.managed ? (
-            <label class="choice">
-              <input type="checkbox" checked={purge} onChange={(e) => setPurge((e.currentTarget as HTMLInputElement).checked)} /> Also delete its
-              data volume (otherwise it is kept)
-            </label>
-          ) : (
-            <p class="muted">The registration and its stored logins go; the database server and its data are not touched.</p>
-          )}
-        </Confirm>
-      )}
-      {(confirm === "stop" || confirm === "restart") && (
-        <Confirm
-          title={`${confirm === "stop" ? "Stop" : "Restart"} an instance`}
-          action={confirm === "stop" ? "Stop" : "Restart"}
-          object={inst.name}
-          onConfirm={() => void control(confirm)}
-          onCancel={() => setConfirm(null)}
-        />
-      )}
+      {confirm.dialog}
     </>
   );
 }
@@ -342,36 +326,26 @@ function ConnectionDetails({ inst }: { inst: Instance }) {
       <ProblemBox problem={problem} />
       {conn && (
         <div class="scroll-x">
-          <table class="plain" aria-label="Logins with passwords">
-            <thead>
-              <tr>
-                <th scope="col">Login</th>
-                <th scope="col">Access</th>
-                <th scope="col">Password</th>
-                <th scope="col">URL</th>
+          <Table label="Logins with passwords" columns={["Login", "Access", "Password", "URL"]}>
+            {(conn.logins ?? []).map((l) => (
+              <tr key={l.credential_id}>
+                <td>{l.username}</td>
+                <td>{l.access}</td>
+                <td>
+                  <code class="secret">{l.password}</code> <CopyButton text={l.password} label={`Copy the password of ${l.username}`} />
+                </td>
+                <td>
+                  <code class="secret">{l.url}</code> <CopyButton text={l.url} label={`Copy the URL of ${l.username}`} />
+                  {l.app_url && (
+                    <div>
+                      <span class="muted">From an application: </span>
+                      <code class="secret">{l.app_url}</code>
+                    </div>
+                  )}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {(conn.logins ?? []).map((l) => (
-                <tr key={l.credential_id}>
-                  <td>{l.username}</td>
-                  <td>{l.access}</td>
-                  <td>
-                    <code class="secret">{l.password}</code> <CopyButton text={l.password} label={`Copy the password of ${l.username}`} />
-                  </td>
-                  <td>
-                    <code class="secret">{l.url}</code> <CopyButton text={l.url} label={`Copy the URL of ${l.username}`} />
-                    {l.app_url && (
-                      <div>
-                        <span class="muted">From an application: </span>
-                        <code class="secret">{l.app_url}</code>
-                      </div>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
     </div>

@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Link, useConfirm, type Confirmation, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { concernsApp, concernsDeployment, deploymentDone, releaseName, rollbackObject } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago, duration } from "../lib/format";
@@ -147,16 +147,25 @@ export function DeploymentLive({ id, onEnd, full = false }: { id: string; onEnd?
   );
 }
 
+type DeploymentAction = "rollback" | "cancel";
+
+// asked is the confirmation of rolling back to a deployment or cancelling
+// it, naming the release.
+function asked(d: Deployment, what: DeploymentAction, run: () => unknown): Confirmation {
+  return what === "rollback"
+    ? { title: "Roll back", action: "Roll back to", object: rollbackObject(d), run }
+    : { title: "Cancel the deployment", action: "Cancel", object: `the deployment of ${releaseName(d)}`, run };
+}
+
 // DeploymentPage is one deployment: what it deploys, live events, and
 // rollback to it or cancelling it while queued.
 export function DeploymentPage({ id }: { id: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/deployments/{id}", { params: { path: { id } } })), [id]);
   const d = res.data;
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [confirm, setConfirm] = useState<"rollback" | "cancel" | null>(null);
   const admin = currentUser()?.admin ?? false;
-  async function act(what: "rollback" | "cancel") {
-    setConfirm(null);
+  const confirm = useConfirm((what: DeploymentAction) => asked(d!, what, () => act(what)));
+  async function act(what: DeploymentAction) {
     setProblem(null);
     try {
       if (what === "rollback") {
@@ -179,12 +188,12 @@ export function DeploymentPage({ id }: { id: string }) {
       <div class="row wrap">
         <h1>Deployment of {d.spec.app_name}</h1>
         {admin && d.status === "succeeded" && (
-          <button type="button" onClick={() => setConfirm("rollback")}>
+          <button type="button" onClick={() => confirm.ask("rollback")}>
             Roll back to this release
           </button>
         )}
         {admin && d.status === "queued" && (
-          <button type="button" class="danger" onClick={() => setConfirm("cancel")}>
+          <button type="button" class="danger" onClick={() => confirm.ask("cancel")}>
             Cancel the deployment
           </button>
         )}
@@ -239,13 +248,7 @@ export function DeploymentPage({ id }: { id: string }) {
         </dl>
         {d.spec.compose?.document && <pre class="log">{d.spec.compose.document}</pre>}
       </div>
-      {confirm === "rollback" && (
-        <Confirm title="Roll back" action="Roll back to" object={rollbackObject(d)} onConfirm={() => void act("rollback")} onCancel={() => setConfirm(null)} />
-      )}
-      {confirm === "cancel" && (
-        <Confirm title="Cancel the deployment" action="Cancel" object={`the deployment of ${releaseName(d)}`} onConfirm={() => void act("cancel")}
-          onCancel={() => setConfirm(null)} />
-      )}
+      {confirm.dialog}
     </section>
   );
 }
@@ -258,13 +261,12 @@ export function DeploymentList({ app, onChange }: { app: Schemas["ApplicationDet
     [app.id],
   );
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [confirm, setConfirm] = useState<{ d: Deployment; what: "rollback" | "cancel" } | null>(null);
+  const confirm = useConfirm(({ d, what }: { d: Deployment; what: DeploymentAction }) => asked(d, what, () => act(d, what)));
   const admin = currentUser()?.admin ?? false;
   useLive(["event", "job"], (data, type) => {
     if (type === "reset" || concernsApp(type, data, app)) void res.reload();
   }, [app.id]);
-  async function act(d: Deployment, what: "rollback" | "cancel") {
-    setConfirm(null);
+  async function act(d: Deployment, what: DeploymentAction) {
     setProblem(null);
     try {
       if (what === "rollback") await ok(api.POST("/api/v1/deployments/{id}/rollback", { params: { path: { id: d.id } } }));
@@ -282,61 +284,43 @@ export function DeploymentList({ app, onChange }: { app: Schemas["ApplicationDet
       {!list && !res.problem && <Loading what="deployments" />}
       {list && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Deployments">
-            <thead>
-              <tr>
-                <th scope="col">Release</th>
-                <th scope="col">Status</th>
-                <th scope="col">Created</th>
-                <th scope="col">Took</th>
-                {admin && <th scope="col">Actions</th>}
+          <Table label="Deployments" columns={["Release", "Status", "Created", "Took", admin && "Actions"]}>
+            {list.map((d) => (
+              <tr key={d.id} data-deployment={d.id}>
+                <td>
+                  <Link href={"/deployments/" + d.id}>{releaseName(d)}</Link>
+                  {d.id === app.current_deployment_id && <span class="tag">current</span>}
+                  {d.rollback_of && <span class="muted"> rollback</span>}
+                  {d.error && <div class="lvl-error small">{d.error}</div>}
+                </td>
+                <td>
+                  <StatusBadge status={d.status} />
+                </td>
+                <td>{ago(d.created_at)}</td>
+                <td>{d.finished_at && d.started_at ? duration(Date.parse(d.finished_at) - Date.parse(d.started_at)) : "–"}</td>
+                {admin && (
+                  <td>
+                    <div class="actions">
+                      {d.status === "succeeded" && d.id !== app.current_deployment_id && (
+                        <button type="button" aria-label={`Roll back to ${releaseName(d)} (${d.id})`} onClick={() => confirm.ask({ d, what: "rollback" })}>
+                          Roll back
+                        </button>
+                      )}
+                      {d.status === "queued" && (
+                        <button type="button" class="danger" aria-label={`Cancel deployment ${d.id}`} onClick={() => confirm.ask({ d, what: "cancel" })}>
+                          Cancel
+                        </button>
+                      )}
+                    </div>
+                  </td>
+                )}
               </tr>
-            </thead>
-            <tbody>
-              {list.map((d) => (
-                <tr key={d.id} data-deployment={d.id}>
-                  <td>
-                    <Link href={"/deployments/" + d.id}>{releaseName(d)}</Link>
-                    {d.id === app.current_deployment_id && <span class="tag">current</span>}
-                    {d.rollback_of && <span class="muted"> rollback</span>}
-                    {d.error && <div class="lvl-error small">{d.error}</div>}
-                  </td>
-                  <td>
-                    <StatusBadge status={d.status} />
-                  </td>
-                  <td>{ago(d.created_at)}</td>
-                  <td>{d.finished_at && d.started_at ? duration(Date.parse(d.finished_at) - Date.parse(d.started_at)) : "–"}</td>
-                  {admin && (
-                    <td>
-                      <div class="actions">
-                        {d.status === "succeeded" && d.id !== app.current_deployment_id && (
-                          <button type="button" aria-label={`Roll back to ${releaseName(d)} (${d.id})`} onClick={() => setConfirm({ d, what: "rollback" })}>
-                            Roll back
-                          </button>
-                        )}
-                        {d.status === "queued" && (
-                          <button type="button" class="danger" aria-label={`Cancel deployment ${d.id}`} onClick={() => setConfirm({ d, what: "cancel" })}>
-                            Cancel
-                          </button>
-                        )}
-                      </div>
-                    </td>
-                  )}
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {list.length === 0 && <p class="muted">No deployments yet.</p>}
         </div>
       )}
-      {confirm?.what === "rollback" && (
-        <Confirm title="Roll back" action="Roll back to" object={rollbackObject(confirm.d)} onConfirm={() => void act(confirm.d, "rollback")}
-          onCancel={() => setConfirm(null)} />
-      )}
-      {confirm?.what === "cancel" && (
-        <Confirm title="Cancel the deployment" action="Cancel" object={`the deployment of ${releaseName(confirm.d)}`}
-          onConfirm={() => void act(confirm.d, "cancel")} onCancel={() => setConfirm(null)} />
-      )}
+      {confirm.dialog}
     </div>
   );
 }

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Link, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { finishedStates, mergeEvents, upsertJob } from "../lib/jobs";
@@ -68,7 +68,7 @@ export function JobDetail({ id }: { id: string }) {
   const { data: job, reload: load, set: setJob } = res;
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const problem = actionProblem ?? res.problem;
-  const [confirm, setConfirm] = useState(false);
+  const confirm = useConfirm(() => ({ title: "Cancel the job", action: "Cancel", object: `${job?.type} ${job?.id}`, run: cancel }));
   useLive(
     ["job", "job.events"],
     (data, type) => {
@@ -86,7 +86,6 @@ export function JobDetail({ id }: { id: string }) {
   );
 
   async function cancel() {
-    setConfirm(false);
     setProblem(null);
     try {
       await ok(api.POST("/api/v1/jobs/{id}/cancel", { params: { path: { id } } }));
@@ -106,7 +105,7 @@ export function JobDetail({ id }: { id: string }) {
         <h1>{job.type}</h1>
         <StatusBadge status={job.status} />
         {job.status === "queued" && currentUser()?.admin && (
-          <button type="button" class="danger" onClick={() => setConfirm(true)}>
+          <button type="button" class="danger" onClick={() => confirm.ask(null)}>
             Cancel job
           </button>
         )}
@@ -156,10 +155,7 @@ export function JobDetail({ id }: { id: string }) {
           )}
         </>
       )}
-      {confirm && (
-        <Confirm title="Cancel the job" action="Cancel" object={`${job.type} ${job.id}`} onConfirm={() => void cancel()}
-          onCancel={() => setConfirm(false)} />
-      )}
+      {confirm.dialog}
     </section>
   );
 }

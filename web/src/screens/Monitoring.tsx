@@ -1,6 +1,6 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Field, Link, Loading, ProblemBox, SubNav } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, SubNav, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { useLive } from "../lib/live";
@@ -158,55 +158,42 @@ export function Alerts() {
       {!res.data && !res.problem && <Loading what="alerts" />}
       {res.data && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Alerts">
-            <thead>
-              <tr>
-                <th scope="col">Severity</th>
-                <th scope="col">Alert</th>
-                <th scope="col">Subject</th>
-                <th scope="col">Value</th>
-                <th scope="col">Opened</th>
-                <th scope="col">State</th>
-                <th scope="col">Acknowledged</th>
+          <Table label="Alerts" columns={["Severity", "Alert", "Subject", "Value", "Opened", "State", "Acknowledged"]}>
+            {shown.map((a) => (
+              <tr key={a.id} data-alert={a.id} class={a.id === target ? "target" : undefined}
+                aria-current={a.id === target ? "true" : undefined}>
+                <td>
+                  <Severity s={a.severity} />
+                </td>
+                <td>{kindLabel(a.kind)}</td>
+                <td>
+                  <SubjectLink a={a} />
+                </td>
+                <td>
+                  {unitText(a.value, a.unit)}
+                  {a.unit !== "none" && <span class="muted"> (rule {unitText(a.threshold, a.unit)})</span>}
+                </td>
+                <td title={new Date(a.opened_at).toLocaleString()}>{ago(a.opened_at)}</td>
+                <td>
+                  <span class={"badge st-" + a.state}>{a.state}</span>
+                  {a.resolved_at && <span class="muted"> {ago(a.resolved_at)}</span>}
+                </td>
+                <td>
+                  {a.acknowledged_at ? (
+                    <span class="acked">
+                      ✓ {a.acknowledged_by === me ? "by you" : "by " + a.acknowledged_by} {ago(a.acknowledged_at)}
+                    </span>
+                  ) : a.state === "open" && admin ? (
+                    <button type="button" onClick={() => void acknowledge(a)} aria-label={`Acknowledge ${kindLabel(a.kind)} on ${alertSubject(a)}`}>
+                      Acknowledge
+                    </button>
+                  ) : (
+                    <span class="muted">–</span>
+                  )}
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {shown.map((a) => (
-                <tr key={a.id} data-alert={a.id} class={a.id === target ? "target" : undefined}
-                  aria-current={a.id === target ? "true" : undefined}>
-                  <td>
-                    <Severity s={a.severity} />
-                  </td>
-                  <td>{kindLabel(a.kind)}</td>
-                  <td>
-                    <SubjectLink a={a} />
-                  </td>
-                  <td>
-                    {unitText(a.value, a.unit)}
-                    {a.unit !== "none" && <span class="muted"> (rule {unitText(a.threshold, a.unit)})</span>}
-                  </td>
-                  <td title={new Date(a.opened_at).toLocaleString()}>{ago(a.opened_at)}</td>
-                  <td>
-                    <span class={"badge st-" + a.state}>{a.state}</span>
-                    {a.resolved_at && <span class="muted"> {ago(a.resolved_at)}</span>}
-                  </td>
-                  <td>
-                    {a.acknowledged_at ? (
-                      <span class="acked">
-                        ✓ {a.acknowledged_by === me ? "by you" : "by " + a.acknowledged_by} {ago(a.acknowledged_at)}
-                      </span>
-                    ) : a.state === "open" && admin ? (
-                      <button type="button" onClick={() => void acknowledge(a)} aria-label={`Acknowledge ${kindLabel(a.kind)} on ${alertSubject(a)}`}>
-                        Acknowledge
-                      </button>
-                    ) : (
-                      <span class="muted">–</span>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {all.length === 0 && <p class="muted">{state === "open" ? "No open alerts: all is well." : "No alerts."}</p>}
           {all.length > 0 && shown.length === 0 && <p class="muted">No alert matches the filters.</p>}
           {more.cursor && (
@@ -254,7 +241,7 @@ export function Rules() {
   });
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const [editing, setEditing] = useState<Rule | "new" | null>(null);
-  const [deleting, setDeleting] = useState<Rule | null>(null);
+  const confirm = useConfirm((r: Rule) => ({ title: "Delete the rule", action: "Delete", object: `rule ${r.name}`, run: () => remove(r) }));
   const admin = currentUser()?.admin ?? false;
   const problem = actionProblem ?? res.problem;
   useLive([], (_d, type) => type === "reset" && void res.reload());
@@ -281,7 +268,6 @@ export function Rules() {
   }
 
   async function remove(r: Rule) {
-    setDeleting(null);
     setProblem(null);
     try {
       await ok(api.DELETE("/api/v1/monitoring/rules/{id}", { params: { path: { id: r.id } } }));
@@ -322,62 +308,47 @@ export function Rules() {
       {!data && !res.problem && <Loading what="rules" />}
       {data && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Alert rules">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Watches</th>
-                <th scope="col">Scope</th>
-                <th scope="col">Severity</th>
-                <th scope="col">Enabled</th>
-                {admin && <th scope="col">Actions</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {data.rules.map((r) => (
-                <tr key={r.id} data-rule={r.id}>
-                  <td>{r.name}</td>
-                  <td>{ruleCondition(r)}</td>
-                  <td>{scopeText(r, names)}</td>
-                  <td>
-                    <Severity s={r.severity} />
-                  </td>
-                  <td>
-                    {admin ? (
-                      <label class="check">
-                        <input type="checkbox" checked={r.enabled} onChange={(e) => void toggle(r, e.currentTarget.checked)}
-                          aria-label={`${r.name} enabled`} />
-                        <span aria-hidden="true">{r.enabled ? "on" : "off"}</span>
-                      </label>
-                    ) : r.enabled ? (
-                      "on"
-                    ) : (
-                      "off"
-                    )}
-                  </td>
-                  {admin && (
-                    <td>
-                      <div class="actions">
-                        <button type="button" onClick={() => setEditing(r)} aria-label={`Edit ${r.name}`}>
-                          Edit
-                        </button>
-                        <button type="button" class="danger" onClick={() => setDeleting(r)} aria-label={`Delete ${r.name}`}>
-                          Delete
-                        </button>
-                      </div>
-                    </td>
+          <Table label="Alert rules" columns={["Name", "Watches", "Scope", "Severity", "Enabled", admin && "Actions"]}>
+            {data.rules.map((r) => (
+              <tr key={r.id} data-rule={r.id}>
+                <td>{r.name}</td>
+                <td>{ruleCondition(r)}</td>
+                <td>{scopeText(r, names)}</td>
+                <td>
+                  <Severity s={r.severity} />
+                </td>
+                <td>
+                  {admin ? (
+                    <label class="check">
+                      <input type="checkbox" checked={r.enabled} onChange={(e) => void toggle(r, e.currentTarget.checked)}
+                        aria-label={`${r.name} enabled`} />
+                      <span aria-hidden="true">{r.enabled ? "on" : "off"}</span>
+                    </label>
+                  ) : r.enabled ? (
+                    "on"
+                  ) : (
+                    "off"
                   )}
-                </tr>
-              ))}
-            </tbody>
-          </table>
+                </td>
+                {admin && (
+                  <td>
+                    <div class="actions">
+                      <button type="button" onClick={() => setEditing(r)} aria-label={`Edit ${r.name}`}>
+                        Edit
+                      </button>
+                      <button type="button" class="danger" onClick={() => confirm.ask(r)} aria-label={`Delete ${r.name}`}>
+                        Delete
+                      </button>
+                    </div>
+                  </td>
+                )}
+              </tr>
+            ))}
+          </Table>
           {data.rules.length === 0 && <p class="muted">No rules: nothing is watched.</p>}
         </div>
       )}
-      {deleting && (
-        <Confirm title="Delete the rule" action="Delete" object={`rule ${deleting.name}`} onConfirm={() => void remove(deleting)}
-          onCancel={() => setDeleting(null)} />
-      )}
+      {confirm.dialog}
     </section>
   );
 }

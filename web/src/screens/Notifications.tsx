@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, CopyButton, Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { channelConfig, channelKinds, configFields, eventTypes, type ChannelKind } from "../lib/admin";
 import { currentUser } from "../lib/auth";
 import { navigate } from "../lib/router";
@@ -236,7 +236,10 @@ export function ChannelDetail({ id }: { id: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/notifications/channels/{id}", { params: { path: { id } } })), [id]);
   const ch = res.data;
   const [editing, setEditing] = useState(false);
-  const [confirm, setConfirm] = useState<"delete" | "rotate" | null>(null);
+  const confirm = useConfirm((what: "delete" | "rotate") =>
+    what === "delete"
+      ? { title: "Delete the channel", action: "Delete", object: ch?.name ?? id, run: remove }
+      : { title: "Rotate the signing secret", action: "Rotate the secret of", object: ch?.name ?? id, run: rotate });
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const [test, setTest] = useState<TestResult | null>(null);
   const [testing, setTesting] = useState(false);
@@ -257,7 +260,6 @@ export function ChannelDetail({ id }: { id: string }) {
   }
 
   async function remove() {
-    setConfirm(null);
     try {
       await ok(api.DELETE("/api/v1/notifications/channels/{id}", { params: { path: { id } } }));
       navigate("/notifications");
@@ -267,7 +269,6 @@ export function ChannelDetail({ id }: { id: string }) {
   }
 
   async function rotate() {
-    setConfirm(null);
     try {
       const r = await ok(api.PATCH("/api/v1/notifications/channels/{id}", { params: { path: { id } }, body: { rotate_secret: true } }));
       if (r.secret) setSecret(r.secret);
@@ -298,11 +299,11 @@ export function ChannelDetail({ id }: { id: string }) {
           Edit
         </button>
         {ch.kind === "webhook" && (
-          <button type="button" onClick={() => setConfirm("rotate")}>
+          <button type="button" onClick={() => confirm.ask("rotate")}>
             Rotate the signing secret
           </button>
         )}
-        <button type="button" class="danger" onClick={() => setConfirm("delete")}>
+        <button type="button" class="danger" onClick={() => confirm.ask("delete")}>
           Delete
         </button>
       </div>
@@ -386,13 +387,7 @@ export function ChannelDetail({ id }: { id: string }) {
           </table>
         </div>
       )}
-      {confirm === "delete" && (
-        <Confirm title="Delete the channel" action="Delete" object={ch.name} onConfirm={() => void remove()} onCancel={() => setConfirm(null)} />
-      )}
-      {confirm === "rotate" && (
-        <Confirm title="Rotate the signing secret" action="Rotate the secret of" object={ch.name} onConfirm={() => void rotate()}
-          onCancel={() => setConfirm(null)} />
-      )}
+      {confirm.dialog}
     </section>
   );
 }

@@ -2,7 +2,7 @@ import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
 import { Logs } from "./Logs";
-import { Confirm, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Link, Loading, ProblemBox, StatusBadge, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago, bytes, percent } from "../lib/format";
 import { newestJob, serverStatusAfter, useLive } from "../lib/live";
@@ -29,7 +29,7 @@ export function ServerDetail({ id }: { id: string }) {
   const problem = actionProblem ?? res.problem;
   const [tab, setTab] = useState<"overview" | "services" | "containers" | "ports" | "logs">("overview");
   const [jobs, setJobs] = useState<Job[]>([]);
-  const [confirm, setConfirm] = useState<Pending | null>(null);
+  const confirm = useConfirm((p: Pending) => ({ title: `${p.label} ${p.type.split(".")[0]}`, action: p.label, object: p.target, run: () => act(p) }));
   const admin = currentUser()?.admin ?? false;
 
   useLive(
@@ -53,7 +53,6 @@ export function ServerDetail({ id }: { id: string }) {
   );
 
   async function act(p: Pending) {
-    setConfirm(null);
     setProblem(null);
     try {
       const payload = p.type.startsWith("service.") ? { unit: p.target } : { container: p.target };
@@ -68,7 +67,7 @@ export function ServerDetail({ id }: { id: string }) {
   function ask(type: string, target: string, verb: string) {
     const p = { type, target, label: verb };
     if (verb === "Start") void act(p);
-    else setConfirm(p);
+    else confirm.ask(p);
   }
 
   if (!srv) return problem ? <ProblemBox problem={problem} /> : <Loading what="the server" />;
@@ -104,13 +103,11 @@ export function ServerDetail({ id }: { id: string }) {
           </ul>
         </div>
       )}
-      <div class="tabs" role="tablist" aria-label="Server sections">
-        {(["overview", "services", "containers", "ports", ...(admin ? (["logs"] as const) : [])] as const).map((t) => (
-          <button key={t} type="button" role="tab" aria-selected={tab === t} onClick={() => setTab(t)}>
-            {t[0].toUpperCase() + t.slice(1)}
-          </button>
-        ))}
-      </div>
+      <Tabs label="Server sections" current={tab} onSelect={setTab}
+        tabs={(["overview", "services", "containers", "ports", ...(admin ? (["logs"] as const) : [])] as const).map((t) => ({
+          id: t,
+          label: t[0].toUpperCase() + t.slice(1),
+        }))} />
       {tab === "overview" && (
         <>
           <div class="grid2">
@@ -259,15 +256,7 @@ export function ServerDetail({ id }: { id: string }) {
       {tab === "logs" && admin && (
         <Logs serverId={id} units={(inv?.services ?? []).map((s) => s.name)} containers={(inv?.containers ?? []).map((c) => c.name)} />
       )}
-      {confirm && (
-        <Confirm
-          title={`${confirm.label} ${confirm.type.split(".")[0]}`}
-          action={confirm.label}
-          object={confirm.target}
-          onConfirm={() => void act(confirm)}
-          onCancel={() => setConfirm(null)}
-        />
-      )}
+      {confirm.dialog}
     </section>
   );
 }

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok } from "../../api/client";
-import { Confirm, CopyButton, Field, ProblemBox, StatusBadge } from "../../components/ui";
+import { CopyButton, Field, ProblemBox, StatusBadge, Table, useConfirm } from "../../components/ui";
 import { bytes } from "../../lib/format";
 import { asProblem, fieldErrors, type Problem } from "../../lib/problem";
 import { explore } from "./Explore";
@@ -21,12 +21,16 @@ export function Logins({ inst, admin, reload }: { inst: Instance; admin: boolean
   });
   const [secret, setSecret] = useState<{ username: string; password: string; url: string } | null>(null);
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [confirm, setConfirm] = useState<Pending | null>(null);
+  const confirm = useConfirm((p: Pending) => ({
+    title: { "drop-login": "Drop a login", rotate: "Give a login a new password", "drop-db": "Drop a database and its data" }[p.kind],
+    action: { "drop-login": "Drop", rotate: "Replace the password of", "drop-db": "Drop" }[p.kind],
+    object: p.name,
+    run: () => act(p),
+  }));
   const [dbs, setDbs] = useState<{ name: string; owner?: string; size_bytes: number }[] | null>(null);
   const sql = inst.kind === "sql";
 
   async function act(p: Pending) {
-    setConfirm(null);
     setProblem(null);
     try {
       if (p.kind === "drop-login") {
@@ -84,45 +88,34 @@ export function Logins({ inst, admin, reload }: { inst: Instance; admin: boolean
       <JobLines jobs={jobs} />
       <div class="card scroll-x">
         <h2>Logins</h2>
-        <table class="plain" aria-label="Logins">
-          <thead>
-            <tr>
-              <th scope="col">Login</th>
-              <th scope="col">Access</th>
-              <th scope="col">{sql ? "Database" : "Keys"}</th>
-              <th scope="col">State</th>
-              {admin && <th scope="col">Actions</th>}
-            </tr>
-          </thead>
-          <tbody>
-            {logins.map((l) => (
-              <tr key={l.credential_id} data-login={l.username}>
-                <td>{l.username}</td>
-                <td>{l.access}</td>
-                <td>{sql ? l.database || "–" : l.key_pattern || "–"}</td>
+        <Table label="Logins" columns={["Login", "Access", sql ? "Database" : "Keys", "State", admin && "Actions"]}>
+          {logins.map((l) => (
+            <tr key={l.credential_id} data-login={l.username}>
+              <td>{l.username}</td>
+              <td>{l.access}</td>
+              <td>{sql ? l.database || "–" : l.key_pattern || "–"}</td>
+              <td>
+                <StatusBadge status={l.rotating ? "rotating" : l.state} />
+              </td>
+              {admin && (
                 <td>
-                  <StatusBadge status={l.rotating ? "rotating" : l.state} />
+                  {l.access !== "admin" && (
+                    <div class="actions">
+                      <button type="button" aria-label={`New password for ${l.username}`} disabled={l.state !== "ready" || l.rotating}
+                        onClick={() => confirm.ask({ kind: "rotate", name: l.username, credentialId: l.credential_id })}>
+                        New password
+                      </button>
+                      <button type="button" class="danger" aria-label={`Drop ${l.username}`} disabled={l.state === "dropping"}
+                        onClick={() => confirm.ask({ kind: "drop-login", name: l.username })}>
+                        Drop
+                      </button>
+                    </div>
+                  )}
                 </td>
-                {admin && (
-                  <td>
-                    {l.access !== "admin" && (
-                      <div class="actions">
-                        <button type="button" aria-label={`New password for ${l.username}`} disabled={l.state !== "ready" || l.rotating}
-                          onClick={() => setConfirm({ kind: "rotate", name: l.username, credentialId: l.credential_id })}>
-                          New password
-                        </button>
-                        <button type="button" class="danger" aria-label={`Drop ${l.username}`} disabled={l.state === "dropping"}
-                          onClick={() => setConfirm({ kind: "drop-login", name: l.username })}>
-                          Drop
-                        </button>
-                      </div>
-                    )}
-                  </td>
-                )}
-              </tr>
-            ))}
-          </tbody>
-        </table>
+              )}
+            </tr>
+          ))}
+        </Table>
       </div>
       {admin && (
         <CreateLogin
@@ -144,49 +137,29 @@ export function Logins({ inst, admin, reload }: { inst: Instance; admin: boolean
           </div>
           {dbs && (
             <div class="scroll-x">
-              <table class="plain" aria-label="Databases of the instance">
-                <thead>
-                  <tr>
-                    <th scope="col">Database</th>
-                    <th scope="col">Owner</th>
-                    <th scope="col" class="num">Size</th>
-                    <th scope="col">
-                      <span class="sr-only">Actions</span>
-                    </th>
+              <Table label="Databases of the instance" columns={["Database", "Owner", { label: "Size", class: "num" }, { label: "Actions", hidden: true }]}>
+                {dbs.map((d) => (
+                  <tr key={d.name}>
+                    <td>{d.name}</td>
+                    <td>{d.owner ?? "–"}</td>
+                    <td class="num">{bytes(d.size_bytes)}</td>
+                    <td>
+                      {d.name !== inst.database && (
+                        <button type="button" class="danger small" aria-label={`Drop database ${d.name}`}
+                          onClick={() => confirm.ask({ kind: "drop-db", name: d.name })}>
+                          Drop
+                        </button>
+                      )}
+                    </td>
                   </tr>
-                </thead>
-                <tbody>
-                  {dbs.map((d) => (
-                    <tr key={d.name}>
-                      <td>{d.name}</td>
-                      <td>{d.owner ?? "–"}</td>
-                      <td class="num">{bytes(d.size_bytes)}</td>
-                      <td>
-                        {d.name !== inst.database && (
-                          <button type="button" class="danger small" aria-label={`Drop database ${d.name}`}
-                            onClick={() => setConfirm({ kind: "drop-db", name: d.name })}>
-                            Drop
-                          </button>
-                        )}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+                ))}
+              </Table>
             </div>
           )}
           <CreateDatabase inst={inst} onQueued={(j, name) => follow(j, `create database ${name}`)} />
         </div>
       )}
-      {confirm && (
-        <Confirm
-          title={{ "drop-login": "Drop a login", rotate: "Give a login a new password", "drop-db": "Drop a database and its data" }[confirm.kind]}
-          action={{ "drop-login": "Drop", rotate: "Replace the password of", "drop-db": "Drop" }[confirm.kind]}
-          object={confirm.name}
-          onConfirm={() => void act(confirm)}
-          onCancel={() => setConfirm(null)}
-        />
-      )}
+      {confirm.dialog}
     </div>
   );
 }
