@@ -144,10 +144,18 @@ await session(async (page) => {
   expectBody("compose", ["name", "server_id", "kind", "deploy", "source", "container_port", "env", "web_service", "compose"], ["type"]);
   say("created", "compose", page.url().split("/").pop());
 
-  // A service application from the git host's repository and branch, after
-  // its commands' field errors.
+  // While the console has no stream (it says it is reconnecting), the
+  // header still fits a phone.
+  const stream = (u) => u.pathname === "/api/v1/stream";
+  await page.route(stream, (r) => r.abort());
   await page.goto(env.url + "/applications/new");
   await page.getByRole("heading", { name: "New application" }).waitFor(wait);
+  await page.locator(".live:not(.s-live)").waitFor(wait);
+  await shots(page, "app-new-reconnecting");
+  await page.unroute(stream);
+
+  // A service application from the git host's repository and branch, after
+  // its commands' field errors.
   await chooseServer(page);
   await fields.port(page).fill("8080");
   await fields.image(page).fill("nginx:alpine");
