@@ -46,11 +46,7 @@ func TestBackupCloudDrive(t *testing.T) {
 		t.Fatalf("storage test on the drive: %s %s: %+v\nagent log:\n%s", j.Status, deref(j.Error), res.Steps, r.agent.Logs())
 	}
 
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
-	var w struct{}
-	r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": "CREATE TABLE kept (id int)"}).result(t, &w)
+	pg, _ := r.registerPostgres(t, "pg", "CREATE TABLE kept (id int)")
 	run, j := r.backup(t, pg.ID, "")
 	if j.Status != "succeeded" || run.Status != "succeeded" || run.Size <= 0 || run.Locations.Local != "" {
 		t.Fatalf("backup to the drive: job %s (%s), run %+v\nagent log:\n%s", j.Status, deref(j.Error), run, r.agent.Logs())

@@ -176,11 +176,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	r := newRestoreRigOn(t, store.SQLite, "--backup-schedule-interval=1s", "--backup-schedule-jitter=0s", "--backup-delete-retry=1s",
 		"--backup-local-keep", "10")
 	expectStatus(t, r.putSettings(t, r.storageSettings("keep")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
-	var w struct{}
-	r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": "CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 100) g"}).result(t, &w)
+	pg, _ := r.registerPostgres(t, "pg", "CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 100) g")
 	var runs []BackupRun
 	for range 4 {
 		run, j := r.backup(t, pg.ID, "")

@@ -143,11 +143,7 @@ func TestConsoleFormsBackups(t *testing.T) {
 		databaseImagesFile(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}}))
 	r := newBackupRigWith(t, opts)
 	expectStatus(t, r.putSettings(t, r.storageSettings("forms")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg-forms", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
-	var w struct{}
-	r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": "CREATE TABLE notes (id int PRIMARY KEY, body text)"}).result(t, &w)
+	pg, _ := r.registerPostgres(t, "pg-forms", "CREATE TABLE notes (id int PRIMARY KEY, body text)")
 	run, job := r.backup(t, pg.ID, "")
 	if job.Status != "succeeded" || string(run.Verified) != "null" && len(run.Verified) != 0 {
 		t.Fatalf("the backup to verify: job %s, run %+v", job.Status, run)

@@ -133,6 +133,21 @@ func newDBRig(t *testing.T, d store.Dialect) *dbRig {
 	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}
 }
 
+// registerPostgres registers a fresh database of the test PostgreSQL
+// server as the external instance name and runs sql in it; it returns the
+// instance and the database's name.
+func (r *dbRig) registerPostgres(t *testing.T, name string, sql ...string) (DatabaseInfo, string) {
+	t.Helper()
+	host, port, user, password, database := postgresTarget(t)
+	pg := r.register(t, map[string]any{"name": name, "engine": "postgres", "host": host, "port": port, "username": user,
+		"password": password, "database": database, "tls_mode": "disable"})
+	var w struct{}
+	for _, q := range sql {
+		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": q}).result(t, &w)
+	}
+	return pg, database
+}
+
 // register registers an external instance and waits for its connection
 // test; it returns the instance as it is then.
 func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
