@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, Table } from "../components/ui";
 import { auditQuery, emptyAuditFilter, filterFromURL, filterToURL, type AuditFilter } from "../lib/admin";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
@@ -95,23 +95,11 @@ export function Audit() {
           </p>
           {page.entries.length > 0 && (
             <div class="card scroll-x">
-              <table class="plain" aria-label="Audit log">
-                <thead>
-                  <tr>
-                    <th scope="col">When</th>
-                    <th scope="col">Actor</th>
-                    <th scope="col">Action</th>
-                    <th scope="col">Object</th>
-                    <th scope="col">From</th>
-                    <th scope="col">Details</th>
-                  </tr>
-                </thead>
-                <tbody>
-                  {page.entries.map((e) => (
-                    <AuditRow key={e.id} e={e} onFilter={(f) => apply({ ...filter, ...f })} />
-                  ))}
-                </tbody>
-              </table>
+              <Table label="Audit log" columns={["When", "Actor", "Action", "Object", "From", "Details"]}>
+                {page.entries.map((e) => (
+                  <AuditRow key={e.id} e={e} onFilter={(f) => apply({ ...filter, ...f })} />
+                ))}
+              </Table>
             </div>
           )}
           {page.entries.length === 0 && <p class="card empty">No entry matches.</p>}

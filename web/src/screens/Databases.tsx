@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { memoryLimit } from "../lib/db";
 import { bytes } from "../lib/format";
@@ -45,40 +45,27 @@ export function Databases() {
       {!data && !res.problem && <Loading what="databases" />}
       {data && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Database instances">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Engine</th>
-                <th scope="col">State</th>
-                <th scope="col">Server</th>
-                <th scope="col">Kind</th>
-                <th scope="col">Connections</th>
-                <th scope="col">Size</th>
+          <Table label="Database instances" columns={["Name", "Engine", "State", "Server", "Kind", "Connections", "Size"]}>
+            {data.dbs.map((d) => (
+              <tr key={d.id} data-instance={d.name}>
+                <td>
+                  <Link href={"/databases/" + d.id}>{d.name}</Link>
+                </td>
+                <td>
+                  {d.engine} {d.version}
+                </td>
+                <td>
+                  <StatusBadge status={d.state} />
+                </td>
+                <td>
+                  <Link href={"/servers/" + d.server_id}>{data.servers.get(d.server_id) ?? d.server_id}</Link>
+                </td>
+                <td>{d.managed ? "managed" : "external"}</td>
+                <td>{d.last_metrics?.connections ?? "–"}</td>
+                <td>{d.kind === "kv" ? `${d.last_metrics?.keys ?? "–"} keys` : bytes(d.last_metrics?.size_bytes)}</td>
               </tr>
-            </thead>
-            <tbody>
-              {data.dbs.map((d) => (
-                <tr key={d.id} data-instance={d.name}>
-                  <td>
-                    <Link href={"/databases/" + d.id}>{d.name}</Link>
-                  </td>
-                  <td>
-                    {d.engine} {d.version}
-                  </td>
-                  <td>
-                    <StatusBadge status={d.state} />
-                  </td>
-                  <td>
-                    <Link href={"/servers/" + d.server_id}>{data.servers.get(d.server_id) ?? d.server_id}</Link>
-                  </td>
-                  <td>{d.managed ? "managed" : "external"}</td>
-                  <td>{d.last_metrics?.connections ?? "–"}</td>
-                  <td>{d.kind === "kv" ? `${d.last_metrics?.keys ?? "–"} keys` : bytes(d.last_metrics?.size_bytes)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {data.dbs.length === 0 && (
             <p class="muted">No database instances yet.{admin ? " Add one: create a managed instance or register one that runs elsewhere." : ""}</p>
           )}

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Link, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
+import { Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { finishedStates, mergeEvents, upsertJob } from "../lib/jobs";
@@ -26,34 +26,23 @@ export function Jobs() {
       {!jobs && !problem && <Loading what="jobs" />}
       {jobs && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Jobs">
-            <thead>
-              <tr>
-                <th scope="col">Job</th>
-                <th scope="col">Status</th>
-                <th scope="col">Server</th>
-                <th scope="col">Created</th>
-                <th scope="col">Finished</th>
+          <Table label="Jobs" columns={["Job", "Status", "Server", "Created", "Finished"]}>
+            {jobs.map((j) => (
+              <tr key={j.id} data-job={j.id}>
+                <td>
+                  <Link href={"/jobs/" + j.id}>{j.type}</Link>
+                </td>
+                <td>
+                  <StatusBadge status={j.status} />
+                </td>
+                <td>
+                  <Link href={"/servers/" + j.server_id}>{j.server_id}</Link>
+                </td>
+                <td>{ago(j.created_at)}</td>
+                <td>{j.finished_at ? ago(j.finished_at) : "–"}</td>
               </tr>
-            </thead>
-            <tbody>
-              {jobs.map((j) => (
-                <tr key={j.id} data-job={j.id}>
-                  <td>
-                    <Link href={"/jobs/" + j.id}>{j.type}</Link>
-                  </td>
-                  <td>
-                    <StatusBadge status={j.status} />
-                  </td>
-                  <td>
-                    <Link href={"/servers/" + j.server_id}>{j.server_id}</Link>
-                  </td>
-                  <td>{ago(j.created_at)}</td>
-                  <td>{j.finished_at ? ago(j.finished_at) : "–"}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {jobs.length === 0 && <p class="muted">No jobs yet.</p>}
         </div>
       )}

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
+import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
 import { channelConfig, channelKinds, configFields, eventTypes, type ChannelKind } from "../lib/admin";
 import { currentUser } from "../lib/auth";
 import { navigate } from "../lib/router";
@@ -59,28 +59,18 @@ function Channels() {
       {res.data && res.data.length === 0 && !creating && <p class="card empty">No channels yet.</p>}
       {res.data && res.data.length > 0 && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Notification channels">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Kind</th>
-                <th scope="col">Events</th>
-                <th scope="col">State</th>
+          <Table label="Notification channels" columns={["Name", "Kind", "Events", "State"]}>
+            {res.data.map((c: Channel) => (
+              <tr key={c.id}>
+                <td>
+                  <Link href={"/notifications/channels/" + c.id}>{c.name}</Link>
+                </td>
+                <td>{kindLabel(c.kind)}</td>
+                <td class="wrap-any">{(c.events ?? []).join(", ")}</td>
+                <td>{c.enabled ? "Enabled" : <span class="muted">Disabled</span>}</td>
               </tr>
-            </thead>
-            <tbody>
-              {res.data.map((c: Channel) => (
-                <tr key={c.id}>
-                  <td>
-                    <Link href={"/notifications/channels/" + c.id}>{c.name}</Link>
-                  </td>
-                  <td>{kindLabel(c.kind)}</td>
-                  <td class="wrap-any">{(c.events ?? []).join(", ")}</td>
-                  <td>{c.enabled ? "Enabled" : <span class="muted">Disabled</span>}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
     </>
@@ -358,33 +348,21 @@ export function ChannelDetail({ id }: { id: string }) {
         <p class="card empty">No deliveries yet.</p>
       ) : (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Deliveries">
-            <thead>
-              <tr>
-                <th scope="col">Event</th>
-                <th scope="col">Status</th>
-                <th scope="col">Attempts</th>
-                <th scope="col">Answer</th>
-                <th scope="col">Last attempt</th>
-                <th scope="col">Error</th>
+          <Table label="Deliveries" columns={["Event", "Status", "Attempts", "Answer", "Last attempt", "Error"]}>
+            {(ch.deliveries ?? []).map((d) => (
+              <tr key={d.id}>
+                <td>{d.event_type}</td>
+                <td>
+                  <StatusBadge status={d.status === "delivered" ? "succeeded" : d.status === "failed" ? "failed" : "pending"} />
+                  <span class="sr-only"> {d.status}</span>
+                </td>
+                <td>{d.attempts}</td>
+                <td>{d.response_code ?? "–"}</td>
+                <td>{d.last_attempt_at ? new Date(d.last_attempt_at).toLocaleString() : "–"}</td>
+                <td class="wrap-any">{d.last_error ?? ""}</td>
               </tr>
-            </thead>
-            <tbody>
-              {(ch.deliveries ?? []).map((d) => (
-                <tr key={d.id}>
-                  <td>{d.event_type}</td>
-                  <td>
-                    <StatusBadge status={d.status === "delivered" ? "succeeded" : d.status === "failed" ? "failed" : "pending"} />
-                    <span class="sr-only"> {d.status}</span>
-                  </td>
-                  <td>{d.attempts}</td>
-                  <td>{d.response_code ?? "–"}</td>
-                  <td>{d.last_attempt_at ? new Date(d.last_attempt_at).toLocaleString() : "–"}</td>
-                  <td class="wrap-any">{d.last_error ?? ""}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
       {confirm.dialog}

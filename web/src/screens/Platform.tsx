@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok } from "../api/client";
-import { Field, Loading, ProblemBox } from "../components/ui";
+import { Field, Loading, ProblemBox, Table } from "../components/ui";
 import { agentSummary, kitFileName } from "../lib/admin";
 import { currentUser } from "../lib/auth";
 import { asProblem, fieldErrors, ProblemError, type Problem } from "../lib/problem";
@@ -52,26 +52,17 @@ export function Platform() {
                     : `${sum.behind} ${sum.behind === 1 ? "server runs" : "servers run"} an older agent than ${sum.newest || "the newest"}.`}
                 </p>
                 <div class="scroll-x">
-                  <table class="plain" aria-label="Agents by version">
-                    <thead>
-                      <tr>
-                        <th scope="col">Agent version</th>
-                        <th scope="col">Servers</th>
-                        <th scope="col">Online</th>
+                  <Table label="Agents by version" columns={["Agent version", "Servers", "Online"]}>
+                    {agents.map((a) => (
+                      <tr key={a.version} data-agent-version={a.version}>
+                        <td>
+                          <code>{a.version || "unknown"}</code>
+                        </td>
+                        <td>{a.servers}</td>
+                        <td>{a.online}</td>
                       </tr>
-                    </thead>
-                    <tbody>
-                      {agents.map((a) => (
-                        <tr key={a.version} data-agent-version={a.version}>
-                          <td>
-                            <code>{a.version || "unknown"}</code>
-                          </td>
-                          <td>{a.servers}</td>
-                          <td>{a.online}</td>
-                        </tr>
-                      ))}
-                    </tbody>
-                  </table>
+                    ))}
+                  </Table>
                 </div>
               </>
             )}

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok } from "../../api/client";
-import { Loading, ProblemBox } from "../../components/ui";
+import { Loading, ProblemBox, Table } from "../../components/ui";
 import { bytes } from "../../lib/format";
 import { asProblem, type Problem } from "../../lib/problem";
 import { dbCall, type Instance } from "./run";
@@ -89,31 +89,21 @@ export function Explore({ inst }: { inst: Instance }) {
       {!data && !busy && <p class="muted">Pick what to describe.</p>}
       {data?.what === "tables" && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Tables">
-            <thead>
-              <tr>
-                <th scope="col">Table</th>
-                <th scope="col" class="num">Rows (estimate)</th>
-                <th scope="col" class="num">Size</th>
-                <th scope="col" class="num">Indexes</th>
+          <Table label="Tables" columns={["Table", { label: "Rows (estimate)", class: "num" }, { label: "Size", class: "num" }, { label: "Indexes", class: "num" }]}>
+            {(data.tables ?? []).map((t) => (
+              <tr key={`${t.schema}.${t.name}`}>
+                <td>
+                  <button type="button" class="linklike" onClick={() => void open(t.name, t.schema)}>
+                    {t.schema ? `${t.schema}.` : ""}
+                    {t.name}
+                  </button>
+                </td>
+                <td class="num">{t.estimated_rows}</td>
+                <td class="num">{bytes(t.total_bytes)}</td>
+                <td class="num">{bytes(t.index_bytes)}</td>
               </tr>
-            </thead>
-            <tbody>
-              {(data.tables ?? []).map((t) => (
-                <tr key={`${t.schema}.${t.name}`}>
-                  <td>
-                    <button type="button" class="linklike" onClick={() => void open(t.name, t.schema)}>
-                      {t.schema ? `${t.schema}.` : ""}
-                      {t.name}
-                    </button>
-                  </td>
-                  <td class="num">{t.estimated_rows}</td>
-                  <td class="num">{bytes(t.total_bytes)}</td>
-                  <td class="num">{bytes(t.index_bytes)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
           {!data.tables?.length && <p class="muted">No tables.</p>}
         </div>
       )}
@@ -150,48 +140,29 @@ export function Explore({ inst }: { inst: Instance }) {
       )}
       {data?.what === "databases" && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Databases">
-            <thead>
-              <tr>
-                <th scope="col">Database</th>
-                <th scope="col">Owner</th>
-                <th scope="col" class="num">Size</th>
+          <Table label="Databases" columns={["Database", "Owner", { label: "Size", class: "num" }]}>
+            {(data.databases ?? []).map((d) => (
+              <tr key={d.name}>
+                <td>{d.name}</td>
+                <td>{d.owner ?? "–"}</td>
+                <td class="num">{bytes(d.size_bytes)}</td>
               </tr>
-            </thead>
-            <tbody>
-              {(data.databases ?? []).map((d) => (
-                <tr key={d.name}>
-                  <td>{d.name}</td>
-                  <td>{d.owner ?? "–"}</td>
-                  <td class="num">{bytes(d.size_bytes)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
       {data?.what === "users" && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Users">
-            <thead>
-              <tr>
-                <th scope="col">User</th>
-                <th scope="col">Superuser</th>
-                <th scope="col">Can log in</th>
-                <th scope="col">Grants</th>
+          <Table label="Users" columns={["User", "Superuser", "Can log in", "Grants"]}>
+            {(data.users ?? []).map((u) => (
+              <tr key={u.name}>
+                <td>{u.name}</td>
+                <td>{u.superuser ? "yes" : "no"}</td>
+                <td>{u.can_login ? "yes" : "no"}</td>
+                <td class="grants">{(u.grants ?? []).join("; ") || "–"}</td>
               </tr>
-            </thead>
-            <tbody>
-              {(data.users ?? []).map((u) => (
-                <tr key={u.name}>
-                  <td>{u.name}</td>
-                  <td>{u.superuser ? "yes" : "no"}</td>
-                  <td>{u.can_login ? "yes" : "no"}</td>
-                  <td class="grants">{(u.grants ?? []).join("; ") || "–"}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
       {data?.what === "stats" && data.stats && (

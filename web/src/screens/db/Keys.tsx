@@ -1,7 +1,7 @@
 import { Fragment } from "preact";
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../../api/client";
-import { Confirm, Loading, ProblemBox } from "../../components/ui";
+import { Loading, ProblemBox, Table, useConfirm } from "../../components/ui";
 import { kvRows, ttlText, type KVValue } from "../../lib/db";
 import { bytes } from "../../lib/format";
 import { asProblem, type Problem } from "../../lib/problem";
@@ -35,7 +35,7 @@ export function Keys({ inst }: { inst: Instance }) {
   const [extra, setExtra] = useState<KVResult | null>(null);
   const [busy, setBusy] = useState("");
   const [problem, setProblem] = useState<Problem | null>(null);
-  const [confirm, setConfirm] = useState<string | null>(null);
+  const confirm = useConfirm((key: string) => ({ title: "Delete a key", action: "Delete", object: key, run: () => remove(key) }));
   const [note, setNote] = useState("");
 
   async function step<T>(what: string, fn: () => Promise<T>): Promise<T | undefined> {
@@ -65,7 +65,6 @@ export function Keys({ inst }: { inst: Instance }) {
   }
 
   async function remove(key: string) {
-    setConfirm(null);
     const r = await step("", () => kv(inst, { action: "delete", db, keys: [key] }));
     if (!r) return;
     setNote(r.deleted ? `Deleted ${key}.` : `${key} was gone already.`);
@@ -120,38 +119,26 @@ export function Keys({ inst }: { inst: Instance }) {
       <div class="kv-panes">
         {keys && (
           <div class="card scroll-x">
-            <table class="plain" aria-label="Keys">
-              <thead>
-                <tr>
-                  <th scope="col">Key</th>
-                  <th scope="col">Type</th>
-                  <th scope="col">TTL</th>
-                  <th scope="col">
-                    <span class="sr-only">Actions</span>
-                  </th>
+            <Table label="Keys" columns={["Key", "Type", "TTL", { label: "Actions", hidden: true }]}>
+              {keys.map((k) => (
+                <tr key={k.key} aria-current={value?.key === k.key ? "true" : undefined}>
+                  <td>
+                    <button type="button" class="linklike" onClick={() => void open(k.key)}>
+                      {k.key}
+                    </button>
+                  </td>
+                  <td>
+                    <span class={"kvtype t-" + k.type}>{k.type}</span>
+                  </td>
+                  <td>{ttlText(k.ttl_seconds)}</td>
+                  <td>
+                    <button type="button" class="danger small" aria-label={`Delete ${k.key}`} onClick={() => confirm.ask(k.key)}>
+                      Delete
+                    </button>
+                  </td>
                 </tr>
-              </thead>
-              <tbody>
-                {keys.map((k) => (
-                  <tr key={k.key} aria-current={value?.key === k.key ? "true" : undefined}>
-                    <td>
-                      <button type="button" class="linklike" onClick={() => void open(k.key)}>
-                        {k.key}
-                      </button>
-                    </td>
-                    <td>
-                      <span class={"kvtype t-" + k.type}>{k.type}</span>
-                    </td>
-                    <td>{ttlText(k.ttl_seconds)}</td>
-                    <td>
-                      <button type="button" class="danger small" aria-label={`Delete ${k.key}`} onClick={() => setConfirm(k.key)}>
-                        Delete
-                      </button>
-                    </td>
-                  </tr>
-                ))}
-              </tbody>
-            </table>
+              ))}
+            </Table>
             {keys.length === 0 && <p class="muted">No keys match {match}.</p>}
             {cursor !== "0" && (
               <button type="button" disabled={!!busy} onClick={() => void scan(cursor)}>
@@ -216,31 +203,21 @@ export function Keys({ inst }: { inst: Instance }) {
       )}
       {extra?.action === "acl_list" && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="ACL users">
-            <thead>
-              <tr>
-                <th scope="col">User</th>
-                <th scope="col">Enabled</th>
-                <th scope="col">Keys</th>
-                <th scope="col">Commands</th>
+          <Table label="ACL users" columns={["User", "Enabled", "Keys", "Commands"]}>
+            {(extra.acl_users ?? []).map((u) => (
+              <tr key={u.name}>
+                <td>{u.name}</td>
+                <td>{u.enabled ? "yes" : "no"}</td>
+                <td>{(u.key_patterns ?? []).join(" ") || "–"}</td>
+                <td>
+                  <code>{u.commands}</code>
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {(extra.acl_users ?? []).map((u) => (
-                <tr key={u.name}>
-                  <td>{u.name}</td>
-                  <td>{u.enabled ? "yes" : "no"}</td>
-                  <td>{(u.key_patterns ?? []).join(" ") || "–"}</td>
-                  <td>
-                    <code>{u.commands}</code>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
-      {confirm && <Confirm title="Delete a key" action="Delete" object={confirm} onConfirm={() => void remove(confirm)} onCancel={() => setConfirm(null)} />}
+      {confirm.dialog}
     </div>
   );
 }

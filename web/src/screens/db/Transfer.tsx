@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, authedFetch, ok } from "../../api/client";
-import { ProblemBox, StatusBadge } from "../../components/ui";
+import { ProblemBox, StatusBadge, Table } from "../../components/ui";
 import { accessToken, needsRefresh, refresh } from "../../lib/auth";
 import { ago, bytes } from "../../lib/format";
 import { asProblem, ProblemError, type Problem } from "../../lib/problem";
@@ -150,42 +150,29 @@ export function Transfer({ inst }: { inst: Instance }) {
       <div class="card scroll-x">
         <h2>Exports</h2>
         <ProblemBox problem={exports.problem} />
-        <table class="plain" aria-label="Exports">
-          <thead>
-            <tr>
-              <th scope="col">Database</th>
-              <th scope="col">State</th>
-              <th scope="col">Made</th>
-              <th scope="col" class="num">Size</th>
-              <th scope="col">
-                <span class="sr-only">Download</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {(exports.data ?? []).map((j) => {
-              const d = j.data as { bytes?: number } | null;
-              const p = j.payload as { database?: string } | null;
-              return (
-                <tr key={j.id} data-export={j.id}>
-                  <td>{p?.database ?? inst.database}</td>
-                  <td>
-                    <StatusBadge status={j.status} />
-                  </td>
-                  <td>{ago(j.finished_at ?? j.created_at)}</td>
-                  <td class="num">{d?.bytes != null ? bytes(d.bytes) : "–"}</td>
-                  <td>
-                    {j.status === "succeeded" && (
-                      <button type="button" onClick={() => void download(j)} aria-label={`Download the export of ${p?.database ?? inst.database} ${ago(j.finished_at)}`}>
-                        Download
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
+        <Table label="Exports" columns={["Database", "State", "Made", { label: "Size", class: "num" }, { label: "Download", hidden: true }]}>
+          {(exports.data ?? []).map((j) => {
+            const d = j.data as { bytes?: number } | null;
+            const p = j.payload as { database?: string } | null;
+            return (
+              <tr key={j.id} data-export={j.id}>
+                <td>{p?.database ?? inst.database}</td>
+                <td>
+                  <StatusBadge status={j.status} />
+                </td>
+                <td>{ago(j.finished_at ?? j.created_at)}</td>
+                <td class="num">{d?.bytes != null ? bytes(d.bytes) : "–"}</td>
+                <td>
+                  {j.status === "succeeded" && (
+                    <button type="button" onClick={() => void download(j)} aria-label={`Download the export of ${p?.database ?? inst.database} ${ago(j.finished_at)}`}>
+                      Download
+                    </button>
+                  )}
+                </td>
+              </tr>
+            );
+          })}
+        </Table>
         {exports.data?.length === 0 && <p class="muted">No exports of this instance among the server's recent jobs.</p>}
       </div>
     </div>
