@@ -1,6 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Confirm, Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { manifestForm, manifestReturn, once, setupReturn } from "../lib/githost";
@@ -44,7 +44,18 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
   const [organization, setOrganization] = useState("");
   const [busy, setBusy] = useState("");
   const [installation, setInstallation] = useState("");
-  const [confirm, setConfirm] = useState(false);
+  const confirm = useConfirm((name: string) => ({
+    title: "Disconnect the git host app",
+    object: name,
+    action: "Disconnect",
+    run: () => run("Disconnecting…", async () => setGone(await ok(api.DELETE("/api/v1/githost/app")))),
+    children: (
+      <p>
+        Capstan forgets its credentials and installations. Applications from git keep running; their next deploys fail until an app is
+        connected again.
+      </p>
+    ),
+  }));
   const [gone, setGone] = useState<Schemas["Disconnection"] | null>(null);
   const admin = currentUser()?.admin ?? false;
   const errs = fieldErrors(problem);
@@ -96,28 +107,18 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
           </p>
           {installs.length > 0 ? (
             <div class="scroll-x">
-              <table class="plain" aria-label="Installations">
-                <thead>
-                  <tr>
-                    <th scope="col">Account</th>
-                    <th scope="col">Repositories</th>
-                    <th scope="col">Installation</th>
-                    <th scope="col">Recorded</th>
+              <Table label="Installations" columns={["Account", "Repositories", "Installation", "Recorded"]}>
+                {installs.map((i) => (
+                  <tr key={i.id} data-installation={i.id}>
+                    <td>
+                      {i.account} <span class="muted">({i.account_type})</span>
+                    </td>
+                    <td>{i.repository_selection === "selected" ? "selected ones" : i.repository_selection === "all" ? "all" : "?"}</td>
+                    <td>{i.id}</td>
+                    <td>{ago(i.created_at)}</td>
                   </tr>
-                </thead>
-                <tbody>
-                  {installs.map((i) => (
-                    <tr key={i.id} data-installation={i.id}>
-                      <td>
-                        {i.account} <span class="muted">({i.account_type})</span>
-                      </td>
-                      <td>{i.repository_selection === "selected" ? "selected ones" : i.repository_selection === "all" ? "all" : "?"}</td>
-                      <td>{i.id}</td>
-                      <td>{ago(i.created_at)}</td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+                ))}
+              </Table>
             </div>
           ) : (
             <p>Not installed anywhere yet: install it on the accounts whose repositories you deploy.</p>
@@ -127,7 +128,7 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
               <a class="button primary" href={s.app.install_url}>
                 Install on an account
               </a>
-              <button type="button" class="danger" disabled={!!busy} onClick={() => setConfirm(true)}>
+              <button type="button" class="danger" disabled={!!busy} onClick={() => confirm.ask(s.app!.name)}>
                 Disconnect…
               </button>
             </div>
@@ -182,19 +183,7 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
       <p class="muted">
         Webhook address for pushes: <code>{s.webhook_url}</code>
       </p>
-      {confirm && s.app && (
-        <Confirm title="Disconnect the git host app" object={s.app.name} action="Disconnect"
-          onCancel={() => setConfirm(false)}
-          onConfirm={() => {
-            setConfirm(false);
-            void run("Disconnecting…", async () => setGone(await ok(api.DELETE("/api/v1/githost/app"))));
-          }}>
-          <p>
-            Capstan forgets its credentials and installations. Applications from git keep running; their next deploys fail until an
-            app is connected again.
-          </p>
-        </Confirm>
-      )}
+      {confirm.dialog}
     </div>
   );
 }
