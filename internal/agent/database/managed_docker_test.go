@@ -22,24 +22,34 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// TestManagedCreateIsIdempotent runs db.create twice for one Redis
-// instance on the real Docker engine: the retry reuses the volume and the
-// container (same id, same port) and the instance answers with the
-// password of the job's secrets. db.remove with purge then removes both.
-func TestManagedCreateIsIdempotent(t *testing.T) {
-	cli := testlab.Docker(t)
-	image := testlab.EngineImage(t, "redis")
+// managedRedisRig is what a test of a managed Redis instance on the real
+// Docker engine needs: the engine, the Redis image, a fresh instance id
+// with its container and volume names (both removed when the test ends),
+// and the managed-database job executors.
+func managedRedisRig(t *testing.T) (cli *client.Client, image, id, name, volume string, r agent.Registry) {
+	t.Helper()
+	cli = testlab.Docker(t)
+	image = testlab.EngineImage(t, "redis")
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	id := "db_test" + hex.EncodeToString(b[:])
-	name, volume := "capstan-db-agenttest-"+hex.EncodeToString(b[:]), "capstan-db-"+id
+	id = "db_test" + hex.EncodeToString(b[:])
+	name, volume = "capstan-db-agenttest-"+hex.EncodeToString(b[:]), "capstan-db-"+id
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_, _ = cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 		_, _ = cli.VolumeRemove(ctx, volume, client.VolumeRemoveOptions{Force: true})
 	})
-	r := agent.Registry{}
+	r = agent.Registry{}
 	(&database.Managed{Host: testlab.DockerHost()}).Register(r)
+	return cli, image, id, name, volume, r
+}
+
+// TestManagedCreateIsIdempotent runs db.create twice for one Redis
+// instance on the real Docker engine: the retry reuses the volume and the
+// container (same id, same port) and the instance answers with the
+// password of the job's secrets. db.remove with purge then removes both.
+func TestManagedCreateIsIdempotent(t *testing.T) {
+	cli, image, id, name, volume, r := managedRedisRig(t)
 	run := func(jobType string, payload any) ([]byte, error) {
 		t.Helper()
 		pl, err := json.Marshal(payload)
@@ -104,19 +114,7 @@ func TestManagedCreateIsIdempotent(t *testing.T) {
 // agent is saved there and outlives a restart the agent has no part in
 // (as the host's reboot).
 func TestManagedRedisGetsItsACLFile(t *testing.T) {
-	cli := testlab.Docker(t)
-	image := testlab.EngineImage(t, "redis")
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	id := "db_test" + hex.EncodeToString(b[:])
-	name, volume := "capstan-db-agenttest-"+hex.EncodeToString(b[:]), "capstan-db-"+id
-	t.Cleanup(func() {
-		ctx := context.Background()
-		_, _ = cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
-		_, _ = cli.VolumeRemove(ctx, volume, client.VolumeRemoveOptions{Force: true})
-	})
-	r := agent.Registry{}
-	(&database.Managed{Host: testlab.DockerHost()}).Register(r)
+	cli, image, id, name, volume, r := managedRedisRig(t)
 	const password = "s3cret"
 	runErr := func(jobType string, payload any) ([]byte, error) {
 		pl, err := json.Marshal(payload)
