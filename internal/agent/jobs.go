@@ -15,32 +15,40 @@ import (
 )
 
 // dispatch starts a claimed job, unless this process already started the
-// same id: a job running now is ignored, a finished one is completed again
-// with its remembered result (or ignored if it is no longer kept).
+// same id: a finished one is completed again with its remembered result
+// (also while the first delivery of that result is still on its way), a
+// job running now is ignored, and so is a finished one whose result is no
+// longer kept.
 func (a *Agent) dispatch(job agentproto.Job) {
 	log := a.log.With("job_id", job.ID, "job_type", job.Type)
 	a.mu.Lock()
-	if _, running := a.active[job.ID]; running {
-		a.mu.Unlock()
-		log.Warn("job delivered again while it runs; ignored")
-		return
-	}
 	seen, res := a.recent.begin(job.ID)
-	if seen {
-		if res == nil {
-			a.mu.Unlock()
-			log.Warn("job delivered again; it already ran and its result is no longer kept; ignored")
-			return
+	_, active := a.active[job.ID]
+	switch {
+	case seen && res != nil:
+		if !active {
+			// Its result is delivered again: the job stays in the
+			// heartbeat's running ids until then.
+			a.active[job.ID] = struct{}{}
 		}
-		a.active[job.ID] = struct{}{}
 		a.mu.Unlock()
 		log.Info("job delivered again; reporting its remembered result")
 		a.jobs.Go(func() {
-			defer a.deactivate(job.ID)
+			if !active {
+				defer a.deactivate(job.ID)
+			}
 			if a.complete(log, job.ID, *res) {
 				a.pending.done(job.ID)
 			}
 		})
+		return
+	case seen && active:
+		a.mu.Unlock()
+		log.Warn("job delivered again while it runs; ignored")
+		return
+	case seen:
+		a.mu.Unlock()
+		log.Warn("job delivered again; it already ran and its result is no longer kept; ignored")
 		return
 	}
 	a.active[job.ID] = struct{}{}
