@@ -11,15 +11,16 @@ import (
 // Checkpoints, for SQLite. In WAL mode every commit appends pages to the
 // write-ahead log, and a checkpoint copies them back into the database
 // file (and, with synchronous=NORMAL, is the only step that waits for the
-// disk). SQLite's default runs a checkpoint inside the commit that takes
-// the log past 1,000 pages, so every few seconds under load one request's
-// commit, and every write queued behind the single writer, waited for a
-// copy and an fsync. The writer connection therefore never checkpoints
-// (wal_autocheckpoint=0), and a connection of its own checkpoints in the
-// background: PASSIVE, so it copies what no reader still needs without
-// ever blocking the writer or the readers. Once the whole log is copied,
-// the next commit starts it again from the beginning, so it does not
-// grow.
+// disk). SQLite runs a checkpoint inside the commit that takes the log
+// past 1,000 pages, so every few seconds under load one request's commit,
+// and every write queued behind the single writer, waited for a copy of
+// the whole log and an fsync. A connection of its own now checkpoints in
+// the background every second: PASSIVE, so it copies what no reader still
+// needs without blocking the writer or the readers. The writer's own
+// checkpoint stays on, and then finds (nearly) everything copied already:
+// it is what lets the log start again from the beginning, since only a
+// checkpoint that no write overlaps can catch up with the log's end, and
+// without it the log grows for as long as writes go on.
 
 // checkpointEvery is how often the background checkpoint runs.
 const checkpointEvery = time.Second

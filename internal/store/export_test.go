@@ -43,9 +43,3 @@ func (s *Store) MarkMetricHour(ctx context.Context, serverID string, hour int64)
 	return err
 }
 
-// WriterPragma reads a pragma of the writer connection.
-func (s *Store) WriterPragma(ctx context.Context, name string) (int64, error) {
-	var v int64
-	err := s.w.GetContext(ctx, &v, "PRAGMA "+name)
-	return v, err
-}

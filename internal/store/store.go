@@ -93,8 +93,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	}
 	base := "file:" + path + "?" + q.Encode()
 	obs := &atomic.Pointer[QueryObserver]{}
-	// The writer never checkpoints; see checkpoint.go.
-	w, err := openTimed("sqlite", base+"&_txlock=immediate&"+url.Values{"_pragma": {"wal_autocheckpoint(0)"}}.Encode(), obs)
+	w, err := openTimed("sqlite", base+"&_txlock=immediate", obs)
 	if err != nil {
 		return nil, err
 	}
