@@ -42,4 +42,3 @@ func (s *Store) MarkMetricHour(ctx context.Context, serverID string, hour int64)
 		ON CONFLICT (server_id, hour) DO NOTHING`), serverID, hour)
 	return err
 }
-
