@@ -804,7 +804,7 @@ export interface paths {
         };
         /**
          * Where the provider sends the browser back (the OAuth redirect URI)
-         * @description Register {public_url}/api/v1/backups/clouddrive/callback as the OAuth client's redirect URI. The browser lands here from the consent screen with ?code=&state= (or ?error=). The state must be unused, unexpired, carried by the browser that started the sign-in (its cookie), and its session still signed in as an administrator; otherwise 422 and nothing is stored. The code is exchanged with the PKCE verifier, the refresh token stored encrypted (never shown), and a small page says the drive is connected. 422 when the consent was declined, the code refused or the drive permission not granted; 409 when a drive is connected already; 502 when the provider fails.
+         * @description Register {public_url}/api/v1/backups/clouddrive/callback as the OAuth client's redirect URI. The browser lands here from the consent screen with ?code=&state= (or ?error=). The state must be unused, unexpired, carried by the browser that started the sign-in (its cookie), and its session still signed in as an administrator; otherwise 422 and nothing is stored. The code is exchanged with the PKCE verifier, the refresh token stored encrypted (never shown), and a small page says the drive is connected and links back to the console's backup storage. 422 when the consent was declined, the code refused or the drive permission not granted; 409 when a drive is connected already; 502 when the provider fails.
          *
          *     No credentials needed.
          */
