@@ -61,11 +61,13 @@ func startControlPlane(t *testing.T, url string, key *secrets.Key) controlPlane 
 	return controlPlane{jobs: js, servers: srvs}
 }
 
-// TestBusAcrossControlPlanes: two control planes on one PostgreSQL
-// database. A job queued through one wakes the claim waiting in the other
-// at once; a job finished through one wakes the readers waiting in the
-// other; a revocation through one refuses the agent's token in the other.
-func TestBusAcrossControlPlanes(t *testing.T) {
+// busAdmin is the administrator the bus tests act as.
+var busAdmin = audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
+
+// twoControlPlanes starts two control planes on one migrated PostgreSQL
+// database and enrolls a server through the first.
+func twoControlPlanes(t *testing.T) (a, b controlPlane, enrolled agentproto.EnrollResponse) {
+	t.Helper()
 	ctx := context.Background()
 	url := storetest.DatabaseURL(t, store.Postgres)
 	migrated, err := store.Open(ctx, url, t.TempDir())
@@ -77,18 +79,27 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 	}
 	migrated.Close()
 	key := secrets.GenerateKey()
-	a, b := startControlPlane(t, url, key), startControlPlane(t, url, key)
+	a, b = startControlPlane(t, url, key), startControlPlane(t, url, key)
+	e, err := a.servers.CreateEnrollment(ctx, busAdmin, audit.Entry{}, "web-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrolled, err = a.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b, enrolled
+}
 
-	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
-	e, err := a.servers.CreateEnrollment(ctx, admin, audit.Entry{}, "web-1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enrolled, err := a.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+// TestBusAcrossControlPlanes: two control planes on one PostgreSQL
+// database. A job queued through one wakes the claim waiting in the other
+// at once; a job finished through one wakes the readers waiting in the
+// other; a revocation through one refuses the agent's token in the other.
+func TestBusAcrossControlPlanes(t *testing.T) {
+	ctx := context.Background()
+	a, b, enrolled := twoControlPlanes(t)
 	serverID := enrolled.ServerID
+
 
 	// The agent waits on B (30 s); the job is queued on A.
 	type claim struct {
@@ -141,7 +152,7 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.servers.Revoke(ctx, admin, audit.Entry{}, serverID); err != nil {
+	if _, err := a.servers.Revoke(ctx, busAdmin, audit.Entry{}, serverID); err != nil {
 		t.Fatal(err)
 	}
 	testlab.Eventually(t, 5*time.Second, "B refusing the revoked agent's token", func() bool {
@@ -156,26 +167,7 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 // server; stopping B's claims wakes it once more.
 func TestWaitQueuedAcrossControlPlanes(t *testing.T) {
 	ctx := context.Background()
-	url := storetest.DatabaseURL(t, store.Postgres)
-	migrated, err := store.Open(ctx, url, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrated.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	migrated.Close()
-	key := secrets.GenerateKey()
-	a, b := startControlPlane(t, url, key), startControlPlane(t, url, key)
-	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
-	e, err := a.servers.CreateEnrollment(ctx, admin, audit.Entry{}, "web-1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enrolled, err := a.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b, enrolled := twoControlPlanes(t)
 	serverID := enrolled.ServerID
 
 	woken := make(chan struct{}, 1)
@@ -205,7 +197,7 @@ func TestWaitQueuedAcrossControlPlanes(t *testing.T) {
 	if got, ok, err := b.jobs.ClaimNow(ctx, serverID); !ok || err != nil || got.ID != j.ID {
 		t.Fatalf("claim on B after the wake: %v %v %s, want job %s", ok, err, got.ID, j.ID)
 	}
-	if _, err := a.servers.Revoke(ctx, admin, audit.Entry{}, serverID); err != nil {
+	if _, err := a.servers.Revoke(ctx, busAdmin, audit.Entry{}, serverID); err != nil {
 		t.Fatal(err)
 	}
 	wake("the revocation on A")
