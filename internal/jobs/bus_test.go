@@ -100,7 +100,6 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 	a, b, enrolled := twoControlPlanes(t)
 	serverID := enrolled.ServerID
 
-
 	// The agent waits on B (30 s); the job is queued on A.
 	type claim struct {
 		j   jobs.Job
