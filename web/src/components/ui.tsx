@@ -137,11 +137,17 @@ export function Tabs<T extends string>(props: { label: string; tabs: { id: T; la
 }
 
 // Column is a table's column heading: its text, or its text with a class
-// (num for figures) or shown to screen readers only (an actions column).
-export type Column = string | { label: string; class?: string; hidden?: boolean } | null | false;
+// (num for figures), shown to screen readers only (an actions column), or
+// with a note under it (a result column's type, say). A label may be
+// computed markup; the key then names the column.
+export type Column =
+  | string
+  | { label: ComponentChildren; key?: string | number; class?: string; hidden?: boolean; note?: ComponentChildren }
+  | null
+  | false;
 
 // Table is a list's table: its headings (a falsy one is left out), its
-// rows, and what to say when it has none.
+// rows, and what to say when it has none (shown only when given).
 export function Table(props: { label: string; columns: Column[]; children: ComponentChildren; empty?: ComponentChildren; class?: string }) {
   return (
     <>
@@ -152,8 +158,9 @@ export function Table(props: { label: string; columns: Column[]; children: Compo
               if (!c) return null;
               const col = typeof c === "string" ? { label: c } : c;
               return (
-                <th key={i} scope="col" class={col.class}>
+                <th key={col.key ?? i} scope="col" class={col.class || undefined}>
                   {col.hidden ? <span class="sr-only">{col.label}</span> : col.label}
+                  {col.note != null && <small class="col-note">{col.note}</small>}
                 </th>
               );
             })}

@@ -1,7 +1,7 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { lazy } from "../components/lazy";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
@@ -60,41 +60,28 @@ export function Apps() {
       {!data && !res.problem && <Loading what="applications" />}
       {data && (
         <div class="card scroll-x">
-          <table class="plain" aria-label="Applications">
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Status</th>
-                <th scope="col">Kind</th>
-                <th scope="col">Server</th>
-                <th scope="col">Source</th>
-                <th scope="col">Updated</th>
+          <Table
+            label="Applications"
+            columns={["Name", "Status", "Kind", "Server", "Source", "Updated"]}
+            empty={data.apps.length === 0 && `No applications yet.${admin ? " Create one from an image, a git repository, a compose document or as a service." : ""}`}
+          >
+            {data.apps.map((a) => (
+              <tr key={a.id} data-app={a.name}>
+                <td>
+                  <Link href={"/applications/" + a.id}>{a.name}</Link>
+                </td>
+                <td>
+                  <StatusBadge status={a.status} />
+                </td>
+                <td>{kindLabel[a.kind]}</td>
+                <td>
+                  <Link href={"/servers/" + a.server_id}>{data.names.get(a.server_id) ?? a.server_id}</Link>
+                </td>
+                <td class="apps-source">{sourceText(a)}</td>
+                <td>{ago(a.updated_at)}</td>
               </tr>
-            </thead>
-            <tbody>
-              {data.apps.map((a) => (
-                <tr key={a.id} data-app={a.name}>
-                  <td>
-                    <Link href={"/applications/" + a.id}>{a.name}</Link>
-                  </td>
-                  <td>
-                    <StatusBadge status={a.status} />
-                  </td>
-                  <td>{kindLabel[a.kind]}</td>
-                  <td>
-                    <Link href={"/servers/" + a.server_id}>{data.names.get(a.server_id) ?? a.server_id}</Link>
-                  </td>
-                  <td class="apps-source">{sourceText(a)}</td>
-                  <td>{ago(a.updated_at)}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-          {data.apps.length === 0 && (
-            <p class="muted">
-              No applications yet.{admin ? " Create one from an image, a git repository, a compose document or as a service." : ""}
-            </p>
-          )}
+            ))}
+          </Table>
         </div>
       )}
       {admin && <GitHostCard />}

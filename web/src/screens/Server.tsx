@@ -2,7 +2,7 @@ import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
 import { Logs } from "./Logs";
-import { Link, Loading, ProblemBox, StatusBadge, Tabs, useConfirm } from "../components/ui";
+import { Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago, bytes, percent } from "../lib/format";
 import { newestJob, serverStatusAfter, useLive } from "../lib/live";
@@ -163,94 +163,60 @@ export function ServerDetail({ id }: { id: string }) {
       )}
       {tab === "services" && (
         <div class="card scroll-x">
-          <table class="plain">
-            <caption class="sr-only">Services</caption>
-            <thead>
-              <tr>
-                <th scope="col">Unit</th>
-                <th scope="col">State</th>
-                <th scope="col">Description</th>
-                {admin && <th scope="col">Actions</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {(inv?.services ?? []).map((s) => (
-                <tr key={s.name}>
-                  <td>{s.name}</td>
+          <Table label="Services" columns={["Unit", "State", "Description", admin && "Actions"]}
+            empty={!inv?.services?.length && "No services reported."}>
+            {(inv?.services ?? []).map((s) => (
+              <tr key={s.name}>
+                <td>{s.name}</td>
+                <td>
+                  {s.active_state} ({s.sub_state})
+                </td>
+                <td>{s.description}</td>
+                {admin && (
                   <td>
-                    {s.active_state} ({s.sub_state})
+                    <Actions kind="service" name={s.name} onAct={ask} />
                   </td>
-                  <td>{s.description}</td>
-                  {admin && (
-                    <td>
-                      <Actions kind="service" name={s.name} onAct={ask} />
-                    </td>
-                  )}
-                </tr>
-              ))}
-            </tbody>
-          </table>
-          {!inv?.services?.length && <p class="muted">No services reported.</p>}
+                )}
+              </tr>
+            ))}
+          </Table>
         </div>
       )}
       {tab === "containers" && (
         <div class="card scroll-x">
-          <table class="plain">
-            <caption class="sr-only">Containers</caption>
-            <thead>
-              <tr>
-                <th scope="col">Name</th>
-                <th scope="col">Image</th>
-                <th scope="col">State</th>
-                <th scope="col">Restarts</th>
-                {admin && <th scope="col">Actions</th>}
-              </tr>
-            </thead>
-            <tbody>
-              {(inv?.containers ?? []).map((c) => (
-                <tr key={c.id} data-container={c.name}>
-                  <td>{c.name}</td>
-                  <td>{c.image}</td>
+          <Table label="Containers" columns={["Name", "Image", "State", "Restarts", admin && "Actions"]}
+            empty={!inv?.containers?.length && "No containers reported."}>
+            {(inv?.containers ?? []).map((c) => (
+              <tr key={c.id} data-container={c.name}>
+                <td>{c.name}</td>
+                <td>{c.image}</td>
+                <td>
+                  {c.state} <span class="muted">{c.status}</span>
+                </td>
+                <td>{c.restart_count}</td>
+                {admin && (
                   <td>
-                    {c.state} <span class="muted">{c.status}</span>
+                    <Actions kind="container" name={c.name} onAct={ask} />
                   </td>
-                  <td>{c.restart_count}</td>
-                  {admin && (
-                    <td>
-                      <Actions kind="container" name={c.name} onAct={ask} />
-                    </td>
-                  )}
-                </tr>
-              ))}
-            </tbody>
-          </table>
-          {!inv?.containers?.length && <p class="muted">No containers reported.</p>}
+                )}
+              </tr>
+            ))}
+          </Table>
         </div>
       )}
       {tab === "ports" && (
         <div class="card scroll-x">
-          <table class="plain">
-            <caption class="sr-only">Listening ports</caption>
-            <thead>
-              <tr>
-                <th scope="col">Port</th>
-                <th scope="col">Protocol</th>
-                <th scope="col">Address</th>
-                <th scope="col">Process</th>
+          <Table label="Listening ports" columns={["Port", "Protocol", "Address", "Process"]}
+            empty={!inv?.ports?.length && "No listening ports reported."}>
+            {(inv?.ports ?? []).map((p) => (
+              <tr key={`${p.protocol}/${p.address}/${p.port}`}>
+                <td>{p.port}</td>
+                <td>{p.protocol}</td>
+                <td>{p.address}</td>
+                <td>{p.process ?? "–"}</td>
               </tr>
-            </thead>
-            <tbody>
-              {(inv?.ports ?? []).map((p) => (
-                <tr key={`${p.protocol}/${p.address}/${p.port}`}>
-                  <td>{p.port}</td>
-                  <td>{p.protocol}</td>
-                  <td>{p.address}</td>
-                  <td>{p.process ?? "–"}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-          {!inv?.ports?.length && <p class="muted">No listening ports reported.</p>}
+            ))}
+          </Table>
         </div>
       )}
       {tab === "logs" && admin && (

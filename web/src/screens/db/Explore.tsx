@@ -110,32 +110,20 @@ export function Explore({ inst }: { inst: Instance }) {
       {columns && (
         <div class="card scroll-x">
           <h2>Columns of {columns.table}</h2>
-          <table class="plain" aria-label={`Columns of ${columns.table}`}>
-            <thead>
-              <tr>
-                <th scope="col">Column</th>
-                <th scope="col">Type</th>
-                <th scope="col">Null</th>
-                <th scope="col">Default</th>
-                <th scope="col">Key</th>
-                <th scope="col">Indexes</th>
+          <Table label={`Columns of ${columns.table}`} columns={["Column", "Type", "Null", "Default", "Key", "Indexes"]}>
+            {(columns.data.columns ?? []).map((c) => (
+              <tr key={c.name}>
+                <td>{c.name}</td>
+                <td>
+                  <code>{c.type}</code>
+                </td>
+                <td>{c.nullable ? "yes" : "no"}</td>
+                <td>{c.default ?? "–"}</td>
+                <td>{[c.primary_key ? "primary" : "", c.references ? `→ ${c.references}` : ""].filter(Boolean).join(" ") || "–"}</td>
+                <td>{(c.indexes ?? []).join(", ") || "–"}</td>
               </tr>
-            </thead>
-            <tbody>
-              {(columns.data.columns ?? []).map((c) => (
-                <tr key={c.name}>
-                  <td>{c.name}</td>
-                  <td>
-                    <code>{c.type}</code>
-                  </td>
-                  <td>{c.nullable ? "yes" : "no"}</td>
-                  <td>{c.default ?? "–"}</td>
-                  <td>{[c.primary_key ? "primary" : "", c.references ? `→ ${c.references}` : ""].filter(Boolean).join(" ") || "–"}</td>
-                  <td>{(c.indexes ?? []).join(", ") || "–"}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
       {data?.what === "databases" && (

@@ -157,26 +157,15 @@ export function Keys({ inst }: { inst: Instance }) {
             {value.type === "string" ? (
               <pre class="kv-string">{value.string}</pre>
             ) : (
-              <table class="plain" aria-label={`Items of ${value.key}`}>
-                <thead>
-                  <tr>
-                    {rows.columns.map((c) => (
-                      <th key={c} scope="col">
-                        {c}
-                      </th>
+              <Table label={`Items of ${value.key}`} columns={rows.columns}>
+                {rows.rows.map((r, i) => (
+                  <tr key={i}>
+                    {r.map((c, j) => (
+                      <td key={j}>{c}</td>
                     ))}
                   </tr>
-                </thead>
-                <tbody>
-                  {rows.rows.map((r, i) => (
-                    <tr key={i}>
-                      {r.map((c, j) => (
-                        <td key={j}>{c}</td>
-                      ))}
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
+                ))}
+              </Table>
             )}
           </div>
         )}

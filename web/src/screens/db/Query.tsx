@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, ok } from "../../api/client";
-import { ProblemBox } from "../../components/ui";
+import { ProblemBox, Table } from "../../components/ui";
 import { cellText, errorAt, numericType, offsetOf, type JobResult } from "../../lib/db";
 import { duration } from "../../lib/format";
 import { asProblem, type Problem } from "../../lib/problem";
@@ -221,29 +221,18 @@ function Grid({ r, readonly }: { r: Result; readonly: boolean }) {
       ))}
       {cols.length > 0 && (
         <div class="scroll-x grid-box">
-          <table class="plain result-grid" aria-label="Result">
-            <thead>
-              <tr>
-                {cols.map((c, i) => (
-                  <th key={i} scope="col" class={numericType(c.type) ? "num" : ""}>
-                    {c.name}
-                    <small class="coltype">{c.type}</small>
-                  </th>
+          <Table label="Result" class="result-grid"
+            columns={cols.map((c, i) => ({ label: c.name, note: c.type, class: numericType(c.type) ? "num" : undefined }))}>
+            {(r.rows ?? []).map((row, i) => (
+              <tr key={i}>
+                {row.map((v, j) => (
+                  <td key={j} class={(numericType(cols[j]?.type ?? "") ? "num" : "") + (v === null ? " null" : "")}>
+                    {cellText(v)}
+                  </td>
                 ))}
               </tr>
-            </thead>
-            <tbody>
-              {(r.rows ?? []).map((row, i) => (
-                <tr key={i}>
-                  {row.map((v, j) => (
-                    <td key={j} class={(numericType(cols[j]?.type ?? "") ? "num" : "") + (v === null ? " null" : "")}>
-                      {cellText(v)}
-                    </td>
-                  ))}
-                </tr>
-              ))}
-            </tbody>
-          </table>
+            ))}
+          </Table>
         </div>
       )}
     </div>
