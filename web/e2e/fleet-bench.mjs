@@ -6,6 +6,23 @@
 //
 //   CAPSTAN_URL=http://127.0.0.1:8080 CAPSTAN_EMAIL=… CAPSTAN_PASSWORD=… \
 //   CAPSTAN_TOTP_SECRET=… node e2e/fleet-bench.mjs
+//
+// The figures with 10,000 servers, on a machine doing nothing else:
+//   1. `make build` (with the console), and
+//      `go build -o bin/capstan-fleetsim ./cmd/capstan-fleetsim`.
+//   2. A fresh data directory: `capstan migrate`, then two administrators
+//      with `capstan user create --email … --admin --password-stdin --json`
+//      (each prints its TOTP secret): one for the simulator, one for the
+//      browser (a TOTP code is accepted once).
+//   3. `capstan serve --data-dir … --listen 127.0.0.1:PORT`, and against it
+//      `capstan-fleetsim --url … --email … --agents 10000 --ramp 1m
+//      --duration 3m --heartbeat 10s --metrics 15s` (password and secret in
+//      CAPSTAN_FLEETSIM_PASSWORD and CAPSTAN_FLEETSIM_TOTP_SECRET; it makes
+//      its own enrollment tokens).
+//   4. Once the ramp is over (the simulator's progress shows every agent
+//      enrolled), this script with CAPSTAN_RUNS=5 from web/. It prints the
+//      runs, median and max of both first renders, the scroll frame
+//      p50/p95/max, the servers request and the JavaScript loaded.
 import { launch, totp } from "./lib.mjs";
 
 const url = process.env.CAPSTAN_URL;
@@ -41,6 +58,9 @@ try {
           apiMs: api ? api.responseEnd - api.startTime : null, apiBytes: api ? api.encodedBodySize : null,
           apiJSONBytes: api ? api.decodedBodySize : null, apiPath: api ? new URL(api.name).pathname : null,
           afterResponse: api ? done.startTime - api.responseEnd : null,
+          // The JavaScript the page loaded, as sent (gzip) and unpacked.
+          jsBytes: performance.getEntriesByType("resource").filter((e) => new URL(e.name).pathname.endsWith(".js")).reduce((n, e) => n + e.encodedBodySize, 0),
+          jsFiles: performance.getEntriesByType("resource").filter((e) => new URL(e.name).pathname.endsWith(".js")).length,
         };
       }),
     );
@@ -63,11 +83,13 @@ try {
   const sorted = [...frames].sort((a, b) => a - b);
   const q = (p) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))];
   const med = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+  const figures = (xs) => ({ runs: xs.map(Math.round), median: Math.round(med(xs)), max: Math.round(Math.max(...xs)) });
   console.log(JSON.stringify({
     servers: loads[0].count,
     rowsRendered: loads[0].rows,
-    firstRenderFromNavigationMs: { runs: loads.map((l) => Math.round(l.fromNavigation)), median: Math.round(med(loads.map((l) => l.fromNavigation))) },
-    fetchAndRenderMs: { runs: loads.map((l) => Math.round(l.fetchAndRender)), median: Math.round(med(loads.map((l) => l.fetchAndRender))) },
+    firstRenderFromNavigationMs: figures(loads.map((l) => l.fromNavigation)),
+    fetchAndRenderMs: figures(loads.map((l) => l.fetchAndRender)),
+    firstLoadJS: { files: loads[0].jsFiles, bytes: loads[0].jsBytes },
     serversRequestMs: {
       path: loads[0].apiPath, runs: loads.map((l) => Math.round(l.apiMs)), median: Math.round(med(loads.map((l) => l.apiMs))),
       bytes: loads[0].apiBytes, jsonBytes: loads[0].apiJSONBytes,
