@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	capagent "github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -48,9 +47,9 @@ type agent struct {
 	serverID string
 	token    string
 	born     time.Time
-	// hc is the agent's own HTTP client, as a real agent's: its claim
-	// long poll keeps one connection, and each report takes one that the
-	// control plane closes after answering.
+	// hc is the agent's own HTTP client, on the wire as a real agent's:
+	// its claim long poll keeps one connection, and each report takes one
+	// that the control plane closes after answering (see transport.go).
 	hc *http.Client
 
 	running atomic.Value // string: the id of the job being run, "" when none
@@ -69,7 +68,7 @@ type agent struct {
 func newAgent(s *sim, idx int) *agent {
 	rng := rand.New(rand.NewPCG(s.seed, uint64(idx)))
 	cp := pin(idx, len(s.urls))
-	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng, hc: capagent.NewHTTPClient(),
+	a := &agent{sim: s, idx: idx, name: fmt.Sprintf("sim-%s-%05d", s.runID, idx), rng: rng, hc: &http.Client{Transport: newAgentTransport()},
 		cp: cp, base: s.urls[cp]}
 	a.cpu = 5 + rng.Float64()*40
 	a.load = a.cpu / 25

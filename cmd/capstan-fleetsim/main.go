@@ -39,6 +39,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	_ "net/http/pprof" // --debug-pprof-listen
 	"net/url"
 	"os"
 	"os/signal"
@@ -78,6 +79,7 @@ type config struct {
 	EvalEvery   time.Duration
 	KillAfter   time.Duration
 	RestartCmd  string
+	PprofListen string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -107,6 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.KillAfter, "kill-after", 0, "restart storm: this long into the run, kill the control plane (--pid) with SIGKILL and run --restart-cmd; the report has the curve of agents cut off and back (0: no kill)")
 	fs.IntVar(&c.KillIndex, "kill-index", 0, "with several --url, which control plane --kill-after kills and --restart-cmd starts again, counted from 0 in --url order")
 	fs.StringVar(&c.RestartCmd, "restart-cmd", "", "shell command (sh -c) that starts the control plane again after --kill-after; it should exec it, so that its process id is the control plane's")
+	fs.StringVar(&c.PprofListen, "debug-pprof-listen", "", "serve the simulator's own net/http/pprof on this loopback address (host:port), to tell its stalls from the control plane's (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -119,6 +122,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.PIDs, err = parsePIDs(c.PID, len(c.URLs)); err != nil {
 		return c, err
+	}
+	if c.PprofListen != "" {
+		if host, _, err := net.SplitHostPort(c.PprofListen); err != nil || checkLoopback("http://"+c.PprofListen) != nil {
+			return c, fmt.Errorf("--debug-pprof-listen must be a loopback host:port, not %q", host)
+		}
 	}
 	switch {
 	case c.Agents < 1:
@@ -187,6 +195,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.PprofListen != "" {
+		ln, err := net.Listen("tcp", cfg.PprofListen)
+		if err != nil {
+			fmt.Fprintln(stderr, "capstan-fleetsim:", err)
+			return 2
+		}
+		// The default mux holds net/http/pprof's handlers (imported for
+		// this); nothing else is served there.
+		go http.Serve(ln, http.DefaultServeMux) //nolint:errcheck,gosec // ends with the process
+		defer ln.Close()
+	}
 	rep, err := simulate(ctx, cfg, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "capstan-fleetsim:", err)
