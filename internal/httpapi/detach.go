@@ -166,7 +166,7 @@ func (d *Detached) Respond(status int, contentType string, body []byte, keepAliv
 	} else {
 		d.srv.deps.Conns.Drop(d.conn)
 	}
-	d.srv.observe(d.method, d.path, d.pattern, d.id, d.ip, status, int64(len(body)), d.start)
+	d.srv.observe(d.method, d.path, d.pattern, d.id, d.ip, status, int64(len(body)), d.start, false)
 }
 
 // RespondJSON answers with v as JSON (see Respond).

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +28,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/stream"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // testPassword passes the password rules.
@@ -507,5 +510,58 @@ func TestProblemsInProcess(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// A request whose client went away before the answer (a browser leaving
+// the page) is answered 503 request-cancelled and logged as such, not as
+// a server error; a real internal error still is.
+func TestAbandonedRequestIsNoServerError(t *testing.T) {
+	e := newTestEnv(t, envOptions{})
+	entered := make(chan struct{})
+	op(e.srv, huma.Operation{OperationID: "test-slow", Method: http.MethodGet, Path: "/test/slow"}, Public,
+		func(ctx context.Context, _ *struct{}) (*healthOutput, error) {
+			close(entered)
+			<-ctx.Done()
+			return nil, fmt.Errorf("reading: %w", ctx.Err())
+		})
+	op(e.srv, huma.Operation{OperationID: "test-broken", Method: http.MethodGet, Path: "/test/broken"}, Public,
+		func(context.Context, *struct{}) (*healthOutput, error) { return nil, errors.New("broken") })
+	e.serve(t)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.ts.URL+"/test/slow", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		resp, err := e.ts.Client().Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned request: %v", err)
+	}
+	line := func(path string) map[string]any {
+		for _, l := range strings.Split(e.logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "request" && m["path"] == path {
+				return m
+			}
+		}
+		return nil
+	}
+	testlab.Eventually(t, 10*time.Second, "the abandoned request logged", func() bool { return line("/test/slow") != nil })
+	if m := line("/test/slow"); m["level"] != "INFO" || m["status"] != float64(http.StatusServiceUnavailable) {
+		t.Fatalf("abandoned request logged as %v", m)
+	}
+	expectProblem(t, e.request(t, http.MethodGet, "/test/broken", "", nil), http.StatusInternalServerError, "internal-error")
+	if m := line("/test/broken"); m == nil || m["level"] != "ERROR" {
+		t.Fatalf("internal error logged as %v", m)
 	}
 }

@@ -118,13 +118,15 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			sw.status = http.StatusOK
 		}
 		// The mux set r.Pattern when a route matched.
-		s.observe(r.Method, r.URL.Path, r.Pattern, id, ri.client.IP, sw.status, sw.bytes, start)
+		s.observe(r.Method, r.URL.Path, r.Pattern, id, ri.client.IP, sw.status, sw.bytes, start, r.Context().Err() != nil)
 	})
 }
 
 // observe accounts for an answered request: the request metrics and one
-// log line.
-func (s *Server) observe(method, path, pattern, id, ip string, status int, bytes int64, start time.Time) {
+// log line. gone is a request whose client went away before the answer
+// (a browser leaving the page): its 503 request-cancelled is no server
+// fault.
+func (s *Server) observe(method, path, pattern, id, ip string, status int, bytes int64, start time.Time, gone bool) {
 	took := time.Since(start)
 	if s.deps.Requests != nil {
 		s.deps.Requests.ObserveRequest(pattern, status, took)
@@ -139,7 +141,7 @@ func (s *Server) observe(method, path, pattern, id, ip string, status int, bytes
 	switch {
 	case agent && (status < 400 || status == http.StatusServiceUnavailable):
 		level = slog.LevelDebug
-	case status >= 500:
+	case status >= 500 && !gone:
 		level = slog.LevelError
 	}
 	ctx := context.Background()
