@@ -16,6 +16,9 @@ type PresenceStore interface {
 // ServerLister lists servers with their derived status.
 type ServerLister interface {
 	List(ctx context.Context) ([]servers.Server, error)
+	// ListStates lists them with their id, name, status and last
+	// heartbeat only.
+	ListStates(ctx context.Context) ([]servers.Server, error)
 	// WithStatus derives the status of servers read from the store.
 	WithStatus(list []servers.Server) []servers.Server
 }
@@ -40,7 +43,7 @@ func (p *Presence) Check(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	list, err := p.servers.List(ctx)
+	list, err := p.servers.ListStates(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -41,6 +41,7 @@ type Store interface {
 	CreateServer(ctx context.Context, s Server, enrollHash string, expires time.Time) error
 	Server(ctx context.Context, id string) (Server, error)
 	ListServers(ctx context.Context) ([]Server, error)
+	ListServerStates(ctx context.Context) ([]Server, error)
 	// ReplaceEnrollment sets a new enrollment token on a pending server;
 	// fault.Conflict when the server is not pending.
 	ReplaceEnrollment(ctx context.Context, id, enrollHash string, expires, now time.Time) (Server, error)

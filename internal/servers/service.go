@@ -233,6 +233,16 @@ func (s *Service) WithStatus(list []Server) []Server {
 	return list
 }
 
+// ListStates lists every server with its derived status, its name and
+// last heartbeat only (no tags or facts): what presence needs.
+func (s *Service) ListStates(ctx context.Context) ([]Server, error) {
+	list, err := s.store.ListServerStates(ctx)
+	for i := range list {
+		list[i] = s.withStatus(list[i])
+	}
+	return list, err
+}
+
 func (s *Service) List(ctx context.Context) ([]Server, error) {
 	list, err := s.store.ListServers(ctx)
 	for i := range list {

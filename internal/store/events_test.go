@@ -378,3 +378,44 @@ func TestPruneEventsKeepsPendingDeliveries(t *testing.T) {
 
 // quiet discards the dispatcher's log of failed attempts.
 var quiet = slog.New(slog.DiscardHandler)
+
+// ListServerStates gives what presence needs, the same as the full list:
+// id, name, status and last heartbeat of every server.
+func TestListServerStatesMatchesTheFullList(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := mustEnroll(t, s, "web-1", t0)
+		mustEnroll(t, s, "web-2", t0)
+		if err := s.TouchServer(ctx, a.ID, "1.2.3", nil, t0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		pending := servers.Server{ID: ids.New(ids.Server), Name: "later", Tags: []string{"x"}, Status: servers.Pending, CreatedAt: t0, UpdatedAt: t0}
+		if err := s.CreateServer(ctx, pending, ids.Hash(ids.New("ept")), t0.Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		full, err := s.ListServers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		states, err := s.ListServerStates(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(states) != len(full) || len(full) != 3 {
+			t.Fatalf("states %d, full %d, want 3", len(states), len(full))
+		}
+		for i, f := range full {
+			st := states[i]
+			if st.ID != f.ID || st.Name != f.Name || st.Status != f.Status || !equalTimes(st.LastSeenAt, f.LastSeenAt) {
+				t.Fatalf("server %d: states %+v, full %+v", i, st, f)
+			}
+		}
+	})
+}
+
+func equalTimes(a, b *time.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(*b)
+}

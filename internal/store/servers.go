@@ -98,6 +98,27 @@ func (s *Store) ListServers(ctx context.Context) ([]servers.Server, error) {
 	return out, nil
 }
 
+// ListServerStates lists every server with only what its presence needs:
+// id, name, stored status and last heartbeat (tags and facts, most of a
+// row, are left out). The presence check runs it every few seconds, and
+// with the whole rows it read and decoded every server's facts each time.
+func (s *Store) ListServerStates(ctx context.Context) ([]servers.Server, error) {
+	var rows []struct {
+		ID         string        `db:"id"`
+		Name       string        `db:"name"`
+		Status     string        `db:"status"`
+		LastSeenAt sql.NullInt64 `db:"last_seen_at"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT id, name, status, last_seen_at FROM servers ORDER BY id`); err != nil {
+		return nil, err
+	}
+	out := make([]servers.Server, len(rows))
+	for i, r := range rows {
+		out[i] = servers.Server{ID: r.ID, Name: r.Name, Status: r.Status, LastSeenAt: nullMS(r.LastSeenAt)}
+	}
+	return out, nil
+}
+
 // ReplaceEnrollment gives a pending server a new enrollment token.
 func (s *Store) ReplaceEnrollment(ctx context.Context, id, enrollHash string, expires, now time.Time) (servers.Server, error) {
 	var srv servers.Server
