@@ -43,6 +43,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"runtime"
 	"strconv"
 	"strings"
@@ -192,6 +193,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "capstan-fleetsim:", err)
 		return 2
+	}
+	if os.Getenv("GOGC") == "" {
+		// The simulator trades memory for fewer garbage collections: each
+		// collection's marking takes CPU from the control plane on the same
+		// machine and delays the simulated agents, and either shows up as
+		// the control plane's latency. Memory here is the simulator's, not
+		// the control plane's; GOGC in the environment overrides this.
+		debug.SetGCPercent(400)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
