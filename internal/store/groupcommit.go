@@ -3,18 +3,31 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jmoiron/sqlx"
 )
 
-// Group commit, for SQLite: the writes of many requests that arrive while
-// the writer is busy run in one transaction instead of one each. Every
-// transaction costs a BEGIN, a COMMIT that appends the changed pages to
-// the WAL, and now and then a checkpoint; with one writer connection and
-// a few hundred metric reports a second, that fixed cost is most of the
-// writer's time. A request still gets its answer only after its writes are
-// committed.
+// Group commit: the writes of many requests that arrive while the writers
+// are busy run in one transaction instead of one each. Every transaction
+// costs a BEGIN and a COMMIT that waits for its log to reach the disk (and,
+// on SQLite, now and then a checkpoint); with a few hundred metric reports
+// a second, that fixed cost is most of the writers' time. A request still
+// gets its answer only after its writes are committed.
+//
+// SQLite has one writer connection, so one loop runs the batches.
+// PostgreSQL runs several batches at once (pgLoops loops take from the one
+// queue), each in its own transaction and connection. There, batches and
+// other transactions lock the same rows: each unit names the rows it locks
+// by a key (a server's id), and a batch runs its units in key order, so
+// that every batch — of this process or of another control plane on the
+// same database — takes its row locks in one global order and two batches
+// never wait on each other in a cycle.
+
+// pgLoops is how many batches run at once on PostgreSQL.
+const pgLoops = 4
 
 // maxGroup bounds how many units one transaction runs.
 const maxGroup = 32
@@ -29,14 +42,16 @@ type writeUnit func(ctx context.Context, tx *sqlx.Tx) error
 
 type groupReq struct {
 	ctx  context.Context
+	key  string // the unit runs after the units of smaller keys in its batch
 	unit writeUnit
 	err  error
 	done chan struct{}
 }
 
 type groupCommitter struct {
-	s    *Store
-	reqs chan *groupReq
+	s     *Store
+	loops int
+	reqs  chan *groupReq
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -44,15 +59,23 @@ type groupCommitter struct {
 	exited    chan struct{} // closed when the loop has ended
 }
 
+// newGroupCommitter returns the group committer of s: one loop for
+// SQLite, pgLoops for PostgreSQL.
 func newGroupCommitter(s *Store) *groupCommitter {
-	return &groupCommitter{s: s, reqs: make(chan *groupReq, 1024), quit: make(chan struct{}), exited: make(chan struct{})}
+	loops := 1
+	if s.dialect == Postgres {
+		loops = pgLoops
+	}
+	return &groupCommitter{s: s, loops: loops, reqs: make(chan *groupReq, 1024), quit: make(chan struct{}), exited: make(chan struct{})}
 }
 
 // do runs unit in a write transaction shared with other requests' units
-// and returns once that transaction committed (or failed).
-func (g *groupCommitter) do(ctx context.Context, unit writeUnit) error {
-	g.startOnce.Do(func() { go g.loop() })
-	r := &groupReq{ctx: ctx, unit: unit, done: make(chan struct{})}
+// and returns once that transaction committed (or failed). key names the
+// rows the unit locks, in the order of the keys of the other units (see
+// above); units that lock rows of one server use its id.
+func (g *groupCommitter) do(ctx context.Context, key string, unit writeUnit) error {
+	g.startOnce.Do(g.start)
+	r := &groupReq{ctx: ctx, key: key, unit: unit, done: make(chan struct{})}
 	select {
 	case g.reqs <- r:
 	case <-ctx.Done():
@@ -80,8 +103,18 @@ func (g *groupCommitter) stop() {
 	<-g.exited
 }
 
+func (g *groupCommitter) start() {
+	var wg sync.WaitGroup
+	for range g.loops {
+		wg.Go(g.loop)
+	}
+	go func() {
+		wg.Wait()
+		close(g.exited)
+	}()
+}
+
 func (g *groupCommitter) loop() {
-	defer close(g.exited)
 	batch := make([]*groupReq, 0, maxGroup)
 	for {
 		var first *groupReq
@@ -119,6 +152,7 @@ func (g *groupCommitter) run(batch []*groupReq) {
 	if len(live) == 0 {
 		return
 	}
+	slices.SortStableFunc(live, func(a, b *groupReq) int { return strings.Compare(a.key, b.key) })
 	// The units run without their requests' contexts: a request that goes
 	// away must not abort the others' transaction.
 	ctx := context.Background()
@@ -137,6 +171,9 @@ func (g *groupCommitter) run(batch []*groupReq) {
 		}
 		return
 	}
+	// On PostgreSQL the failed statement aborted the transaction, which
+	// rolled back, so each unit starts again from nothing; a batch that
+	// lost a deadlock or serialization conflict also ends here.
 	for _, r := range live {
 		r.err = g.s.tx(ctx, func(tx *sqlx.Tx) error { return r.unit(ctx, tx) })
 		close(r.done)

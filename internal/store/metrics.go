@@ -192,14 +192,9 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 		}
 		return nil
 	}
-	var err error
-	if s.group != nil {
-		// SQLite: committed together with other reports that arrive
-		// meanwhile (see groupcommit.go).
-		err = s.group.do(ctx, unit)
-	} else {
-		err = s.tx(ctx, func(tx *sqlx.Tx) error { return unit(ctx, tx) })
-	}
+	// Committed together with other reports that arrive meanwhile (see
+	// groupcommit.go); the unit locks the server's rows only.
+	err := s.group.do(ctx, serverID, unit)
 	return len(inserted), err
 }
 

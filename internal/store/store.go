@@ -133,6 +133,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxIdleConns(16)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{dialect: Postgres, r: db, w: db, dsn: dsn, observer: obs}
+	s.group = newGroupCommitter(s)
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, err
