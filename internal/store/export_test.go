@@ -42,3 +42,7 @@ func (s *Store) MarkMetricHour(ctx context.Context, serverID string, hour int64)
 		ON CONFLICT (server_id, hour) DO NOTHING`), serverID, hour)
 	return err
 }
+
+// FailedGroups counts the write batches that failed and ran again unit by
+// unit.
+func (s *Store) FailedGroups() int64 { return s.group.failed.Load() }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -52,6 +53,9 @@ type groupCommitter struct {
 	s     *Store
 	loops int
 	reqs  chan *groupReq
+	// failed counts the batches of several units that failed and ran
+	// again unit by unit.
+	failed atomic.Int64
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -174,6 +178,7 @@ func (g *groupCommitter) run(batch []*groupReq) {
 	// On PostgreSQL the failed statement aborted the transaction, which
 	// rolled back, so each unit starts again from nothing; a batch that
 	// lost a deadlock or serialization conflict also ends here.
+	g.failed.Add(1)
 	for _, r := range live {
 		r.err = g.s.tx(ctx, func(tx *sqlx.Tx) error { return r.unit(ctx, tx) })
 		close(r.done)
