@@ -194,8 +194,12 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 	}
 	// Committed together with other reports that arrive meanwhile (see
 	// groupcommit.go); the unit locks the server's rows only.
-	err := s.group.do(ctx, serverID, unit)
-	return len(inserted), err
+	if err := s.group.do(ctx, serverID, unit); err != nil {
+		// The unit may still be running when the request went away:
+		// inserted is not ours to read then.
+		return 0, err
+	}
+	return len(inserted), nil
 }
 
 // latestUpsertSQL stores a server's newest sample, unless it has a newer one.
