@@ -28,7 +28,7 @@ import (
 // never wait on each other in a cycle.
 
 // pgLoops is how many batches run at once on PostgreSQL.
-const pgLoops = 4
+const pgLoops = 8
 
 // maxGroup bounds how many units one transaction runs.
 const maxGroup = 32

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
@@ -118,6 +119,9 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 			newest = i
 		}
 	}
+	if s.dialect == Postgres {
+		return s.insertMetricSamplesPG(ctx, serverID, samples, args, newest, now)
+	}
 	// SQLite: the statements this report needs are prepared before its
 	// transaction (see stmtcache.go).
 	queries := []string{latestUpsertSQL}
@@ -137,8 +141,6 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 	var inserted []int64
 	unit := func(ctx context.Context, tx *sqlx.Tx) error {
 		inserted = inserted[:0]
-		// The latest sample first: on PostgreSQL this locks the server's
-		// row, which the rollup of the server takes too.
 		l := samples[newest]
 		if _, err := s.execIn(ctx, tx, latestUpsertSQL,
 			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds)); err != nil {
@@ -200,6 +202,65 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 		return 0, err
 	}
 	return len(inserted), nil
+}
+
+// insertMetricSamplesPG is InsertMetricSamples on PostgreSQL, in two
+// statements per report (of up to insertChunk samples) instead of one per
+// step: every statement of a unit is a round trip made while the batch
+// holds its row locks, and on a busy machine each costs a wake-up of the
+// server process. The first statement stores the latest sample, which
+// locks the server's row (as the rollup does) before anything else is
+// written; the second inserts the samples and adds those that were new to
+// their hours' rollups, reading them from the insert's RETURNING.
+func (s *Store) insertMetricSamplesPG(ctx context.Context, serverID string, samples []metrics.Sample, args [][]any, newest int, now time.Time) (int, error) {
+	var inserted int
+	unit := func(ctx context.Context, tx *sqlx.Tx) error {
+		inserted = 0
+		l := samples[newest]
+		if _, err := tx.ExecContext(ctx, tx.Rebind(latestUpsertSQL),
+			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds)); err != nil {
+			return err
+		}
+		for start := 0; start < len(args); start += insertChunk {
+			chunk := args[start:min(start+insertChunk, len(args))]
+			flat := make([]any, 0, len(chunk)*sampleColumnCount)
+			hours := map[int64]bool{}
+			for _, a := range chunk {
+				flat = append(flat, a...)
+				hours[hourOf(a[1].(int64))] = true
+			}
+			hs := sortedKeys(hours)
+			for _, h := range hs {
+				flat = append(flat, h, ms(now), h, h+hourMS)
+			}
+			var n int
+			if err := tx.GetContext(ctx, &n, tx.Rebind(ingestSQLPG(len(chunk), len(hs))), flat...); err != nil {
+				return err
+			}
+			inserted += n
+		}
+		return nil
+	}
+	if err := s.group.do(ctx, serverID, unit); err != nil {
+		return 0, err // the unit may still run: inserted is not ours to read
+	}
+	return inserted, nil
+}
+
+// ingestSQLPG inserts n samples of one server and adds those that were
+// not stored already to the rollups of hours hours, returning how many
+// were new. Its placeholders: the samples' columns, then per hour its
+// start, updated_at, and the hour's bounds.
+func ingestSQLPG(n, hours int) string {
+	values := strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", n), ", ")
+	var b strings.Builder
+	b.WriteString(`WITH ins AS (INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + values + `
+		ON CONFLICT (server_id, at) DO NOTHING RETURNING *)`)
+	for i := range hours {
+		fmt.Fprintf(&b, `, merged%d AS (%s)`, i, serverRollup.sqlFrom("ins", "at >= ? AND at < ?", true))
+	}
+	b.WriteString(` SELECT COUNT(*) FROM ins`)
+	return b.String()
 }
 
 // latestUpsertSQL stores a server's newest sample, unless it has a newer one.

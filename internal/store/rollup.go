@@ -48,6 +48,12 @@ func (t rollupTable) prune(ctx context.Context, db sqlx.ExecerContext, rebind fu
 // hour's and updated_at's) into the hour's rollup. With merge, an existing
 // rollup is combined with the aggregate; otherwise it is replaced.
 func (t rollupTable) sql(where string, merge bool) string {
+	return t.sqlFrom(t.samples, where, merge)
+}
+
+// sqlFrom is sql over the samples in from: the samples table, or on
+// PostgreSQL the name of a WITH query that returns samples' rows.
+func (t rollupTable) sqlFrom(from, where string, merge bool) string {
 	cols := []string{t.key, "hour"}
 	aggs := []string{t.key, "CAST(? AS BIGINT)"}
 	var sets []string
@@ -69,6 +75,6 @@ func (t rollupTable) sql(where string, merge bool) string {
 	// The WHERE clause also keeps SQLite from reading ON CONFLICT as a
 	// join constraint.
 	return `INSERT INTO ` + t.hourly + ` (` + strings.Join(cols, ", ") + `)
-		SELECT ` + strings.Join(aggs, ", ") + ` FROM ` + t.samples + ` WHERE ` + where + ` GROUP BY ` + t.key + `
+		SELECT ` + strings.Join(aggs, ", ") + ` FROM ` + from + ` WHERE ` + where + ` GROUP BY ` + t.key + `
 		ON CONFLICT (` + t.key + `, hour) DO UPDATE SET ` + strings.Join(sets, ", ")
 }

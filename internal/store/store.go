@@ -130,7 +130,10 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(32)
-	db.SetMaxIdleConns(16)
+	// As many idle as open: under load, a connection closed for being
+	// one idle too many is opened again at once, and every new connection
+	// starts a PostgreSQL server process.
+	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{dialect: Postgres, r: db, w: db, dsn: dsn, observer: obs}
 	s.group = newGroupCommitter(s)
