@@ -217,7 +217,7 @@ func (s *Store) insertMetricSamplesPG(ctx context.Context, serverID string, samp
 	unit := func(ctx context.Context, tx *sqlx.Tx) error {
 		inserted = 0
 		l := samples[newest]
-		if _, err := tx.ExecContext(ctx, tx.Rebind(latestUpsertSQL),
+		if _, err := tx.ExecContext(ctx, latestUpsertPG,
 			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds)); err != nil {
 			return err
 		}
@@ -234,7 +234,7 @@ func (s *Store) insertMetricSamplesPG(ctx context.Context, serverID string, samp
 				flat = append(flat, h, ms(now), h, h+hourMS)
 			}
 			var n int
-			if err := tx.GetContext(ctx, &n, tx.Rebind(ingestSQLPG(len(chunk), len(hs))), flat...); err != nil {
+			if err := tx.GetContext(ctx, &n, ingestSQLPG(len(chunk), len(hs)), flat...); err != nil {
 				return err
 			}
 			inserted += n
@@ -247,11 +247,29 @@ func (s *Store) insertMetricSamplesPG(ctx context.Context, serverID string, samp
 	return inserted, nil
 }
 
+// latestUpsertPG is latestUpsertSQL with PostgreSQL's placeholders.
+var latestUpsertPG = sqlx.Rebind(sqlx.DOLLAR, latestUpsertSQL)
+
 // ingestSQLPG inserts n samples of one server and adds those that were
 // not stored already to the rollups of hours hours, returning how many
-// were new. Its placeholders: the samples' columns, then per hour its
-// start, updated_at, and the hour's bounds.
+// were new; with PostgreSQL's placeholders: the samples' columns, then per
+// hour its start, updated_at, and the hour's bounds. The statements of
+// small reports are built once and kept (see sqlByCount).
 func ingestSQLPG(n, hours int) string {
+	key := [2]int{n, hours}
+	if v, ok := pgIngests.Load(key); ok {
+		return v.(string)
+	}
+	q := buildIngestSQLPG(n, hours)
+	if n <= maxKeptSQL && hours <= 2 {
+		pgIngests.Store(key, q)
+	}
+	return q
+}
+
+var pgIngests sync.Map // [2]int{n, hours} → string
+
+func buildIngestSQLPG(n, hours int) string {
 	values := strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", n), ", ")
 	var b strings.Builder
 	b.WriteString(`WITH ins AS (INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + values + `
@@ -260,7 +278,7 @@ func ingestSQLPG(n, hours int) string {
 		fmt.Fprintf(&b, `, merged%d AS (%s)`, i, serverRollup.sqlFrom("ins", "at >= ? AND at < ?", true))
 	}
 	b.WriteString(` SELECT COUNT(*) FROM ins`)
-	return b.String()
+	return sqlx.Rebind(sqlx.DOLLAR, b.String())
 }
 
 // latestUpsertSQL stores a server's newest sample, unless it has a newer one.
