@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
@@ -204,11 +205,15 @@ func TestReplicaKilledUnderLoad(t *testing.T) {
 	}
 
 	// Every job succeeds: a job whose claim answer died with the replica
-	// is queued again when its lease lapses, and its agent runs it then.
+	// is queued again when its lease lapses, and its agent runs it then. A
+	// result the killed replica stored just before it died, with its
+	// completion hook still to run, reads as running until the reaper of
+	// the surviving replica runs the hook, jobs.StaleHookAfter later (plus
+	// the reaper's lease, if the killed replica held it).
 	lost := 0
 	for _, id := range append(queued, probes...) {
 		var j JobInfo
-		testlab.EventuallyReport(t, 2*time.Minute, "job "+id+" ends", func() (bool, string) {
+		testlab.EventuallyReport(t, jobs.StaleHookAfter+time.Minute, "job "+id+" ends", func() (bool, string) {
 			j = f.job(t, id)
 			return j.Status == "succeeded" || j.Status == "failed", j.Status
 		})
