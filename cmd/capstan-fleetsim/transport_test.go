@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // connServer is a loopback server that counts the connections it accepted
@@ -60,17 +62,6 @@ func (s *connServer) closeIdle() {
 	defer s.mu.Unlock()
 	for c := range s.idle {
 		c.Close()
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -124,7 +115,7 @@ func TestAgentTransportKeepsTheConnection(t *testing.T) {
 		t.Fatalf("large reply: %d bytes, %v", len(out.Body), err)
 	}
 	hc.CloseIdleConnections()
-	waitFor(t, "the kept connection closed", func() bool { o, _, c := s.counts(); return c == o })
+	testlab.Eventually(t, 10*time.Second, "the kept connection closed", func() bool { o, _, c := s.counts(); return c == o })
 }
 
 func TestAgentTransportClosesWhatTheServerCloses(t *testing.T) {
@@ -142,7 +133,7 @@ func TestAgentTransportClosesWhatTheServerCloses(t *testing.T) {
 	if c, _ := tr.take(); c != nil {
 		t.Fatal("a connection the server closed was kept")
 	}
-	waitFor(t, "every connection closed", func() bool { _, _, c := s.counts(); return c == 3 })
+	testlab.Eventually(t, 10*time.Second, "every connection closed", func() bool { _, _, c := s.counts(); return c == 3 })
 }
 
 // A connection the server closed while it was idle is noticed at the next
@@ -154,9 +145,9 @@ func TestAgentTransportRetriesOnAClosedIdleConnection(t *testing.T) {
 	if _, err := do(ctx, hc, http.MethodPost, s.URL+"/echo", "tok", echo{N: 1}, nil, http.StatusOK); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the connection idle", func() bool { _, idle, _ := s.counts(); return idle == 1 })
+	testlab.Eventually(t, 10*time.Second, "the connection idle", func() bool { _, idle, _ := s.counts(); return idle == 1 })
 	s.closeIdle()
-	waitFor(t, "the idle connection closed", func() bool { _, _, c := s.counts(); return c == 1 })
+	testlab.Eventually(t, 10*time.Second, "the idle connection closed", func() bool { _, _, c := s.counts(); return c == 1 })
 	var out echo
 	if _, err := do(ctx, hc, http.MethodPost, s.URL+"/echo", "tok", echo{N: 2}, &out, http.StatusOK); err != nil || out.N != 3 {
 		t.Fatalf("call after the server closed the idle connection: %+v %v", out, err)

@@ -777,19 +777,8 @@ func TestMetricConcurrentReportsOfManyServers(t *testing.T) {
 // at once, each in its own orders: no request fails, no batch loses a
 // deadlock, and every sample and rollup is stored exactly.
 func TestMetricReportsFromTwoStoresOnOnePostgres(t *testing.T) {
-	url := storetest.DatabaseURL(t, store.Postgres)
-	var stores []*store.Store
-	for range 2 {
-		s, err := store.Open(context.Background(), url, t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		if _, err := s.Migrate(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		stores = append(stores, s)
-	}
+	a, b := openTwice(t, store.Postgres)
+	stores := []*store.Store{a, b}
 	var ids []string
 	for i := range 16 {
 		ids = append(ids, mustCreateServer(t, stores[0], fmt.Sprintf("s%d", i)))
