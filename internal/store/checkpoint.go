@@ -11,41 +11,57 @@ import (
 // Checkpoints, for SQLite. In WAL mode every commit appends pages to the
 // write-ahead log, and a checkpoint copies them back into the database
 // file (and, with synchronous=NORMAL, is the only step that waits for the
-// disk). SQLite runs a checkpoint inside the commit that takes the log
-// past 1,000 pages, so every few seconds under load one request's commit,
-// and every write queued behind the single writer, waited for a copy of
-// the whole log and an fsync. A connection of its own now checkpoints in
-// the background every second: PASSIVE, so it copies what no reader still
-// needs without blocking the writer or the readers. The writer's own
-// checkpoint stays on, and then finds (nearly) everything copied already:
-// it is what lets the log start again from the beginning, since only a
-// checkpoint that no write overlaps can catch up with the log's end, and
-// without it the log grows for as long as writes go on.
+// disk: one fsync of the log, one of the database file).
+//
+// SQLite's own checkpoint runs inside the commit that finds the log past
+// 1,000 pages, on the writer, with every write queued behind it. Under
+// load the log rarely starts again right away (a reader is still using
+// it), so it stays past 1,000 pages and every commit ran another
+// checkpoint with its two fsyncs: a few milliseconds, sometimes 15, added
+// to every batch of writes, on the path of every request that writes.
+//
+// The writer therefore never checkpoints by itself. A connection of its
+// own checkpoints in the background every second, PASSIVE: it copies what
+// no reader still needs without blocking the writer or the readers. Only
+// a checkpoint that no write overlaps can catch up with the log's end and
+// let the log start again from its beginning, so when the log has grown
+// past restartFrames the checkpointer also runs one through the writer
+// connection, which holds writes back for as long as it takes to copy
+// the little the background one left and sync. The next write then starts
+// the log again (unless a reader is still on it; the next tick retries).
+// At most one such pause per second, instead of a checkpoint per commit.
 
 // checkpointEvery is how often the background checkpoint runs.
 const checkpointEvery = time.Second
+
+// restartFrames is the length of the log, in pages, from which a
+// checkpoint runs through the writer so that the log starts again.
+const restartFrames = 4096
 
 // CheckpointStats is what the latest background checkpoint reported.
 type CheckpointStats struct {
 	Runs         int64 // checkpoints run so far
 	LogFrames    int64 // frames in the log at the latest one
 	Checkpointed int64 // of those, frames copied into the database file
+	WriterRuns   int64 // checkpoints run through the writer
 }
 
 type checkpointer struct {
-	db    *sql.DB
-	every time.Duration
-	quit  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	runs  atomic.Int64
-	log   atomic.Int64
-	ckpt  atomic.Int64
+	db     *sql.DB // a connection of its own
+	writer *sql.DB // the store's writer
+	every  time.Duration
+	quit   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	runs   atomic.Int64
+	log    atomic.Int64
+	ckpt   atomic.Int64
+	wruns  atomic.Int64
 }
 
-func startCheckpointer(db *sql.DB, every time.Duration) *checkpointer {
+func startCheckpointer(db, writer *sql.DB, every time.Duration) *checkpointer {
 	db.SetMaxOpenConns(1)
-	c := &checkpointer{db: db, every: every, quit: make(chan struct{}), done: make(chan struct{})}
+	c := &checkpointer{db: db, writer: writer, every: every, quit: make(chan struct{}), done: make(chan struct{})}
 	go c.loop()
 	return c
 }
@@ -64,18 +80,33 @@ func (c *checkpointer) loop() {
 	}
 }
 
-// run checkpoints once. A failure (the database being closed, a
-// transient error) is left to the next tick.
+// run checkpoints once in the background, and through the writer when
+// the log is long. A failure (the database being closed, a transient
+// error) is left to the next tick.
 func (c *checkpointer) run() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var busy, log, ckpt int64
-	if err := c.db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &ckpt); err != nil {
+	log, ckpt, err := checkpoint(ctx, c.db)
+	if err != nil {
 		return
+	}
+	c.runs.Add(1)
+	if log >= restartFrames {
+		if wlog, wckpt, err := checkpoint(ctx, c.writer); err == nil {
+			c.wruns.Add(1)
+			log, ckpt = wlog, wckpt
+		}
 	}
 	c.log.Store(log)
 	c.ckpt.Store(ckpt)
-	c.runs.Add(1)
+}
+
+// checkpoint runs a PASSIVE checkpoint on a connection of db and returns
+// the pages in the log and how many of them are in the database file.
+func checkpoint(ctx context.Context, db *sql.DB) (log, ckpt int64, err error) {
+	var busy int64
+	err = db.QueryRowContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &log, &ckpt)
+	return log, ckpt, err
 }
 
 func (c *checkpointer) stop() {
@@ -90,5 +121,5 @@ func (s *Store) CheckpointStats() CheckpointStats {
 	if s.ckpt == nil {
 		return CheckpointStats{}
 	}
-	return CheckpointStats{Runs: s.ckpt.runs.Load(), LogFrames: s.ckpt.log.Load(), Checkpointed: s.ckpt.ckpt.Load()}
+	return CheckpointStats{Runs: s.ckpt.runs.Load(), LogFrames: s.ckpt.log.Load(), Checkpointed: s.ckpt.ckpt.Load(), WriterRuns: s.ckpt.wruns.Load()}
 }

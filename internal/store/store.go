@@ -93,7 +93,9 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 	}
 	base := "file:" + path + "?" + q.Encode()
 	obs := &atomic.Pointer[QueryObserver]{}
-	w, err := openTimed("sqlite", base+"&_txlock=immediate", obs)
+	// The writer does not checkpoint after its commits: the checkpointer
+	// below does, in the background and now and then through the writer.
+	w, err := openTimed("sqlite", base+"&_txlock=immediate&_pragma=wal_autocheckpoint(0)", obs)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +121,7 @@ func openSQLite(ctx context.Context, path string) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	s.ckpt = startCheckpointer(c, checkpointEvery)
+	s.ckpt = startCheckpointer(c, w.DB, checkpointEvery)
 	return s, nil
 }
 
