@@ -48,8 +48,10 @@ type Store interface {
 	// RedeemEnrollment exchanges a live enrollment token for the agent
 	// token, once; fault.Unauthenticated if unknown, used or expired.
 	RedeemEnrollment(ctx context.Context, enrollHash, agentHash string, facts agentproto.Facts, now time.Time) (Server, error)
-	// ServerByAgentToken resolves an agent token; revoked reports a token of
-	// a revoked or deleted server. fault.NotFound when unknown.
+	// ServerByAgentToken resolves an agent token to its server's ID and
+	// status, the only fields it reads (it runs on every agent call the
+	// token cache does not answer); revoked reports a token of a revoked
+	// or deleted server. fault.NotFound when unknown.
 	ServerByAgentToken(ctx context.Context, agentHash string) (srv Server, revoked bool, err error)
 	// TouchServer records a heartbeat, and new facts when not nil.
 	TouchServer(ctx context.Context, id, agentVersion string, facts *agentproto.Facts, now time.Time) error

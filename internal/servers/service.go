@@ -317,8 +317,8 @@ func (s *Service) forgetAgent(id string) {
 }
 
 // Authenticate resolves an agent token to its server. A token checked
-// within AgentAuthTTL is accepted from memory; the server it returns is
-// as the store had it then (only its ID is meant to be used).
+// within AgentAuthTTL is accepted from memory. The server it returns has
+// only its ID and status, as the store had them then.
 func (s *Service) Authenticate(ctx context.Context, token string) (Server, error) {
 	if !strings.HasPrefix(token, agentproto.AgentTokenPrefix) || len(token) > 100 {
 		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")

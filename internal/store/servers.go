@@ -172,13 +172,16 @@ func (s *Store) RedeemEnrollment(ctx context.Context, enrollHash, agentHash stri
 	return srv, err
 }
 
-// ServerByAgentToken resolves an agent token.
+// ServerByAgentToken resolves an agent token to its server's ID and status.
 func (s *Store) ServerByAgentToken(ctx context.Context, agentHash string) (servers.Server, bool, error) {
-	var r serverRow
-	err := s.getR(ctx, &r, `SELECT `+serverColumns+` FROM servers WHERE agent_token_hash = ?`, agentHash)
+	var r struct {
+		ID     string `db:"id"`
+		Status string `db:"status"`
+	}
+	err := s.getR(ctx, &r, `SELECT id, status FROM servers WHERE agent_token_hash = ?`, agentHash)
 	if err == nil {
-		srv, err := r.server()
-		return srv, srv.Status == servers.Revoked, err
+		srv := servers.Server{ID: r.ID, Status: r.Status}
+		return srv, srv.Status == servers.Revoked, nil
 	}
 	if !notFound(err) {
 		return servers.Server{}, false, err
