@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,9 +29,10 @@ import (
 // let the log start again from its beginning, so when the log has grown
 // past restartFrames the checkpointer also runs one through the writer
 // connection, which holds writes back for as long as it takes to copy
-// the little the background one left and sync. The next write then starts
-// the log again (unless a reader is still on it; the next tick retries).
-// At most one such pause per second, instead of a checkpoint per commit.
+// the little the background ones left and sync, and for the readers still
+// on the log to finish (at most 5 ms). The next write then starts the log
+// again. At most one such pause per second, instead of a checkpoint per
+// commit.
 
 // checkpointEvery is how often the background checkpoint runs.
 const checkpointEvery = time.Second
@@ -92,13 +95,59 @@ func (c *checkpointer) run() {
 	}
 	c.runs.Add(1)
 	if log >= restartFrames {
-		if wlog, wckpt, err := checkpoint(ctx, c.writer); err == nil {
+		// Each pass copies what was written during the one before, so a
+		// few passes leave the writer little to copy while writes wait.
+		for range maxCatchUp {
+			if log-ckpt <= catchUpFrames {
+				break
+			}
+			if log, ckpt, err = checkpoint(ctx, c.db); err != nil {
+				return
+			}
+		}
+		if wlog, wckpt, err := c.restart(ctx); err == nil {
 			c.wruns.Add(1)
 			log, ckpt = wlog, wckpt
 		}
 	}
 	c.log.Store(log)
 	c.ckpt.Store(ckpt)
+}
+
+// A checkpoint through the writer follows background passes until at most
+// catchUpFrames are left to copy, or maxCatchUp of them ran.
+const (
+	catchUpFrames = 256
+	maxCatchUp    = 4
+)
+
+// restartWait is how long a checkpoint through the writer waits for the
+// readers still on the log before it leaves the log's restart to a later
+// one: every write waits meanwhile.
+const restartWait = 5 // milliseconds
+
+// restart runs a RESTART checkpoint through the writer's connection, so
+// that no write commits while it copies the rest of the log, and then the
+// next write starts the log again. It waits at most restartWait for
+// readers still on the log (they finish within milliseconds; a long
+// one makes it return, and the next tick tries again).
+func (c *checkpointer) restart(ctx context.Context) (log, ckpt int64, err error) {
+	conn, err := c.writer.Conn(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", restartWait)); err != nil {
+		return 0, 0, err
+	}
+	var busy int64
+	err = conn.QueryRowContext(ctx, `PRAGMA wal_checkpoint(RESTART)`).Scan(&busy, &log, &ckpt)
+	if _, rerr := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout)); rerr != nil {
+		// The writer must not keep the short wait: drop the connection.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		return 0, 0, rerr
+	}
+	return log, ckpt, err
 }
 
 // checkpoint runs a PASSIVE checkpoint on a connection of db and returns

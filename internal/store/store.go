@@ -86,9 +86,13 @@ func Open(ctx context.Context, databaseURL, dataDir string) (*Store, error) {
 	}
 }
 
+// busyTimeout is how long, in milliseconds, an SQLite connection waits for
+// a lock another holds.
+const busyTimeout = 10000
+
 func openSQLite(ctx context.Context, path string) (*Store, error) {
 	q := url.Values{}
-	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "foreign_keys(ON)", "synchronous(NORMAL)"} {
+	for _, p := range []string{fmt.Sprintf("busy_timeout(%d)", busyTimeout), "journal_mode(WAL)", "foreign_keys(ON)", "synchronous(NORMAL)"} {
 		q.Add("_pragma", p)
 	}
 	base := "file:" + path + "?" + q.Encode()
