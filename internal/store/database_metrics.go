@@ -68,10 +68,12 @@ func (s *Store) ServerDatabaseInstances(ctx context.Context, serverID string) ([
 // an instance added, removed or changed in any way the agent's list shows
 // gives another revision, also within the same millisecond.
 //
-// On SQLite the revision is read from memory between changes (see
-// revisionCache).
+// The revision is read from memory between changes (see revisionCache):
+// always on SQLite, and on PostgreSQL while the control planes sharing the
+// database hear each other's changes (Listen), for at most
+// sharedRevisionAge.
 func (s *Store) DatabasesRevision(ctx context.Context, serverID string) (string, error) {
-	if s.dialect != SQLite {
+	if s.dialect != SQLite && !s.revsHeard.Load() {
 		return s.readDatabasesRevision(ctx, serverID)
 	}
 	rev, gen, ok := s.revs.get(serverID)
@@ -84,6 +86,24 @@ func (s *Store) DatabasesRevision(ctx context.Context, serverID string) (string,
 	}
 	s.revs.put(serverID, rev, gen)
 	return rev, nil
+}
+
+// sharedRevisionAge bounds how long a PostgreSQL store keeps revisions:
+// should a change's message never reach a control plane (the connection
+// that sends it failed after the commit), its agents still see the
+// change within this much.
+const sharedRevisionAge = time.Minute
+
+// databasesChanged forgets the cached revisions after a change of
+// instances was committed (or failed: forgetting is always safe), here
+// and, on PostgreSQL, in the other control planes.
+func (s *Store) databasesChanged() {
+	s.revs.invalidate()
+	if s.Shared() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Notify(ctx, msgDatabasesChanged)
+	}
 }
 
 func (s *Store) readDatabasesRevision(ctx context.Context, serverID string) (string, error) {

@@ -60,7 +60,7 @@ type databaseCredentialRow struct {
 
 // InsertDatabaseInstance stores an instance with its first login.
 func (s *Store) InsertDatabaseInstance(ctx context.Context, inst databases.Instance, login databases.Credential) error {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_instances (id, name, server_id, engine, version, managed, host,
 			port, database_name, tls_mode, ca, state, last_error, server_version, check_job_id, created_by, created_at, updated_at)
@@ -137,7 +137,7 @@ func (s *Store) DatabaseCredentials(ctx context.Context, instanceID string) ([]d
 // RecheckDatabaseInstance sets an external instance's TLS settings and
 // starts a check.
 func (s *Store) RecheckDatabaseInstance(ctx context.Context, id, tlsMode, ca, jobID string, now time.Time) error {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
 		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE database_instances SET tls_mode = ?, ca = ?, state = ?, check_job_id = ?,
 			last_error = '', updated_at = ? WHERE id = ? AND managed = ?`), tlsMode, ca, databases.StateChecking, jobID, ms(now), id, false)
@@ -157,7 +157,7 @@ func (s *Store) RecheckDatabaseInstance(ctx context.Context, id, tlsMode, ca, jo
 // FinishDatabaseCheck records the outcome of the check jobID if it is
 // still the instance's latest and the instance is checking.
 func (s *Store) FinishDatabaseCheck(ctx context.Context, id, jobID string, r databases.CheckResult, now time.Time) (bool, error) {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	var q string
 	var args []any
 	if r.State == databases.StateReady {
@@ -179,7 +179,7 @@ func (s *Store) FinishDatabaseCheck(ctx context.Context, id, jobID string, r dat
 
 // DeleteDatabaseInstance deletes an instance and its logins.
 func (s *Store) DeleteDatabaseInstance(ctx context.Context, id string) error {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM database_credentials WHERE instance_id = ?`), id); err != nil {
 			return err

@@ -14,7 +14,7 @@ import (
 // BeginDatabaseOperation moves a managed instance from one of the states
 // from to state, with jobID as its latest operation.
 func (s *Store) BeginDatabaseOperation(ctx context.Context, id string, from []string, state, jobID string, now time.Time) error {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
 		args := []any{state, jobID, ms(now), id, true}
 		for _, f := range from {
@@ -43,7 +43,7 @@ func (s *Store) BeginDatabaseOperation(ctx context.Context, id string, from []st
 // FinishDatabaseOperation records the outcome of the managed instance's
 // operation jobID if it is still its latest; false otherwise.
 func (s *Store) FinishDatabaseOperation(ctx context.Context, id, jobID string, r databases.OperationResult, now time.Time) (bool, error) {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	q := `UPDATE database_instances SET state = ?, last_error = ?, updated_at = ?`
 	args := []any{r.State, r.LastError, ms(now)}
 	if r.Port != 0 {
@@ -67,7 +67,7 @@ func (s *Store) FinishDatabaseOperation(ctx context.Context, id, jobID string, r
 // DeleteRemovedDatabaseInstance deletes a managed instance and its logins
 // if jobID is still its latest operation; false otherwise.
 func (s *Store) DeleteRemovedDatabaseInstance(ctx context.Context, id, jobID string) (bool, error) {
-	defer s.revs.invalidate()
+	defer s.databasesChanged()
 	done := false
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
 		var n int

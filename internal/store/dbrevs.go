@@ -1,6 +1,9 @@
 package store
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // maxRevisionEntries bounds the revision cache: one entry per server that
 // heartbeats, so a fleet far larger than any this store serves still fits.
@@ -9,14 +12,17 @@ const maxRevisionEntries = 200_000
 // revisionCache keeps each server's DatabasesRevision between changes of
 // its instances. Every agent's heartbeat carries the revision, and an
 // instance changes a few times a day, so nearly every heartbeat is
-// answered from memory. It serves SQLite only: an SQLite store belongs to
-// one control plane, which makes every change through the functions that
-// call invalidate; a PostgreSQL store may be changed by another control
-// plane at any time, so its revisions are always read.
+// answered from memory. Every change of an instance through this store
+// clears it (databasesChanged), and on PostgreSQL, so does a change made
+// by another control plane, whose message Listen hears; there it is used
+// only while Listen hears them, and its entries are dropped after
+// maxAge.
 type revisionCache struct {
-	mu   sync.Mutex // guards gen and revs
-	gen  uint64     // bumped by every invalidate
-	revs map[string]string
+	mu     sync.Mutex // guards the fields below
+	gen    uint64     // bumped by every invalidate
+	revs   map[string]string
+	filled time.Time     // when the first of revs was put
+	maxAge time.Duration // 0: no bound
 }
 
 // get returns the cached revision of serverID, and the generation to
@@ -24,6 +30,9 @@ type revisionCache struct {
 func (c *revisionCache) get(serverID string) (string, uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.maxAge > 0 && c.revs != nil && time.Since(c.filled) > c.maxAge {
+		c.invalidateLocked()
+	}
 	rev, ok := c.revs[serverID]
 	return rev, c.gen, ok
 }
@@ -38,15 +47,19 @@ func (c *revisionCache) put(serverID, rev string, gen uint64) {
 	}
 	if c.revs == nil || len(c.revs) >= maxRevisionEntries {
 		c.revs = map[string]string{}
+		c.filled = time.Now()
 	}
 	c.revs[serverID] = rev
 }
 
-// invalidate forgets every revision. It is called after a change of any
-// instance was committed (or failed: forgetting is always safe).
+// invalidate forgets every revision.
 func (c *revisionCache) invalidate() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.invalidateLocked()
+}
+
+func (c *revisionCache) invalidateLocked() {
 	c.gen++
 	c.revs = nil
 }

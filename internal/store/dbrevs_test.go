@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Every change of a server's instances gives another revision, read
@@ -19,6 +21,10 @@ import (
 func TestDatabasesRevisionFollowsChanges(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
+		if s.Shared() {
+			// Listening, a PostgreSQL store keeps revisions in memory too.
+			listen(t, s)
+		}
 		srv := mustCreateServer(t, s, "rev-host")
 		other := mustCreateServer(t, s, "rev-other")
 		last, lastWhat := "", ""
@@ -128,4 +134,73 @@ func TestDatabasesRevisionFollowsChanges(t *testing.T) {
 			before = after
 		}
 	})
+}
+
+// On PostgreSQL a control plane keeps revisions in memory only while it
+// hears the others: a change made through another one reaches it through
+// the database's notifications, and while it does not listen it reads
+// every revision from the database.
+func TestDatabasesRevisionAcrossControlPlanes(t *testing.T) {
+	a, b := openTwice(t, store.Postgres)
+	ctx := context.Background()
+	srv := mustCreateServer(t, a, "rev-shared")
+	listening, stop := listen(t, b)
+
+	var reads atomic.Int64
+	b.ObserveQueries(func(op string, _ time.Duration) {
+		if op == "query" {
+			reads.Add(1)
+		}
+	})
+	rev := func(s *store.Store) string {
+		t.Helper()
+		r, err := s.DatabasesRevision(ctx, srv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := rev(b)
+	before := reads.Load()
+	if again := rev(b); again != first || reads.Load() != before {
+		t.Fatalf("read again: %q (was %q), %d queries: want it from memory", again, first, reads.Load()-before)
+	}
+
+	inst, cred := newInstance(srv, "shared")
+	if err := a.InsertDatabaseInstance(ctx, inst, cred); err != nil {
+		t.Fatal(err)
+	}
+	changed := rev(a)
+	testlab.Eventually(t, 10*time.Second, "the other control plane sees the new instance", func() bool { return rev(b) == changed })
+
+	stop()
+	if up := <-listening; up {
+		t.Fatal("the listener did not report down when it stopped")
+	}
+	if err := a.DeleteDatabaseInstance(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := rev(b); got == changed {
+		t.Fatalf("not listening, the control plane still gives the revision %q from before a delete", got)
+	}
+}
+
+// listen runs s.Listen until the test ends or stop is called (which
+// returns once it has), and returns once it listens; listening then gets
+// every later change of its state.
+func listen(t *testing.T, s *store.Store) (listening <-chan bool, stop func()) {
+	t.Helper()
+	ch := make(chan bool, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Listen(ctx, func(string) {}, func(up bool) { ch <- up })
+	}()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	if up := <-ch; !up {
+		t.Fatal("the listener reported down first")
+	}
+	return ch, stop
 }

@@ -12,6 +12,10 @@ import (
 // database tell each other about changes on.
 const notifyChannel = "capstan"
 
+// msgDatabasesChanged tells the other control planes that database
+// instances changed, so that they forget the revisions they keep.
+const msgDatabasesChanged = "store:databases-changed"
+
 // Shared reports whether several control planes may share this store
 // (PostgreSQL): they then tell each other about changes with Notify and
 // Listen, and keep nothing in memory that another could change.
@@ -36,6 +40,28 @@ func (s *Store) Notify(ctx context.Context, msg string) error {
 func (s *Store) Listen(ctx context.Context, deliver func(msg string), connected func(bool)) {
 	if !s.Shared() {
 		return
+	}
+	// The store's own message: another control plane changed instances.
+	inner := deliver
+	deliver = func(msg string) {
+		if msg == msgDatabasesChanged {
+			s.revs.invalidate()
+			return
+		}
+		inner(msg)
+	}
+	// Cached revisions are only used while changes are heard; what was
+	// cached before a reconnection may have missed some.
+	heard := connected
+	connected = func(up bool) {
+		if !up {
+			s.revsHeard.Store(false)
+		}
+		s.revs.invalidate()
+		if up {
+			s.revsHeard.Store(true)
+		}
+		heard(up)
 	}
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {

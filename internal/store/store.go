@@ -61,7 +61,11 @@ type Store struct {
 	stmts     stmtCache    // SQLite: prepared statements of hot queries
 	stmtCount atomic.Int64 // how many stmts holds
 	group     *groupCommitter
-	revs      revisionCache // SQLite: DatabasesRevision between changes
+	revs      revisionCache // DatabasesRevision between changes
+	// revsHeard is set on PostgreSQL while Listen hears the other control
+	// planes, whose changes of instances then clear revs too; while it
+	// is not, revisions are read from the database.
+	revsHeard atomic.Bool
 	ckpt      *checkpointer // SQLite: the background checkpoints; nil for PostgreSQL
 
 	onPublish atomic.Pointer[func()] // called after events are stored; nil: none
@@ -142,6 +146,7 @@ func openPostgres(ctx context.Context, dsn string) (*Store, error) {
 	db.SetMaxIdleConns(32)
 	db.SetConnMaxIdleTime(5 * time.Minute)
 	s := &Store{dialect: Postgres, r: db, w: db, dsn: dsn, observer: obs}
+	s.revs.maxAge = sharedRevisionAge
 	s.group = newGroupCommitter(s)
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
