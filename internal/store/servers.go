@@ -214,9 +214,14 @@ func (s *Store) TouchServer(ctx context.Context, id, agentVersion string, facts 
 const touchSQL = `UPDATE servers SET last_seen_at = ?, agent_version = ?, status = 'online'
 	WHERE id = ? AND status != 'revoked' AND (last_seen_at IS NULL OR last_seen_at < ?)`
 
-// touchChunk is how many heartbeats one transaction of TouchServers
-// writes, so that the single SQLite writer is not held for long.
-const touchChunk = 250
+// touchChunk is how many heartbeats one statement of TouchServers writes
+// on PostgreSQL; on SQLite, where each is a statement of its own, one
+// transaction writes touchChunkSQLite, so that the single writer is not
+// held for more than a millisecond or two at a time.
+const (
+	touchChunk       = 250
+	touchChunkSQLite = 100
+)
 
 // TouchServers records many heartbeats, in id order (so that concurrent
 // batches of several control planes lock rows in the same order). A
@@ -225,8 +230,12 @@ const touchChunk = 250
 func (s *Store) TouchServers(ctx context.Context, touches []servers.Touch) error {
 	touches = slices.Clone(touches)
 	slices.SortFunc(touches, func(a, b servers.Touch) int { return strings.Compare(a.ServerID, b.ServerID) })
+	size := touchChunk
+	if s.dialect == SQLite {
+		size = touchChunkSQLite
+	}
 	for len(touches) > 0 {
-		chunk := touches[:min(touchChunk, len(touches))]
+		chunk := touches[:min(size, len(touches))]
 		touches = touches[len(chunk):]
 		var err error
 		if s.dialect == Postgres {
