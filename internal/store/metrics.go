@@ -254,25 +254,24 @@ var latestUpsertPG = sqlx.Rebind(sqlx.DOLLAR, latestUpsertSQL)
 // not stored already to the rollups of hours hours, returning how many
 // were new; with PostgreSQL's placeholders: the samples' columns, then per
 // hour its start, updated_at, and the hour's bounds. The statements of
-// small reports are built once and kept (see sqlByCount).
+// reports within one or two hours are built once and kept (see
+// sqlByCount).
 func ingestSQLPG(n, hours int) string {
-	key := [2]int{n, hours}
-	if v, ok := pgIngests.Load(key); ok {
-		return v.(string)
+	if hours < len(pgIngests) {
+		return pgIngests[hours].get(n)
 	}
-	q := buildIngestSQLPG(n, hours)
-	if n <= maxKeptSQL && hours <= 2 {
-		pgIngests.Store(key, q)
-	}
-	return q
+	return buildIngestSQLPG(n, hours)
 }
 
-var pgIngests sync.Map // [2]int{n, hours} → string
+// pgIngests holds the statements of ingestSQLPG by their number of hours.
+var pgIngests = [...]sqlByCount{
+	1: {build: func(n int) string { return buildIngestSQLPG(n, 1) }},
+	2: {build: func(n int) string { return buildIngestSQLPG(n, 2) }},
+}
 
 func buildIngestSQLPG(n, hours int) string {
-	values := strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", n), ", ")
 	var b strings.Builder
-	b.WriteString(`WITH ins AS (INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + values + `
+	b.WriteString(`WITH ins AS (INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + sampleValues(n) + `
 		ON CONFLICT (server_id, at) DO NOTHING RETURNING *)`)
 	for i := range hours {
 		fmt.Fprintf(&b, `, merged%d AS (%s)`, i, serverRollup.sqlFrom("ins", "at >= ? AND at < ?", true))
@@ -293,10 +292,14 @@ const latestUpsertSQL = `INSERT INTO metric_latest (server_id, at, cpu_percent, 
 func sampleInsertSQL(n int) string { return sampleInserts.get(n) }
 
 var sampleInserts = sqlByCount{build: func(n int) string {
-	values := strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", n), ", ")
-	return `INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + values + `
+	return `INSERT INTO metric_samples (` + sampleColumns + `) VALUES ` + sampleValues(n) + `
 		ON CONFLICT (server_id, at) DO NOTHING RETURNING at`
 }}
+
+// sampleValues is the VALUES list of n samples' placeholders.
+func sampleValues(n int) string {
+	return strings.TrimSuffix(strings.Repeat("(?"+strings.Repeat(", ?", sampleColumnCount-1)+"), ", n), ", ")
+}
 
 // mergeSamplesSQL adds n samples of one server and hour, named by their
 // times, to the hour's rollup.

@@ -18,7 +18,8 @@ const msgDatabasesChanged = "store:databases-changed"
 
 // Shared reports whether several control planes may share this store
 // (PostgreSQL): they then tell each other about changes with Notify and
-// Listen, and keep nothing in memory that another could change.
+// Listen, and keep in memory only what another could change when those
+// messages keep it current (and, while they may be missed, nothing).
 func (s *Store) Shared() bool { return s.dialect == Postgres }
 
 // Notify sends msg to every control plane listening on the database,
