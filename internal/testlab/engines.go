@@ -123,8 +123,7 @@ func ServerTLS(t testing.TB, ca *TestCA) *EngineTLS {
 // t.TempDir: the account must reach it.
 func engineDir(t testing.TB, account string) string {
 	t.Helper()
-	u, err := user.Lookup(account)
-	if err != nil {
+	if _, err := user.Lookup(account); err != nil {
 		Require(t, fmt.Sprintf("the %s system user (install the engine's Debian package)", account))
 	}
 	dir, err := os.MkdirTemp("", "capstan-"+account+"-")
@@ -132,14 +131,10 @@ func engineDir(t testing.TB, account string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(dir, uid, gid); err != nil {
-		t.Fatal(err)
-	}
+	chownTo(t, account, dir)
 	return dir
 }
 
@@ -149,6 +144,20 @@ func writeOwned(t testing.TB, account, path, content string, mode os.FileMode) {
 	if err := os.WriteFile(path, []byte(content), mode); err != nil {
 		t.Fatal(err)
 	}
+	chownTo(t, account, path)
+}
+
+// mkdirOwned makes the directory path, owned by the system user account.
+func mkdirOwned(t testing.TB, account, path string) {
+	t.Helper()
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chownTo(t, account, path)
+}
+
+func chownTo(t testing.TB, account, path string) {
+	t.Helper()
 	u, err := user.Lookup(account)
 	if err != nil {
 		t.Fatal(err)
@@ -306,10 +315,15 @@ func StartMariaDB(t testing.TB, tls *EngineTLS) *MariaDB {
 	dir := engineDir(t, "mysql")
 	m := &MariaDB{Port: FreePort(t), User: "capstan_admin", Password: "pw-" + randomHex(8)}
 	data := filepath.Join(dir, "data")
+	// A temporary directory of its own: a MariaDB server deletes every
+	// temporary table it finds in its tmpdir as it starts, those of
+	// another instance's bootstrap running at the same time included.
+	tmp := filepath.Join(dir, "tmp")
+	mkdirOwned(t, "mysql", tmp)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res := RunCommand(t, ctx, exec.CommandContext(ctx, installDB, "--no-defaults", "--user=mysql", "--datadir="+data,
-		"--skip-test-db", "--auth-root-authentication-method=socket"), "mariadb-install-db")
+		"--skip-test-db", "--auth-root-authentication-method=socket", "--tmpdir="+tmp), "mariadb-install-db")
 	if res.ExitCode != 0 {
 		t.Fatalf("mariadb-install-db: exit %d: %s%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
@@ -317,7 +331,7 @@ func StartMariaDB(t testing.TB, tls *EngineTLS) *MariaDB {
 	writeOwned(t, "mysql", filepath.Join(dir, "init.sql"), fmt.Sprintf(
 		"CREATE USER IF NOT EXISTS '%s'@'%%' IDENTIFIED BY '%s';\nGRANT ALL PRIVILEGES ON *.* TO '%s'@'%%' WITH GRANT OPTION;\n",
 		m.User, m.Password, m.User), 0o600)
-	args := []string{"--no-defaults", "--user=mysql", "--datadir=" + data, "--bind-address=127.0.0.1",
+	args := []string{"--no-defaults", "--user=mysql", "--datadir=" + data, "--tmpdir=" + tmp, "--bind-address=127.0.0.1",
 		"--port=" + strconv.Itoa(m.Port), "--socket=" + filepath.Join(dir, "mysqld.sock"), "--pid-file=" + filepath.Join(dir, "mysqld.pid"),
 		"--init-file=" + filepath.Join(dir, "init.sql"), "--skip-name-resolve", "--innodb-buffer-pool-size=32M", "--skip-log-bin"}
 	if tls != nil {
