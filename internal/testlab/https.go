@@ -61,3 +61,11 @@ func (s *httpsStandIn) Serve(t testing.TB, h http.Handler) {
 	go srv.ServeTLS(s.ln, "", "") //nolint:errcheck // ends with Close
 	t.Cleanup(func() { srv.Close() })
 }
+
+// ServePlain serves h over plain HTTP until the test ends, for a
+// stand-in of a service that runs without TLS.
+func (s *httpsStandIn) ServePlain(t testing.TB, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.Serve(s.ln) //nolint:errcheck // ends with Close
+	t.Cleanup(func() { srv.Close() })
+}

@@ -1,6 +1,7 @@
 package testlab
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -22,7 +23,7 @@ import (
 )
 
 // S3 is an S3-protocol server on 127.0.0.1 over HTTPS, with a
-// certificate of a CA the test made. Objects live in memory (gofakes3).
+// certificate of a CA the test made (or over plain HTTP: StartPlainS3). Objects live in memory (gofakes3).
 // Every request must carry a valid AWS Signature Version 4 made with
 // the server's access key and secret, as on AWS: a wrong key id answers
 // 403 InvalidAccessKeyId, a wrong secret 403 SignatureDoesNotMatch.
@@ -55,17 +56,31 @@ type S3 struct {
 }
 
 // StartS3 starts the server with its bucket.
-func StartS3(t testing.TB) *S3 {
+func StartS3(t testing.TB) *S3 { return startS3(t, true) }
+
+// StartPlainS3 starts the server with its bucket on plain HTTP, as an
+// S3-compatible service on a private network often is; CA and CAFile
+// are empty.
+func StartPlainS3(t testing.TB) *S3 { return startS3(t, false) }
+
+func startS3(t testing.TB, tls bool) *S3 {
 	t.Helper()
 	hs := newHTTPSStandIn(t, "s3")
 	s := &S3{Endpoint: hs.Addr(), Bucket: "capstan-backups", Region: "us-east-1", AccessKeyID: "AK" + randomHex(9),
-		SecretAccessKey: randomHex(20), CA: hs.CA, CAFile: hs.CAFile, backend: s3mem.New(), requests: map[string]int{}}
+		SecretAccessKey: randomHex(20), backend: s3mem.New(), requests: map[string]int{}}
+	if tls {
+		s.CA, s.CAFile = hs.CA, hs.CAFile
+	}
 	s.failAfter.Store(-1)
 	if err := s.backend.CreateBucket(s.Bucket); err != nil {
 		t.Fatal(err)
 	}
 	s.fake = gofakes3.New(s.backend, gofakes3.WithoutVersioning(), gofakes3.WithLogger(gofakes3.DiscardLog())).Server()
-	hs.Serve(t, s)
+	if tls {
+		hs.Serve(t, s)
+	} else {
+		hs.ServePlain(t, s)
+	}
 	return s
 }
 
@@ -152,7 +167,11 @@ func (s *S3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s3Problem(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 		return
 	}
-	if code, msg := s.verify(r); code != "" {
+	sig, code, msg := s.verify(r)
+	if code == "" && r.Header.Get("X-Amz-Content-Sha256") == streamingPayload {
+		code, msg = sig.decodeChunks(r)
+	}
+	if code != "" {
 		s.denied.Add(1)
 		s3Problem(w, http.StatusForbidden, code, msg)
 		return
@@ -175,13 +194,78 @@ func s3Problem(w http.ResponseWriter, status int, code, msg string) {
 	}{Code: code, Message: msg})
 }
 
+// signature is what a request's verified signature chains its body's
+// chunk signatures to.
+type signature struct {
+	key       []byte // the signing key of the request's date, region and service
+	amzDate   string
+	scope     string
+	signature string
+}
+
+// streamingPayload marks a body sent in aws-chunked encoding, each chunk
+// signed (as S3 clients send uploads over plain HTTP).
+const streamingPayload = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+
+// decodeChunks reads an aws-chunked body, checks each chunk's signature
+// against the chain that starts at the request's own, and replaces the
+// body with the decoded bytes, as S3 does before storing them.
+func (sig signature) decodeChunks(r *http.Request) (code, msg string) {
+	const malformed = "IncompleteBody"
+	br := bufio.NewReader(r.Body)
+	prev := sig.signature
+	emptySum := sha256.Sum256(nil)
+	var out bytes.Buffer
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return malformed, "The request body ended before its last chunk."
+		}
+		size, chunkSig, ok := strings.Cut(strings.TrimRight(line, "\r\n"), ";chunk-signature=")
+		n, perr := strconv.ParseInt(size, 16, 64)
+		if !ok || perr != nil || n < 0 || n > 1<<30 {
+			return malformed, "A chunk header is malformed."
+		}
+		data := make([]byte, n+2)
+		if _, err := io.ReadFull(br, data); err != nil || string(data[n:]) != "\r\n" {
+			return malformed, "A chunk is shorter than its header says."
+		}
+		sum := sha256.Sum256(data[:n])
+		sts := strings.Join([]string{"AWS4-HMAC-SHA256-PAYLOAD", sig.amzDate, sig.scope, prev,
+			hex.EncodeToString(emptySum[:]), hex.EncodeToString(sum[:])}, "\n")
+		want := hex.EncodeToString(hmacSHA256(sig.key, sts))
+		if !hmac.Equal([]byte(want), []byte(chunkSig)) {
+			return "SignatureDoesNotMatch", "A chunk's signature does not match."
+		}
+		if n == 0 {
+			break
+		}
+		out.Write(data[:n])
+		prev = chunkSig
+	}
+	if d := r.Header.Get("X-Amz-Decoded-Content-Length"); d != strconv.Itoa(out.Len()) {
+		return malformed, "The decoded body is not X-Amz-Decoded-Content-Length long."
+	}
+	r.Body = io.NopCloser(&out)
+	r.ContentLength = int64(out.Len())
+	r.Header.Set("Content-Length", strconv.Itoa(out.Len()))
+	r.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	r.Header.Del("X-Amz-Decoded-Content-Length")
+	if enc := strings.TrimPrefix(strings.TrimPrefix(r.Header.Get("Content-Encoding"), "aws-chunked"), ","); enc == "" {
+		r.Header.Del("Content-Encoding")
+	} else {
+		r.Header.Set("Content-Encoding", enc)
+	}
+	return "", ""
+}
+
 // verify checks the request's AWS Signature Version 4 (header form) and
 // returns the S3 error code and message when it does not hold.
-func (s *S3) verify(r *http.Request) (code, msg string) {
+func (s *S3) verify(r *http.Request) (sig signature, code, msg string) {
 	const algo = "AWS4-HMAC-SHA256 "
 	auth := r.Header.Get("Authorization")
 	if !strings.HasPrefix(auth, algo) {
-		return "AccessDenied", "Anonymous access is forbidden."
+		return sig, "AccessDenied", "Anonymous access is forbidden."
 	}
 	fields := map[string]string{}
 	for _, f := range strings.Split(auth[len(algo):], ",") {
@@ -190,17 +274,17 @@ func (s *S3) verify(r *http.Request) (code, msg string) {
 	}
 	cred := strings.Split(fields["Credential"], "/")
 	if len(cred) != 5 || cred[3] != "s3" || cred[4] != "aws4_request" {
-		return "AuthorizationHeaderMalformed", "The authorization header is malformed."
+		return sig, "AuthorizationHeaderMalformed", "The authorization header is malformed."
 	}
 	if cred[0] != s.AccessKeyID {
-		return "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."
+		return sig, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."
 	}
 	amzDate := r.Header.Get("X-Amz-Date")
 	if !strings.HasPrefix(amzDate, cred[1]) {
-		return "AuthorizationHeaderMalformed", "The credential's date is not the request's."
+		return sig, "AuthorizationHeaderMalformed", "The credential's date is not the request's."
 	}
 	if ts, err := time.Parse("20060102T150405Z", amzDate); err != nil || time.Since(ts).Abs() > 15*time.Minute {
-		return "RequestTimeTooSkewed", "The difference between the request time and the current time is too large."
+		return sig, "RequestTimeTooSkewed", "The difference between the request time and the current time is too large."
 	}
 	signed := fields["SignedHeaders"]
 	var hdrs strings.Builder
@@ -234,9 +318,9 @@ func (s *S3) verify(r *http.Request) (code, msg string) {
 	}
 	want := hex.EncodeToString(hmacSHA256(key, sts))
 	if !hmac.Equal([]byte(want), []byte(fields["Signature"])) {
-		return "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided. Check your key and signing method."
+		return sig, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided. Check your key and signing method."
 	}
-	return "", ""
+	return signature{key: key, amzDate: amzDate, scope: strings.Join(cred[1:], "/"), signature: want}, "", ""
 }
 
 func hmacSHA256(key []byte, data string) []byte {
