@@ -69,9 +69,13 @@ func newBackupRigWith(t testing.TB, opts Options) *backupRig {
 
 // storageSettings is a PUT of the settings of the rig's S3 server.
 func (r *backupRig) storageSettings(prefix string) map[string]any {
-	return map[string]any{"provider": "s3", "endpoint": r.s3.Endpoint, "region": r.s3.Region, "bucket": r.s3.Bucket,
+	body := map[string]any{"provider": "s3", "endpoint": r.s3.Endpoint, "region": r.s3.Region, "bucket": r.s3.Bucket,
 		"prefix": prefix, "access_key_id": r.s3.AccessKeyID, "secret_access_key": r.s3.SecretAccessKey, "path_style": true,
-		"tls": true, "ca": r.s3.CA.PEM}
+		"tls": r.s3.CA != nil}
+	if r.s3.CA != nil {
+		body["ca"] = r.s3.CA.PEM
+	}
+	return body
 }
 
 func (r *backupRig) putSettings(t testing.TB, body map[string]any) *Response {

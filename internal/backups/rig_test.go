@@ -85,7 +85,7 @@ func newRig(t *testing.T, d store.Dialect) *rig {
 	}
 	r.serverID = res.ServerID
 	if _, err := r.backups.PutSettings(r.ctx, r.admin, r.client, backups.SettingsInput{Provider: "s3", Endpoint: "127.0.0.1:9000",
-		Bucket: "capstan-backups", AccessKeyID: "AKTEST", SecretAccessKey: "secret-of-the-test", TLS: true}); err != nil {
+		Bucket: "capstan-backups", AccessKeyID: "AKTEST", SecretAccessKey: "secret-of-the-test"}); err != nil {
 		t.Fatal(err)
 	}
 	return r

@@ -46,9 +46,10 @@ type SettingsInput struct {
 	AccessKeyID     string
 	SecretAccessKey string
 	PathStyle       bool
-	TLS             bool
-	CA              string
-	Folder          string
+	// TLS is nil when not given: https, the default.
+	TLS    *bool
+	CA     string
+	Folder string
 }
 
 // SettingsView is the settings as the API returns them: never the
@@ -69,6 +70,10 @@ type SettingsView struct {
 	UpdatedBy          string     `json:"updated_by,omitempty"`
 	UpdatedAt          *time.Time `json:"updated_at,omitempty"`
 }
+
+// DefaultRegion is the region of settings saved without one: the one
+// S3-compatible services answer to when they have no regions.
+const DefaultRegion = "us-east-1"
 
 // Limits of the settings' fields.
 const (
@@ -153,7 +158,10 @@ func (s *Service) merge(in SettingsInput, prev Settings, stored bool) (Settings,
 		return Settings{}, false, fault.Invalidf("provider", "must be s3 or clouddrive")
 	}
 	next := Settings{Provider: provider, Endpoint: strings.TrimSpace(in.Endpoint), Region: in.Region, Bucket: in.Bucket,
-		PathStyle: in.PathStyle, TLS: in.TLS, CA: strings.TrimSpace(in.CA)}
+		PathStyle: in.PathStyle, TLS: in.TLS == nil || *in.TLS, CA: strings.TrimSpace(in.CA)}
+	if next.Region == "" {
+		next.Region = DefaultRegion
+	}
 	if p := endpointProblem(next.Endpoint); p != "" {
 		errs.Add("endpoint", "%s", p)
 	}
@@ -230,6 +238,9 @@ func (s *Service) mergeCloudDrive(in SettingsInput) (Settings, bool, error) {
 	if in.PathStyle {
 		errs.Add("path_style", "is for the s3 provider only")
 	}
+	if in.TLS != nil && !*in.TLS {
+		errs.Add("tls", "is for the s3 provider only")
+	}
 	if err := errs.Err(); err != nil {
 		return Settings{}, false, err
 	}
@@ -243,7 +254,7 @@ func endpointProblem(e string) string {
 	case len(e) > MaxEndpointLen:
 		return "must be at most " + strconv.Itoa(MaxEndpointLen) + " bytes"
 	case strings.Contains(e, "://"):
-		return "must be host[:port] without a scheme (tls chooses https)"
+		return "must be host[:port] without a scheme (tls chooses https or, with false, plain http)"
 	case strings.ContainsAny(e, "/?#@ \t"):
 		return "must be host[:port], without a path, query or user"
 	}

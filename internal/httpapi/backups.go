@@ -27,7 +27,7 @@ type backupSettingsInput struct {
 		AccessKeyID     string `json:"access_key_id,omitempty" maxLength:"128" doc:"Stored encrypted, never returned. Absent: the stored one is kept, unless the endpoint changes"`
 		SecretAccessKey string `json:"secret_access_key,omitempty" maxLength:"256" doc:"Stored encrypted, never returned. Absent: the stored one is kept, unless the endpoint changes"`
 		PathStyle       bool   `json:"path_style,omitempty" doc:"Address the bucket in the URL's path (https://host/bucket/key) instead of its host name; most self-hosted services need it"`
-		TLS             bool   `json:"tls,omitempty" default:"true" doc:"https (true, the default) or plain http"`
+		TLS             *bool  `json:"tls,omitempty" doc:"https (true, the default when absent) or plain http (false), for a service on a private network"`
 		CA              string `json:"ca,omitempty" maxLength:"65536" doc:"PEM certificate authority the agents trust besides the system's, for a service with a private CA"`
 		Folder          string `json:"folder,omitempty" maxLength:"256" doc:"The cloud drive folder (provider clouddrive)"`
 	}
