@@ -44,8 +44,8 @@ type createAppInput struct {
 	Body struct {
 		Name                string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
 		ServerID            string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
-		Kind                string        `json:"kind,omitempty" maxLength:"32" doc:"container (the default when absent), compose or service; fixed at creation. A kind this control plane does not run yet is refused (422)"`
-		Source              apps.Source   `json:"source" doc:"{type: image, image} or {type: git, installation_id, repo_id, branch}: the installation must be recorded and able to read the repository, and the branch must exist (422 otherwise)"`
+		Kind                string        `json:"kind,omitempty" enum:"container,compose,service" doc:"container (the default when absent), compose or service; fixed at creation"`
+		Source              apps.Source   `json:"source" doc:"{type: image, image}, {type: git, installation_id, repo_id, branch} (the installation must be recorded and able to read the repository, and the branch must exist; 422 otherwise) or, for compose applications, {type: inline} with the document in compose"`
 		ContainerPort       int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; required except for service applications (the agent gives each release slot its PORT)"`
 		HealthPath          *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
 		Env                 []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
@@ -68,7 +68,7 @@ type patchAppInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body struct {
 		Name                *string        `json:"name,omitempty"`
-		Kind                *string        `json:"kind,omitempty" maxLength:"32" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
+		Kind                *string        `json:"kind,omitempty" enum:"container,compose,service" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
 		Image               *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
 		Source              *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
 		ContainerPort       *int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`

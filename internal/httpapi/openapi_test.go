@@ -340,3 +340,82 @@ func keys(m map[string]any) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestOpenAPIClosedSetsHaveEnums checks that a request field whose echo
+// in the operation's response is a closed set (an enum) declares that
+// set too, so that generated clients and validators see the allowed
+// values before the server refuses one. Nested objects and arrays are
+// compared field by field.
+func TestOpenAPIClosedSetsHaveEnums(t *testing.T) {
+	e := newTestEnv(t, envOptions{}).serve(t)
+	_, doc := openAPIDoc(t, e)
+
+	resolve := func(s map[string]any) map[string]any {
+		for i := 0; s != nil && i < 8; i++ {
+			ref, _ := s["$ref"].(string)
+			if ref == "" {
+				return s
+			}
+			s = obj(doc, "components", "schemas", strings.TrimPrefix(ref, "#/components/schemas/"))
+		}
+		return s
+	}
+	hasEnum := func(s map[string]any) bool {
+		if _, ok := s["enum"]; ok {
+			return true
+		}
+		items := resolve(obj(s, "items"))
+		_, ok := items["enum"]
+		return ok
+	}
+	var problems []string
+	var compare func(where string, req, resp map[string]any, depth int)
+	compare = func(where string, req, resp map[string]any, depth int) {
+		req, resp = resolve(req), resolve(resp)
+		if req == nil || resp == nil || depth > 6 {
+			return
+		}
+		if items := obj(req, "items"); items != nil {
+			compare(where+"[]", items, obj(resp, "items"), depth+1)
+		}
+		rprops := obj(resp, "properties")
+		for name, p := range obj(req, "properties") {
+			pm, _ := p.(map[string]any)
+			rp := resolve(obj(rprops, name))
+			pm = resolve(pm)
+			if rp == nil || pm == nil {
+				continue
+			}
+			if hasEnum(rp) && !hasEnum(pm) {
+				problems = append(problems, fmt.Sprintf("%s.%s: the response's %s is an enum, the request's is not", where, name, name))
+			}
+			compare(where+"."+name, pm, rp, depth+1)
+		}
+	}
+	checked := 0
+	for path, item := range obj(doc, "paths") {
+		ops, _ := item.(map[string]any)
+		for method, op := range ops {
+			req := obj(op, "requestBody", "content", "application/json", "schema")
+			if req == nil {
+				continue
+			}
+			for code, resp := range obj(op, "responses") {
+				if !strings.HasPrefix(code, "2") {
+					continue
+				}
+				if rs := obj(resp, "content", "application/json", "schema"); rs != nil {
+					checked++
+					compare(strings.ToUpper(method)+" "+path, req, rs, 0)
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("compared %d request bodies with their responses; the document has more", checked)
+	}
+	slices.Sort(problems)
+	for _, p := range problems {
+		t.Error(p)
+	}
+}

@@ -145,11 +145,11 @@ type Rule struct {
 type NewRule struct {
 	Kind      Kind     `json:"kind" maxLength:"32" doc:"One of agent_offline, cpu_high, memory_high, disk_high, inode_high, swap_high, app_down, tls_expiring, backup_stale"`
 	Name      string   `json:"name,omitempty" maxLength:"100" doc:"Default: the kind"`
-	Scope     string   `json:"scope,omitempty" maxLength:"16" doc:"all (default), tag, server, application, domain or instance, as the kind allows"`
+	Scope     string   `json:"scope,omitempty" enum:"all,tag,server,application,domain,instance" doc:"all (default), tag, server, application, domain or instance, as the kind allows"`
 	ScopeID   string   `json:"scope_id,omitempty" maxLength:"64" doc:"The tag, server id, application id, domain id or database instance id; required unless scope is all"`
 	Threshold *float64 `json:"threshold,omitempty" doc:"Default: the kind's"`
 	Duration  *int     `json:"duration,omitempty" doc:"Seconds, 0 to 86400; default: the kind's"`
-	Severity  string   `json:"severity,omitempty" maxLength:"16" doc:"info, warning or critical; default: the kind's"`
+	Severity  string   `json:"severity,omitempty" enum:"info,warning,critical" doc:"info, warning or critical; default: the kind's"`
 	Enabled   *bool    `json:"enabled,omitempty" doc:"Default true"`
 }
 
@@ -158,7 +158,7 @@ type RulePatch struct {
 	Name      *string  `json:"name,omitempty" maxLength:"100"`
 	Threshold *float64 `json:"threshold,omitempty" doc:"In the kind's unit, within its bounds"`
 	Duration  *int     `json:"duration,omitempty" doc:"Seconds, 0 to 86400"`
-	Severity  *string  `json:"severity,omitempty" maxLength:"16" doc:"info, warning or critical"`
+	Severity  *string  `json:"severity,omitempty" enum:"info,warning,critical" doc:"info, warning or critical"`
 	Enabled   *bool    `json:"enabled,omitempty"`
 }
 

@@ -139,7 +139,7 @@ type ChannelStore interface {
 
 // NewChannel is what creating a channel takes.
 type NewChannel struct {
-	Kind    string        `json:"kind" maxLength:"16" doc:"team_chat, messenger or webhook"`
+	Kind    string        `json:"kind" enum:"team_chat,messenger,webhook" doc:"team_chat, messenger or webhook"`
 	Name    string        `json:"name" maxLength:"100"`
 	Config  ChannelConfig `json:"config"`
 	Events  []string      `json:"events" maxItems:"64" doc:"Event types from the catalogue (see GET /api/v1/events)"`

@@ -3188,11 +3188,8 @@ export interface components {
             region?: string;
             /** @description Stored encrypted, never returned. Absent: the stored one is kept, unless the endpoint changes */
             secret_access_key?: string;
-            /**
-             * @description https (true, the default) or plain http
-             * @default true
-             */
-            tls: boolean;
+            /** @description https (true, the default when absent) or plain http (false), for a service on a private network */
+            tls?: boolean;
         };
         BackupTable: {
             checksum: string;
@@ -3419,15 +3416,18 @@ export interface components {
             env?: components["schemas"]["EnvVar"][] | null;
             /** @description Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused) */
             health_path?: string;
-            /** @description container (the default when absent), compose or service; fixed at creation. A kind this control plane does not run yet is refused (422) */
-            kind?: string;
+            /**
+             * @description container (the default when absent), compose or service; fixed at creation
+             * @enum {string}
+             */
+            kind?: "container" | "compose" | "service";
             /** @description e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none */
             memory_limit?: string;
             /** @description DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server */
             name: string;
             /** @description An enrolled server */
             server_id: string;
-            /** @description {type: image, image} or {type: git, installation_id, repo_id, branch}: the installation must be recorded and able to read the repository, and the branch must exist (422 otherwise) */
+            /** @description {type: image, image}, {type: git, installation_id, repo_id, branch} (the installation must be recorded and able to read the repository, and the branch must exist; 422 otherwise) or, for compose applications, {type: inline} with the document in compose */
             source: components["schemas"]["Source"];
             /** @description Service applications (required): runs with /bin/sh -c in the release directory under a sandboxed systemd unit; the program listens on 127.0.0.1:$PORT */
             start_command?: string;
@@ -4822,8 +4822,11 @@ export interface components {
             enabled?: boolean;
             /** @description Event types from the catalogue (see GET /api/v1/events) */
             events: string[] | null;
-            /** @description team_chat, messenger or webhook */
-            kind: string;
+            /**
+             * @description team_chat, messenger or webhook
+             * @enum {string}
+             */
+            kind: "team_chat" | "messenger" | "webhook";
             name: string;
         };
         NewRule: {
@@ -4838,12 +4841,18 @@ export interface components {
             kind: string;
             /** @description Default: the kind */
             name?: string;
-            /** @description all (default), tag, server, application, domain or instance, as the kind allows */
-            scope?: string;
+            /**
+             * @description all (default), tag, server, application, domain or instance, as the kind allows
+             * @enum {string}
+             */
+            scope?: "all" | "tag" | "server" | "application" | "domain" | "instance";
             /** @description The tag, server id, application id, domain id or database instance id; required unless scope is all */
             scope_id?: string;
-            /** @description info, warning or critical; default: the kind's */
-            severity?: string;
+            /**
+             * @description info, warning or critical; default: the kind's
+             * @enum {string}
+             */
+            severity?: "info" | "warning" | "critical";
             /**
              * Format: double
              * @description Default: the kind's
@@ -4919,8 +4928,11 @@ export interface components {
             health_path?: string;
             /** @description A new image reference (source type image) */
             image?: string;
-            /** @description Fixed at creation: the application's own kind is accepted, any other is refused (422) */
-            kind?: string;
+            /**
+             * @description Fixed at creation: the application's own kind is accepted, any other is refused (422)
+             * @enum {string}
+             */
+            kind?: "container" | "compose" | "service";
             /** @description Empty for none */
             memory_limit?: string;
             name?: string;
@@ -5224,8 +5236,11 @@ export interface components {
             duration?: number;
             enabled?: boolean;
             name?: string;
-            /** @description info, warning or critical */
-            severity?: string;
+            /**
+             * @description info, warning or critical
+             * @enum {string}
+             */
+            severity?: "info" | "warning" | "critical";
             /**
              * Format: double
              * @description In the kind's unit, within its bounds
