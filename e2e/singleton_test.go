@@ -25,7 +25,8 @@ func evaluationRounds(cp *ControlPlane) int {
 func TestTwoControlPlanesEvaluateOnce(t *testing.T) {
 	opts := Options{Dialect: store.Postgres, Args: []string{"--alert-evaluation-interval=2s"}}
 	a := startControlPlane(t, opts)
-	opts.DatabaseURL = a.DatabaseURL
+	// Control planes on one database share its secret key.
+	opts.DatabaseURL, opts.DataDir = a.DatabaseURL, a.DataDir
 	b := startControlPlane(t, opts)
 	first, second := a, b
 	eventually(t, time.Minute, "one control plane evaluating", func() bool {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -58,8 +59,9 @@ type app struct {
 	schema int64
 }
 
-// openApp prepares the data dir, loads or creates the secret key, opens the
-// store and applies migrations.
+// openApp prepares the data dir, opens the store, applies migrations and
+// loads (or, for a store that expects none, creates) the secret key, which
+// must be the one the store's secrets are sealed with.
 func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) {
 	return openAppWith(ctx, f, publicURL, time.Hour, databases.DefaultCatalog(), nil, slog.Default())
 }
@@ -74,10 +76,6 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	if err := os.Chmod(f.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	key, err := secrets.LoadOrCreate(f.DataDir, os.Getenv("CAPSTAN_SECRET_KEY"))
-	if err != nil {
-		return nil, fmt.Errorf("secret key: %w", err)
-	}
 	st, err := store.Open(ctx, f.DatabaseURL, f.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -88,6 +86,11 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		return nil, err
 	}
 	now := func() time.Time { return time.Now().UTC() }
+	key, err := storeKey(ctx, st, f.DataDir, os.Getenv("CAPSTAN_SECRET_KEY"), now())
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	log := audit.NewLog(st, now)
 	js := jobs.NewService(st, key, now, logger)
 	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)
@@ -143,6 +146,52 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 }
 
 func (a *app) Close() error { return a.store.Close() }
+
+// storeKey loads the secret key (env, else dataDir/secret.key) and makes
+// sure it is the key the store's secrets are sealed with before anything
+// is written with it: a store that has no key yet takes this one and
+// expects it from then on. A data dir without a key gets a new one only
+// when the store expects none.
+func storeKey(ctx context.Context, st *store.Store, dataDir, env string, now time.Time) (*secrets.Key, error) {
+	source := "CAPSTAN_SECRET_KEY"
+	if env == "" {
+		source = filepath.Join(dataDir, secrets.KeyFile)
+	}
+	key, err := secrets.Load(dataDir, env)
+	if errors.Is(err, os.ErrNotExist) {
+		want, idErr := st.SecretKeyID(ctx)
+		if idErr != nil {
+			return nil, fmt.Errorf("secret key: %w", idErr)
+		}
+		if want != "" {
+			return nil, keyMismatch(&secrets.KeyMismatchError{Want: want}, source)
+		}
+		key, err = secrets.LoadOrCreate(dataDir, env)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("secret key: %w", err)
+	}
+	want, err := st.ClaimSecretKeyID(ctx, key.ID(), now)
+	if err != nil {
+		return nil, fmt.Errorf("secret key: %w", err)
+	}
+	if want != key.ID() {
+		return nil, keyMismatch(&secrets.KeyMismatchError{Want: want, Have: key.ID()}, source)
+	}
+	return key, nil
+}
+
+// keyMismatch explains a refused key to the operator: which key was
+// given, which the store expects, and how to give that one.
+func keyMismatch(e *secrets.KeyMismatchError, source string) error {
+	have := "there is no key at " + source
+	if e.Have != "" {
+		have = "this command has key " + e.Have + " (from " + source + ")"
+	}
+	return fmt.Errorf("secret key: the store's secrets are sealed with key %s, but %s. "+
+		"Run with the control plane's key: pass --data-dir of the server (the directory of its %s), or set "+
+		"CAPSTAN_SECRET_KEY to that key (a recovery kit holds it). Nothing was written with this key", e.Want, have, secrets.KeyFile)
+}
 
 // useArtifacts enables database exports and imports, their files
 // encrypted in dataDir/artifacts to the artifact identity, which is also

@@ -67,24 +67,31 @@ func GenerateKey() *Key {
 	return k
 }
 
-// LoadOrCreate returns the key given in env (base64), or the key in
-// dataDir/secret.key, creating that file (mode 0600) on first use.
-func LoadOrCreate(dataDir, env string) (*Key, error) {
+// Load returns the key given in env (base64), or the key in
+// dataDir/secret.key. Without either, the error is an os.ErrNotExist.
+func Load(dataDir, env string) (*Key, error) {
 	if env != "" {
 		return ParseKey(env)
 	}
-	path := filepath.Join(dataDir, KeyFile)
-	b, err := os.ReadFile(path)
-	if err == nil {
-		return ParseKey(string(b))
-	}
-	if !errors.Is(err, os.ErrNotExist) {
+	b, err := os.ReadFile(filepath.Join(dataDir, KeyFile))
+	if err != nil {
 		return nil, err
 	}
+	return ParseKey(string(b))
+}
+
+// LoadOrCreate is Load, creating dataDir/secret.key (mode 0600) on first
+// use.
+func LoadOrCreate(dataDir, env string) (*Key, error) {
+	k, err := Load(dataDir, env)
+	if !errors.Is(err, os.ErrNotExist) {
+		return k, err
+	}
+	path := filepath.Join(dataDir, KeyFile)
 	// Write the key to a temporary file, then link it into place: the key
 	// file appears complete or not at all, and a concurrent first start
 	// loses the link race and reads the winner's key.
-	k := GenerateKey()
+	k = GenerateKey()
 	tmp, err := os.CreateTemp(dataDir, ".secret.key-*")
 	if err != nil {
 		return nil, err
@@ -135,6 +142,27 @@ func (k *Key) Seal(context string, plaintext []byte) string {
 // another context, or altered.
 var ErrUndecryptable = errors.New("secrets: value cannot be decrypted with this key")
 
+// KeyMismatchError means a value, or a store, was sealed with another key
+// than the one at hand: the remedy is to run with the key it was sealed
+// with, not to retry. It is an ErrUndecryptable.
+type KeyMismatchError struct {
+	// Want is the id of the key the value or store was sealed with.
+	Want string
+	// Have is the id of the key at hand; "" when there is none yet.
+	Have string
+}
+
+func (e *KeyMismatchError) Error() string {
+	have := "there is no key"
+	if e.Have != "" {
+		have = "this key is " + e.Have
+	}
+	return fmt.Sprintf("%v: sealed with key %s, %s", ErrUndecryptable, e.Want, have)
+}
+
+// Is makes a KeyMismatchError match ErrUndecryptable.
+func (e *KeyMismatchError) Is(target error) bool { return target == ErrUndecryptable }
+
 // Open decrypts a value made by Seal with the same context.
 func (k *Key) Open(context, sealed string) ([]byte, error) {
 	parts := strings.SplitN(sealed, ":", 3)
@@ -142,7 +170,7 @@ func (k *Key) Open(context, sealed string) ([]byte, error) {
 		return nil, ErrUndecryptable
 	}
 	if parts[1] != k.id {
-		return nil, fmt.Errorf("%w: sealed with key %s, this key is %s", ErrUndecryptable, parts[1], k.id)
+		return nil, &KeyMismatchError{Want: parts[1], Have: k.id}
 	}
 	ct, err := base64.RawStdEncoding.DecodeString(parts[2])
 	if err != nil || len(ct) < k.aead.NonceSize() {

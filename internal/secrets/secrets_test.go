@@ -156,3 +156,47 @@ func TestLoadOrCreate(t *testing.T) {
 		t.Fatalf("corrupt key file: got no error, want one")
 	}
 }
+
+// A value sealed with another key is a KeyMismatchError naming both key
+// ids, and still an ErrUndecryptable; a value of this key that does not
+// open is not a mismatch.
+func TestOpenOtherKeyIsMismatch(t *testing.T) {
+	k, other := GenerateKey(), GenerateKey()
+	_, err := other.Open("c", k.Seal("c", []byte("secret")))
+	var km *KeyMismatchError
+	if !errors.As(err, &km) {
+		t.Fatalf("open with another key: got %v, want a KeyMismatchError", err)
+	}
+	if km.Want != k.ID() || km.Have != other.ID() {
+		t.Fatalf("mismatch: got want %q have %q, want want %q have %q", km.Want, km.Have, k.ID(), other.ID())
+	}
+	if !errors.Is(err, ErrUndecryptable) {
+		t.Fatalf("mismatch %v is not ErrUndecryptable", err)
+	}
+	if _, err := k.Open("other context", k.Seal("c", []byte("secret"))); errors.As(err, &km) {
+		t.Fatalf("wrong context: got a KeyMismatchError %v, want a plain ErrUndecryptable", err)
+	}
+}
+
+// Load reads the key but never creates one.
+func TestLoadCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Load(dir, ""); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("load from an empty dir: got %v, want os.ErrNotExist", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, KeyFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("key file after Load: %v, want none", err)
+	}
+	k := GenerateKey()
+	got, err := Load(dir, k.Encode())
+	if err != nil || got.ID() != k.ID() {
+		t.Fatalf("load from env: got %v, %v, want key %s", got, err, k.ID())
+	}
+	made, err := LoadOrCreate(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := Load(dir, ""); err != nil || got.ID() != made.ID() {
+		t.Fatalf("load after LoadOrCreate: got %v, %v, want key %s", got, err, made.ID())
+	}
+}
