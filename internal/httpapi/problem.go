@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
 // ProblemTypeBase prefixes every problem type URI. Types are stable: clients
@@ -184,6 +186,18 @@ func problemFor(ctx context.Context, log *slog.Logger, err error) *Problem {
 func problemOf(ctx context.Context, log *slog.Logger, err error) *Problem {
 	if p, ok := err.(*Problem); ok {
 		return p
+	}
+	var km *secrets.KeyMismatchError
+	if errors.As(err, &km) {
+		// Not the client's fault, nor a bug: the server runs with a key
+		// other than the one a stored secret was sealed with. The key
+		// ids go to the log only.
+		log.ErrorContext(ctx, "secret sealed with another key", "err", err.Error(), "sealed_with", km.Want, "key", km.Have,
+			"request_id", requestID(ctx))
+		return newProblem(http.StatusInternalServerError, "key-mismatch", "A secret this request needs was sealed with "+
+			"another secret key than the one this control plane runs with. An operator must restart it with the key the "+
+			"store's secrets were sealed with: its data dir (--data-dir, which holds secret.key) or CAPSTAN_SECRET_KEY. "+
+			"The request id finds both key ids in the server log.")
 	}
 	fe := fault.As(err)
 	if fe == nil || fe.Kind == fault.Internal {
