@@ -163,7 +163,9 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	cfg.SchemasPath = ""
 	cfg.OpenAPIPath = "/openapi"
 	cfg.RejectUnknownQueryParameters = true
-	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json).\n\n" +
+	cfg.Info.Description = "Control plane for a fleet of Linux servers. Every error is an RFC 9457 problem (application/problem+json). " +
+		"A request that needs a secret sealed with another secret key than the control plane's fails with 500 `key-mismatch`: " +
+		"the control plane must be restarted with the key of its store.\n\n" +
 		roleModel
 	cfg.Info.License = &huma.License{Name: "Apache-2.0", Identifier: "Apache-2.0"}
 	cfg.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
