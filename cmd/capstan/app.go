@@ -91,6 +91,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		st.Close()
 		return nil, err
 	}
+	st.SealJobResults(key)
 	log := audit.NewLog(st, now)
 	js := jobs.NewService(st, key, now, logger)
 	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)

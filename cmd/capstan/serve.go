@@ -57,6 +57,7 @@ type serveCmd struct {
 	PprofListen     string        `name:"debug-pprof-listen" hidden:"" help:"Serve net/http/pprof on this loopback address (host:port), for profiling."`
 	MemoryLimit     string        `name:"memory-limit" env:"CAPSTAN_MEMORY_LIMIT" default:"auto" help:"Soft limit of the process's Go memory (e.g. 256MiB; off to have none): near it the garbage collector runs more often instead of letting the heap grow to twice what is live. auto: 80% of the memory limit of the control plane's cgroup when it has one, else none. GOMEMLIMIT, when set, takes precedence."`
 	MetricsListen   string        `name:"metrics-listen" env:"CAPSTAN_METRICS_LISTEN" help:"Serve Prometheus metrics at /metrics on this address (host:port), apart from the API; off when empty. The metrics carry no secrets but describe the fleet: listen on loopback or a private network. Names: docs/metrics.md."`
+	JobRetention    time.Duration `name:"job-output-retention" env:"CAPSTAN_JOB_OUTPUT_RETENTION" default:"720h" help:"How long what agents report of a job (query rows, key values, logs, build output: kept encrypted) is kept after the job ended; the job itself stays listed. At least 1h."`
 	ExportTTL       time.Duration `name:"database-export-ttl" env:"CAPSTAN_DATABASE_EXPORT_TTL" default:"168h" help:"How long a database export can be downloaded before it is deleted."`
 	ImportMax       string        `name:"database-import-max-size" env:"CAPSTAN_DATABASE_IMPORT_MAX_SIZE" default:"10GiB" help:"Largest database import upload taken (e.g. 512MiB, 10GiB); larger ones are refused with 413."`
 	ExportMax       string        `name:"database-export-max-size" env:"CAPSTAN_DATABASE_EXPORT_MAX_SIZE" default:"100GiB" help:"Largest database export an agent may upload (compressed)."`
@@ -134,6 +135,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if c.JobRetention < time.Hour {
+		ln.Close()
+		return fmt.Errorf("--job-output-retention must be at least 1h")
 	}
 	agentDir := c.AgentDir
 	if agentDir == "" {
@@ -291,6 +296,15 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			return err
 		}}
 	loops.Go(func() { reaper.Loop(bg) })
+	retention := &singleton.Task{Leases: a.store, Name: "job-output-retention", Holder: holder, Interval: 10 * time.Minute,
+		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
+			n, err := a.jobs.PurgeResults(ctx, c.JobRetention)
+			if n > 0 {
+				log.Info("job output past its retention removed", "jobs", n, "retention", c.JobRetention.String())
+			}
+			return err
+		}}
+	loops.Go(func() { retention.Loop(bg) })
 	rollups := &singleton.Task{Leases: a.store, Name: "metrics-maintenance", Holder: holder, Interval: c.MetricsEvery,
 		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
 			st, err := a.metrics.Maintain(ctx)

@@ -170,4 +170,8 @@ type Store interface {
 	// GraceLeases moves every running job's lease that ends before until
 	// to until, and returns how many it moved.
 	GraceLeases(ctx context.Context, until time.Time) (int, error)
+	// PurgeJobResults removes the results, output and events of at most
+	// limit jobs that finished before cutoff, oldest first, keeping the
+	// jobs themselves; it returns how many it purged.
+	PurgeJobResults(ctx context.Context, cutoff, now time.Time, limit int) (int, error)
 }

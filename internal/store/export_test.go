@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -46,3 +47,30 @@ func (s *Store) MarkMetricHour(ctx context.Context, serverID string, hour int64)
 // FailedGroups counts the write batches that failed and ran again unit by
 // unit.
 func (s *Store) FailedGroups() int64 { return s.group.failed.Load() }
+
+// RawJobColumns returns, as stored, what the jobs table and its events
+// hold of a job's results: data, output, late data, then each event's
+// message and data.
+func (s *Store) RawJobColumns(ctx context.Context, id string) ([]string, error) {
+	var row struct {
+		Data, Output, LateData sql.NullString
+	}
+	if err := s.r.QueryRowxContext(ctx, s.rebind(`SELECT data, output, late_data FROM jobs WHERE id = ?`), id).
+		Scan(&row.Data, &row.Output, &row.LateData); err != nil {
+		return nil, err
+	}
+	out := []string{row.Data.String, row.Output.String, row.LateData.String}
+	rows, err := s.r.QueryContext(ctx, s.rebind(`SELECT message, COALESCE(data, '') FROM job_events WHERE job_id = ?`), id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var m, d string
+		if err := rows.Scan(&m, &d); err != nil {
+			return nil, err
+		}
+		out = append(out, m, d)
+	}
+	return out, rows.Err()
+}

@@ -106,7 +106,7 @@ func (s *Store) jobWhere(ctx context.Context, q sqlx.QueryerContext, where strin
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return r.job(), nil
+	return s.jobOf(r), nil
 }
 
 // JobByIdempotencyKey returns the server's job created with key.
@@ -133,7 +133,12 @@ func (s *Store) JobEvents(ctx context.Context, id string) ([]jobs.Event, error) 
 	}
 	out := make([]jobs.Event, len(rows))
 	for i, r := range rows {
-		out[i] = jobs.Event{Seq: r.Seq, At: fromMS(r.At), Level: r.Level, Message: r.Message, Data: rawOrNil(r.Data)}
+		msg := r.Message
+		if m := s.open(eventSealContext("message", id, r.Seq), sql.NullString{String: msg, Valid: true}); m.Valid {
+			msg = m.String // else a message stored in plain text that happens to start like a sealed one
+		}
+		out[i] = jobs.Event{Seq: r.Seq, At: fromMS(r.At), Level: r.Level, Message: msg,
+			Data: rawOrNil(s.open(eventSealContext("data", id, r.Seq), r.Data))}
 	}
 	return out, nil
 }
@@ -152,7 +157,7 @@ func (s *Store) ListJobs(ctx context.Context, serverID string, limit int) ([]job
 	}
 	out := make([]jobs.Job, len(rows))
 	for i, r := range rows {
-		out[i] = r.job()
+		out[i] = s.jobOf(r)
 	}
 	return out, nil
 }
@@ -252,8 +257,10 @@ func (s *Store) AppendJobEvents(ctx context.Context, jobID string, events []jobs
 			return err
 		}
 		for i, e := range events {
+			seq := next + i
+			msg := s.seal(eventSealContext("message", jobID, seq), sql.NullString{String: e.Message, Valid: true})
 			if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO job_events (job_id, seq, at, level, message, data) VALUES (?, ?, ?, ?, ?, ?)`),
-				jobID, next+i, ms(e.At), e.Level, e.Message, nullRaw(e.Data)); err != nil {
+				jobID, seq, ms(e.At), e.Level, msg.String, s.rawSealed(eventSealContext("data", jobID, seq), e.Data)); err != nil {
 				return err
 			}
 		}
@@ -274,7 +281,8 @@ func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, er
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
 		started_at = COALESCE(started_at, ?), lease_expires_at = NULL, secrets = '', hook_pending_at = ?
 		WHERE id = ? AND (status = 'running' OR (status = 'queued' AND requeues > 0))`),
-		string(status), e, nullRaw(data), nullRaw(output), ms(now), ms(now), ms(now), ms(now), id)
+		string(status), e, s.rawSealed(jobSealContext("data", id), data), s.rawSealed(jobSealContext("output", id), output),
+		ms(now), ms(now), ms(now), ms(now), id)
 	if err != nil {
 		return false, err
 	}
@@ -336,7 +344,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) 
 					r.ID, seq, ms(now), "warn", RequeuedMessage); err != nil {
 					return err
 				}
-				j := r.job()
+				j := s.jobOf(r)
 				j.Status, j.Requeues = jobs.Queued, r.Requeues+1
 				j.StartedAt, j.LeaseExpiresAt, j.DeadlineAt = nil, nil, nil
 				j.UpdatedAt = fromMS(ms(now))
@@ -368,7 +376,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) 
 				}
 				continue
 			}
-			j := r.job()
+			j := s.jobOf(r)
 			j.Status, j.Error = jobs.Failed, &reason
 			t := fromMS(ms(now))
 			j.FinishedAt, j.HookPendingAt, j.LeaseExpiresAt = &t, &t, nil
@@ -421,7 +429,7 @@ func (s *Store) TakeStaleHooks(ctx context.Context, before, now time.Time, limit
 		if n, err := res.RowsAffected(); err != nil {
 			return out, err
 		} else if n == 1 {
-			j := r.job()
+			j := s.jobOf(r)
 			t := fromMS(ms(now))
 			j.HookPendingAt = &t
 			out = append(out, j)
@@ -439,7 +447,7 @@ func (s *Store) RecordLateResult(ctx context.Context, id string, r jobs.LateResu
 	}
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET late_status = ?, late_error = ?, late_data = ?, late_at = ?, updated_at = ?
 		WHERE id = ? AND status = 'failed' AND error = ? AND late_at IS NULL`),
-		string(r.Status), e, nullRaw(r.Data), ms(r.At), ms(r.At), id, jobs.ErrAgentLost)
+		string(r.Status), e, s.rawSealed(jobSealContext("late_data", id), r.Data), ms(r.At), ms(r.At), id, jobs.ErrAgentLost)
 	if err != nil {
 		return false, err
 	}

@@ -68,6 +68,7 @@ type Store struct {
 	revsHeard atomic.Bool
 	ckpt      *checkpointer // SQLite: the background checkpoints; nil for PostgreSQL
 
+	results   atomic.Pointer[Sealer] // seals job results (SealJobResults); nil: plain text
 	onPublish atomic.Pointer[func()] // called after events are stored; nil: none
 	observer  *atomic.Pointer[QueryObserver]
 }
