@@ -84,6 +84,10 @@
 //	            release, of every kind, to probe.
 //	2026-11-24  v1: backup deletion (backup_delete.go): job type
 //	            backup.delete (BackupDeletePayload, BackupDeleteResult).
+//	2026-12-01  v1: DBQueryPayload.Reader with the job secret
+//	            SecretDBReaderPassword: a read-only statement runs as that
+//	            read-only login, which the agent makes when it does not
+//	            work yet; DBQueryResult.RanAs names the login it ran as.
 package agentproto
 
 import (

@@ -47,6 +47,10 @@ const (
 // DBTarget.Username.
 const SecretDBPassword = "db_password"
 
+// SecretDBReaderPassword is the job secret that holds the password of
+// DBQueryPayload.Reader.
+const SecretDBReaderPassword = "db_reader_password"
+
 // Database job types.
 const (
 	// JobDBConnect tests a connection: DBConnectPayload → DBConnectResult.
@@ -126,6 +130,15 @@ type DBQueryPayload struct {
 	MaxRows int `json:"max_rows"`
 	// TimeoutMS is the statement timeout in milliseconds.
 	TimeoutMS int `json:"timeout_ms"`
+	// Reader, for a read-only statement, is the read-only login to run it
+	// as (its password is the job secret SecretDBReaderPassword). When it
+	// cannot sign in, the agent makes it, or resets its password, as
+	// Target.Username: on PostgreSQL 14 and later a role with
+	// pg_read_all_data, on MySQL/MariaDB an account with SELECT and SHOW
+	// VIEW on every database. An engine without such a role runs the
+	// statement as Target.Username, in a read-only transaction. Empty:
+	// run as Target.Username (control planes before 2026-12-01).
+	Reader string `json:"reader,omitempty"`
 }
 
 // DBColumn is a column of a query's result.
@@ -149,6 +162,9 @@ type DBQueryResult struct {
 	DurationMS   float64 `json:"duration_ms"`
 	// Notices are the engine's notices and warnings, in order.
 	Notices []string `json:"notices"`
+	// RanAs is the login the statement ran as; empty from agents before
+	// 2026-12-01.
+	RanAs string `json:"ran_as,omitempty"`
 }
 
 // What db.explore describes.

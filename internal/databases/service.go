@@ -559,6 +559,13 @@ func (s *Service) enqueue(ctx context.Context, inst Instance, jobType string, pa
 	return j, err
 }
 
+// ConsoleReader is the read-only login the query console's read-only
+// statements run as: the agent makes it on the instance (PostgreSQL 14+:
+// pg_read_all_data; MySQL/MariaDB: SELECT and SHOW VIEW on every
+// database), with a password derived from the control plane's key for
+// the instance.
+const ConsoleReader = "capstan_console_ro"
+
 // QueryRequest is a query console call. Nil pointers take the defaults.
 type QueryRequest struct {
 	SQL            string
@@ -600,8 +607,15 @@ func (s *Service) Query(ctx context.Context, actor audit.Actor, c audit.Entry, i
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := s.enqueue(ctx, inst, agentproto.JobDBQuery, agentproto.DBQueryPayload{Target: target(inst, cred), Database: q.Database,
-		SQL: q.SQL, ReadOnly: readOnly, MaxRows: maxRows, TimeoutMS: timeout * 1000}, password, actor.ID)
+	pl := agentproto.DBQueryPayload{Target: target(inst, cred), Database: q.Database,
+		SQL: q.SQL, ReadOnly: readOnly, MaxRows: maxRows, TimeoutMS: timeout * 1000}
+	sec := map[string]string{agentproto.SecretDBPassword: password}
+	if readOnly {
+		pl.Reader = ConsoleReader
+		sec[agentproto.SecretDBReaderPassword] = s.key.DerivedPassword("db-console-reader:" + inst.ID)
+	}
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: inst.ServerID, Type: agentproto.JobDBQuery, Payload: pl,
+		Secrets: sec, CreatedBy: actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
 	}

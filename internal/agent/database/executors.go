@@ -79,12 +79,19 @@ func (Executors) Query() agent.Executor {
 			if err != nil {
 				return nil, err
 			}
-			conn, err := sqlConnect(ctx, pl.Target, secrets, pl.Database)
+			conn, ranAs, notices, err := queryConn(ctx, pl, secrets)
 			if err != nil {
 				return nil, err
 			}
 			defer conn.Close()
-			return conn.Query(ctx, q)
+			res, err := conn.Query(ctx, q)
+			if res != nil {
+				res.RanAs = ranAs
+				if len(notices) > 0 {
+					res.Notices = append(notices, res.Notices...)
+				}
+			}
+			return res, err
 		})
 	})
 }

@@ -1352,7 +1352,7 @@ export interface paths {
         put?: never;
         /**
          * Run one SQL statement
-         * @description Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+         * @description Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
          *
          *     Administrators only (403 admin-required for members).
          */
