@@ -845,10 +845,9 @@ func (s *Service) outcome(engine string, j jobs.Job) CheckResult {
 	}
 	msg := "the connection test " + string(j.Status)
 	if j.Error != nil {
-		switch *j.Error {
-		case jobs.ErrAgentLost, jobs.ErrTimedOut, jobs.ErrServerRevoked:
+		if jobs.ByControlPlane(*j.Error) {
 			msg += ": " + *j.Error
-		default:
+		} else {
 			msg = *j.Error
 		}
 	}

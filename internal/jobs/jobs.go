@@ -13,8 +13,18 @@
 // back to the same server, whose agent starts a job id at most once (and
 // reports the remembered result when it is handed a job again).
 //
+// A queued job does not wait forever: one that was queued again for a
+// server whose agent has been silent for longer than the job's lease past
+// the point where the server counts as offline fails with server_offline
+// (the agent that never acknowledged its claim is gone, and nothing else
+// will take the job), and one that no agent claimed within its type's
+// queue timeout fails with queue_timed_out. Both run the job's completion
+// hook, like any other end.
+//
 // States: queued → running → succeeded | failed; queued → cancelled;
-// running → queued (a claim never acknowledged).
+// running → queued (a claim never acknowledged); queued → failed (the
+// server went offline after a claim never acknowledged, or the queue
+// timeout passed).
 package jobs
 
 import (
@@ -43,6 +53,12 @@ const (
 	ErrAgentLost     = "agent_lost"
 	ErrTimedOut      = "timed_out"
 	ErrServerRevoked = "server_revoked"
+	// ErrServerOffline fails a job queued again after a claim never
+	// acknowledged, when its server has stayed offline past its lease.
+	ErrServerOffline = "server_offline"
+	// ErrQueueTimedOut fails a job that no agent claimed within its
+	// type's queue timeout.
+	ErrQueueTimedOut = "queue_timed_out"
 )
 
 // Job is one unit of work on one server.
@@ -63,11 +79,14 @@ type Job struct {
 	FinishedAt     *time.Time      `json:"finished_at"`
 	LeaseExpiresAt *time.Time      `json:"-"`
 	DeadlineAt     *time.Time      `json:"-"`
+	// QueueDeadlineAt is when the job fails with queue_timed_out if it is
+	// still queued then (see TypeSpec.QueueTimeout); nil: never.
+	QueueDeadlineAt *time.Time `json:"-"`
 	// Error is nil unless the job failed or was cancelled. For a member
 	// (see Reader) it is the error class, not the text.
 	Error *string `json:"error" doc:"Why it failed or was cancelled; null otherwise. Members get the error class (as error_class) instead of the text, which can carry output"`
 	// ErrorClass is set by For: nil when Error is.
-	ErrorClass *string `json:"error_class" doc:"agent_lost, timed_out, server_revoked, cancelled, or failed (the agent reported an error); null when there is no error"`
+	ErrorClass *string `json:"error_class" doc:"agent_lost, timed_out, server_revoked, server_offline, queue_timed_out, cancelled, or failed (the agent reported an error); null when there is no error"`
 	// Data is the result; nil until the job finished, and for members.
 	Data   json.RawMessage `json:"data" doc:"The result; null until the job finished. Administrators only"`
 	Output json.RawMessage `json:"output" doc:"Administrators only"`
@@ -122,11 +141,12 @@ type Store interface {
 	// ListJobs returns jobs newest first; serverID "" means all servers.
 	ListJobs(ctx context.Context, serverID string, limit int) ([]Job, error)
 	// Every method that ends a job (CancelJob, FinishJob, ExpireJobs,
-	// EndServerJobs) erases its sealed secrets in the same conditional
-	// update: nothing reads them after the job ended. CancelJob, FinishJob
-	// and ExpireJobs also mark the job's completion hook pending
-	// (HookPendingAt = now) in that update, and change only the jobs they
-	// report: a job that another caller changed first is not theirs.
+	// ExpireQueuedJobs, EndServerJobs) erases its sealed secrets in the
+	// same conditional update: nothing reads them after the job ended.
+	// CancelJob, FinishJob, ExpireJobs and ExpireQueuedJobs also mark the
+	// job's completion hook pending (HookPendingAt = now) in that update,
+	// and change only the jobs they report: a job that another caller
+	// changed first is not theirs.
 	//
 	// CancelJob cancels a queued job; fault.Conflict if it is not queued.
 	CancelJob(ctx context.Context, id string, now time.Time) (Job, error)
@@ -155,6 +175,14 @@ type Store interface {
 	// an event saying so); any other is failed, agent_lost or timed_out
 	// (returned in expired).
 	ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) (expired, requeued []Job, err error)
+	// ExpireQueuedJobs fails queued jobs that wait in vain: one queued again
+	// after a claim never acknowledged (Requeues > 0) whose server's last
+	// heartbeat is older than offlineSince minus the job's lease fails
+	// with server_offline, and any one whose queue deadline passed with
+	// queue_timed_out. Each change is conditional on the job still being
+	// queued (a claim that took it first wins), marks its hook pending and
+	// erases its secrets, and only the jobs changed are returned.
+	ExpireQueuedJobs(ctx context.Context, now, offlineSince time.Time) ([]Job, error)
 	// EndServerJobs cancels the server's queued jobs and fails its running
 	// ones with reason.
 	EndServerJobs(ctx context.Context, serverID, reason string, now time.Time) error

@@ -233,11 +233,12 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 	if id == "" {
 		id = NewID(now)
 	}
+	queueDeadline := now.Add(spec.QueueTimeout())
 	j = Job{
 		ID: id, ServerID: n.ServerID, Type: n.Type, Status: Queued, Payload: payload,
 		HasSecrets: len(n.Secrets) > 0, IdempotencyKey: n.IdempotencyKey, CreatedBy: n.CreatedBy,
 		TimeoutSeconds: int(spec.Timeout / time.Second), LeaseSeconds: int(s.lease / time.Second),
-		CreatedAt: now, UpdatedAt: now, RequestHash: hash,
+		CreatedAt: now, UpdatedAt: now, QueueDeadlineAt: &queueDeadline, RequestHash: hash,
 	}
 	sealed := ""
 	if j.HasSecrets {
@@ -695,27 +696,30 @@ const MaxRequeues = 3
 
 // Expire ends the claims whose lease lapsed or deadline passed — a claim
 // the agent never acknowledged is queued again, any other fails its job —
-// and runs the completion hooks that a control plane that died left
-// pending.
+// fails the queued jobs that wait in vain (queued again for a server that
+// stayed offline past their lease, or past their queue timeout), and runs
+// the completion hooks that a control plane that died left pending.
 func (s *Service) Expire(ctx context.Context) (int, error) {
-	expired, requeued, err := s.store.ExpireJobs(ctx, s.now(), MaxRequeues)
+	now := s.now()
+	expired, requeued, err := s.store.ExpireJobs(ctx, now, MaxRequeues)
 	for _, j := range requeued {
 		s.log.WarnContext(ctx, "job queued again: its claim was never acknowledged", "job_id", j.ID, "server_id", j.ServerID, "requeues", j.Requeues)
 		s.wake.notify(j.ServerID)
 		s.publish(ctx, msgQueued, j.ServerID)
 		s.changed(Change{Job: j})
 	}
-	for _, j := range expired {
-		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
-		s.runHook(ctx, j)
-		j.HookPendingAt = nil
-		s.jobEnded(ctx, j.ID)
-		s.changed(Change{Job: j})
-	}
+	s.endedHere(ctx, expired)
 	if err != nil {
 		return len(expired), err
 	}
-	now := s.now()
+	// After the requeues above, so that a job queued again this round is
+	// judged on its server's silence at once.
+	waited, err := s.store.ExpireQueuedJobs(ctx, now, now.Add(-OfflineAfter))
+	s.endedHere(ctx, waited)
+	n := len(expired) + len(waited)
+	if err != nil {
+		return n, err
+	}
 	stale, err := s.store.TakeStaleHooks(ctx, now.Add(-StaleHookAfter), now, 100)
 	for _, j := range stale {
 		s.log.WarnContext(ctx, "running a completion hook left pending", "job_id", j.ID, "type", j.Type)
@@ -724,7 +728,19 @@ func (s *Service) Expire(ctx context.Context) (int, error) {
 		s.jobEnded(ctx, j.ID)
 		s.changed(Change{Job: j})
 	}
-	return len(expired), err
+	return n, err
+}
+
+// endedHere runs the completion hooks of jobs that the control plane
+// itself just failed, and tells the readers waiting for them.
+func (s *Service) endedHere(ctx context.Context, list []Job) {
+	for _, j := range list {
+		s.log.WarnContext(ctx, "job failed by the control plane", "job_id", j.ID, "server_id", j.ServerID, "error", *j.Error)
+		s.runHook(ctx, j)
+		j.HookPendingAt = nil
+		s.jobEnded(ctx, j.ID)
+		s.changed(Change{Job: j})
+	}
 }
 
 // Grace gives every running job's lease at least grace from now. The

@@ -12,12 +12,34 @@ type TypeSpec struct {
 	Timeout time.Duration
 }
 
+// Queue timeouts: a job still queued this long after it was queued fails
+// with queue_timed_out. A job may wait behind others while its agent runs
+// as many as it takes at once, so the wait allowed grows with how long the
+// type's jobs may run.
+const (
+	// MinQueueTimeout is the least time a job may wait to be claimed.
+	MinQueueTimeout = time.Hour
+	// QueueTimeoutRuns is how many of its type's timeouts a job may wait,
+	// when that is longer than MinQueueTimeout.
+	QueueTimeoutRuns = 4
+)
+
+// QueueTimeout is how long a job of this type may stay queued:
+// QueueTimeoutRuns times its timeout, and at least MinQueueTimeout.
+func (s TypeSpec) QueueTimeout() time.Duration {
+	return max(MinQueueTimeout, QueueTimeoutRuns*s.Timeout)
+}
+
 // DefaultLease is how long a claim lasts without a heartbeat or event from
 // the agent: three heartbeat intervals.
 const DefaultLease = 3 * HeartbeatInterval
 
 // HeartbeatInterval is the agents' heartbeat period.
 const HeartbeatInterval = 10 * time.Second
+
+// OfflineAfter is how long a server's agent may be silent before the
+// server counts as offline: three heartbeat intervals.
+const OfflineAfter = 3 * HeartbeatInterval
 
 // types lists every job type the control plane queues.
 var types = map[string]TypeSpec{

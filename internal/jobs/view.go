@@ -38,17 +38,28 @@ const (
 )
 
 // ErrorClass returns the class of a job's error text: agent_lost,
-// timed_out, server_revoked and cancelled (set by the control plane) as
-// they are, anything else (the agent's text) as failed.
+// timed_out, server_revoked, server_offline, queue_timed_out and cancelled
+// (set by the control plane) as they are, anything else (the agent's text)
+// as failed.
 func ErrorClass(text string) string {
-	switch text {
-	case ErrAgentLost, ErrTimedOut, ErrServerRevoked, ClassCancelled:
+	if text == ClassCancelled || ByControlPlane(text) {
 		return text
 	}
 	if strings.HasPrefix(text, ClassCancelled+":") {
 		return ClassCancelled
 	}
 	return ClassFailed
+}
+
+// ByControlPlane reports whether a job's error text is one of the reasons
+// the control plane itself fails jobs for (agent_lost, timed_out,
+// server_revoked, server_offline, queue_timed_out), not the agent's.
+func ByControlPlane(text string) bool {
+	switch text {
+	case ErrAgentLost, ErrTimedOut, ErrServerRevoked, ErrServerOffline, ErrQueueTimedOut:
+		return true
+	}
+	return false
 }
 
 // For returns what r may read of the job. Every view of a job the API

@@ -166,7 +166,7 @@ func (s *Service) withStatus(srv Server) Server {
 			srv.LastSeenAt = &at
 		}
 	}
-	if srv.Status == Online && srv.LastSeenAt != nil && s.now().Sub(*srv.LastSeenAt) > 3*jobs.HeartbeatInterval {
+	if srv.Status == Online && srv.LastSeenAt != nil && s.now().Sub(*srv.LastSeenAt) > jobs.OfflineAfter {
 		srv.Status = Offline
 	}
 	if srv.Tags == nil {

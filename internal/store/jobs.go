@@ -16,7 +16,7 @@ var _ jobs.Store = (*Store)(nil)
 
 const jobColumns = `id, server_id, type, status, payload, secrets != '' AS has_secrets, idempotency_key, request_hash, created_by,
 	timeout_seconds, lease_seconds, created_at, updated_at, started_at, lease_expires_at, deadline_at, finished_at, error, data, output,
-	hook_pending_at, late_status, late_error, late_data, late_at, acked_at, requeues`
+	hook_pending_at, late_status, late_error, late_data, late_at, acked_at, requeues, queue_deadline_at`
 
 type jobRow struct {
 	ID             string         `db:"id"`
@@ -46,6 +46,7 @@ type jobRow struct {
 	LateAt         sql.NullInt64  `db:"late_at"`
 	AckedAt        sql.NullInt64  `db:"acked_at"`
 	Requeues       int            `db:"requeues"`
+	QueueDeadline  sql.NullInt64  `db:"queue_deadline_at"`
 }
 
 func rawOrNil(s sql.NullString) json.RawMessage {
@@ -61,7 +62,7 @@ func (r jobRow) job() jobs.Job {
 		TimeoutSeconds: r.TimeoutSeconds, LeaseSeconds: r.LeaseSeconds, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
 		StartedAt: nullMS(r.StartedAt), LeaseExpiresAt: nullMS(r.LeaseExpiresAt), DeadlineAt: nullMS(r.DeadlineAt),
 		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output), HookPendingAt: nullMS(r.HookPendingAt),
-		AckedAt: nullMS(r.AckedAt), Requeues: r.Requeues}
+		AckedAt: nullMS(r.AckedAt), Requeues: r.Requeues, QueueDeadlineAt: nullMS(r.QueueDeadline)}
 	if r.Error.Valid {
 		e := r.Error.String
 		j.Error = &e
@@ -87,10 +88,14 @@ func nullRaw(b json.RawMessage) sql.NullString {
 
 // InsertJob stores a new queued job.
 func (s *Store) InsertJob(ctx context.Context, j jobs.Job, sealedSecrets string) error {
+	var queueDeadline sql.NullInt64
+	if j.QueueDeadlineAt != nil {
+		queueDeadline = sql.NullInt64{Int64: ms(*j.QueueDeadlineAt), Valid: true}
+	}
 	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO jobs (id, server_id, type, status, payload, secrets, idempotency_key, request_hash,
-		created_by, timeout_seconds, lease_seconds, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		created_by, timeout_seconds, lease_seconds, created_at, updated_at, queue_deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		j.ID, j.ServerID, j.Type, string(j.Status), string(j.Payload), sealedSecrets, nullString(j.IdempotencyKey), j.RequestHash,
-		j.CreatedBy, j.TimeoutSeconds, j.LeaseSeconds, ms(j.CreatedAt), ms(j.UpdatedAt))
+		j.CreatedBy, j.TimeoutSeconds, j.LeaseSeconds, ms(j.CreatedAt), ms(j.UpdatedAt), queueDeadline)
 	if isUniqueViolation(err) {
 		return fault.Conflictf("idempotency-key", "A job with this idempotency key exists.")
 	}
@@ -336,12 +341,7 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) 
 					}
 					continue
 				}
-				var seq int
-				if err := tx.GetContext(ctx, &seq, tx.Rebind(`SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?`), r.ID); err != nil {
-					return err
-				}
-				if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO job_events (job_id, seq, at, level, message) VALUES (?, ?, ?, ?, ?)`),
-					r.ID, seq, ms(now), "warn", RequeuedMessage); err != nil {
+				if err := appendJobEvent(ctx, tx, r.ID, now, RequeuedMessage); err != nil {
 					return err
 				}
 				j := s.jobOf(r)
@@ -389,6 +389,82 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) 
 		return nil, nil, err
 	}
 	return expired, requeued, nil
+}
+
+// appendJobEvent adds a warning from the control plane to a job's events.
+func appendJobEvent(ctx context.Context, tx *sqlx.Tx, jobID string, now time.Time, message string) error {
+	var seq int
+	if err := tx.GetContext(ctx, &seq, tx.Rebind(`SELECT COALESCE(MAX(seq), 0) + 1 FROM job_events WHERE job_id = ?`), jobID); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO job_events (job_id, seq, at, level, message) VALUES (?, ?, ?, ?, ?)`),
+		jobID, seq, ms(now), "warn", message)
+	return err
+}
+
+// Events of queued jobs that the control plane fails.
+const (
+	ServerOfflineMessage = "The server has stayed offline for longer than the job's lease since the job was queued again: " +
+		"the agent that never acknowledged its claim is gone. The job is failed instead of waiting for it."
+	QueueTimedOutMessage = "No agent claimed the job within its queue timeout. The job is failed instead of waiting longer."
+)
+
+// silentServer matches a job whose server is enrolled and has not been
+// heard from since the first argument minus the job's lease. A job whose
+// server is gone is not matched: deleting a server ends its jobs.
+const silentServer = `EXISTS (SELECT 1 FROM servers s WHERE s.id = jobs.server_id AND s.last_seen_at < ? - jobs.lease_seconds * 1000)`
+
+// ExpireQueuedJobs fails the queued jobs that wait in vain: queued again
+// for a server silent since before offlineSince minus their lease
+// (server_offline), or past their queue deadline (queue_timed_out).
+func (s *Store) ExpireQueuedJobs(ctx context.Context, now, offlineSince time.Time) ([]jobs.Job, error) {
+	var out []jobs.Job
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		var rows []struct {
+			jobRow
+			Offline bool `db:"server_offline"`
+		}
+		if err := tx.SelectContext(ctx, &rows, tx.Rebind(`SELECT `+jobColumns+`, (requeues > 0 AND `+silentServer+`) AS server_offline
+			FROM jobs WHERE status = 'queued' AND (queue_deadline_at < ? OR (requeues > 0 AND `+silentServer+`))
+			ORDER BY id LIMIT 500`), ms(offlineSince), ms(now), ms(offlineSince)); err != nil {
+			return err
+		}
+		for _, r := range rows {
+			reason, message, cond, arg := jobs.ErrQueueTimedOut, QueueTimedOutMessage, `queue_deadline_at < ?`, ms(now)
+			if r.Offline {
+				reason, message, cond, arg = jobs.ErrServerOffline, ServerOfflineMessage, `requeues > 0 AND `+silentServer, ms(offlineSince)
+			}
+			// Conditional on the job still being queued, for the reason
+			// read: a claim, a result or a heartbeat that came since
+			// leaves it alone, and it is not reported.
+			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
+				secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'queued' AND `+cond),
+				reason, ms(now), ms(now), ms(now), r.ID, arg)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			if err := appendJobEvent(ctx, tx, r.ID, now, message); err != nil {
+				return err
+			}
+			j := r.job()
+			j.Status, j.Error, j.HasSecrets = jobs.Failed, &reason, false
+			t := fromMS(ms(now))
+			j.FinishedAt, j.HookPendingAt, j.UpdatedAt = &t, &t, t
+			out = append(out, j)
+		}
+		return nil
+	})
+	if err != nil {
+		// Rolled back: nothing changed.
+		return nil, err
+	}
+	return out, nil
 }
 
 // EndServerJobs cancels queued and fails running jobs of a server.
