@@ -233,6 +233,26 @@ func (a *AgentProcess) Kill(t testing.TB) {
 	}
 }
 
+// Freeze stops the agent with SIGSTOP, as a hung host or a paused VM
+// would: its connections stay open but it reads, writes and heartbeats
+// nothing until Thaw (done anyway when the test ends, before the agent is
+// stopped).
+func (a *AgentProcess) Freeze(t testing.TB) {
+	t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatalf("SIGSTOP capstan-agent: %v", err)
+	}
+	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) }) //nolint:errcheck // it may have exited
+}
+
+// Thaw resumes an agent stopped by Freeze.
+func (a *AgentProcess) Thaw(t testing.TB) {
+	t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatalf("SIGCONT capstan-agent: %v", err)
+	}
+}
+
 // restartControlPlane stops cp with SIGTERM (failing the test unless it
 // exits cleanly in time) and starts a new capstan serve with the same
 // options, listen address, data dir and database. Later flags win, so the
