@@ -756,7 +756,7 @@ type JobResult struct {
 	Status jobs.Status `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
 	// Error and Data follow the job view rule (jobs.Job.For).
 	Error      *string         `json:"error" doc:"Why it failed (the engine's message for an engine error); null otherwise. Members get the error class"`
-	ErrorClass *string         `json:"error_class" doc:"agent_lost, timed_out, server_revoked, cancelled or failed; null when there is no error"`
+	ErrorClass *string         `json:"error_class" doc:"agent_lost, timed_out, server_revoked, server_offline, queue_timed_out, cancelled or failed; null when there is no error"`
 	Data       json.RawMessage `json:"data" doc:"The result once finished: DBQueryResult, DBExploreResult, DBKVResult, DBConnectResult, DBExportResult or DBImportResult; for a failed job {error: {code, message, position}}. Null until finished, and for members"`
 	Redacted   bool            `json:"redacted" doc:"True when error text and data were withheld (the caller is not an administrator)"`
 	CreatedAt  time.Time       `json:"created_at"`

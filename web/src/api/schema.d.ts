@@ -4314,7 +4314,7 @@ export interface components {
             data: unknown;
             /** @description Why it failed or was cancelled; null otherwise. Members get the error class (as error_class) instead of the text, which can carry output */
             error: string | null;
-            /** @description agent_lost, timed_out, server_revoked, cancelled, or failed (the agent reported an error); null when there is no error */
+            /** @description agent_lost, timed_out, server_revoked, server_offline, queue_timed_out, cancelled, or failed (the agent reported an error); null when there is no error */
             error_class: string | null;
             /** Format: date-time */
             finished_at: string | null;
@@ -4349,7 +4349,7 @@ export interface components {
             data: unknown;
             /** @description Why it failed or was cancelled; null otherwise. Members get the error class (as error_class) instead of the text, which can carry output */
             error: string | null;
-            /** @description agent_lost, timed_out, server_revoked, cancelled, or failed (the agent reported an error); null when there is no error */
+            /** @description agent_lost, timed_out, server_revoked, server_offline, queue_timed_out, cancelled, or failed (the agent reported an error); null when there is no error */
             error_class: string | null;
             events: components["schemas"]["Event"][] | null;
             /** Format: date-time */
@@ -4388,7 +4388,7 @@ export interface components {
             data: unknown;
             /** @description Why it failed (the engine's message for an engine error); null otherwise. Members get the error class */
             error: string | null;
-            /** @description agent_lost, timed_out, server_revoked, cancelled or failed; null when there is no error */
+            /** @description agent_lost, timed_out, server_revoked, server_offline, queue_timed_out, cancelled or failed; null when there is no error */
             error_class: string | null;
             /** Format: date-time */
             finished_at: string | null;
