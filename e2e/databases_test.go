@@ -294,7 +294,7 @@ func testExternalPostgres(t *testing.T, d store.Dialect) {
 	// that writes, by the read-only login's privileges first (42501).
 	for sql, want := range map[string]string{"CREATE TABLE t (x int)": "25006 read-only",
 		"WITH gone AS (DELETE FROM orders RETURNING id) SELECT count(*) FROM gone": "25006 read-only",
-		"SELECT nextval('orders_seq')": "42501 permission denied"} {
+		"SELECT nextval('orders_seq')":                                             "42501 permission denied"} {
 		code, text, _ := strings.Cut(want, " ")
 		j := r.call(t, pg.ID, "query", map[string]any{"sql": sql})
 		if j.Status != "failed" || !strings.Contains(string(j.Data), code) || j.Error == nil || !strings.Contains(*j.Error, text) {
