@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -279,13 +278,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	} else {
 		t.Logf("HTTPS after the removal: %+v, %v", a, err)
 	}
-	cfg, err := http.Get(s.Caddy.AdminURL + "/config/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(cfg.Body)
-	cfg.Body.Close()
-	if strings.Contains(string(b), host) {
+	if b := s.Caddy.LoadedConfig(t); strings.Contains(string(b), host) {
 		t.Errorf("Caddy's configuration still names %s: %s", host, b)
 	}
 }

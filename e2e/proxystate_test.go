@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"testing"
@@ -14,11 +13,6 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
-
-// caddyAdminClient reads Caddy's admin API on a new connection each time: a load
-// that changes the admin settings restarts Caddy's admin server and
-// resets the connections kept alive before it.
-var caddyAdminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 
 // caddyLoaded is the part of Caddy's running configuration the proxy
 // state tests read: the hosts each server matches, and the names Caddy
@@ -47,15 +41,7 @@ type caddyLoaded struct {
 // caddyConfig reads the configuration Caddy runs from its admin API.
 func (s *appStack) caddyConfig(t testing.TB) caddyLoaded {
 	t.Helper()
-	resp, err := caddyAdminClient.Get(s.Caddy.AdminURL + "/config/")
-	if err != nil {
-		t.Fatalf("GET %s/config/: %v", s.Caddy.AdminURL, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s/config/: %d %v", s.Caddy.AdminURL, resp.StatusCode, err)
-	}
+	b := s.Caddy.LoadedConfig(t)
 	var c caddyLoaded
 	if err := json.Unmarshal(b, &c); err != nil {
 		t.Fatalf("Caddy's configuration: %v\n%s", err, b)

@@ -47,7 +47,8 @@ func TestServiceApplicationOnSystemdHost(t *testing.T) {
 	caddy := testlab.StartCaddy(t)
 	e := f.createEnrollment(t, "svc-host")
 
-	h := testlab.BootHost(t, root, testlab.HostOptions{BindsRO: []string{gh.CAFile + ":/etc/capstan-test-ca.pem"}})
+	h := testlab.BootHost(t, root, testlab.HostOptions{BindsRO: []string{gh.CAFile + ":/etc/capstan-test-ca.pem"},
+		Binds: []string{caddy.AdminBind()}})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("capstan-agent journal:\n%s", h.Exec(t, "journalctl -u capstan-agent -u 'capstan-app-*' --no-pager -n 120").Stdout)
@@ -65,7 +66,7 @@ systemctl disable --now caddy-api.service >/dev/null 2>&1 || true
 mkdir -p /etc/systemd/system/capstan-agent.service.d
 cat > /etc/systemd/system/capstan-agent.service.d/test.conf <<EOF
 [Service]
-Environment=CAPSTAN_CADDY_ADMIN=%s CAPSTAN_PROXY_HTTP_PORT=%d CAPSTAN_PROXY_HTTPS_PORT=%d
+Environment="CAPSTAN_CADDY_ADMIN=%s" CAPSTAN_PROXY_HTTP_PORT=%d CAPSTAN_PROXY_HTTPS_PORT=%d
 Environment=CAPSTAN_PROXY_LISTEN_HOST=127.0.0.1 GIT_SSL_CAINFO=/etc/capstan-test-ca.pem
 Environment=CAPSTAN_AGENT_HEALTH_PROBE_INTERVAL=1s
 EOF

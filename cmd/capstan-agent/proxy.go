@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
@@ -13,7 +14,7 @@ import (
 // proxyFlags configure the reverse proxy (Caddy) the agent drives and the
 // traffic report read from its access log.
 type proxyFlags struct {
-	CaddyAdmin     string `name:"caddy-admin" env:"CAPSTAN_CADDY_ADMIN" default:"http://127.0.0.1:2019" help:"Caddy's admin API (http://host:port)."`
+	CaddyAdmin     string `name:"caddy-admin" env:"CAPSTAN_CADDY_ADMIN" default:"unix//run/capstan-proxy/admin.sock|0660" help:"Caddy's admin API: a unix socket as Caddy's admin.listen names it (unix//path|mode, the installer's), or http://host:port. The agent renders the same address into Caddy's configuration."`
 	ProxyHTTPPort  int    `name:"proxy-http-port" env:"CAPSTAN_PROXY_HTTP_PORT" default:"80" help:"Port the proxy serves HTTP on."`
 	ProxyHTTPSPort int    `name:"proxy-https-port" env:"CAPSTAN_PROXY_HTTPS_PORT" default:"443" help:"Port the proxy serves HTTPS on."`
 	ProxyListen    string `name:"proxy-listen-host" env:"CAPSTAN_PROXY_LISTEN_HOST" help:"IP address the proxy's servers listen on (default: every interface)."`
@@ -24,18 +25,24 @@ type proxyFlags struct {
 	StateDir       string `name:"state-dir" env:"CAPSTAN_AGENT_STATE_DIR" default:"/var/lib/capstan-agent" type:"path" help:"Directory of the agent's state (created 0700): the proxy's applied revision, the traffic report's position, and the metric samples and job results not delivered yet (kept across restarts)."`
 }
 
-func (f proxyFlags) settings() proxy.Settings {
+// settings are the proxy's settings on the host whose file system is
+// under root ("/"; tests pass a directory of their own).
+func (f proxyFlags) settings(root string) proxy.Settings {
 	return proxy.Settings{
 		AdminURL: f.CaddyAdmin, HTTPPort: f.ProxyHTTPPort, HTTPSPort: f.ProxyHTTPSPort, ListenHost: f.ProxyListen,
 		AccessLog: f.ProxyAccessLog, ACMEEmail: f.ACMEEmail, DNSServer: f.DNSServer,
-		UpstreamDir: f.upstreamDir(),
+		UpstreamDir: f.upstreamDir(root),
 	}
 }
 
-// upstreamDir is the proxy's upstream directory if it is one, else "":
-// without it, upstreams are written into Caddy's configuration.
-func (f proxyFlags) upstreamDir() string {
-	if st, err := os.Stat(f.ProxyUpstreams); err == nil && st.IsDir() {
+// upstreamDir is the proxy's upstream directory if it is one under root,
+// else "": without it, upstreams are written into Caddy's configuration.
+func (f proxyFlags) upstreamDir(root string) string {
+	path := f.ProxyUpstreams
+	if filepath.IsAbs(path) {
+		path = filepath.Join(root, path)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return f.ProxyUpstreams
 	}
 	return ""

@@ -50,7 +50,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 		log.Error("--health-probe-interval must be between 1s and 1h")
 		return errors.New("--health-probe-interval must be between 1s and 1h")
 	}
-	ps := r.settings()
+	ps := r.settings("/")
 	if err := ps.Check(); err != nil {
 		log.Error("invalid proxy settings", "err", err)
 		return err

@@ -25,8 +25,12 @@ import (
 // Caddy is a running Caddy process with only its admin API configured
 // when it starts; the agent's proxy (or the test) loads the rest.
 type Caddy struct {
-	// AdminURL is the admin API, http://127.0.0.1:PORT.
+	// AdminURL is the admin API as the agent's --caddy-admin takes it: a
+	// unix socket, unix//PATH|0666, as on a server (where only Caddy's
+	// group may open it); AdminClient reaches it.
 	AdminURL string
+	// AdminSocket is the socket's path, in a directory of its own.
+	AdminSocket string
 	// HTTPPort and HTTPSPort are free ports on 127.0.0.1 for the sites.
 	HTTPPort  int
 	HTTPSPort int
@@ -97,26 +101,16 @@ func CaddyAtLeast(v string, major, minor int) bool {
 }
 
 // StartCaddy runs Caddy with its own data and config directories and its
-// admin API on 127.0.0.1, local CA trust installation off, and stops it
-// when the test ends (logging its output if the test failed).
+// admin API on a unix socket of its own (AdminSocket), local CA trust
+// installation off, and stops it when the test ends (logging its output
+// if the test failed).
 func StartCaddy(t testing.TB) *Caddy {
 	t.Helper()
-	bin := CaddyBinary(t)
-	// A port that was free when FreePort probed it may be taken by the
-	// time Caddy binds it: then Caddy exits, and another port is tried.
-	var last string
-	for range 3 {
-		c, exitLog, ok := startCaddy(t, bin)
-		if ok {
-			return c
-		}
-		if !strings.Contains(exitLog, "address already in use") {
-			t.Fatalf("caddy exited while starting:\n%s", exitLog)
-		}
-		last = exitLog
+	c, exitLog, ok := startCaddy(t, CaddyBinary(t))
+	if !ok {
+		t.Fatalf("caddy exited while starting:\n%s", exitLog)
 	}
-	t.Fatalf("caddy found its admin port taken three times:\n%s", last)
-	return nil
+	return c
 }
 
 func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
@@ -129,8 +123,19 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 		AccessLog: filepath.Join(dir, "log", "access.log"),
 		LogPath:   filepath.Join(dir, "caddy.log"),
 	}
-	admin := net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))
-	c.AdminURL = "http://" + admin
+	// A short directory of its own: a socket's path has at most 107 bytes.
+	// Anyone may open the socket (a systemd host's agent, running as its
+	// own account, reaches it through a bind mount of the directory).
+	sockDir, err := os.MkdirTemp("", "caddy-admin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	if err := os.Chmod(sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c.AdminSocket = filepath.Join(sockDir, "admin.sock")
+	c.AdminURL = "unix/" + c.AdminSocket + "|0666"
 	if CaddyAtLeast(caddyVersionOf(t, bin), 2, 8) {
 		c.UpstreamDir = filepath.Join(dir, "upstreams")
 		if err := os.Mkdir(c.UpstreamDir, 0o755); err != nil {
@@ -138,7 +143,7 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 		}
 	}
 	cfgPath := filepath.Join(dir, "caddy.json")
-	cfg := fmt.Sprintf(`{"admin":{"listen":%q},"apps":{"pki":{"certificate_authorities":{"local":{"install_trust":false}}}}}`, admin)
+	cfg := fmt.Sprintf(`{"admin":{"listen":%q},"apps":{"pki":{"certificate_authorities":{"local":{"install_trust":false}}}}}`, c.AdminURL)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -172,10 +177,10 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 			t.Logf("caddy output (%s):\n%s", c.AdminURL, output())
 		}
 	})
-	hc := &http.Client{Timeout: 5 * time.Second}
+	hc := c.AdminClient()
 	deadline := time.Now().Add(caddyStartTimeout)
 	for {
-		resp, err := hc.Get(c.AdminURL + "/config/")
+		resp, err := hc.Get(adminBase + "/config/")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -192,6 +197,42 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 			t.Fatalf("caddy's admin API did not answer at %s within %s: %v\n%s", c.AdminURL, caddyStartTimeout, err, output())
 		}
 	}
+}
+
+// adminBase prefixes the admin API's paths for AdminClient.
+const adminBase = "http://caddy"
+
+// AdminClient returns a client of the admin API: adminBase+"/config/" and
+// the like reach it. Each request has a connection of its own, as a load
+// that changes the admin settings restarts Caddy's admin server.
+func (c *Caddy) AdminClient() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", c.AdminSocket)
+		}}}
+}
+
+// AdminBind is the HostOptions bind mount ("DIR:DIR") that puts the admin
+// socket at the same path inside a systemd host, for an agent there.
+func (c *Caddy) AdminBind() string {
+	d := filepath.Dir(c.AdminSocket)
+	return d + ":" + d
+}
+
+// LoadedConfig is the configuration Caddy runs (GET /config/).
+func (c *Caddy) LoadedConfig(t testing.TB) []byte {
+	t.Helper()
+	resp, err := c.AdminClient().Get(adminBase + "/config/")
+	if err != nil {
+		t.Fatalf("caddy admin API GET /config/: %v", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("caddy admin API GET /config/: %d %v\n%s", resp.StatusCode, err, b)
+	}
+	return b
 }
 
 // localCA is the directory of Caddy's local CA.
@@ -288,7 +329,7 @@ func (c *Caddy) LoadBalance(t testing.TB, upstreams ...string) string {
 	}
 	listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(c.HTTPPort))
 	cfg := map[string]any{
-		"admin": map[string]any{"listen": strings.TrimPrefix(c.AdminURL, "http://")},
+		"admin": map[string]any{"listen": c.AdminURL},
 		"apps": map[string]any{
 			"pki": map[string]any{"certificate_authorities": map[string]any{"local": map[string]any{"install_trust": false}}},
 			"http": map[string]any{"servers": map[string]any{"lb": map[string]any{
@@ -312,7 +353,7 @@ func (c *Caddy) LoadBalance(t testing.TB, upstreams ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Post(c.AdminURL+"/load", "application/json", bytes.NewReader(b))
+	resp, err := c.AdminClient().Post(adminBase+"/load", "application/json", bytes.NewReader(b))
 	if err != nil {
 		t.Fatalf("caddy /load: %v", err)
 	}

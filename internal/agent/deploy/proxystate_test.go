@@ -19,11 +19,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// adminClient reads Caddy's admin API on a new connection each time: a load
-// that changes the admin settings restarts Caddy's admin server and
-// resets the connections kept alive before it.
-var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-
 // controlPlane answers GET /agent/v1/proxy like the control plane: the
 // states queued with answer first (one per call), then the current one;
 // 404 (a control plane from before revisions) while old is set.
@@ -102,13 +97,7 @@ func state(rev int64) agentproto.ProxyConfig {
 // revision's.
 func (r *proxyRig) wantState(t *testing.T, rev int64, what string) {
 	t.Helper()
-	resp, err := adminClient.Get(r.caddy.AdminURL + "/config/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	cfg := string(b)
+	cfg := string(r.caddy.LoadedConfig(t))
 	for _, part := range strings.Split(cfg, `"r`)[1:] {
 		host, _, _ := strings.Cut(part, `"`)
 		if strings.HasSuffix(host, ".test") && host != fmt.Sprintf("%d.test", rev) {

@@ -90,7 +90,7 @@ func startSvcAppHost(t *testing.T) *svcAppHost {
 	h := testlab.BootHost(t, root, testlab.HostOptions{BindsRO: []string{
 		dir + ":/opt/capstan-test",
 		filepath.Join(dir, "50-capstan-agent.rules") + ":/etc/polkit-1/rules.d/50-capstan-agent.rules",
-	}})
+	}, Binds: []string{c.AdminBind()}})
 	h.InstallPackages(t, "git")
 	h.MustExec(t, `set -e
 useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin capstan

@@ -46,7 +46,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -59,12 +58,13 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/capstan-dev/capstan/internal/agent/caddyadmin"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
 // Defaults of Settings.
 const (
-	DefaultAdminURL  = "http://127.0.0.1:2019"
+	DefaultAdminURL  = caddyadmin.Default
 	DefaultHTTPPort  = 80
 	DefaultHTTPSPort = 443
 	DefaultAccessLog = "/var/log/caddy/capstan-access.log"
@@ -77,8 +77,10 @@ const (
 
 // Settings say where Caddy is and what it serves on.
 type Settings struct {
-	// AdminURL is Caddy's admin API, http://host:port. The rendered
-	// configuration keeps the admin endpoint on that address.
+	// AdminURL is Caddy's admin API: a unix socket as Caddy's
+	// admin.listen names it (unix//path|mode; DefaultAdminURL, the
+	// installer's) or http://host:port. The rendered configuration keeps
+	// the admin endpoint on that address.
 	AdminURL string
 	// HTTPPort and HTTPSPort are the ports Caddy listens on.
 	HTTPPort, HTTPSPort int
@@ -128,22 +130,22 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// adminListen is the admin URL's host:port, kept as admin.listen so that a
-// /load does not move the admin endpoint.
+// adminListen is the admin address as Caddy's admin.listen (the socket
+// with its file mode, or host:port), kept so that a /load does not move
+// the admin endpoint.
 func (s Settings) adminListen() string {
-	u, err := url.Parse(s.AdminURL)
+	e, err := caddyadmin.Parse(s.AdminURL)
 	if err != nil {
 		return ""
 	}
-	return u.Host
+	return e.Listen
 }
 
 // Check reports settings that cannot work.
 func (s Settings) Check() error {
 	s = s.withDefaults()
-	u, err := url.Parse(s.AdminURL)
-	if err != nil || u.Scheme != "http" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") {
-		return fmt.Errorf("caddy admin URL %q: want http://host:port", s.AdminURL)
+	if _, err := caddyadmin.Parse(s.AdminURL); err != nil {
+		return err
 	}
 	for _, p := range []int{s.HTTPPort, s.HTTPSPort} {
 		if p < 1 || p > 65535 {
@@ -190,6 +192,8 @@ func LocalDocker() (*client.Client, error) {
 type Proxy struct {
 	settings Settings
 	docker   Docker // nil: no discovery, sites without an override answer 503
+	admin    caddyadmin.Endpoint
+	adminErr error // the admin address does not parse
 	hc       *http.Client
 
 	mu sync.Mutex // serializes applies; guards current and revision*
@@ -226,15 +230,18 @@ func (p *Proxy) OnLoad(fn func()) { p.onLoad = fn }
 // docker finds the applications' live containers; nil disables that, and
 // then only the upstreams passed to Apply are served.
 func New(settings Settings, docker Docker) *Proxy {
+	settings = settings.withDefaults()
+	admin, err := caddyadmin.Parse(settings.AdminURL)
 	return &Proxy{
-		settings: settings.withDefaults(),
+		settings: settings,
 		docker:   docker,
+		admin:    admin,
+		adminErr: err,
 		// A load that changes the admin settings makes Caddy restart its
 		// admin server, which resets the kept-alive connection of the
 		// load before it: a POST on it fails and is not retried. One
-		// loopback connection per load costs nothing in comparison.
-		hc: &http.Client{Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
-			DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext}},
+		// local connection per load costs nothing in comparison.
+		hc: admin.Client(false, 0),
 	}
 }
 
@@ -505,8 +512,11 @@ func (p *Proxy) load(ctx context.Context, body []byte) error {
 }
 
 func (p *Proxy) loadOnce(ctx context.Context, body []byte) error {
+	if p.adminErr != nil {
+		return p.adminErr
+	}
 	u := p.settings.AdminURL
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u+"/load", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.admin.BaseURL+"/load", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}

@@ -109,10 +109,16 @@ func TestRenderDefaultPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := render(st, ss, nil)
-	if c.Admin.Listen != "127.0.0.1:2019" {
-		t.Errorf("admin listen %q", c.Admin.Listen)
-	}
 	b, _ := json.Marshal(c)
+	// The admin API stays on the agent's socket, openable by Caddy's
+	// account and group only: no TCP port of the host answers it.
+	if c.Admin.Listen != "unix//run/capstan-proxy/admin.sock|0660" ||
+		!strings.Contains(string(b), `"admin":{"listen":"unix//run/capstan-proxy/admin.sock|0660"}`) {
+		t.Errorf("admin listen %q, want the unix socket /run/capstan-proxy/admin.sock with mode 0660", c.Admin.Listen)
+	}
+	if strings.Contains(string(b), "2019") {
+		t.Errorf("the rendered configuration names Caddy's TCP admin port 2019: %s", b)
+	}
 	for _, want := range []string{
 		`"https://a.test{http.request.uri}"`, `"http://b.test{http.request.uri}"`,
 		`"listen":[":443"]`, `"listen":[":80"]`,
@@ -171,12 +177,17 @@ func TestSitesRefused(t *testing.T) {
 }
 
 func TestSettingsCheck(t *testing.T) {
-	if err := (Settings{}).Check(); err != nil {
-		t.Errorf("defaults: %v", err)
+	for _, s := range []Settings{{}, {AdminURL: "unix//run/caddy.sock"}, {AdminURL: "http://127.0.0.1:2019"}} {
+		if err := s.Check(); err != nil {
+			t.Errorf("%+v: %v", s, err)
+		}
 	}
 	for _, s := range []Settings{
-		{AdminURL: "unix//run/caddy.sock"},
 		{AdminURL: "http://127.0.0.1"},
+		{AdminURL: "https://127.0.0.1:2019"},
+		{AdminURL: "unix/run/caddy.sock"},
+		{AdminURL: "unix//run/caddy.sock|0440"},
+		{AdminURL: "unix//run/{env.X}.sock"},
 		{HTTPPort: 443},
 		{HTTPSPort: 70000},
 		{DNSServer: "dns.example:53"},

@@ -4,25 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-// adminClient reads Caddy's admin API on a new connection each time: a load
-// that changes the admin settings restarts Caddy's admin server and
-// resets the connections kept alive before it.
-var adminClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 
 // proxyWithState is a Proxy on c that keeps its revision in dir for
 // server serverID.
@@ -43,16 +35,7 @@ func revisionConfig(rev int64) agentproto.ProxyConfig {
 // loadedConfig is the configuration Caddy runs, from its admin API.
 func loadedConfig(t *testing.T, c *testlab.Caddy) string {
 	t.Helper()
-	resp, err := adminClient.Get(c.AdminURL + "/config/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /config/: %d %v", resp.StatusCode, err)
-	}
-	return string(b)
+	return string(c.LoadedConfig(t))
 }
 
 // wantLoaded fails unless Caddy runs the state of revision rev.

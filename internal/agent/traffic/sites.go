@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/agent/caddyadmin"
 )
 
 // SiteSource tells which hosts are the proxy's configured sites. The
@@ -28,17 +29,19 @@ const maxCaddyConfig = 64 << 20
 // proxy's desired state as last loaded (Caddy keeps it across its own
 // restarts with --resume), whichever job loaded it.
 type CaddySites struct {
-	// AdminURL is Caddy's admin API, http://host:port.
+	// AdminURL is Caddy's admin API, as caddyadmin.Parse reads it.
 	AdminURL string
+	admin    caddyadmin.Endpoint
+	err      error // the address does not parse
 	hc       *http.Client
 }
 
-// NewCaddySites returns a site source reading Caddy's admin API.
+// NewCaddySites returns a site source reading Caddy's admin API at
+// adminURL (a unix socket, unix//path|mode, or http://host:port).
 func NewCaddySites(adminURL string) *CaddySites {
-	return &CaddySites{AdminURL: strings.TrimSuffix(adminURL, "/"), hc: &http.Client{
-		Transport: &http.Transport{Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext},
-		Timeout:   15 * time.Second,
-	}}
+	adminURL = strings.TrimSuffix(adminURL, "/")
+	admin, err := caddyadmin.Parse(adminURL)
+	return &CaddySites{AdminURL: adminURL, admin: admin, err: err, hc: admin.Client(true, 15*time.Second)}
 }
 
 // caddyRoute is what is read of a Caddy route: its host matchers and the
@@ -54,7 +57,10 @@ type caddyRoute struct {
 
 // SiteHosts implements SiteSource.
 func (c *CaddySites) SiteHosts(ctx context.Context) ([]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.AdminURL+"/config/", nil)
+	if c.err != nil {
+		return nil, c.err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.admin.BaseURL+"/config/", nil)
 	if err != nil {
 		return nil, err
 	}
