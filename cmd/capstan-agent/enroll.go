@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
@@ -15,7 +17,7 @@ import (
 type enrollCmd struct {
 	configFlag
 	URL   string `name:"url" required:"" env:"CAPSTAN_URL" help:"Control plane URL, e.g. https://capstan.example.com."`
-	Token string `name:"token" required:"" env:"CAPSTAN_ENROLL_TOKEN" help:"One-time enrollment token (ept_…)."`
+	Token string `name:"token" required:"" env:"CAPSTAN_ENROLL_TOKEN" help:"One-time enrollment token (ept_…), or - to read it from the first line of stdin. Prefer the environment variable or stdin: a command line is visible to every user of the host (ps)."`
 	Force bool   `name:"force" help:"Replace an existing enrollment."`
 }
 
@@ -23,6 +25,11 @@ func (e *enrollCmd) Run(ctx context.Context, io stdio) error {
 	apiURL, err := agent.ParseAPIURL(e.URL)
 	if err != nil {
 		return fmt.Errorf("--url: %w", err)
+	}
+	if e.Token == "-" {
+		if e.Token, err = readToken(io.in); err != nil {
+			return err
+		}
 	}
 	if !strings.HasPrefix(e.Token, agentproto.EnrollmentTokenPrefix) {
 		return fmt.Errorf("--token: an enrollment token starts with %q", agentproto.EnrollmentTokenPrefix)
@@ -73,6 +80,23 @@ func (e *enrollCmd) Run(ctx context.Context, io stdio) error {
 	fmt.Fprintf(io.out, "Enrolled as %s (%s) with %s.\nConfiguration written to %s.\nStart the agent: capstan-agent run\n",
 		resp.ServerName, resp.ServerID, apiURL, e.Config)
 	return nil
+}
+
+// maxTokenLine bounds the line a token is read from.
+const maxTokenLine = 4096
+
+// readToken reads the enrollment token from the first line of r, without
+// the spaces around it.
+func readToken(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, maxTokenLine)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("reading the enrollment token from stdin: %w", err)
+	}
+	tok := strings.TrimSpace(line)
+	if tok == "" {
+		return "", errors.New("--token -: stdin has no enrollment token")
+	}
+	return tok, nil
 }
 
 func isLoopback(host string) bool {

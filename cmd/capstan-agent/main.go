@@ -47,6 +47,7 @@ func (c appHelperCmd) Run(ctx context.Context) error {
 
 // stdio are the streams of a command.
 type stdio struct {
+	in       io.Reader
 	out, err io.Writer
 }
 
@@ -62,7 +63,7 @@ type kongExit int
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -70,7 +71,7 @@ func main() {
 // execute runs the command line args and returns the process exit status:
 // 0, 1 on errors, agentproto.ExitRevoked when the control plane revoked
 // the agent, or kong's status for usage errors.
-func execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code int) {
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("capstan-agent"),
@@ -79,7 +80,7 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) (code
 		kong.Writers(stdout, stderr),
 		kong.Exit(func(code int) { panic(kongExit(code)) }),
 		kong.BindTo(ctx, (*context.Context)(nil)),
-		kong.Bind(stdio{out: stdout, err: stderr}),
+		kong.Bind(stdio{in: stdin, out: stdout, err: stderr}),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "capstan-agent:", err)

@@ -27,11 +27,17 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// run executes the command line in-process.
+// run executes the command line in-process, with nothing on stdin.
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runStdin(t, "", args...)
+}
+
+// runStdin executes the command line in-process with stdin on its input.
+func runStdin(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errOut bytes.Buffer
-	code = execute(context.Background(), args, &out, &errOut)
+	code = execute(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -134,6 +140,50 @@ func TestEnrollConfigPathFromEnv(t *testing.T) {
 	if _, err := agent.LoadConfig(path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestEnrollTokenOffTheCommandLine: the token comes from
+// CAPSTAN_ENROLL_TOKEN or from stdin (--token -), so that no command line
+// carries it (ps shows command lines to every user of the host).
+func TestEnrollTokenOffTheCommandLine(t *testing.T) {
+	cp := agenttest.New(t)
+	enrolled := func(t *testing.T, path string) {
+		t.Helper()
+		if cfg, err := agent.LoadConfig(path); err != nil || cfg.ServerID != cp.ServerID() {
+			t.Fatalf("config after the enrollment: %+v, %v", cfg, err)
+		}
+	}
+	t.Run("environment", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "agent.json")
+		t.Setenv("CAPSTAN_ENROLL_TOKEN", enrollmentToken(cp))
+		if code, _, errOut := run(t, "enroll", "--url", cp.URL, "--config", path); code != 0 {
+			t.Fatalf("enroll exit %d: %s", code, errOut)
+		}
+		enrolled(t, path)
+	})
+	t.Run("stdin", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "agent.json")
+		if code, _, errOut := runStdin(t, "  "+enrollmentToken(cp)+"\r\nignored\n", "enroll", "--url", cp.URL, "--token", "-", "--config", path); code != 0 {
+			t.Fatalf("enroll exit %d: %s", code, errOut)
+		}
+		enrolled(t, path)
+	})
+	t.Run("empty stdin", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "agent.json")
+		code, _, errOut := runStdin(t, "\n", "enroll", "--url", cp.URL, "--token", "-", "--config", path)
+		if code != 1 || !strings.Contains(errOut, "stdin has no enrollment token") {
+			t.Fatalf("enroll with an empty stdin: exit %d, %q", code, errOut)
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("config written without a token: %v", err)
+		}
+	})
+	t.Run("none", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "agent.json")
+		if code, _, errOut := run(t, "enroll", "--url", cp.URL, "--config", path); code == 0 || !strings.Contains(errOut, "--token") {
+			t.Fatalf("enroll without a token: exit %d, %q", code, errOut)
+		}
+	})
 }
 
 func TestEnrollInvalidToken(t *testing.T) {
@@ -318,9 +368,15 @@ func startBinary(t *testing.T, args ...string) *process {
 	cmd := exec.Command(binary(t), args...)
 	p := &process{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
-	// Its own state directory unless the arguments name one: nothing of
-	// a test is kept in the machine's /var/lib/capstan-agent.
-	cmd.Env = append(os.Environ(), "CAPSTAN_AGENT_CONFIG=/nonexistent/agent.json", "CAPSTAN_AGENT_STATE_DIR="+t.TempDir())
+	// Its own state directory, proxy files and Caddy admin socket unless
+	// the arguments name them: nothing of a test is kept in the machine's
+	// /var/lib/capstan-agent, and the machine's own Caddy, access log and
+	// upstream directory (on a server) are not read.
+	dir := t.TempDir()
+	cmd.Env = append(os.Environ(), "CAPSTAN_AGENT_CONFIG=/nonexistent/agent.json", "CAPSTAN_AGENT_STATE_DIR="+dir,
+		"CAPSTAN_PROXY_UPSTREAM_DIR="+filepath.Join(dir, "upstreams"),
+		"CAPSTAN_PROXY_ACCESS_LOG="+filepath.Join(dir, "access.log"),
+		"CAPSTAN_CADDY_ADMIN=unix/"+filepath.Join(dir, "caddy-admin.sock"))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

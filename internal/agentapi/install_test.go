@@ -263,6 +263,68 @@ func TestInstallScriptCaddyVersion(t *testing.T) {
 	}
 }
 
+// The installer gives Caddy its admin API on a unix socket, with the file
+// mode 0660 for Caddy 2.7 and later (which read it after "|"), and never
+// on a TCP port.
+func TestInstallScriptCaddyAdminSocket(t *testing.T) {
+	script := mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL})
+	head, _, _ := strings.Cut(script, "\nmain() {\n")
+	for v, want := range map[string]string{
+		"v2.11.9": "unix//run/capstan-proxy/admin.sock|0660", "v2.7.0": "unix//run/capstan-proxy/admin.sock|0660",
+		"2.6.2": "unix//run/capstan-proxy/admin.sock", "": "unix//run/capstan-proxy/admin.sock",
+	} {
+		cmd := exec.Command("sh", "-c", head+"\ncaddy_admin_listen \"$1\"", "sh", v)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", v, err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Errorf("caddy_admin_listen %q: %q, want %q", v, got, want)
+		}
+	}
+	// Caddy's unit gets the socket as its default admin endpoint, in a
+	// runtime directory of its own that only its group may enter, and the
+	// agent is told the same address.
+	for _, want := range []string{
+		`Environment="CADDY_ADMIN=$ADMIN_LISTEN"`, "RuntimeDirectory=capstan-proxy\n", "RuntimeDirectoryMode=0750\n",
+		`usermod -a -G caddy "$ACCOUNT"`, `AGENT_ADMIN_ENV="Environment=\"CAPSTAN_CADDY_ADMIN=$ADMIN_LISTEN\""`,
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the installer lacks %s", want)
+		}
+	}
+}
+
+// The enrollment token reaches capstan-agent enroll through its
+// environment: a command line is visible to every user of the host.
+func TestInstallScriptTokenOffTheCommandLine(t *testing.T) {
+	script := mustScript(t, agentapi.ScriptConfig{PublicURL: testPublicURL})
+	var enroll []string
+	lines := strings.Split(script, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "capstan-agent\" enroll") {
+			// The command with its continuation lines.
+			cmd := l
+			for j := i; strings.HasSuffix(lines[j], "\\") && j+1 < len(lines); j++ {
+				cmd += "\n" + lines[j+1]
+			}
+			enroll = append(enroll, cmd)
+		}
+	}
+	if len(enroll) != 1 {
+		t.Fatalf("the installer runs capstan-agent enroll %d times, want once:\n%s", len(enroll), strings.Join(enroll, "\n"))
+	}
+	cmd := enroll[0]
+	prefix, args, _ := strings.Cut(cmd, "capstan-agent\" enroll")
+	if strings.Contains(args, "TOKEN") || strings.Contains(args, "--token") {
+		t.Errorf("the token is on enroll's command line:\n%s", cmd)
+	}
+	if !strings.Contains(prefix, `CAPSTAN_ENROLL_TOKEN="$TOKEN" `) {
+		t.Errorf("enroll does not get the token in CAPSTAN_ENROLL_TOKEN:\n%s", cmd)
+	}
+}
+
 // TestInstallScriptInsecureURL: a control plane reached over plain http://
 // at an address other than loopback does not serve the installer unless
 // told to; over https:// or on loopback it does.
