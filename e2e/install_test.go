@@ -1,15 +1,23 @@
 package e2e
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,15 +187,22 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 		t.Fatalf("install_command %q does not fetch %s and pass the token", enr.InstallCommand, installURL)
 	}
 
-	c := bootContainer(t, root)
+	// A Docker host: the machine's engine, whose socket's group the
+	// agent's account joins (the proxy looks up containers there).
+	testlab.Docker(t)
+	dockerSock := strings.TrimPrefix(cmp.Or(testlab.DockerHost(), "unix:///var/run/docker.sock"), "unix://")
+	st, err := os.Stat(dockerSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testlab.BootHost(t, root, testlab.HostOptions{Binds: []string{dockerSock + ":/run/docker.sock"}})
 	t.Logf("container %s booted after %s", c.Name, time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("capstan-agent journal:\n%s", c.Exec(t, "journalctl -u capstan-agent --no-pager -n 80").Stdout)
+			t.Logf("capstan-agent and caddy journal:\n%s", c.Exec(t, "journalctl -u capstan-agent -u caddy-api --no-pager -n 120").Stdout)
 		}
 	})
-	// A Docker host: the agent's account must join the docker group.
-	c.MustExec(t, "groupadd --system docker")
+	c.MustExec(t, fmt.Sprintf("groupadd --system --gid %d docker", st.Sys().(*syscall.Stat_t).Gid))
 
 	// Install as root, as the enrollment says (this host has no sudo).
 	res := c.RunInstaller(t, installURL, "--token", enr.Token)
@@ -282,6 +297,12 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if out := c.MustExec(t, "systemctl is-enabled caddy-api.service; systemctl is-enabled caddy.service || true"); !strings.HasPrefix(out, "enabled\n") || !strings.Contains(out, "disabled") {
 		t.Fatalf("caddy-api.service should be enabled and caddy.service disabled:\n%s", out)
 	}
+	// Caddy's admin API is a unix socket that only Caddy and its group
+	// (the agent's account) may open, and no TCP port.
+	wantCaddyAdminSocket(t, c)
+	if out := c.MustExec(t, "systemctl show -p Environment --value capstan-agent"); !strings.Contains(out, "CAPSTAN_CADDY_ADMIN=unix//run/capstan-proxy/admin.sock|0660") {
+		t.Errorf("the agent is not told the admin socket: Environment=%s", out)
+	}
 	// Connections queued on a listener Caddy closes at a reload are handed
 	// to its successor (Linux 5.14+).
 	if out := c.MustExec(t, "cat /etc/sysctl.d/60-capstan.conf"); !strings.Contains(out, "\nnet.ipv4.tcp_migrate_req = 1\n") {
@@ -309,6 +330,26 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	}
 	t.Logf("online and pinged after %s", time.Since(start).Round(time.Millisecond))
 
+	// A domain, applied by the agent through the socket: Caddy serves it
+	// on free ports of this machine (the host shares its network).
+	httpPort, httpsPort := testlab.FreePort(t), testlab.FreePort(t)
+	c.MustExec(t, fmt.Sprintf(`set -e
+mkdir -p /etc/systemd/system/capstan-agent.service.d
+printf '[Service]\nEnvironment=CAPSTAN_PROXY_HTTP_PORT=%d CAPSTAN_PROXY_HTTPS_PORT=%d CAPSTAN_PROXY_LISTEN_HOST=127.0.0.1\n' >/etc/systemd/system/capstan-agent.service.d/test.conf
+systemctl daemon-reload
+systemctl restart capstan-agent.service`, httpPort, httpsPort))
+	domainHost := "web.install.test"
+	r = cp.Post(t, "/api/v1/applications", tok, map[string]any{"name": "web", "server_id": serverID, "deploy": false,
+		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
+	expectStatus(t, r, http.StatusCreated)
+	var app struct {
+		ID string `json:"id"`
+	}
+	r.JSON(t, &app)
+	applyDomain(t, cp, tok, map[string]any{"hostname": domainHost, "application_id": app.ID, "tls_mode": "off"})
+	wantDomainServed(t, c, domainHost, httpPort, httpsPort)
+	t.Logf("domain served after %s", time.Since(start).Round(time.Millisecond))
+
 	// Services through the API, with the agent's real permissions: a unit
 	// is stopped, started, restarted and its journal read.
 	t.Run("HostWorkServices", func(t *testing.T) { hostWorkServices(t, cp, tok, serverID, c) })
@@ -318,6 +359,19 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	// the enrollment.
 	if err := os.Rename(upgrade, filepath.Join(agentDir, "capstan-agent")); err != nil {
 		t.Fatal(err)
+	}
+	// This server is made as an earlier installer left it: Caddy's
+	// admin API on TCP (in the configuration it resumes), no drop-in.
+	oldAdmin := fmt.Sprintf("127.0.0.1:%d", testlab.FreePort(t))
+	c.MustExec(t, fmt.Sprintf(`set -e
+curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' --data-binary '"%s"' --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/admin/listen
+for i in $(seq 100); do curl -fsS -o /dev/null http://%s/config/ && break; sleep 0.1; done
+rm /etc/systemd/system/caddy-api.service.d/50-capstan.conf
+systemctl daemon-reload
+systemctl restart caddy-api.service
+curl -fsS -o /dev/null http://%s/config/`, oldAdmin, oldAdmin, oldAdmin))
+	if ports := caddyTCPListeners(t, c); !slices.Contains(ports, portOf(t, oldAdmin)) {
+		t.Fatalf("the old-style server's Caddy does not listen on %s: %v", oldAdmin, ports)
 	}
 	res = c.RunInstaller(t, installURL)
 	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "already enrolled") {
@@ -348,6 +402,15 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	if pong := pingAgent(t, cp, tok, serverID, "after the upgrade"); pong.AgentVersion != agentVersion2 {
 		t.Fatalf("agent.ping after the upgrade ran version %q, want %q", pong.AgentVersion, agentVersion2)
 	}
+	// The upgrade moved Caddy's admin API back to the socket; the domain
+	// is still served, and the agent applies the next change through it.
+	if !strings.Contains(res.Stderr, "moved Caddy's admin API from TCP") {
+		t.Errorf("the upgrade did not say it moved Caddy's admin API:\n%s", res.Stderr)
+	}
+	wantCaddyAdminSocket(t, c)
+	wantDomainServed(t, c, domainHost, httpPort, httpsPort)
+	applyDomain(t, cp, tok, map[string]any{"hostname": "api.install.test", "application_id": app.ID, "tls_mode": "off"})
+	wantDomainServed(t, c, "api.install.test", httpPort, httpsPort)
 	t.Logf("upgraded after %s", time.Since(start).Round(time.Millisecond))
 
 	// Revocation: the agent exits 78 and systemd leaves it down.
@@ -368,4 +431,238 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 		t.Fatalf("server status %q after revocation, want revoked", s.Status)
 	}
 	t.Logf("revoked and stopped after %s", time.Since(start).Round(time.Millisecond))
+}
+
+// wantCaddyAdminSocket fails unless the host's Caddy has its admin API on
+// /run/capstan-proxy/admin.sock, mode 0660, which the agent's account may
+// open and another may not, and listens on no TCP port but its servers'.
+func wantCaddyAdminSocket(t *testing.T, c *Container) {
+	t.Helper()
+	if out := c.MustExec(t, "stat -c '%a %U %G %F' /run/capstan-proxy /run/capstan-proxy/admin.sock"); out != "750 caddy caddy directory\n660 caddy caddy socket\n" {
+		t.Fatalf("/run/capstan-proxy and its admin.sock: %q, want mode 750 and a socket of mode 660, owned by caddy", out)
+	}
+	if groups := strings.Fields(c.MustExec(t, "id -nG capstan")); !slices.Contains(groups, "caddy") {
+		t.Errorf("capstan is not in the caddy group (groups: %v)", groups)
+	}
+	const get = " -- curl -fsS -o /dev/null --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/"
+	if res := c.Exec(t, "runuser -u capstan"+get); res.ExitCode != 0 {
+		t.Fatalf("the agent's account cannot reach Caddy's admin API: %s", res.Stderr)
+	}
+	if res := c.Exec(t, "runuser -u nobody"+get); res.ExitCode == 0 {
+		t.Fatal("another account (nobody) reaches Caddy's admin API")
+	}
+	if cfg := c.MustExec(t, "curl -fsS --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/admin"); strings.TrimSpace(cfg) != "null" &&
+		!strings.Contains(cfg, `"listen":"unix//run/capstan-proxy/admin.sock|0660"`) {
+		t.Errorf("Caddy's admin configuration: %s", cfg)
+	}
+	for _, p := range caddyTCPListeners(t, c) {
+		if p == 2019 {
+			t.Errorf("Caddy listens on its TCP admin port 2019")
+		}
+	}
+}
+
+// applyDomain creates a domain and waits until its proxy.apply job
+// succeeded.
+func applyDomain(t *testing.T, cp *ControlPlane, token string, body map[string]any) {
+	t.Helper()
+	r := cp.Post(t, "/api/v1/domains", token, body)
+	expectStatus(t, r, http.StatusCreated)
+	var dom struct {
+		JobID string `json:"job_id"`
+	}
+	r.JSON(t, &dom)
+	if dom.JobID == "" {
+		t.Fatalf("domain create: %s", r.Body)
+	}
+	waitFor(t, 90*time.Second, "proxy.apply "+dom.JobID+" succeeds", func() (bool, string) {
+		r := cp.Get(t, "/api/v1/jobs/"+dom.JobID, token)
+		expectStatus(t, r, http.StatusOK)
+		var j struct {
+			Status string `json:"status"`
+		}
+		r.JSON(t, &j)
+		if j.Status == "failed" || j.Status == "cancelled" {
+			t.Fatalf("proxy.apply %s ended %s: %s", dom.JobID, j.Status, r.Body)
+		}
+		return j.Status == "succeeded", string(r.Body)
+	})
+}
+
+// wantDomainServed fails unless the host's Caddy serves host on httpPort
+// (503: the application runs no container) and an unknown name gets the
+// 404 of no site, and Caddy listens on TCP on its two servers' ports only.
+func wantDomainServed(t *testing.T, c *Container, host string, httpPort, httpsPort int) {
+	t.Helper()
+	status := func(name string) string {
+		return strings.TrimSpace(c.MustExec(t, fmt.Sprintf("curl -s -o /dev/null -w '%%{http_code}' -H 'Host: %s' http://127.0.0.1:%d/", name, httpPort)))
+	}
+	if got := status(host); got != "503" {
+		t.Errorf("%s on the proxy: HTTP %s, want 503 (the site, without a running container)", host, got)
+	}
+	if got := status("unknown.install.test"); got != "404" {
+		t.Errorf("an unknown name on the proxy: HTTP %s, want 404", got)
+	}
+	ports := caddyTCPListeners(t, c)
+	slices.Sort(ports)
+	if want := []int{min(httpPort, httpsPort), max(httpPort, httpsPort)}; !slices.Equal(slices.Compact(ports), want) {
+		t.Errorf("Caddy listens on TCP ports %v, want its servers' %v only", ports, want)
+	}
+}
+
+// caddyTCPListeners lists the TCP ports the host's Caddy (caddy-api's main
+// process) listens on: its sockets among the listening ones of
+// /proc/net/tcp and tcp6.
+func caddyTCPListeners(t *testing.T, c *Container) []int {
+	t.Helper()
+	pid := c.Show(t, "caddy-api", "MainPID")["MainPID"]
+	if pid == "" || pid == "0" {
+		t.Fatal("caddy-api.service has no main process")
+	}
+	fds := c.MustExec(t, "for f in /proc/"+pid+"/fd/*; do readlink \"$f\"; done")
+	inodes := map[string]bool{}
+	for _, l := range strings.Fields(fds) {
+		if ino, ok := strings.CutPrefix(l, "socket:["); ok {
+			inodes[strings.TrimSuffix(ino, "]")] = true
+		}
+	}
+	var ports []int
+	for _, l := range strings.Split(c.MustExec(t, "cat /proc/net/tcp /proc/net/tcp6"), "\n") {
+		f := strings.Fields(l)
+		// sl local_address rem_address st ... inode (the tenth field)
+		if len(f) < 10 || f[3] != "0A" || !inodes[f[9]] {
+			continue
+		}
+		_, hexPort, _ := strings.Cut(f[1], ":")
+		p, err := strconv.ParseInt(hexPort, 16, 32)
+		if err != nil {
+			t.Fatalf("/proc/net/tcp line %q: %v", l, err)
+		}
+		ports = append(ports, int(p))
+	}
+	return ports
+}
+
+// portOf is the port of host:port.
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestInstallerKeepsTokenOffCommandLines installs the agent on a booted
+// Debian with the token in CAPSTAN_ENROLL_TOKEN and, while the control
+// plane holds the enrollment request, reads every process's command line
+// on the host: none has the token, and capstan-agent enroll has it in its
+// environment. The host keeps Debian's Caddy 2.6 (none is served), whose
+// admin socket the agent reaches too.
+func TestInstallerKeepsTokenOffCommandLines(t *testing.T) {
+	t.Parallel()
+	requireNspawnHost(t)
+	root := debianRootfs(t)
+	agentDir := t.TempDir()
+	buildAgent(t, filepath.Join(agentDir, "capstan-agent"), agentVersion1)
+	cp := startControlPlane(t, Options{Args: []string{"--agent-dir", agentDir}})
+	admin := signInUser(t, cp, newAdmin(t, cp, "admin@example.com"))
+	r := cp.Post(t, "/api/v1/servers/enrollments", admin.AccessToken, map[string]any{"name": "argv"})
+	expectStatus(t, r, http.StatusCreated)
+	var enr struct {
+		Server apiServer `json:"server"`
+		Token  string    `json:"token"`
+	}
+	r.JSON(t, &enr)
+
+	// The enrollment request waits at this proxy until released.
+	target, err := url.Parse(cp.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := httputil.NewSingleHostReverseProxy(target)
+	held, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	t.Cleanup(func() { releaseOnce.Do(func() { close(release) }) })
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/enroll") {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		fwd.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+
+	c := bootContainer(t, root)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("installer output:\n%s", c.Exec(t, "cat /root/install.log").Stdout)
+		}
+	})
+	c.MustExec(t, fmt.Sprintf(`CAPSTAN_ENROLL_TOKEN=%s; export CAPSTAN_ENROLL_TOKEN
+setsid sh -c 'curl -fsSL %s/agent/install.sh | sh -s -- --url %s >/root/install.log 2>&1; echo $? >/root/install.rc' </dev/null >/dev/null 2>&1 &`,
+		enr.Token, cp.URL, front.URL))
+	select {
+	case <-held:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the installer never enrolled:\n%s", c.Exec(t, "cat /root/install.log").Stdout)
+	}
+	procs := c.MustExec(t, `for p in /proc/[0-9]*; do
+	cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null) || continue
+	printf '%s\t%s\n' "${p#/proc/}" "$cmd"
+done`)
+	enrollPID := ""
+	for _, l := range strings.Split(strings.TrimSpace(procs), "\n") {
+		pid, cmd, _ := strings.Cut(l, "\t")
+		if strings.Contains(cmd, enr.Token) {
+			t.Errorf("process %s has the enrollment token on its command line: %s", pid, cmd)
+		}
+		if strings.Contains(cmd, "capstan-agent enroll ") {
+			enrollPID = pid
+		}
+	}
+	if enrollPID == "" {
+		t.Fatalf("no capstan-agent enroll among the host's processes:\n%s", procs)
+	}
+	if env := c.MustExec(t, "tr '\\0' '\\n' </proc/"+enrollPID+"/environ"); !strings.Contains(env, "\nCAPSTAN_ENROLL_TOKEN="+enr.Token+"\n") &&
+		!strings.HasPrefix(env, "CAPSTAN_ENROLL_TOKEN="+enr.Token+"\n") {
+		t.Errorf("capstan-agent enroll does not have the token in its environment")
+	}
+	releaseOnce.Do(func() { close(release) })
+	waitFor(t, 3*time.Minute, "the installer finishes", func() (bool, string) {
+		res := c.Exec(t, "cat /root/install.rc")
+		return res.ExitCode == 0 && strings.TrimSpace(res.Stdout) != "", res.Stderr
+	})
+	if rc := strings.TrimSpace(c.MustExec(t, "cat /root/install.rc")); rc != "0" {
+		t.Fatalf("installer exit %s:\n%s", rc, c.MustExec(t, "cat /root/install.log"))
+	}
+	if s := getServer(t, cp, admin.AccessToken, enr.Server.ID); s.Status == "pending" {
+		t.Errorf("server %s still pending after the installer enrolled it", s.ID)
+	}
+
+	// Debian's Caddy 2.6 cannot set the socket's mode: the umask makes it
+	// 0770, in the directory only Caddy's group may enter.
+	if v := strings.Fields(c.MustExec(t, "caddy version")); len(v) == 0 || testlab.CaddyAtLeast(v[0], 2, 7) {
+		t.Fatalf("caddy version on the host: %v, want Debian's 2.6", v)
+	}
+	if out := c.MustExec(t, "stat -c '%a %U %G %F' /run/capstan-proxy /run/capstan-proxy/admin.sock"); out != "750 caddy caddy directory\n770 caddy caddy socket\n" {
+		t.Errorf("/run/capstan-proxy and its admin.sock: %q", out)
+	}
+	const get = " -- curl -fsS -o /dev/null --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/"
+	if res := c.Exec(t, "runuser -u capstan"+get); res.ExitCode != 0 {
+		t.Errorf("the agent's account cannot reach Caddy 2.6's admin API: %s", res.Stderr)
+	}
+	if res := c.Exec(t, "runuser -u nobody"+get); res.ExitCode == 0 {
+		t.Error("another account (nobody) reaches Caddy 2.6's admin API")
+	}
+	if ports := caddyTCPListeners(t, c); len(ports) != 0 {
+		t.Errorf("Caddy 2.6 listens on TCP ports %v", ports)
+	}
 }

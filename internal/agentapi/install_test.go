@@ -283,6 +283,25 @@ func TestInstallScriptCaddyAdminSocket(t *testing.T) {
 			t.Errorf("caddy_admin_listen %q: %q, want %q", v, got, want)
 		}
 	}
+	// The configuration Caddy resumes, as an earlier installer left it:
+	// its admin endpoint moves to the socket, and nothing else changes.
+	saved := filepath.Join(t.TempDir(), "autosave.json")
+	const old = `{"admin":{"listen":"127.0.0.1:2019"},"apps":{"http":{"servers":{"https":{"listen":["127.0.0.1:443"]}}}}}`
+	if err := os.WriteFile(saved, []byte(old+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", head+`
+ADMIN_LISTEN=$(caddy_admin_listen v2.11.9)
+caddy_autosave_on_tcp "$1" && echo tcp
+caddy_autosave_to_socket "$1" >"$1.new" && mv "$1.new" "$1"
+caddy_autosave_on_tcp "$1" && echo still tcp
+cat "$1"`, "sh", saved)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	out, err := cmd.CombinedOutput()
+	if want := "tcp\n" + strings.Replace(old, "127.0.0.1:2019", "unix//run/capstan-proxy/admin.sock|0660", 1) + "\n"; err != nil || string(out) != want {
+		t.Errorf("migrating the saved configuration: %v\n%s\nwant:\n%s", err, out, want)
+	}
+
 	// Caddy's unit gets the socket as its default admin endpoint, in a
 	// runtime directory of its own that only its group may enter, and the
 	// agent is told the same address.
