@@ -451,9 +451,10 @@ func wantCaddyAdminSocket(t *testing.T, c *Container) {
 	if res := c.Exec(t, "runuser -u nobody"+get); res.ExitCode == 0 {
 		t.Fatal("another account (nobody) reaches Caddy's admin API")
 	}
-	if cfg := c.MustExec(t, "curl -fsS --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/admin"); strings.TrimSpace(cfg) != "null" &&
-		!strings.Contains(cfg, `"listen":"unix//run/capstan-proxy/admin.sock|0660"`) {
-		t.Errorf("Caddy's admin configuration: %s", cfg)
+	// Before the agent's first load, Caddy runs no configuration (null).
+	if cfg := c.MustExec(t, "curl -fsS --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/"); strings.TrimSpace(cfg) != "null" &&
+		!strings.Contains(cfg, `"admin":{"listen":"unix//run/capstan-proxy/admin.sock|0660","origins":["caddy"]}`) {
+		t.Errorf("Caddy's configuration does not keep the admin socket: %s", cfg)
 	}
 	for _, p := range caddyTCPListeners(t, c) {
 		if p == 2019 {
@@ -604,6 +605,7 @@ func TestInstallerKeepsTokenOffCommandLines(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("installer output:\n%s", c.Exec(t, "cat /root/install.log").Stdout)
+			t.Logf("caddy journal:\n%s", c.Exec(t, "journalctl -u caddy-api --no-pager -n 60").Stdout)
 		}
 	})
 	c.MustExec(t, fmt.Sprintf(`CAPSTAN_ENROLL_TOKEN=%s; export CAPSTAN_ENROLL_TOKEN

@@ -298,7 +298,7 @@ caddy_autosave_on_tcp "$1" && echo still tcp
 cat "$1"`, "sh", saved)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()
-	if want := "tcp\n" + strings.Replace(old, "127.0.0.1:2019", "unix//run/capstan-proxy/admin.sock|0660", 1) + "\n"; err != nil || string(out) != want {
+	if want := "tcp\n" + strings.Replace(old, `"127.0.0.1:2019"`, `"unix//run/capstan-proxy/admin.sock|0660","origins":["caddy"]`, 1) + "\n"; err != nil || string(out) != want {
 		t.Errorf("migrating the saved configuration: %v\n%s\nwant:\n%s", err, out, want)
 	}
 

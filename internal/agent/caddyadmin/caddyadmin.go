@@ -30,9 +30,10 @@ const Default = "unix//run/capstan-proxy/admin.sock|0660"
 // unixPrefix starts Caddy's network address of a unix socket.
 const unixPrefix = "unix/"
 
-// socketHost is the Host of requests on a unix socket; Caddy checks no
-// Host there.
-const socketHost = "caddy"
+// SocketHost is the Host of requests on a unix socket. Caddy 2.7 and
+// later check no Host there; an older one accepts it when admin.origins
+// lists it.
+const SocketHost = "caddy"
 
 // Endpoint is a parsed admin address.
 type Endpoint struct {
@@ -63,7 +64,7 @@ func Parse(addr string) (Endpoint, error) {
 				return Endpoint{}, fmt.Errorf("caddy admin address %q: the socket's mode must be octal, at most 0777, and writable by its owner", addr)
 			}
 		}
-		return Endpoint{Address: addr, Listen: addr, Socket: path, BaseURL: "http://" + socketHost}, nil
+		return Endpoint{Address: addr, Listen: addr, Socket: path, BaseURL: "http://" + SocketHost}, nil
 	}
 	u, err := url.Parse(addr)
 	if err != nil || u.Scheme != "http" || u.Host == "" || u.Port() == "" || (u.Path != "" && u.Path != "/") ||

@@ -130,15 +130,19 @@ func (s Settings) withDefaults() Settings {
 	return s
 }
 
-// adminListen is the admin address as Caddy's admin.listen (the socket
-// with its file mode, or host:port), kept so that a /load does not move
-// the admin endpoint.
-func (s Settings) adminListen() string {
+// admin is Caddy's admin configuration: the admin address as admin.listen
+// (the socket with its file mode, or host:port), kept so that a /load does
+// not move the admin endpoint, and on a socket the Host the agent sends.
+func (s Settings) admin() adminConfig {
 	e, err := caddyadmin.Parse(s.AdminURL)
 	if err != nil {
-		return ""
+		return adminConfig{}
 	}
-	return e.Listen
+	a := adminConfig{Listen: e.Listen}
+	if e.Socket != "" {
+		a.Origins = []string{caddyadmin.SocketHost}
+	}
+	return a
 }
 
 // Check reports settings that cannot work.

@@ -141,6 +141,9 @@ type (
 	}
 	adminConfig struct {
 		Listen string `json:"listen"`
+		// Origins are the Host headers the admin API accepts; on a unix
+		// socket, Caddy before 2.7 accepts only an empty one unless told.
+		Origins []string `json:"origins,omitempty"`
 	}
 	loggingConfig struct {
 		Logs map[string]*logConfig `json:"logs"`
@@ -287,7 +290,7 @@ func render(st Settings, sites []site, upstreams map[string]string) caddyConfig 
 	httpS.Routes = append(httpS.Routes, notFound)
 
 	cfg := caddyConfig{
-		Admin: adminConfig{Listen: st.adminListen()},
+		Admin: st.admin(),
 		Logging: loggingConfig{Logs: map[string]*logConfig{
 			// The default log (stderr) keeps everything else.
 			"default": {Exclude: accessLoggers()},
