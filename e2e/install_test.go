@@ -364,7 +364,7 @@ systemctl restart capstan-agent.service`, httpPort, httpsPort))
 	// admin API on TCP (in the configuration it resumes), no drop-in.
 	oldAdmin := fmt.Sprintf("127.0.0.1:%d", testlab.FreePort(t))
 	c.MustExec(t, fmt.Sprintf(`set -e
-curl -fsS -o /dev/null -X POST -H 'Content-Type: application/json' --data-binary '"%s"' --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/admin/listen
+curl -fsS -o /dev/null -X PATCH -H 'Content-Type: application/json' --data-binary '{"listen":"%s"}' --unix-socket /run/capstan-proxy/admin.sock http://caddy/config/admin
 for i in $(seq 100); do curl -fsS -o /dev/null http://%s/config/ && break; sleep 0.1; done
 rm /etc/systemd/system/caddy-api.service.d/50-capstan.conf
 systemctl daemon-reload
