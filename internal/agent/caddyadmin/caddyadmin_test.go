@@ -14,7 +14,7 @@ func TestParse(t *testing.T) {
 	for addr, want := range map[string]caddyadmin.Endpoint{
 		caddyadmin.Default: {Address: caddyadmin.Default, Listen: caddyadmin.Default,
 			Socket: "/run/capstan-proxy/admin.sock", BaseURL: "http://caddy"},
-		"unix//tmp/a.sock": {Address: "unix//tmp/a.sock", Listen: "unix//tmp/a.sock", Socket: "/tmp/a.sock", BaseURL: "http://caddy"},
+		"unix//tmp/a.sock":      {Address: "unix//tmp/a.sock", Listen: "unix//tmp/a.sock", Socket: "/tmp/a.sock", BaseURL: "http://caddy"},
 		"http://127.0.0.1:2019": {Address: "http://127.0.0.1:2019", Listen: "127.0.0.1:2019", BaseURL: "http://127.0.0.1:2019"},
 		"http://[::1]:2999/":    {Address: "http://[::1]:2999/", Listen: "[::1]:2999", BaseURL: "http://[::1]:2999"},
 	} {
