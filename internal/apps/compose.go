@@ -26,6 +26,8 @@ type ComposeSpec struct {
 	File       string            `json:"compose_file,omitempty" doc:"For an application from git: the compose file read from the commit (compose.yaml|docker-compose.yml: the first of them that exists)"`
 	WebService string            `json:"web_service" doc:"The service the proxy routes to"`
 	ImageIDs   map[string]string `json:"pinned_image_ids,omitempty" doc:"Rollbacks: the exact local image of every service"`
+	// Masked is set in what is shown with the document masked.
+	Masked bool `json:"document_masked,omitempty" doc:"True when document is the masked form (every value of an environment, build argument, label, command and x- extension is ********): in lists, and for members"`
 }
 
 // ServiceState is the state of one service of a compose application on

@@ -69,13 +69,18 @@ func (d DeploymentRecord) status() string {
 }
 
 // view is the deployment as r may read it: a member gets neither the
-// agent's result nor its error text, only the error's class.
-func (d DeploymentRecord) view(r jobs.Reader) Deployment {
+// agent's result nor its error text, only the error's class. Unless
+// reveal (for administrators only), the compose document is masked and
+// a service's commands are hidden.
+func (d DeploymentRecord) view(r jobs.Reader, reveal bool) Deployment {
 	v := Deployment{ID: d.ID, ApplicationID: d.AppID, ServerID: d.ServerID, Status: d.status(), Spec: d.Spec, Ref: d.Ref,
 		RollbackOf: strp(d.RollbackOf), JobID: strp(d.JobID), ImageID: d.ImageID, Error: strp(d.Error),
 		CreatedBy: d.CreatedBy, CreatedAt: d.CreatedAt, StartedAt: d.JobStartedAt, FinishedAt: d.FinishedAt}
 	if v.Spec.EnvKeys == nil {
 		v.Spec.EnvKeys = []string{}
+	}
+	if !reveal || r != jobs.AdminReader {
+		v.Spec = v.Spec.masked()
 	}
 	if r != jobs.AdminReader {
 		if v.Error != nil {
@@ -94,6 +99,22 @@ func (d DeploymentRecord) view(r jobs.Reader) Deployment {
 		}
 	}
 	return v
+}
+
+// masked is the spec as shown without its secrets: the compose document
+// masked, a service's commands hidden. The stored spec is not changed.
+func (sp Spec) masked() Spec {
+	if sp.Compose != nil && sp.Compose.Document != "" {
+		c := *sp.Compose
+		c.Document, c.Masked = MaskCompose(c.Document), true
+		sp.Compose = &c
+	}
+	if sp.Service != nil {
+		sv := *sp.Service
+		sv.ServiceSettings = sv.hidden()
+		sp.Service = &sv
+	}
+	return sp
 }
 
 func specOf(a App, ref string) (Spec, error) {
@@ -330,7 +351,7 @@ func (s *Service) deploymentDetail(ctx context.Context, id string, r jobs.Reader
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	out := DeploymentDetail{Deployment: d.view(r), Events: []jobs.Event{}}
+	out := DeploymentDetail{Deployment: d.view(r, true), Events: []jobs.Event{}}
 	if d.JobID != "" {
 		j, ev, err := s.jobs.Read(ctx, d.JobID, r)
 		if err != nil && !fault.Is(err, fault.NotFound) {
@@ -366,7 +387,7 @@ func (s *Service) ListDeployments(ctx context.Context, appID string, limit int, 
 	}
 	out := make([]Deployment, len(list))
 	for i, d := range list {
-		out[i] = d.view(r)
+		out[i] = d.view(r, false)
 	}
 	return out, nil
 }

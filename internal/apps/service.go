@@ -253,7 +253,7 @@ type Application struct {
 	ServerID string `json:"server_id"`
 	Kind     string `json:"kind" enum:"container,compose,service" doc:"What the deployments run, fixed at creation: container (one image), compose (a multi-container stack), service (a program under the server's service manager)"`
 	// Service is set for service applications only.
-	Service             *ServiceSettings `json:"service,omitempty" doc:"A service application's build and start commands; absent for the other kinds"`
+	Service             *ServiceSettings `json:"service,omitempty" doc:"A service application's build and start commands (empty, with commands_hidden, unless revealed as the environment values are); absent for the other kinds"`
 	Source              Source           `json:"source"`
 	ContainerPort       int              `json:"container_port" doc:"The port the container listens on"`
 	HealthPath          string           `json:"health_path" doc:"Path that must answer 2xx or 3xx before a release takes traffic"`
@@ -265,7 +265,8 @@ type Application struct {
 	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
 	WebService          string           `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
 	ComposeFile         string           `json:"compose_file,omitempty" doc:"Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml)"`
-	Compose             string           `json:"compose,omitempty" doc:"Compose applications from an inline document: the document"`
+	Compose             string           `json:"compose,omitempty" doc:"Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true)"`
+	ComposeMasked       bool             `json:"compose_masked,omitempty" doc:"True when compose is the masked form of the document"`
 	Status              string           `json:"status" enum:"new,deploying,running,failed,removing,removal_failed" doc:"Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed"`
 	CurrentDeploymentID *string          `json:"current_deployment_id" doc:"The live deployment: the last that succeeded"`
 	RemoveJobID         *string          `json:"remove_job_id" doc:"The app.remove job, while removing or after it failed"`
@@ -306,7 +307,9 @@ func strp(s string) *string {
 
 // view is the application as r may read it: a member gets the class of a
 // removal error, not its text (the agent's, which may carry output).
-func (a App) view(r jobs.Reader) Application {
+// Unless reveal, the compose document is masked and a service's commands
+// are hidden (reveal is for administrators only).
+func (a App) view(r jobs.Reader, reveal bool) Application {
 	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Kind: a.Kind, Source: a.Source, ContainerPort: a.ContainerPort,
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
@@ -315,6 +318,9 @@ func (a App) view(r jobs.Reader) Application {
 	}
 	if a.Kind == KindCompose {
 		v.WebService, v.Compose, v.ComposeFile = a.Compose.WebService, a.Compose.Document, a.Compose.File
+		if !reveal && v.Compose != "" {
+			v.Compose, v.ComposeMasked = MaskCompose(v.Compose), true
+		}
 	}
 	if v.EnvKeys == nil {
 		v.EnvKeys = []string{}
@@ -324,6 +330,9 @@ func (a App) view(r jobs.Reader) Application {
 	}
 	if a.Kind == KindService {
 		svc := a.Service
+		if !reveal {
+			svc = svc.hidden()
+		}
 		v.Service = &svc
 	}
 	switch {
@@ -582,10 +591,11 @@ func lower(s string) string {
 }
 
 // Reading says who reads an application's detail and whether its
-// environment values are to be revealed.
+// secrets are to be revealed.
 type Reading struct {
 	Reader jobs.Reader
-	// Reveal asks for the environment values. It is honoured for
+	// Reveal asks for the environment values, the compose document
+	// unmasked and a service's commands. It is honoured for
 	// administrators only, and each read that reveals them is audited
 	// (ActionEnvRead) under Actor and Client.
 	Reveal bool
@@ -593,8 +603,9 @@ type Reading struct {
 	Client audit.Entry
 }
 
-// Get returns an application's detail as rd says: environment keys always,
-// values only when revealed to an administrator, after the read is audited.
+// Get returns an application's detail as rd says: environment keys always;
+// values, the compose document unmasked and a service's commands only when
+// revealed to an administrator, after the read is audited.
 // It first settles deployments whose jobs ended without their completion
 // hook (a revoked server, a crash).
 func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDetail, error) {
@@ -608,19 +619,28 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 	if err != nil {
 		return ApplicationDetail{}, err
 	}
-	d := ApplicationDetail{Application: a.view(rd.Reader), Env: []EnvEntry{}}
-	if rd.Reveal && rd.Reader == jobs.AdminReader && len(a.EnvKeys) > 0 {
-		sealed, err := s.store.AppEnv(ctx, id)
-		if err != nil {
-			return ApplicationDetail{}, err
+	reveal := rd.Reveal && rd.Reader == jobs.AdminReader
+	d := ApplicationDetail{Application: a.view(rd.Reader, reveal), Env: []EnvEntry{}}
+	if reveal && (len(a.EnvKeys) > 0 || a.Compose.Document != "" || a.Kind == KindService) {
+		var env []EnvVar
+		if len(a.EnvKeys) > 0 {
+			sealed, err := s.store.AppEnv(ctx, id)
+			if err != nil {
+				return ApplicationDetail{}, err
+			}
+			if env, err = s.openEnv("applications", id, sealed); err != nil {
+				return ApplicationDetail{}, err
+			}
 		}
-		env, err := s.openEnv("applications", id, sealed)
-		if err != nil {
-			return ApplicationDetail{}, err
+		// No secret leaves without its audit entry.
+		details := map[string]any{"env_keys": envKeys(env)}
+		if a.Compose.Document != "" {
+			details["compose_document"] = true
 		}
-		// No values leave without their audit entry.
-		if err := s.record(ctx, rd.Actor, rd.Client, ActionEnvRead, "application", id, map[string]any{
-			"env_keys": envKeys(env)}); err != nil {
+		if a.Kind == KindService {
+			details["service_commands"] = true
+		}
+		if err := s.record(ctx, rd.Actor, rd.Client, ActionEnvRead, "application", id, details); err != nil {
 			return ApplicationDetail{}, err
 		}
 		for _, e := range env {
@@ -637,7 +657,7 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 			return ApplicationDetail{}, err
 		}
 		if err == nil {
-			v := cur.view(rd.Reader)
+			v := cur.view(rd.Reader, reveal)
 			d.Current = &v
 		}
 	}
@@ -646,7 +666,7 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 		return ApplicationDetail{}, err
 	}
 	if len(latest) == 1 {
-		v := latest[0].view(rd.Reader)
+		v := latest[0].view(rd.Reader, reveal)
 		d.Latest = &v
 	}
 	if a.Kind == KindCompose || a.Kind == KindService {
@@ -669,7 +689,8 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 }
 
 // List returns applications, oldest first, as r may read them; serverID ""
-// means all. Never environment values.
+// means all. Never environment values, compose documents unmasked or
+// service commands.
 func (s *Service) List(ctx context.Context, serverID string, r jobs.Reader) ([]Application, error) {
 	list, err := s.store.ListApps(ctx, serverID)
 	if err != nil {
@@ -677,7 +698,7 @@ func (s *Service) List(ctx context.Context, serverID string, r jobs.Reader) ([]A
 	}
 	out := make([]Application, len(list))
 	for i, a := range list {
-		out[i] = a.view(r)
+		out[i] = a.view(r, false)
 	}
 	return out, nil
 }

@@ -38,6 +38,15 @@ type ServiceSettings struct {
 	BuildCommand        string `json:"build_command" doc:"Runs with /bin/sh -c in the checkout of the commit, as the server's unprivileged build account; empty for nothing to build"`
 	StartCommand        string `json:"start_command" doc:"Runs with /bin/sh -c in the release directory under the slot's systemd unit; the program listens on 127.0.0.1:$PORT"`
 	BuildTimeoutSeconds int    `json:"build_timeout_seconds" doc:"Time limit of the build command in seconds (1 to 7200)"`
+	// CommandsHidden is set in what is shown without the commands.
+	CommandsHidden bool `json:"commands_hidden,omitempty" doc:"True when build_command and start_command are withheld (empty here): they may carry secrets, and only an administrator reads them, on GET of the application with reveal=true (audited as application.env.read) or in a deployment's detail"`
+}
+
+// hidden is the settings without their commands, which may carry
+// secrets as the environment does.
+func (s ServiceSettings) hidden() ServiceSettings {
+	s.BuildCommand, s.StartCommand, s.CommandsHidden = "", "", true
+	return s
 }
 
 // ServiceSpec is the frozen build and start of a service application's

@@ -26,13 +26,13 @@ type appListInput struct {
 
 type appListOutput struct {
 	Body struct {
-		Applications []apps.Application `json:"applications" doc:"Oldest first; no environment values"`
+		Applications []apps.Application `json:"applications" doc:"Oldest first; no environment values, compose documents masked, service commands hidden"`
 	}
 }
 
 type appGetInput struct {
 	ID     string `path:"id" maxLength:"64"`
-	Reveal bool   `query:"reveal" default:"true" doc:"Administrators: true (the default) returns the environment values and records an application.env.read audit entry; false returns the keys with value_set and no values, and records nothing. Members never get values, whatever it says"`
+	Reveal bool   `query:"reveal" default:"true" doc:"Administrators: true (the default) returns the environment values, the compose document unmasked and a service's build and start commands, and records an application.env.read audit entry; false returns the keys with value_set and no values, the document masked and the commands hidden, and records nothing. Members never get them, whatever it says"`
 }
 
 type appDetailOutput struct {
@@ -187,6 +187,9 @@ func (s *Server) registerApps() {
 	op(s, huma.Operation{
 		OperationID: "list-applications", Method: http.MethodGet, Path: "/api/v1/applications", Tags: tags,
 		Summary: "Applications with their status (no environment values)",
+		Description: "Lists carry no secrets: environment keys without values, every compose document masked (every value of " +
+			"an environment, build argument, label, command and x- extension is ********, compose_masked true) and service " +
+			"applications' commands hidden (commands_hidden true), for administrators as for members.",
 	}, SignedIn, func(ctx context.Context, in *appListInput) (*appListOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
@@ -225,9 +228,12 @@ func (s *Server) registerApps() {
 	op(s, huma.Operation{
 		OperationID: "get-application", Method: http.MethodGet, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Application detail with its current and latest deployments",
-		Description: "Environment values are secrets. An administrator gets them by default (reveal=true), and each such read is " +
-			"audited as application.env.read; with reveal=false the keys come with value_set and no value, unaudited. Members " +
-			"get the keys only, never the values, and the class of a removal or deployment error instead of its text.",
+		Description: "Environment values are secrets, and so are the values written inline in a compose document (environment, " +
+			"build arguments, labels, commands, x- extensions) and a service application's build and start commands. An " +
+			"administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with " +
+			"reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands " +
+			"hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys " +
+			"and the masked forms only, never the values, and the class of a removal or deployment error instead of its text.",
 		Errors: []int{http.StatusNotFound},
 	}, SignedIn, func(ctx context.Context, in *appGetInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -331,6 +337,8 @@ func (s *Server) registerApps() {
 	op(s, huma.Operation{
 		OperationID: "list-application-deployments", Method: http.MethodGet, Path: "/api/v1/applications/{id}/deployments", Tags: tags,
 		Summary: "An application's deployments, newest first", Errors: []int{http.StatusNotFound},
+		Description: "Each spec's compose document is masked and a service's commands are hidden, for administrators as for " +
+			"members; an administrator reads them in the deployment's detail.",
 	}, SignedIn, func(ctx context.Context, in *appDeploymentListInput) (*deploymentListOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
@@ -402,6 +410,8 @@ func (s *Server) registerApps() {
 	op(s, huma.Operation{
 		OperationID: "list-deployments", Method: http.MethodGet, Path: "/api/v1/deployments", Tags: dtags,
 		Summary: "Recent deployments of every application, newest first",
+		Description: "Each spec's compose document is masked and a service's commands are hidden, for administrators as for " +
+			"members; an administrator reads them in the deployment's detail.",
 	}, SignedIn, func(ctx context.Context, in *deploymentListInput) (*deploymentListOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
@@ -418,8 +428,9 @@ func (s *Server) registerApps() {
 		OperationID: "get-deployment", Method: http.MethodGet, Path: "/api/v1/deployments/{id}", Tags: dtags,
 		Summary: "A deployment with its frozen spec, job, events and output", Errors: []int{http.StatusNotFound},
 		Description: "The job's events (with the container's log tail when a release fails), data, output, the agent's result " +
-			"and error text are shown to administrators only. Members get the deployment's spec, status, times and error class, " +
-			"the job's metadata, and no events.",
+			"and error text are shown to administrators only, and so are the spec's compose document unmasked and a service's " +
+			"commands. Members get the deployment's spec with the document masked and the commands hidden, status, times and " +
+			"error class, the job's metadata, and no events.",
 	}, SignedIn, func(ctx context.Context, in *deploymentIDInput) (*deploymentOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
