@@ -384,7 +384,9 @@ export interface paths {
         };
         /**
          * Applications with their status (no environment values)
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
         get: operations["list-applications"];
         put?: never;
@@ -410,7 +412,7 @@ export interface paths {
         };
         /**
          * Application detail with its current and latest deployments
-         * @description Environment values are secrets. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, unaudited. Members get the keys only, never the values, and the class of a removal or deployment error instead of its text.
+         * @description Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -444,7 +446,9 @@ export interface paths {
         };
         /**
          * An application's deployments, newest first
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
         get: operations["list-application-deployments"];
         put?: never;
@@ -1504,7 +1508,9 @@ export interface paths {
         };
         /**
          * Recent deployments of every application, newest first
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
         get: operations["list-deployments"];
         put?: never;
@@ -1524,7 +1530,7 @@ export interface paths {
         };
         /**
          * A deployment with its frozen spec, job, events and output
-         * @description The job's events (with the container's log tail when a release fails), data, output, the agent's result and error text are shown to administrators only. Members get the deployment's spec, status, times and error class, the job's metadata, and no events.
+         * @description The job's events (with the container's log tail when a release fails), data, output, the agent's result and error text are shown to administrators only, and so are the spec's compose document unmasked and a service's commands. Members get the deployment's spec with the document masked and the commands hidden, status, times and error class, the job's metadata, and no events.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -2912,10 +2918,12 @@ export interface components {
             build_arg_keys?: string[] | null;
             /** @description Git sources: the build context's directory in the repository */
             build_context?: string;
-            /** @description Compose applications from an inline document: the document */
+            /** @description Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true) */
             compose?: string;
             /** @description Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml) */
             compose_file?: string;
+            /** @description True when compose is the masked form of the document */
+            compose_masked?: boolean;
             /**
              * Format: int64
              * @description The port the container listens on
@@ -2947,7 +2955,7 @@ export interface components {
             /** @description The app.remove job, while removing or after it failed */
             remove_job_id: string | null;
             server_id: string;
-            /** @description A service application's build and start commands; absent for the other kinds */
+            /** @description A service application's build and start commands (empty, with commands_hidden, unless revealed as the environment values are); absent for the other kinds */
             service?: components["schemas"]["ServiceSettings"];
             source: components["schemas"]["Source"];
             /**
@@ -2966,10 +2974,12 @@ export interface components {
             build_arg_keys?: string[] | null;
             /** @description Git sources: the build context's directory in the repository */
             build_context?: string;
-            /** @description Compose applications from an inline document: the document */
+            /** @description Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true) */
             compose?: string;
             /** @description Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml) */
             compose_file?: string;
+            /** @description True when compose is the masked form of the document */
+            compose_masked?: boolean;
             /**
              * Format: int64
              * @description The port the container listens on
@@ -3007,7 +3017,7 @@ export interface components {
             /** @description The app.remove job, while removing or after it failed */
             remove_job_id: string | null;
             server_id: string;
-            /** @description A service application's build and start commands; absent for the other kinds */
+            /** @description A service application's build and start commands (empty, with commands_hidden, unless revealed as the environment values are); absent for the other kinds */
             service?: components["schemas"]["ServiceSettings"];
             /** @description Compose applications: every service's container and state, from the server's latest inventory */
             services?: components["schemas"]["ServiceStates"];
@@ -3025,7 +3035,7 @@ export interface components {
             web_service?: string;
         };
         AppListOutputBody: {
-            /** @description Oldest first; no environment values */
+            /** @description Oldest first; no environment values, compose documents masked, service commands hidden */
             applications: components["schemas"]["Application"][] | null;
         };
         AppLogs: {
@@ -3322,6 +3332,8 @@ export interface components {
             compose_file?: string;
             /** @description The compose document deployed; for an application from git, empty until the deployment read it from the commit (the release keeps it) */
             document: string;
+            /** @description True when document is the masked form (every value of an environment, build argument, label, command and x- extension is ********): in lists, and for members */
+            document_masked?: boolean;
             /** @description Rollbacks: the exact local image of every service */
             pinned_image_ids?: {
                 [key: string]: string;
@@ -5533,6 +5545,8 @@ export interface components {
              * @description Time limit of the build command in seconds (1 to 7200)
              */
             build_timeout_seconds: number;
+            /** @description True when build_command and start_command are withheld (empty here): they may carry secrets, and only an administrator reads them, on GET of the application with reveal=true (audited as application.env.read) or in a deployment's detail */
+            commands_hidden?: boolean;
             /** @description Runs with /bin/sh -c in the release directory under the slot's systemd unit; the program listens on 127.0.0.1:$PORT */
             start_command: string;
         };
@@ -5553,6 +5567,8 @@ export interface components {
              * @description Time limit of the build command in seconds (1 to 7200)
              */
             build_timeout_seconds: number;
+            /** @description True when build_command and start_command are withheld (empty here): they may carry secrets, and only an administrator reads them, on GET of the application with reveal=true (audited as application.env.read) or in a deployment's detail */
+            commands_hidden?: boolean;
             /** @description Rollbacks: the deployment whose kept release runs again */
             release?: string;
             /** @description Runs with /bin/sh -c in the release directory under the slot's systemd unit; the program listens on 127.0.0.1:$PORT */
@@ -7472,7 +7488,7 @@ export interface operations {
     "get-application": {
         parameters: {
             query?: {
-                /** @description Administrators: true (the default) returns the environment values and records an application.env.read audit entry; false returns the keys with value_set and no values, and records nothing. Members never get values, whatever it says */
+                /** @description Administrators: true (the default) returns the environment values, the compose document unmasked and a service's build and start commands, and records an application.env.read audit entry; false returns the keys with value_set and no values, the document masked and the commands hidden, and records nothing. Members never get them, whatever it says */
                 reveal?: boolean;
             };
             header?: never;

@@ -436,8 +436,37 @@ function AppLogs({ app }: { app: Detail }) {
   );
 }
 
-// Settings changes the application for its next deployment, and deletes it.
+// Settings edits the application as written. The other sections read it
+// with the compose document masked and a service's commands hidden, so
+// when it has either, the form reads the application once more, revealed
+// (a read the audit log records).
 function Settings({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void }) {
+  const hidden = !!app.compose_masked || !!app.service?.commands_hidden;
+  const full = useResource(
+    () => (hidden ? ok(api.GET("/api/v1/applications/{id}", { params: { path: { id: app.id }, query: { reveal: true } } })) : Promise.resolve(app)),
+    [app.id],
+  );
+  if (!full.data) return full.problem ? <ProblemBox problem={full.problem} /> : <Loading what="the settings" />;
+  return (
+    <SettingsEditor
+      app={full.data}
+      onSaved={(d, f) => {
+        // The reply is masked as well: what was saved is what the form holds.
+        full.set(() => ({
+          ...d,
+          compose: d.compose_masked ? f.compose : d.compose,
+          compose_masked: false,
+          service: d.service && { ...d.service, start_command: f.start_command.trim(), build_command: f.build_command.trim(), commands_hidden: false },
+        }));
+        onSaved(d);
+      }}
+    />
+  );
+}
+
+// SettingsEditor changes the application for its next deployment, and
+// deletes it.
+function SettingsEditor({ app, onSaved }: { app: Detail; onSaved: (d: Detail, f: SettingsForm) => void }) {
   const [f, setF] = useState<SettingsForm>(() => settingsForm(app));
   const [problem, setProblem] = useState<Problem | null>(null);
   const [saved, setSaved] = useState(false);
@@ -466,7 +495,7 @@ function Settings({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void 
     try {
       const d = await ok(api.PATCH("/api/v1/applications/{id}", { params: { path: { id: app.id } }, body: body as Schemas["PatchAppInputBody"] }));
       setSaved(true);
-      onSaved(d);
+      onSaved(d, f);
     } catch (err) {
       setProblem(asProblem(err));
     }

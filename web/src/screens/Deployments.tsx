@@ -238,14 +238,13 @@ export function DeploymentPage({ id }: { id: string }) {
           {d.spec.service && (
             <>
               <dt>Start command</dt>
-              <dd>
-                <code>{d.spec.service.start_command}</code>
-              </dd>
+              <dd>{d.spec.service.commands_hidden ? <span class="muted">hidden (administrators only)</span> : <code>{d.spec.service.start_command}</code>}</dd>
             </>
           )}
           <dt>Job</dt>
           <dd>{d.job_id ? <Link href={"/jobs/" + d.job_id}>{d.job_id}</Link> : "not yet"}</dd>
         </dl>
+        {d.spec.compose?.document_masked && <p class="muted">Environment values, build arguments, labels and commands are masked.</p>}
         {d.spec.compose?.document && <pre class="log">{d.spec.compose.document}</pre>}
       </div>
       {confirm.dialog}
