@@ -262,7 +262,7 @@ type Application struct {
 	MemoryLimit         string           `json:"memory_limit" doc:"e.g. 512m or 1g; empty for none"`
 	Dockerfile          string           `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
 	BuildContext        string           `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
-	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (values are never shown)"`
+	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (the API never shows the values; the built image's history on the server does)"`
 	WebService          string           `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
 	ComposeFile         string           `json:"compose_file,omitempty" doc:"Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml)"`
 	Compose             string           `json:"compose,omitempty" doc:"Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true)"`

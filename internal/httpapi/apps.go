@@ -54,7 +54,7 @@ type createAppInput struct {
 		Deploy              *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
 		Dockerfile          *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
 		BuildContext        *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
-		BuildArgs           []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown)"`
+		BuildArgs           []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here"`
 		ComposeFile         string        `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (default compose.yaml, else docker-compose.yml); services may then have build (context and dockerfile inside the repository)"`
 		Compose             string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
 		WebService          string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
@@ -78,7 +78,7 @@ type patchAppInput struct {
 		MemoryLimit         *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
 		Dockerfile          *string        `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
 		BuildContext        *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
-		BuildArgs           *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null"`
+		BuildArgs           *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null. Not secret on the server: they are in the built image's history (docker history) in clear"`
 		Compose             *string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
 		ComposeFile         *string        `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (empty for the default); unchanged when absent or null"`
 		WebService          *string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`

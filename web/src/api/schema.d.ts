@@ -2914,7 +2914,7 @@ export interface components {
         };
         Application: {
             auto_deploy: boolean;
-            /** @description Git sources: names of the build arguments (values are never shown) */
+            /** @description Git sources: names of the build arguments (the API never shows the values; the built image's history on the server does) */
             build_arg_keys?: string[] | null;
             /** @description Git sources: the build context's directory in the repository */
             build_context?: string;
@@ -2970,7 +2970,7 @@ export interface components {
         };
         ApplicationDetail: {
             auto_deploy: boolean;
-            /** @description Git sources: names of the build arguments (values are never shown) */
+            /** @description Git sources: names of the build arguments (the API never shows the values; the built image's history on the server does) */
             build_arg_keys?: string[] | null;
             /** @description Git sources: the build context's directory in the repository */
             build_context?: string;
@@ -3400,7 +3400,7 @@ export interface components {
         };
         CreateAppInputBody: {
             auto_deploy?: boolean;
-            /** @description Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown) */
+            /** @description Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here */
             build_args?: components["schemas"]["EnvVar"][] | null;
             /** @description Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build) */
             build_command?: string;
@@ -4912,7 +4912,7 @@ export interface components {
         };
         PatchAppInputBody: {
             auto_deploy?: boolean;
-            /** @description Git sources: replaces the whole list; unchanged when absent or null */
+            /** @description Git sources: replaces the whole list; unchanged when absent or null. Not secret on the server: they are in the built image's history (docker history) in clear */
             build_args?: components["schemas"]["EnvVar"][];
             /** @description Service applications; unchanged when absent or null */
             build_command?: string;

@@ -234,6 +234,7 @@ export function AppNew({ serverId }: { serverId?: string }) {
               <input {...input("build_context")} class="mono" />
             </F>
             <KVRows id="app-build_args" label="Build arguments" rows={f.build_args} errors={errs.build_args} onChange={(rows) => set({ build_args: rows })} />
+            <p class="muted">Build arguments are not secret: Docker keeps them in clear in the image's history on the server. Never pass a token or a password here.</p>
           </>
         )}
         {f.kind === "service" && (
