@@ -15,6 +15,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/agent/database"
 	"github.com/capstan-dev/capstan/internal/agent/deploy"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agent/objstore"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agent/service"
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -99,9 +100,10 @@ func (c *controlPlaneProxy) Proxy(ctx context.Context) (agentproto.ProxyConfig, 
 	return c.client.Proxy(ctx)
 }
 
-// controlPlaneArtifacts moves database export and import files through
-// the agent's client, which is set once the agent is made and before it
-// runs any job.
+// controlPlaneArtifacts moves database export and import files, and
+// asks for the grants of backup jobs' storage requests, through the
+// agent's client, which is set once the agent is made and before it runs
+// any job.
 type controlPlaneArtifacts struct {
 	client *agent.Client
 }
@@ -111,6 +113,20 @@ func (c *controlPlaneArtifacts) UploadArtifact(ctx context.Context, jobID string
 		return agentproto.ArtifactReceipt{}, errors.New("no control plane client")
 	}
 	return c.client.UploadArtifact(ctx, jobID, body)
+}
+
+func (c *controlPlaneArtifacts) StorageGrant(ctx context.Context, jobID string, req agentproto.StorageGrantRequest) (agentproto.StorageGrant, error) {
+	if c.client == nil {
+		return agentproto.StorageGrant{}, errors.New("no control plane client")
+	}
+	return c.client.StorageGrant(ctx, jobID, req)
+}
+
+func (c *controlPlaneArtifacts) StorageObject(ctx context.Context, jobID, key string) (io.ReadCloser, int64, error) {
+	if c.client == nil {
+		return nil, 0, errors.New("no control plane client")
+	}
+	return c.client.StorageObject(ctx, jobID, key)
 }
 
 func (c *controlPlaneArtifacts) DownloadArtifact(ctx context.Context, jobID string) (io.ReadCloser, int64, error) {
@@ -124,11 +140,19 @@ func (c *controlPlaneArtifacts) DownloadArtifact(ctx context.Context, jobID stri
 // default settings.
 func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil, nil, nil) }
 
+// controlPlaneMover is what moves files and grants through the control
+// plane.
+type controlPlaneMover interface {
+	database.Artifacts
+	objstore.Grantor
+}
+
 // executorsFor are the job types this build runs, the proxy's on ps;
 // desired (nil: none) fetches the server's current desired proxy state;
 // onLoad (nil: none) is told of every configuration the proxy loads;
-// arts (nil: none) moves database export and import files.
-func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(), arts database.Artifacts) agent.Registry {
+// arts (nil: none) moves database export and import files and asks for
+// storage grants.
+func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(), arts controlPlaneMover) agent.Registry {
 	r := agent.Registry{}
 	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
 
@@ -167,12 +191,17 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	database.Executors{}.Register(r)
 	managed := &database.Managed{}
 	managed.Register(r)
-	transfer := &database.Transfer{Artifacts: arts, Docker: managed}
+	var stores objstore.Opener
+	var files database.Artifacts
+	if arts != nil {
+		stores.Grants, files = arts, arts
+	}
+	transfer := &database.Transfer{Artifacts: files, Docker: managed}
 	transfer.Register(r)
-	backups := &database.Backups{Transfer: transfer}
+	backups := &database.Backups{Transfer: transfer, OpenStore: stores.Open}
 	backups.Register(r)
 	backups.RegisterRestores(r)
-	backup.Executors{}.Register(r)
+	backup.Executors{Open: stores.Open}.Register(r)
 	return r
 }
 

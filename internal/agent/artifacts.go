@@ -11,8 +11,9 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
-// Artifact calls stream a job's file: they have no timeout of their own;
-// the job's deadline (the request's context) bounds them.
+// Artifact and storage object calls stream a job's file: they have no
+// timeout of their own; the job's deadline (the request's context)
+// bounds them.
 
 // UploadArtifact streams body as the artifact of a running job (PUT
 // /jobs/{id}/artifact) and returns what the control plane stored.
@@ -66,4 +67,30 @@ func (c *Client) stream(req *http.Request) (*http.Response, error) {
 	}
 	defer resp.Body.Close()
 	return nil, c.replyError(req.Method, req.URL.Path, resp)
+}
+
+// StorageGrant asks for what one request of a running backup job to its
+// storage needs (POST /jobs/{id}/storage): a presigned request, an
+// upload session, or the outcome of an operation the control plane did.
+func (c *Client) StorageGrant(ctx context.Context, jobID string, req agentproto.StorageGrantRequest) (agentproto.StorageGrant, error) {
+	var g agentproto.StorageGrant
+	_, err := c.do(ctx, RequestTimeout, http.MethodPost, "/jobs/"+url.PathEscape(jobID)+"/storage", true, req, &g)
+	return g, err
+}
+
+// StorageObject opens the content of a running backup job's object as
+// the control plane streams it from the cloud drive (GET
+// /jobs/{id}/storage?key=), with its size (-1 if the reply did not say).
+// The caller closes it.
+func (c *Client) StorageObject(ctx context.Context, jobID, key string) (io.ReadCloser, int64, error) {
+	u := c.base + "/jobs/" + url.PathEscape(jobID) + "/storage?" + url.Values{"key": {key}}.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := c.stream(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
 }

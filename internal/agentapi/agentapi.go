@@ -243,5 +243,6 @@ func register(s *httpapi.Server, d Deps) {
 	registerProxy(s, limits)
 	registerDatabases(s, limits)
 	registerArtifacts(s)
+	registerStorage(s)
 	registerInstall(s, d)
 }

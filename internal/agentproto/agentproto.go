@@ -88,6 +88,14 @@
 //	            SecretDBReaderPassword: a read-only statement runs as that
 //	            read-only login, which the agent makes when it does not
 //	            work yet; DBQueryResult.RanAs names the login it ran as.
+//	2026-12-01  v1: storage grants (backup_grant.go): Facts.Capabilities
+//	            with CapabilityStorageGrants; BackupStorage.GrantJobID;
+//	            POST /agent/v1/jobs/{id}/storage (StorageGrantRequest →
+//	            StorageGrant) and GET /agent/v1/jobs/{id}/storage?key=
+//	            (a cloud drive object's content);
+//	            BackupStorageTestPayload.Key. Backup jobs carry no storage
+//	            credential, and are not queued for an agent without the
+//	            capability.
 package agentproto
 
 import (
@@ -153,6 +161,9 @@ type Facts struct {
 	AgentVersion     string   `json:"agent_version"`
 	PublicAddresses  []string `json:"public_addresses" doc:"Globally routable addresses of the host's interfaces"`
 	PrivateAddresses []string `json:"private_addresses" doc:"Private and loopback-excluded local addresses"`
+	// Capabilities are what the agent can do beyond the job types it
+	// runs (Capability*); nil from agents older than the field.
+	Capabilities []string `json:"capabilities,omitempty" doc:"What the agent can do beyond its job types, e.g. storage_grants (backups without a storage credential on the server)"`
 }
 
 // EnrollRequest redeems a one-time enrollment token: POST /agent/v1/enroll.

@@ -1,8 +1,10 @@
 package agentproto
 
 // Backups. The storage a backup goes to travels in each job's payload
-// as BackupStorage, without its credentials: those are in the job's
-// secrets (SecretS3AccessKeyID, SecretS3SecretAccessKey).
+// as BackupStorage, without credentials. Control planes before storage
+// grants (backup_grant.go) put the credentials in the job's secrets
+// (SecretS3AccessKeyID, SecretS3SecretAccessKey, SecretCloudDriveToken);
+// later ones grant each request instead and send no credential.
 
 // Job types of backups.
 const (
@@ -51,12 +53,23 @@ type BackupStorage struct {
 	Folder string `json:"folder,omitempty"`
 	// APIURL is the cloud drive's API base URL; "" is the provider's.
 	APIURL string `json:"api_url,omitempty"`
+	// GrantJobID, when set, is the job whose storage requests the
+	// control plane grants one by one (backup_grant.go): the job's
+	// secrets hold no storage credential. "" from control planes that
+	// sent the credential in the job's secrets.
+	GrantJobID string `json:"grant_job_id,omitempty"`
 }
 
 // BackupStorageTestPayload is the payload of backup.storage_test.
 type BackupStorageTestPayload struct {
 	Storage BackupStorage `json:"storage"`
+	// Key is the probe object's key; "" from control planes before
+	// storage grants, meaning ProbePrefix followed by the job's id.
+	Key string `json:"key,omitempty"`
 }
+
+// BackupProbePrefix is where storage tests write their probe objects.
+const BackupProbePrefix = "capstan-probe/"
 
 // Steps of backup.storage_test, in the order they run.
 const (

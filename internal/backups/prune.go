@@ -112,12 +112,12 @@ func (s *Service) deleteRun(ctx context.Context, actor audit.Actor, run Run) (jo
 			return jobs.Job{}, fault.Conflictf("backup-verifying", "The backup is being verified; delete it once the verification ended.")
 		}
 	}
-	storage, creds, err := s.storage(ctx)
+	now := s.now().UTC()
+	jobID := jobs.NewID(now)
+	storage, err := s.storage(ctx, run.ServerID, jobID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	now := s.now().UTC()
-	jobID := jobs.NewID(now)
 	marked, err := s.store.MarkBackupDeleting(ctx, run.ID, run.VerifyJobID, jobID, now.Add(s.retryAfter(1)))
 	if err != nil {
 		return jobs.Job{}, err
@@ -127,14 +127,13 @@ func (s *Service) deleteRun(ctx context.Context, actor audit.Actor, run Run) (jo
 		// or another deletion.
 		return jobs.Job{}, fault.Conflictf("backup-busy", "The backup changed meanwhile (a verification or a deletion started); try again.")
 	}
-	return s.enqueueDelete(ctx, actor, run, jobID, storage, creds)
+	return s.enqueueDelete(ctx, actor, run, jobID, storage)
 }
 
-func (s *Service) enqueueDelete(ctx context.Context, actor audit.Actor, run Run, jobID string, storage agentproto.BackupStorage,
-	creds map[string]string) (jobs.Job, error) {
+func (s *Service) enqueueDelete(ctx context.Context, actor audit.Actor, run Run, jobID string, storage agentproto.BackupStorage) (jobs.Job, error) {
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupDelete,
 		Payload: agentproto.BackupDeletePayload{RunID: run.ID, Storage: storage, Key: run.RemoteKey, Local: run.LocalPath},
-		Secrets: creds, CreatedBy: actor.ID})
+		CreatedBy: actor.ID})
 	if err != nil {
 		// The run stays delete_pending with a job that does not exist:
 		// the scheduler queues another.
@@ -189,11 +188,17 @@ func (s *Service) retryDeletes(ctx context.Context, now time.Time) error {
 				continue
 			}
 		}
-		storage, creds, err := s.storage(ctx)
+		jobID := jobs.NewID(now)
+		storage, err := s.storage(ctx, run.ServerID, jobID)
+		if fault.Is(err, fault.Conflict) {
+			// This server's agent cannot take the job now (too old, or
+			// the storage went): the others' deletions go on.
+			s.log.Warn("a backup deletion waits", "run_id", run.ID, "server_id", run.ServerID, "err", err.Error())
+			continue
+		}
 		if err != nil {
 			return err
 		}
-		jobID := jobs.NewID(now)
 		ok, err := s.store.RequeueBackupDelete(ctx, run.ID, run.DeleteJobID, jobID, now.Add(s.retryAfter(run.DeleteAttempts+1)))
 		if err != nil {
 			return err
@@ -201,7 +206,7 @@ func (s *Service) retryDeletes(ctx context.Context, now time.Time) error {
 		if !ok {
 			continue
 		}
-		if _, err := s.enqueueDelete(ctx, schedulerActor, run, jobID, storage, creds); err != nil {
+		if _, err := s.enqueueDelete(ctx, schedulerActor, run, jobID, storage); err != nil {
 			return err
 		}
 	}

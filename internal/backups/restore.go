@@ -19,7 +19,7 @@ const (
 
 // restorable returns a run that succeeded, and the source and secrets of
 // a job that loads it.
-func (s *Service) restorable(ctx context.Context, runID string) (Run, agentproto.BackupRestorePayload, map[string]string, error) {
+func (s *Service) restorable(ctx context.Context, runID, jobID string) (Run, agentproto.BackupRestorePayload, map[string]string, error) {
 	run, err := s.store.BackupRun(ctx, runID)
 	if err != nil {
 		return Run{}, agentproto.BackupRestorePayload{}, nil, err
@@ -42,15 +42,12 @@ func (s *Service) restorable(ctx context.Context, runID string) (Run, agentproto
 	if err != nil {
 		return Run{}, agentproto.BackupRestorePayload{}, nil, err
 	}
-	storage, creds, err := s.storage(ctx)
+	storage, err := s.storage(ctx, run.ServerID, jobID)
 	if err != nil {
 		return Run{}, agentproto.BackupRestorePayload{}, nil, err
 	}
 	secrets := map[string]string{agentproto.SecretDBPassword: src.Password,
 		agentproto.SecretBackupIdentity: s.key.ArtifactIdentity().String()}
-	for k, v := range creds {
-		secrets[k] = v
-	}
 	p := agentproto.BackupRestorePayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Storage: storage, Key: run.RemoteKey,
 		Size: run.Size, SHA256: run.SHA256, Manifest: *run.Manifest}
 	return run, p, secrets, nil
@@ -60,11 +57,11 @@ func (s *Service) restorable(ctx context.Context, runID string) (Run, agentproto
 // it from the storage, checks it, restores it into a throwaway database,
 // compares it with the manifest and drops the database.
 func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, runID string) (jobs.Job, error) {
-	run, p, secrets, err := s.restorable(ctx, runID)
+	jobID := jobs.NewID(s.now())
+	run, p, secrets, err := s.restorable(ctx, runID, jobID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	jobID := jobs.NewID(s.now())
 	ok, err := s.store.SetBackupVerifyJob(ctx, run.ID, jobID)
 	if err != nil {
 		return jobs.Job{}, err
@@ -98,7 +95,8 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 	if mode != agentproto.BackupRestoreNew && mode != agentproto.BackupRestoreReplace {
 		return jobs.Job{}, fault.Invalidf("mode", "must be new or replace")
 	}
-	run, p, secrets, err := s.restorable(ctx, runID)
+	jobID := jobs.NewID(s.now())
+	run, p, secrets, err := s.restorable(ctx, runID, jobID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
@@ -132,7 +130,7 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 		}
 	}
 	p.Mode, p.Into = mode, into
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: run.ServerID, Type: agentproto.JobBackupRestore, Payload: p,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupRestore, Payload: p,
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {
 		return jobs.Job{}, err

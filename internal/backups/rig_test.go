@@ -79,13 +79,14 @@ func newRig(t *testing.T, d store.Dialect) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := srvs.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host"}})
+	res, err := srvs.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host",
+		Capabilities: []string{agentproto.CapabilityStorageGrants}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.serverID = res.ServerID
 	if _, err := r.backups.PutSettings(r.ctx, r.admin, r.client, backups.SettingsInput{Provider: "s3", Endpoint: "127.0.0.1:9000",
-		Bucket: "capstan-backups", AccessKeyID: "AKTEST", SecretAccessKey: "secret-of-the-test"}); err != nil {
+		Bucket: "capstan-backups", AccessKeyID: "AKTEST", SecretAccessKey: "secret-of-the-test", PathStyle: true}); err != nil {
 		t.Fatal(err)
 	}
 	return r

@@ -239,13 +239,13 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	default:
 		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "backups of %s are not supported", src.Instance.Engine)
 	}
-	storage, creds, err := s.storage(ctx)
-	if err != nil {
-		return RunView{}, jobs.Job{}, err
-	}
 	now := s.now().UTC()
 	run := Run{ID: ids.NewAt(RunIDPrefix, now), InstanceID: instanceID, ServerID: src.Instance.ServerID, Engine: src.Instance.Engine,
 		Database: src.Database, Trigger: trigger, JobID: jobs.NewID(now), Status: StatusQueued, CreatedBy: actor.ID, CreatedAt: now}
+	storage, err := s.storage(ctx, run.ServerID, run.JobID)
+	if err != nil {
+		return RunView{}, jobs.Job{}, err
+	}
 	run.RemoteKey = fmt.Sprintf("%s/%s/%s.%s.gz.age", instanceID, src.Database, run.ID, ext)
 	if src.Database == "" {
 		run.RemoteKey = fmt.Sprintf("%s/%s.%s.gz.age", instanceID, run.ID, ext)
@@ -254,9 +254,6 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return RunView{}, jobs.Job{}, err
 	}
 	secrets := map[string]string{agentproto.SecretDBPassword: src.Password}
-	for k, v := range creds {
-		secrets[k] = v
-	}
 	protect, err := s.newestVerified(ctx, instanceID, src.Database)
 	if err != nil {
 		return RunView{}, jobs.Job{}, err

@@ -375,40 +375,31 @@ func caProblem(ca string) string {
 	return ""
 }
 
-// storage returns the settings as a job's payload carries them, and the
-// credentials for its secrets; fault.Conflict when none are saved.
-func (s *Service) storage(ctx context.Context) (agentproto.BackupStorage, map[string]string, error) {
+// storage returns the settings as the payload of jobID, a job for
+// serverID's agent, carries them: without credentials, the job's storage
+// requests granted one by one (GrantStorage). fault.Conflict when none
+// are saved, or when the agent is too old to take grants.
+func (s *Service) storage(ctx context.Context, serverID, jobID string) (agentproto.BackupStorage, error) {
 	st, err := s.store.BackupSettings(ctx)
 	if fault.Is(err, fault.NotFound) {
-		return agentproto.BackupStorage{}, nil, fault.Conflictf("storage-not-configured",
+		return agentproto.BackupStorage{}, fault.Conflictf("storage-not-configured",
 			"No backup storage is configured; save it with PUT /api/v1/backups/settings.")
 	}
 	if err != nil {
-		return agentproto.BackupStorage{}, nil, err
+		return agentproto.BackupStorage{}, err
+	}
+	if err := s.grantsAgent(ctx, serverID); err != nil {
+		return agentproto.BackupStorage{}, err
 	}
 	if st.Provider == agentproto.BackupProviderCloudDrive {
 		if s.drive == nil || !s.drive.Configured() {
-			return agentproto.BackupStorage{}, nil, fault.Conflictf("clouddrive-unavailable",
+			return agentproto.BackupStorage{}, fault.Conflictf("clouddrive-unavailable",
 				"Backups go to the cloud drive, but no cloud drive is configured on this control plane.")
 		}
-		token, _, err := s.drive.AccessToken(ctx)
-		if err != nil {
-			return agentproto.BackupStorage{}, nil, err
-		}
-		return agentproto.BackupStorage{Provider: st.Provider, Folder: st.Folder, APIURL: s.drive.APIURL()},
-			map[string]string{agentproto.SecretCloudDriveToken: token}, nil
-	}
-	id, err := s.key.Open(sealContext("access_key_id"), st.SealedAccessKeyID)
-	if err != nil {
-		return agentproto.BackupStorage{}, nil, err
-	}
-	secret, err := s.key.Open(sealContext("secret_access_key"), st.SealedSecretAccessKey)
-	if err != nil {
-		return agentproto.BackupStorage{}, nil, err
+		return agentproto.BackupStorage{Provider: st.Provider, Folder: st.Folder, APIURL: s.drive.APIURL(), GrantJobID: jobID}, nil
 	}
 	return agentproto.BackupStorage{Provider: st.Provider, Endpoint: st.Endpoint, Region: st.Region, Bucket: st.Bucket,
-			Prefix: st.Prefix, PathStyle: st.PathStyle, TLS: st.TLS, CA: st.CA, Folder: st.Folder},
-		map[string]string{agentproto.SecretS3AccessKeyID: string(id), agentproto.SecretS3SecretAccessKey: string(secret)}, nil
+		Prefix: st.Prefix, PathStyle: st.PathStyle, TLS: st.TLS, CA: st.CA, GrantJobID: jobID}, nil
 }
 
 // TestStorage queues backup.storage_test on serverID: its agent writes,
@@ -420,12 +411,13 @@ func (s *Service) TestStorage(ctx context.Context, actor audit.Actor, c audit.En
 	if err := s.enrolled(ctx, "server_id", serverID); err != nil {
 		return jobs.Job{}, err
 	}
-	storage, creds, err := s.storage(ctx)
+	jobID := jobs.NewID(s.now())
+	storage, err := s.storage(ctx, serverID, jobID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobBackupStorageTest,
-		Payload: agentproto.BackupStorageTestPayload{Storage: storage}, Secrets: creds, CreatedBy: actor.ID})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: serverID, Type: agentproto.JobBackupStorageTest,
+		Payload: agentproto.BackupStorageTestPayload{Storage: storage, Key: agentproto.BackupProbePrefix + jobID}, CreatedBy: actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
 	}

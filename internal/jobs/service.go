@@ -464,6 +464,21 @@ func (s *Service) owned(ctx context.Context, serverID, jobID string) (Job, error
 	return j, nil
 }
 
+// Held returns a job of serverID that runs now, for a call its agent
+// makes on the job's behalf: another server's job is fault.Forbidden, as
+// is one that is not running (queued, or ended, its completion hook run
+// or not).
+func (s *Service) Held(ctx context.Context, serverID, jobID string) (Job, error) {
+	j, err := s.owned(ctx, serverID, jobID)
+	if err != nil {
+		return Job{}, err
+	}
+	if j.Status != Running || j.HookPendingAt != nil {
+		return Job{}, fault.Forbiddenf("job-not-running", "The job is not running.")
+	}
+	return j, nil
+}
+
 // Secrets returns the secrets of a job to the agent that holds it.
 func (s *Service) Secrets(ctx context.Context, serverID, jobID string) (map[string]string, error) {
 	j, err := s.owned(ctx, serverID, jobID)

@@ -43,7 +43,8 @@ import (
 //     (each but the last a multiple of 256 KiB, starting where the
 //     received bytes end), answered 308 with Range until the last, which
 //     answers 200 with the file; a PUT of "bytes */N" asks how much
-//     arrived.
+//     arrived. The session URI is its own authorization: its PUTs need
+//     no token.
 //
 // Answers have the shapes of Google's documentation: token responses as
 // RFC 6749 with expires_in; Drive errors {"error":{"code","message",
@@ -283,6 +284,10 @@ func (d *CloudDrive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		d.token(w, r)
 	case p == "/revoke" && r.Method == http.MethodPost:
 		d.revoke(w, r)
+	case strings.HasPrefix(p, "/upload/drive/v3/files") && r.Method == http.MethodPut && r.URL.Query().Has("upload_id"):
+		// A session URI carries its own authorization, as Google's do:
+		// whoever holds it may send the content of that one upload.
+		d.uploadChunk(w, r)
 	case strings.HasPrefix(p, "/drive/v3/") || strings.HasPrefix(p, "/upload/drive/v3/"):
 		if !d.authorized(w, r) {
 			return
@@ -496,8 +501,6 @@ func (d *CloudDrive) drive(w http.ResponseWriter, r *http.Request) {
 		d.startUpload(w, r, "")
 	case strings.HasPrefix(p, "/upload/drive/v3/files/") && r.Method == http.MethodPatch && !r.URL.Query().Has("upload_id"):
 		d.startUpload(w, r, strings.TrimPrefix(p, "/upload/drive/v3/files/"))
-	case strings.HasPrefix(p, "/upload/drive/v3/files") && r.Method == http.MethodPut && r.URL.Query().Has("upload_id"):
-		d.uploadChunk(w, r)
 	default:
 		driveError(w, http.StatusNotFound, "notFound", "Not Found")
 	}

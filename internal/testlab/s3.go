@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,13 @@ import (
 // certificate of a CA the test made (or over plain HTTP: StartPlainS3). Objects live in memory (gofakes3).
 // Every request must carry a valid AWS Signature Version 4 made with
 // the server's access key and secret, as on AWS: a wrong key id answers
-// 403 InvalidAccessKeyId, a wrong secret 403 SignatureDoesNotMatch.
+// 403 InvalidAccessKeyId, a wrong secret 403 SignatureDoesNotMatch. The
+// signature is in the Authorization header or, for a presigned request,
+// in the query (X-Amz-Algorithm, X-Amz-Credential, X-Amz-Date,
+// X-Amz-Expires, X-Amz-SignedHeaders, X-Amz-Signature, over an unsigned
+// payload); a presigned request past its expiry answers 403
+// AccessDenied. HeaderSigned and QuerySigned count the requests of each
+// form that were served.
 //
 // A test can make it fail: uploads cut off mid-body (FailUploadsAfter),
 // every request refused (SetUnavailable), an object's bytes altered in
@@ -43,13 +50,18 @@ type S3 struct {
 	CA     *TestCA
 	CAFile string
 
+	https   *httpsStandIn
 	backend *s3mem.Backend
 	fake    http.Handler
 
 	failAfter   atomic.Int64 // < 0: uploads are not cut off
+	cutNext     atomic.Int64 // how many more uploads to cut off at once
 	unavailable atomic.Bool
 	cuts        atomic.Int64
 	denied      atomic.Int64
+	headerSeen  atomic.Int64
+	querySeen   atomic.Int64
+	skew        atomic.Int64 // how far the server's clock runs ahead, in ns
 
 	mu       sync.Mutex // guards requests
 	requests map[string]int
@@ -67,7 +79,7 @@ func startS3(t testing.TB, tls bool) *S3 {
 	t.Helper()
 	hs := newHTTPSStandIn(t, "s3")
 	s := &S3{Endpoint: hs.Addr(), Bucket: "capstan-backups", Region: "us-east-1", AccessKeyID: "AK" + randomHex(9),
-		SecretAccessKey: randomHex(20), backend: s3mem.New(), requests: map[string]int{}}
+		SecretAccessKey: randomHex(20), https: hs, backend: s3mem.New(), requests: map[string]int{}}
 	if tls {
 		s.CA, s.CAFile = hs.CA, hs.CAFile
 	}
@@ -88,11 +100,32 @@ func startS3(t testing.TB, tls bool) *S3 {
 // bytes of its body, closing the connection; n < 0 stops that.
 func (s *S3) FailUploadsAfter(n int64) { s.failAfter.Store(n) }
 
+// CutNextUploads cuts the next n uploads (PUTs with a body) off at their
+// start, closing the connection; the ones after go through.
+func (s *S3) CutNextUploads(n int64) { s.cutNext.Store(n) }
+
 // Cuts is how many uploads were cut off.
 func (s *S3) Cuts() int64 { return s.cuts.Load() }
 
 // Denied is how many requests were refused for their signature.
 func (s *S3) Denied() int64 { return s.denied.Load() }
+
+// Client is an HTTP client that trusts the server's certificate, for
+// tests that send it requests of their own (a presigned URL).
+func (s *S3) Client() *http.Client { return s.https.Client() }
+
+// HeaderSigned is how many requests signed in the Authorization header
+// were served (a holder of the key pair made them).
+func (s *S3) HeaderSigned() int64 { return s.headerSeen.Load() }
+
+// QuerySigned is how many presigned requests were served.
+func (s *S3) QuerySigned() int64 { return s.querySeen.Load() }
+
+// Skew makes the server's clock run d ahead of the machine's, to expire
+// presigned requests.
+func (s *S3) Skew(d time.Duration) { s.skew.Store(int64(d)) }
+
+func (s *S3) now() time.Time { return time.Now().Add(time.Duration(s.skew.Load())) }
 
 // SetUnavailable makes every request answer 503 SlowDown (true) or be
 // served again (false).
@@ -167,7 +200,11 @@ func (s *S3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s3Problem(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 		return
 	}
-	sig, code, msg := s.verify(r)
+	verify, seen := s.verify, &s.headerSeen
+	if r.URL.Query().Has("X-Amz-Signature") || r.URL.Query().Has("X-Amz-Algorithm") {
+		verify, seen = s.verifyQuery, &s.querySeen
+	}
+	sig, code, msg := verify(r)
 	if code == "" && r.Header.Get("X-Amz-Content-Sha256") == streamingPayload {
 		code, msg = sig.decodeChunks(r)
 	}
@@ -175,6 +212,11 @@ func (s *S3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.denied.Add(1)
 		s3Problem(w, http.StatusForbidden, code, msg)
 		return
+	}
+	seen.Add(1)
+	if r.Method == http.MethodPut && r.ContentLength != 0 && s.cutNext.Add(-1) >= 0 {
+		s.cuts.Add(1)
+		panic(http.ErrAbortHandler)
 	}
 	if n := s.failAfter.Load(); n >= 0 && r.Method == http.MethodPut && r.ContentLength != 0 {
 		_, _ = io.CopyN(io.Discard, r.Body, n)
@@ -272,55 +314,110 @@ func (s *S3) verify(r *http.Request) (sig signature, code, msg string) {
 		k, v, _ := strings.Cut(strings.TrimSpace(f), "=")
 		fields[k] = v
 	}
-	cred := strings.Split(fields["Credential"], "/")
+	amzDate := r.Header.Get("X-Amz-Date")
+	if ts, err := time.Parse("20060102T150405Z", amzDate); err != nil || s.now().Sub(ts).Abs() > 15*time.Minute {
+		return sig, "RequestTimeTooSkewed", "The difference between the request time and the current time is too large."
+	}
+	return s.check(r, sigV4{credential: fields["Credential"], date: amzDate, signedHeaders: fields["SignedHeaders"],
+		signature: fields["Signature"], query: r.URL.Query(), payload: r.Header.Get("X-Amz-Content-Sha256")})
+}
+
+// verifyQuery checks a presigned request: SigV4 in the query, over an
+// unsigned payload, not past its expiry.
+func (s *S3) verifyQuery(r *http.Request) (sig signature, code, msg string) {
+	q := r.URL.Query()
+	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders", "X-Amz-Signature"} {
+		if q.Get(k) == "" {
+			return sig, "AuthorizationQueryParametersError", "Query-string authentication version 4 requires the " + k + " parameter."
+		}
+	}
+	if q.Get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256" {
+		return sig, "AuthorizationQueryParametersError", "X-Amz-Algorithm only supports \"AWS4-HMAC-SHA256\"."
+	}
+	ts, err := time.Parse("20060102T150405Z", q.Get("X-Amz-Date"))
+	if err != nil {
+		return sig, "AuthorizationQueryParametersError", "X-Amz-Date must be in the ISO8601 Long Format \"yyyyMMdd'T'HHmmss'Z'\"."
+	}
+	expires, err := strconv.Atoi(q.Get("X-Amz-Expires"))
+	if err != nil || expires < 1 || expires > 7*24*3600 {
+		return sig, "AuthorizationQueryParametersError", "X-Amz-Expires must be a number of seconds from 1 to 604800."
+	}
+	now := s.now()
+	if ts.After(now.Add(15 * time.Minute)) {
+		return sig, "AccessDenied", "Request is not valid yet."
+	}
+	if now.After(ts.Add(time.Duration(expires) * time.Second)) {
+		return sig, "AccessDenied", "Request has expired."
+	}
+	if r.Header.Get("X-Amz-Content-Sha256") == streamingPayload {
+		return sig, "AccessDenied", "A presigned request's body is not signed in chunks."
+	}
+	v := sigV4{credential: q.Get("X-Amz-Credential"), date: q.Get("X-Amz-Date"), signedHeaders: q.Get("X-Amz-SignedHeaders"),
+		signature: q.Get("X-Amz-Signature"), payload: "UNSIGNED-PAYLOAD"}
+	q.Del("X-Amz-Signature")
+	v.query = q
+	return s.check(r, v)
+}
+
+// sigV4 is a request's signature and what it says it covers.
+type sigV4 struct {
+	credential, date, signedHeaders, signature string
+	// query is the canonical query's parameters (without the signature).
+	query url.Values
+	// payload is the payload's hash as signed: hex SHA-256,
+	// UNSIGNED-PAYLOAD or streamingPayload.
+	payload string
+}
+
+// check recomputes the signature of r with the server's secret.
+func (s *S3) check(r *http.Request, v sigV4) (sig signature, code, msg string) {
+	cred := strings.Split(v.credential, "/")
 	if len(cred) != 5 || cred[3] != "s3" || cred[4] != "aws4_request" {
 		return sig, "AuthorizationHeaderMalformed", "The authorization header is malformed."
 	}
 	if cred[0] != s.AccessKeyID {
 		return sig, "InvalidAccessKeyId", "The AWS Access Key Id you provided does not exist in our records."
 	}
-	amzDate := r.Header.Get("X-Amz-Date")
-	if !strings.HasPrefix(amzDate, cred[1]) {
+	if !strings.HasPrefix(v.date, cred[1]) {
 		return sig, "AuthorizationHeaderMalformed", "The credential's date is not the request's."
 	}
-	if ts, err := time.Parse("20060102T150405Z", amzDate); err != nil || time.Since(ts).Abs() > 15*time.Minute {
-		return sig, "RequestTimeTooSkewed", "The difference between the request time and the current time is too large."
+	if !slices.Contains(strings.Split(v.signedHeaders, ";"), "host") {
+		return sig, "AccessDenied", "The host header must be signed."
 	}
-	signed := fields["SignedHeaders"]
 	var hdrs strings.Builder
-	for _, h := range strings.Split(signed, ";") {
-		var v string
+	for _, h := range strings.Split(v.signedHeaders, ";") {
+		var val string
 		switch h {
 		case "host":
-			v = r.Host
+			val = r.Host
 		case "content-length":
-			v = strconv.FormatInt(r.ContentLength, 10)
+			val = strconv.FormatInt(r.ContentLength, 10)
 		default:
 			vals := r.Header.Values(h)
 			for i := range vals {
 				vals[i] = strings.Join(strings.Fields(vals[i]), " ")
 			}
-			v = strings.Join(vals, ",")
+			val = strings.Join(vals, ",")
 		}
-		hdrs.WriteString(h + ":" + v + "\n")
+		hdrs.WriteString(h + ":" + val + "\n")
 	}
 	path := r.RequestURI
 	if i := strings.IndexByte(path, '?'); i >= 0 {
 		path = path[:i]
 	}
-	creq := strings.Join([]string{r.Method, path, canonicalQuery(r.URL.Query()), hdrs.String(), signed,
-		r.Header.Get("X-Amz-Content-Sha256")}, "\n")
+	creq := strings.Join([]string{r.Method, path, canonicalQuery(v.query), hdrs.String(), v.signedHeaders, v.payload}, "\n")
 	sum := sha256.Sum256([]byte(creq))
-	sts := "AWS4-HMAC-SHA256\n" + amzDate + "\n" + strings.Join(cred[1:], "/") + "\n" + hex.EncodeToString(sum[:])
+	scope := strings.Join(cred[1:], "/")
+	sts := "AWS4-HMAC-SHA256\n" + v.date + "\n" + scope + "\n" + hex.EncodeToString(sum[:])
 	key := []byte("AWS4" + s.SecretAccessKey)
 	for _, part := range cred[1:] {
 		key = hmacSHA256(key, part)
 	}
 	want := hex.EncodeToString(hmacSHA256(key, sts))
-	if !hmac.Equal([]byte(want), []byte(fields["Signature"])) {
+	if !hmac.Equal([]byte(want), []byte(v.signature)) {
 		return sig, "SignatureDoesNotMatch", "The request signature we calculated does not match the signature you provided. Check your key and signing method."
 	}
-	return signature{key: key, amzDate: amzDate, scope: strings.Join(cred[1:], "/"), signature: want}, "", ""
+	return signature{key: key, amzDate: v.date, scope: scope, signature: want}, "", ""
 }
 
 func hmacSHA256(key []byte, data string) []byte {

@@ -22,14 +22,15 @@ import (
 )
 
 // ProbePrefix is where storage tests write their probe objects.
-const ProbePrefix = "capstan-probe/"
+const ProbePrefix = agentproto.BackupProbePrefix
 
 // probeSize is the size of a probe object.
 const probeSize = 256 << 10
 
 // Executors runs backup.storage_test and backup.delete.
 type Executors struct {
-	// Open opens a job's storage; nil means objstore.Open.
+	// Open opens a job's storage; nil means objstore.Open (which takes
+	// no job whose storage requests are granted).
 	Open func(context.Context, agentproto.BackupStorage, map[string]string) (objstore.Store, error)
 }
 
@@ -58,7 +59,10 @@ func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets 
 	}
 	sum := sha256.Sum256(probe)
 	want := hex.EncodeToString(sum[:])
-	res := agentproto.BackupStorageTestResult{Key: ProbePrefix + job.ID, Bytes: probeSize}
+	res := agentproto.BackupStorageTestResult{Key: p.Key, Bytes: probeSize}
+	if res.Key == "" {
+		res.Key = ProbePrefix + job.ID
+	}
 	step := func(name string, fn func() error) error {
 		start := time.Now()
 		err := fn()
@@ -107,7 +111,9 @@ func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets 
 	}
 	if err == nil {
 		err = step(agentproto.BackupStepList, func() error {
-			list, err := st.List(ctx, ProbePrefix)
+			// The probe's own key is the prefix: a storage reached
+			// through grants lists nothing wider than the job's objects.
+			list, err := st.List(ctx, res.Key)
 			if err != nil {
 				return err
 			}
@@ -116,7 +122,7 @@ func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets 
 					return nil
 				}
 			}
-			return fmt.Errorf("the listing of %s does not hold %s", ProbePrefix, res.Key)
+			return fmt.Errorf("the listing of %s does not hold it", res.Key)
 		})
 	}
 	if written {

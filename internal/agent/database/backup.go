@@ -28,7 +28,8 @@ import (
 type Backups struct {
 	// Transfer picks and runs the dump tools.
 	Transfer *Transfer
-	// OpenStore opens a job's storage; nil means objstore.Open.
+	// OpenStore opens a job's storage; nil means objstore.Open (which
+	// takes no job whose storage requests are granted).
 	OpenStore func(context.Context, agentproto.BackupStorage, map[string]string) (objstore.Store, error)
 	// DefaultLocalDir is where local copies go when a job names no
 	// directory.

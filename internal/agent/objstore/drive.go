@@ -393,14 +393,7 @@ func (d *Drive) Delete(ctx context.Context, key string) error {
 // sent in chunks of the configured size, and the file's record is read
 // back by id at the end.
 func (d *Drive) Put(ctx context.Context, key string, r io.Reader, size int64) (Object, error) {
-	if key == "" {
-		return Object{}, errors.New("drive: an empty key")
-	}
-	existing, err := d.lookup(ctx, key)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return Object{}, err
-	}
-	session, err := d.openSession(ctx, key, existing.ID, size)
+	session, err := d.Session(ctx, key, size)
 	if err != nil {
 		return Object{}, err
 	}
@@ -418,6 +411,21 @@ func (d *Drive) Put(ctx context.Context, key string, r io.Reader, size int64) (O
 		return Object{}, fmt.Errorf("drive: reading back %s: %w", key, err)
 	}
 	return f.object(), nil
+}
+
+// Session opens a resumable upload of size bytes (-1: not known) that
+// replaces the content of the key's file, or makes it, and returns the
+// session's URI. The URI is the upload's only authorization: whoever
+// holds it can send that one file's content, and nothing else.
+func (d *Drive) Session(ctx context.Context, key string, size int64) (string, error) {
+	if key == "" {
+		return "", errors.New("drive: an empty key")
+	}
+	existing, err := d.lookup(ctx, key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return "", err
+	}
+	return d.openSession(ctx, key, existing.ID, size)
 }
 
 // openSession starts a resumable upload and returns its session URI.
@@ -628,7 +636,9 @@ func (u *upload) put(ctx context.Context, content []byte, cr string) (received i
 		return 0, false, err
 	}
 	req.ContentLength = int64(len(content))
-	req.Header.Set("Authorization", "Bearer "+u.d.token)
+	if u.d.token != "" {
+		req.Header.Set("Authorization", "Bearer "+u.d.token)
+	}
 	req.Header.Set("Content-Range", cr)
 	resp, err := u.d.client.Do(req)
 	if err != nil {

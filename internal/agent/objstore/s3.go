@@ -18,6 +18,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
 // S3Config is an S3-compatible bucket.
@@ -52,7 +54,7 @@ const S3PartSize = 16 << 20
 // records its SHA-256 and size, written after the object was stored. S3's
 // own checksums of multipart uploads are per part; the sidecar is what
 // Stat reads back as the object's SHA-256.
-const SidecarSuffix = ".sha256"
+const SidecarSuffix = agentproto.BackupSidecarSuffix
 
 // S3 is a Store in an S3-compatible bucket.
 type S3 struct {
@@ -153,14 +155,7 @@ func (s *S3) sidecar(ctx context.Context, key string) (string, error) {
 		}
 		return "", s3Err(key, err)
 	}
-	sum, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-	if len(sum) != sha256.Size*2 {
-		return "", fmt.Errorf("s3: the checksum sidecar of %s is malformed", key)
-	}
-	if _, err := hex.DecodeString(sum); err != nil {
-		return "", fmt.Errorf("s3: the checksum sidecar of %s is malformed", key)
-	}
-	return sum, nil
+	return parseSidecar(key, line)
 }
 
 // Get opens the object's content; Object is its record as Stat reads it.
