@@ -10,14 +10,18 @@ import (
 )
 
 // TestBackupCloudDrive stores backups in the connected cloud drive (the
-// stand-in over HTTPS): the settings name a folder; the storage test and a
-// backup run from a real agent succeed with the drive's own read-back, and
-// the agent gets an access token in its job secrets, never the refresh
-// token, which is in no answer, job payload or log line.
+// stand-in over HTTPS): the settings name a folder; the storage test, a
+// backup and its verification run from a real agent succeed with the
+// drive's own read-back. The agent holds no token of the drive: its
+// uploads go to sessions the control plane opened, without a token, and
+// its reads come through the control plane; the refresh token is in no
+// answer, job payload or log line.
 func TestBackupCloudDrive(t *testing.T) {
 	drive := testlab.StartCloudDrive(t)
 	opts := cloudDriveOptions(store.SQLite, drive)
-	opts.Args = append(opts.Args, "--backup-local-keep", "0")
+	testlab.Docker(t)
+	opts.Args = append(opts.Args, "--backup-local-keep", "0", "--database-images",
+		databaseImagesFile(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}}))
 	f := newFleet(t, opts)
 	e := f.createEnrollment(t, "db-host")
 	config := enrollAgent(t, f.ControlPlane, e.Token)
@@ -59,6 +63,23 @@ func TestBackupCloudDrive(t *testing.T) {
 	}
 	if uploads == 0 {
 		t.Fatalf("nothing was uploaded to the drive: %v", drive.Requests())
+	}
+	if vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil); vj.Status != "succeeded" {
+		t.Fatalf("verify from the drive: %s %s\nagent log:\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
+	}
+	// The agent's requests are the session's chunks, with no token; every
+	// other request (the control plane's) carries one.
+	chunks := 0
+	for _, req := range drive.TokenlessRequests() {
+		switch {
+		case strings.HasPrefix(req, "PUT /upload/drive/v3/files"):
+			chunks++
+		case strings.Contains(req, " /drive/v3/") || strings.Contains(req, " /upload/"):
+			t.Fatalf("a request to the drive without a token that is not an upload's chunk: %s", req)
+		}
+	}
+	if chunks == 0 {
+		t.Fatal("every upload to the drive carried a token: the agent held one")
 	}
 
 	jobsList := r.Get(t, "/api/v1/jobs?limit=100", r.Token)

@@ -396,6 +396,11 @@ func (s *Service) storage(ctx context.Context, serverID, jobID string) (agentpro
 			return agentproto.BackupStorage{}, fault.Conflictf("clouddrive-unavailable",
 				"Backups go to the cloud drive, but no cloud drive is configured on this control plane.")
 		}
+		// The token stays here; minting it checks that a drive is
+		// connected before the job is queued.
+		if _, _, err := s.drive.AccessToken(ctx); err != nil {
+			return agentproto.BackupStorage{}, err
+		}
 		return agentproto.BackupStorage{Provider: st.Provider, Folder: st.Folder, APIURL: s.drive.APIURL(), GrantJobID: jobID}, nil
 	}
 	return agentproto.BackupStorage{Provider: st.Provider, Endpoint: st.Endpoint, Region: st.Region, Bucket: st.Bucket,

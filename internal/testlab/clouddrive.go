@@ -80,6 +80,7 @@ type CloudDrive struct {
 	revocations int
 	lastAuth    url.Values
 	requests    []string
+	tokenless   []string // the requests that carried no Authorization
 }
 
 type driveCode struct {
@@ -220,6 +221,15 @@ func (d *CloudDrive) LastAuthorization() url.Values {
 	return d.lastAuth
 }
 
+// TokenlessRequests returns "METHOD /path" of every request so far that
+// carried no Authorization header (an upload session's chunks, from
+// whoever holds its URI).
+func (d *CloudDrive) TokenlessRequests() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]string(nil), d.tokenless...)
+}
+
 // Requests returns "METHOD /path" of every request so far.
 func (d *CloudDrive) Requests() []string {
 	d.mu.Lock()
@@ -275,6 +285,9 @@ func (d *CloudDrive) issueLocked(g *driveGrant) string {
 func (d *CloudDrive) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	d.requests = append(d.requests, r.Method+" "+r.URL.Path)
+	if r.Header.Get("Authorization") == "" {
+		d.tokenless = append(d.tokenless, r.Method+" "+r.URL.Path)
+	}
 	d.mu.Unlock()
 	p := r.URL.Path
 	switch {
