@@ -94,35 +94,68 @@ func (e *S3Error) Error() string {
 	return fmt.Sprintf("%s: %s (status %d)", e.Code, e.Message, e.Status)
 }
 
-// do asks for the grant of req and makes its request with body (length
-// bytes; -1 unknown). A 2xx answer is returned with its body open; a 404
-// is ErrNotFound; any other is an *S3Error.
-func (s *GrantedS3) do(ctx context.Context, req agentproto.StorageGrantRequest, body io.Reader, length int64) (*http.Response, error) {
+// grantedTries bounds how many times one request is made when the
+// connection fails or the storage answers 5xx.
+const grantedTries = 4
+
+// do asks for the grant of req and makes its request with body (nil for
+// none), again after a failed connection or a 5xx answer (the grant
+// stays valid, and the body is in memory). A 2xx answer is returned with
+// its body open; a 404 is ErrNotFound; any other is an *S3Error.
+func (s *GrantedS3) do(ctx context.Context, req agentproto.StorageGrantRequest, body []byte) (*http.Response, error) {
 	g, err := s.grants.StorageGrant(ctx, s.job, req)
 	if err != nil {
 		return nil, fmt.Errorf("s3: the control plane granted no %s of %s: %w", req.Op, req.Key, err)
 	}
-	if body == nil {
-		body = http.NoBody
+	var last error
+	for try := 0; try < grantedTries; try++ {
+		if try > 0 {
+			if err := backoff(ctx, try); err != nil {
+				return nil, err
+			}
+		}
+		resp, err := s.send(ctx, g, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			last = fmt.Errorf("s3: %s of %s: %w", req.Op, req.Key, err)
+			continue
+		}
+		if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+			return resp, nil
+		}
+		e := readS3Error(resp)
+		if resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("s3: %s: %w (%s)", req.Key, ErrNotFound, e.Error())
+		}
+		last = fmt.Errorf("s3: %s of %s: %w", req.Op, req.Key, e)
+		if resp.StatusCode < 500 {
+			return nil, last
+		}
 	}
-	hr, err := http.NewRequestWithContext(ctx, g.Method, g.URL, body)
+	return nil, last
+}
+
+// send makes the granted request once.
+func (s *GrantedS3) send(ctx context.Context, g agentproto.StorageGrant, body []byte) (*http.Response, error) {
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, g.Method, g.URL, rd)
 	if err != nil {
-		return nil, fmt.Errorf("s3: the grant of %s of %s: %w", req.Op, req.Key, err)
+		return nil, err
 	}
-	hr.ContentLength = length
-	if body == http.NoBody {
-		hr.ContentLength = 0
-	}
+	hr.ContentLength = int64(len(body))
 	for k, v := range g.Header {
 		hr.Header.Set(k, v)
 	}
-	resp, err := s.hc.Do(hr)
-	if err != nil {
-		return nil, fmt.Errorf("s3: %s of %s: %w", req.Op, req.Key, err)
-	}
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return resp, nil
-	}
+	return s.hc.Do(hr)
+}
+
+// readS3Error reads and closes the answer of a failed request.
+func readS3Error(resp *http.Response) *S3Error {
 	defer resp.Body.Close()
 	e := &S3Error{Status: resp.StatusCode}
 	var x struct {
@@ -132,10 +165,7 @@ func (s *GrantedS3) do(ctx context.Context, req agentproto.StorageGrantRequest, 
 	if raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)); xml.Unmarshal(raw, &x) == nil {
 		e.Code, e.Message = x.Code, x.Message
 	}
-	if resp.StatusCode == http.StatusNotFound {
-		return nil, fmt.Errorf("s3: %s: %w (%s)", req.Key, ErrNotFound, e.Error())
-	}
-	return nil, fmt.Errorf("s3: %s of %s: %w", req.Op, req.Key, e)
+	return e
 }
 
 func drain(resp *http.Response) {
@@ -157,7 +187,7 @@ func (s *GrantedS3) Put(ctx context.Context, key string, r io.Reader, size int64
 	n, err := io.ReadFull(h, buf)
 	switch {
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpPut, Key: key}, bytes.NewReader(buf[:n]), int64(n))
+		resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpPut, Key: key}, buf[:n])
 		if err != nil {
 			return Object{}, fmt.Errorf("s3: uploading %s: %w", key, err)
 		}
@@ -173,8 +203,7 @@ func (s *GrantedS3) Put(ctx context.Context, key string, r io.Reader, size int64
 		return Object{}, fmt.Errorf("s3: the content of %s is %d bytes, not %d as announced", key, h.n, size)
 	}
 	side := hex.EncodeToString(h.h.Sum(nil)) + " " + strconv.FormatInt(h.n, 10) + "\n"
-	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpPut, Key: key + SidecarSuffix},
-		strings.NewReader(side), int64(len(side)))
+	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpPut, Key: key + SidecarSuffix}, []byte(side))
 	if err != nil {
 		return Object{}, fmt.Errorf("s3: uploading the checksum of %s: %w", key, err)
 	}
@@ -190,7 +219,7 @@ type completedPart struct {
 // multipart uploads buf (full) and the rest of r; a failed upload is
 // aborted so that the bucket keeps no orphaned parts.
 func (s *GrantedS3) multipart(ctx context.Context, key string, r io.Reader, buf []byte) (err error) {
-	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpCreateUpload, Key: key}, nil, 0)
+	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpCreateUpload, Key: key}, nil)
 	if err != nil {
 		return err
 	}
@@ -209,7 +238,7 @@ func (s *GrantedS3) multipart(ctx context.Context, key string, r io.Reader, buf 
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
 		if resp, aerr := s.do(actx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpAbortUpload, Key: key,
-			UploadID: started.UploadID}, nil, 0); aerr == nil {
+			UploadID: started.UploadID}, nil); aerr == nil {
 			drain(resp)
 		}
 	}()
@@ -220,7 +249,7 @@ func (s *GrantedS3) multipart(ctx context.Context, key string, r io.Reader, buf 
 			return errors.New("the content is longer than 10,000 parts")
 		}
 		resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpUploadPart, Key: key,
-			UploadID: started.UploadID, Part: part}, bytes.NewReader(buf[:n]), int64(n))
+			UploadID: started.UploadID, Part: part}, buf[:n])
 		if err != nil {
 			return err
 		}
@@ -242,8 +271,7 @@ func (s *GrantedS3) multipart(ctx context.Context, key string, r io.Reader, buf 
 		XMLName xml.Name        `xml:"CompleteMultipartUpload"`
 		Parts   []completedPart `xml:"Part"`
 	}{Parts: parts})
-	resp, err = s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpCompleteUpload, Key: key, UploadID: started.UploadID},
-		bytes.NewReader(body), int64(len(body)))
+	resp, err = s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpCompleteUpload, Key: key, UploadID: started.UploadID}, body)
 	if err != nil {
 		return err
 	}
@@ -264,7 +292,7 @@ func (s *GrantedS3) multipart(ctx context.Context, key string, r io.Reader, buf 
 // Stat reads the object's size with a HEAD and its SHA-256 from its
 // sidecar ("" when it has none).
 func (s *GrantedS3) Stat(ctx context.Context, key string) (Object, error) {
-	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpHead, Key: key}, nil, 0)
+	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpHead, Key: key}, nil)
 	if err != nil {
 		return Object{}, err
 	}
@@ -276,7 +304,7 @@ func (s *GrantedS3) Stat(ctx context.Context, key string) (Object, error) {
 }
 
 func (s *GrantedS3) sidecar(ctx context.Context, key string) (string, error) {
-	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpGet, Key: key + SidecarSuffix}, nil, 0)
+	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpGet, Key: key + SidecarSuffix}, nil)
 	if errors.Is(err, ErrNotFound) {
 		return "", nil
 	}
@@ -309,7 +337,7 @@ func (s *GrantedS3) Get(ctx context.Context, key string) (io.ReadCloser, Object,
 	if err != nil {
 		return nil, Object{}, err
 	}
-	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpGet, Key: key}, nil, 0)
+	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpGet, Key: key}, nil)
 	if err != nil {
 		return nil, Object{}, err
 	}
@@ -320,7 +348,7 @@ func (s *GrantedS3) Get(ctx context.Context, key string) (io.ReadCloser, Object,
 // one of the job's keys (the control plane signs no other listing),
 // without their sidecars.
 func (s *GrantedS3) List(ctx context.Context, prefix string) ([]Object, error) {
-	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpList, Key: prefix}, nil, 0)
+	resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpList, Key: prefix}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +386,7 @@ func (s *GrantedS3) List(ctx context.Context, prefix string) ([]Object, error) {
 // Delete removes the object and its sidecar.
 func (s *GrantedS3) Delete(ctx context.Context, key string) error {
 	for _, k := range []string{key, key + SidecarSuffix} {
-		resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpDelete, Key: k}, nil, 0)
+		resp, err := s.do(ctx, agentproto.StorageGrantRequest{Op: agentproto.StorageOpDelete, Key: k}, nil)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}

@@ -258,6 +258,21 @@ func TestPresignedRefusals(t *testing.T) {
 	}
 	g.secret = ""
 
+	// A connection dropped once: the part is sent again, with the same
+	// grant.
+	content := make([]byte, objstore.S3PartSize+1)
+	if _, err := rand.Read(content); err != nil {
+		t.Fatal(err)
+	}
+	cuts := srv.Cuts()
+	srv.CutNextUploads(1)
+	if _, err := st.Put(ctx, key, bytes.NewReader(content), -1); err != nil {
+		t.Fatalf("Put through one dropped connection: %v", err)
+	}
+	if srv.Cuts() != cuts+1 || !bytes.Equal(srv.Object(t, "capstan/"+key), content) {
+		t.Fatalf("%d cuts, want 1; the object is whole: %v", srv.Cuts()-cuts, bytes.Equal(srv.Object(t, "capstan/"+key), content))
+	}
+
 	// Cut off mid-upload: aborted, nothing stored.
 	if err := st.Delete(ctx, key); err != nil {
 		t.Fatal(err)
