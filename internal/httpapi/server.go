@@ -25,6 +25,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/httpconn"
 	"github.com/capstan-dev/capstan/internal/jobs"
@@ -90,6 +91,9 @@ type Deps struct {
 	// AgentInFlight bounds how many agent requests are handled at once;
 	// 0 means DefaultAgentInFlight. See agentSlots.
 	AgentInFlight int
+	// AgentInFlightPerServer bounds how many of them one server's agent
+	// has at once; 0 means DefaultAgentInFlightPerServer.
+	AgentInFlightPerServer int
 }
 
 // RequestObserver is told of every answered request: the route pattern
@@ -155,7 +159,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 		d.Logger = slog.Default()
 	}
 	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL),
-		console: newConsole(d.Console, gitHostOrigin(d.GitHost)), agents: newAgentSlots(d.AgentInFlight)}
+		console: newConsole(d.Console, gitHostOrigin(d.GitHost)), agents: newAgentSlots(d.AgentInFlight, d.AgentInFlightPerServer)}
 
 	cfg := huma.DefaultConfig(platform.Name+" API", d.Version)
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses
@@ -388,6 +392,51 @@ func principal(ctx context.Context) auth.Principal {
 // its result or its events passes this on to the domain.
 func reader(ctx context.Context) jobs.Reader { return jobs.ReaderFor(principal(ctx).User.Admin) }
 
+// authenticateAgent checks an agent token and takes one of its server's
+// request slots, which release gives back; or it returns the problem to
+// answer. The token is checked before a slot is taken, so that a request
+// with a bogus token never holds one: a token this process confirmed
+// before (servers.Service.KnownAgent) is checked within its server's
+// slot, from memory or the store; any other among a few store lookups at
+// once, and not at all while its address's tokens keep failing.
+func (s *Server) authenticateAgent(ctx context.Context, token string) (servers.Server, func(), *Problem) {
+	var srv servers.Server
+	serverID, known := s.deps.Servers.KnownAgent(token)
+	if !known {
+		ip := clientOf(ctx).IP
+		if wait := s.agents.failures.wait(ip); wait > 0 {
+			return srv, nil, failuresProblem(wait)
+		}
+		if !s.agents.startLookup(ctx) {
+			s.agents.refuse(s.log)
+			return srv, nil, busyProblem()
+		}
+		var err error
+		srv, err = s.deps.Servers.Authenticate(ctx, token)
+		s.agents.endLookup()
+		if err != nil {
+			if fault.Is(err, fault.Unauthenticated) {
+				s.agents.failures.fail(ip)
+			}
+			return srv, nil, problemFor(ctx, s.log, err)
+		}
+		serverID = srv.ID
+	}
+	if !s.agents.acquire(serverID) {
+		s.agents.refuse(s.log)
+		return srv, nil, busyProblem()
+	}
+	release := func() { s.agents.release(serverID) }
+	if known {
+		var err error
+		if srv, err = s.deps.Servers.Authenticate(ctx, token); err != nil {
+			release()
+			return srv, nil, problemFor(ctx, s.log, err)
+		}
+	}
+	return srv, release, nil
+}
+
 // authenticate is huma middleware that enforces each operation's access
 // level before its input is read.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
@@ -423,17 +472,12 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	if access == Agent {
-		if !s.agents.acquire() {
-			s.agents.refuse(s.log)
-			fail(busyProblem())
+		srv, release, p := s.authenticateAgent(ctx.Context(), strings.TrimSpace(token))
+		if p != nil {
+			fail(p)
 			return
 		}
-		defer s.agents.release()
-		srv, err := s.deps.Servers.Authenticate(ctx.Context(), strings.TrimSpace(token))
-		if err != nil {
-			fail(problemFor(ctx.Context(), s.log, err))
-			return
-		}
+		defer release()
 		next(huma.WithValue(ctx, agentKey{}, srv))
 		return
 	}

@@ -20,6 +20,11 @@ const AgentAuthTTL = 30 * time.Second
 // against the store every time until expired entries are swept.
 const maxAuthEntries = 100_000
 
+// An entry outlives its TTL until the cache is full: it is no longer
+// accepted, but it still says that the token was a valid one of its
+// server (known), which lets the API check it within that server's share
+// of the agent request slots rather than among the tokens nobody knows.
+
 // authCache maps agent token hashes to their server.
 type authCache struct {
 	ttl time.Duration
@@ -48,10 +53,18 @@ func (c *authCache) get(hash string) (Server, bool) {
 		return Server{}, false
 	}
 	if age := c.now().Sub(e.checked); age >= c.ttl || age < 0 {
-		delete(c.entries, hash)
 		return Server{}, false
 	}
 	return e.srv, true
+}
+
+// known returns the server of a token hash confirmed at any time and not
+// invalidated since, fresh or not.
+func (c *authCache) known(hash string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[hash]
+	return e.srv.ID, ok
 }
 
 // generation is read before a store lookup and passed to put.
@@ -81,6 +94,13 @@ func (c *authCache) put(hash string, srv Server, gen uint64, checked time.Time) 
 		}
 	}
 	c.entries[hash] = authEntry{srv: srv, checked: checked}
+}
+
+// forget drops the entry of a token hash the store no longer takes.
+func (c *authCache) forget(hash string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.entries, hash)
 }
 
 // invalidate forgets every token of a server and makes lookups in flight

@@ -324,25 +324,39 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Server, error
 		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
 	}
 	hash := ids.Hash(token)
-	cache := !s.cacheOff.Load()
-	if srv, ok := s.auth.get(hash); ok && cache {
+	if srv, ok := s.auth.get(hash); ok && !s.cacheOff.Load() {
 		return srv, nil
 	}
 	gen, checked := s.auth.generation(), s.now()
 	srv, revoked, err := s.store.ServerByAgentToken(ctx, hash)
 	if fault.Is(err, fault.NotFound) {
+		s.auth.forget(hash)
 		return Server{}, fault.Unauthenticatedf("invalid-agent-token", "The agent token is not valid.")
 	}
 	if err != nil {
 		return Server{}, err
 	}
 	if revoked {
+		s.auth.forget(hash)
 		return Server{}, fault.Unauthenticatedf("agent-revoked", "This server's agent credential was revoked. The agent must stop.")
 	}
-	if cache {
-		s.auth.put(hash, srv, gen, checked)
-	}
+	// Kept even when the cache is off: then it only makes the token known
+	// (KnownAgent), and is never accepted without the store.
+	s.auth.put(hash, srv, gen, checked)
 	return srv, nil
+}
+
+// KnownAgent reports, from memory only, whether token is an agent token
+// this process has confirmed before (in Authenticate, however long
+// ago) and not seen revoked since, and whose server it is.
+// It says nothing about whether the token is still valid: Authenticate
+// decides that. It lets the API tell an enrolled agent's request from one
+// with a token nobody here knows before it asks the store.
+func (s *Service) KnownAgent(token string) (serverID string, ok bool) {
+	if !strings.HasPrefix(token, agentproto.AgentTokenPrefix) || len(token) > 100 {
+		return "", false
+	}
+	return s.auth.known(ids.Hash(token))
 }
 
 // Heartbeat records that the agent is alive and extends its jobs' leases.

@@ -155,6 +155,35 @@ func TestAgentAuthCacheRevalidatesWithinTTL(t *testing.T) {
 	expectRevoked(t, err)
 }
 
+// A token confirmed once stays known after its cache entry expired, until
+// the store refuses it; a token never confirmed is not known.
+func TestKnownAgent(t *testing.T) {
+	e := newEnv(t, store.SQLite)
+	ctx := context.Background()
+	id, token := e.enroll(t, "host-1")
+	if _, ok := e.svc.KnownAgent(token); ok {
+		t.Fatal("a token never checked is known")
+	}
+	if _, err := e.svc.Authenticate(ctx, token); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * servers.AgentAuthTTL)
+	if got, ok := e.svc.KnownAgent(token); !ok || got != id {
+		t.Fatalf("after the TTL: known %v as %q, want %s", ok, got, id)
+	}
+	if _, ok := e.svc.KnownAgent(agentproto.AgentTokenPrefix + "bogus"); ok {
+		t.Fatal("a bogus token is known")
+	}
+	if _, err := e.st.Store.RevokeServer(ctx, id, e.clock.Now()); err != nil { // behind the service's back
+		t.Fatal(err)
+	}
+	_, err := e.svc.Authenticate(ctx, token)
+	expectRevoked(t, err)
+	if _, ok := e.svc.KnownAgent(token); ok {
+		t.Fatal("a token the store refused is still known")
+	}
+}
+
 // A lookup that read the token before a revocation committed must not
 // put it in the cache after the revocation dropped it.
 func TestAgentAuthCacheLookupRacingRevoke(t *testing.T) {
