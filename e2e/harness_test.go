@@ -561,7 +561,7 @@ type Session struct {
 	// Refresh is the refresh cookie set by the verify response.
 	Refresh *http.Cookie `json:"-"`
 	// Jar holds the refresh cookie as a browser would (not for the
-	// __Secure- cookie of an https public URL over the plain-http test
+	// __Host- cookie of an https public URL over the plain-http test
 	// listener: send Refresh by hand then).
 	Jar http.CookieJar `json:"-"`
 }
@@ -635,7 +635,7 @@ func signIn(t testing.TB, cp *ControlPlane, email, password, totpSecret string) 
 	if s.AccessToken == "" || s.TokenType != "Bearer" {
 		t.Fatalf("verify: unexpected body %s", r.Body)
 	}
-	for _, name := range []string{refreshCookieName, "__Secure-" + refreshCookieName} {
+	for _, name := range []string{refreshCookieName, "__Host-" + refreshCookieName} {
 		if c := r.Cookie(name); c != nil {
 			s.Refresh = c
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // checkRefreshCookie checks the attributes of the refresh cookie set by r
@@ -33,7 +34,14 @@ func checkRefreshCookie(t *testing.T, r *Response, name string, secure bool) *ht
 	if got, want := c.SameSite, http.SameSiteStrictMode; got != want {
 		t.Fatalf("%s cookie SameSite: got %v, want Strict", name, got)
 	}
-	if got, want := c.Path, "/api/v1/auth"; got != want {
+	wantPath := "/api/v1/auth"
+	if secure {
+		wantPath = "/"
+		if c.Domain != "" {
+			t.Fatalf("%s cookie Domain: got %q, want none", name, c.Domain)
+		}
+	}
+	if got, want := c.Path, wantPath; got != want {
 		t.Fatalf("%s cookie Path: got %q, want %q", name, got, want)
 	}
 	if got, want := c.Secure, secure; got != want {
@@ -171,9 +179,13 @@ func TestSignIn(t *testing.T) {
 		}
 		expectStatus(t, cp.Get(t, "/api/v1/auth/me", access3), http.StatusOK)
 
-		// Replaying the first cookie revokes the whole session.
-		r = cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
-			Cookies: []*http.Cookie{{Name: first.Name, Value: first.Value}}})
+		// Replaying the first cookie after the grace (a second tab gets a
+		// pair within it) revokes the whole session.
+		testlab.Eventually(t, auth.RefreshGrace+15*time.Second, "replay after the grace", func() bool {
+			r = cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
+				Cookies: []*http.Cookie{{Name: first.Name, Value: first.Value}}})
+			return r.Status != http.StatusOK
+		})
 		expectProblem(t, r, http.StatusUnauthorized, "refresh-token-reused")
 		for _, tok := range []string{access, access2, access3} {
 			expectProblem(t, cp.Get(t, "/api/v1/auth/me", tok), http.StatusUnauthorized, "invalid-token")
@@ -239,9 +251,10 @@ func TestSignInCookieJar(t *testing.T) {
 	expectProblem(t, r, http.StatusUnauthorized, "invalid-refresh-token")
 }
 
-// TestSignInSecureCookie: behind an https public URL the refresh cookie
-// carries the __Secure- prefix and the Secure attribute. The test listener
-// is plain http, so the cookie is sent back by hand.
+// TestSignInSecureCookie: behind an https public URL the refresh and
+// device cookies carry the __Host- prefix (Secure, Path=/, no Domain), and
+// every response carries Strict-Transport-Security. The test listener is
+// plain http, so the cookie is sent back by hand.
 func TestSignInSecureCookie(t *testing.T) {
 	t.Parallel()
 	cp := startControlPlane(t, Options{PublicURL: "https://cp.example.com"})
@@ -251,10 +264,16 @@ func TestSignInSecureCookie(t *testing.T) {
 	r := cp.Post(t, "/api/v1/auth/2fa/verify", "", map[string]string{
 		"challenge_id": challenge, "code": totpCode(t, u.TOTPSecret)})
 	expectStatus(t, r, http.StatusOK)
-	const name = "__Secure-capstan_refresh"
+	const name = "__Host-capstan_refresh"
 	c := checkRefreshCookie(t, r, name, true)
-	if r.Cookie(refreshCookieName) != nil {
-		t.Fatalf("an unprefixed refresh cookie is set too: %q", r.Header.Values("Set-Cookie"))
+	checkRefreshCookie(t, r, "__Host-capstan_device", true)
+	if r.Cookie(refreshCookieName) != nil || r.Cookie("__Secure-capstan_refresh") != nil {
+		t.Fatalf("another refresh cookie is set too: %q", r.Header.Values("Set-Cookie"))
+	}
+	for _, path := range []string{"/api/v1/auth/me", "/openapi.json", "/agent/v1/claim", "/no/such/page"} {
+		if got, want := cp.Get(t, path, "").Header.Get("Strict-Transport-Security"), "max-age=31536000"; got != want {
+			t.Fatalf("%s Strict-Transport-Security: got %q, want %q", path, got, want)
+		}
 	}
 	var tokens struct {
 		AccessToken string `json:"access_token"`
@@ -271,10 +290,12 @@ func TestSignInSecureCookie(t *testing.T) {
 		t.Fatalf("public_url: got %q, want %q", got, want)
 	}
 
-	// The unprefixed name is not read.
-	r = cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
-		Cookies: []*http.Cookie{{Name: refreshCookieName, Value: c.Value}}})
-	expectProblem(t, r, http.StatusUnauthorized, "invalid-refresh-token")
+	// Other names (one a sibling subdomain could plant) are not read.
+	for _, other := range []string{refreshCookieName, "__Secure-capstan_refresh"} {
+		r = cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
+			Cookies: []*http.Cookie{{Name: other, Value: c.Value}}})
+		expectProblem(t, r, http.StatusUnauthorized, "invalid-refresh-token")
+	}
 
 	r = cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
 		Cookies: []*http.Cookie{{Name: name, Value: c.Value}}})
@@ -595,6 +616,10 @@ func TestUserCreateRefusesWeakPasswords(t *testing.T) {
 		{"password1234", "commonly used"},
 		{"123456789012", "commonly used"},
 		{"qwertyqwerty", "commonly used"},
+		// Leaked passwords of 12 characters or more.
+		{"leavemealone", "commonly used"},
+		{"FinalFantasy", "commonly used"},
+		{"justinbieber", "commonly used"},
 		{"weak@example.com", "e-mail"},
 	} {
 		res := cp.CLI(t, c.password+"\n", append([]string{"user", "create", "--email", "weak@example.com",

@@ -38,6 +38,12 @@ func clientAt(t testing.TB, ip string) *http.Client {
 // postFrom sends a JSON POST with client and reads the whole response. It
 // returns errors rather than failing, so that goroutines can call it.
 func postFrom(cp *ControlPlane, client *http.Client, path, token string, body any) (*Response, error) {
+	return postWith(cp, client, path, token, body, nil)
+}
+
+// postWith is postFrom sending cookies (and X-Forwarded-For when
+// header holds it).
+func postWith(cp *ControlPlane, client *http.Client, path, token string, body any, header http.Header, cookies ...*http.Cookie) (*Response, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
@@ -46,9 +52,15 @@ func postFrom(cp *ControlPlane, client *http.Client, path, token string, body an
 	if err != nil {
 		return nil, err
 	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for _, c := range cookies {
+		req.AddCookie(c)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -265,75 +277,176 @@ func TestSignInParallelWrongCodes(t *testing.T) {
 	})
 }
 
-// TestSignInLockAndUnlock: LockAfterFailures failed sign-ins in a row,
-// from many addresses, lock the account even for the right password from
-// an address that never failed; capstan user unlock lifts the lock; both
-// are audited.
-func TestSignInLockAndUnlock(t *testing.T) {
+// deviceCookieName is the device cookie's name on a control plane whose
+// public URL is http://.
+const deviceCookieName = "capstan_device"
+
+// signInDevice signs u in from client sending the device cookie device
+// (nil for none), and returns the access token and the device cookie the
+// sign-in set.
+func signInDevice(t testing.TB, cp *ControlPlane, client *http.Client, u User, device *http.Cookie) (string, *http.Cookie) {
+	t.Helper()
+	var cookies []*http.Cookie
+	if device != nil {
+		cookies = append(cookies, &http.Cookie{Name: device.Name, Value: device.Value})
+	}
+	r, err := postWith(cp, client, "/api/v1/auth/login", "", map[string]string{"email": u.Email, "password": u.Password}, nil, cookies...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, r, http.StatusOK)
+	var ch struct {
+		ChallengeID string `json:"challenge_id"`
+	}
+	r.JSON(t, &ch)
+	r, err = postWith(cp, client, "/api/v1/auth/2fa/verify", "", map[string]string{
+		"challenge_id": ch.ChallengeID, "code": totpCode(t, u.TOTPSecret)}, nil, cookies...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectStatus(t, r, http.StatusOK)
+	var tok struct {
+		AccessToken string `json:"access_token"`
+	}
+	r.JSON(t, &tok)
+	c := r.Cookie(deviceCookieName)
+	if c == nil || !strings.HasPrefix(c.Value, "cdv_") || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.MaxAge <= 0 {
+		t.Fatalf("verify set no device cookie; Set-Cookie: %q", r.Header.Values("Set-Cookie"))
+	}
+	return tok.AccessToken, c
+}
+
+// strangersAttack makes failed sign-ins to email, ClientBurst one after
+// another from each of addresses loopback addresses 127.0.<base>.x, the
+// addresses in parallel, and tallies the answers.
+func strangersAttack(t testing.TB, cp *ControlPlane, email string, base, addresses int) map[string]int {
+	t.Helper()
+	var got statusCounts
+	testlab.InParallel(addresses, func(a int) {
+		c := clientAt(t, fmt.Sprintf("127.%d.%d.%d", base, a/250, a%250+1))
+		for i := range auth.ClientBurst {
+			got.add(postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{
+				"email": email, "password": "guess " + strconv.Itoa(i)}))
+		}
+	})
+	return got.check(t)
+}
+
+// TestSignInStrangersCannotLockOutOwner: strangers' failures from many
+// addresses, more than AccountBurst of them, delay strangers (the right
+// password included, and an unknown e-mail address answers exactly the
+// same) but never the owner signing in from a device that signed in
+// before; the delay passes with time, or at once with capstan user unlock.
+func TestSignInStrangersCannotLockOutOwner(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, d store.Dialect) {
 		cp := startControlPlane(t, Options{Dialect: d})
 		admin := newAdmin(t, cp, "admin@example.com")
-		ops := newAdmin(t, cp, "ops@example.com")
-		so := signInUser(t, cp, ops)
-
-		// ClientBurst wrong passwords from each address, one after another;
-		// the addresses in parallel.
-		addresses := auth.LockAfterFailures / auth.ClientBurst
-		var got statusCounts
-		testlab.InParallel(addresses, func(a int) {
-			c := clientAt(t, fmt.Sprintf("127.0.3.%d", a+1))
-			for i := range auth.ClientBurst {
-				got.add(postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{
-					"email": admin.Email, "password": "guess " + strconv.Itoa(i)}))
-			}
-		})
-		counts := got.check(t)
-		if got, want := counts["401 invalid-credentials"], auth.LockAfterFailures; got != want {
-			t.Fatalf("invalid-credentials: got %d, want %d (all: %v)", got, want, counts)
-		}
-
+		so := signInUser(t, cp, newAdmin(t, cp, "ops@example.com"))
 		owner := clientAt(t, "127.0.0.2")
-		r := mustPostFrom(t, cp, owner, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": admin.Password})
-		expectProblem(t, r, http.StatusTooManyRequests, "account-locked")
-		if after, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || after < 1 {
-			t.Fatalf("Retry-After: got %q, want an integer >= 1", r.Header.Get("Retry-After"))
-		}
-		locked := auditEntries(t, cp, so.AccessToken, "user.locked")
-		if len(locked) != 1 || locked[0].Target.ID != admin.ID || locked[0].Actor.Type != "system" {
-			t.Fatalf("user.locked entries: got %+v, want one for the administrator by the system", locked)
-		}
-		if !strings.HasPrefix(locked[0].IP, "127.0.3.") {
-			t.Fatalf("user.locked ip: got %q, want the address of the attempt that reached the ceiling", locked[0].IP)
-		}
-		var users []struct {
-			Email  string `json:"email"`
-			Locked bool   `json:"locked"`
-		}
-		res := cp.CLI(t, "", append([]string{"user", "list", "--json"}, cp.StoreArgs()...)...)
-		if err := json.Unmarshal([]byte(res.Stdout), &users); err != nil || res.ExitCode != 0 {
-			t.Fatalf("user list --json: exit %d, %v: %s %s", res.ExitCode, err, res.Stdout, res.Stderr)
-		}
-		for _, u := range users {
-			if got, want := u.Locked, u.Email == admin.Email; got != want {
-				t.Fatalf("user list: %s locked %v, want %v", u.Email, got, want)
+		_, device := signInDevice(t, cp, owner, admin, nil)
+
+		addresses := auth.AccountBurst/auth.ClientBurst + 5
+		for _, email := range []string{admin.Email, "nobody@example.com"} {
+			counts := strangersAttack(t, cp, email, 3, addresses)
+			if got, want := counts["401 invalid-credentials"], auth.AccountBurst; got != want {
+				t.Fatalf("%s: invalid-credentials: got %d, want %d (all: %v)", email, got, want, counts)
+			}
+			if got, want := counts["429 too-many-attempts"], addresses*auth.ClientBurst-auth.AccountBurst; got != want {
+				t.Fatalf("%s: too-many-attempts: got %d, want %d (all: %v)", email, got, want, counts)
 			}
 		}
+		// A stranger with the right password is delayed like one with the
+		// wrong password for an account that does not exist.
+		stranger := clientAt(t, "127.0.0.4")
+		known := mustPostFrom(t, cp, stranger, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": admin.Password})
+		unknown := mustPostFrom(t, cp, stranger, "/api/v1/auth/login", "", map[string]string{"email": "nobody@example.com", "password": admin.Password})
+		pk := expectProblem(t, known, http.StatusTooManyRequests, "too-many-attempts")
+		pu := expectProblem(t, unknown, http.StatusTooManyRequests, "too-many-attempts")
+		if pk.Detail != pu.Detail || known.Header.Get("Retry-After") == "" {
+			t.Fatalf("known and unknown accounts answer differently: %s (Retry-After %q) vs %s", known.Body, known.Header.Get("Retry-After"), unknown.Body)
+		}
+		if after, err := strconv.Atoi(known.Header.Get("Retry-After")); err != nil || after < 1 || after > 30 {
+			t.Fatalf("Retry-After: got %q, want 1 to 30 s", known.Header.Get("Retry-After"))
+		}
 
+		// The owner signs in from the known device, while the attack goes on.
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 4 {
+			c := clientAt(t, fmt.Sprintf("127.0.5.%d", i+1))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					_, _ = postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": "more " + strconv.Itoa(n)})
+				}
+			}()
+		}
+		start := time.Now()
+		token, again := signInDevice(t, cp, owner, admin, device)
+		took := time.Since(start)
+		close(stop)
+		wg.Wait()
+		t.Logf("%s: owner's sign-in (password and code) from the known device during the attack: %v", d, took)
+		expectStatus(t, cp.Get(t, "/api/v1/auth/me", token), http.StatusOK)
+		if again.Value != device.Value {
+			t.Fatalf("device cookie after a sign-in from it: got a new one, want it kept")
+		}
+		// No account is locked: there is nothing to show in the user list.
+		res := cp.CLI(t, "", append([]string{"user", "list", "--json"}, cp.StoreArgs()...)...)
+		if res.ExitCode != 0 || strings.Contains(res.Stdout, "locked") {
+			t.Fatalf("user list --json: exit %d: %s %s", res.ExitCode, res.Stdout, res.Stderr)
+		}
+
+		// capstan user unlock lifts the delay at once.
 		res = cp.CLI(t, "", append([]string{"user", "unlock", "--email", admin.Email}, cp.StoreArgs()...)...)
 		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "Unlocked "+admin.Email) {
 			t.Fatalf("user unlock: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 		}
 		unlocked := auditEntries(t, cp, so.AccessToken, "user.unlocked")
-		if len(unlocked) != 1 || unlocked[0].Target.ID != admin.ID || unlocked[0].Actor.Type != "system" ||
-			unlocked[0].Details["was_locked"] != true {
+		if len(unlocked) != 1 || unlocked[0].Target.ID != admin.ID || unlocked[0].Actor.Type != "system" || unlocked[0].Details["had_failures"] != true {
 			t.Fatalf("user.unlocked entries: got %+v, want one for the administrator by the system", unlocked)
 		}
-		signInFrom(t, cp, owner, admin)
+		signInFrom(t, cp, stranger, admin)
+		// The unknown address's delay passes by itself: one attempt every
+		// 30 s comes back.
+		testlab.Eventually(t, 45*time.Second, "a stranger's attempt on the unknown address after the delay", func() bool {
+			r := mustPostFrom(t, cp, stranger, "/api/v1/auth/login", "", map[string]string{"email": "nobody@example.com", "password": "one more"})
+			return r.Status == http.StatusUnauthorized
+		})
 
 		res = cp.CLI(t, "", append([]string{"user", "unlock", "--email", "nobody@example.com"}, cp.StoreArgs()...)...)
 		if res.ExitCode == 0 {
 			t.Fatal("user unlock of an unknown user: exit 0, want non-zero")
 		}
 	})
+}
+
+// TestSignInThrottlesIPv6By64: behind a trusted proxy, IPv6 clients are
+// throttled by their /64: another address of it is refused, an address of
+// another /64 is not.
+func TestSignInThrottlesIPv6By64(t *testing.T) {
+	t.Parallel()
+	cp := startControlPlane(t, Options{Args: []string{"--trusted-proxy"}})
+	admin := newAdmin(t, cp, "admin@example.com")
+	from := func(ip, password string) *Response {
+		t.Helper()
+		r, err := postWith(cp, cp.Client, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": password},
+			http.Header{"X-Forwarded-For": {ip}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i := range auth.ClientBurst {
+		expectProblem(t, from(fmt.Sprintf("2001:db8:1:2::%x", i+1), "wrong "+strconv.Itoa(i)), http.StatusUnauthorized, "invalid-credentials")
+	}
+	expectProblem(t, from("2001:db8:1:2:ffff:ffff:ffff:fffe", admin.Password), http.StatusTooManyRequests, "too-many-attempts")
+	expectStatus(t, from("2001:db8:1:3::1", admin.Password), http.StatusOK)
 }

@@ -24,7 +24,7 @@ type userCmd struct {
 	List     userListCmd     `cmd:"" help:"List users."`
 	Reset2FA userReset2FACmd `cmd:"" name:"reset-2fa" help:"Give a user a new TOTP secret; the old one stops working."`
 	Disable  userDisableCmd  `cmd:"" help:"Disable a user and end its sessions at once."`
-	Unlock   userUnlockCmd   `cmd:"" help:"Lift the lock that too many failed sign-in attempts put on a user."`
+	Unlock   userUnlockCmd   `cmd:"" help:"Lift, before it passes, the delay that strangers' failed sign-in attempts put on a user."`
 }
 
 // cliActor is the audit actor of commands run on the control plane host.
@@ -127,9 +127,9 @@ func (c *userListCmd) Run(ctx context.Context) error {
 		return json.NewEncoder(os.Stdout).Encode(users)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tEMAIL\tADMIN\tDISABLED\tLOCKED\tCREATED")
+	fmt.Fprintln(tw, "ID\tEMAIL\tADMIN\tDISABLED\tCREATED")
 	for _, u := range users {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%t\t%s\n", u.ID, u.Email, u.Admin, u.Disabled, u.Locked, u.CreatedAt.Format("2006-01-02 15:04:05Z"))
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%t\t%s\n", u.ID, u.Email, u.Admin, u.Disabled, u.CreatedAt.Format("2006-01-02 15:04:05Z"))
 	}
 	return tw.Flush()
 }
@@ -183,14 +183,14 @@ func (c *userUnlockCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.Close()
-	u, wasLocked, err := a.auth.UnlockUser(ctx, cliActor, c.Email)
+	u, delayed, err := a.auth.UnlockUser(ctx, cliActor, c.Email)
 	if err != nil {
 		return explain(err)
 	}
-	if wasLocked {
-		fmt.Printf("Unlocked %s (%s); it can sign in again.\n", u.Email, u.ID)
+	if delayed {
+		fmt.Printf("Unlocked %s (%s): strangers' failed sign-ins no longer delay it.\n", u.Email, u.ID)
 	} else {
-		fmt.Printf("%s (%s) was not locked; its count of failed sign-ins is reset.\n", u.Email, u.ID)
+		fmt.Printf("%s (%s) had no recent failed sign-ins from strangers.\n", u.Email, u.ID)
 	}
 	return nil
 }

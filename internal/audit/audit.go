@@ -29,11 +29,13 @@ const (
 	SecondFactorFailed    = "auth.2fa.failed"
 	RefreshReused         = "auth.refresh.reused"
 	Logout                = "auth.logout"
+	SessionRevoked        = "auth.session.revoked" // a user ended one of their sessions
 	UserCreated           = "user.created"
 	UserDisabled          = "user.disabled"
 	UserTOTPReset         = "user.2fa.reset"
-	UserLocked            = "user.locked"   // failed sign-ins reached the lock ceiling
-	UserUnlocked          = "user.unlocked" // an administrator lifted a lock
+	UserUnlocked          = "user.unlocked" // an administrator lifted strangers' sign-in delay
+	PasswordChanged       = "user.password.changed"
+	PasswordChangeRefused = "user.password.refused" // wrong current password or code
 	RecoveryKitDownloaded = "platform.recovery_kit.downloaded"
 	RecoveryKitRefused    = "platform.recovery_kit.refused"
 )

@@ -17,10 +17,7 @@ type User struct {
 	ID       string `json:"id"`
 	Email    string `json:"email"`
 	Admin    bool   `json:"admin"`
-	Disabled bool   `json:"disabled"`
-	// Locked is true when failed sign-in attempts locked the account; an
-	// administrator lifts it with capstan user unlock.
-	Locked    bool      `json:"locked"`
+	Disabled  bool      `json:"disabled"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
@@ -34,11 +31,20 @@ type Account struct {
 	// earlier are refused (replay guard).
 	TOTPLastStep int64
 	DisabledAt   *time.Time
-	// FailedSignIns counts failed credential checks in a row, from any
-	// address, including checks under way; a completed sign-in resets it.
-	FailedSignIns int
-	LockedAt      *time.Time // nil unless LockAfterFailures locked it
-	UpdatedAt     time.Time
+	UpdatedAt    time.Time
+}
+
+// Device is a browser or client that completed a sign-in to an account:
+// it holds a device cookie whose hash is stored here. Sign-ins from a
+// known device have a failure budget of their own and are not held back
+// by strangers' failures on the account (OWASP's "device cookies").
+type Device struct {
+	Hash       string
+	UserID     string
+	CreatedAt  time.Time
+	LastUsedAt time.Time
+	ExpiresAt  time.Time
+	RevokedAt  *time.Time
 }
 
 // Challenge is a pending second-factor step after a correct password.
@@ -69,7 +75,9 @@ type RefreshToken struct {
 	Hash      string
 	SessionID string
 	CreatedAt time.Time
-	UsedAt    *time.Time // set when it was exchanged; a second use is reuse
+	// UsedAt is set when it was first exchanged; another use within
+	// RefreshGrace of it is a concurrent refresh, a later one is reuse.
+	UsedAt *time.Time
 }
 
 // AccessToken is a bearer token for the API.
@@ -116,29 +124,37 @@ type Store interface {
 	// of the code that was right; false if it already was used.
 	ConsumeChallenge(ctx context.Context, hash string, now time.Time) (bool, error)
 
-	// TakeSignInAttempt counts one credential attempt against the account
-	// before it is checked, if the account is not locked and has fewer
-	// than ceiling failures in a row; it returns the new count, or false
-	// (nothing counted) otherwise.
-	TakeSignInAttempt(ctx context.Context, userID string, ceiling int) (n int, ok bool, err error)
-	// ReturnSignInAttempt takes back an attempt whose credential was right
-	// or never checked.
-	ReturnSignInAttempt(ctx context.Context, userID string) error
-	// ResetSignInFailures sets the failures in a row to zero after a
-	// completed sign-in; a locked account stays as it is.
-	ResetSignInFailures(ctx context.Context, userID string) error
-	// LockAccount locks the account; false if it already was locked.
-	LockAccount(ctx context.Context, userID string, now time.Time) (bool, error)
-	// UnlockAccount lifts the lock and zeroes the failures; it reports
-	// whether the account was locked (fault.NotFound if there is none).
-	UnlockAccount(ctx context.Context, userID string, now time.Time) (bool, error)
+	// SetPassword replaces the account's password hash.
+	SetPassword(ctx context.Context, userID, hash string, now time.Time) error
+
+	CreateDevice(ctx context.Context, d Device) error
+	DeviceByHash(ctx context.Context, hash string) (Device, error)
+	// TouchDevice records a completed sign-in from a live device and moves
+	// its expiry to expires.
+	TouchDevice(ctx context.Context, hash string, now, expires time.Time) error
+	// RevokeDevices revokes every live device of the user except keep
+	// ("" keeps none).
+	RevokeDevices(ctx context.Context, userID, keep string, now time.Time) error
 
 	CreateSession(ctx context.Context, s Session, r RefreshToken, a AccessToken) error
 	RefreshTokenByHash(ctx context.Context, hash string) (RefreshToken, Session, error)
 	// RotateRefresh marks oldHash used and stores its successor and a new
-	// access token, touching the session; false if oldHash was already used.
-	RotateRefresh(ctx context.Context, oldHash string, next RefreshToken, access AccessToken, now time.Time) (bool, error)
+	// access token, touching the session; false if oldHash was first used
+	// at or before graceSince (a token used after it may be exchanged
+	// again, for a concurrent refresh).
+	RotateRefresh(ctx context.Context, oldHash string, next RefreshToken, access AccessToken, graceSince, now time.Time) (bool, error)
 	RevokeSession(ctx context.Context, sessionID, reason string, now time.Time) error
+	// RevokeUserSession revokes one live session of the user; false if the
+	// user has no such live session (another user's session included).
+	RevokeUserSession(ctx context.Context, userID, sessionID, reason string, now time.Time) (bool, error)
+	// RevokeUserSessions revokes every live session of the user except
+	// keep ("" keeps none) and returns how many it revoked.
+	RevokeUserSessions(ctx context.Context, userID, keep, reason string, now time.Time) (int, error)
+	// ListSessions returns the user's live sessions at now, newest first.
+	ListSessions(ctx context.Context, userID string, now time.Time) ([]Session, error)
+	// EndedSessions returns those of ids that have ended at now: revoked,
+	// past their absolute end, or of a disabled user.
+	EndedSessions(ctx context.Context, ids []string, now time.Time) ([]string, error)
 	// Principal resolves a valid access token (not expired at now, not
 	// revoked, session live, user enabled); fault.Unauthenticated otherwise.
 	Principal(ctx context.Context, accessHash string, now time.Time) (Principal, error)

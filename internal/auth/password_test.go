@@ -133,3 +133,21 @@ func TestValidatePassword(t *testing.T) {
 		}
 	}
 }
+
+// TestLeakedPasswords: leaked passwords of 12 characters or more are
+// refused, in any case, though no common shorter password explains them.
+func TestLeakedPasswords(t *testing.T) {
+	if got := len(leakedPasswords) / 4; got < 10000 {
+		t.Fatalf("leaked passwords loaded: got %d, want at least 10,000", got)
+	}
+	for _, pw := range []string{"leavemealone", "sonyericsson", "finalfantasy", "justinbieber", "CounterStrike", "supernatural", "mailcreated5240", "1qaz2wsx3edc"} {
+		if err := ValidatePassword("password", pw, ""); err == nil {
+			t.Fatalf("validate %q: valid, want refused as leaked", pw)
+		}
+	}
+	for _, pw := range []string{"correct horse battery staple", "a long and unusual passphrase", "Tr0ub4dor&3 of the staple kind"} {
+		if err := ValidatePassword("password", pw, ""); err != nil {
+			t.Fatalf("validate %q: %v, want valid", pw, err)
+		}
+	}
+}

@@ -18,12 +18,15 @@ const (
 	AccessTTL       = 900 * time.Second
 	ChallengeTTL    = 5 * time.Minute
 	MaxCodeFailures = 5
-	// LockAfterFailures is how many failed credential checks in a row on
-	// one account, from any address, lock it until an administrator runs
-	// capstan user unlock (NIST SP 800-63B 5.2.2 allows at most 100).
-	LockAfterFailures  = 100
 	SessionAbsoluteTTL = 30 * 24 * time.Hour
 	SessionIdleTTL     = 7 * 24 * time.Hour
+	// RefreshGrace is how long after its first use a refresh token is
+	// still exchanged, for a second tab that refreshed at the same time;
+	// a use after it is reuse and revokes the session.
+	RefreshGrace = 30 * time.Second
+	// DeviceTTL is how long a device cookie is good for after the last
+	// sign-in completed with it.
+	DeviceTTL = 180 * 24 * time.Hour
 )
 
 // Token prefixes.
@@ -31,6 +34,7 @@ const (
 	accessPrefix    = "cat"
 	refreshPrefix   = "crt"
 	challengePrefix = "chl"
+	devicePrefix    = "cdv"
 )
 
 // Problem codes returned by this package.
@@ -43,9 +47,10 @@ const (
 	CodeInvalidRefresh     = "invalid-refresh-token"
 	CodeRefreshReused      = "refresh-token-reused"
 	CodeThrottled          = "too-many-attempts"
-	CodeAccountLocked      = "account-locked"
 	CodeSignInBusy         = "sign-in-busy"
 	CodeAdminRequired      = "admin-required"
+	CodeWrongPassword      = "wrong-password"
+	CodeWrongCode          = "wrong-code"
 )
 
 // Client describes where a request came from, for throttling and audit.
@@ -62,15 +67,24 @@ type Service struct {
 	now    func() time.Time
 	issuer string
 
-	// perClient throttles failed attempts per (account, client address):
-	// tightly, since one client guessing one account needs few tries.
-	perClient *throttle
-	// perAddress throttles failed attempts per client address over all
-	// accounts: broadly, against one address spraying many accounts. The
-	// account-wide limit lives in the store (LockAfterFailures), so that
-	// an attacker elsewhere cannot slow down the account's owner.
-	perAddress *throttle
-	hashes     *hashQueue
+	// Sign-ins from strangers (no known device) take a token from each
+	// of perClient, perAddress and perAccount. perClient throttles per
+	// (account, client address), tightly: one client guessing one account
+	// needs few tries. perAddress throttles one address over all accounts,
+	// against one address spraying many. perAccount throttles one e-mail
+	// address over all strangers' addresses, loosely: a delay that refills
+	// with time, never a lock.
+	perClient, perAddress, perAccount *throttle
+	// perDevice is a known device's own failure budget; its sign-ins take
+	// from it alone, so strangers cannot hold the account's owner back.
+	perDevice *throttle
+	// perSession throttles the password and code checks of a signed-in
+	// caller (recovery kit, password change).
+	perSession *throttle
+	// hashes bounds the password hashes computed for strangers, owners
+	// those for known devices and signed-in callers, so that a flood of
+	// strangers' attempts cannot keep the owner waiting for a slot.
+	hashes, owners *hashQueue
 	// checks counts password hashes compared, for tests and metrics.
 	checks atomic.Int64
 }
@@ -80,31 +94,45 @@ type Service struct {
 func NewService(store Store, key *secrets.Key, log *audit.Log, now func() time.Time, issuer string) *Service {
 	return &Service{
 		store: store, key: key, audit: log, now: now, issuer: issuer,
-		// 5 failures per account from one address, then one a minute.
-		perClient: &throttle{store: store, kind: "client", burst: ClientBurst, every: time.Minute},
-		// 20 failures per address, then one every 15 seconds.
+		perClient:  &throttle{store: store, kind: "client", burst: ClientBurst, every: time.Minute},
 		perAddress: &throttle{store: store, kind: "address", burst: AddressBurst, every: 15 * time.Second},
-		// 8 hashes at once (152 MiB), 32 more waiting at most.
+		perAccount: &throttle{store: store, kind: "account", burst: AccountBurst, every: 30 * time.Second},
+		perDevice:  &throttle{store: store, kind: "device", burst: DeviceBurst, every: time.Minute},
+		perSession: &throttle{store: store, kind: "session", burst: ClientBurst, every: time.Minute},
+		// 8 hashes at once (152 MiB), 32 more waiting at most; 2 more
+		// (38 MiB) for owners, 16 waiting.
 		hashes: newHashQueue(8, 32),
+		owners: newHashQueue(2, 16),
 	}
 }
 
 // Throttle bursts: how many failed attempts in a row are answered before
 // 429 and Retry-After.
 const (
-	ClientBurst  = 5  // per account and client address
-	AddressBurst = 20 // per client address
+	ClientBurst  = 5  // per account and client address, then 1 a minute
+	AddressBurst = 20 // per client address, then 1 every 15 s
+	// AccountBurst is strangers' failures on one account from all
+	// addresses, then 1 every 30 s (NIST SP 800-63B 5.2.2 allows at most
+	// 100 in a row). It refills in 50 minutes.
+	AccountBurst = 100
+	DeviceBurst  = 10 // per known device, then 1 a minute
 )
 
 // PasswordChecks returns how many password hashes the service has compared
 // since it started.
 func (s *Service) PasswordChecks() int64 { return s.checks.Load() }
 
-func (s *Service) checkPassword(ctx context.Context, phc, pw string) (bool, error) {
-	if err := s.hashes.acquire(ctx); err != nil {
+// checkPassword compares pw with the hash phc, in owner's queue of hashes
+// when owner is true.
+func (s *Service) checkPassword(ctx context.Context, phc, pw string, owner bool) (bool, error) {
+	q := s.hashes
+	if owner {
+		q = s.owners
+	}
+	if err := q.acquire(ctx); err != nil {
 		return false, err
 	}
-	defer s.hashes.release()
+	defer q.release()
 	s.checks.Add(1)
 	return checkPassword(phc, pw)
 }
@@ -165,6 +193,8 @@ func (s *Service) CreateUser(ctx context.Context, actor audit.Actor, email, pass
 func (s *Service) ListUsers(ctx context.Context) ([]User, error) { return s.store.ListUsers(ctx) }
 
 // ResetTOTP gives the user a new TOTP secret; the old one stops working.
+// Every session of the user ends and every device it signed in from is
+// forgotten: whoever held the old secret may have signed in with it.
 func (s *Service) ResetTOTP(ctx context.Context, actor audit.Actor, email string) (User, Enrollment, error) {
 	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
 	if err != nil {
@@ -174,10 +204,19 @@ func (s *Service) ResetTOTP(ctx context.Context, actor audit.Actor, email string
 	if err != nil {
 		return User{}, Enrollment{}, err
 	}
-	if err := s.store.SetTOTPSecret(ctx, a.ID, s.sealTOTP(a.ID, en.Secret), s.now()); err != nil {
+	now := s.now()
+	if err := s.store.SetTOTPSecret(ctx, a.ID, s.sealTOTP(a.ID, en.Secret), now); err != nil {
 		return User{}, Enrollment{}, err
 	}
-	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserTOTPReset, Target: audit.Target{Type: "user", ID: a.ID}})
+	n, err := s.store.RevokeUserSessions(ctx, a.ID, "", "2fa_reset", now)
+	if err != nil {
+		return User{}, Enrollment{}, err
+	}
+	if err := s.store.RevokeDevices(ctx, a.ID, "", now); err != nil {
+		return User{}, Enrollment{}, err
+	}
+	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserTOTPReset, Target: audit.Target{Type: "user", ID: a.ID},
+		Details: map[string]any{"sessions_revoked": n}})
 	return a.User, en, err
 }
 
@@ -187,7 +226,11 @@ func (s *Service) DisableUser(ctx context.Context, actor audit.Actor, email stri
 	if err != nil {
 		return User{}, err
 	}
-	if err := s.store.DisableUser(ctx, a.ID, s.now()); err != nil {
+	now := s.now()
+	if err := s.store.DisableUser(ctx, a.ID, now); err != nil {
+		return User{}, err
+	}
+	if err := s.store.RevokeDevices(ctx, a.ID, "", now); err != nil {
 		return User{}, err
 	}
 	a.Disabled = true
@@ -200,26 +243,32 @@ func throttledFor(wait time.Duration) error {
 		Message: "Too many failed sign-in attempts. Try again later.", RetryAfter: wait}
 }
 
-var errLocked = &fault.Error{Kind: fault.TooManyRequests, Code: CodeAccountLocked,
-	Message:    "This account is locked after too many failed sign-in attempts. An administrator can lift the lock with capstan user unlock.",
-	RetryAfter: time.Hour}
-
 func clientKey(email, ip string) string { return ip + " " + email } // an address holds no space
 
-// takeTokens takes one throttle token for the (account, address) pair and
-// one for the address, before a credential is checked; it takes neither
-// when either must wait.
-func (s *Service) takeTokens(ctx context.Context, email, ip string, now time.Time) error {
-	if wait, err := s.perClient.take(ctx, clientKey(email, ip), now); err != nil || wait > 0 {
-		if err != nil {
-			return err
+// strangerClaims are the tokens a sign-in attempt from no known device
+// takes: for the (account, address) pair, for the address, and for the
+// account. email need not be an account's: unknown addresses are
+// throttled exactly like known ones.
+func (s *Service) strangerClaims(email, ip string) []claim {
+	addr := throttledAddress(ip)
+	return []claim{{s.perClient, clientKey(email, addr)}, {s.perAddress, addr}, {s.perAccount, email}}
+}
+
+// deviceClaims are the tokens a sign-in attempt from a known device takes:
+// its own budget only.
+func (s *Service) deviceClaims(d knownDevice) []claim {
+	return []claim{{s.perDevice, d.hash}}
+}
+
+// take takes one token of every claim before a credential is checked; it
+// takes none when one of them must wait.
+func (s *Service) take(ctx context.Context, claims []claim, now time.Time) error {
+	for i, c := range claims {
+		wait, err := c.t.take(ctx, c.key, now)
+		if err == nil && wait == 0 {
+			continue
 		}
-		return throttledFor(wait)
-	}
-	if wait, err := s.perAddress.take(ctx, ip, now); err != nil || wait > 0 {
-		if gerr := s.perClient.giveBack(ctx, clientKey(email, ip)); err == nil {
-			err = gerr
-		}
+		s.giveBack(ctx, claims[:i])
 		if err != nil {
 			return err
 		}
@@ -228,14 +277,15 @@ func (s *Service) takeTokens(ctx context.Context, email, ip string, now time.Tim
 	return nil
 }
 
-// giveBackTokens returns the tokens of an attempt whose credential was
-// right or never checked. It finishes even when the caller has gone.
-func (s *Service) giveBackTokens(ctx context.Context, email, ip string) {
+// giveBack returns the tokens of an attempt whose credential was right or
+// never checked. It finishes even when the caller has gone.
+func (s *Service) giveBack(ctx context.Context, claims []claim) {
 	ctx = context.WithoutCancel(ctx)
-	// A token not given back costs the client one attempt; nothing to
-	// tell the caller, whose attempt is over.
-	_ = s.perClient.giveBack(ctx, clientKey(email, ip))
-	_ = s.perAddress.giveBack(ctx, ip)
+	for _, c := range claims {
+		// A token not given back costs the client one attempt; nothing
+		// to tell the caller, whose attempt is over.
+		_ = c.t.giveBack(ctx, c.key)
+	}
 }
 
 // PruneThrottles deletes the sign-in throttle buckets that are full again.
@@ -243,72 +293,21 @@ func (s *Service) PruneThrottles(ctx context.Context) (int, error) {
 	return s.store.PruneThrottles(ctx, s.now().Add(-ThrottleIdle))
 }
 
-// takeAccountAttempt counts an attempt against the account in the store
-// before its credential is checked, and returns the count of failures in
-// a row including it. A locked account is refused (errLocked); so is one
-// that reached LockAfterFailures, which is then locked.
-func (s *Service) takeAccountAttempt(ctx context.Context, c Client, a Account) (int, error) {
-	if a.LockedAt != nil {
-		return 0, errLocked
-	}
-	n, ok, err := s.store.TakeSignInAttempt(ctx, a.ID, LockAfterFailures)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		if err := s.lock(ctx, c, a); err != nil {
-			return 0, err
-		}
-		return 0, errLocked
-	}
-	return n, nil
-}
-
-// returnAccountAttempt takes back an attempt counted by
-// takeAccountAttempt whose credential was right or never checked. It runs
-// even when the request was cancelled: the count must not leak.
-func (s *Service) returnAccountAttempt(ctx context.Context, a Account) error {
-	return s.store.ReturnSignInAttempt(context.WithoutCancel(ctx), a.ID)
-}
-
-// failAccountAttempt locks the account when the failed attempt counted as
-// n reached LockAfterFailures.
-func (s *Service) failAccountAttempt(ctx context.Context, c Client, a Account, n int) error {
-	if n < LockAfterFailures {
-		return nil
-	}
-	return s.lock(ctx, c, a)
-}
-
-// lock locks the account and audits it, once.
-func (s *Service) lock(ctx context.Context, c Client, a Account) error {
-	locked, err := s.store.LockAccount(ctx, a.ID, s.now())
-	if err != nil || !locked {
-		return err
-	}
-	return s.audit.Record(ctx, audit.Entry{
-		Actor: audit.Actor{Type: audit.ActorSystem}, Action: audit.UserLocked,
-		Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
-		Details: map[string]any{"email": a.Email, "failures": LockAfterFailures},
-	})
-}
-
-// UnlockUser lifts the lock that LockAfterFailures failed attempts put on
-// an account and clears its count of failures. It reports whether the
-// account was locked.
+// UnlockUser lifts the delay that strangers' failed sign-ins put on an
+// account before it passes by itself. It reports whether strangers had
+// failed on it within ThrottleIdle.
 func (s *Service) UnlockUser(ctx context.Context, actor audit.Actor, email string) (User, bool, error) {
 	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
 	if err != nil {
 		return User{}, false, err
 	}
-	wasLocked, err := s.store.UnlockAccount(ctx, a.ID, s.now())
+	delayed, err := s.perAccount.reset(ctx, a.Email)
 	if err != nil {
 		return User{}, false, err
 	}
-	a.Locked = false
 	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserUnlocked,
-		Target: audit.Target{Type: "user", ID: a.ID}, Details: map[string]any{"email": a.Email, "was_locked": wasLocked}})
-	return a.User, wasLocked, err
+		Target: audit.Target{Type: "user", ID: a.ID}, Details: map[string]any{"email": a.Email, "had_failures": delayed}})
+	return a.User, delayed, err
 }
 
 // storable makes client input storable as text: PostgreSQL refuses NUL
@@ -328,27 +327,15 @@ var errBadCredentials = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInva
 
 // Login checks the password and starts a second-factor challenge. The
 // response does not tell whether the e-mail exists: unknown accounts cost
-// the same password hash and give the same error.
+// the same password hash, the same throttles and give the same error.
+// device is the device cookie the client sent ("" for none).
 //
-// Throttle tokens and the account's attempt are taken before the hash is
-// computed and given back when the password is right, so parallel wrong
-// passwords get no more checks than sequential ones.
-func (s *Service) Login(ctx context.Context, c Client, email, password string) (LoginResult, error) {
+// Throttle tokens are taken before the hash is computed and given back
+// when the password is right, so parallel wrong passwords get no more
+// checks than sequential ones.
+func (s *Service) Login(ctx context.Context, c Client, email, password, device string) (LoginResult, error) {
 	email = NormalizeEmail(email)
 	now := s.now()
-	if err := s.takeTokens(ctx, email, c.IP, now); err != nil {
-		return LoginResult{}, err
-	}
-	res, keep, err := s.login(ctx, c, email, password, now)
-	if !keep {
-		s.giveBackTokens(ctx, email, c.IP)
-	}
-	return res, err
-}
-
-// login is Login after the throttle tokens are taken; keep reports whether
-// the attempt failed and must keep them.
-func (s *Service) login(ctx context.Context, c Client, email, password string, now time.Time) (_ LoginResult, keep bool, _ error) {
 	var a Account
 	known := false
 	// No account has an address that fails ValidateEmail (CreateUser checks
@@ -357,31 +344,38 @@ func (s *Service) login(ctx context.Context, c Client, email, password string, n
 		var err error
 		a, err = s.store.AccountByEmail(ctx, email)
 		if err != nil && !fault.Is(err, fault.NotFound) {
-			return LoginResult{}, false, err
+			return LoginResult{}, err
 		}
 		known = err == nil
 	}
-	hash, n := dummyHash(), 0
+	d, err := s.device(ctx, device, a.ID, now)
+	if err != nil {
+		return LoginResult{}, err
+	}
+	claims := s.strangerClaims(email, c.IP)
+	if d.known {
+		claims = s.deviceClaims(d)
+	}
+	if err := s.take(ctx, claims, now); err != nil {
+		return LoginResult{}, err
+	}
+	res, keep, err := s.login(ctx, c, a, known, d.known, email, password, now)
+	if !keep {
+		s.giveBack(ctx, claims)
+	}
+	return res, err
+}
+
+// login is Login after the throttle tokens are taken; keep reports whether
+// the attempt failed and must keep them.
+func (s *Service) login(ctx context.Context, c Client, a Account, known, owner bool, email, password string, now time.Time) (_ LoginResult, keep bool, _ error) {
+	hash := dummyHash()
 	if known {
-		var err error
-		if n, err = s.takeAccountAttempt(ctx, c, a); err != nil {
-			return LoginResult{}, err == errLocked, err
-		}
 		hash = a.PasswordHash
 	}
-	ok, err := s.checkPassword(ctx, hash, password)
+	ok, err := s.checkPassword(ctx, hash, password, owner)
 	if err != nil {
-		if known {
-			if rerr := s.returnAccountAttempt(ctx, a); rerr != nil {
-				return LoginResult{}, false, rerr
-			}
-		}
 		return LoginResult{}, false, err
-	}
-	if known && ok {
-		if err := s.returnAccountAttempt(ctx, a); err != nil {
-			return LoginResult{}, false, err
-		}
 	}
 	if !known || !ok || a.DisabledAt != nil {
 		reason := "wrong_password"
@@ -394,14 +388,9 @@ func (s *Service) login(ctx context.Context, c Client, email, password string, n
 		if err := s.audit.Record(ctx, audit.Entry{
 			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: storable(email)}, Action: audit.LoginFailed,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
-			Details: map[string]any{"reason": reason},
+			Details: map[string]any{"reason": reason, "known_device": owner},
 		}); err != nil {
 			return LoginResult{}, true, err
-		}
-		if known && !ok {
-			if err := s.failAccountAttempt(ctx, c, a, n); err != nil {
-				return LoginResult{}, true, err
-			}
 		}
 		return LoginResult{}, true, errBadCredentials
 	}
@@ -419,7 +408,12 @@ type Tokens struct {
 	AccessExpiresAt  time.Time
 	RefreshToken     string
 	RefreshExpiresAt time.Time // when the session ends at the latest
-	User             User
+	// Device is the device cookie of a completed sign-in (the one sent,
+	// if it was the account's, or a new one) and DeviceExpiresAt its end;
+	// "" for a refresh.
+	Device          string
+	DeviceExpiresAt time.Time
+	User            User
 }
 
 var errBadChallenge = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidChallenge,
@@ -428,8 +422,9 @@ var errBadChallenge = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvali
 // Verify checks the TOTP code of a challenge and, if it is right, starts a
 // session. A code is accepted once: a code of a time step that was already
 // used is refused. A challenge allows MaxCodeFailures wrong codes, counted
-// before each code is checked, so parallel guesses get no more.
-func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string) (Tokens, error) {
+// before each code is checked, so parallel guesses get no more. device is
+// the device cookie the client sent ("" for none).
+func (s *Service) Verify(ctx context.Context, c Client, challengeID, code, device string) (Tokens, error) {
 	now := s.now()
 	hash := ids.Hash(challengeID)
 	ch, err := s.store.ChallengeByHash(ctx, hash)
@@ -449,53 +444,47 @@ func (s *Service) Verify(ctx context.Context, c Client, challengeID, code string
 	if a.DisabledAt != nil {
 		return Tokens{}, errBadChallenge
 	}
-	if err := s.takeTokens(ctx, a.Email, c.IP, now); err != nil {
+	d, err := s.device(ctx, device, a.ID, now)
+	if err != nil {
 		return Tokens{}, err
 	}
-	t, keep, err := s.verify(ctx, c, a, hash, code, now)
+	claims := s.strangerClaims(a.Email, c.IP)
+	if d.known {
+		claims = s.deviceClaims(d)
+	}
+	if err := s.take(ctx, claims, now); err != nil {
+		return Tokens{}, err
+	}
+	t, keep, err := s.verify(ctx, c, a, d, hash, code, now)
 	if !keep {
-		s.giveBackTokens(ctx, a.Email, c.IP)
+		s.giveBack(ctx, claims)
 	}
 	return t, err
 }
 
 // verify is Verify after the throttle tokens are taken; keep reports
 // whether the attempt failed and must keep them.
-func (s *Service) verify(ctx context.Context, c Client, a Account, hash, code string, now time.Time) (_ Tokens, keep bool, _ error) {
+func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice, hash, code string, now time.Time) (_ Tokens, keep bool, _ error) {
 	if ok, err := s.store.TakeChallengeAttempt(ctx, hash, MaxCodeFailures, now); err != nil || !ok {
 		if err == nil {
 			err = errBadChallenge
 		}
 		return Tokens{}, false, err
 	}
-	n, err := s.takeAccountAttempt(ctx, c, a)
-	if err != nil {
-		return Tokens{}, err == errLocked, err
-	}
-	secret, err := s.openTOTP(a)
+	fresh, reason, err := s.checkCode(ctx, a, code, now)
 	if err != nil {
 		return Tokens{}, false, err
 	}
-	step := matchTOTP(secret, code, now)
-	fresh := false
-	if step > a.TOTPLastStep {
-		if fresh, err = s.store.AdvanceTOTPStep(ctx, a.ID, step); err != nil {
-			return Tokens{}, false, err
-		}
-	}
 	if !fresh {
-		reason, codeName, msg := "wrong_code", CodeInvalidCode, "The code is incorrect."
-		if step != 0 {
-			reason, codeName, msg = "code_reused", CodeCodeReused, "This code was already used. Wait for the next code."
+		codeName, msg := CodeInvalidCode, "The code is incorrect."
+		if reason == "code_reused" {
+			codeName, msg = CodeCodeReused, "This code was already used. Wait for the next code."
 		}
 		if err := s.audit.Record(ctx, audit.Entry{
 			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.SecondFactorFailed,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
-			Details: map[string]any{"reason": reason},
+			Details: map[string]any{"reason": reason, "known_device": d.known},
 		}); err != nil {
-			return Tokens{}, true, err
-		}
-		if err := s.failAccountAttempt(ctx, c, a, n); err != nil {
 			return Tokens{}, true, err
 		}
 		return Tokens{}, true, fault.Unauthenticatedf(codeName, "%s", msg)
@@ -505,7 +494,8 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, hash, code st
 	} else if !ok {
 		return Tokens{}, false, errBadChallenge
 	}
-	if err := s.store.ResetSignInFailures(context.WithoutCancel(ctx), a.ID); err != nil {
+	device, deviceEnd, err := s.rememberDevice(ctx, a.ID, d, now)
+	if err != nil {
 		return Tokens{}, false, err
 	}
 
@@ -519,12 +509,36 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, hash, code st
 	if err := s.audit.Record(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.LoginSucceeded,
 		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
-		Details: map[string]any{"method": "totp"},
+		Details: map[string]any{"method": "totp", "known_device": d.known},
 	}); err != nil {
 		return Tokens{}, false, err
 	}
 	return Tokens{AccessToken: access, AccessExpiresAt: at.ExpiresAt, RefreshToken: refresh,
-		RefreshExpiresAt: sess.ExpiresAt, User: a.User}, false, nil
+		RefreshExpiresAt: sess.ExpiresAt, Device: device, DeviceExpiresAt: deviceEnd, User: a.User}, false, nil
+}
+
+// checkCode checks a TOTP code of the account and, when it is right and of
+// a step not used before, records its step. It reports whether the code
+// was accepted, and if not why ("wrong_code" or "code_reused").
+func (s *Service) checkCode(ctx context.Context, a Account, code string, now time.Time) (bool, string, error) {
+	secret, err := s.openTOTP(a)
+	if err != nil {
+		return false, "", err
+	}
+	step := matchTOTP(secret, code, now)
+	if step == 0 {
+		return false, "wrong_code", nil
+	}
+	fresh := false
+	if step > a.TOTPLastStep {
+		if fresh, err = s.store.AdvanceTOTPStep(ctx, a.ID, step); err != nil {
+			return false, "", err
+		}
+	}
+	if !fresh {
+		return false, "code_reused", nil
+	}
+	return true, "", nil
 }
 
 func newRefresh(sessionID string, now time.Time) (string, RefreshToken) {
@@ -541,8 +555,9 @@ var errBadRefresh = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidR
 	Message: "The refresh token is missing, unknown, expired or revoked. Sign in again."}
 
 // Refresh exchanges a refresh token for a new access token and a new refresh
-// token. Presenting a refresh token a second time revokes its whole session:
-// one of the two holders is not the user.
+// token. Presenting a refresh token again within RefreshGrace of its first
+// use (two tabs refreshing at once) gets another new pair; presenting it
+// later revokes its whole session: one of the two holders is not the user.
 func (s *Service) Refresh(ctx context.Context, c Client, refreshToken string) (Tokens, error) {
 	now := s.now()
 	if refreshToken == "" {
@@ -556,7 +571,8 @@ func (s *Service) Refresh(ctx context.Context, c Client, refreshToken string) (T
 	if err != nil {
 		return Tokens{}, err
 	}
-	if rt.UsedAt != nil {
+	graceSince := now.Add(-RefreshGrace)
+	if rt.UsedAt != nil && !rt.UsedAt.After(graceSince) {
 		return Tokens{}, s.refreshReused(ctx, c, sess, now)
 	}
 	if sess.RevokedAt != nil || !now.Before(sess.ExpiresAt) || !now.Before(sess.LastUsedAt.Add(SessionIdleTTL)) {
@@ -571,11 +587,11 @@ func (s *Service) Refresh(ctx context.Context, c Client, refreshToken string) (T
 	}
 	refresh, next := newRefresh(sess.ID, now)
 	access, at := newAccess(sess.ID, a.ID, now)
-	ok, err := s.store.RotateRefresh(ctx, hash, next, at, now)
+	ok, err := s.store.RotateRefresh(ctx, hash, next, at, graceSince, now)
 	if err != nil {
 		return Tokens{}, err
 	}
-	if !ok { // lost a race with another use of the same token
+	if !ok { // its grace ended meanwhile
 		return Tokens{}, s.refreshReused(ctx, c, sess, now)
 	}
 	return Tokens{AccessToken: access, AccessExpiresAt: at.ExpiresAt, RefreshToken: refresh,
@@ -623,35 +639,25 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 }
 
 // CheckOwnPassword re-checks the signed-in user's password before a
-// sensitive operation. It is throttled and counted like a sign-in: the
-// tokens and the account's attempt are taken before the hash.
+// sensitive operation. It is throttled per session (the caller already
+// signed in, so strangers' failures do not count here): the token is taken
+// before the hash.
 func (s *Service) CheckOwnPassword(ctx context.Context, c Client, p Principal, password string) (bool, error) {
-	now := s.now()
-	if err := s.takeTokens(ctx, p.User.Email, c.IP, now); err != nil {
+	claims := []claim{{s.perSession, p.SessionID}}
+	if err := s.take(ctx, claims, s.now()); err != nil {
 		return false, err
 	}
-	ok, keep, err := s.checkOwnPassword(ctx, c, p, password)
-	if !keep {
-		s.giveBackTokens(ctx, p.User.Email, c.IP)
+	ok, err := s.checkOwnPassword(ctx, p, password)
+	if err != nil || ok {
+		s.giveBack(ctx, claims)
 	}
 	return ok, err
 }
 
-func (s *Service) checkOwnPassword(ctx context.Context, c Client, p Principal, password string) (_ bool, keep bool, _ error) {
+func (s *Service) checkOwnPassword(ctx context.Context, p Principal, password string) (bool, error) {
 	a, err := s.store.AccountByID(ctx, p.User.ID)
 	if err != nil {
-		return false, false, err
+		return false, err
 	}
-	n, err := s.takeAccountAttempt(ctx, c, a)
-	if err != nil {
-		return false, err == errLocked, err
-	}
-	ok, err := s.checkPassword(ctx, a.PasswordHash, password)
-	if err != nil || ok {
-		if rerr := s.returnAccountAttempt(ctx, a); rerr != nil {
-			return false, false, rerr
-		}
-		return ok, false, err
-	}
-	return false, true, s.failAccountAttempt(ctx, c, a, n)
+	return s.checkPassword(ctx, a.PasswordHash, password, true)
 }

@@ -108,7 +108,7 @@ func (f *fixture) wrongCode(secret string) string {
 
 func (f *fixture) login(c auth.Client, email string) auth.LoginResult {
 	f.t.Helper()
-	r, err := f.svc.Login(context.Background(), c, email, password)
+	r, err := f.svc.Login(context.Background(), c, email, password, "")
 	if err != nil {
 		f.t.Fatalf("login %s: %v", email, err)
 	}
@@ -121,7 +121,7 @@ func (f *fixture) signIn(email, secret string) auth.Tokens {
 	f.t.Helper()
 	f.clock.Advance(30 * time.Second)
 	r := f.login(client, email)
-	tok, err := f.svc.Verify(context.Background(), client, r.ChallengeID, f.code(secret))
+	tok, err := f.svc.Verify(context.Background(), client, r.ChallengeID, f.code(secret), "")
 	if err != nil {
 		f.t.Fatalf("verify %s: %v", email, err)
 	}
@@ -260,8 +260,8 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 	ctx := context.Background()
 	f.createUser("alice@example.com")
 
-	_, errWrong := f.svc.Login(ctx, client, "alice@example.com", "not the password at all")
-	_, errUnknown := f.svc.Login(ctx, client, "nobody@example.com", password)
+	_, errWrong := f.svc.Login(ctx, client, "alice@example.com", "not the password at all", "")
+	_, errUnknown := f.svc.Login(ctx, client, "nobody@example.com", password, "")
 	wrong := wantFault(t, "wrong password", errWrong, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	unknown := wantFault(t, "unknown e-mail", errUnknown, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	if got, want := unknown.Message, wrong.Message; got != want {
@@ -285,7 +285,7 @@ func TestLoginFailuresLookAlike(t *testing.T) {
 	}
 
 	// The e-mail is matched without regard to case and spaces.
-	r, err := f.svc.Login(ctx, client, " ALICE@example.com", password)
+	r, err := f.svc.Login(ctx, client, " ALICE@example.com", password, "")
 	if err != nil {
 		t.Fatalf("login with differently written e-mail: %v", err)
 	}
@@ -305,7 +305,7 @@ func TestSignIn(t *testing.T) {
 
 	r := f.login(client, "alice@example.com")
 	now := f.clock.Now()
-	tok, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret))
+	tok, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret), "")
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}
@@ -336,9 +336,9 @@ func TestSignIn(t *testing.T) {
 
 	// A challenge is used once.
 	f.clock.Advance(30 * time.Second)
-	_, err = f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret))
+	_, err = f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret), "")
 	wantFault(t, "second use of a challenge", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
-	_, err = f.svc.Verify(ctx, client, "chl_unknown", f.code(en.Secret))
+	_, err = f.svc.Verify(ctx, client, "chl_unknown", f.code(en.Secret), "")
 	wantFault(t, "unknown challenge", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
 
 	for _, bad := range []string{"", "garbage", tok.RefreshToken, "cat_" + strings.Repeat("x", 100), tok.AccessToken + "x"} {
@@ -368,10 +368,10 @@ func TestVerifyRefusesReplayedCode(t *testing.T) {
 
 	f.clock.Advance(5 * time.Second) // same step
 	r := f.login(client, "alice@example.com")
-	_, err = f.svc.Verify(ctx, client, r.ChallengeID, used)
+	_, err = f.svc.Verify(ctx, client, r.ChallengeID, used, "")
 	wantFault(t, "replayed code", err, fault.Unauthenticated, auth.CodeCodeReused)
 	if previous != used {
-		_, err = f.svc.Verify(ctx, client, r.ChallengeID, previous)
+		_, err = f.svc.Verify(ctx, client, r.ChallengeID, previous, "")
 		wantFault(t, "code of an earlier step", err, fault.Unauthenticated, auth.CodeCodeReused)
 	}
 	failed := f.audit(audit.SecondFactorFailed)
@@ -384,7 +384,7 @@ func TestVerifyRefusesReplayedCode(t *testing.T) {
 
 	// The next step's code is fresh and completes the same challenge.
 	f.clock.Advance(30 * time.Second)
-	if _, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret)); err != nil {
+	if _, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret), ""); err != nil {
 		t.Fatalf("verify with the next code: %v", err)
 	}
 }
@@ -396,7 +396,7 @@ func TestWrongCodesKillChallenge(t *testing.T) {
 	_, en := f.createUser("alice@example.com")
 	r := f.login(client, "alice@example.com")
 	for i := 0; i < auth.MaxCodeFailures; i++ {
-		_, err := f.svc.Verify(ctx, client, r.ChallengeID, f.wrongCode(en.Secret))
+		_, err := f.svc.Verify(ctx, client, r.ChallengeID, f.wrongCode(en.Secret), "")
 		wantFault(t, fmt.Sprintf("wrong code %d", i+1), err, fault.Unauthenticated, auth.CodeInvalidCode)
 	}
 	failed := f.audit(audit.SecondFactorFailed)
@@ -406,7 +406,7 @@ func TestWrongCodesKillChallenge(t *testing.T) {
 	if got, want := failed[0].Details["reason"], "wrong_code"; got != want {
 		t.Fatalf("auth.2fa.failed reason: got %v, want %q", got, want)
 	}
-	_, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret))
+	_, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret), "")
 	wantFault(t, "right code after too many wrong ones", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
 }
 
@@ -418,13 +418,13 @@ func TestChallengeExpires(t *testing.T) {
 
 	r := f.login(client, "alice@example.com")
 	f.clock.Advance(auth.ChallengeTTL - time.Second)
-	if _, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret)); err != nil {
+	if _, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret), ""); err != nil {
 		t.Fatalf("verify just before expiry: %v", err)
 	}
 
 	r = f.login(client, "alice@example.com")
 	f.clock.Advance(auth.ChallengeTTL)
-	_, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret))
+	_, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(en.Secret), "")
 	wantFault(t, "verify at expiry", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
 }
 
@@ -436,11 +436,11 @@ func TestLoginThrottledPerClient(t *testing.T) {
 	f.createUser("bob@example.com")
 
 	for i := range auth.ClientBurst {
-		_, err := f.svc.Login(ctx, client, "alice@example.com", fmt.Sprintf("wrong password %d", i))
+		_, err := f.svc.Login(ctx, client, "alice@example.com", fmt.Sprintf("wrong password %d", i), "")
 		wantFault(t, fmt.Sprintf("failed login %d", i+1), err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	}
 	// Even the right password must wait, from this address.
-	_, err := f.svc.Login(ctx, client, "alice@example.com", password)
+	_, err := f.svc.Login(ctx, client, "alice@example.com", password, "")
 	fe := wantFault(t, "sixth login", err, fault.TooManyRequests, auth.CodeThrottled)
 	if got, want := fe.RetryAfter, time.Minute; got != want {
 		t.Fatalf("retry after: got %v, want %v", got, want)
@@ -449,13 +449,13 @@ func TestLoginThrottledPerClient(t *testing.T) {
 	other := auth.Client{IP: "203.0.113.9"}
 	f.clock.Advance(30 * time.Second)
 	r := f.login(other, "alice@example.com")
-	if _, err := f.svc.Verify(ctx, other, r.ChallengeID, f.code(en.Secret)); err != nil {
+	if _, err := f.svc.Verify(ctx, other, r.ChallengeID, f.code(en.Secret), ""); err != nil {
 		t.Fatalf("verify from another address: %v", err)
 	}
 	// Other accounts from the same address are not affected.
 	f.login(client, "bob@example.com")
 
-	_, err = f.svc.Login(ctx, client, "alice@example.com", password)
+	_, err = f.svc.Login(ctx, client, "alice@example.com", password, "")
 	fe = wantFault(t, "login half a minute later", err, fault.TooManyRequests, auth.CodeThrottled)
 	if got, want := fe.RetryAfter, 30*time.Second; got != want {
 		t.Fatalf("retry after: got %v, want %v", got, want)
@@ -503,7 +503,7 @@ func TestParallelWrongLoginsAreThrottled(t *testing.T) {
 	const n = 120
 	var out outcomes
 	testlab.InParallel(n, func(int) {
-		_, err := f.svc.Login(context.Background(), client, "alice@example.com", "not the password at all")
+		_, err := f.svc.Login(context.Background(), client, "alice@example.com", "not the password at all", "")
 		out.add(t, err)
 	})
 	if got, want := f.svc.PasswordChecks(), int64(auth.ClientBurst); got != want {
@@ -559,7 +559,7 @@ func TestParallelWrongCodesOnOneChallenge(t *testing.T) {
 	var out outcomes
 	testlab.InParallel(n, func(i int) {
 		c := auth.Client{IP: fmt.Sprintf("198.51.100.%d", 100+i)}
-		_, err := f.svc.Verify(context.Background(), c, r.ChallengeID, wrong)
+		_, err := f.svc.Verify(context.Background(), c, r.ChallengeID, wrong, "")
 		out.add(t, err)
 	})
 	if got, want := len(f.audit(audit.SecondFactorFailed)), auth.MaxCodeFailures; got != want {
@@ -571,7 +571,7 @@ func TestParallelWrongCodesOnOneChallenge(t *testing.T) {
 	if got, want := out.counts[auth.CodeInvalidChallenge], n-auth.MaxCodeFailures; got != want {
 		t.Fatalf("invalid-challenge answers: got %d, want %d", got, want)
 	}
-	_, err := f.svc.Verify(context.Background(), client, r.ChallengeID, f.code(en.Secret))
+	_, err := f.svc.Verify(context.Background(), client, r.ChallengeID, f.code(en.Secret), "")
 	wantFault(t, "right code on a used-up challenge", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
 }
 
@@ -591,7 +591,7 @@ func TestOwnerSignsInWhileAttacked(t *testing.T) {
 			defer wg.Done()
 			c := auth.Client{IP: fmt.Sprintf("203.0.113.%d", i+1)}
 			for n := 0; ctx.Err() == nil; n++ {
-				_, err := f.svc.Login(ctx, c, "alice@example.com", "guess number "+strconv.Itoa(n))
+				_, err := f.svc.Login(ctx, c, "alice@example.com", "guess number "+strconv.Itoa(n), "")
 				if n < auth.ClientBurst {
 					attempts.Done()
 				}
@@ -604,109 +604,152 @@ func TestOwnerSignsInWhileAttacked(t *testing.T) {
 	attempts.Wait()
 	owner := auth.Client{IP: "192.0.2.50"}
 	f.clock.Advance(30 * time.Second)
-	r, err := f.svc.Login(context.Background(), owner, "alice@example.com", password)
+	r, err := f.svc.Login(context.Background(), owner, "alice@example.com", password, "")
 	if err != nil {
 		t.Fatalf("owner's login during the attack: %v", err)
 	}
-	if _, err := f.svc.Verify(context.Background(), owner, r.ChallengeID, f.code(en.Secret)); err != nil {
+	if _, err := f.svc.Verify(context.Background(), owner, r.ChallengeID, f.code(en.Secret), ""); err != nil {
 		t.Fatalf("owner's verify during the attack: %v", err)
 	}
 	stop()
 	wg.Wait()
 }
 
-// TestLockAtCeiling: LockAfterFailures failures in a row from many
-// addresses lock the account, even for the right password, until it is
-// unlocked; a completed sign-in before that resets the count.
-func TestLockAtCeiling(t *testing.T) {
+// TestAccountDelayForStrangers: AccountBurst failures from many
+// addresses delay strangers' sign-ins to the account, the right password
+// included, exactly as for an e-mail address with no account; the delay
+// passes with time or capstan user unlock, and never holds back a known
+// device of the account.
+func TestAccountDelayForStrangers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	u, en := f.createUser("alice@example.com")
-	// fail makes n failed logins: ClientBurst one after another from each
-	// address, the addresses in parallel (fewer than the hash queue holds).
-	fail := func(n, base int) {
+	// The owner's device completed a sign-in before the attack.
+	device := f.signIn("alice@example.com", en.Secret).Device
+	if !strings.HasPrefix(device, "cdv_") {
+		t.Fatalf("device cookie of a sign-in: got %q, want cdv_…", device)
+	}
+	_, ben := f.createUser("ben@example.com")
+	other := f.signIn("ben@example.com", ben.Secret).Device
+	// fail makes AccountBurst failed logins for email: ClientBurst one
+	// after another from each address, the addresses in parallel.
+	fail := func(email string, base int) {
 		t.Helper()
 		var out outcomes
-		addresses := (n + auth.ClientBurst - 1) / auth.ClientBurst
+		addresses := auth.AccountBurst / auth.ClientBurst
 		testlab.InParallel(addresses, func(a int) {
 			c := auth.Client{IP: fmt.Sprintf("10.%d.%d.1", base, a)}
-			for i := a * auth.ClientBurst; i < min(n, (a+1)*auth.ClientBurst); i++ {
-				_, err := f.svc.Login(ctx, c, "alice@example.com", "a wrong password")
+			for range auth.ClientBurst {
+				_, err := f.svc.Login(ctx, c, email, "a wrong password", "")
 				out.add(t, err)
 			}
 		})
-		if got, want := out.counts[auth.CodeInvalidCredentials], n; got != want {
-			t.Fatalf("invalid-credentials answers: got %d, want %d (all: %v)", got, want, out.counts)
+		if got, want := out.counts[auth.CodeInvalidCredentials], auth.AccountBurst; got != want {
+			t.Fatalf("%s: invalid-credentials answers: got %d, want %d (all: %v)", email, got, want, out.counts)
 		}
 	}
-	account := func() auth.Account {
-		t.Helper()
-		a, err := f.store.AccountByID(ctx, u.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+	fail("alice@example.com", 1)
+	fail("nobody@example.com", 2)
+
+	stranger := auth.Client{IP: "192.0.2.51"}
+	checks := f.svc.PasswordChecks()
+	_, errKnown := f.svc.Login(ctx, stranger, "alice@example.com", password, "")
+	_, errUnknown := f.svc.Login(ctx, stranger, "nobody@example.com", password, "")
+	known := wantFault(t, "right password from a stranger after the burst", errKnown, fault.TooManyRequests, auth.CodeThrottled)
+	unknown := wantFault(t, "unknown account after the burst", errUnknown, fault.TooManyRequests, auth.CodeThrottled)
+	if known.Message != unknown.Message || known.RetryAfter != unknown.RetryAfter || known.RetryAfter <= 0 {
+		t.Fatalf("known and unknown accounts differ: %+v vs %+v", known, unknown)
+	}
+	// Another account's device is a stranger here.
+	_, err := f.svc.Login(ctx, stranger, "alice@example.com", password, other)
+	wantFault(t, "another account's device", err, fault.TooManyRequests, auth.CodeThrottled)
+	if got, want := f.svc.PasswordChecks(), checks; got != want {
+		t.Fatalf("password checks while delayed: got %d, want %d", got, want)
 	}
 
-	fail(auth.LockAfterFailures-1, 1)
-	if got, want := account().FailedSignIns, auth.LockAfterFailures-1; got != want {
-		t.Fatalf("failures in a row: got %d, want %d", got, want)
+	// The owner's known device signs in, the wrong password first.
+	owner := auth.Client{IP: "192.0.2.50"}
+	f.clock.Advance(time.Second)
+	_, err = f.svc.Login(ctx, owner, "alice@example.com", "a slip of the finger", device)
+	wantFault(t, "owner's wrong password from the known device", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
+	r, err := f.svc.Login(ctx, owner, "alice@example.com", password, device)
+	if err != nil {
+		t.Fatalf("owner's login from the known device: %v", err)
 	}
 	f.clock.Advance(30 * time.Second)
-	owner := auth.Client{IP: "192.0.2.50"}
-	r := f.login(owner, "alice@example.com")
-	if _, err := f.svc.Verify(ctx, owner, r.ChallengeID, f.code(en.Secret)); err != nil {
-		t.Fatalf("owner's sign-in below the ceiling: %v", err)
+	tok, err := f.svc.Verify(ctx, owner, r.ChallengeID, f.code(en.Secret), device)
+	if err != nil {
+		t.Fatalf("owner's verify from the known device: %v", err)
 	}
-	if got, want := account().FailedSignIns, 0; got != want {
-		t.Fatalf("failures after a sign-in: got %d, want %d", got, want)
-	}
-	if got := len(f.audit(audit.UserLocked)); got != 0 {
-		t.Fatalf("user.locked entries below the ceiling: got %d, want 0", got)
+	if tok.Device != device {
+		t.Fatalf("device cookie after a sign-in from it: got %q, want it kept", tok.Device)
 	}
 
-	fail(auth.LockAfterFailures, 2)
-	if a := account(); !a.Locked || a.LockedAt == nil {
-		t.Fatalf("account after %d failures: locked %v, want locked", auth.LockAfterFailures, a.Locked)
-	}
-	locked := f.audit(audit.UserLocked)
-	if got, want := len(locked), 1; got != want {
-		t.Fatalf("user.locked entries: got %d, want %d", got, want)
-	}
-	if got, want := locked[0].Target.ID, u.ID; got != want {
-		t.Fatalf("user.locked target: got %q, want %q", got, want)
-	}
-	checks := f.svc.PasswordChecks()
-	for _, c := range []auth.Client{owner, {IP: "192.0.2.51"}} {
-		_, err := f.svc.Login(ctx, c, "alice@example.com", password)
-		fe := wantFault(t, "right password on a locked account from "+c.IP, err, fault.TooManyRequests, auth.CodeAccountLocked)
-		if fe.RetryAfter <= 0 {
-			t.Fatal("account-locked without Retry-After")
+	// The delay passes: 30 s give strangers one more attempt.
+	f.clock.Advance(30 * time.Second)
+	f.login(auth.Client{IP: "192.0.2.52"}, "alice@example.com")
+	_, err = f.svc.Login(ctx, auth.Client{IP: "192.0.2.53"}, "nobody@example.com", "a wrong password", "")
+	wantFault(t, "unknown account after 30 s", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
+
+	// capstan user unlock lifts it at once.
+	for i := 0; ; i++ {
+		_, err := f.svc.Login(ctx, auth.Client{IP: fmt.Sprintf("10.3.%d.1", i)}, "alice@example.com", "a wrong password", "")
+		if fault.Is(err, fault.TooManyRequests) {
+			break
 		}
+		wantFault(t, "wrong password from a stranger", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	}
-	if got, want := f.svc.PasswordChecks(), checks; got != want {
-		t.Fatalf("password checks on a locked account: got %d, want %d", got, want)
-	}
-	if got, want := len(f.audit(audit.UserLocked)), 1; got != want {
-		t.Fatalf("user.locked entries after more attempts: got %d, want %d", got, want)
-	}
-
 	got, was, err := f.svc.UnlockUser(ctx, operator, " ALICE@example.com")
-	if err != nil || !was || got.ID != u.ID || got.Locked {
-		t.Fatalf("unlock: got %+v, %v, %v, want alice unlocked, true, nil", got, was, err)
+	if err != nil || !was || got.ID != u.ID {
+		t.Fatalf("unlock: got %+v, %v, %v, want alice, true, nil", got, was, err)
 	}
 	unlocked := f.audit(audit.UserUnlocked)
-	if len(unlocked) != 1 || unlocked[0].Target.ID != u.ID || unlocked[0].Actor != operator || unlocked[0].Details["was_locked"] != true {
+	if len(unlocked) != 1 || unlocked[0].Target.ID != u.ID || unlocked[0].Actor != operator || unlocked[0].Details["had_failures"] != true {
 		t.Fatalf("user.unlocked entries: got %+v, want one for alice by the operator", unlocked)
 	}
-	f.clock.Advance(30 * time.Second)
-	r = f.login(owner, "alice@example.com")
-	if _, err := f.svc.Verify(ctx, owner, r.ChallengeID, f.code(en.Secret)); err != nil {
-		t.Fatalf("sign-in after unlock: %v", err)
-	}
+	f.login(auth.Client{IP: "192.0.2.54"}, "alice@example.com")
 	_, _, err = f.svc.UnlockUser(ctx, operator, "nobody@example.com")
 	wantFault(t, "unlock an unknown user", err, fault.NotFound, "")
+}
+
+// TestKnownDeviceBudget: a known device's failures are throttled on its
+// own budget, which strangers do not share.
+func TestKnownDeviceBudget(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	_, en := f.createUser("alice@example.com")
+	device := f.signIn("alice@example.com", en.Secret).Device
+	var out outcomes
+	testlab.InParallel(3*auth.DeviceBurst, func(i int) {
+		_, err := f.svc.Login(ctx, auth.Client{IP: fmt.Sprintf("10.9.%d.1", i)}, "alice@example.com", "a wrong password", device)
+		out.add(t, err)
+	})
+	if got, want := out.counts[auth.CodeInvalidCredentials], auth.DeviceBurst; got != want {
+		t.Fatalf("invalid-credentials from a known device: got %d, want %d (all: %v)", got, want, out.counts)
+	}
+	_, err := f.svc.Login(ctx, client, "alice@example.com", password, device)
+	wantFault(t, "known device past its budget", err, fault.TooManyRequests, auth.CodeThrottled)
+	// Without the device cookie the same address is a stranger with its
+	// own budgets.
+	f.login(client, "alice@example.com")
+}
+
+// TestIPv6ThrottledPer64: addresses of one IPv6 /64 share their throttles.
+func TestIPv6ThrottledPer64(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	f.createUser("alice@example.com")
+	for i := range auth.ClientBurst {
+		c := auth.Client{IP: fmt.Sprintf("2001:db8:1:2::%x", i+1)}
+		_, err := f.svc.Login(ctx, c, "alice@example.com", "a wrong password", "")
+		wantFault(t, "wrong password", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
+	}
+	_, err := f.svc.Login(ctx, auth.Client{IP: "2001:db8:1:2:ffff::1"}, "alice@example.com", password, "")
+	wantFault(t, "another address of the /64", err, fault.TooManyRequests, auth.CodeThrottled)
+	f.login(auth.Client{IP: "2001:db8:1:3::1"}, "alice@example.com")
 }
 
 func TestLoginThrottledPerAddress(t *testing.T) {
@@ -716,10 +759,10 @@ func TestLoginThrottledPerAddress(t *testing.T) {
 	f.createUser("alice@example.com")
 
 	for i := range 20 {
-		_, err := f.svc.Login(ctx, client, fmt.Sprintf("user%d@example.com", i), password)
+		_, err := f.svc.Login(ctx, client, fmt.Sprintf("user%d@example.com", i), password, "")
 		wantFault(t, fmt.Sprintf("failed login %d", i+1), err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	}
-	_, err := f.svc.Login(ctx, client, "alice@example.com", password)
+	_, err := f.svc.Login(ctx, client, "alice@example.com", password, "")
 	fe := wantFault(t, "login from a throttled address", err, fault.TooManyRequests, auth.CodeThrottled)
 	if got, want := fe.RetryAfter, 15*time.Second; got != want {
 		t.Fatalf("retry after: got %v, want %v", got, want)
@@ -877,9 +920,9 @@ func TestDisableUserEndsSessions(t *testing.T) {
 		wantFault(t, "refresh of a disabled user", err, fault.Unauthenticated, auth.CodeInvalidRefresh)
 	}
 	f.authenticate(bob.AccessToken)
-	_, err = f.svc.Verify(ctx, client, pending.ChallengeID, f.code(en.Secret))
+	_, err = f.svc.Verify(ctx, client, pending.ChallengeID, f.code(en.Secret), "")
 	wantFault(t, "challenge of a disabled user", err, fault.Unauthenticated, auth.CodeInvalidChallenge)
-	_, err = f.svc.Login(ctx, client, "alice@example.com", password)
+	_, err = f.svc.Login(ctx, client, "alice@example.com", password, "")
 	wantFault(t, "login of a disabled user", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	if got, want := f.audit(audit.LoginFailed)[0].Details["reason"], "disabled"; got != want {
 		t.Fatalf("auth.login.failed reason: got %v, want %q", got, want)
@@ -918,10 +961,10 @@ func TestResetTOTP(t *testing.T) {
 	// the new secret, and the old secret's codes no longer work.
 	r := f.login(client, "alice@example.com")
 	if oldCode := f.code(old.Secret); !f.acceptedCodes(fresh.Secret)[oldCode] { // else a one-in-300,000 collision
-		_, err = f.svc.Verify(ctx, client, r.ChallengeID, oldCode)
+		_, err = f.svc.Verify(ctx, client, r.ChallengeID, oldCode, "")
 		wantFault(t, "old secret's code", err, fault.Unauthenticated, auth.CodeInvalidCode)
 	}
-	if _, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(fresh.Secret)); err != nil {
+	if _, err := f.svc.Verify(ctx, client, r.ChallengeID, f.code(fresh.Secret), ""); err != nil {
 		t.Fatalf("verify with the new secret: %v", err)
 	}
 	reset := f.audit(audit.UserTOTPReset)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"time"
 )
 
@@ -17,6 +18,9 @@ type Throttles interface {
 	TakeThrottle(ctx context.Context, key string, burst int, every time.Duration, now time.Time) (time.Duration, error)
 	// ReturnThrottle gives a token back, never beyond burst.
 	ReturnThrottle(ctx context.Context, key string, burst int) error
+	// ResetThrottle deletes the bucket key, which is then full; it
+	// reports whether there was one (a failure within ThrottleIdle).
+	ResetThrottle(ctx context.Context, key string) (bool, error)
 	// PruneThrottles deletes buckets unused since before.
 	PruneThrottles(ctx context.Context, before time.Time) (int, error)
 }
@@ -56,4 +60,28 @@ func (t *throttle) take(ctx context.Context, k string, now time.Time) (time.Dura
 // was never evaluated.
 func (t *throttle) giveBack(ctx context.Context, k string) error {
 	return t.store.ReturnThrottle(ctx, t.key(k), t.burst)
+}
+
+// reset fills k's bucket again; it reports whether k failed within
+// ThrottleIdle.
+func (t *throttle) reset(ctx context.Context, k string) (bool, error) {
+	return t.store.ResetThrottle(ctx, t.key(k))
+}
+
+// claim is one token a sign-in attempt takes: from the bucket key of a
+// throttle.
+type claim struct {
+	t   *throttle
+	key string
+}
+
+// throttledAddress is what the address throttles count an address as: an
+// IPv4 address by itself, an IPv6 address by its /64, the block one
+// subscriber or machine is usually given whole.
+func throttledAddress(ip string) string {
+	a := net.ParseIP(ip)
+	if a == nil || a.To4() != nil {
+		return ip
+	}
+	return (&net.IPNet{IP: a.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
 }

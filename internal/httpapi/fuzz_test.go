@@ -57,7 +57,7 @@ func FuzzAuthRequests(f *testing.F) {
 			req := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("X-Request-ID", fuzzRequestID)
-			req.AddCookie(&http.Cookie{Name: e.srv.cookie.name, Value: cookie})
+			req.AddCookie(&http.Cookie{Name: e.srv.cookie.prefix + refreshCookieBase, Value: cookie})
 			rec := httptest.NewRecorder()
 			e.srv.ServeHTTP(rec, req)
 			checkFuzzResponse(t, path, rec, body, password)

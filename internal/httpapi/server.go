@@ -112,6 +112,8 @@ type Server struct {
 	cookie  cookieConfig
 	console *console
 	agents  *agentSlots
+	// sessions closes the streams of sessions that ended.
+	sessions *sessionWatch
 
 	mu     sync.Mutex // guards routes
 	routes []Route
@@ -160,6 +162,9 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	}
 	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL),
 		console: newConsole(d.Console, gitHostOrigin(d.GitHost)), agents: newAgentSlots(d.AgentInFlight, d.AgentInFlightPerServer)}
+	if d.Auth != nil {
+		s.sessions = newSessionWatch(d.Auth.SessionsEnded, d.Logger)
+	}
 
 	cfg := huma.DefaultConfig(platform.Name+" API", d.Version)
 	cfg.CreateHooks = nil // no $schema fields or Link headers in responses

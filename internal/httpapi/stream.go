@@ -54,7 +54,8 @@ func parseLastEventID(s string) (int64, error) {
 const streamDescription = "A Server-Sent Events stream (text/event-stream) of what changes, as it happens, for the web console " +
 	"and other live clients. An EventSource sends no Authorization header, so the stream is opened with a single-use " +
 	"ticket from POST /api/v1/stream/tickets (valid 30 s), which stands for the caller that took it; the stream ends when " +
-	"the access token that took the ticket expires (or its session is revoked), and the client takes a new ticket.\n\n" +
+	"the access token that took the ticket expires, and the client takes a new ticket. It closes within seconds when its session ends " +
+	"(sign-out, a revoked session, another session's password change, a disabled user or a reset second factor).\n\n" +
 	"Messages (the SSE event name, then the JSON data):\n\n" +
 	"- `job`: a job was queued, started, finished, cancelled or expired: the job as GET /api/v1/jobs/{id} shows it to the " +
 	"caller, without data and output. A finished job's completion (the deployment, the instance) is recorded before.\n" +
@@ -130,7 +131,9 @@ func (s *Server) registerStream() {
 			return nil, err
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) {
-			s.serveStream(hctx, viewer, after, t.Until)
+			ended, stop := s.sessions.watch(t.SessionID)
+			defer stop()
+			s.serveStream(hctx, viewer, after, t.Until, ended)
 		}}, nil
 	})
 }
@@ -149,7 +152,9 @@ func (s *Server) streamViewer(ctx context.Context, userID string) (stream.Viewer
 	return stream.Viewer{}, stream.ErrTicket
 }
 
-func (s *Server) serveStream(hctx huma.Context, v stream.Viewer, after int64, until time.Time) {
+// serveStream writes the stream for v until the client goes, until, or
+// ended is closed (the session ended).
+func (s *Server) serveStream(hctx huma.Context, v stream.Viewer, after int64, until time.Time, ended <-chan struct{}) {
 	ctx := hctx.Context()
 	w := hctx.BodyWriter()
 	rc := http.NewResponseController(unwrapWriter(w))
@@ -209,6 +214,8 @@ func (s *Server) serveStream(hctx huma.Context, v stream.Viewer, after int64, un
 		case <-sub.Dropped():
 			return
 		case <-end.C:
+			return
+		case <-ended:
 			return
 		case <-ctx.Done():
 			return

@@ -21,8 +21,6 @@ type accountRow struct {
 	TOTPLastStep  int64         `db:"totp_last_step"`
 	Admin         bool          `db:"admin"`
 	DisabledAt    sql.NullInt64 `db:"disabled_at"`
-	FailedSignIns int           `db:"failed_sign_ins"`
-	LockedAt      sql.NullInt64 `db:"locked_at"`
 	CreatedAt     int64         `db:"created_at"`
 	UpdatedAt     int64         `db:"updated_at"`
 }
@@ -30,18 +28,17 @@ type accountRow struct {
 func (r accountRow) account() auth.Account {
 	return auth.Account{
 		User: auth.User{ID: r.ID, Email: r.Email, Admin: r.Admin, Disabled: r.DisabledAt.Valid,
-			Locked: r.LockedAt.Valid, CreatedAt: fromMS(r.CreatedAt)},
+			CreatedAt: fromMS(r.CreatedAt)},
 		PasswordHash: r.PasswordHash, TOTPSecret: r.TOTPSecret, TOTPLastStep: r.TOTPLastStep,
-		DisabledAt: nullMS(r.DisabledAt), FailedSignIns: r.FailedSignIns, LockedAt: nullMS(r.LockedAt),
-		UpdatedAt: fromMS(r.UpdatedAt),
+		DisabledAt: nullMS(r.DisabledAt), UpdatedAt: fromMS(r.UpdatedAt),
 	}
 }
 
-const accountColumns = `id, email, password_hash, totp_secret, totp_last_step, admin, disabled_at, failed_sign_ins, locked_at, created_at, updated_at`
+const accountColumns = `id, email, password_hash, totp_secret, totp_last_step, admin, disabled_at, created_at, updated_at`
 
 // CreateAccount stores a new account; a taken e-mail is a conflict.
 func (s *Store) CreateAccount(ctx context.Context, a auth.Account) error {
-	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO users (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, 0, NULL, ?, ?)`),
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO users (`+accountColumns+`) VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)`),
 		a.ID, a.Email, a.PasswordHash, a.TOTPSecret, a.TOTPLastStep, a.Admin, ms(a.CreatedAt), ms(a.UpdatedAt))
 	if isUniqueViolation(err) {
 		return fault.Conflictf("email-taken", "An account with this e-mail address already exists.")
@@ -184,67 +181,53 @@ func (s *Store) ConsumeChallenge(ctx context.Context, hash string, now time.Time
 	return n == 1, err
 }
 
-// TakeSignInAttempt counts one credential attempt against an unlocked
-// account below the ceiling, and returns the new count, in one
-// conditional statement.
-func (s *Store) TakeSignInAttempt(ctx context.Context, userID string, ceiling int) (int, bool, error) {
-	var n int
-	err := s.w.GetContext(ctx, &n, s.rebind(`UPDATE users SET failed_sign_ins = failed_sign_ins + 1
-		WHERE id = ? AND locked_at IS NULL AND failed_sign_ins < ? RETURNING failed_sign_ins`), userID, ceiling)
+// SetPassword replaces a user's password hash.
+func (s *Store) SetPassword(ctx context.Context, userID, hash string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET password_hash = ?, updated_at = ? WHERE id = ?`), hash, ms(now), userID)
+	return mustAffect(res, err, "user")
+}
+
+// CreateDevice stores a device that completed a sign-in.
+func (s *Store) CreateDevice(ctx context.Context, d auth.Device) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO sign_in_devices (token_hash, user_id, created_at, last_used_at, expires_at) VALUES (?, ?, ?, ?, ?)`),
+		d.Hash, d.UserID, ms(d.CreatedAt), ms(d.LastUsedAt), ms(d.ExpiresAt))
+	return err
+}
+
+// DeviceByHash returns a device by the hash of its cookie.
+func (s *Store) DeviceByHash(ctx context.Context, hash string) (auth.Device, error) {
+	var r struct {
+		Hash       string        `db:"token_hash"`
+		UserID     string        `db:"user_id"`
+		CreatedAt  int64         `db:"created_at"`
+		LastUsedAt int64         `db:"last_used_at"`
+		ExpiresAt  int64         `db:"expires_at"`
+		RevokedAt  sql.NullInt64 `db:"revoked_at"`
+	}
+	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT token_hash, user_id, created_at, last_used_at, expires_at, revoked_at
+		FROM sign_in_devices WHERE token_hash = ?`), hash)
 	if notFound(err) {
-		return 0, false, nil
+		return auth.Device{}, fault.NotFoundf("No such device.")
 	}
 	if err != nil {
-		return 0, false, err
+		return auth.Device{}, err
 	}
-	return n, true, nil
+	return auth.Device{Hash: r.Hash, UserID: r.UserID, CreatedAt: fromMS(r.CreatedAt), LastUsedAt: fromMS(r.LastUsedAt),
+		ExpiresAt: fromMS(r.ExpiresAt), RevokedAt: nullMS(r.RevokedAt)}, nil
 }
 
-// ReturnSignInAttempt takes back one counted attempt.
-func (s *Store) ReturnSignInAttempt(ctx context.Context, userID string) error {
-	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET failed_sign_ins = failed_sign_ins - 1
-		WHERE id = ? AND failed_sign_ins > 0`), userID)
+// TouchDevice records a sign-in from a live device and moves its expiry.
+func (s *Store) TouchDevice(ctx context.Context, hash string, now, expires time.Time) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE sign_in_devices SET last_used_at = ?, expires_at = ?
+		WHERE token_hash = ? AND revoked_at IS NULL`), ms(now), ms(expires), hash)
 	return err
 }
 
-// ResetSignInFailures zeroes the failures of an unlocked account.
-func (s *Store) ResetSignInFailures(ctx context.Context, userID string) error {
-	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET failed_sign_ins = 0
-		WHERE id = ? AND locked_at IS NULL AND failed_sign_ins <> 0`), userID)
+// RevokeDevices revokes a user's live devices but keep.
+func (s *Store) RevokeDevices(ctx context.Context, userID, keep string, now time.Time) error {
+	_, err := s.w.ExecContext(ctx, s.rebind(`UPDATE sign_in_devices SET revoked_at = ?
+		WHERE user_id = ? AND token_hash <> ? AND revoked_at IS NULL`), ms(now), userID, keep)
 	return err
-}
-
-// LockAccount locks an account, once.
-func (s *Store) LockAccount(ctx context.Context, userID string, now time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET locked_at = ?, updated_at = ? WHERE id = ? AND locked_at IS NULL`),
-		ms(now), ms(now), userID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
-}
-
-// UnlockAccount lifts an account's lock and zeroes its failures.
-func (s *Store) UnlockAccount(ctx context.Context, userID string, now time.Time) (bool, error) {
-	wasLocked := false
-	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE users SET locked_at = NULL, failed_sign_ins = 0, updated_at = ?
-			WHERE id = ? AND locked_at IS NOT NULL`), ms(now), userID)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if wasLocked = n == 1; wasLocked {
-			return nil
-		}
-		res, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE users SET failed_sign_ins = 0 WHERE id = ?`), userID)
-		return mustAffect(res, err, "user")
-	})
-	return wasLocked && err == nil, err
 }
 
 func insertAccess(ctx context.Context, tx *sqlx.Tx, a auth.AccessToken) error {
@@ -309,11 +292,14 @@ func (s *Store) RefreshTokenByHash(ctx context.Context, hash string) (auth.Refre
 			ExpiresAt: fromMS(r.ExpiresAt), RevokedAt: nullMS(r.RevokedAt), IP: r.IP, UserAgent: r.UserAgent}, nil
 }
 
-// RotateRefresh replaces a refresh token by its successor, once.
-func (s *Store) RotateRefresh(ctx context.Context, oldHash string, next auth.RefreshToken, access auth.AccessToken, now time.Time) (bool, error) {
+// RotateRefresh replaces a refresh token by a successor: the first time,
+// or again while its first use is later than graceSince.
+func (s *Store) RotateRefresh(ctx context.Context, oldHash string, next auth.RefreshToken, access auth.AccessToken, graceSince, now time.Time) (bool, error) {
 	rotated := false
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE refresh_tokens SET used_at = ? WHERE token_hash = ? AND used_at IS NULL`), ms(now), oldHash)
+		// used_at keeps the first use: the grace runs from it.
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE refresh_tokens SET used_at = COALESCE(used_at, ?)
+			WHERE token_hash = ? AND (used_at IS NULL OR used_at > ?)`), ms(now), oldHash, ms(graceSince))
 		if err != nil {
 			return err
 		}
@@ -338,13 +324,98 @@ func (s *Store) RotateRefresh(ctx context.Context, oldHash string, next auth.Ref
 // RevokeSession revokes a session and every access token issued in it.
 func (s *Store) RevokeSession(ctx context.Context, sessionID, reason string, now time.Time) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
-		if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE sessions SET revoked_at = ?, revoked_reason = ? WHERE id = ? AND revoked_at IS NULL`),
-			ms(now), reason, sessionID); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE access_tokens SET revoked_at = ? WHERE session_id = ? AND revoked_at IS NULL`), ms(now), sessionID)
+		_, err := revokeSessions(ctx, tx, "id = ?", []any{sessionID}, reason, now)
 		return err
 	})
+}
+
+// RevokeUserSession revokes one live session of the user.
+func (s *Store) RevokeUserSession(ctx context.Context, userID, sessionID, reason string, now time.Time) (bool, error) {
+	n := 0
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		var err error
+		n, err = revokeSessions(ctx, tx, "id = ? AND user_id = ? AND expires_at > ?", []any{sessionID, userID, ms(now)}, reason, now)
+		return err
+	})
+	return n == 1 && err == nil, err
+}
+
+// RevokeUserSessions revokes every live session of the user but keep.
+func (s *Store) RevokeUserSessions(ctx context.Context, userID, keep, reason string, now time.Time) (int, error) {
+	n := 0
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		var err error
+		n, err = revokeSessions(ctx, tx, "user_id = ? AND id <> ?", []any{userID, keep}, reason, now)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// revokeSessions revokes the unrevoked sessions matching where and the
+// access tokens issued in them, and returns how many sessions it revoked.
+func revokeSessions(ctx context.Context, tx *sqlx.Tx, where string, args []any, reason string, now time.Time) (int, error) {
+	res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE sessions SET revoked_at = ?, revoked_reason = ? WHERE revoked_at IS NULL AND `+where),
+		append([]any{ms(now), reason}, args...)...)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE access_tokens SET revoked_at = ? WHERE revoked_at IS NULL
+		AND session_id IN (SELECT id FROM sessions WHERE revoked_at = ? AND revoked_reason = ? AND `+where+`)`),
+		append([]any{ms(now), ms(now), reason}, args...)...)
+	return int(n), err
+}
+
+// ListSessions returns a user's live sessions, newest first.
+func (s *Store) ListSessions(ctx context.Context, userID string, now time.Time) ([]auth.Session, error) {
+	var rows []sessionRow
+	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, user_id, created_at, last_used_at, expires_at, revoked_at, ip, user_agent
+		FROM sessions WHERE user_id = ? AND revoked_at IS NULL AND expires_at > ? AND last_used_at > ?
+		ORDER BY created_at DESC, id DESC`), userID, ms(now), ms(now.Add(-auth.SessionIdleTTL)))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]auth.Session, len(rows))
+	for i, r := range rows {
+		out[i] = auth.Session{ID: r.ID, UserID: r.UserID, CreatedAt: fromMS(r.CreatedAt), LastUsedAt: fromMS(r.LastUsedAt),
+			ExpiresAt: fromMS(r.ExpiresAt), RevokedAt: nullMS(r.RevokedAt), IP: r.IP, UserAgent: r.UserAgent}
+	}
+	return out, nil
+}
+
+// EndedSessions returns those of ids that are revoked, past their end or
+// of a disabled user (an id with no session is ended too).
+func (s *Store) EndedSessions(ctx context.Context, ids []string, now time.Time) ([]string, error) {
+	var ended []string
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), 500)]
+		ids = ids[len(batch):]
+		q, args, err := sqlx.In(`SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id
+			WHERE s.id IN (?) AND s.revoked_at IS NULL AND s.expires_at > ? AND u.disabled_at IS NULL`, batch, ms(now))
+		if err != nil {
+			return nil, err
+		}
+		var live []string
+		if err := s.r.SelectContext(ctx, &live, s.rebind(q), args...); err != nil {
+			return nil, err
+		}
+		alive := make(map[string]bool, len(live))
+		for _, id := range live {
+			alive[id] = true
+		}
+		for _, id := range batch {
+			if !alive[id] {
+				ended = append(ended, id)
+			}
+		}
+	}
+	return ended, nil
 }
 
 // Principal resolves a live access token to its user and session.
@@ -357,7 +428,7 @@ func (s *Store) Principal(ctx context.Context, accessHash string, now time.Time)
 	err := s.r.GetContext(ctx, &r, s.rebind(`
 		SELECT a.session_id, a.expires_at,
 		       u.id, u.email, u.password_hash, u.totp_secret, u.totp_last_step, u.admin, u.disabled_at,
-		       u.failed_sign_ins, u.locked_at, u.created_at, u.updated_at
+		       u.created_at, u.updated_at
 		FROM access_tokens a
 		JOIN sessions s ON s.id = a.session_id
 		JOIN users u ON u.id = a.user_id

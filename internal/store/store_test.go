@@ -15,6 +15,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // t0 is a millisecond-precise time, so it survives the stored form unchanged.
@@ -481,13 +482,14 @@ func TestSessions(t *testing.T) {
 		nextRefresh, nextAccess := ids.Token("crt"), ids.Token("cat")
 		next := auth.RefreshToken{Hash: ids.Hash(nextRefresh), SessionID: first.sess.ID, CreatedAt: now}
 		access := auth.AccessToken{Hash: ids.Hash(nextAccess), SessionID: first.sess.ID, UserID: a.ID, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute)}
-		ok, err := s.RotateRefresh(ctx, ids.Hash(first.refresh), next, access, now)
+		ok, err := s.RotateRefresh(ctx, ids.Hash(first.refresh), next, access, now.Add(-auth.RefreshGrace), now)
 		if err != nil || !ok {
 			t.Fatalf("rotate: got %v, %v, want true, nil", ok, err)
 		}
 		other := auth.RefreshToken{Hash: ids.Hash(ids.Token("crt")), SessionID: first.sess.ID, CreatedAt: now}
 		otherAccess := auth.AccessToken{Hash: ids.Hash(ids.Token("cat")), SessionID: first.sess.ID, UserID: a.ID, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute)}
-		ok, err = s.RotateRefresh(ctx, ids.Hash(first.refresh), other, otherAccess, now)
+		// A use at graceSince is past the grace.
+		ok, err = s.RotateRefresh(ctx, ids.Hash(first.refresh), other, otherAccess, now, now)
 		if err != nil {
 			t.Fatalf("second rotate: %v", err)
 		}
@@ -591,7 +593,7 @@ func TestConcurrentRotationAndConsumption(t *testing.T) {
 				now := t0.Add(time.Minute)
 				next := auth.RefreshToken{Hash: ids.Hash(ids.Token("crt")), SessionID: first.sess.ID, CreatedAt: now}
 				access := auth.AccessToken{Hash: ids.Hash(ids.Token("cat")), SessionID: first.sess.ID, UserID: a.ID, CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
-				rotated, err := s.RotateRefresh(ctx, ids.Hash(first.refresh), next, access, now)
+				rotated, err := s.RotateRefresh(ctx, ids.Hash(first.refresh), next, access, now, now)
 				if err != nil {
 					results <- result{err: err}
 					return
@@ -676,150 +678,159 @@ func mustAccount(t *testing.T, s *store.Store, id string) auth.Account {
 	return a
 }
 
-// TestSignInAttempts: the per-account count of failures in a row is taken
-// before each check, given back, reset, capped under concurrency, and the
-// lock at the ceiling happens once and is lifted by UnlockAccount.
-func TestSignInAttempts(t *testing.T) {
+// TestRefreshGrace: a refresh token is exchanged again while its first
+// use is within the grace, by every one of parallel refreshes, keeping the
+// time of its first use; past the grace none of parallel refreshes is.
+func TestRefreshGrace(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		a := mustCreateAccount(t, s, "alice@example.com", t0)
-		other := mustCreateAccount(t, s, "bob@example.com", t0)
-
-		for want := 1; want <= 3; want++ {
-			n, ok, err := s.TakeSignInAttempt(ctx, a.ID, 10)
-			if err != nil || !ok || n != want {
-				t.Fatalf("take attempt: got %d, %v, %v, want %d, true, nil", n, ok, err, want)
+		first := mustCreateSession(t, s, a.ID, t0)
+		rotate := func(at, graceSince time.Time) (bool, auth.AccessToken) {
+			next := auth.RefreshToken{Hash: ids.Hash(ids.Token("crt")), SessionID: first.sess.ID, CreatedAt: at}
+			access := auth.AccessToken{Hash: ids.Hash(ids.Token("cat")), SessionID: first.sess.ID, UserID: a.ID, CreatedAt: at, ExpiresAt: at.Add(15 * time.Minute)}
+			ok, err := s.RotateRefresh(ctx, ids.Hash(first.refresh), next, access, graceSince, at)
+			if err != nil {
+				t.Errorf("rotate: %v", err)
+			}
+			return ok, access
+		}
+		used := t0.Add(time.Minute)
+		const n = 8
+		var oks [n]bool
+		testlab.InParallel(n, func(i int) {
+			at := used.Add(time.Duration(i) * time.Second)
+			oks[i], _ = rotate(at, at.Add(-auth.RefreshGrace))
+		})
+		for i, ok := range oks {
+			if !ok {
+				t.Fatalf("parallel refresh %d within the grace: refused", i)
 			}
 		}
-		if err := s.ReturnSignInAttempt(ctx, a.ID); err != nil {
-			t.Fatalf("return attempt: %v", err)
+		rt, _, err := s.RefreshTokenByHash(ctx, ids.Hash(first.refresh))
+		if err != nil || rt.UsedAt == nil || rt.UsedAt.After(used.Add(n*time.Second)) || rt.UsedAt.Before(used) {
+			t.Fatalf("first use: got %v, %v, want between %v and %v", rt.UsedAt, err, used, used.Add(n*time.Second))
 		}
-		if got, want := mustAccount(t, s, a.ID).FailedSignIns, 2; got != want {
-			t.Fatalf("failures after a return: got %d, want %d", got, want)
-		}
-		if err := s.ResetSignInFailures(ctx, a.ID); err != nil {
-			t.Fatalf("reset: %v", err)
-		}
-		if got, want := mustAccount(t, s, a.ID).FailedSignIns, 0; got != want {
-			t.Fatalf("failures after a reset: got %d, want %d", got, want)
-		}
-		// Returning never goes below zero.
-		if err := s.ReturnSignInAttempt(ctx, a.ID); err != nil {
-			t.Fatalf("return attempt at zero: %v", err)
-		}
-		if got, want := mustAccount(t, s, a.ID).FailedSignIns, 0; got != want {
-			t.Fatalf("failures after returning at zero: got %d, want %d", got, want)
-		}
+		late := rt.UsedAt.Add(auth.RefreshGrace)
+		testlab.InParallel(n, func(i int) {
+			ok, access := rotate(late, late.Add(-auth.RefreshGrace))
+			if ok {
+				t.Errorf("refresh %d past the grace: exchanged", i)
+			}
+			if _, err := s.Principal(ctx, access.Hash, late); err == nil {
+				t.Errorf("access token of a refused refresh %d: got a principal", i)
+			}
+		})
+	})
+}
 
-		// Parallel takes stop at the ceiling.
-		const n, ceiling = 60, 25
-		var wg sync.WaitGroup
-		var granted atomic.Int64
-		var highest atomic.Int64
-		errs := make(chan error, 2*n)
-		for range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got, ok, err := s.TakeSignInAttempt(ctx, a.ID, ceiling)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if ok {
-					granted.Add(1)
-					for h := highest.Load(); int64(got) > h && !highest.CompareAndSwap(h, int64(got)); h = highest.Load() {
-					}
-				}
-			}()
+// TestUserSessions: a user's live sessions are listed newest first,
+// revoked one by one only by their user, all but one at once, and
+// reported ended once revoked, expired or their user disabled.
+func TestUserSessions(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := mustCreateAccount(t, s, "alice@example.com", t0)
+		b := mustCreateAccount(t, s, "bob@example.com", t0)
+		var mine []session
+		for i := range 3 {
+			mine = append(mine, mustCreateSession(t, s, a.ID, t0.Add(time.Duration(i)*time.Minute)))
 		}
-		wg.Wait()
-		if got, want := granted.Load(), int64(ceiling); got != want {
-			t.Fatalf("attempts granted to %d parallel takes: got %d, want %d", n, got, want)
-		}
-		if got, want := highest.Load(), int64(ceiling); got != want {
-			t.Fatalf("highest count returned: got %d, want %d", got, want)
-		}
-
-		// The lock happens once, however many lock at the same time.
-		var locks atomic.Int64
-		for range 10 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ok, err := s.LockAccount(ctx, a.ID, t0.Add(time.Minute))
-				if err != nil {
-					errs <- err
-				}
-				if ok {
-					locks.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("take or lock: %v", err)
-		}
-		if got, want := locks.Load(), int64(1); got != want {
-			t.Fatalf("successful locks: got %d, want %d", got, want)
-		}
-		locked := mustAccount(t, s, a.ID)
-		if !locked.Locked || locked.LockedAt == nil || !locked.LockedAt.Equal(t0.Add(time.Minute)) {
-			t.Fatalf("locked account: got locked %v at %v, want locked at %v", locked.Locked, locked.LockedAt, t0.Add(time.Minute))
-		}
-		// A locked account takes no attempt, even below the ceiling; a
-		// reset leaves it as it is.
-		if _, ok, err := s.TakeSignInAttempt(ctx, a.ID, 1000); err != nil || ok {
-			t.Fatalf("take on a locked account: got %v, %v, want false, nil", ok, err)
-		}
-		if err := s.ResetSignInFailures(ctx, a.ID); err != nil {
-			t.Fatalf("reset a locked account: %v", err)
-		}
-		if got := mustAccount(t, s, a.ID); !got.Locked || got.FailedSignIns != ceiling {
-			t.Fatalf("locked account after a reset: got locked %v with %d failures, want locked with %d", got.Locked, got.FailedSignIns, ceiling)
-		}
-		users, err := s.ListUsers(ctx)
+		bobs := mustCreateSession(t, s, b.ID, t0)
+		now := t0.Add(10 * time.Minute) // the access tokens are live
+		list, err := s.ListSessions(ctx, a.ID, now)
 		if err != nil {
-			t.Fatalf("list users: %v", err)
+			t.Fatal(err)
 		}
-		for _, u := range users {
-			if got, want := u.Locked, u.ID == a.ID; got != want {
-				t.Fatalf("user %s locked: got %v, want %v", u.Email, got, want)
+		if len(list) != 3 || list[0].ID != mine[2].sess.ID || list[2].ID != mine[0].sess.ID || list[0].IP != "192.0.2.7" {
+			t.Fatalf("sessions: got %+v, want alice's three, newest first", list)
+		}
+		if ok, err := s.RevokeUserSession(ctx, a.ID, bobs.sess.ID, "revoked", now); err != nil || ok {
+			t.Fatalf("revoke another user's session: got %v, %v, want false, nil", ok, err)
+		}
+		if _, err := s.Principal(ctx, ids.Hash(bobs.access), now); err != nil {
+			t.Fatalf("bob's session after alice tried to revoke it: %v", err)
+		}
+		// Of parallel revocations of one session, one revokes it.
+		var revoked atomic.Int32
+		testlab.InParallel(8, func(int) {
+			ok, err := s.RevokeUserSession(ctx, a.ID, mine[0].sess.ID, "revoked", now)
+			if err != nil {
+				t.Errorf("revoke: %v", err)
 			}
-		}
-
-		for i, want := range []bool{true, false} {
-			was, err := s.UnlockAccount(ctx, a.ID, t0.Add(2*time.Minute))
-			if err != nil || was != want {
-				t.Fatalf("unlock %d: got %v, %v, want %v, nil", i, was, err, want)
+			if ok {
+				revoked.Add(1)
 			}
-			if got := mustAccount(t, s, a.ID); got.Locked || got.LockedAt != nil || got.FailedSignIns != 0 {
-				t.Fatalf("after unlock %d: got locked %v at %v with %d failures, want unlocked with 0", i, got.Locked, got.LockedAt, got.FailedSignIns)
-			}
+		})
+		if got := revoked.Load(); got != 1 {
+			t.Fatalf("parallel revocations that revoked: got %d, want 1", got)
 		}
-		if n, ok, err := s.TakeSignInAttempt(ctx, a.ID, ceiling); err != nil || !ok || n != 1 {
-			t.Fatalf("take after unlock: got %d, %v, %v, want 1, true, nil", n, ok, err)
+		if _, err := s.Principal(ctx, ids.Hash(mine[0].access), now); err == nil {
+			t.Fatal("access token of a revoked session still works")
 		}
-		// Unlocking an account that was never locked zeroes its count.
-		if _, _, err := s.TakeSignInAttempt(ctx, other.ID, ceiling); err != nil {
-			t.Fatalf("take on bob: %v", err)
+		ended, err := s.EndedSessions(ctx, []string{mine[0].sess.ID, mine[1].sess.ID, bobs.sess.ID, "ses_none"}, now)
+		if err != nil || strings.Join(ended, " ") != mine[0].sess.ID+" ses_none" {
+			t.Fatalf("ended sessions: got %v, %v, want the revoked one and the unknown one", ended, err)
 		}
-		if was, err := s.UnlockAccount(ctx, other.ID, t0); err != nil || was {
-			t.Fatalf("unlock bob: got %v, %v, want false, nil", was, err)
+		n, err := s.RevokeUserSessions(ctx, a.ID, mine[2].sess.ID, "password_changed", now)
+		if err != nil || n != 1 {
+			t.Fatalf("revoke all but one: got %d, %v, want 1, nil", n, err)
 		}
-		if got, want := mustAccount(t, s, other.ID).FailedSignIns, 0; got != want {
-			t.Fatalf("bob's failures after unlock: got %d, want %d", got, want)
+		list, err = s.ListSessions(ctx, a.ID, now)
+		if err != nil || len(list) != 1 || list[0].ID != mine[2].sess.ID {
+			t.Fatalf("sessions after revoking all but one: got %+v, %v", list, err)
 		}
-		_, err = s.UnlockAccount(ctx, "usr_nobody", t0)
-		wantKind(t, "unlock unknown user", err, fault.NotFound)
-		if _, ok, err := s.TakeSignInAttempt(ctx, "usr_nobody", ceiling); err != nil || ok {
-			t.Fatalf("take on an unknown user: got %v, %v, want false, nil", ok, err)
+		if err := s.DisableUser(ctx, b.ID, now); err != nil {
+			t.Fatal(err)
+		}
+		if ended, err := s.EndedSessions(ctx, []string{bobs.sess.ID, mine[2].sess.ID}, now); err != nil || len(ended) != 1 || ended[0] != bobs.sess.ID {
+			t.Fatalf("ended sessions after disabling bob: got %v, %v", ended, err)
+		}
+		if ended, err := s.EndedSessions(ctx, []string{mine[2].sess.ID}, mine[2].sess.ExpiresAt); err != nil || len(ended) != 1 {
+			t.Fatalf("ended sessions at the absolute end: got %v, %v", ended, err)
 		}
 	})
 }
 
-// A migration that lands after later ones were applied is still applied.
+// TestDevices: devices are found by hash, touched while live, and revoked
+// all but one.
+func TestDevices(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := mustCreateAccount(t, s, "alice@example.com", t0)
+		var hashes []string
+		for range 3 {
+			h := ids.Hash(ids.Token("cdv"))
+			hashes = append(hashes, h)
+			if err := s.CreateDevice(ctx, auth.Device{Hash: h, UserID: a.ID, CreatedAt: t0, LastUsedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := s.DeviceByHash(ctx, ids.Hash("cdv_unknown"))
+		wantKind(t, "unknown device", err, fault.NotFound)
+		later := t0.Add(time.Minute)
+		if err := s.TouchDevice(ctx, hashes[0], later, later.Add(48*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.DeviceByHash(ctx, hashes[0])
+		if err != nil || d.UserID != a.ID || !d.LastUsedAt.Equal(later) || !d.ExpiresAt.Equal(later.Add(48*time.Hour)) || d.RevokedAt != nil {
+			t.Fatalf("touched device: got %+v, %v", d, err)
+		}
+		if err := s.RevokeDevices(ctx, a.ID, hashes[1], later); err != nil {
+			t.Fatal(err)
+		}
+		for i, h := range hashes {
+			d, err := s.DeviceByHash(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := d.RevokedAt != nil, i != 1; got != want {
+				t.Fatalf("device %d revoked: got %v, want %v", i, got, want)
+			}
+		}
+	})
+}
+
 func TestMigrateOutOfOrder(t *testing.T) {
 	ctx := context.Background()
 	for _, d := range dialects {

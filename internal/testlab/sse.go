@@ -102,3 +102,20 @@ func (c *SSE) Until(t testing.TB, wait time.Duration, done func(SSEMessage) bool
 		}
 	}
 }
+
+// Ends fails the test unless the stream ends within wait; messages that
+// come before the end are skipped.
+func (c *SSE) Ends(t testing.TB, wait time.Duration) {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		select {
+		case _, ok := <-c.msgs:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the stream did not end within %s", wait)
+		}
+	}
+}
