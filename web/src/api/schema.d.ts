@@ -586,7 +586,7 @@ export interface paths {
         put?: never;
         /**
          * Sign in, step 2: TOTP code
-         * @description Checks the code of a challenge. A code is accepted once; a challenge expires after 5 minutes or 5 wrong codes (counted before each code is checked, also for codes sent at once). Wrong codes count toward the same throttles and account lock as wrong passwords. On success returns an access token and sets the refresh cookie.
+         * @description Checks the code of a challenge. A code is accepted once; a challenge expires after 5 minutes or 5 wrong codes (counted before each code is checked, also for codes sent at once). Wrong codes count toward the same throttles as wrong passwords. On success returns an access token and sets the refresh cookie and the device cookie (kept 180 days after the last sign-in with it), which marks this client as one of the account's known devices at its next sign-in.
          *
          *     No credentials needed.
          */
@@ -608,7 +608,7 @@ export interface paths {
         put?: never;
         /**
          * Sign in, step 1: password
-         * @description Checks the e-mail and password and starts a second-factor challenge. Failed attempts are throttled per account and client address (5, then 1 a minute) and per address (20, then 1 every 15 s): 429 `too-many-attempts` with Retry-After. Attempts are counted before the password is checked, so parallel attempts get no more checks. 100 failures in a row from any addresses lock the account (429 `account-locked`, even for the right password) until `capstan user unlock`. When too many password checks are waiting: 429 `sign-in-busy` with Retry-After.
+         * @description Checks the e-mail and password and starts a second-factor challenge. Unknown e-mail addresses get the same answers, throttles and timing as known ones. From a device that completed a sign-in to the account before (its device cookie, set by /api/v1/auth/2fa/verify), failed attempts are throttled per device (10, then 1 a minute) and nothing else. From any other client they are throttled per account and client address (5, then 1 a minute), per address (20, then 1 every 15 s) and per account over all such clients (100, then 1 every 30 s), an IPv6 address counting as its /64: 429 `too-many-attempts` with Retry-After. Strangers' failures never hold back sign-ins from the account's known devices. Attempts are counted before the password is checked, so parallel attempts get no more checks. When too many password checks are waiting: 429 `sign-in-busy` with Retry-After.
          *
          *     No credentials needed.
          */
@@ -661,6 +661,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Change the signed-in user's password
+         * @description Needs the current password and a TOTP code (accepted once, like at sign-in). Ends every other session of the user (their streams close within seconds) and forgets every other device it signed in from; the caller's session and device stay. 403 `wrong-password` or `wrong-code` change nothing; both checks are throttled per session (5, then 1 a minute: 429 `too-many-attempts`). 422 for a new password that breaks the rules. Recorded in the audit log (`user.password.changed`, refusals `user.password.refused`).
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        post: operations["change-password"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/refresh": {
         parameters: {
             query?: never;
@@ -672,12 +694,56 @@ export interface paths {
         put?: never;
         /**
          * Exchange the refresh cookie for a new access token
-         * @description Rotates the refresh cookie on every use. Presenting a refresh token that was already used revokes its whole session.
+         * @description Rotates the refresh cookie on every use. A refresh token presented again within 30 s of its first use (two tabs refreshing at once) gets another new pair; presented later, it revokes its whole session (401 `refresh-token-reused`).
          *
          *     No credentials needed.
          */
         post: operations["refresh"];
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The signed-in user's sessions
+         * @description Every live session of the caller (one per completed sign-in), with where it signed in from; `current` marks the session of this request.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        get: operations["list-sessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/sessions/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End one of the signed-in user's sessions
+         * @description Revokes the session's access token and refresh tokens at once; its live streams close within seconds. Only the caller's own live sessions: any other id is 404. Recorded in the audit log (`auth.session.revoked`).
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         */
+        delete: operations["revoke-session"];
         options?: never;
         head?: never;
         patch?: never;
@@ -2710,7 +2776,7 @@ export interface paths {
         };
         /**
          * Live stream of job, server, alert, deployment and inbox changes (Server-Sent Events)
-         * @description A Server-Sent Events stream (text/event-stream) of what changes, as it happens, for the web console and other live clients. An EventSource sends no Authorization header, so the stream is opened with a single-use ticket from POST /api/v1/stream/tickets (valid 30 s), which stands for the caller that took it; the stream ends when the access token that took the ticket expires (or its session is revoked), and the client takes a new ticket.
+         * @description A Server-Sent Events stream (text/event-stream) of what changes, as it happens, for the web console and other live clients. An EventSource sends no Authorization header, so the stream is opened with a single-use ticket from POST /api/v1/stream/tickets (valid 30 s), which stands for the caller that took it; the stream ends when the access token that took the ticket expires, and the client takes a new ticket. It closes within seconds when its session ends (sign-out, a revoked session, another session's password change, a disabled user or a reset second factor).
          *
          *     Messages (the SSE event name, then the JSON data):
          *
@@ -4910,6 +4976,14 @@ export interface components {
             /** @description Alerts this evaluation resolved */
             resolved: components["schemas"]["Alert"][] | null;
         };
+        PasswordInputBody: {
+            /** @description Six-digit TOTP code from the authenticator app */
+            code: string;
+            /** @description The account's password now */
+            current_password: string;
+            /** @description 12 to 128 characters, not a commonly used password, not the e-mail address */
+            new_password: string;
+        };
         PatchAppInputBody: {
             auto_deploy?: boolean;
             /** @description Git sources: replaces the whole list; unchanged when absent or null. Not secret on the server: they are in the built image's history (docker history) in clear */
@@ -5596,6 +5670,34 @@ export interface components {
             /** @description By service name; a service of the current deployment the inventory does not list has state missing */
             services: components["schemas"]["ServiceState"][] | null;
         };
+        SessionInfo: {
+            /**
+             * Format: date-time
+             * @description When the sign-in that started it completed
+             */
+            created_at: string;
+            /** @description Whether this is the session of the request's access token */
+            current: boolean;
+            /**
+             * Format: date-time
+             * @description When it ends at the latest
+             */
+            expires_at: string;
+            id: string;
+            /** @description Client address of the sign-in */
+            ip: string;
+            /**
+             * Format: date-time
+             * @description When it signed in or last refreshed its access token
+             */
+            last_used_at: string;
+            /** @description User agent of the sign-in */
+            user_agent: string;
+        };
+        SessionsOutputBody: {
+            /** @description The caller's live sessions, newest first */
+            sessions: components["schemas"]["SessionInfo"][] | null;
+        };
         Settings: {
             /** @description Mail me when an alert opens or resolves (default true) */
             email_alerts: boolean;
@@ -5917,7 +6019,6 @@ export interface components {
             disabled: boolean;
             email: string;
             id: string;
-            locked: boolean;
         };
         Verification: {
             /** Format: date-time */
@@ -8562,6 +8663,100 @@ export interface operations {
             };
         };
     };
+    "change-password": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PasswordInputBody"];
+            };
+        };
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     refresh: {
         parameters: {
             query?: never;
@@ -8579,6 +8774,110 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TokenBody"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionsOutputBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "revoke-session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Session id from GET /api/v1/auth/sessions */
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description No Content */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
                 };
             };
             /** @description Unprocessable Entity */
