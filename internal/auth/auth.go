@@ -14,9 +14,9 @@ import (
 
 // User is an account as the API shows it.
 type User struct {
-	ID       string `json:"id"`
-	Email    string `json:"email"`
-	Admin    bool   `json:"admin"`
+	ID        string    `json:"id"`
+	Email     string    `json:"email"`
+	Admin     bool      `json:"admin"`
 	Disabled  bool      `json:"disabled"`
 	CreatedAt time.Time `json:"created_at"`
 }

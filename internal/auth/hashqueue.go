@@ -51,3 +51,10 @@ func (q *hashQueue) acquire(ctx context.Context) error {
 }
 
 func (q *hashQueue) release() { <-q.slots }
+
+// full reports whether acquire would be refused now: every slot is taken
+// and the wait line is full. It is a hint for skipping work before
+// acquire, which decides.
+func (q *hashQueue) full() bool {
+	return len(q.slots) == cap(q.slots) && q.waiting.Load() >= q.maxWaiting
+}

@@ -25,6 +25,9 @@ func TestHashQueueBounded(t *testing.T) {
 		go func() { acquired <- q.acquire(ctx) }()
 	}
 	testlab.Eventually(t, 10*time.Second, "three callers waiting in line", func() bool { return q.waiting.Load() == 3 })
+	if !q.full() {
+		t.Fatal("full with every slot busy and the line full: got false")
+	}
 	err := q.acquire(ctx)
 	fe := fault.As(err)
 	if fe == nil || fe.Kind != fault.TooManyRequests || fe.Code != CodeSignInBusy || fe.RetryAfter <= 0 {
@@ -39,6 +42,9 @@ func TestHashQueueBounded(t *testing.T) {
 		if err := <-acquired; err != nil {
 			t.Fatalf("waiting caller %d: %v", i, err)
 		}
+	}
+	if q.full() {
+		t.Fatal("full with an empty line: got true")
 	}
 	// A cancelled wait gives up its place.
 	cctx, cancel := context.WithCancel(ctx)

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"net/mail"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,9 +16,9 @@ import (
 
 // Lifetimes and limits of sign-in.
 const (
-	AccessTTL       = 900 * time.Second
-	ChallengeTTL    = 5 * time.Minute
-	MaxCodeFailures = 5
+	AccessTTL          = 900 * time.Second
+	ChallengeTTL       = 5 * time.Minute
+	MaxCodeFailures    = 5
 	SessionAbsoluteTTL = 30 * 24 * time.Hour
 	SessionIdleTTL     = 7 * 24 * time.Hour
 	// RefreshGrace is how long after its first use a refresh token is
@@ -99,9 +100,11 @@ func NewService(store Store, key *secrets.Key, log *audit.Log, now func() time.T
 		perAccount: &throttle{store: store, kind: "account", burst: AccountBurst, every: 30 * time.Second},
 		perDevice:  &throttle{store: store, kind: "device", burst: DeviceBurst, every: time.Minute},
 		perSession: &throttle{store: store, kind: "session", burst: ClientBurst, every: time.Minute},
-		// 8 hashes at once (152 MiB), 32 more waiting at most; 2 more
-		// (38 MiB) for owners, 16 waiting.
-		hashes: newHashQueue(8, 32),
+		// Strangers: as many hashes at once as there are processors, 8
+		// at most (152 MiB): more would only share the processors
+		// with the owners' hashes. 32 more waiting at most. Owners: 2
+		// more (38 MiB), 16 waiting.
+		hashes: newHashQueue(min(runtime.GOMAXPROCS(0), 8), 32),
 		owners: newHashQueue(2, 16),
 	}
 }
@@ -122,19 +125,34 @@ const (
 // since it started.
 func (s *Service) PasswordChecks() int64 { return s.checks.Load() }
 
-// checkPassword compares pw with the hash phc, in owner's queue of hashes
-// when owner is true.
-func (s *Service) checkPassword(ctx context.Context, phc, pw string, owner bool) (bool, error) {
-	q := s.hashes
+// queue returns the hashing queue of owners (known devices, signed-in
+// callers) when owner is true, else the strangers'.
+func (s *Service) queue(owner bool) *hashQueue {
 	if owner {
-		q = s.owners
+		return s.owners
 	}
+	return s.hashes
+}
+
+// checkPassword compares pw with the hash phc, in owner's queue of hashes.
+func (s *Service) checkPassword(ctx context.Context, phc, pw string, owner bool) (bool, error) {
+	q := s.queue(owner)
 	if err := q.acquire(ctx); err != nil {
 		return false, err
 	}
 	defer q.release()
 	s.checks.Add(1)
 	return checkPassword(phc, pw)
+}
+
+// takeForHash is take for an attempt whose password is then hashed in
+// owner's queue: when that queue is full already it refuses at once
+// (errHashBusy), before costing the store anything.
+func (s *Service) takeForHash(ctx context.Context, claims []claim, owner bool, now time.Time) error {
+	if s.queue(owner).full() {
+		return errHashBusy
+	}
+	return s.take(ctx, claims, now)
 }
 
 // NormalizeEmail lowercases and trims an e-mail address.
@@ -356,7 +374,7 @@ func (s *Service) Login(ctx context.Context, c Client, email, password, device s
 	if d.known {
 		claims = s.deviceClaims(d)
 	}
-	if err := s.take(ctx, claims, now); err != nil {
+	if err := s.takeForHash(ctx, claims, d.known, now); err != nil {
 		return LoginResult{}, err
 	}
 	res, keep, err := s.login(ctx, c, a, known, d.known, email, password, now)
@@ -644,7 +662,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 // before the hash.
 func (s *Service) CheckOwnPassword(ctx context.Context, c Client, p Principal, password string) (bool, error) {
 	claims := []claim{{s.perSession, p.SessionID}}
-	if err := s.take(ctx, claims, s.now()); err != nil {
+	if err := s.takeForHash(ctx, claims, true, s.now()); err != nil {
 		return false, err
 	}
 	ok, err := s.checkOwnPassword(ctx, p, password)

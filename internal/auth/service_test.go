@@ -996,3 +996,31 @@ func TestCheckOwnPassword(t *testing.T) {
 	_, err = f.svc.CheckOwnPassword(ctx, client, p, password)
 	wantFault(t, "password check after five failures", err, fault.TooManyRequests, auth.CodeThrottled)
 }
+
+// TestRefreshGraceForConcurrentTabs: a refresh token presented again
+// within RefreshGrace of its first use gets another working pair; past it,
+// it revokes the session.
+func TestRefreshGraceForConcurrentTabs(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	_, en := f.createUser("alice@example.com")
+	first := f.signIn("alice@example.com", en.Secret)
+	f.clock.Advance(time.Minute)
+	a := f.refresh(first.RefreshToken)
+	f.clock.Advance(auth.RefreshGrace - time.Second)
+	b := f.refresh(first.RefreshToken)
+	if a.RefreshToken == b.RefreshToken || a.AccessToken == b.AccessToken {
+		t.Fatal("the second tab got the first tab's tokens")
+	}
+	f.authenticate(a.AccessToken)
+	f.authenticate(b.AccessToken)
+	if got := len(f.audit(audit.RefreshReused)); got != 0 {
+		t.Fatalf("auth.refresh.reused entries within the grace: got %d, want 0", got)
+	}
+	f.clock.Advance(time.Second)
+	_, err := f.svc.Refresh(ctx, client, first.RefreshToken)
+	wantFault(t, "refresh token past its grace", err, fault.Unauthenticated, auth.CodeRefreshReused)
+	_, err = f.svc.Authenticate(ctx, b.AccessToken)
+	wantFault(t, "access token of a revoked session", err, fault.Unauthenticated, auth.CodeInvalidToken)
+}

@@ -69,7 +69,7 @@ func (s *Service) ChangePassword(ctx context.Context, c Client, p Principal, dev
 	}
 	claims := []claim{{s.perSession, p.SessionID}}
 	now := s.now()
-	if err := s.take(ctx, claims, now); err != nil {
+	if err := s.takeForHash(ctx, claims, true, now); err != nil {
 		return err
 	}
 	keep, err := s.changePassword(ctx, c, p, device, current, code, next, now)

@@ -177,7 +177,7 @@ func (s *Server) registerAuth() {
 
 	op(s, huma.Operation{
 		OperationID: "refresh", Method: http.MethodPost, Path: "/api/v1/auth/refresh", Tags: tags,
-		Summary:     "Exchange the refresh cookie for a new access token",
+		Summary: "Exchange the refresh cookie for a new access token",
 		Description: "Rotates the refresh cookie on every use. A refresh token presented again within 30 s of its first use " +
 			"(two tabs refreshing at once) gets another new pair; presented later, it revokes its whole session (401 `refresh-token-reused`).",
 	}, Public, func(ctx context.Context, _ *refreshInput) (*tokenOutput, error) {

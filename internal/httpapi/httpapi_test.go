@@ -302,7 +302,7 @@ func (e *testEnv) signIn(t testing.TB, email, secret string) (string, *http.Cook
 		AccessToken string `json:"access_token"`
 	}
 	r.decode(t, &out)
-	c := r.cookie(e.srv.cookie.prefix+refreshCookieBase)
+	c := r.cookie(e.srv.cookie.prefix + refreshCookieBase)
 	if out.AccessToken == "" || c == nil {
 		t.Fatalf("verify: no access token or refresh cookie: %s", r.body)
 	}
@@ -364,7 +364,7 @@ func TestExpiredAccessToken(t *testing.T) {
 	expectStatus(t, e.request(t, http.MethodGet, "/api/v1/auth/me", out.AccessToken, nil), http.StatusOK)
 
 	// Until it is idle too long.
-	next := r.cookie(e.srv.cookie.prefix+refreshCookieBase)
+	next := r.cookie(e.srv.cookie.prefix + refreshCookieBase)
 	e.clock.Advance(auth.SessionIdleTTL)
 	r = e.request(t, http.MethodPost, "/api/v1/auth/refresh", "", nil, next)
 	expectProblem(t, r, http.StatusUnauthorized, "invalid-refresh-token")

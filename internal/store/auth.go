@@ -14,15 +14,15 @@ import (
 var _ auth.Store = (*Store)(nil)
 
 type accountRow struct {
-	ID            string        `db:"id"`
-	Email         string        `db:"email"`
-	PasswordHash  string        `db:"password_hash"`
-	TOTPSecret    string        `db:"totp_secret"`
-	TOTPLastStep  int64         `db:"totp_last_step"`
-	Admin         bool          `db:"admin"`
-	DisabledAt    sql.NullInt64 `db:"disabled_at"`
-	CreatedAt     int64         `db:"created_at"`
-	UpdatedAt     int64         `db:"updated_at"`
+	ID           string        `db:"id"`
+	Email        string        `db:"email"`
+	PasswordHash string        `db:"password_hash"`
+	TOTPSecret   string        `db:"totp_secret"`
+	TOTPLastStep int64         `db:"totp_last_step"`
+	Admin        bool          `db:"admin"`
+	DisabledAt   sql.NullInt64 `db:"disabled_at"`
+	CreatedAt    int64         `db:"created_at"`
+	UpdatedAt    int64         `db:"updated_at"`
 }
 
 func (r accountRow) account() auth.Account {

@@ -11,7 +11,23 @@ import (
 // bucket with n tokens, n succeed. It returns 0 when it took one, or how
 // long until the next token when there is none (and takes nothing). A
 // clock that goes backwards refills nothing.
+//
+// A token given back between the refused take and the look at the bucket
+// makes the wait 0 or less: the take is then tried again, so that a
+// refusal always comes with a wait.
 func (s *Store) TakeThrottle(ctx context.Context, key string, burst int, every time.Duration, now time.Time) (time.Duration, error) {
+	for {
+		wait, err := s.takeThrottle(ctx, key, burst, every, now)
+		if err != nil || wait >= 0 {
+			return wait, err
+		}
+	}
+}
+
+// takeThrottle is one try of TakeThrottle: it returns 0 when it took a
+// token, the wait for the next one, or -1 when the bucket had a token
+// again by the time it was looked at.
+func (s *Store) takeThrottle(ctx context.Context, key string, burst int, every time.Duration, now time.Time) (time.Duration, error) {
 	refilled := `LEAST(?, login_throttles.tokens + CAST(GREATEST(? - login_throttles.updated_at, 0) AS DOUBLE PRECISION) / ?)`
 	q := `INSERT INTO login_throttles (key, tokens, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (key) DO UPDATE SET tokens = ` + refilled + ` - 1, updated_at = GREATEST(?, login_throttles.updated_at)
@@ -34,7 +50,10 @@ func (s *Store) TakeThrottle(ctx context.Context, key string, burst int, every t
 		return 0, err
 	}
 	tokens = min(b, tokens+float64(max(n-at, 0))/perToken)
-	return time.Duration((1 - tokens) * float64(every)), nil
+	if wait := time.Duration((1 - tokens) * float64(every)); wait > 0 {
+		return wait, nil
+	}
+	return -1, nil
 }
 
 // ReturnThrottle gives back a token taken by TakeThrottle, never beyond
