@@ -2534,7 +2534,7 @@ export interface paths {
         put?: never;
         /**
          * Download the recovery kit
-         * @description Returns a file, encrypted with the caller's password, that holds the secret key, public URL and schema version: what is needed to decrypt this control plane's secrets and artifacts. The password is checked again; a wrong password is refused (403). Both outcomes are audited. Wrong passwords are throttled and count toward the account lock as at sign-in (429 with Retry-After). Open a kit with `capstan recovery-kit open`.
+         * @description Returns a file, encrypted with the caller's password, that holds the secret key, public URL and schema version: what is needed to decrypt this control plane's secrets and artifacts. The password is checked again; a wrong password is refused (403). Both outcomes are audited. Wrong passwords are throttled per session (5, then 1 a minute: 429 with Retry-After). Open a kit with `capstan recovery-kit open`.
          *
          *     Administrators only (403 admin-required for members).
          */
