@@ -669,14 +669,6 @@ func TestChallengeAttemptsUnderConcurrency(t *testing.T) {
 	})
 }
 
-func mustAccount(t *testing.T, s *store.Store, id string) auth.Account {
-	t.Helper()
-	a, err := s.AccountByID(context.Background(), id)
-	if err != nil {
-		t.Fatalf("account %s: %v", id, err)
-	}
-	return a
-}
 
 // TestRefreshGrace: a refresh token is exchanged again while its first
 // use is within the grace, by every one of parallel refreshes, keeping the
