@@ -669,7 +669,6 @@ func TestChallengeAttemptsUnderConcurrency(t *testing.T) {
 	})
 }
 
-
 // TestRefreshGrace: a refresh token is exchanged again while its first
 // use is within the grace, by every one of parallel refreshes, keeping the
 // time of its first use; past the grace none of parallel refreshes is.
