@@ -287,6 +287,34 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/agent/v1/jobs/{id}/storage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream a cloud drive backup object of a running backup job
+         * @description The content of the job's own object in the cloud drive, streamed from the provider with its Content-Length. Another server's job, a job that is not running, another key, or a job that does not read is 403; S3 objects are read with a presigned GET instead (409).
+         *
+         *     An enrolled agent, with its agent token.
+         */
+        get: operations["agent-storage-object"];
+        put?: never;
+        /**
+         * Grant one request of a running backup job to the backup storage
+         * @description For S3 storage, the answer is the request to make (method and URL), presigned with SigV4 query authentication, valid until 5 minutes after the job's deadline: op put, create_upload, upload_part, complete_upload, abort_upload, get, head, delete, or list (signed with the key as the listing's prefix). For the cloud drive, put answers the URL of a resumable upload session of the key's file; head, list and delete are done by the control plane and answered with their outcome. Only for a running backup job of this server, only for its own object (its key, and the key's .sha256 sidecar on S3) and only for what the job type does (a verification reads, a deletion reads and deletes); anything else is 403.
+         *
+         *     An enrolled agent, with its agent token.
+         */
+        post: operations["agent-storage-grant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/agent/v1/jobs/claim": {
         parameters: {
             query?: never;
@@ -3197,6 +3225,12 @@ export interface components {
             kind: string;
             tables?: components["schemas"]["BackupTable"][] | null;
         };
+        BackupObject: {
+            key: string;
+            sha256: string;
+            /** Format: int64 */
+            size: number;
+        };
         BackupPoliciesOutputBody: {
             /** @description One per database instance, in the order of the instances' list */
             policies: components["schemas"]["PolicyView"][] | null;
@@ -4079,6 +4113,8 @@ export interface components {
             agent_version: string;
             /** @description amd64 or arm64 */
             arch: string;
+            /** @description What the agent can do beyond its job types, e.g. storage_grants (backups without a storage credential on the server) */
+            capabilities?: string[] | null;
             /** Format: int64 */
             cpu_count: number;
             hostname: string;
@@ -5877,6 +5913,28 @@ export interface components {
             /** @description The URL the provider delivers webhooks to */
             webhook_url: string;
         };
+        StorageGrant: {
+            done?: boolean;
+            /** Format: date-time */
+            expires_at?: string;
+            found?: boolean;
+            header?: {
+                [key: string]: string;
+            };
+            method?: string;
+            object?: components["schemas"]["BackupObject"];
+            objects?: components["schemas"]["BackupObject"][] | null;
+            url?: string;
+        };
+        StorageGrantRequest: {
+            key: string;
+            op: string;
+            /** Format: int64 */
+            part?: number;
+            /** Format: int64 */
+            size?: number;
+            upload_id?: string;
+        };
         StreamTicketOutputBody: {
             /** Format: date-time */
             expires_at: string;
@@ -7124,6 +7182,210 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "agent-storage-object": {
+        parameters: {
+            query: {
+                /** @description The object's key: the job's key */
+                key: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The object's content */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "agent-storage-grant": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StorageGrantRequest"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorageGrant"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Bad Gateway */
+            502: {
                 headers: {
                     [name: string]: unknown;
                 };
