@@ -96,6 +96,10 @@
 //	            BackupStorageTestPayload.Key. Backup jobs carry no storage
 //	            credential, and are not queued for an agent without the
 //	            capability.
+//	2026-12-01  v1: loads into a same or newer version (version.go):
+//	            LoadVersion; DBArtifactSource.ImageVersion and Versions;
+//	            BackupVerifyResult.EngineVersion, Loader, LoaderVersion and
+//	            LoaderRef say what a backup was loaded into.
 package agentproto
 
 import (

@@ -249,6 +249,21 @@ type BackupVerifyResult struct {
 	// verification, dropped since).
 	Database string           `json:"database"`
 	Tables   []BackupCompared `json:"tables"`
+	// EngineVersion is the version of the server the backup was loaded
+	// into, as it reports itself: a throwaway Redis/Valkey server's
+	// ("7.0.15"), or for a SQL backup the instance's own server's.
+	// Loader is how it was loaded (DBTool*): DBToolHost, a server
+	// installed on the agent's host; DBToolImage, a throwaway container
+	// (the server, or the SQL load tool); DBToolContainer, the managed
+	// instance's own container. LoaderVersion is the engine version of
+	// that binary or image, the one LoadVersion picked (the image's
+	// catalogue version, "7.4", or the host binary's, "7.0.15"), and
+	// LoaderRef the image's reference or the binary's path. All "" from
+	// agents before 2026-12-01, and when the job failed before choosing.
+	EngineVersion string `json:"engine_version,omitempty"`
+	Loader        string `json:"loader,omitempty"`
+	LoaderVersion string `json:"loader_version,omitempty"`
+	LoaderRef     string `json:"loader_ref,omitempty"`
 	// Error says what failed: the checksum, the decryption, the load
 	// tool's message, or the tables that differ.
 	Error string `json:"error,omitempty"`

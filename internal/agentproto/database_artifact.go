@@ -57,6 +57,17 @@ type DBArtifactSource struct {
 	// Version is the engine's major version as Capstan lists it ("15",
 	// "10.11"); "" when not known.
 	Version string `json:"version,omitempty"`
+	// ImageVersion is the engine version Image runs. A dump's Image is
+	// always of Version itself. A load's (db.import, backup.verify,
+	// backup.restore) is of the version LoadVersion picks among those
+	// with an image: Version, or when it has none, the newest one above
+	// it. "" means Version (control planes before 2026-12-01).
+	ImageVersion string `json:"image_version,omitempty"`
+	// Versions are the versions of the engine that have an image, newest
+	// first, in a load's payload: an agent that has no image (Image "")
+	// and no suitable server of its own says them in its error. Nil when
+	// not known.
+	Versions []string `json:"versions,omitempty"`
 }
 
 // DBExportPayload is the payload of db.export.

@@ -48,7 +48,7 @@ func (s *Service) restorable(ctx context.Context, runID, jobID string) (Run, age
 	}
 	secrets := map[string]string{agentproto.SecretDBPassword: src.Password,
 		agentproto.SecretBackupIdentity: s.key.ArtifactIdentity().String()}
-	p := agentproto.BackupRestorePayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Storage: storage, Key: run.RemoteKey,
+	p := agentproto.BackupRestorePayload{RunID: run.ID, Target: src.Target, Source: src.Load, Storage: storage, Key: run.RemoteKey,
 		Size: run.Size, SHA256: run.SHA256, Manifest: *run.Manifest}
 	return run, p, secrets, nil
 }

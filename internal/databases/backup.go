@@ -13,7 +13,11 @@ import (
 type Source struct {
 	Instance Instance
 	Target   agentproto.DBTarget
+	// Tools are where the dump of a backup runs; Load where a load of
+	// it runs (a verification, a restore), in the image of a newer
+	// version when the instance's has none (loadSource).
 	Tools    agentproto.DBArtifactSource
+	Load     agentproto.DBArtifactSource
 	Database string
 	Password string
 }
@@ -38,5 +42,6 @@ func (s *Service) BackupSource(ctx context.Context, id, database string) (Source
 	if database == "" {
 		database = inst.Database
 	}
-	return Source{Instance: inst, Target: target(inst, cred), Tools: s.source(inst), Database: database, Password: password}, nil
+	return Source{Instance: inst, Target: target(inst, cred), Tools: s.source(inst), Load: s.loadSource(inst), Database: database,
+		Password: password}, nil
 }

@@ -153,6 +153,29 @@ func (c Catalog) Engine(name string) (Engine, bool) {
 	return Engine{}, false
 }
 
+// LoadImage returns the version of engine whose image loads a backup or
+// dump made by version: version itself when it has an image, else the
+// newest version above it (agentproto.LoadVersion: never an older one);
+// versions are every version of engine with an image, newest first.
+// ok is false when none is at or above version.
+func (c Catalog) LoadImage(engine, version string) (v EngineVersion, versions []string, ok bool) {
+	e, known := c.Engine(engine)
+	if !known {
+		return EngineVersion{}, nil, false
+	}
+	for _, ev := range e.Versions {
+		if ev.Image != "" {
+			versions = append(versions, ev.Version)
+		}
+	}
+	picked, ok := agentproto.LoadVersion(version, versions)
+	if !ok {
+		return EngineVersion{}, versions, false
+	}
+	i := slices.IndexFunc(e.Versions, func(ev EngineVersion) bool { return ev.Version == picked })
+	return e.Versions[i], versions, true
+}
+
 func (c Catalog) names() []string {
 	out := make([]string, len(c.engines))
 	for i, e := range c.engines {

@@ -149,7 +149,11 @@ func artifactDatabaseProblem(engine, name string) string {
 	return ""
 }
 
-// source is where an instance's dump and load tools run.
+// source is where an instance's dump tool runs: its container, a host
+// client of its version, or the image of its version. A dump tool newer
+// than the server may write statements only newer servers know (pg_dump
+// promises its output loads into its own major, not an older one), so a
+// dump never runs in a newer version's image.
 func (s *Service) source(inst Instance) agentproto.DBArtifactSource {
 	src := agentproto.DBArtifactSource{Version: inst.Version}
 	if inst.Managed {
@@ -158,9 +162,29 @@ func (s *Service) source(inst Instance) agentproto.DBArtifactSource {
 	if e, ok := s.catalog.Engine(inst.Engine); ok {
 		for _, v := range e.Versions {
 			if v.Version == inst.Version {
-				src.Image = v.Image
+				src.Image, src.ImageVersion = v.Image, v.Version
 			}
 		}
+	}
+	return src
+}
+
+// loadSource is where a load into an instance, or of its backup, runs:
+// its container, or a throwaway container of the image of its version,
+// or when that has none, of the newest version above it
+// (Catalog.LoadImage). A snapshot or dump loads into the same or a newer
+// version, never an older one; with no image at or above the instance's
+// version Image is "" and Versions name those there are, for the
+// agent's error.
+func (s *Service) loadSource(inst Instance) agentproto.DBArtifactSource {
+	src := agentproto.DBArtifactSource{Version: inst.Version}
+	if inst.Managed {
+		src.ContainerName = ContainerName(inst.Name)
+	}
+	v, versions, ok := s.catalog.LoadImage(inst.Engine, inst.Version)
+	src.Versions = versions
+	if ok {
+		src.Image, src.ImageVersion = v.Image, v.Version
 	}
 	return src
 }
@@ -406,7 +430,7 @@ func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return jobs.Job{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBImport,
-		Payload: agentproto.DBImportPayload{Target: target(inst, cred), Source: s.source(inst), Database: database, Format: format,
+		Payload: agentproto.DBImportPayload{Target: target(inst, cred), Source: s.loadSource(inst), Database: database, Format: format,
 			Bytes: w.Size, SHA256: w.SHA256},
 		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -87,7 +88,7 @@ func TestExport(t *testing.T) {
 	if err := json.Unmarshal(queued.Payload, &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Database != "app" || p.Source != (agentproto.DBArtifactSource{Image: "postgres:15", Version: "15"}) || p.Target.InstanceID != inst.ID {
+	if p.Database != "app" || !reflect.DeepEqual(p.Source, agentproto.DBArtifactSource{Image: "postgres:15", ImageVersion: "15", Version: "15"}) || p.Target.InstanceID != inst.ID {
 		t.Fatalf("payload %+v", p)
 	}
 	dump := []byte("-- a dump\n")
@@ -191,6 +192,61 @@ func TestExport(t *testing.T) {
 	}
 	if _, err := r.st.DatabaseArtifact(r.ctx, j.ID); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("the expired artifact's record: %v", err)
+	}
+}
+
+// TestLoadSource: a dump runs in the image of the instance's own version
+// or in none; a load (a backup's verification or restore, an import) in
+// the image of that version, or when it has none, of the newest one
+// above it, never an older one: with none at or above, no image and the
+// versions there are.
+func TestLoadSource(t *testing.T) {
+	r := newRig(t)
+	r.useArtifacts(0)
+	pgVersions := []string{"17", "16", "15", "14", "13"}
+	for _, c := range []struct {
+		name, engine, reported string
+		dump, load             agentproto.DBArtifactSource
+	}{
+		{"exact", agentproto.EnginePostgres, "15.4",
+			agentproto.DBArtifactSource{Version: "15", Image: "postgres:15", ImageVersion: "15"},
+			agentproto.DBArtifactSource{Version: "15", Image: "postgres:15", ImageVersion: "15", Versions: pgVersions}},
+		{"older than every image", agentproto.EnginePostgres, "12.3",
+			agentproto.DBArtifactSource{Version: "12"},
+			agentproto.DBArtifactSource{Version: "12", Image: "postgres:17", ImageVersion: "17", Versions: pgVersions}},
+		{"newer than every image", agentproto.EnginePostgres, "18.1",
+			agentproto.DBArtifactSource{Version: "18"},
+			agentproto.DBArtifactSource{Version: "18", Versions: pgVersions}},
+		{"mariadb between two", agentproto.EngineMariaDB, "10.8.3-MariaDB",
+			agentproto.DBArtifactSource{Version: "10.8"},
+			agentproto.DBArtifactSource{Version: "10.8", Image: "mariadb:11.4", ImageVersion: "11.4", Versions: []string{"11.4", "10.11", "10.6"}}},
+		{"debian redis", agentproto.EngineRedis, "7.0.15",
+			agentproto.DBArtifactSource{Version: "7.0"},
+			agentproto.DBArtifactSource{Version: "7.0", Image: "redis:7.4", ImageVersion: "7.4", Versions: []string{"7.4", "7.2"}}},
+	} {
+		inst := r.ready("db-"+strings.ReplaceAll(c.name, " ", "-"), c.engine, c.reported)
+		src, err := r.dbs.BackupSource(r.ctx, inst.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(src.Tools, c.dump) || !reflect.DeepEqual(src.Load, c.load) {
+			t.Errorf("%s: dump %+v, load %+v; want %+v, %+v", c.name, src.Tools, src.Load, c.dump, c.load)
+		}
+		if agentproto.EngineKind(c.engine) != agentproto.EngineKindSQL {
+			continue
+		}
+		j, err := r.dbs.Import(r.ctx, r.admin, r.client, inst.ID, databases.ImportRequest{Body: strings.NewReader("SELECT 1;"), DeclaredSize: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p agentproto.DBImportPayload
+		if err := json.Unmarshal(j.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(p.Source, c.load) {
+			t.Errorf("%s: import from %+v, want %+v", c.name, p.Source, c.load)
+		}
+		r.complete(r.claim(agentproto.JobDBImport), agentproto.StatusSucceeded, agentproto.DBImportResult{}, "")
 	}
 }
 
