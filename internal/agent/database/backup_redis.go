@@ -33,9 +33,9 @@ import (
 // their names and types, and the keys of each type. The manifest is of
 // the snapshot itself, so it is exactly what the backup holds.
 //
-// Verification loads the snapshot into a throwaway redis-server in a
-// container of the engine's image, on a loopback port of the server,
-// and counts what it loaded the same way (SCAN and TYPE).
+// Verification loads the snapshot into a throwaway redis-server of the
+// same or a newer version (backup_redis_server.go), on a loopback port
+// of the server, and counts what it loaded the same way (SCAN and TYPE).
 
 // redisSource dumps a Redis/Valkey instance's snapshot.
 func redisSource(ctx context.Context, p agentproto.BackupRunPayload, password string, events agent.EventSink,
@@ -696,23 +696,18 @@ func tallyDB(ctx context.Context, c *redis.Client, db int, t *kvTally) error {
 // compares its keys with the manifest.
 func (b *Backups) verifyKV(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
 	res *agentproto.BackupVerifyResult) (any, any, error) {
-	if p.Source.Image == "" {
-		return b.failed(res, fmt.Errorf("no image of %s %s to load the snapshot in", p.Target.Engine, p.Source.Version))
-	}
-	if b.Transfer == nil || b.Transfer.Docker == nil {
-		return b.failed(res, errors.New("this agent has no Docker engine to load the snapshot in"))
-	}
-	cli, err := b.Transfer.Docker.client()
+	srv, err := b.kvServer(ctx, p)
 	if err != nil {
 		return b.failed(res, err)
 	}
-	err = b.loadThrowawayKV(ctx, cli, p, secrets, events, res, func(addr string) {
+	err = b.loadThrowawayKV(ctx, srv, p, secrets, events, res, func(addr string) {
 		res.Database = "a throwaway " + p.Target.Engine + " on " + addr
 	}, nil)
 	if err != nil {
 		return b.failed(res, err)
 	}
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loaded the snapshot and matched the manifest's %d databases", len(res.Tables)), nil)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loaded the snapshot into %s %s and matched the manifest's %d databases",
+		p.Target.Engine, res.EngineVersion, len(res.Tables)), nil)
 	return res, nil, nil
 }
 
@@ -725,14 +720,14 @@ func (b *Backups) verifyKV(ctx context.Context, p agentproto.BackupRestorePayloa
 type snapshotTee func(snapshot io.Reader) (through io.Reader, finish func(readErr error) error)
 
 // loadThrowawayKV fetches a Redis/Valkey backup's object, loads its
-// snapshot as the data of a throwaway server of the engine's image
-// (startThrowawayRedis) on a free loopback port, waits until the server
-// loaded it, and compares what it holds with the manifest: per database
-// (fetchLoadCompare) and per key type. The server is removed before it
+// snapshot as the data of the throwaway server srv (kvServer) on a free
+// loopback port, waits until the server loaded it, and compares what it
+// holds with the manifest: per database (fetchLoadCompare) and per key
+// type; res says what it loaded into. The server is removed before it
 // returns. started, when not nil, learns the server's address before it
 // starts; tee, when not nil, sees the snapshot on its way (snapshotTee).
 // Verification and in-place restore both load a snapshot this way.
-func (b *Backups) loadThrowawayKV(ctx context.Context, cli *client.Client, p agentproto.BackupRestorePayload, secrets map[string]string,
+func (b *Backups) loadThrowawayKV(ctx context.Context, srv throwawayKV, p agentproto.BackupRestorePayload, secrets map[string]string,
 	events agent.EventSink, res *agentproto.BackupVerifyResult, started func(addr string), tee snapshotTee) error {
 	port, err := freeLoopbackPort()
 	if err != nil {
@@ -742,14 +737,11 @@ func (b *Backups) loadThrowawayKV(ctx context.Context, cli *client.Client, p age
 	if started != nil {
 		started(addr)
 	}
-	var id string
+	srv.describe(res)
 	defer func() {
-		if id == "" {
-			return
-		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		_, _ = cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true})
+		srv.remove(rctx)
 	}()
 	err = b.fetchLoadCompare(ctx, p, secrets, res,
 		func(object io.Reader, identity *age.X25519Identity) error {
@@ -757,12 +749,13 @@ func (b *Backups) loadThrowawayKV(ctx context.Context, cli *client.Client, p age
 			if err != nil {
 				return err
 			}
-			events.Emit(agentproto.LevelInfo, "loading the snapshot into a throwaway "+p.Target.Engine+" on "+addr, nil)
+			events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading the snapshot into a throwaway %s on %s, %s", p.Target.Engine, addr, srv),
+				map[string]any{"loader": res.Loader, "loader_version": res.LoaderVersion})
 			src, finish := io.Reader(plain), func(error) error { return nil }
 			if tee != nil {
 				src, finish = tee(plain)
 			}
-			id, err = startThrowawayRedis(ctx, cli, p, port, src)
+			err = srv.start(ctx, port, src)
 			ferr := finish(err)
 			// A broken object explains the rest: it is said first.
 			if cerr := check(); cerr != nil {
@@ -774,7 +767,8 @@ func (b *Backups) loadThrowawayKV(ctx context.Context, cli *client.Client, p age
 			if err != nil {
 				return err
 			}
-			return waitLoaded(ctx, cli, id, addr)
+			res.EngineVersion, err = waitLoaded(ctx, srv, addr)
+			return err
 		},
 		func(ctx context.Context) (agentproto.BackupManifest, error) { return redisManifest(ctx, addr) })
 	if err != nil {
@@ -832,31 +826,37 @@ func startThrowawayRedis(ctx context.Context, cli *client.Client, p agentproto.B
 	return created.ID, att.CloseWrite()
 }
 
-// waitLoaded waits until the throwaway server answers with its data
-// loaded, or fails with its output when it exited.
-func waitLoaded(ctx context.Context, cli *client.Client, id, addr string) error {
+// waitLoaded waits until the throwaway server srv answers with its data
+// loaded, and returns its version as it reports it; it fails with the
+// server's output when it exited.
+func waitLoaded(ctx context.Context, srv throwawayKV, addr string) (string, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1,
 		DialTimeout: 2 * time.Second})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		info, err := c.Info(ctx, "persistence").Result()
-		if err == nil && parseInfo(info)["persistence"]["loading"] == "0" {
-			return nil
+		info, err := c.Info(ctx, "server", "persistence").Result()
+		if err == nil {
+			if sections := parseInfo(info); sections["persistence"]["loading"] == "0" {
+				if v := sections["server"]["valkey_version"]; v != "" {
+					return v, nil
+				}
+				return sections["server"]["redis_version"], nil
+			}
 		}
-		insp, ierr := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		exited, out, ierr := srv.exited(ctx)
 		if ierr != nil {
-			return ierr
+			return "", ierr
 		}
-		if insp.Container.State != nil && !insp.Container.State.Running {
-			return fmt.Errorf("the server did not load the snapshot: %s", containerLogTail(ctx, cli, id))
+		if exited {
+			return "", fmt.Errorf("the server did not load the snapshot: %s", out)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the server did not load the snapshot within 10 minutes: %v", err)
+			return "", fmt.Errorf("the server did not load the snapshot within 10 minutes: %v", err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return "", ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

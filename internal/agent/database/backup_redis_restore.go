@@ -89,8 +89,6 @@ func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePaylo
 			p.Target.Engine))
 	case p.Source.ContainerName == "":
 		return b.failed(res, fmt.Errorf("the instance is external: this agent does not run its server, so it cannot restart it on the snapshot"))
-	case p.Source.Image == "":
-		return b.failed(res, fmt.Errorf("no image of %s %s to load the snapshot in", p.Target.Engine, p.Source.Version))
 	case b.Transfer == nil || b.Transfer.Docker == nil:
 		return b.failed(res, errors.New("this agent has no Docker engine"))
 	}
@@ -103,6 +101,10 @@ func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePaylo
 		return b.failed(res, err)
 	}
 	inst, err := kvInstanceOf(ctx, cli, p)
+	if err != nil {
+		return b.failed(res, err)
+	}
+	srv, err := b.kvServer(ctx, p)
 	if err != nil {
 		return b.failed(res, err)
 	}
@@ -130,7 +132,7 @@ func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePaylo
 			events.Emit(agentproto.LevelWarn, "removing the staged snapshot: "+err.Error(), nil)
 		}
 	}()
-	if err := b.stageKV(ctx, cli, p, secrets, inst, events, res); err != nil {
+	if err := b.stageKV(ctx, cli, srv, p, secrets, inst, events, res); err != nil {
 		return b.failed(res, err)
 	}
 
@@ -157,12 +159,12 @@ func manifestKeys(m agentproto.BackupManifest) int64 {
 	return n
 }
 
-// stageKV loads the snapshot into a throwaway server and into the
+// stageKV loads the snapshot into the throwaway server srv and into the
 // instance's staging file at once (loadThrowawayKV), and checks the
 // staged file's checksum against the snapshot's.
-func (b *Backups) stageKV(ctx context.Context, cli *client.Client, p agentproto.BackupRestorePayload, secrets map[string]string,
-	inst kvInstance, events agent.EventSink, res *agentproto.BackupVerifyResult) error {
-	err := b.loadThrowawayKV(ctx, cli, p, secrets, events, res, nil, func(snapshot io.Reader) (io.Reader, func(error) error) {
+func (b *Backups) stageKV(ctx context.Context, cli *client.Client, srv throwawayKV, p agentproto.BackupRestorePayload,
+	secrets map[string]string, inst kvInstance, events agent.EventSink, res *agentproto.BackupVerifyResult) error {
+	err := b.loadThrowawayKV(ctx, srv, p, secrets, events, res, nil, func(snapshot io.Reader) (io.Reader, func(error) error) {
 		events.Emit(agentproto.LevelInfo, "staging the snapshot in the volume of "+inst.name, nil)
 		pr, pw := io.Pipe()
 		type stagedFile struct {

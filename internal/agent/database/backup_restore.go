@@ -50,6 +50,7 @@ func (b *Backups) verify(ctx context.Context, job agentproto.Job, secrets map[st
 		return b.failed(res, err)
 	}
 	defer admin.Close()
+	res.EngineVersion = admin.ServerVersion()
 	res.Database = scratchName("verify", p.RunID)
 	if _, _, err := admin.dropDatabase(ctx, res.Database); err != nil {
 		return b.failed(res, fmt.Errorf("dropping a leftover %s: %w", res.Database, err))
@@ -89,6 +90,7 @@ func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[s
 		return b.failed(res, err)
 	}
 	defer admin.Close()
+	res.EngineVersion = admin.ServerVersion()
 	exists, err := admin.exists(ctx, p.Into)
 	if err != nil {
 		return b.failed(res, err)
@@ -196,6 +198,8 @@ type restoreAdmin interface {
 	// swap puts restored in target's place and target's content in old,
 	// all at once.
 	swap(ctx context.Context, target, restored, old string) error
+	// ServerVersion is what the engine reports of itself.
+	ServerVersion() string
 	Close()
 }
 
@@ -244,7 +248,7 @@ func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestore
 	events agent.EventSink, database string, res *agentproto.BackupVerifyResult) error {
 	return b.fetchLoadCompare(ctx, p, secrets, res,
 		func(object io.Reader, identity *age.X25519Identity) error {
-			return b.load(ctx, p, secrets, events, database, object, identity)
+			return b.load(ctx, p, secrets, events, database, object, identity, res)
 		},
 		func(ctx context.Context) (agentproto.BackupManifest, error) {
 			return sqlManifest(ctx, p.Target, secrets[agentproto.SecretDBPassword], database)
@@ -303,9 +307,10 @@ func (b *Backups) fetchLoadCompare(ctx context.Context, p agentproto.BackupResto
 	return compareManifest(p.Manifest, got, res)
 }
 
-// load streams the object into database with the engine's load tool.
+// load streams the object into database with the engine's load tool;
+// res says which tool.
 func (b *Backups) load(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
-	database string, object io.Reader, identity *age.X25519Identity) error {
+	database string, object io.Reader, identity *age.X25519Identity, res *agentproto.BackupVerifyResult) error {
 	unzipped, check, err := plaintext(object, identity)
 	if err != nil {
 		return err
@@ -314,6 +319,13 @@ func (b *Backups) load(ctx context.Context, p agentproto.BackupRestorePayload, s
 		secrets[agentproto.SecretDBPassword], events)
 	if err != nil {
 		return err
+	}
+	res.Loader, res.LoaderVersion, res.LoaderRef = r.kind(), p.Source.Version, p.Source.ContainerName
+	if r.kind() == agentproto.DBToolImage {
+		res.LoaderRef = p.Source.Image
+		if p.Source.ImageVersion != "" {
+			res.LoaderVersion = p.Source.ImageVersion
+		}
 	}
 	br := bufio.NewReaderSize(unzipped, 256<<10)
 	var stdin io.Reader = br

@@ -226,11 +226,16 @@ func (t *Transfer) dumper(ctx context.Context, p agentproto.DBExportPayload, pas
 }
 
 // loader picks where the load of p runs: the managed instance's
-// container, or a throwaway container of the engine's image.
+// container, or a throwaway container of the image the control plane
+// chose, of the instance's version or a newer one (agentproto
+// LoadVersion).
 func (t *Transfer) loader(ctx context.Context, p agentproto.DBImportPayload, password string, events agent.EventSink) (runner, conn, error) {
 	if p.Source.ContainerName != "" {
 		r, err := t.containerOf(ctx, p.Target, p.Source.ContainerName)
 		return r, managedConn(p.Target, password), err
+	}
+	if p.Source.Image == "" {
+		return nil, conn{}, noLoadImage(p.Target.Engine, p.Source, "run its load tool in")
 	}
 	r, err := t.imageOf(p.Target, p.Source, events)
 	return r, externalConn(p.Target, password, caPath), err
