@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -174,6 +175,11 @@ func TestBackupRedis(t *testing.T) {
 	}
 	if v := r.verified(t, run.ID); !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
 		t.Fatalf("verified: %+v", v)
+	} else if d := v.Details; d.Loader != "image" || d.LoaderVersion != "7.2" || d.LoaderRef != testlab.EngineImage(t, "redis") ||
+		d.EngineVersion == "" {
+		// The host's Redis (Debian's 7.0) is older than the snapshot's
+		// 7.2: the image of 7.2 loads it.
+		t.Fatalf("loaded into %q with %s %s %s, want the image of 7.2", d.EngineVersion, d.Loader, d.LoaderVersion, d.LoaderRef)
 	}
 
 	// Refused: a restore into a new database or one named (a snapshot
@@ -199,4 +205,110 @@ func TestBackupRedis(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBackupRedisExternalOlderVersion: Debian's Redis 7.0, registered as
+// an external instance, is a version the engines list has no image of
+// (it offers 7.4 and 7.2). Its backup is verified all the same: a
+// snapshot loads into the same or a newer version, and the server's own
+// redis-server is one (the instance's version itself), so the snapshot
+// loads into a throwaway process of it; the run's verification names the
+// version it was loaded into and what loaded it.
+func TestBackupRedisExternalOlderVersion(t *testing.T) {
+	r := newBackupRig(t, store.SQLite)
+	expectStatus(t, r.putSettings(t, r.storageSettings("kv")), http.StatusOK)
+	var engines struct {
+		Engines []struct {
+			Name     string `json:"name"`
+			Versions []struct {
+				Version string `json:"version"`
+			} `json:"versions"`
+		} `json:"engines"`
+	}
+	r.Get(t, "/api/v1/databases/engines", r.Token).JSON(t, &engines)
+	var listed []string
+	for _, e := range engines.Engines {
+		if e.Name == "redis" {
+			for _, v := range e.Versions {
+				listed = append(listed, v.Version)
+			}
+		}
+	}
+	if got := strings.Join(listed, ","); got != "7.4,7.2" {
+		t.Fatalf("redis versions listed: %s, want 7.4,7.2", got)
+	}
+
+	rds := testlab.StartRedis(t, nil)
+	c := rds.Client(t)
+	ctx := t.Context()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serverVersion string
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			serverVersion = v
+		}
+	}
+	if !strings.HasPrefix(serverVersion, "7.0.") {
+		t.Fatalf("the test lab's Redis is %q, not Debian's 7.0", serverVersion)
+	}
+	inst := r.register(t, map[string]any{"name": "cache", "engine": "redis", "host": "127.0.0.1", "port": rds.Port,
+		"password": rds.Password, "tls_mode": "disable"})
+	if inst.State != "ready" || inst.Version != "7.0" {
+		t.Fatalf("instance: %+v", inst)
+	}
+	p := c.Pipeline()
+	for i := range 200 {
+		p.Set(ctx, fmt.Sprintf("k:%d", i), i, 0)
+	}
+	p.HSet(ctx, "h", "a", "1")
+	p.RPush(ctx, "l", "x", "y")
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	opts1 := *c.Options()
+	opts1.DB = 3
+	c3 := redis.NewClient(&opts1)
+	defer c3.Close()
+	if err := c3.Set(ctx, "other", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	run, j := r.backup(t, inst.ID, "")
+	if j.Status != "succeeded" || run.Status != "succeeded" {
+		t.Fatalf("backup: job %s (%s), run %s (%s)\nagent log:\n%s", j.Status, deref(j.Error), run.Status, run.Error, r.agent.Logs())
+	}
+	vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil)
+	if vj.Status != "succeeded" {
+		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
+	}
+	v := r.verified(t, run.ID)
+	if !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
+		t.Fatalf("verified: %+v", v)
+	}
+	for _, tb := range v.Details.Tables {
+		if !tb.OK {
+			t.Fatalf("table %s differs: %+v", tb.Name, v)
+		}
+	}
+	d := v.Details
+	if d.EngineVersion != serverVersion || d.Loader != "host" || d.LoaderVersion != serverVersion || !strings.HasSuffix(d.LoaderRef, "/redis-server") {
+		t.Fatalf("loaded into %q with %s %s %s, want the host's redis-server %s", d.EngineVersion, d.Loader, d.LoaderVersion,
+			d.LoaderRef, serverVersion)
+	}
+	// The throwaway server is gone: nothing answers on the address the
+	// verification named.
+	addr := strings.TrimPrefix(d.Database, "a throwaway redis on ")
+	if addr == d.Database {
+		t.Fatalf("details.database %q names no address", d.Database)
+	}
+	testlab.Eventually(t, time.Minute, "the throwaway server stopped", func() bool {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+		}
+		return err != nil
+	})
 }

@@ -20,7 +20,15 @@ type Verified struct {
 		OK         bool   `json:"ok"`
 		ChecksumOK bool   `json:"checksum_ok"`
 		Error      string `json:"error"`
-		Tables     []struct {
+		Database   string `json:"database"`
+		// What the backup was loaded into: the server's own version,
+		// and the loader (host, image or container) with its version
+		// and image or path.
+		EngineVersion string `json:"engine_version"`
+		Loader        string `json:"loader"`
+		LoaderVersion string `json:"loader_version"`
+		LoaderRef     string `json:"loader_ref"`
+		Tables        []struct {
 			Name string `json:"name"`
 			OK   bool   `json:"ok"`
 		} `json:"tables"`
@@ -154,6 +162,12 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	v := r.verified(t, run.ID)
 	if !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
 		t.Fatalf("verified: %+v", v)
+	}
+	// Loaded into the instance's own server with psql of its version.
+	if d := v.Details; !strings.HasPrefix(d.EngineVersion, "15.") || d.Loader != "image" || d.LoaderVersion != "15" ||
+		d.LoaderRef != testlab.EngineImage(t, "postgres") {
+		t.Fatalf("loaded into %q with %s %s %s, want PostgreSQL 15 with the image of 15", d.EngineVersion, d.Loader, d.LoaderVersion,
+			d.LoaderRef)
 	}
 	if n := leftovers(); n != "0" {
 		t.Fatalf("%s scratch databases left after the verification", n)
