@@ -73,7 +73,7 @@ type Run struct {
 type Verification struct {
 	At      time.Time       `json:"at"`
 	OK      bool            `json:"ok"`
-	Details json.RawMessage `json:"details" doc:"What was compared: size, sha256 and each table's rows and checksum against the manifest, or the error"`
+	Details json.RawMessage `json:"details" doc:"What was compared: size, sha256 and each table's rows and checksum against the manifest, or the error; engine_version, loader (host, image or container), loader_version and loader_ref: what the backup was loaded into, its own version or a newer one"`
 }
 
 // RunFinish is the end of a run as its job reported it.

@@ -6081,7 +6081,7 @@ export interface components {
         Verification: {
             /** Format: date-time */
             at: string;
-            /** @description What was compared: size, sha256 and each table's rows and checksum against the manifest, or the error */
+            /** @description What was compared: size, sha256 and each table's rows and checksum against the manifest, or the error; engine_version, loader (host, image or container), loader_version and loader_ref: what the backup was loaded into, its own version or a newer one */
             details: unknown;
             ok: boolean;
         };
