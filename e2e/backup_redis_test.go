@@ -16,7 +16,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -209,13 +208,15 @@ func TestBackupRedis(t *testing.T) {
 
 // TestBackupRedisExternalOlderVersion: Debian's Redis 7.0, registered as
 // an external instance, is a version the engines list has no image of
-// (it offers 7.4 and 7.2). Its backup is verified all the same: a
-// snapshot loads into the same or a newer version, and the server's own
-// redis-server is one (the instance's version itself), so the snapshot
-// loads into a throwaway process of it; the run's verification names the
-// version it was loaded into and what loaded it.
+// (it offers 7.4 and 7.2, here both the test lab's image). Its backup is
+// verified all the same: a snapshot loads into the same or a newer
+// version, so it loads into a throwaway server of the image of the
+// newest version above it, 7.4; the run's verification names the version
+// the server reported and the image's.
 func TestBackupRedisExternalOlderVersion(t *testing.T) {
-	r := newBackupRig(t, store.SQLite)
+	testlab.Docker(t)
+	image := testlab.EngineImage(t, "redis")
+	r := newImagesRig(t, map[string]map[string]string{"redis": {"7.2": image, "7.4": image}})
 	expectStatus(t, r.putSettings(t, r.storageSettings("kv")), http.StatusOK)
 	var engines struct {
 		Engines []struct {
@@ -293,10 +294,12 @@ func TestBackupRedisExternalOlderVersion(t *testing.T) {
 			t.Fatalf("table %s differs: %+v", tb.Name, v)
 		}
 	}
+	// The test lab's image of "7.4" holds Debian's Redis too: the server
+	// it ran reports 7.0.15, the image is the one of 7.4.
 	d := v.Details
-	if d.EngineVersion != serverVersion || d.Loader != "host" || d.LoaderVersion != serverVersion || !strings.HasSuffix(d.LoaderRef, "/redis-server") {
-		t.Fatalf("loaded into %q with %s %s %s, want the host's redis-server %s", d.EngineVersion, d.Loader, d.LoaderVersion,
-			d.LoaderRef, serverVersion)
+	if d.EngineVersion != serverVersion || d.Loader != "image" || d.LoaderVersion != "7.4" || d.LoaderRef != image {
+		t.Fatalf("loaded into %q with %s %s %s, want the image of 7.4 (%s)", d.EngineVersion, d.Loader, d.LoaderVersion,
+			d.LoaderRef, image)
 	}
 	// The throwaway server is gone: nothing answers on the address the
 	// verification named.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/moby/moby/client"
@@ -19,12 +20,14 @@ import (
 )
 
 // A Redis/Valkey snapshot loads into a throwaway server of the same or a
-// newer version (RDB is read by newer servers, not by older ones): the
-// engine's server installed on the agent's host, or one in a throwaway
-// container of the image the control plane chose (agentproto
-// DBArtifactSource.Image). Both are candidates of one rule,
-// agentproto.LoadVersion: the one of the snapshot's own version wins,
-// else the newest; at the same version the host's, which needs no image.
+// newer version (RDB is read by newer servers, not by older ones): one in
+// a throwaway container of the image the control plane chose (agentproto
+// DBArtifactSource.Image, by agentproto.LoadVersion), or, only when
+// there is no image at or above the snapshot's version, the engine's
+// server installed on the agent's host if LoadVersion takes its version.
+// The container comes first because a snapshot can hold code the server
+// runs as it loads (function libraries in Lua): in the container it runs
+// as nobody, with no way to the agent's Docker engine.
 
 // throwawayKV is a Redis/Valkey server that a verification or a restore
 // loads a snapshot into, on a loopback port, with no persistence.
@@ -84,41 +87,32 @@ func kvServerVersion(out string) string {
 	return ""
 }
 
-// pickKVServer chooses where a snapshot of src loads, by
-// agentproto.LoadVersion among the image (src.Image, of
-// src.ImageVersion) and the host's server (hostVersion; "" when there is
-// none): host is true for the host's server. The host's version counts
-// to the precision of the snapshot's ("7.0.15" is 7.0 for a 7.0
-// snapshot), so that a server of the snapshot's own version is an exact
-// match. With neither at or above the snapshot's version, the error says
-// what there is.
+// pickKVServer chooses where a snapshot of src loads: in the image
+// (src.Image, of src.ImageVersion) when there is one, which the control
+// plane chose by agentproto.LoadVersion; else in the host's server
+// (hostVersion; "" when there is none) when LoadVersion takes its
+// version, counted to the precision of the snapshot's ("7.0.15" is 7.0
+// for a 7.0 snapshot). host is true for the host's server. With neither,
+// the error says what there is.
 func pickKVServer(engine string, src agentproto.DBArtifactSource, hostVersion string) (host bool, err error) {
-	var candidates []string
-	imageVersion := src.ImageVersion
-	if imageVersion == "" {
-		imageVersion = src.Version
-	}
 	if src.Image != "" {
-		candidates = append(candidates, imageVersion)
-	}
-	hostAs := versionTo(hostVersion, src.Version)
-	if hostAs != "" {
-		candidates = append(candidates, hostAs)
-	}
-	v, ok := agentproto.LoadVersion(src.Version, candidates)
-	if !ok {
-		err := noLoadImage(engine, src, "load the snapshot in")
-		if hostVersion != "" {
-			return false, fmt.Errorf("%w; this server's %s is %s", err, kvServerName(engine), hostVersion)
+		imageVersion := src.ImageVersion
+		if imageVersion == "" {
+			imageVersion = src.Version
 		}
-		return false, fmt.Errorf("%w, and this server has no %s", err, kvServerName(engine))
-	}
-	if hostAs != "" {
-		if c, _ := agentproto.CompareVersions(hostAs, v); c == 0 {
-			return true, nil
+		// A control plane chooses no older image; an agent checks.
+		if _, ok := agentproto.LoadVersion(src.Version, []string{imageVersion}); ok {
+			return false, nil
 		}
 	}
-	return false, nil
+	if _, ok := agentproto.LoadVersion(src.Version, []string{versionTo(hostVersion, src.Version)}); ok && hostVersion != "" {
+		return true, nil
+	}
+	err = noLoadImage(engine, src, "load the snapshot in")
+	if hostVersion != "" {
+		return false, fmt.Errorf("%w; this server's %s is %s", err, kvServerName(engine), hostVersion)
+	}
+	return false, fmt.Errorf("%w, and this server has no %s", err, kvServerName(engine))
 }
 
 // versionTo cuts version to as many numbers as like has ("7.0.15", "7.0"
@@ -213,7 +207,8 @@ func (s *containerKV) String() string {
 }
 
 // hostKV is the host's own server binary run as a throwaway process of
-// the agent, its data in a private temporary directory.
+// the agent, its data in a private temporary directory; when the agent
+// runs as root, the process runs as nobody.
 type hostKV struct {
 	path, version string
 
@@ -244,6 +239,14 @@ func (s *hostKV) start(ctx context.Context, port int, rdb io.Reader) error {
 	// does: remove is always called.
 	s.cmd = exec.Command(s.path, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--dbfilename", "capstan.rdb", "--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
+	if os.Geteuid() == 0 {
+		for _, p := range []string{dir, filepath.Join(dir, "capstan.rdb")} {
+			if err := os.Chown(p, nobody, nobody); err != nil {
+				return err
+			}
+		}
+		s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	}
 	s.out.tail = newTail(4 << 10)
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	if err := s.cmd.Start(); err != nil {
@@ -287,6 +290,9 @@ func (s *hostKV) describe(res *agentproto.BackupVerifyResult) {
 func (s *hostKV) String() string {
 	return fmt.Sprintf("as a throwaway process of this server's %s %s", s.path, s.version)
 }
+
+// nobody is the user and group a root agent runs a host server as.
+const nobody = 65534
 
 // lockedTail is a tail written by a process's output and read while it
 // runs.
