@@ -751,7 +751,7 @@ func (b *Backups) loadThrowawayKV(ctx context.Context, cli *client.Client, p age
 		defer cancel()
 		_, _ = cli.ContainerRemove(rctx, id, client.ContainerRemoveOptions{Force: true})
 	}()
-	err = b.fetchLoadCompare(ctx, p, secrets, res,
+	err = b.fetchLoadCompare(ctx, p, secrets, events, res,
 		func(object io.Reader, identity *age.X25519Identity) error {
 			plain, check, err := plaintext(object, identity)
 			if err != nil {
