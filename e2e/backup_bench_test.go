@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
@@ -77,7 +76,7 @@ func BenchmarkBackupPostgres(b *testing.B) {
 		"username": pg.User, "password": pg.Password, "database": "bench", "tls_mode": "disable"})
 	b.Logf("database: %.1f MiB", float64(dbBytes)/(1<<20))
 
-	recipient := r.recipient(b)
+	recipient := backupIdentity(b, r.DataDir, "inst-v1:"+inst.ID).Recipient().String()
 	dir := b.TempDir()
 	if hold := os.Getenv("CAPSTAN_BENCH_HOLD"); hold != "" {
 		dir = hold
@@ -140,21 +139,6 @@ export PGHOST=127.0.0.1 PGPORT=%d PGUSER=%s PGPASSWORD='%s' PGSSLMODE=disable
 		b.Logf("agent RSS: backup %.1f → peak %.1f MiB; verification %.1f → peak %.1f MiB; VmHWM %.1f MiB", float64(base)/(1<<20),
 			float64(peak)/(1<<20), float64(vbase)/(1<<20), float64(vpeak)/(1<<20), float64(procStatus(b, pid, "VmHWM"))/(1<<20))
 	}
-}
-
-// recipient is the control plane's age recipient, from the identity in
-// its data dir.
-func (r *backupRig) recipient(tb testing.TB) string {
-	f, err := os.Open(filepath.Join(r.DataDir, "artifacts.agekey"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer f.Close()
-	ids, err := age.ParseIdentities(f)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return ids[0].(*age.X25519Identity).Recipient().String()
 }
 
 // holdForTimer writes the scripts an outside timer runs and waits for

@@ -177,7 +177,7 @@ func TestBackupMariaDB(t *testing.T) {
 		t.Fatalf("stored object: %d bytes (run %d), age header %v, plaintext %v", len(object), run.Size,
 			bytes.HasPrefix(object, []byte("age-encryption.org/v1\n")), bytes.Contains(object, []byte(marker)))
 	}
-	dump := decryptBackup(t, r.DataDir, object)
+	dump := decryptBackup(t, r.DataDir, run.KeyID, object)
 	if !bytes.Contains(dump, []byte(marker)) {
 		t.Fatal("the decrypted backup does not hold the data")
 	}

@@ -163,7 +163,7 @@ func TestBackupRedis(t *testing.T) {
 		!bytes.HasPrefix(object, []byte("age-encryption.org/v1\n")) {
 		t.Fatalf("stored object: %d bytes (run %d): not the encrypted snapshot", len(object), run.Size)
 	}
-	if rdb := decryptBackup(t, r.DataDir, object); !bytes.HasPrefix(rdb, []byte("REDIS")) || !bytes.Contains(rdb, []byte(marker)) {
+	if rdb := decryptBackup(t, r.DataDir, run.KeyID, object); !bytes.HasPrefix(rdb, []byte("REDIS")) || !bytes.Contains(rdb, []byte(marker)) {
 		t.Fatalf("the decrypted backup is not the RDB snapshot: %.40q", rdb)
 	}
 	t.Logf("%d keys written while the backup ran; the snapshot holds %d in db0", written.Load(), rows["db0"])

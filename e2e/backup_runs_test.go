@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -31,6 +31,7 @@ type BackupRun struct {
 	Status     string `json:"status"`
 	Size       int64  `json:"size"`
 	SHA256     string `json:"sha256"`
+	KeyID      string `json:"key_id"`
 	Manifest   *struct {
 		Kind   string           `json:"kind"`
 		Keys   map[string]int64 `json:"keys"`
@@ -109,19 +110,27 @@ func (r *backupRig) runs(t testing.TB, query string) []BackupRun {
 	return out.Runs
 }
 
-// decryptBackup opens a stored backup with the data dir's identity, as
-// an operator would with age -d -i artifacts.agekey, and gunzips it.
-func decryptBackup(t testing.TB, dataDir string, object []byte) []byte {
+// backupIdentity is the identity keyID names, derived from the secret
+// key in the control plane's data dir as the control plane derives it
+// (and capstan recovery-kit identity does from a kit).
+func backupIdentity(t testing.TB, dataDir, keyID string) *age.X25519Identity {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dataDir, "artifacts.agekey"))
+	key, err := secrets.LoadOrCreate(dataDir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	ids, err := age.ParseIdentities(f)
+	id, err := key.IdentityOf(keyID)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return id
+}
+
+// decryptBackup opens a stored backup with the identity of its key id
+// and gunzips it.
+func decryptBackup(t testing.TB, dataDir, keyID string, object []byte) []byte {
+	t.Helper()
+	ids := []age.Identity{backupIdentity(t, dataDir, keyID)}
 	dec, err := age.Decrypt(bytes.NewReader(object), ids...)
 	if err != nil {
 		t.Fatalf("decrypting the backup: %v", err)
@@ -249,7 +258,7 @@ func TestBackupRunPostgres(t *testing.T) {
 	if bytes.Contains(object, []byte(marker)) || !bytes.HasPrefix(object, []byte("age-encryption.org/v1\n")) {
 		t.Fatal("the stored object is not age-encrypted: it holds plaintext")
 	}
-	dump := decryptBackup(t, r.DataDir, object)
+	dump := decryptBackup(t, r.DataDir, run.KeyID, object)
 	if !bytes.Contains(dump, []byte(marker)) {
 		t.Fatal("the decrypted backup does not hold the data")
 	}

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"filippo.io/age"
 
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
@@ -213,4 +217,52 @@ func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
 		r = mustPostFrom(t, cp, clientAt(t, "127.0.0.2"), "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
 		expectStatus(t, r, http.StatusOK)
 	})
+}
+
+// TestRecoveryKitDecryptsInstanceBackups: a backup encrypted to its
+// instance's own key is decrypted with the kit alone: capstan
+// recovery-kit identity derives the instance's identity from the kit's
+// secret key, in age's identity file format.
+func TestRecoveryKitDecryptsInstanceBackups(t *testing.T) {
+	r := newBackupRig(t, store.SQLite)
+	expectStatus(t, r.putSettings(t, r.storageSettings("")), http.StatusOK)
+	pg, _ := r.registerPostgres(t, "pg", `CREATE TABLE kept (v text)`, `INSERT INTO kept VALUES ('row kept by the kit')`)
+	run, j := r.backup(t, pg.ID, "")
+	if run.Status != "succeeded" || run.KeyID != "inst-v1:"+pg.ID {
+		t.Fatalf("backup: %s (%s), key_id %q", j.Status, deref(j.Error), run.KeyID)
+	}
+	resp := r.Post(t, "/api/v1/platform/recovery-kit", r.Token, map[string]string{"password": r.Admin.Password})
+	expectStatus(t, resp, http.StatusOK)
+	kitFile := filepath.Join(t.TempDir(), "kit.age")
+	if err := os.WriteFile(kitFile, resp.Body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Only the kit: no data dir, no store.
+	env := childEnv(nil)
+	for _, args := range [][]string{{"--key-id", run.KeyID}, {"--instance", pg.ID}} {
+		res := runCLI(t, env, r.Admin.Password+"\n", append([]string{"recovery-kit", "identity", "--file", kitFile}, args...)...)
+		if res.ExitCode != 0 {
+			t.Fatalf("recovery-kit identity %v: exit %d: %s", args, res.ExitCode, res.Stderr)
+		}
+		ids, err := age.ParseIdentities(strings.NewReader(res.Stdout))
+		if err != nil {
+			t.Fatalf("recovery-kit identity %v printed no identity file: %v\n%s", args, err, res.Stdout)
+		}
+		dec, err := age.Decrypt(bytes.NewReader(r.s3.Object(t, run.Locations.Remote)), ids...)
+		if err != nil {
+			t.Fatalf("decrypting the backup with the kit's identity: %v", err)
+		}
+		gz, err := gzip.NewReader(dec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dump, err := io.ReadAll(gz)
+		if err != nil || !bytes.Contains(dump, []byte("row kept by the kit")) {
+			t.Fatalf("the decrypted backup (%d bytes, %v) does not hold the table's row", len(dump), err)
+		}
+	}
+	res := runCLI(t, env, "not the password\n", "recovery-kit", "identity", "--file", kitFile, "--instance", pg.ID)
+	if res.ExitCode == 0 || strings.Contains(res.Stdout, "AGE-SECRET-KEY-1") {
+		t.Fatalf("recovery-kit identity with a wrong password: exit %d, printed %q", res.ExitCode, res.Stdout)
+	}
 }

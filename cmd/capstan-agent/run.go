@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -199,6 +200,10 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	transfer := &database.Transfer{Artifacts: files, Docker: managed}
 	transfer.Register(r)
 	backups := &database.Backups{Transfer: transfer, OpenStore: stores.Open}
+	if ps.StateDir != "" {
+		// Objects being verified or restored wait for their check here.
+		backups.StagingDir = filepath.Join(ps.StateDir, "restore")
+	}
 	backups.Register(r)
 	backups.RegisterRestores(r)
 	backup.Executors{Open: stores.Open}.Register(r)

@@ -201,7 +201,7 @@ func (a *app) useArtifacts(dataDir string, o databases.ArtifactOptions) error {
 	if err := a.key.WriteArtifactIdentity(dataDir); err != nil {
 		return fmt.Errorf("artifact identity: %w", err)
 	}
-	dir, err := artifacts.Open(filepath.Join(dataDir, "artifacts"), a.key.ArtifactIdentity())
+	dir, err := artifacts.Open(filepath.Join(dataDir, "artifacts"))
 	if err != nil {
 		return err
 	}

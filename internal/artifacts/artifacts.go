@@ -1,7 +1,7 @@
 // Package artifacts keeps the files of database exports and uploaded
-// imports in a directory of the data dir, encrypted with age to the
-// control plane's artifact identity (secrets.Key.ArtifactIdentity) as
-// their bytes arrive: no plaintext byte of an artifact is ever written to
+// imports in a directory of the data dir, encrypted with age as their
+// bytes arrive, each to the recipient its writer names (the identity of
+// the file's database instance, secrets.Key.InstanceIdentity): no plaintext byte of an artifact is ever written to
 // disk, and none is held in memory beyond the copy buffer and age's
 // 64 KiB chunk.
 //
@@ -42,18 +42,16 @@ var ErrTooLarge = errors.New("artifacts: content over the limit")
 
 // Dir is a directory of encrypted artifact files.
 type Dir struct {
-	path      string
-	identity  *age.X25519Identity
-	recipient *age.X25519Recipient
+	path string
 }
 
 // Open returns the artifact directory path, creating it (mode 0700) if
-// missing; files in it are encrypted to id's recipient.
-func Open(path string, id *age.X25519Identity) (*Dir, error) {
+// missing.
+func Open(path string) (*Dir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("artifact directory: %w", err)
 	}
-	return &Dir{path: path, identity: id, recipient: id.Recipient()}, nil
+	return &Dir{path: path}, nil
 }
 
 // Path is the directory's path.
@@ -68,10 +66,10 @@ type Written struct {
 	SHA256 string
 }
 
-// Write encrypts what r yields into a new file named after prefix and
-// returns it. More than limit bytes (limit > 0) is ErrTooLarge. Any error,
+// Write encrypts what r yields to recipient into a new file named after
+// prefix and returns it. More than limit bytes (limit > 0) is ErrTooLarge. Any error,
 // also ctx ending, leaves no file behind.
-func (d *Dir) Write(ctx context.Context, prefix string, r io.Reader, limit int64) (w Written, err error) {
+func (d *Dir) Write(ctx context.Context, prefix string, recipient age.Recipient, r io.Reader, limit int64) (w Written, err error) {
 	if !validPrefix(prefix) {
 		return Written{}, fmt.Errorf("artifacts: invalid file prefix %q", prefix)
 	}
@@ -92,7 +90,7 @@ func (d *Dir) Write(ctx context.Context, prefix string, r io.Reader, limit int64
 		}
 	}()
 	buf := bufio.NewWriterSize(f, copyBuffer)
-	enc, err := age.Encrypt(buf, d.recipient)
+	enc, err := age.Encrypt(buf, recipient)
 	if err != nil {
 		return Written{}, err
 	}
@@ -126,9 +124,10 @@ func (d *Dir) Write(ctx context.Context, prefix string, r io.Reader, limit int64
 	return Written{File: name + suffix, Size: n, SHA256: hex.EncodeToString(sum.Sum(nil))}, nil
 }
 
-// Open returns the plaintext of a file Write stored. Reading it fails if
-// the file was altered (age authenticates every chunk).
-func (d *Dir) Open(file string) (io.ReadCloser, error) {
+// Open returns the plaintext of a file Write stored, decrypted with
+// identity. Reading it fails if the file was altered (age authenticates
+// every chunk).
+func (d *Dir) Open(file string, identity age.Identity) (io.ReadCloser, error) {
 	if !validFile(file) {
 		return nil, fmt.Errorf("artifacts: invalid file name %q", file)
 	}
@@ -136,7 +135,7 @@ func (d *Dir) Open(file string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := age.Decrypt(bufio.NewReaderSize(f, copyBuffer), d.identity)
+	r, err := age.Decrypt(bufio.NewReaderSize(f, copyBuffer), identity)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("artifacts: %s: %w", file, err)

@@ -16,13 +16,18 @@ import (
 	"filippo.io/age"
 )
 
-func newDir(t *testing.T) *Dir {
-	t.Helper()
+// testIdentity is what the tests' files are encrypted to.
+var testIdentity = func() *age.X25519Identity {
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
-		t.Fatal(err)
+		panic(err)
 	}
-	d, err := Open(filepath.Join(t.TempDir(), "artifacts"), id)
+	return id
+}()
+
+func newDir(t *testing.T) *Dir {
+	t.Helper()
+	d, err := Open(filepath.Join(t.TempDir(), "artifacts"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +59,7 @@ func TestWriteOpen(t *testing.T) {
 	d := newDir(t)
 	marker := []byte("marker-row-7f3a")
 	content := bytes.Repeat(append(marker, '\n'), 100_000) // 1.6 MB: many age chunks
-	w, err := d.Write(context.Background(), "job_1", bytes.NewReader(content), 0)
+	w, err := d.Write(context.Background(), "job_1", testIdentity.Recipient(), bytes.NewReader(content), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +74,7 @@ func TestWriteOpen(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("file mode: %v %v", st, err)
 	}
-	r, err := d.Open(w.File)
+	r, err := d.Open(w.File, testIdentity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +86,10 @@ func TestWriteOpen(t *testing.T) {
 	if err := d.Remove(w.File); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Open(w.File); !errors.Is(err, os.ErrNotExist) {
+	if _, err := d.Open(w.File, testIdentity); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("open after remove: %v", err)
 	}
-	if _, err := d.Open("../secret.key"); err == nil {
+	if _, err := d.Open("../secret.key", testIdentity); err == nil {
 		t.Fatal("opened a file outside the directory")
 	}
 }
@@ -93,19 +98,19 @@ func TestWriteOpen(t *testing.T) {
 // cancelled context each leave nothing behind.
 func TestWriteLimitAndCancel(t *testing.T) {
 	d := newDir(t)
-	if w, err := d.Write(context.Background(), "job_2", bytes.NewReader(make([]byte, 1001)), 1000); !errors.Is(err, ErrTooLarge) {
+	if w, err := d.Write(context.Background(), "job_2", testIdentity.Recipient(), bytes.NewReader(make([]byte, 1001)), 1000); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("over the limit: %+v %v", w, err)
 	}
-	if w, err := d.Write(context.Background(), "job_3", bytes.NewReader(make([]byte, 1000)), 1000); err != nil || w.Size != 1000 {
+	if w, err := d.Write(context.Background(), "job_3", testIdentity.Recipient(), bytes.NewReader(make([]byte, 1000)), 1000); err != nil || w.Size != 1000 {
 		t.Fatalf("at the limit: %+v %v", w, err)
 	}
 	boom := errors.New("client went away")
-	if _, err := d.Write(context.Background(), "job_4", io.MultiReader(bytes.NewReader(make([]byte, 5000)), errReader{boom}), 0); !errors.Is(err, boom) {
+	if _, err := d.Write(context.Background(), "job_4", testIdentity.Recipient(), io.MultiReader(bytes.NewReader(make([]byte, 5000)), errReader{boom}), 0); !errors.Is(err, boom) {
 		t.Fatalf("failing source: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := d.Write(ctx, "job_5", bytes.NewReader(make([]byte, 10)), 0); !errors.Is(err, context.Canceled) {
+	if _, err := d.Write(ctx, "job_5", testIdentity.Recipient(), bytes.NewReader(make([]byte, 10)), 0); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
 	entries, _ := os.ReadDir(d.Path())
@@ -123,9 +128,9 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 func TestSweep(t *testing.T) {
 	d := newDir(t)
 	ctx := context.Background()
-	kept, _ := d.Write(ctx, "kept", strings.NewReader("a"), 0)
-	orphan, _ := d.Write(ctx, "orphan", strings.NewReader("b"), 0)
-	fresh, _ := d.Write(ctx, "fresh", strings.NewReader("c"), 0)
+	kept, _ := d.Write(ctx, "kept", testIdentity.Recipient(), strings.NewReader("a"), 0)
+	orphan, _ := d.Write(ctx, "orphan", testIdentity.Recipient(), strings.NewReader("b"), 0)
+	fresh, _ := d.Write(ctx, "fresh", testIdentity.Recipient(), strings.NewReader("c"), 0)
 	part := filepath.Join(d.Path(), "stale-0"+partSuffix)
 	if err := os.WriteFile(part, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
 // Audit actions of verification and restore.
@@ -42,15 +43,39 @@ func (s *Service) restorable(ctx context.Context, runID, jobID string) (Run, age
 	if err != nil {
 		return Run{}, agentproto.BackupRestorePayload{}, nil, err
 	}
+	identity, err := s.runIdentity(run)
+	if err != nil {
+		return Run{}, agentproto.BackupRestorePayload{}, nil, err
+	}
 	storage, err := s.storage(ctx, run.ServerID, jobID)
 	if err != nil {
 		return Run{}, agentproto.BackupRestorePayload{}, nil, err
 	}
-	secrets := map[string]string{agentproto.SecretDBPassword: src.Password,
-		agentproto.SecretBackupIdentity: s.key.ArtifactIdentity().String()}
+	secrets := map[string]string{agentproto.SecretDBPassword: src.Password, agentproto.SecretBackupIdentity: identity}
 	p := agentproto.BackupRestorePayload{RunID: run.ID, Target: src.Target, Source: src.Load, Storage: storage, Key: run.RemoteKey,
 		Size: run.Size, SHA256: run.SHA256, Manifest: *run.Manifest}
 	return run, p, secrets, nil
+}
+
+// runIdentity returns the identity a job that decrypts run carries: the
+// identity of the run's own instance, which opens that instance's backups
+// and nothing else. A run encrypted to the fleet-wide identity (made
+// before per-instance keys) is refused: that identity opens every backup
+// and export of every server, and no server receives it.
+func (s *Service) runIdentity(run Run) (string, error) {
+	instanceID, ok := secrets.InstanceOfKeyID(run.KeyID)
+	if !ok || instanceID != run.InstanceID {
+		if run.KeyID == secrets.KeyIDFleet {
+			return "", fault.Conflictf("backup-fleet-key",
+				"The backup was made before each database instance had a key of its own: it is encrypted to the fleet-wide "+
+					"key, which opens every server's backups and is never sent to a server. Run a new backup of the instance "+
+					"(POST /api/v1/backups/run) and verify or restore that one; this one can still be decrypted offline with "+
+					"the recovery kit (capstan recovery-kit identity --key-id fleet-v1) and loaded with a database import.")
+		}
+		return "", fault.Conflictf("backup-unknown-key", "The backup is encrypted to key %q, which this control plane does not hand "+
+			"to the instance's server.", run.KeyID)
+	}
+	return s.key.InstanceIdentity(instanceID).String(), nil
 }
 
 // Verify queues backup.verify of a run that succeeded: its agent fetches

@@ -1,12 +1,15 @@
 package backups_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -47,6 +50,93 @@ func TestRestoreKVRefusals(t *testing.T) {
 		}
 		if _, err := r.dbs.Get(r.ctx, reg.Instance.ID, jobs.AdminReader); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestRunKeys: each instance's backups are encrypted to its own
+// recipient and record its key id; a verification or restore carries
+// that instance's identity only (not the fleet-wide one, not another
+// instance's); a backup made before per-instance keys (key id fleet-v1)
+// is refused with a conflict and nothing is queued.
+func TestRunKeys(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		r := newRig(t, d)
+		a, b := r.instance("a"), r.instance("b")
+		runs := map[string]backups.RunView{}
+		for _, inst := range []databases.Detail{a, b} {
+			run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, inst.ID, "", backups.TriggerManual)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := r.claim(agentproto.JobBackupRun)
+			var p agentproto.BackupRunPayload
+			if err := json.Unmarshal(j.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := p.Recipient, r.key.InstanceIdentity(inst.ID).Recipient().String(); got != want {
+				t.Fatalf("backup of %s encrypted to %s, want its instance's %s", inst.ID, got, want)
+			}
+			r.backedUp(j)
+			if got, want := run.KeyID, secrets.InstanceKeyID(inst.ID); got != want {
+				t.Fatalf("run key id %q, want %q", got, want)
+			}
+			runs[inst.ID] = run
+		}
+		if v := r.runs(a.ID); len(v) != 1 || v[0].KeyID != secrets.InstanceKeyID(a.ID) {
+			t.Fatalf("runs of %s as stored: %+v", a.ID, v)
+		}
+		identityOf := func(j jobs.Job) string {
+			t.Helper()
+			sec, err := r.jobs.Secrets(r.ctx, r.serverID, j.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return sec[agentproto.SecretBackupIdentity]
+		}
+		if _, err := r.backups.Verify(r.ctx, r.admin, r.client, runs[a.ID].ID); err != nil {
+			t.Fatal(err)
+		}
+		verify := r.claim(agentproto.JobBackupVerify)
+		if _, err := r.backups.Restore(r.ctx, r.admin, r.client, runs[a.ID].ID, agentproto.BackupRestoreNew, "copy"); err != nil {
+			t.Fatal(err)
+		}
+		restore := r.claim(agentproto.JobBackupRestore)
+		for _, j := range []jobs.Job{verify, restore} {
+			got := identityOf(j)
+			if want := r.key.InstanceIdentity(a.ID).String(); got != want {
+				t.Errorf("%s of a backup of %s carries another identity than its instance's", j.Type, a.ID)
+			}
+			if got == r.key.ArtifactIdentity().String() || got == r.key.InstanceIdentity(b.ID).String() {
+				t.Errorf("%s carries the fleet-wide identity or another instance's", j.Type)
+			}
+		}
+		r.verified(verify, true)
+		r.complete(restore, agentproto.StatusSucceeded, agentproto.BackupVerifyResult{OK: true, ChecksumOK: true}, "")
+
+		// A backup made before per-instance keys: its identity opens every
+		// backup, so no server receives it.
+		now := r.clock.Now()
+		legacy := backups.Run{ID: "run_legacy", InstanceID: a.ID, ServerID: r.serverID, Engine: agentproto.EnginePostgres, Database: "app",
+			Trigger: backups.TriggerManual, JobID: "job_legacy", Status: backups.StatusQueued, RemoteKey: a.ID + "/app/run_legacy.sql.gz.age",
+			KeyID: secrets.KeyIDFleet, CreatedBy: r.admin.ID, CreatedAt: now}
+		if err := r.st.InsertBackupRun(r.ctx, legacy); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.st.FinishBackupRun(r.ctx, legacy.ID, backups.RunFinish{Status: backups.StatusSucceeded, Size: 100,
+			SHA256: strings.Repeat("a", 64), Manifest: &agentproto.BackupManifest{Kind: agentproto.BackupManifestSQL},
+			FinishedAt: now}); err != nil || !ok {
+			t.Fatalf("finishing the legacy run: %v, %v", ok, err)
+		}
+		if v, err := r.backups.Run(r.ctx, legacy.ID, jobs.AdminReader); err != nil || v.KeyID != secrets.KeyIDFleet {
+			t.Fatalf("legacy run: %+v, %v", v, err)
+		}
+		_, err := r.backups.Verify(r.ctx, r.admin, r.client, legacy.ID)
+		wantConflict(t, err, "backup-fleet-key")
+		_, err = r.backups.Restore(r.ctx, r.admin, r.client, legacy.ID, agentproto.BackupRestoreReplace, "")
+		wantConflict(t, err, "backup-fleet-key")
+		if queued := r.claimAll(); len(queued) != 0 {
+			t.Fatalf("%d jobs queued for a backup of the fleet-wide key (first %s)", len(queued), queued[0].Type)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
 // RunIDPrefix starts every backup run's id.
@@ -47,6 +48,10 @@ type Run struct {
 	// job runs reads as running.
 	Status    string
 	RemoteKey string
+	// KeyID names the identity the backup is encrypted to
+	// (secrets.InstanceKeyID of its instance, or secrets.KeyIDFleet for
+	// a backup made before per-instance keys).
+	KeyID string
 	// LocalPath is the local copy on the server; "" when none was kept.
 	LocalPath string
 	Size      int64
@@ -183,6 +188,7 @@ type RunView struct {
 	CreatedAt     time.Time                  `json:"created_at"`
 	Size          int64                      `json:"size" doc:"Bytes stored (compressed and encrypted)"`
 	SHA256        string                     `json:"sha256" doc:"Hex SHA-256 of the stored object"`
+	KeyID         string                     `json:"key_id" doc:"The identity the backup is encrypted to: inst-v1:<instance id> (the instance's own, derived from the control plane's secret key), or fleet-v1 (the fleet-wide identity of backups made before per-instance keys: never sent to a server, so such a backup is not verified or restored by the API)"`
 	Manifest      *agentproto.BackupManifest `json:"manifest" doc:"Per-table row counts and checksums, taken in the dump's snapshot"`
 	Locations     Locations                  `json:"locations"`
 	Verified      *Verification              `json:"verified" doc:"null until a verification ended"`
@@ -194,7 +200,7 @@ type RunView struct {
 func (s *Service) view(ctx context.Context, r Run, reader jobs.Reader) RunView {
 	v := RunView{ID: r.ID, InstanceID: r.InstanceID, ServerID: r.ServerID, Engine: r.Engine, Database: r.Database, Trigger: r.Trigger,
 		JobID: r.JobID, Status: r.Status, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, CreatedAt: r.CreatedAt, Size: r.Size,
-		SHA256: r.SHA256, Manifest: r.Manifest, Locations: Locations{Local: r.LocalPath, Remote: r.RemoteKey}, Verified: r.Verified,
+		SHA256: r.SHA256, KeyID: r.KeyID, Manifest: r.Manifest, Locations: Locations{Local: r.LocalPath, Remote: r.RemoteKey}, Verified: r.Verified,
 		Error: r.Error, DeletePending: r.DeletePending, DeleteError: r.DeleteError}
 	if r.Status == StatusQueued {
 		if j, _, err := s.jobs.Get(ctx, r.JobID); err == nil && j.Status == jobs.Running {
@@ -241,7 +247,8 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	now := s.now().UTC()
 	run := Run{ID: ids.NewAt(RunIDPrefix, now), InstanceID: instanceID, ServerID: src.Instance.ServerID, Engine: src.Instance.Engine,
-		Database: src.Database, Trigger: trigger, JobID: jobs.NewID(now), Status: StatusQueued, CreatedBy: actor.ID, CreatedAt: now}
+		Database: src.Database, Trigger: trigger, JobID: jobs.NewID(now), Status: StatusQueued, KeyID: secrets.InstanceKeyID(instanceID),
+		CreatedBy: actor.ID, CreatedAt: now}
 	storage, err := s.storage(ctx, run.ServerID, run.JobID)
 	if err != nil {
 		return RunView{}, jobs.Job{}, err
@@ -260,7 +267,7 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: run.JobID, ServerID: run.ServerID, Type: agentproto.JobBackupRun,
 		Payload: agentproto.BackupRunPayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Database: src.Database,
-			Storage: storage, Key: run.RemoteKey, Recipient: s.key.ArtifactIdentity().Recipient().String(),
+			Storage: storage, Key: run.RemoteKey, Recipient: s.key.InstanceIdentity(instanceID).Recipient().String(),
 			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep, LocalProtect: protect},
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {

@@ -16,12 +16,14 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
 // Exports and imports. A db.export job dumps one database on the
 // instance's server; its agent streams the .sql.gz to the control plane
 // (ReceiveExport), which encrypts it as it arrives into the artifact
-// directory and records it as the job's artifact. An administrator
+// directory, to the instance's own identity (secrets.Key.InstanceIdentity),
+// and records it as the job's artifact with the key id it names. An administrator
 // downloads it decrypted (Download, audited) until it expires. An import
 // goes the other way: the upload is encrypted as it arrives (Import), and
 // the db.import job's agent fetches it (SendImport); the file is deleted
@@ -63,8 +65,12 @@ type Artifact struct {
 	// File names the encrypted file in the artifact directory.
 	File string
 	// Size and SHA256 (hex) are of the plaintext.
-	Size      int64
-	SHA256    string
+	Size   int64
+	SHA256 string
+	// KeyID names the identity the file is encrypted to
+	// (secrets.InstanceKeyID of its instance; secrets.KeyIDFleet for a
+	// file written before per-instance keys).
+	KeyID     string
 	CreatedBy string
 	CreatedAt time.Time
 	ExpiresAt time.Time
@@ -256,7 +262,7 @@ func (s *Service) ReceiveExport(ctx context.Context, serverID, jobID string, bod
 	if _, err := s.store.DatabaseArtifact(ctx, jobID); err == nil {
 		return agentproto.ArtifactReceipt{}, fault.Conflictf("artifact-exists", "The job's export was uploaded already.")
 	}
-	w, err := s.artifacts.Dir.Write(ctx, jobID, body, s.artifacts.MaxExportBytes)
+	w, err := s.artifacts.Dir.Write(ctx, jobID, s.key.InstanceIdentity(p.Target.InstanceID).Recipient(), body, s.artifacts.MaxExportBytes)
 	if errors.Is(err, artifacts.ErrTooLarge) {
 		return agentproto.ArtifactReceipt{}, &fault.Error{Kind: fault.TooLarge, Code: "artifact-too-large",
 			Message: fmt.Sprintf("An export is at most %d bytes.", s.artifacts.MaxExportBytes)}
@@ -266,7 +272,8 @@ func (s *Service) ReceiveExport(ctx context.Context, serverID, jobID string, bod
 	}
 	now := s.now().UTC()
 	a := Artifact{JobID: jobID, InstanceID: p.Target.InstanceID, Kind: ArtifactExport, Database: p.Database,
-		Format: agentproto.DBFormatSQLGzip, File: w.File, Size: w.Size, SHA256: w.SHA256, CreatedBy: j.CreatedBy, CreatedAt: now,
+		Format: agentproto.DBFormatSQLGzip, File: w.File, Size: w.Size, SHA256: w.SHA256, KeyID: secrets.InstanceKeyID(p.Target.InstanceID),
+		CreatedBy: j.CreatedBy, CreatedAt: now,
 		ExpiresAt: now.Add(s.artifacts.TTL)}
 	if err := s.store.InsertDatabaseArtifact(context.WithoutCancel(ctx), a); err != nil {
 		// Two uploads of the same job at once: the first stored wins.
@@ -299,11 +306,23 @@ func (s *Service) SendImport(ctx context.Context, serverID, jobID string) (io.Re
 	if err != nil {
 		return nil, Artifact{}, err
 	}
-	rc, err := s.artifacts.Dir.Open(a.File)
+	rc, err := s.openArtifact(a)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, Artifact{}, fault.New(fault.Gone, "artifact-missing", "The file is not in this control plane's data dir.")
 	}
 	return rc, a, err
+}
+
+// openArtifact opens an artifact's file with the identity its key id
+// names. The files are the control plane's: a fleet-wide key id (a file
+// written before per-instance keys) opens with the control plane's own
+// fleet-wide identity, which never leaves it.
+func (s *Service) openArtifact(a Artifact) (io.ReadCloser, error) {
+	id, err := s.key.IdentityOf(a.KeyID)
+	if err != nil {
+		return nil, fmt.Errorf("artifact of job %s: %w", a.JobID, err)
+	}
+	return s.artifacts.Dir.Open(a.File, id)
 }
 
 // Download is an export being downloaded. The caller closes it.
@@ -344,7 +363,7 @@ func (s *Service) Download(ctx context.Context, actor audit.Actor, c audit.Entry
 	if err != nil {
 		return Download{}, err
 	}
-	rc, err := s.artifacts.Dir.Open(a.File)
+	rc, err := s.openArtifact(a)
 	if errors.Is(err, os.ErrNotExist) {
 		return Download{}, fault.New(fault.Gone, "export-missing", "The export's file is not in this control plane's data dir.")
 	}
@@ -416,7 +435,7 @@ func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	now := s.now().UTC()
 	jobID := jobs.NewID(now)
-	w, err := s.artifacts.Dir.Write(ctx, jobID, body, limit)
+	w, err := s.artifacts.Dir.Write(ctx, jobID, s.key.InstanceIdentity(id).Recipient(), body, limit)
 	if errors.Is(err, artifacts.ErrTooLarge) {
 		return jobs.Job{}, tooLarge
 	}
@@ -424,7 +443,7 @@ func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return jobs.Job{}, err
 	}
 	a := Artifact{JobID: jobID, InstanceID: id, Kind: ArtifactImport, Database: database, Format: format, File: w.File, Size: w.Size,
-		SHA256: w.SHA256, CreatedBy: actor.ID, CreatedAt: now, ExpiresAt: now.Add(s.artifacts.TTL)}
+		SHA256: w.SHA256, KeyID: secrets.InstanceKeyID(id), CreatedBy: actor.ID, CreatedAt: now, ExpiresAt: now.Add(s.artifacts.TTL)}
 	if err := s.store.InsertDatabaseArtifact(ctx, a); err != nil {
 		s.dropArtifact(context.WithoutCancel(ctx), a)
 		return jobs.Job{}, err

@@ -22,17 +22,14 @@ import (
 	"github.com/capstan-dev/capstan/internal/databases"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
 // useArtifacts gives the rig's service an artifact directory.
 func (r *rig) useArtifacts(maxImport int64) string {
 	r.t.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		r.t.Fatal(err)
-	}
 	path := filepath.Join(r.t.TempDir(), "artifacts")
-	dir, err := artifacts.Open(path, id)
+	dir, err := artifacts.Open(path)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -136,6 +133,9 @@ func TestExport(t *testing.T) {
 	d.Close()
 	if !bytes.Equal(got, dump) || !strings.HasPrefix(d.Name, "main-app-") || !strings.HasSuffix(d.Name, ".sql.gz") {
 		t.Fatalf("download %q named %s", got, d.Name)
+	}
+	if want := secrets.InstanceKeyID(inst.ID); d.Artifact.KeyID != want {
+		t.Fatalf("export key id %q, want %q", d.Artifact.KeyID, want)
 	}
 	if e := r.auditActions(databases.ActionExportDownloaded); len(e) != 1 || e[0].IP != r.client.IP || e[0].Actor.ID != r.admin.ID {
 		t.Fatalf("audit entries of the download: %+v", e)
@@ -313,6 +313,24 @@ func TestImport(t *testing.T) {
 		rc.Close()
 		if !bytes.Equal(got, c.body) || a.Size != int64(len(c.body)) {
 			t.Fatalf("sent %q (%+v)", got, a)
+		}
+		// The file is encrypted to the instance's own identity, and no
+		// other opens it.
+		if want := secrets.InstanceKeyID(pg.ID); a.KeyID != want {
+			t.Fatalf("key id %q, want %q", a.KeyID, want)
+		}
+		stored, err := os.ReadFile(filepath.Join(dir, a.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := age.Decrypt(bytes.NewReader(stored), r.key.InstanceIdentity(pg.ID)); err != nil {
+			t.Fatalf("the instance's identity does not open its import: %v", err)
+		}
+		for what, other := range map[string]*age.X25519Identity{"the fleet-wide": r.key.ArtifactIdentity(),
+			"another instance's": r.key.InstanceIdentity(maria.ID)} {
+			if _, err := age.Decrypt(bytes.NewReader(stored), other); err == nil {
+				t.Fatalf("%s identity opens the import of %s", what, pg.ID)
+			}
 		}
 		r.complete(j, agentproto.StatusSucceeded, agentproto.DBImportResult{Format: c.format}, "")
 		if f := files(t, dir); len(f) != 0 {

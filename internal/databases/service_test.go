@@ -49,6 +49,7 @@ type rig struct {
 	admin    audit.Actor
 	client   audit.Entry
 	clock    *fakeClock
+	key      *secrets.Key
 }
 
 func newRig(t *testing.T) *rig {
@@ -60,7 +61,7 @@ func newRig(t *testing.T) *rig {
 	log := audit.NewLog(st, clock.Now)
 	js := jobs.NewService(st, key, clock.Now, logger)
 	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
-	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log, clock: clock,
+	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log, clock: clock, key: key,
 		dbs:   databases.NewService(st, js, srvs, log, key, databases.DefaultCatalog(), clock.Now, logger),
 		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "192.0.2.9", UserAgent: "test"}}
 	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, "db-host", nil)

@@ -163,11 +163,14 @@ func (s *Server) registerBackups() {
 		OperationID: "verify-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/verify", Tags: tags,
 		Summary: "Test-restore a backup into a throwaway database",
 		Description: "Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the " +
-			"local copy), checks its size and SHA-256, decrypts it (the identity reaches the agent in this job's secrets only), " +
+			"local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), " +
+			"and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's " +
+			"secrets only), " +
 			"restores it into a throwaway database on the same server, compares every table's rows and checksum with the " +
 			"manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container " +
 			"of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; " +
-			"a failure publishes backup.verify_failed. 409 for a backup that did not succeed. Audited.",
+			"a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one " +
+			"made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
 		if s.deps.Backups == nil {
@@ -196,7 +199,8 @@ func (s *Server) registerBackups() {
 			"starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the " +
 			"loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes " +
 			"since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, " +
-			"and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed. " +
+			"and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and " +
+			"backup-fleet-key for one made before per-instance keys. " +
 			"Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *backupRestoreInput) (*acceptedOutput, error) {
@@ -257,7 +261,7 @@ func (s *Server) registerBackups() {
 	op(s, huma.Operation{
 		OperationID: "list-backups", Method: http.MethodGet, Path: "/api/v1/backups", Tags: tags,
 		Summary: "Backups, newest first",
-		Description: "Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, " +
+		Description: "Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, " +
 			"manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, " +
 			"details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error " +
 			"(and delete_error) as its class only.",

@@ -97,11 +97,24 @@ type Kit struct {
 	SecretKey   string `json:"secret_key"`
 	SecretKeyID string `json:"secret_key_id"`
 	Schema      Schema `json:"schema"`
-	// ArtifactIdentity is the age identity database exports are
-	// encrypted to (derived from SecretKey; written out so an export file
-	// can be decrypted with the age tool alone). Empty in kits made
-	// before exports existed.
+	// ArtifactIdentity is the fleet-wide age identity that backups and
+	// database exports made before per-instance keys are encrypted to
+	// (key id fleet-v1; derived from SecretKey, written out so such a
+	// file can be decrypted with the age tool alone). Empty in kits made
+	// before exports existed. Newer backups and exports are encrypted to
+	// their instance's identity, which SecretKey derives (Identity).
 	ArtifactIdentity string `json:"artifact_identity,omitempty"`
+}
+
+// Identity returns the age identity that the key id of a backup or an
+// export names ("inst-v1:<instance id>" or "fleet-v1"), derived from the
+// kit's secret key: the kit alone decrypts every backup.
+func (k Kit) Identity(keyID string) (*age.X25519Identity, error) {
+	key, err := secrets.ParseKey(k.SecretKey)
+	if err != nil {
+		return nil, fmt.Errorf("recovery kit holds an invalid key: %w", err)
+	}
+	return key.IdentityOf(keyID)
 }
 
 // RecoveryKit returns a kit encrypted with password (age, scrypt recipient).

@@ -21,16 +21,75 @@ const ArtifactIdentityFile = "artifacts.agekey"
 // from the secret key.
 const artifactInfo = "capstan artifacts age-x25519 v1"
 
-// ArtifactIdentity returns the age X25519 identity that database exports
-// and uploaded imports are encrypted to. It is derived from the key
+// ArtifactIdentity returns the fleet-wide age X25519 identity: the one
+// that backups and database artifacts made before per-instance keys were
+// encrypted to (key id KeyIDFleet). It is derived from the key
 // (HKDF-SHA256), so every control-plane replica that shares the key agrees
 // on it, and a control plane restored with the key from a recovery kit
-// reads the artifacts made before.
+// reads what was made before. It never goes to a server.
 func (k *Key) ArtifactIdentity() *age.X25519Identity {
 	scalar, err := hkdf.Key(sha256.New, k.raw, nil, artifactInfo, 32)
 	if err != nil {
 		panic(err) // 32 bytes of SHA-256 output is always within HKDF's limit
 	}
+	return x25519Identity(scalar)
+}
+
+// Key ids name the identity an encrypted backup or database artifact was
+// made for, as its record keeps it, so that a scheme can change without
+// guessing which identity opens what.
+const (
+	// KeyIDFleet is the fleet-wide ArtifactIdentity.
+	KeyIDFleet = "fleet-v1"
+	// instanceKeyIDPrefix starts the key id of an instance's identity
+	// (InstanceIdentity), followed by the instance id.
+	instanceKeyIDPrefix = "inst-v1:"
+)
+
+// instanceSalt is HKDF's salt for instance identities: it keeps them
+// apart from every other key derived from the secret key, whatever the
+// instance id.
+const instanceSalt = "capstan database instance age-x25519 v1"
+
+// InstanceKeyID is the key id of instanceID's identity.
+func InstanceKeyID(instanceID string) string { return instanceKeyIDPrefix + instanceID }
+
+// InstanceOfKeyID returns the instance whose identity keyID names; false
+// if keyID names no instance's identity.
+func InstanceOfKeyID(keyID string) (string, bool) {
+	id, ok := strings.CutPrefix(keyID, instanceKeyIDPrefix)
+	return id, ok && id != ""
+}
+
+// InstanceIdentity returns the age X25519 identity of one database
+// instance: its backups, exports and imports are encrypted to its
+// recipient, and a server verifying or restoring one of its backups
+// receives this identity and no other. The scalar is HKDF-SHA256 of the
+// secret key with instanceSalt as salt and the instance id as info, so
+// the secret key (which a recovery kit holds) derives every instance's
+// identity, and one instance's identity says nothing of another's.
+func (k *Key) InstanceIdentity(instanceID string) *age.X25519Identity {
+	scalar, err := hkdf.Key(sha256.New, k.raw, []byte(instanceSalt), instanceID, 32)
+	if err != nil {
+		panic(err) // 32 bytes of SHA-256 output is always within HKDF's limit
+	}
+	return x25519Identity(scalar)
+}
+
+// IdentityOf returns the identity keyID names: KeyIDFleet, or an
+// instance's (InstanceKeyID).
+func (k *Key) IdentityOf(keyID string) (*age.X25519Identity, error) {
+	if keyID == KeyIDFleet {
+		return k.ArtifactIdentity(), nil
+	}
+	if id, ok := InstanceOfKeyID(keyID); ok {
+		return k.InstanceIdentity(id), nil
+	}
+	return nil, fmt.Errorf("unknown key id %q", keyID)
+}
+
+// x25519Identity makes an age identity of a 32-byte scalar.
+func x25519Identity(scalar []byte) *age.X25519Identity {
 	s, err := bech32Encode("age-secret-key-", scalar)
 	if err != nil {
 		panic(err)
@@ -49,7 +108,9 @@ func (k *Key) ArtifactIdentity() *age.X25519Identity {
 func (k *Key) WriteArtifactIdentity(dataDir string) error {
 	id := k.ArtifactIdentity()
 	content := fmt.Sprintf("# Capstan artifact identity, derived from secret key %s.\n"+
-		"# Decrypts database exports: age -d -i %s FILE.age > FILE.sql.gz\n"+
+		"# Decrypts the backups and database exports made before per-instance keys (key id fleet-v1):\n"+
+		"#   age -d -i %s FILE.age > FILE.sql.gz\n"+
+		"# Newer ones are encrypted to their instance's identity: capstan recovery-kit identity.\n"+
 		"# public key: %s\n%s\n", k.id, ArtifactIdentityFile, id.Recipient(), id)
 	path := filepath.Join(dataDir, ArtifactIdentityFile)
 	if b, err := os.ReadFile(path); err == nil && string(b) == content {

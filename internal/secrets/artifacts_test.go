@@ -98,3 +98,57 @@ func TestWriteArtifactIdentity(t *testing.T) {
 		t.Fatalf("data dir after a second write: %v", entries)
 	}
 }
+
+// TestInstanceIdentity: an instance's identity is the same for the same
+// key and instance, differs between instances, from the fleet-wide
+// identity and between keys, and is what its key id names. The derivation
+// is pinned by a known answer: an identity that changed would leave every
+// backup made before unreadable.
+func TestInstanceIdentity(t *testing.T) {
+	k := GenerateKey()
+	same, err := ParseKey(k.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := k.InstanceIdentity("db_a"), k.InstanceIdentity("db_b")
+	if got, want := same.InstanceIdentity("db_a").String(), a.String(); got != want {
+		t.Fatalf("same key and instance, identities %s and %s", got, want)
+	}
+	for name, other := range map[string]string{"another instance": b.String(), "the fleet": k.ArtifactIdentity().String(),
+		"another key": GenerateKey().InstanceIdentity("db_a").String()} {
+		if other == a.String() {
+			t.Errorf("instance db_a and %s have the same identity", name)
+		}
+	}
+	for keyID, want := range map[string]string{InstanceKeyID("db_a"): a.String(), KeyIDFleet: k.ArtifactIdentity().String()} {
+		got, err := k.IdentityOf(keyID)
+		if err != nil || got.String() != want {
+			t.Errorf("IdentityOf(%q) = %v, %v; want %s", keyID, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "inst-v1:", "inst-v2:db_a", "fleet-v2"} {
+		if _, err := k.IdentityOf(bad); err == nil {
+			t.Errorf("IdentityOf(%q) took it", bad)
+		}
+	}
+	if id, ok := InstanceOfKeyID(InstanceKeyID("db_a")); !ok || id != "db_a" {
+		t.Errorf("InstanceOfKeyID: %q, %v", id, ok)
+	}
+
+	// Known answer: the key of 32 bytes 0x00…0x1f and instance db_test.
+	raw := make([]byte, KeySize)
+	for i := range raw {
+		raw[i] = byte(i)
+	}
+	fixed, err := NewKey(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fixed.InstanceIdentity("db_test").Recipient().String(), knownInstanceRecipient; got != want {
+		t.Errorf("recipient of db_test: %s, want %s", got, want)
+	}
+}
+
+// knownInstanceRecipient was computed apart from this package (HKDF-SHA256
+// per RFC 5869 and X25519 from Python's cryptography package).
+const knownInstanceRecipient = "age1sfuhqd874m6hrm8ajdvalqvu4yymwklfu7yrdcch3yjfw3q9x9gqmnax2y"

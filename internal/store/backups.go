@@ -93,6 +93,7 @@ type backupRunRow struct {
 	DeleteJobID   string        `db:"delete_job_id"`
 	DeleteTries   int           `db:"delete_attempts"`
 	DeleteError   string        `db:"delete_error"`
+	KeyID         string        `db:"key_id"`
 	CreatedBy     string        `db:"created_by"`
 	CreatedAt     int64         `db:"created_at"`
 	StartedAt     sql.NullInt64 `db:"started_at"`
@@ -101,7 +102,7 @@ type backupRunRow struct {
 
 const backupRunColumns = `id, instance_id, server_id, engine, database_name, trigger_kind, job_id, status, remote_key, local_path, size,
 	sha256, manifest, error, verified_at, verified_ok, verify_details, verify_job_id, delete_state, created_by, created_at, started_at,
-	finished_at, delete_job_id, delete_attempts, delete_error`
+	finished_at, delete_job_id, delete_attempts, delete_error, key_id`
 
 func nullTime(v sql.NullInt64) *time.Time {
 	if !v.Valid {
@@ -122,7 +123,7 @@ func (r backupRunRow) run() backups.Run {
 	out := backups.Run{ID: r.ID, InstanceID: r.InstanceID, ServerID: r.ServerID, Engine: r.Engine, Database: r.Database,
 		Trigger: r.Trigger, JobID: r.JobID, Status: r.Status, RemoteKey: r.RemoteKey, LocalPath: r.LocalPath, Size: r.Size,
 		SHA256: r.SHA256, Error: r.Error, VerifyJobID: r.VerifyJobID, DeletePending: r.DeleteState == "pending",
-		DeleteJobID: r.DeleteJobID, DeleteAttempts: r.DeleteTries, DeleteError: r.DeleteError,
+		DeleteJobID: r.DeleteJobID, DeleteAttempts: r.DeleteTries, DeleteError: r.DeleteError, KeyID: r.KeyID,
 		CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), StartedAt: nullTime(r.StartedAt), FinishedAt: nullTime(r.FinishedAt)}
 	if r.Manifest != "" {
 		var m agentproto.BackupManifest
@@ -142,8 +143,8 @@ func (r backupRunRow) run() backups.Run {
 // InsertBackupRun stores a new run.
 func (s *Store) InsertBackupRun(ctx context.Context, r backups.Run) error {
 	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO backup_runs (id, instance_id, server_id, engine, database_name, trigger_kind,
-		job_id, status, remote_key, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		r.ID, r.InstanceID, r.ServerID, r.Engine, r.Database, r.Trigger, r.JobID, r.Status, r.RemoteKey, r.CreatedBy, ms(r.CreatedAt))
+		job_id, status, remote_key, key_id, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.ID, r.InstanceID, r.ServerID, r.Engine, r.Database, r.Trigger, r.JobID, r.Status, r.RemoteKey, r.KeyID, r.CreatedBy, ms(r.CreatedAt))
 	return err
 }
 

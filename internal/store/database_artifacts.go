@@ -19,24 +19,26 @@ type artifactRow struct {
 	File       string `db:"file"`
 	Size       int64  `db:"size_bytes"`
 	SHA256     string `db:"sha256"`
+	KeyID      string `db:"key_id"`
 	CreatedBy  string `db:"created_by"`
 	CreatedAt  int64  `db:"created_at"`
 	ExpiresAt  int64  `db:"expires_at"`
 }
 
-const artifactColumns = `job_id, instance_id, kind, database_name, format, file, size_bytes, sha256, created_by, created_at, expires_at`
+const artifactColumns = `job_id, instance_id, kind, database_name, format, file, size_bytes, sha256, created_by, created_at, expires_at,
+	key_id`
 
 func (r artifactRow) artifact() databases.Artifact {
 	return databases.Artifact{JobID: r.JobID, InstanceID: r.InstanceID, Kind: r.Kind, Database: r.Database, Format: r.Format,
-		File: r.File, Size: r.Size, SHA256: r.SHA256, CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), ExpiresAt: fromMS(r.ExpiresAt)}
+		File: r.File, Size: r.Size, SHA256: r.SHA256, KeyID: r.KeyID, CreatedBy: r.CreatedBy, CreatedAt: fromMS(r.CreatedAt), ExpiresAt: fromMS(r.ExpiresAt)}
 }
 
 // InsertDatabaseArtifact stores the artifact of a job; a job with one
 // already is fault.Conflict "artifact-exists".
 func (s *Store) InsertDatabaseArtifact(ctx context.Context, a databases.Artifact) error {
 	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO database_artifacts (`+artifactColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), a.JobID, a.InstanceID, a.Kind, a.Database, a.Format, a.File, a.Size, a.SHA256,
-		a.CreatedBy, ms(a.CreatedAt), ms(a.ExpiresAt))
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`), a.JobID, a.InstanceID, a.Kind, a.Database, a.Format, a.File, a.Size, a.SHA256,
+		a.CreatedBy, ms(a.CreatedAt), ms(a.ExpiresAt), a.KeyID)
 	if isUniqueViolation(err) {
 		return fault.Conflictf("artifact-exists", "The job has its file already.")
 	}

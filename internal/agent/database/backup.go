@@ -34,6 +34,10 @@ type Backups struct {
 	// DefaultLocalDir is where local copies go when a job names no
 	// directory.
 	DefaultLocalDir string
+	// StagingDir is where a verification or restore fetches its object
+	// to, to check it before anything loads it; "" means
+	// DefaultStagingDir.
+	StagingDir string
 
 	// restoring holds the ids of the instances a restore swaps the data
 	// of now: one at a time each.

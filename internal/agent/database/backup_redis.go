@@ -743,7 +743,7 @@ func (b *Backups) loadThrowawayKV(ctx context.Context, srv throwawayKV, p agentp
 		defer cancel()
 		srv.remove(rctx)
 	}()
-	err = b.fetchLoadCompare(ctx, p, secrets, res,
+	err = b.fetchLoadCompare(ctx, p, secrets, events, res,
 		func(object io.Reader, identity *age.X25519Identity) error {
 			plain, check, err := plaintext(object, identity)
 			if err != nil {

@@ -240,13 +240,12 @@ func sqlManifest(ctx context.Context, target agentproto.DBTarget, password, data
 	return agentproto.BackupManifest{}, fmt.Errorf("%s has no SQL manifest", target.Engine)
 }
 
-// loadAndCompare fetches the object from the storage, loads it into
-// database (decrypted and decompressed as it streams) and compares the
-// database with the manifest. A fetched object that is not the backup's
-// size and SHA-256 is errChecksum, whatever else failed.
+// loadAndCompare fetches the object from the storage and checks it
+// (fetchChecked), loads it into database (decrypted and decompressed as
+// it streams) and compares the database with the manifest.
 func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string,
 	events agent.EventSink, database string, res *agentproto.BackupVerifyResult) error {
-	return b.fetchLoadCompare(ctx, p, secrets, res,
+	return b.fetchLoadCompare(ctx, p, secrets, events, res,
 		func(object io.Reader, identity *age.X25519Identity) error {
 			return b.load(ctx, p, secrets, events, database, object, identity, res)
 		},
@@ -255,12 +254,14 @@ func (b *Backups) loadAndCompare(ctx context.Context, p agentproto.BackupRestore
 		})
 }
 
-// fetchLoadCompare fetches the object from the storage, loads it (load
-// decrypts and decompresses it as it streams), and compares what loaded
-// (loaded describes it) with the manifest. A fetched object that is not
-// the backup's size and SHA-256 is errChecksum, whatever else failed.
+// fetchLoadCompare fetches the object from the storage to the agent's
+// disk and checks its size and SHA-256 against the job's (fetchChecked);
+// only then it loads it (load decrypts and decompresses it as it
+// streams), and compares what loaded (loaded describes it) with the
+// manifest. An object that is not the backup's is errChecksum and never
+// reaches the engine.
 func (b *Backups) fetchLoadCompare(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string,
-	res *agentproto.BackupVerifyResult, load func(io.Reader, *age.X25519Identity) error,
+	events agent.EventSink, res *agentproto.BackupVerifyResult, load func(io.Reader, *age.X25519Identity) error,
 	loaded func(context.Context) (agentproto.BackupManifest, error)) error {
 	identity, err := age.ParseX25519Identity(secrets[agentproto.SecretBackupIdentity])
 	if err != nil {
@@ -274,31 +275,14 @@ func (b *Backups) fetchLoadCompare(ctx context.Context, p agentproto.BackupResto
 	if err != nil {
 		return err
 	}
-	rc, obj, err := st.Get(ctx, p.Key)
+	object, err := b.fetchChecked(ctx, st, p, res)
 	if err != nil {
-		return fmt.Errorf("fetching the backup from the storage: %w", err)
+		return err
 	}
-	defer rc.Close()
-	if obj.SHA256 != "" && obj.SHA256 != p.SHA256 || obj.Size != p.Size {
-		res.Bytes, res.SHA256 = obj.Size, obj.SHA256
-		return fmt.Errorf("%w: the storage holds %d bytes (sha256 %s), the backup was %d (sha256 %s)", errChecksum, obj.Size,
-			obj.SHA256, p.Size, p.SHA256)
-	}
-	fetched := newHasher(rc)
-	loadErr := load(fetched, identity)
-	// The rest of the object is read, so its checksum says whether a
-	// failed load was the object's fault.
-	if _, err := io.Copy(io.Discard, fetched); err != nil && loadErr == nil {
-		loadErr = fmt.Errorf("fetching the backup from the storage: %w", err)
-	}
-	res.Bytes, res.SHA256 = fetched.n, fetched.sum()
-	res.ChecksumOK = fetched.n == p.Size && fetched.sum() == p.SHA256
-	if !res.ChecksumOK {
-		return fmt.Errorf("%w: fetched %d bytes (sha256 %s), the backup was %d (sha256 %s)", errChecksum, fetched.n, fetched.sum(),
-			p.Size, p.SHA256)
-	}
-	if loadErr != nil {
-		return fmt.Errorf("restoring: %w", loadErr)
+	defer removeStaged(object)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("fetched %d bytes; size and sha256 match the backup's record", res.Bytes), nil)
+	if err := load(bufio.NewReaderSize(object, 256<<10), identity); err != nil {
+		return fmt.Errorf("restoring: %w", err)
 	}
 	got, err := loaded(ctx)
 	if err != nil {

@@ -786,7 +786,7 @@ export interface paths {
         };
         /**
          * Backups, newest first
-         * @description Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
+         * @description Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -838,7 +838,7 @@ export interface paths {
         put?: never;
         /**
          * Restore a backup into a new database or in place of one
-         * @description Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed. Audited.
+         * @description Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -860,7 +860,7 @@ export interface paths {
         put?: never;
         /**
          * Test-restore a backup into a throwaway database
-         * @description Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy), checks its size and SHA-256, decrypts it (the identity reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed. Audited.
+         * @description Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -5385,6 +5385,8 @@ export interface components {
             id: string;
             instance_id: string;
             job_id: string;
+            /** @description The identity the backup is encrypted to: inst-v1:<instance id> (the instance's own, derived from the control plane's secret key), or fleet-v1 (the fleet-wide identity of backups made before per-instance keys: never sent to a server, so such a backup is not verified or restored by the API) */
+            key_id: string;
             locations: components["schemas"]["Locations"];
             /** @description Per-table row counts and checksums, taken in the dump's snapshot */
             manifest: components["schemas"]["BackupManifest"];
