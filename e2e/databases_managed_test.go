@@ -250,7 +250,7 @@ func testManagedPostgres(t *testing.T, d store.Dialect) {
 	var q struct {
 		Rows [][]any `json:"rows"`
 	}
-	r.call(t, pg.ID, "query", map[string]any{"sql": "SELECT current_database(), current_user"}).result(t, &q)
+	r.call(t, pg.ID, "query", map[string]any{"sql": "SELECT current_database(), current_user", "readonly": false}).result(t, &q)
 	if len(q.Rows) != 1 || q.Rows[0][0] != "app" || q.Rows[0][1] != "postgres" {
 		t.Fatalf("current database and user: %+v", q.Rows)
 	}
