@@ -1,6 +1,11 @@
 package agentproto
 
-import "time"
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
 
 // Storage grants. A backup job's storage carries no credential: an agent
 // that announces CapabilityStorageGrants gets a job whose
@@ -98,4 +103,33 @@ type StorageGrant struct {
 	Found  bool          `json:"found,omitempty"`
 	// Objects are the objects of a cloud drive list, in key order.
 	Objects []BackupObject `json:"objects,omitempty"`
+}
+
+// S3Request is the S3 request a grant for r presigns: its method, the
+// object's name (prefix and key; empty for a listing, whose prefix is in
+// the query) and its query parameters. The control plane presigns it;
+// tests check grants against it.
+func (r StorageGrantRequest) S3Request(prefix string) (method, name string, q url.Values) {
+	method, name, q = http.MethodGet, prefix+r.Key, url.Values{}
+	switch r.Op {
+	case StorageOpPut:
+		method = http.MethodPut
+	case StorageOpCreateUpload:
+		method, q = http.MethodPost, url.Values{"uploads": {""}}
+	case StorageOpUploadPart:
+		method, q = http.MethodPut, url.Values{"partNumber": {strconv.Itoa(r.Part)}, "uploadId": {r.UploadID}}
+	case StorageOpCompleteUpload:
+		method, q = http.MethodPost, url.Values{"uploadId": {r.UploadID}}
+	case StorageOpAbortUpload:
+		method, q = http.MethodDelete, url.Values{"uploadId": {r.UploadID}}
+	case StorageOpHead:
+		method = http.MethodHead
+	case StorageOpDelete:
+		method = http.MethodDelete
+	case StorageOpList:
+		// Signed with its prefix: the listing shows only the objects
+		// whose names start with the key.
+		name, q = "", url.Values{"list-type": {"2"}, "prefix": {prefix + r.Key}}
+	}
+	return method, name, q
 }

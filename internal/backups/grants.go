@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -154,27 +151,7 @@ func (s *Service) presign(ctx context.Context, st Settings, req agentproto.Stora
 	if err != nil {
 		return agentproto.StorageGrant{}, err
 	}
-	method, name, q := http.MethodGet, st.Prefix+req.Key, url.Values{}
-	switch req.Op {
-	case agentproto.StorageOpPut:
-		method = http.MethodPut
-	case agentproto.StorageOpCreateUpload:
-		method, q = http.MethodPost, url.Values{"uploads": {""}}
-	case agentproto.StorageOpUploadPart:
-		method, q = http.MethodPut, url.Values{"partNumber": {strconv.Itoa(req.Part)}, "uploadId": {req.UploadID}}
-	case agentproto.StorageOpCompleteUpload:
-		method, q = http.MethodPost, url.Values{"uploadId": {req.UploadID}}
-	case agentproto.StorageOpAbortUpload:
-		method, q = http.MethodDelete, url.Values{"uploadId": {req.UploadID}}
-	case agentproto.StorageOpHead:
-		method = http.MethodHead
-	case agentproto.StorageOpDelete:
-		method = http.MethodDelete
-	case agentproto.StorageOpList:
-		// Signed with its prefix: the listing shows only the objects
-		// whose names start with the job's key.
-		name, q = "", url.Values{"list-type": {"2"}, "prefix": {st.Prefix + req.Key}}
-	}
+	method, name, q := req.S3Request(st.Prefix)
 	u, err := cli.Presign(ctx, method, st.Bucket, name, life.Truncate(time.Second), q)
 	if err != nil {
 		return agentproto.StorageGrant{}, fmt.Errorf("presigning %s of %s: %w", req.Op, req.Key, err)

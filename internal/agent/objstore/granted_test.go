@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,25 +58,7 @@ func (p *presigner) StorageGrant(ctx context.Context, jobID string, req agentpro
 	if err != nil {
 		return agentproto.StorageGrant{}, err
 	}
-	method, name, q := http.MethodGet, p.prefix+req.Key, url.Values{}
-	switch req.Op {
-	case agentproto.StorageOpPut:
-		method = http.MethodPut
-	case agentproto.StorageOpCreateUpload:
-		method, q = http.MethodPost, url.Values{"uploads": {""}}
-	case agentproto.StorageOpUploadPart:
-		method, q = http.MethodPut, url.Values{"partNumber": {strconv.Itoa(req.Part)}, "uploadId": {req.UploadID}}
-	case agentproto.StorageOpCompleteUpload:
-		method, q = http.MethodPost, url.Values{"uploadId": {req.UploadID}}
-	case agentproto.StorageOpAbortUpload:
-		method, q = http.MethodDelete, url.Values{"uploadId": {req.UploadID}}
-	case agentproto.StorageOpHead:
-		method = http.MethodHead
-	case agentproto.StorageOpDelete:
-		method = http.MethodDelete
-	case agentproto.StorageOpList:
-		name, q = "", url.Values{"list-type": {"2"}, "prefix": {p.prefix + req.Key}}
-	}
+	method, name, q := req.S3Request(p.prefix)
 	u, err := cli.Presign(ctx, method, p.srv.Bucket, name, p.life, q)
 	if err != nil {
 		return agentproto.StorageGrant{}, err
