@@ -213,11 +213,21 @@ func (c *Caddy) AdminClient() *http.Client {
 		}}}
 }
 
-// AdminBind is the HostOptions bind mount ("DIR:DIR") that puts the admin
-// socket at the same path inside a systemd host, for an agent there.
+// hostAdminDir is where AdminBind puts the admin socket's directory
+// inside a systemd host: outside /tmp, which the agent's unit makes
+// private (PrivateTmp) and a newer Debian mounts a tmpfs on.
+const hostAdminDir = "/mnt/capstan-caddy-admin"
+
+// AdminBind is the HostOptions bind mount that puts the admin socket's
+// directory in a systemd host, where HostAdminURL reaches it.
 func (c *Caddy) AdminBind() string {
-	d := filepath.Dir(c.AdminSocket)
-	return d + ":" + d
+	return filepath.Dir(c.AdminSocket) + ":" + hostAdminDir
+}
+
+// HostAdminURL is the admin API as an agent in a systemd host booted
+// with AdminBind takes it.
+func (c *Caddy) HostAdminURL() string {
+	return "unix/" + hostAdminDir + "/" + filepath.Base(c.AdminSocket) + "|0666"
 }
 
 // LoadedConfig is the configuration Caddy runs (GET /config/).
