@@ -91,12 +91,12 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 		t.Fatalf("storage test after the thaw: %s %v", next.Status, deref(next.Error))
 	}
 	// Whether the agent read the stale answer (its claim's own deadline
-	// passed while it was frozen): if it did, it was refused the secrets
+	// passed while it was frozen): if it did, its confirmation (the secrets) was refused
 	// and dropped the job without running it.
 	if strings.Contains(r.agent.Logs(), a.JobID) {
 		t.Logf("the agent read the stale answer to its claim")
 		eventually(t, 10*time.Second, "the agent drops the failed job", func() bool {
-			return strings.Contains(r.agent.Logs(), "job abandoned: its secrets were refused")
+			return strings.Contains(r.agent.Logs(), "job abandoned: the control plane no longer hands it to this agent")
 		})
 	}
 	for _, line := range strings.Split(r.agent.Logs(), "\n") {

@@ -622,3 +622,33 @@ func TestRunStopsWhileControlPlaneDown(t *testing.T) {
 		t.Errorf("cancellation logged as a failure:\n%s", r.log.String())
 	}
 }
+
+// TestWithdrawnJobNeverRuns: a job without secrets whose claim answer the
+// agent reads after the control plane took the job back (the agent was
+// frozen while its lease lapsed) is confirmed before it runs, refused,
+// and dropped: its executor never runs and no result is sent.
+func TestWithdrawnJobNeverRuns(t *testing.T) {
+	cp := agenttest.New(t)
+	var runs atomic.Int32
+	ex := agent.ExecutorFunc(func(context.Context, agentproto.Job, map[string]string, agent.EventSink) (any, any, error) {
+		runs.Add(1)
+		return nil, nil, nil
+	})
+	r := start(t, cp, registry("count", ex))
+	stale := newJob("count", nil)
+	cp.Enqueue(stale, nil)
+	cp.Withdraw(stale.ID)
+	// A job queued after it runs: by then the stale one was dealt with.
+	next := newJob("count", nil)
+	cp.Enqueue(next, nil)
+	waitCompletion(t, cp, next.ID)
+	testlab.Eventually(t, waitLong, "the withdrawn job to be dropped", func() bool {
+		return strings.Contains(r.log.String(), "job abandoned: the control plane no longer hands it to this agent")
+	})
+	if got := runs.Load(); got != 1 {
+		t.Fatalf("executor ran %d times, want 1 (the withdrawn job never)", got)
+	}
+	if c := cp.Completions(stale.ID); len(c) != 0 {
+		t.Fatalf("the withdrawn job was completed: %+v", c)
+	}
+}

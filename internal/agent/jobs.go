@@ -166,18 +166,19 @@ func (a *Agent) execute(log *slog.Logger, job agentproto.Job) (res *agentproto.C
 	ctx, cancel := context.WithTimeout(context.WithValue(a.execCtx, afterKey{}, later), timeout)
 	defer cancel()
 
-	var secrets map[string]string
-	if job.HasSecrets {
-		s, err := a.fetchSecrets(ctx, log, job.ID)
-		if err != nil {
-			if errors.Is(err, ErrRevoked) || gone(err) {
-				log.Warn("job abandoned: its secrets were refused", "err", err)
-				return nil, red, nil
-			}
-			return &agentproto.CompleteRequest{Status: agentproto.StatusFailed,
-				Error: jobError(ctx, timeout, fmt.Errorf("fetching secrets: %w", err))}, red, nil
+	// Every job's secrets are fetched (none for most) before it runs: the
+	// answer confirms that the job is still this agent's. A claim's answer
+	// read late — the agent was frozen while its lease lapsed and the job
+	// was requeued or failed meanwhile — is refused here, so the job never
+	// runs behind the control plane's back.
+	secrets, err := a.fetchSecrets(ctx, log, job.ID)
+	if err != nil {
+		if errors.Is(err, ErrRevoked) || gone(err) {
+			log.Warn("job abandoned: the control plane no longer hands it to this agent", "err", err)
+			return nil, red, nil
 		}
-		secrets = s
+		return &agentproto.CompleteRequest{Status: agentproto.StatusFailed,
+			Error: jobError(ctx, timeout, fmt.Errorf("confirming the job and fetching its secrets: %w", err))}, red, nil
 	}
 	red = newRedactor(secrets)
 	events := newJobEvents(a.sendCtx, a.client, job.ID, log, red, a.opts.Backoff)

@@ -35,6 +35,7 @@ type ControlPlane struct {
 	queue        []agentproto.Job
 	jobAdded     chan struct{} // closed and replaced when a job is queued
 	secrets      map[string]map[string]string
+	withdrawn    map[string]bool
 	heartbeats   []agentproto.HeartbeatRequest
 	claims       int
 	eventPosts   map[string]int
@@ -75,6 +76,7 @@ func New(t testing.TB) *ControlPlane {
 		config:       agentproto.Config{HeartbeatSeconds: 1, MetricsSeconds: 60, ClaimWaitSeconds: 2, MaxConcurrentJobs: 4},
 		jobAdded:     make(chan struct{}),
 		secrets:      map[string]map[string]string{},
+		withdrawn:    map[string]bool{},
 		eventPosts:   map[string]int{},
 		events:       map[string][]agentproto.Event{},
 		completions:  map[string][]agentproto.CompleteRequest{},
@@ -165,13 +167,25 @@ func (cp *ControlPlane) Enqueue(job agentproto.Job, secrets map[string]string) {
 	if job.LeaseSeconds == 0 {
 		job.LeaseSeconds = 60
 	}
+	// Every job held is confirmed through its secrets, none for most.
+	cp.secrets[job.ID] = map[string]string{}
 	if secrets != nil {
 		cp.secrets[job.ID] = secrets
 		job.HasSecrets = true
 	}
+	delete(cp.withdrawn, job.ID)
 	cp.queue = append(cp.queue, job)
 	close(cp.jobAdded)
 	cp.jobAdded = make(chan struct{})
+}
+
+// Withdraw makes a job not the agent's anymore, as when its lease lapsed
+// and it was queued again or failed: its secrets (the agent's confirmation
+// before it runs a job) answer 403 job-not-running.
+func (cp *ControlPlane) Withdraw(jobID string) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.withdrawn[jobID] = true
 }
 
 // SetCompleteHook makes POST /jobs/{id}/complete answer with the status the
@@ -470,7 +484,12 @@ func (cp *ControlPlane) claim(w http.ResponseWriter, r *http.Request) {
 func (cp *ControlPlane) jobSecrets(w http.ResponseWriter, r *http.Request) {
 	cp.mu.Lock()
 	s, ok := cp.secrets[r.PathValue("id")]
+	withdrawn := cp.withdrawn[r.PathValue("id")]
 	cp.mu.Unlock()
+	if withdrawn {
+		Problem(w, http.StatusForbidden, agentproto.ProblemTypeBase+"job-not-running", "The job is not running.")
+		return
+	}
 	if !ok {
 		Problem(w, http.StatusNotFound, agentproto.ProblemTypeBase+"not-found", "no such job")
 		return
