@@ -71,7 +71,7 @@ Environment=CAPSTAN_PROXY_LISTEN_HOST=127.0.0.1 GIT_SSL_CAINFO=/etc/capstan-test
 Environment=CAPSTAN_AGENT_HEALTH_PROBE_INTERVAL=1s
 EOF
 systemctl daemon-reload
-systemctl restart capstan-agent.service`, caddy.HostAdminURL(), caddy.HTTPPort, caddy.HTTPSPort))
+systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.HTTPSPort))
 	eventually(t, startTimeout, "the agent is online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
 
 	s := &appStack{appRig: &appRig{Fleet: f, serverID: e.Server.ID}, Caddy: caddy}

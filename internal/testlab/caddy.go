@@ -126,7 +126,7 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 	// A short directory of its own: a socket's path has at most 107 bytes.
 	// Anyone may open the socket (a systemd host's agent, running as its
 	// own account, reaches it through a bind mount of the directory).
-	sockDir, err := os.MkdirTemp("", "caddy-admin-")
+	sockDir, err := os.MkdirTemp(adminSocketBase(), "capstan-caddy-admin-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,21 +213,26 @@ func (c *Caddy) AdminClient() *http.Client {
 		}}}
 }
 
-// hostAdminDir is where AdminBind puts the admin socket's directory
-// inside a systemd host: outside /tmp, which the agent's unit makes
-// private (PrivateTmp) and a newer Debian mounts a tmpfs on.
-const hostAdminDir = "/mnt/capstan-caddy-admin"
-
-// AdminBind is the HostOptions bind mount that puts the admin socket's
-// directory in a systemd host, where HostAdminURL reaches it.
+// AdminBind is the HostOptions bind mount ("DIR:DIR") that puts the admin
+// socket at the same path inside a systemd host, for an agent there: the
+// same path, since the agent writes its address into the configuration
+// Caddy loads.
 func (c *Caddy) AdminBind() string {
-	return filepath.Dir(c.AdminSocket) + ":" + hostAdminDir
+	d := filepath.Dir(c.AdminSocket)
+	return d + ":" + d
 }
 
-// HostAdminURL is the admin API as an agent in a systemd host booted
-// with AdminBind takes it.
-func (c *Caddy) HostAdminURL() string {
-	return "unix/" + hostAdminDir + "/" + filepath.Base(c.AdminSocket) + "|0666"
+// adminSocketBase is where the admin sockets' directories are made: under
+// /run when this process may write there (as root, the only way systemd
+// hosts run), which the agent's unit leaves shared, unlike /tmp (its
+// PrivateTmp); the temporary directory otherwise.
+func adminSocketBase() string {
+	if os.Geteuid() == 0 {
+		if fi, err := os.Stat("/run"); err == nil && fi.IsDir() {
+			return "/run"
+		}
+	}
+	return ""
 }
 
 // LoadedConfig is the configuration Caddy runs (GET /config/).

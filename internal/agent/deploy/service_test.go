@@ -155,7 +155,7 @@ func (h *svcAppHost) job(t *testing.T, typ string, payload any, secrets map[stri
 	p, _ := json.Marshal(payload)
 	j, _ := json.Marshal(agentproto.Job{ID: "job-" + typ, Type: typ, Payload: p})
 	s, _ := json.Marshal(secrets)
-	ps, _ := json.Marshal(proxy.Settings{AdminURL: h.caddy.HostAdminURL(), HTTPPort: h.caddy.HTTPPort, HTTPSPort: h.caddy.HTTPSPort,
+	ps, _ := json.Marshal(proxy.Settings{AdminURL: h.caddy.AdminURL, HTTPPort: h.caddy.HTTPPort, HTTPSPort: h.caddy.HTTPSPort,
 		ListenHost: "127.0.0.1", AccessLog: h.caddy.AccessLog})
 	res := h.Run(t, "env", "GIT_SSL_CAINFO=/opt/capstan-test/ca.pem", "setpriv", "--reuid=capstan", "--regid=capstan", "--init-groups",
 		"/opt/capstan-test/svcappjob", "job", string(j), string(s), string(ps))
