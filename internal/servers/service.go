@@ -150,8 +150,12 @@ func validateNameTags(name string, tags []string) error {
 }
 
 // InstallCommand is the shell line that installs and enrolls an agent.
+// The token travels in the environment (export is the shell's own, not a
+// process), never in an argument, which every user of the host can read
+// (ps) for as long as the installer runs.
 func (s *Service) InstallCommand(token string) string {
-	return fmt.Sprintf("curl -fsSL %s/agent/install.sh | sudo sh -s -- --token %s", s.publicURL, token)
+	return fmt.Sprintf("export CAPSTAN_ENROLL_TOKEN=%s; curl -fsSL %s/agent/install.sh | sudo --preserve-env=CAPSTAN_ENROLL_TOKEN sh; unset CAPSTAN_ENROLL_TOKEN",
+		token, s.publicURL)
 }
 
 func (s *Service) enrollment(srv Server, token string, expires time.Time) Enrollment {
