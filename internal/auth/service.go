@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"net/mail"
 	"runtime"
 	"strings"
@@ -480,6 +481,24 @@ func (s *Service) Verify(ctx context.Context, c Client, challengeID, code, devic
 	return t, err
 }
 
+// triesLeft says how many more codes the challenge takes, as the user
+// reads it after a wrong one. Informational: parallel guesses may make it
+// stale, the count itself is taken atomically before each code.
+func (s *Service) triesLeft(ctx context.Context, hash string) string {
+	ch, err := s.store.ChallengeByHash(ctx, hash)
+	if err != nil {
+		return ""
+	}
+	switch left := MaxCodeFailures - ch.Failures; {
+	case left <= 0:
+		return "That was the last try with this sign-in: enter the password again."
+	case left == 1:
+		return "1 more try."
+	default:
+		return fmt.Sprintf("%d more tries.", left)
+	}
+}
+
 // verify is Verify after the throttle tokens are taken; keep reports
 // whether the attempt failed and must keep them.
 func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice, hash, code string, now time.Time) (_ Tokens, keep bool, _ error) {
@@ -498,6 +517,7 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice
 		if reason == "code_reused" {
 			codeName, msg = CodeCodeReused, "This code was already used. Wait for the next code."
 		}
+		msg += " " + s.triesLeft(ctx, hash)
 		if err := s.audit.Record(ctx, audit.Entry{
 			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.SecondFactorFailed,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,

@@ -38,7 +38,26 @@ try {
   await page.getByRole("alert").first().waitFor(wait); // the problem, shown
   await page.getByLabel("Password").fill(password);
   await page.getByRole("button", { name: "Continue" }).click();
-  await page.getByLabel("Code from your authenticator app").fill(totp(secret));
+  // The code step starts with an empty code box.
+  const codeBox = page.getByLabel("Code from your authenticator app");
+  await codeBox.waitFor(wait);
+  if ((await codeBox.inputValue()) !== "") throw new Error("the code box starts with " + (await codeBox.inputValue()));
+  // Back: the address stays, the password step starts afresh and works.
+  await page.getByRole("button", { name: "Back" }).click();
+  await page.getByLabel("Password").waitFor(wait);
+  if ((await page.getByLabel("E-mail").inputValue()) !== email) throw new Error("Back lost the e-mail address");
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Continue" }).click();
+  // A wrong code keeps the code step, with the tries left; the right one
+  // then signs in.
+  const now = Date.now();
+  const near = [-30_000, 0, 30_000].map((d) => totp(secret, now + d));
+  let wrong = 123456;
+  while (near.includes(String(wrong))) wrong++;
+  await codeBox.fill(String(wrong));
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByText("4 more tries").waitFor(wait);
+  await codeBox.fill(totp(secret));
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.waitForURL(url + "/jobs", wait);
   await page.getByRole("heading", { name: "Jobs" }).waitFor(wait);
@@ -68,7 +87,7 @@ try {
   await page.getByLabel("Tags").fill("web, e2e");
   await page.getByRole("button", { name: "Create the install command" }).click();
   const command = await page.locator("#install-command").textContent(wait);
-  const token = command.match(/--token (\S+)/)?.[1];
+  const token = command.match(/CAPSTAN_ENROLL_TOKEN=([^;\s]+);/)?.[1];
   if (!token) throw new Error("no token in the install command: " + command);
   await page.getByText("Waiting for the agent").waitFor(wait);
   await shots(page, "enroll-waiting");

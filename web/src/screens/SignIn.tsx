@@ -13,6 +13,8 @@ export function SignIn({ next }: { next: string | null }) {
   const [challenge, setChallenge] = useState("");
   const [problem, setProblem] = useState<Problem | null>(null);
   const [busy, setBusy] = useState(false);
+  // The address of the last password step, kept for the next one.
+  const [lastEmail, setLastEmail] = useState("");
   const email = useRef<HTMLInputElement>(null);
   const password = useRef<HTMLInputElement>(null);
   const code = useRef<HTMLInputElement>(null);
@@ -23,9 +25,9 @@ export function SignIn({ next }: { next: string | null }) {
     setBusy(true);
     setProblem(null);
     try {
-      const res = await ok(
-        api.POST("/api/v1/auth/login", { body: { email: email.current!.value, password: password.current!.value } }),
-      );
+      const address = email.current!.value;
+      const res = await ok(api.POST("/api/v1/auth/login", { body: { email: address, password: password.current!.value } }));
+      setLastEmail(address);
       setChallenge(res.challenge_id);
       setStep("code");
       queueMicrotask(() => code.current?.focus());
@@ -49,9 +51,16 @@ export function SignIn({ next }: { next: string | null }) {
     } catch (err) {
       const p = asProblem(err);
       setProblem(p);
-      // An expired or spent challenge needs the password again.
-      if (p.status === 401 && !p.errors?.length) {
+      if (p.type?.endsWith("/invalid-challenge")) {
+        // An expired or used-up challenge needs the password again; the
+        // e-mail address stays.
+        setChallenge("");
         setStep("password");
+        queueMicrotask(() => password.current?.focus());
+      } else if (code.current) {
+        // A wrong or reused code: another try with the same challenge.
+        code.current.value = "";
+        code.current.focus();
       }
     } finally {
       setBusy(false);
@@ -62,11 +71,11 @@ export function SignIn({ next }: { next: string | null }) {
     <main class="signin" id="main">
       <h1>Sign in to Capstan</h1>
       {step === "password" ? (
-        <form onSubmit={submitPassword} aria-label="Sign in" noValidate>
+        <form key="password" onSubmit={submitPassword} aria-label="Sign in" noValidate>
           <ProblemBox problem={problem} fields={["email", "password"]} />
           <Field label="E-mail" name="email" errors={errs.email}>
             <input ref={email} id="email" name="email" type="email" autoComplete="username" required autoFocus
-              aria-invalid={errs.email ? true : undefined} />
+              defaultValue={lastEmail} aria-invalid={errs.email ? true : undefined} />
           </Field>
           <Field label="Password" name="password" errors={errs.password}>
             <input ref={password} id="password" name="password" type="password" autoComplete="current-password" required
@@ -77,7 +86,7 @@ export function SignIn({ next }: { next: string | null }) {
           </button>
         </form>
       ) : (
-        <form onSubmit={submitCode} aria-label="Two-factor code" noValidate>
+        <form key="code" onSubmit={submitCode} aria-label="Two-factor code" noValidate>
           <ProblemBox problem={problem} fields={["code", "challenge_id"]} />
           <Field label="Code from your authenticator app" name="code" errors={errs.code}
             hint="Six digits; a code works once.">
@@ -88,7 +97,7 @@ export function SignIn({ next }: { next: string | null }) {
             <button type="submit" class="primary" disabled={busy}>
               Sign in
             </button>
-            <button type="button" onClick={() => { setStep("password"); setProblem(null); }}>
+            <button type="button" onClick={() => { setStep("password"); setChallenge(""); setProblem(null); }}>
               Back
             </button>
           </div>
