@@ -678,6 +678,14 @@ type RemovePayload struct {
 	// PurgeVolumes removes the named volumes of a compose application
 	// too; they are kept otherwise.
 	PurgeVolumes bool `json:"purge_volumes,omitempty"`
+	// ProxySites are the hostnames the application had in the server's
+	// proxy state: with none, a proxy that cannot be reached keeps nothing
+	// of it, and the removal succeeds without applying the state.
+	ProxySites []string `json:"proxy_sites,omitempty"`
+	// Force succeeds when the proxy state cannot be applied, forgetting
+	// the application's sites there (the proxy may serve them until it
+	// takes the server's next state).
+	Force bool `json:"force,omitempty"`
 }
 
 // ProxyApplyPayload is the payload of proxy.apply. An agent that applied

@@ -874,12 +874,22 @@ type Removal struct {
 // deployment runs it is refused (409): wait for it or cancel it first.
 // An application whose server is gone or revoked is deleted at once.
 func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Removal, error) {
-	return s.DeletePurging(ctx, actor, c, id, false)
+	return s.DeleteWith(ctx, actor, c, id, RemoveOptions{})
 }
 
-// DeletePurging is Delete; with purge, the named volumes of a compose
-// application are removed with it (they are kept otherwise).
-func (s *Service) DeletePurging(ctx context.Context, actor audit.Actor, c audit.Entry, id string, purge bool) (Removal, error) {
+// RemoveOptions are the choices of a removal.
+type RemoveOptions struct {
+	// Purge removes the named volumes of a compose application with it
+	// (they are kept otherwise).
+	Purge bool
+	// Force succeeds when the server's proxy cannot take its new state,
+	// forgetting the application's sites there.
+	Force bool
+}
+
+// DeleteWith is Delete with the removal's options.
+func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Entry, id string, o RemoveOptions) (Removal, error) {
+	purge := o.Purge
 	if err := s.reconcile(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
 		s.log.WarnContext(ctx, "settling deployments", "app_id", id, "err", err.Error())
 	}
@@ -892,6 +902,18 @@ func (s *Service) DeletePurging(ctx context.Context, actor audit.Actor, c audit.
 	}
 	if err := s.refuseRunning(ctx, id); err != nil {
 		return Removal{}, err
+	}
+	// What the application has in its server's proxy, before it is left
+	// out of the proxy state.
+	sites, err := s.store.ProxySites(ctx, a.ServerID)
+	if err != nil {
+		return Removal{}, err
+	}
+	var hostnames []string
+	for _, site := range sites {
+		if site.AppID == id {
+			hostnames = append(hostnames, site.Hostname)
+		}
 	}
 	prev := a.State
 	now := s.now().UTC()
@@ -947,7 +969,8 @@ func (s *Service) DeletePurging(ctx context.Context, actor audit.Actor, c audit.
 		return Removal{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
-		Payload: agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge}})
+		Payload: agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge,
+			ProxySites: hostnames, Force: o.Force}})
 	if err != nil {
 		undo()
 		return Removal{}, err
@@ -956,7 +979,7 @@ func (s *Service) DeletePurging(ctx context.Context, actor audit.Actor, c audit.
 		return Removal{}, err
 	}
 	return Removal{ApplicationID: id, Status: "removing", Job: &j}, s.record(ctx, actor, c, ActionDeleted, "application", id,
-		map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID, "purge": purge})
+		map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID, "purge": purge, "force": o.Force})
 }
 
 // refuseRunning is a 409 when a deployment's job of the application is

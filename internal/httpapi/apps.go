@@ -99,6 +99,7 @@ type envChangeInput struct {
 type appDeleteInput struct {
 	ID    string `path:"id" maxLength:"64"`
 	Purge bool   `query:"purge" doc:"Compose applications: remove their named volumes too (default false: the volumes and their data stay on the server)"`
+	Force bool   `query:"force" doc:"Succeed even when the server's proxy cannot take its new state, forgetting the application's sites there (they may be served until the proxy takes the server's next state)"`
 }
 
 type removalOutput struct {
@@ -294,14 +295,16 @@ func (s *Server) registerApps() {
 			"and applies the proxy state without its domains; when that succeeds the application, its deployments and domains are " +
 			"deleted. If the removal fails the application stays, with status removal_failed and remove_error. 409 while one of its " +
 			"deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted). A compose " +
-			"application's named volumes are kept unless purge is true.",
+			"application's named volumes are kept unless purge is true. When the server's proxy cannot be reached (Caddy down), " +
+			"an application without a domain is removed all the same; one with domains fails, its remove_error naming the sites " +
+			"left in the proxy, until it is deleted again with force=true.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *appDeleteInput) (*removalOutput, error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
 		a, c := actor(ctx)
-		r, err := s.deps.Apps.DeletePurging(ctx, a, c, in.ID, in.Purge)
+		r, err := s.deps.Apps.DeleteWith(ctx, a, c, in.ID, apps.RemoveOptions{Purge: in.Purge, Force: in.Force})
 		if err != nil {
 			return nil, err
 		}

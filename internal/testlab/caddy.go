@@ -44,6 +44,8 @@ type Caddy struct {
 	// agent's --proxy-upstream-dir) when this Caddy reads them (2.8 and
 	// later); empty otherwise.
 	UpstreamDir string
+
+	stop func() // ends the process, once
 }
 
 // caddyStartTimeout bounds the wait for Caddy's admin API.
@@ -165,7 +167,7 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 		b, _ := os.ReadFile(c.LogPath)
 		return Tail(string(b), 60)
 	}
-	t.Cleanup(func() {
+	c.stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-exited:
@@ -173,6 +175,9 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+	})
+	t.Cleanup(func() {
+		c.stop()
 		if t.Failed() {
 			t.Logf("caddy output (%s):\n%s", c.AdminURL, output())
 		}
@@ -198,6 +203,10 @@ func startCaddy(t testing.TB, bin string) (c *Caddy, exitLog string, ok bool) {
 		}
 	}
 }
+
+// Stop ends Caddy before the test does, as a proxy that went down: its
+// admin API and sites no longer answer.
+func (c *Caddy) Stop() { c.stop() }
 
 // adminBase prefixes the admin API's paths for AdminClient.
 const adminBase = "http://caddy"

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
@@ -92,8 +93,23 @@ func (d *Deployer) removeFinish(ctx context.Context, p agentproto.RemovePayload,
 		return res, nil, nil
 	}
 	cfg, err := d.applyDesired(ctx, p.Proxy, nil, events)
-	if err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
 		return res, nil, fmt.Errorf("applying the proxy state: %w", err)
+	case len(p.ProxySites) == 0:
+		events.Emit(agentproto.LevelWarn, fmt.Sprintf("could not apply the proxy state (%v); application %s had no site in it, "+
+			"so nothing of it is left there", err, p.AppID), nil)
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s", p.AppID), nil)
+		return res, nil, nil
+	case p.Force:
+		events.Emit(agentproto.LevelWarn, fmt.Sprintf("could not apply the proxy state (%v); forgetting the sites of application %s "+
+			"there (%s): the proxy may serve them until it takes this server's next proxy state", err, p.AppID, strings.Join(p.ProxySites, ", ")), nil)
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s", p.AppID), nil)
+		return res, nil, nil
+	default:
+		return res, nil, fmt.Errorf("applying the proxy state: %w; the proxy still has the sites of application %s (%s): "+
+			"delete the application with ?force=true to forget them", err, p.AppID, strings.Join(p.ProxySites, ", "))
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("applied the proxy state: revision %d, %d sites", cfg.Revision, len(cfg.Sites)), nil)
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed application %s", p.AppID), nil)

@@ -276,7 +276,9 @@ export interface paths {
         };
         /**
          * Secrets of a running job, for the agent that holds it
-         * @description An enrolled agent, with its agent token.
+         * @description The agent fetches every job's secrets (an empty set for a job without) before it runs it: the answer confirms that the job is still its own, and acknowledges it. A job that is not running (queued again after its lease lapsed, or failed) answers 403 job-not-running, and the agent drops it.
+         *
+         *     An enrolled agent, with its agent token.
          */
         get: operations["agent-job-secrets"];
         put?: never;
@@ -449,7 +451,7 @@ export interface paths {
         post?: never;
         /**
          * Remove an application from its server
-         * @description Cancels its queued deployments and queues app.remove (202, status removing): the agent removes its containers and applies the proxy state without its domains; when that succeeds the application, its deployments and domains are deleted. If the removal fails the application stays, with status removal_failed and remove_error. 409 while one of its deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted). A compose application's named volumes are kept unless purge is true.
+         * @description Cancels its queued deployments and queues app.remove (202, status removing): the agent removes its containers and applies the proxy state without its domains; when that succeeds the application, its deployments and domains are deleted. If the removal fails the application stays, with status removal_failed and remove_error. 409 while one of its deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted). A compose application's named volumes are kept unless purge is true. When the server's proxy cannot be reached (Caddy down), an application without a domain is removed all the same; one with domains fails, its remove_error naming the sites left in the proxy, until it is deleted again with force=true.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -7915,6 +7917,8 @@ export interface operations {
     "delete-application": {
         parameters: {
             query?: {
+                /** @description Succeed even when the server's proxy cannot take its new state, forgetting the application's sites there (they may be served until the proxy takes the server's next state) */
+                force?: boolean;
                 /** @description Compose applications: remove their named volumes too (default false: the volumes and their data stay on the server) */
                 purge?: boolean;
             };
