@@ -1,5 +1,6 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
+import { EventLine } from "../components/EventLine";
 import { Link, useConfirm, type Confirmation, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { concernsApp, concernsDeployment, deploymentDone, releaseName, rollbackObject } from "../lib/apps";
 import { currentUser } from "../lib/auth";
@@ -135,9 +136,7 @@ export function DeploymentLive({ id, onEnd, full = false }: { id: string; onEnd?
         <div class="log deploy-log" role="log" aria-label={`Events of deployment ${d.id}`} tabIndex={0}>
           {events.length === 0 && <p class="muted">No events yet.</p>}
           {events.map((e) => (
-            <div key={e.seq + e.at} class={"lvl-" + e.level}>
-              <span class="muted">{new Date(e.at).toLocaleTimeString()}</span> {e.message}
-            </div>
+            <EventLine key={e.seq + e.at} event={e} />
           ))}
         </div>
       ) : (

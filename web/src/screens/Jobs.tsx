@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
+import { EventLine } from "../components/EventLine";
 import { Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
@@ -131,9 +132,7 @@ export function JobDetail({ id }: { id: string }) {
           <div class="card log" aria-live="polite">
             {(job.events ?? []).length === 0 && <p class="muted">No events.</p>}
             {(job.events ?? []).map((e, i) => (
-              <div key={i} class={"lvl-" + e.level}>
-                <span class="muted">{new Date(e.at).toLocaleTimeString()}</span> {e.message}
-              </div>
+              <EventLine key={i} event={e} />
             ))}
           </div>
           {job.output != null && (
