@@ -197,7 +197,7 @@ func register(s *httpapi.Server, d Deps) {
 		Description: "The agent fetches every job's secrets (an empty set for a job without) before it runs it: the answer confirms " +
 			"that the job is still its own, and acknowledges it. A job that is not running (queued again after its lease lapsed, or " +
 			"failed) answers 403 job-not-running, and the agent drops it.",
-		Errors:  []int{http.StatusForbidden, http.StatusNotFound},
+		Errors: []int{http.StatusForbidden, http.StatusNotFound},
 	}, httpapi.Agent, func(ctx context.Context, in *jobIDInput) (*secretsOutput, error) {
 		sec, err := d.Jobs.Secrets(ctx, httpapi.AgentServer(ctx).ID, in.ID)
 		if err != nil {
