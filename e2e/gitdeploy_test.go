@@ -76,8 +76,9 @@ func noSecretOnDisk(t testing.TB, secret string, dirs ...string) {
 // repositories and branches are listed through the API, the application
 // is created from a branch, the agent fetches the exact commit with an
 // installation token and builds it, the site serves commit 1; commit 2 is
-// pushed and its signed push webhook deploys it; the replayed delivery and
-// a forged one deploy nothing; commit 2 deployed again by ref builds from
+// pushed and its signed push webhook deploys it; the replayed delivery
+// (under its id or a new one), a signed push of the older commit 1 and a
+// forged one deploy nothing; commit 2 deployed again by ref builds from
 // the cache; a rollback serves commit 1 again without a build.
 // The installation token and the build argument never appear in logs,
 // job payloads or on the agent's disk.
@@ -161,19 +162,42 @@ func TestGitDeploy(t *testing.T) {
 	}
 	count := deployments()
 
-	// The same delivery again does nothing; a forged signature is refused
-	// and deploys nothing.
+	// The same delivery again does nothing, and so does its body under a
+	// new delivery id (the signature does not cover the id).
 	status, body = g.Host.Deliver(t, hook, "push", delivery, push, "")
 	if status != http.StatusOK || !strings.Contains(string(body), `"result":"duplicate"`) {
 		t.Fatalf("replayed delivery: %d %s", status, body)
 	}
+	status, body = g.Host.Deliver(t, hook, "push", testlab.DeliveryID(), push, "")
+	if status != http.StatusOK || !strings.Contains(string(body), `"result":"duplicate"`) {
+		t.Fatalf("replayed body under a new delivery id: %d %s", status, body)
+	}
+	// A push of commit 1, validly signed, after commit 2 is deployed: it
+	// is older, and the branch is at commit 2, so it is skipped, saying
+	// why.
+	old := g.Host.PushEvent(g.Inst, g.Repo, "main", sha2, sha1)
+	status, body = g.Host.Deliver(t, hook, "push", testlab.DeliveryID(), old, "")
+	var skipped struct {
+		Result        string   `json:"result"`
+		DeploymentIDs []string `json:"deployment_ids"`
+		Skipped       []struct {
+			ApplicationID string `json:"application_id"`
+			Reason        string `json:"reason"`
+		} `json:"skipped"`
+	}
+	if err := json.Unmarshal(body, &skipped); err != nil || status != http.StatusOK || skipped.Result != "skipped" ||
+		len(skipped.DeploymentIDs) != 0 || len(skipped.Skipped) != 1 || skipped.Skipped[0].ApplicationID != app.ID ||
+		!strings.Contains(skipped.Skipped[0].Reason, "commit "+sha1[:12]+" is older than commit "+sha2[:12]) {
+		t.Fatalf("push of the older commit: %d %s", status, body)
+	}
+	// A forged signature is refused and deploys nothing.
 	forged := g.Host.PushEvent(g.Inst, g.Repo, "main", sha2, sha1)
 	status, body = g.Host.Deliver(t, hook, "push", testlab.DeliveryID(), forged, "sha256="+strings.Repeat("ab", 32))
 	if status != http.StatusUnauthorized || !strings.Contains(string(body), "invalid-signature") {
 		t.Fatalf("forged delivery: %d %s", status, body)
 	}
 	if got := deployments(); got != count {
-		t.Fatalf("%d deployments after the replay and the forgery, want %d", got, count)
+		t.Fatalf("%d deployments after the replays, the older push and the forgery, want %d", got, count)
 	}
 
 	// Commit 2 again, by ref through the API: a build from the cache.

@@ -276,6 +276,11 @@ type Store interface {
 
 	// InsertDeployment stores a queued deployment.
 	InsertDeployment(ctx context.Context, d DeploymentRecord, sealedEnv string) error
+	// InsertDeploymentAfter stores a queued deployment only if the newest
+	// deployment of its application is still afterID ("": it has none);
+	// false, and nothing stored, when another was stored since. Of
+	// concurrent callers that saw the same newest deployment, one stores.
+	InsertDeploymentAfter(ctx context.Context, d DeploymentRecord, sealedEnv, afterID string) (bool, error)
 	// Deployment returns a deployment with its job's status.
 	Deployment(ctx context.Context, id string) (DeploymentRecord, error)
 	// DeploymentEnv returns a deployment's sealed environment ("" if none).

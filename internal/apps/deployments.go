@@ -138,6 +138,17 @@ func specOf(a App, ref string) (Spec, error) {
 // deployment's job is enqueued at once unless another deployment of the
 // application holds its slot.
 func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, appID, ref string) (DeploymentDetail, error) {
+	return s.deploy(ctx, actor, c, appID, ref, nil)
+}
+
+// errDeploymentsChanged is deploy's answer when its condition failed:
+// another deployment of the application was queued meanwhile.
+var errDeploymentsChanged = errors.New("another deployment of the application was queued meanwhile")
+
+// deploy is Deploy; after, when set, queues the deployment only if the
+// application's newest deployment is still *after ("": it has none), and
+// is errDeploymentsChanged otherwise.
+func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, appID, ref string, after *string) (DeploymentDetail, error) {
 	a, err := s.store.App(ctx, appID)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -186,7 +197,7 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	d, err := s.queue(ctx, a, spec, env, buildArgs, ref, "", actor.ID)
+	d, err := s.queue(ctx, a, spec, env, buildArgs, ref, "", actor.ID, after)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -260,7 +271,7 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		sv.Release = releaseOf(old)
 		spec.Service = &sv
 	}
-	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID)
+	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID, nil)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -303,8 +314,10 @@ func (s *Service) checkImagePresent(ctx context.Context, serverID string, d Depl
 }
 
 // queue stores a queued deployment with its environment and build
-// arguments sealed to it.
-func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []EnvVar, ref, rollbackOf, createdBy string) (DeploymentRecord, error) {
+// arguments sealed to it; after, when set, only if the application's
+// newest deployment is still *after (errDeploymentsChanged otherwise).
+func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []EnvVar, ref, rollbackOf, createdBy string,
+	after *string) (DeploymentRecord, error) {
 	now := s.now().UTC()
 	if spec.EnvKeys == nil {
 		spec.EnvKeys = []string{}
@@ -318,7 +331,14 @@ func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []
 	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, buildArgs); err != nil {
 		return DeploymentRecord{}, err
 	}
-	return d, s.store.InsertDeployment(ctx, d, sealed)
+	if after == nil {
+		return d, s.store.InsertDeployment(ctx, d, sealed)
+	}
+	ok, err := s.store.InsertDeploymentAfter(ctx, d, sealed, *after)
+	if err == nil && !ok {
+		err = errDeploymentsChanged
+	}
+	return d, err
 }
 
 // settleAndGet dispatches what can start and returns the deployment. A

@@ -3,6 +3,7 @@ package apps
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -40,6 +41,9 @@ type GitHost interface {
 	// Resolve resolves a branch, tag or commit of the repository to its
 	// commit; a ref the repository does not have is fault Invalid on ref.
 	Resolve(ctx context.Context, ra githost.RepoAccess, ref string) (githost.Commit, error)
+	// Compare says where commit head stands relative to commit base; two
+	// commits the repository cannot compare are fault NotFound.
+	Compare(ctx context.Context, ra githost.RepoAccess, base, head string) (githost.Comparison, error)
 }
 
 // UseGitHost lets applications deploy from git through g.
@@ -322,27 +326,145 @@ func cmpOr(s, def string) string {
 
 // AutoDeploy queues a deployment of a pushed commit for each active
 // application from git that follows the pushed branch of the repository,
-// through the installation, with auto_deploy on; it returns their ids. A
+// through the installation, with auto_deploy on, unless the commit is
+// older than what the application deploys already (see pushProblem). A
 // burst of pushes coalesces: while a deployment runs, the newest queued
 // one supersedes the older queued ones when the slot frees. An
-// application whose deployment cannot be queued is logged and skipped.
-func (s *Service) AutoDeploy(ctx context.Context, p githost.Push) ([]string, error) {
+// application whose deployment is refused (its server is gone, say) is
+// skipped, saying why; a failure of the git host or the store fails the
+// push, for the provider to deliver it again (applications that queued
+// it already then skip it as the commit they deploy).
+func (s *Service) AutoDeploy(ctx context.Context, p githost.Push) (githost.PushOutcome, error) {
+	out := githost.PushOutcome{DeploymentIDs: []string{}}
 	list, err := s.store.ListApps(ctx, "")
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	ids := []string{}
 	for _, a := range list {
 		if a.Source.Type != SourceGit || !a.AutoDeploy || a.State != StateActive || a.Source.InstallationID != p.InstallationID ||
 			a.Source.RepoID != p.RepoID || a.Source.Branch != p.Branch {
 			continue
 		}
-		d, err := s.Deploy(ctx, systemActor, audit.Entry{}, a.ID, p.CommitSHA)
+		id, skip, err := s.autoDeploy(ctx, a, p)
+		switch {
+		case err != nil:
+			return out, err
+		case skip != "":
+			out.Skipped = append(out.Skipped, githost.SkippedDeploy{ApplicationID: a.ID, Reason: skip})
+		default:
+			out.DeploymentIDs = append(out.DeploymentIDs, id)
+		}
+	}
+	return out, nil
+}
+
+// pushLookback is how many of an application's newest deployments a push
+// is compared against: the newest of them from git that is no rollback.
+const pushLookback = 20
+
+// autoDeploy queues a's deployment of a push and returns its id, or says
+// why it skips it. The deployment is queued only if no other deployment
+// of a was queued since its newest was compared with the push; otherwise
+// the push is compared again with the new newest, so that of two pushes
+// handled at once the older never ends up queued after the newer.
+func (s *Service) autoDeploy(ctx context.Context, a App, p githost.Push) (id, skip string, err error) {
+	for {
+		recent, err := s.store.ListDeployments(ctx, a.ID, pushLookback)
 		if err != nil {
-			s.log.WarnContext(ctx, "auto-deploy of a push not queued", "app_id", a.ID, "commit", p.CommitSHA, "err", err.Error())
+			return "", "", err
+		}
+		if skip, err := s.pushProblem(ctx, a, p, recent); err != nil || skip != "" {
+			return "", skip, err
+		}
+		after := ""
+		if len(recent) > 0 {
+			after = recent[0].ID
+		}
+		d, err := s.deploy(ctx, systemActor, audit.Entry{}, a.ID, p.CommitSHA, &after)
+		if errors.Is(err, errDeploymentsChanged) {
+			if err := ctx.Err(); err != nil {
+				return "", "", err
+			}
 			continue
 		}
-		ids = append(ids, d.ID)
+		if err == nil {
+			return d.ID, "", nil
+		}
+		if k := fault.KindOf(err); k == fault.Upstream || k == fault.Internal {
+			return "", "", err // for a redelivery to try again
+		}
+		s.log.WarnContext(ctx, "auto-deploy of a push not queued", "app_id", a.ID, "commit", p.CommitSHA, "err", err.Error())
+		return "", "the deployment could not be queued: " + fault.As(err).Message, nil
 	}
-	return ids, nil
+}
+
+// lastGitDeployment is the newest of recent (newest first) that deploys a
+// commit of the repository and is no rollback: a rollback runs an older
+// commit on purpose, and does not make the commits after it new again.
+func lastGitDeployment(recent []DeploymentRecord, repoID int64) *DeploymentRecord {
+	for i, d := range recent {
+		if d.RollbackOf == "" && d.Spec.Git != nil && d.Spec.Git.RepoID == repoID && d.Spec.Git.CommitSHA != "" {
+			return &recent[i]
+		}
+	}
+	return nil
+}
+
+func shortSHA(sha string) string { return sha[:min(len(sha), ShortSHALen)] }
+
+// pushProblem says why a push is not deployed to a, or "" to deploy it.
+// The pushed commit is compared, through the git host, with the commit of
+// a's newest deployment from the repository (rollbacks aside): a commit
+// ahead of it is deployed; the same commit is not deployed again; one
+// behind it (older) or diverged from it is deployed only if it is the
+// branch's head on the git host now, as after a reset or a force-push,
+// which a push delivered again after newer ones never is. A deployment by
+// ref through the API is never subject to this.
+func (s *Service) pushProblem(ctx context.Context, a App, p githost.Push, recent []DeploymentRecord) (string, error) {
+	last := lastGitDeployment(recent, p.RepoID)
+	if last == nil || s.git == nil {
+		return "", nil
+	}
+	base := last.Spec.Git.CommitSHA
+	if base == p.CommitSHA {
+		return fmt.Sprintf("commit %s is the commit of deployment %s already", shortSHA(p.CommitSHA), last.ID), nil
+	}
+	ra, err := s.git.Access(ctx, a.Source.InstallationID, a.Source.RepoID, "")
+	if err != nil {
+		if fe := fault.As(err); fe != nil && (fe.Kind == fault.NotFound || fe.Kind == fault.Conflict) {
+			return "the repository cannot be read: " + fe.Message, nil
+		}
+		return "", err
+	}
+	status := githost.CompareDiverged // two commits the git host cannot compare: as unrelated
+	c, err := s.git.Compare(ctx, ra, base, p.CommitSHA)
+	switch {
+	case err == nil:
+		status = c.Status
+	case !fault.Is(err, fault.NotFound):
+		return "", err
+	}
+	switch status {
+	case githost.CompareAhead:
+		return "", nil
+	case githost.CompareIdentical:
+		return fmt.Sprintf("commit %s is the commit of deployment %s already", shortSHA(p.CommitSHA), last.ID), nil
+	}
+	head, err := s.git.Resolve(ctx, ra, p.Branch)
+	if err != nil && !fault.Is(err, fault.Invalid) {
+		return "", err
+	}
+	if err == nil && head.SHA == p.CommitSHA {
+		return "", nil // the branch was reset or force-pushed to it
+	}
+	now := "no longer exists"
+	if err == nil {
+		now = "is at " + shortSHA(head.SHA) + " now"
+	}
+	how := "is older than"
+	if status != githost.CompareBehind {
+		how = "is not a descendant of"
+	}
+	return fmt.Sprintf("commit %s %s commit %s of deployment %s, and branch %s %s; deploy it by ref to run it anyway",
+		shortSHA(p.CommitSHA), how, shortSHA(base), last.ID, p.Branch, now), nil
 }

@@ -194,8 +194,8 @@ func TestAutoDeployCoalesces(t *testing.T) {
 	r := newGitRig(t)
 	shaB, shaC := strings.Repeat("b", 40), strings.Repeat("c", 40)
 	r.host.UpdateRepo(r.repo, func(hr *testlab.HostedRepo) {
-		hr.Commits[shaB] = testlab.HostedCommit{SHA: shaB, Message: "B", AuthorName: "Ada"}
-		hr.Commits[shaC] = testlab.HostedCommit{SHA: shaC, Message: "C", AuthorName: "Ada"}
+		hr.Commits[shaB] = testlab.HostedCommit{SHA: shaB, Message: "B", AuthorName: "Ada", Parents: []string{shaMain}}
+		hr.Commits[shaC] = testlab.HostedCommit{SHA: shaC, Message: "C", AuthorName: "Ada", Parents: []string{shaB}}
 		hr.Branches["next"] = shaB
 	})
 	mk := func(name, branch string, auto bool) apps.ApplicationDetail {
@@ -213,11 +213,11 @@ func TestAutoDeployCoalesces(t *testing.T) {
 	running := r.claim(agentproto.JobAppDeploy) // web's first deployment runs
 
 	push := func(sha string) []string {
-		ids, err := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID, Repository: "acme/web", Branch: "main", CommitSHA: sha})
-		if err != nil {
-			t.Fatal(err)
+		out, err := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID, Repository: "acme/web", Branch: "main", CommitSHA: sha})
+		if err != nil || len(out.Skipped) != 0 {
+			t.Fatalf("push of %.6s: %+v, %v", sha, out, err)
 		}
-		return ids
+		return out.DeploymentIDs
 	}
 	idsB, idsC := push(shaB), push(shaC)
 	if len(idsB) != 1 || len(idsC) != 1 {
@@ -235,8 +235,117 @@ func TestAutoDeployCoalesces(t *testing.T) {
 	r.succeed(j, "sha256:c")
 	r.noJob()
 	// Other repositories, installations and branches deploy nothing.
-	if ids, _ := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID + 1000, Branch: "main", CommitSHA: shaB}); len(ids) != 0 {
-		t.Fatalf("a push to another repository deployed %v", ids)
+	if out, _ := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID + 1000, Branch: "main", CommitSHA: shaB}); len(out.DeploymentIDs) != 0 {
+		t.Fatalf("a push to another repository deployed %v", out.DeploymentIDs)
+	}
+}
+
+// TestAutoDeployOlderPush: a push whose commit is older than the one the
+// application deploys already (an ancestor of it), or the same, or
+// diverged from it, is skipped with the reason, unless the branch's head
+// is that commit now (a reset or force-push). Rollbacks are looked past.
+// A deploy by ref of an older commit through the API still works. Pushes
+// of two new commits handled at once never leave the older one queued
+// last.
+func TestAutoDeployOlderPush(t *testing.T) {
+	r := newGitRig(t)
+	sha := func(c byte) string { return strings.Repeat(string(c), 40) }
+	// main: 1111 ← b ← c ← d…; x forks from 1111.
+	chain := []string{shaMain}
+	r.host.UpdateRepo(r.repo, func(hr *testlab.HostedRepo) {
+		for _, c := range []byte("bcdefghijklmn") {
+			hr.Commits[sha(c)] = testlab.HostedCommit{SHA: sha(c), Message: string(c), AuthorName: "Ada", Parents: []string{chain[len(chain)-1]}}
+			chain = append(chain, sha(c))
+		}
+		hr.Commits[sha('x')] = testlab.HostedCommit{SHA: sha('x'), Message: "x", AuthorName: "Ada", Parents: []string{shaMain}}
+	})
+	head := func(s string) { r.host.UpdateRepo(r.repo, func(hr *testlab.HostedRepo) { hr.Branches["main"] = s }) }
+	a, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: r.serverID, ContainerPort: 8080,
+		Source: apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"}, AutoDeploy: true, Deploy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:one")
+	push := func(s string) githost.PushOutcome {
+		t.Helper()
+		out, err := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID, Repository: "acme/web", Branch: "main", CommitSHA: s})
+		if err != nil {
+			t.Fatalf("push of %.6s: %v", s, err)
+		}
+		return out
+	}
+	deployed := func(s string) string {
+		t.Helper()
+		out := push(s)
+		if len(out.DeploymentIDs) != 1 || len(out.Skipped) != 0 {
+			t.Fatalf("push of %.6s: %+v, want it deployed", s, out)
+		}
+		return out.DeploymentIDs[0]
+	}
+	skipped := func(s, why string) {
+		t.Helper()
+		before, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader)
+		out := push(s)
+		if len(out.DeploymentIDs) != 0 || len(out.Skipped) != 1 || out.Skipped[0].ApplicationID != a.ID || !strings.Contains(out.Skipped[0].Reason, why) {
+			t.Fatalf("push of %.6s: %+v, want it skipped because it %s", s, out, why)
+		}
+		if after, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader); len(after) != len(before) {
+			t.Fatalf("a skipped push of %.6s queued a deployment", s)
+		}
+	}
+
+	// v2 (b) is pushed and deployed; v1 (1111) pushed again is older.
+	head(sha('b'))
+	idB := deployed(sha('b'))
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:b")
+	skipped(shaMain, "is older than commit "+sha('b')[:12])
+	skipped(sha('b'), "is the commit of deployment "+idB)
+	// A rollback to v1 does not make v2 new again.
+	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, a.Latest.ID); err != nil {
+		t.Fatal(err)
+	}
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:one")
+	skipped(sha('b'), "is the commit of deployment "+idB)
+	// Diverged: skipped while the branch is elsewhere, deployed once the
+	// branch was force-pushed to it; then the branch is reset to b.
+	skipped(sha('x'), "is not a descendant of commit "+sha('b')[:12])
+	head(sha('x'))
+	deployed(sha('x'))
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:x")
+	head(sha('b'))
+	deployed(sha('b'))
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:b")
+	// Asked for by ref, an older commit deploys.
+	if d := r.deploy(a.ID, shaMain); d.Spec.Git.CommitSHA != shaMain {
+		t.Fatalf("deploy of an older commit by ref: %+v", d.Spec.Git)
+	}
+	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:one")
+
+	// Two new commits pushed at once, round after round: the newer is
+	// always the newest deployment, the older never queued after it.
+	for i := 2; i+1 < len(chain); i += 2 {
+		older, newer := chain[i], chain[i+1]
+		head(newer)
+		testlab.InParallel(4, func(k int) {
+			s := []string{older, newer}[k%2]
+			if _, err := r.apps.AutoDeploy(r.ctx, githost.Push{InstallationID: r.inst, RepoID: r.repo.ID, Repository: "acme/web",
+				Branch: "main", CommitSHA: s}); err != nil {
+				t.Errorf("push of %.6s: %v", s, err)
+			}
+		})
+		list, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader)
+		if got := list[0].Spec.Git.CommitSHA; got != newer {
+			t.Fatalf("after pushes of %.6s and %.6s at once, the newest deployment is of %.6s", older, newer, got)
+		}
+		n := 0
+		for _, d := range list {
+			if d.Spec.Git.CommitSHA == newer && d.RollbackOf == nil {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d deployments of %.6s, want 1", n, newer)
+		}
 	}
 }
 

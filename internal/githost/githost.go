@@ -99,6 +99,23 @@ type Commit struct {
 	Author  string // "Name <email>", or the name alone
 }
 
+// Statuses of a comparison of two commits: where head stands relative to
+// base.
+const (
+	CompareIdentical = "identical" // the same commit
+	CompareAhead     = "ahead"     // base is an ancestor of head
+	CompareBehind    = "behind"    // head is an ancestor of base
+	CompareDiverged  = "diverged"  // neither is an ancestor of the other
+)
+
+// Comparison is where a commit (head) stands relative to another (base).
+type Comparison struct {
+	Status string // CompareIdentical, CompareAhead, CompareBehind or CompareDiverged
+	// AheadBy and BehindBy count the commits of head not in base and of
+	// base not in head.
+	AheadBy, BehindBy int
+}
+
 // AppKey is what the app signs its requests to the provider with.
 type AppKey struct {
 	AppID      int64
@@ -154,6 +171,9 @@ type Provider interface {
 	// Commit resolves a branch, tag or commit of a repository to its
 	// commit.
 	Commit(ctx context.Context, token string, repo Repository, ref string) (Commit, error)
+	// Compare says where commit head stands relative to commit base in
+	// a repository's history.
+	Compare(ctx context.Context, token string, repo Repository, base, head string) (Comparison, error)
 	// InstallURL is the page where the app is installed on accounts.
 	InstallURL(app App) string
 	// SettingsURL is the provider's page of the app, where it is deleted.
@@ -212,10 +232,12 @@ type Store interface {
 	// now, and was issued to sessionID; false otherwise (nothing changes).
 	// Expired states are deleted on the way.
 	UseGitHostState(ctx context.Context, hash, sessionID string, now time.Time) (bool, error)
-	// RememberGitHostDelivery records a webhook delivery id; false when it
-	// was recorded before. Deliveries older than forgetBefore are deleted.
-	RememberGitHostDelivery(ctx context.Context, id, event string, now, forgetBefore time.Time) (bool, error)
-	// ForgetGitHostDelivery forgets a delivery id (its handling failed);
-	// false if it was not recorded.
-	ForgetGitHostDelivery(ctx context.Context, id string) (bool, error)
+	// RememberGitHostDelivery records a webhook delivery by the hex
+	// SHA-256 of its body, with its delivery id and event; false when a
+	// delivery of the same body was recorded before (nothing changes).
+	// Deliveries older than forgetBefore are deleted.
+	RememberGitHostDelivery(ctx context.Context, bodySHA256, deliveryID, event string, now, forgetBefore time.Time) (bool, error)
+	// ForgetGitHostDelivery forgets a delivery by its body's SHA-256 (its
+	// handling failed); false if it was not recorded.
+	ForgetGitHostDelivery(ctx context.Context, bodySHA256 string) (bool, error)
 }

@@ -280,6 +280,25 @@ func (g *GitHub) Commit(ctx context.Context, token string, repo Repository, ref 
 	return c, nil
 }
 
+// Compare implements Provider (GET /repos/{owner}/{repo}/compare/{base}...{head},
+// one commit per page: only the status and counts are read).
+func (g *GitHub) Compare(ctx context.Context, token string, repo Repository, base, head string) (Comparison, error) {
+	owner, name, err := splitFullName(repo.FullName)
+	if err != nil {
+		return Comparison{}, err
+	}
+	cc, _, err := g.client(token).Repositories.CompareCommits(ctx, owner, name, base, head, &github.ListOptions{PerPage: 1})
+	if err != nil {
+		return Comparison{}, providerError(err)
+	}
+	c := Comparison{Status: cc.GetStatus(), AheadBy: cc.GetAheadBy(), BehindBy: cc.GetBehindBy()}
+	switch c.Status {
+	case CompareIdentical, CompareAhead, CompareBehind, CompareDiverged:
+		return c, nil
+	}
+	return Comparison{}, &ProviderError{Status: http.StatusBadGateway, Message: fmt.Sprintf("the comparison answer has an unknown status %q", c.Status)}
+}
+
 // providerError turns a go-github error into a ProviderError with the
 // provider's status and message.
 func providerError(err error) error {

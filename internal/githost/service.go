@@ -601,6 +601,22 @@ func (s *Service) Resolve(ctx context.Context, ra RepoAccess, ref string) (Commi
 	return c, nil
 }
 
+// Compare says where commit head stands relative to commit base in the
+// repository. A commit the repository does not have, or two commits
+// without a common ancestor, is fault NotFound.
+func (s *Service) Compare(ctx context.Context, ra RepoAccess, base, head string) (Comparison, error) {
+	c, err := s.provider.Compare(ctx, ra.Token.Value, ra.Repository, base, head)
+	if err != nil {
+		var pe *ProviderError
+		if errors.As(err, &pe) && (pe.Status == http.StatusNotFound || pe.Status == http.StatusUnprocessableEntity) {
+			return Comparison{}, fault.NotFoundf("Repository %s cannot compare %s with %s (the git host says: %s).",
+				ra.Repository.FullName, base, head, pe.Message)
+		}
+		return Comparison{}, upstream(fmt.Sprintf("comparing %s with %s in %s", base, head, ra.Repository.FullName), err)
+	}
+	return c, nil
+}
+
 // forgetInstallation forgets an installation that is gone on the provider;
 // by says who said so (webhook, provider).
 func (s *Service) forgetInstallation(ctx context.Context, id int64, by string) error {

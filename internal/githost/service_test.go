@@ -395,3 +395,48 @@ func TestInstallationsRepositoriesBranches(t *testing.T) {
 		wantFault(t, err, fault.NotFound, "")
 	})
 }
+
+// TestCompareCommits: the provider's comparison of two commits says where
+// the second stands relative to the first (identical, ahead, behind,
+// diverged); a commit the repository does not have, or two without a
+// common ancestor, is NotFound.
+func TestCompareCommits(t *testing.T) {
+	r := newRig(t, storetest.Open(t, store.SQLite))
+	r.connect()
+	sha := func(c string) string { return strings.Repeat(c, 40) }
+	repo := r.host.AddRepo("acme", "web", true, map[string]string{"main": sha("c")})
+	r.host.UpdateRepo(repo, func(hr *testlab.HostedRepo) {
+		// a ← b ← c on main; d forks from a; e is unrelated.
+		for c, parents := range map[string][]string{"a": nil, "b": {sha("a")}, "c": {sha("b")}, "d": {sha("a")}, "e": nil} {
+			hr.Commits[sha(c)] = testlab.HostedCommit{SHA: sha(c), Message: c, AuthorName: "Ada", Parents: parents}
+		}
+	})
+	inst := r.host.Install(t, "acme")
+	if _, err := r.svc.AddInstallation(r.ctx, r.caller, inst, githost.SetupInstall); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := r.svc.Access(r.ctx, inst, repo.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		base, head    string
+		want          string
+		ahead, behind int
+	}{
+		{sha("b"), sha("b"), githost.CompareIdentical, 0, 0},
+		{sha("a"), sha("c"), githost.CompareAhead, 2, 0},
+		{sha("c"), sha("a"), githost.CompareBehind, 0, 2},
+		{sha("c"), sha("d"), githost.CompareDiverged, 1, 2},
+		{sha("b"), "main", githost.CompareAhead, 1, 0},
+	} {
+		got, err := r.svc.Compare(r.ctx, ra, c.base, c.head)
+		if err != nil || got != (githost.Comparison{Status: c.want, AheadBy: c.ahead, BehindBy: c.behind}) {
+			t.Errorf("compare %.6s...%.6s: %+v, %v; want %s, ahead by %d, behind by %d", c.base, c.head, got, err, c.want, c.ahead, c.behind)
+		}
+	}
+	for _, head := range []string{sha("e"), sha("f")} {
+		_, err := r.svc.Compare(r.ctx, ra, sha("c"), head)
+		wantFault(t, err, fault.NotFound, "")
+	}
+}

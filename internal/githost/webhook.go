@@ -16,26 +16,33 @@ import (
 
 // Webhooks: the provider signs each delivery's body with the app's webhook
 // secret (X-Hub-Signature-256: sha256=HMAC-SHA256 in hex). The signature
-// is checked, in constant time, before anything of the body is parsed;
-// each delivery id (X-GitHub-Delivery) is handled once. A push to a branch
-// deploys that exact commit to the applications that follow the branch
-// with auto_deploy; installation events keep the installations current.
+// is checked, in constant time, before anything of the body is parsed.
+// The signature covers the body alone, not the headers: X-GitHub-Delivery
+// can be changed at will on a captured delivery, so a delivery is handled
+// once per body (its SHA-256), whatever its delivery id. A push to a
+// branch deploys that exact commit to the applications that follow the
+// branch with auto_deploy, unless it is older than what they deploy
+// already (see PushHandler); installation events keep the installations
+// current.
 
 // Limits of webhooks.
 const (
 	// MaxWebhookBody bounds a delivery's body (GitHub caps payloads at
 	// 25 MB; pushes are far smaller).
 	MaxWebhookBody = 25 << 20
-	// DeliveryMemory is how long delivery ids are remembered: the
-	// provider redelivers within days, not weeks.
+	// DeliveryMemory is how long deliveries are remembered: the provider
+	// redelivers within days, not weeks. A push older than that sent
+	// again is still refused by the push handler if its commit is older
+	// than the one deployed.
 	DeliveryMemory = 30 * 24 * time.Hour
 )
 
 // Webhook outcomes.
 const (
-	WebhookDuplicate = "duplicate" // the delivery was handled before
+	WebhookDuplicate = "duplicate" // a delivery of the same body was handled before
 	WebhookIgnored   = "ignored"   // nothing to do with it
 	WebhookHandled   = "handled"   // it changed something
+	WebhookSkipped   = "skipped"   // a push that applications follow, none of which deployed it (see Skipped)
 )
 
 // Push is a push event, as applications need it.
@@ -47,26 +54,47 @@ type Push struct {
 	CommitSHA      string
 }
 
-// PushHandler queues the deploys a push asks for and returns their ids.
-type PushHandler func(ctx context.Context, p Push) ([]string, error)
+// SkippedDeploy is an application that follows a pushed branch and did
+// not deploy the push.
+type SkippedDeploy struct {
+	ApplicationID string `json:"application_id"`
+	Reason        string `json:"reason" doc:"Why the push was not deployed, e.g. its commit is older than the application's latest deployment's"`
+}
+
+// PushOutcome is what a push did.
+type PushOutcome struct {
+	DeploymentIDs []string        // deployments queued
+	Skipped       []SkippedDeploy // applications that did not deploy it
+}
+
+// PushHandler queues the deploys a push asks for and says what it did.
+// An error fails the delivery, which the provider may then redeliver.
+type PushHandler func(ctx context.Context, p Push) (PushOutcome, error)
 
 // OnPush registers what pushes do.
 func (s *Service) OnPush(h PushHandler) { s.push = h }
 
 // WebhookResult is the answer to a delivery.
 type WebhookResult struct {
-	Delivery      string   `json:"delivery"`
-	Event         string   `json:"event"`
-	Result        string   `json:"result" enum:"duplicate,ignored,handled"`
-	DeploymentIDs []string `json:"deployment_ids" doc:"Deployments a push queued"`
+	Delivery      string          `json:"delivery"`
+	Event         string          `json:"event"`
+	Result        string          `json:"result" enum:"duplicate,ignored,handled,skipped"`
+	DeploymentIDs []string        `json:"deployment_ids" doc:"Deployments a push queued"`
+	Skipped       []SkippedDeploy `json:"skipped" doc:"Applications that follow the pushed branch and did not deploy the push, and why"`
 }
 
 // Delivery is one webhook delivery as received.
 type Delivery struct {
 	Event     string // X-GitHub-Event
-	ID        string // X-GitHub-Delivery
+	ID        string // X-GitHub-Delivery: not signed, only logged and echoed
 	Signature string // X-Hub-Signature-256
 	Body      []byte
+}
+
+// Verified is a delivery whose signature matched its body.
+type Verified struct {
+	d      Delivery
+	digest string // hex SHA-256 of the body
 }
 
 func errSignature() error {
@@ -90,33 +118,54 @@ func verify(secret []byte, signature string, body []byte) bool {
 
 // HandleWebhook verifies and handles one delivery.
 func (s *Service) HandleWebhook(ctx context.Context, d Delivery) (WebhookResult, error) {
-	secret, err := s.WebhookSecret(ctx)
-	if fault.Is(err, fault.Conflict) {
-		return WebhookResult{}, errSignature() // nothing to verify it with
-	}
+	v, err := s.VerifyWebhook(ctx, d)
 	if err != nil {
 		return WebhookResult{}, err
 	}
+	return s.HandleVerified(ctx, v)
+}
+
+// VerifyWebhook checks a delivery's signature (fault Unauthenticated
+// "invalid-signature" when it does not match, or no app is connected) and
+// its headers.
+func (s *Service) VerifyWebhook(ctx context.Context, d Delivery) (Verified, error) {
+	secret, err := s.WebhookSecret(ctx)
+	if fault.Is(err, fault.Conflict) {
+		return Verified{}, errSignature() // nothing to verify it with
+	}
+	if err != nil {
+		return Verified{}, err
+	}
 	if !verify(secret, d.Signature, d.Body) {
 		s.log.WarnContext(ctx, "webhook delivery with a bad signature refused", "event", d.Event, "delivery", d.ID)
-		return WebhookResult{}, errSignature()
+		return Verified{}, errSignature()
 	}
 	if d.ID == "" || d.Event == "" {
-		return WebhookResult{}, fault.Invalidf("X-GitHub-Delivery", "X-GitHub-Delivery and X-GitHub-Event are required")
+		return Verified{}, fault.Invalidf("X-GitHub-Delivery", "X-GitHub-Delivery and X-GitHub-Event are required")
 	}
-	res := WebhookResult{Delivery: d.ID, Event: d.Event, Result: WebhookIgnored, DeploymentIDs: []string{}}
+	sum := sha256.Sum256(d.Body)
+	return Verified{d: d, digest: hex.EncodeToString(sum[:])}, nil
+}
+
+// HandleVerified handles a verified delivery, once per body: a delivery
+// whose body was handled before is a duplicate, whatever its delivery id,
+// and so is one fired while the first is being handled.
+func (s *Service) HandleVerified(ctx context.Context, v Verified) (WebhookResult, error) {
+	d := v.d
+	res := WebhookResult{Delivery: d.ID, Event: d.Event, Result: WebhookIgnored, DeploymentIDs: []string{}, Skipped: []SkippedDeploy{}}
 	now := s.now().UTC()
-	first, err := s.store.RememberGitHostDelivery(ctx, d.ID, d.Event, now, now.Add(-DeliveryMemory))
+	first, err := s.store.RememberGitHostDelivery(ctx, v.digest, d.ID, d.Event, now, now.Add(-DeliveryMemory))
 	if err != nil {
 		return WebhookResult{}, err
 	}
 	if !first {
+		s.log.InfoContext(ctx, "webhook delivery of a body handled before ignored", "event", d.Event, "delivery", d.ID, "body_sha256", v.digest)
 		res.Result = WebhookDuplicate
 		return res, nil
 	}
 	if err := s.handle(ctx, d, &res); err != nil {
 		// Let a redelivery try again.
-		if _, ferr := s.store.ForgetGitHostDelivery(context.WithoutCancel(ctx), d.ID); ferr != nil {
+		if _, ferr := s.store.ForgetGitHostDelivery(context.WithoutCancel(ctx), v.digest); ferr != nil {
 			s.log.ErrorContext(ctx, "forgetting a failed webhook delivery", "delivery", d.ID, "err", ferr.Error())
 		}
 		return WebhookResult{}, err
@@ -167,13 +216,20 @@ func (s *Service) handlePush(ctx context.Context, ev event, res *WebhookResult) 
 		strings.Trim(ev.After, "0") == "" || s.push == nil {
 		return nil
 	}
-	ids, err := s.push(ctx, Push{InstallationID: ev.Installation.ID, RepoID: ev.Repository.ID, Repository: ev.Repository.FullName,
+	out, err := s.push(ctx, Push{InstallationID: ev.Installation.ID, RepoID: ev.Repository.ID, Repository: ev.Repository.FullName,
 		Branch: branch, CommitSHA: strings.ToLower(ev.After)})
 	if err != nil {
 		return err
 	}
-	if len(ids) > 0 {
-		res.Result, res.DeploymentIDs = WebhookHandled, ids
+	if len(out.Skipped) > 0 {
+		res.Result, res.Skipped = WebhookSkipped, out.Skipped
+		for _, sk := range out.Skipped {
+			s.log.WarnContext(ctx, "push not deployed", "delivery", res.Delivery, "application_id", sk.ApplicationID,
+				"commit", ev.After, "reason", sk.Reason)
+		}
+	}
+	if len(out.DeploymentIDs) > 0 {
+		res.Result, res.DeploymentIDs = WebhookHandled, out.DeploymentIDs
 	}
 	return nil
 }

@@ -17,10 +17,11 @@ import (
 
 // TestWebhooks: a delivery is verified before anything else (a forged,
 // missing or malformed signature is refused), handled once however often
-// and however concurrently it arrives, and a failed handling lets a
-// redelivery try again. A push reaches the push handler with the exact
-// commit; other refs are ignored. Installation events keep the
-// installations current.
+// and however concurrently its body arrives, under the same delivery id
+// or new ones (the signature does not cover the id), and a failed
+// handling lets a redelivery try again. A push reaches the push handler
+// with the exact commit; other refs are ignored; applications that skip
+// it are reported. Installation events keep the installations current.
 func TestWebhooks(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		r := newRig(t, st)
@@ -32,15 +33,18 @@ func TestWebhooks(t *testing.T) {
 		}
 		var mu sync.Mutex
 		var pushes []githost.Push
-		var fail atomic.Bool
-		r.svc.OnPush(func(_ context.Context, p githost.Push) ([]string, error) {
+		var fail, skip atomic.Bool
+		r.svc.OnPush(func(_ context.Context, p githost.Push) (githost.PushOutcome, error) {
 			if fail.Load() {
-				return nil, errors.New("the store is down")
+				return githost.PushOutcome{}, errors.New("the store is down")
+			}
+			if skip.Load() {
+				return githost.PushOutcome{Skipped: []githost.SkippedDeploy{{ApplicationID: "app_1", Reason: "older"}}}, nil
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			pushes = append(pushes, p)
-			return []string{"dep_" + p.CommitSHA[:6]}, nil
+			return githost.PushOutcome{DeploymentIDs: []string{"dep_" + p.CommitSHA[:6]}}, nil
 		})
 		sha := strings.Repeat("b", 40)
 		body := r.host.PushEvent(inst, repo, "main", strings.Repeat("a", 40), sha)
@@ -57,11 +61,16 @@ func TestWebhooks(t *testing.T) {
 			}
 		}
 
-		// One delivery, fired concurrently: handled exactly once.
+		// One body, fired concurrently under one delivery id and under
+		// new ones: handled exactly once.
 		id := testlab.DeliveryID()
 		var handled, duplicates atomic.Int64
-		testlab.InParallel(8, func(int) {
-			res, err := deliver(id, r.host.Sign(body), body)
+		testlab.InParallel(8, func(i int) {
+			did := id
+			if i%2 == 1 {
+				did = testlab.DeliveryID()
+			}
+			res, err := deliver(did, r.host.Sign(body), body)
 			switch {
 			case err != nil:
 				t.Errorf("delivery: %v", err)
@@ -78,6 +87,11 @@ func TestWebhooks(t *testing.T) {
 			t.Fatalf("pushes %+v", pushes)
 		}
 
+		// Later, under yet another delivery id: still a duplicate.
+		if res, err := deliver(testlab.DeliveryID(), r.host.Sign(body), body); err != nil || res.Result != githost.WebhookDuplicate {
+			t.Fatalf("the body again under a new delivery id: %+v, %v", res, err)
+		}
+
 		// A failed handling is forgotten: the redelivery is handled.
 		fail.Store(true)
 		body2 := r.host.PushEvent(inst, repo, "main", sha, strings.Repeat("c", 40))
@@ -89,6 +103,15 @@ func TestWebhooks(t *testing.T) {
 		if res, err := deliver(id2, r.host.Sign(body2), body2); err != nil || res.Result != githost.WebhookHandled {
 			t.Fatalf("redelivery: %+v, %v", res, err)
 		}
+
+		// A push the applications skip says so.
+		skip.Store(true)
+		body3 := r.host.PushEvent(inst, repo, "main", strings.Repeat("c", 40), strings.Repeat("d", 40))
+		if res, err := deliver(testlab.DeliveryID(), r.host.Sign(body3), body3); err != nil || res.Result != githost.WebhookSkipped ||
+			len(res.Skipped) != 1 || res.Skipped[0].Reason != "older" || len(res.DeploymentIDs) != 0 {
+			t.Fatalf("skipped push: %+v, %v", res, err)
+		}
+		skip.Store(false)
 
 		// Tags and deleted branches deploy nothing.
 		tag := []byte(strings.Replace(string(body), `"refs/heads/main"`, `"refs/tags/v1"`, 1))

@@ -69,7 +69,7 @@ type disconnectOutput struct {
 
 type webhookInput struct {
 	Event     string `header:"X-GitHub-Event" maxLength:"64" doc:"push, installation, installation_repositories (others are acknowledged and ignored)"`
-	Delivery  string `header:"X-GitHub-Delivery" maxLength:"128" doc:"The delivery's id: a delivery is handled once"`
+	Delivery  string `header:"X-GitHub-Delivery" maxLength:"128" doc:"The delivery's id, for the log and the answer (the signature does not cover it: deliveries are told apart by their bodies)"`
 	Signature string `header:"X-Hub-Signature-256" maxLength:"128" doc:"sha256= and the HMAC-SHA256 of the body with the app's webhook secret, in hex"`
 	RawBody   []byte
 }
@@ -184,17 +184,32 @@ func (s *Server) registerGitHost() {
 	op(s, huma.Operation{
 		OperationID: "githost-webhook", Method: http.MethodPost, Path: "/api/v1/githost/webhook", Tags: tags,
 		Summary: "Receive the git host's webhook deliveries",
-		Description: "Called by the provider, not by users: no bearer token. The body's X-Hub-Signature-256 is checked with the " +
-			"app's webhook secret, in constant time, before anything else (401 invalid-signature otherwise); a delivery id seen " +
-			"before is answered duplicate and does nothing. A push to a branch queues a deploy of the pushed commit for every " +
-			"application from that branch with auto_deploy; installation and installation_repositories events keep the " +
-			"installations current.",
-		MaxBodyBytes: githost.MaxWebhookBody, Errors: []int{http.StatusUnauthorized, http.StatusConflict, http.StatusRequestEntityTooLarge},
+		Description: "Called by the provider, not by users: no bearer token. At most a few deliveries are read and verified at " +
+			"once; beyond them a delivery waits up to 2 s for its turn, then is answered 503 webhook-busy with Retry-After " +
+			"without its body being read (GitHub does not deliver again by itself: redeliver it from the app's advanced " +
+			"settings). A body must arrive within 10 s. The body's X-Hub-Signature-256 is checked with the app's webhook " +
+			"secret, in constant time, before anything else (401 invalid-signature otherwise). A delivery is handled once per " +
+			"body (its SHA-256, which the signature covers, unlike X-GitHub-Delivery): the same body again, under any delivery " +
+			"id, is answered duplicate and does nothing. A push to a branch queues a deploy of the pushed commit for every " +
+			"application from that branch with auto_deploy, unless the commit is older than the one the application deploys " +
+			"already (see skipped); installation and installation_repositories events keep the installations current.",
+		MaxBodyBytes: githost.MaxWebhookBody, BodyReadTimeout: webhookBodyTimeout,
+		Metadata: map[string]any{bodySlotsKey: s.webhooks},
+		Errors: []int{http.StatusUnauthorized, http.StatusConflict, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge,
+			http.StatusServiceUnavailable},
 	}, Public, func(ctx context.Context, in *webhookInput) (*webhookOutput, error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
-		res, err := s.deps.GitHost.HandleWebhook(ctx, githost.Delivery{Event: in.Event, ID: in.Delivery, Signature: in.Signature, Body: in.RawBody})
+		d := githost.Delivery{Event: in.Event, ID: in.Delivery, Signature: in.Signature, Body: in.RawBody}
+		v, err := s.deps.GitHost.VerifyWebhook(ctx, d)
+		// The body is checked: whether it was signed or not, the next
+		// delivery may be read.
+		releaseBody(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := s.deps.GitHost.HandleVerified(ctx, v)
 		if err != nil {
 			return nil, err
 		}

@@ -94,6 +94,9 @@ type Deps struct {
 	// AgentInFlightPerServer bounds how many of them one server's agent
 	// has at once; 0 means DefaultAgentInFlightPerServer.
 	AgentInFlightPerServer int
+	// WebhookInFlight bounds how many git host webhook deliveries are
+	// read and verified at once; 0 means DefaultWebhookInFlight.
+	WebhookInFlight int
 }
 
 // RequestObserver is told of every answered request: the route pattern
@@ -112,6 +115,8 @@ type Server struct {
 	cookie  cookieConfig
 	console *console
 	agents  *agentSlots
+	// webhooks bounds the webhook deliveries being read and verified.
+	webhooks *bodySlots
 	// sessions closes the streams of sessions that ended.
 	sessions *sessionWatch
 
@@ -161,7 +166,8 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 		d.Logger = slog.Default()
 	}
 	s := &Server{deps: d, log: d.Logger, mux: http.NewServeMux(), cookie: newCookieConfig(d.PublicURL),
-		console: newConsole(d.Console, gitHostOrigin(d.GitHost)), agents: newAgentSlots(d.AgentInFlight, d.AgentInFlightPerServer)}
+		console: newConsole(d.Console, gitHostOrigin(d.GitHost)), agents: newAgentSlots(d.AgentInFlight, d.AgentInFlightPerServer),
+		webhooks: newBodySlots(d.WebhookInFlight)}
 	if d.Auth != nil {
 		s.sessions = newSessionWatch(d.Auth.SessionsEnded, d.Logger)
 	}
@@ -186,7 +192,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 		cfg.Servers = []*huma.Server{{URL: d.PublicURL}}
 	}
 	s.api = humago.New(s.mux, cfg)
-	s.api.UseMiddleware(s.authenticate)
+	s.api.UseMiddleware(s.authenticate, s.admitBodies)
 
 	s.registerAuth()
 	s.registerPlatform()
@@ -442,6 +448,21 @@ func (s *Server) authenticateAgent(ctx context.Context, token string) (servers.S
 	return srv, release, nil
 }
 
+// writeHumaProblem answers a problem from huma middleware, before the
+// operation's input is read.
+func writeHumaProblem(ctx huma.Context, p *Problem) {
+	p.RequestID = requestID(ctx.Context())
+	for k, vs := range p.headers {
+		for _, v := range vs {
+			ctx.AppendHeader(k, v)
+		}
+	}
+	ctx.SetHeader("Content-Type", "application/problem+json")
+	ctx.SetStatus(p.Status)
+	p.Instance = requestFrom(ctx.Context()).URL.Path
+	writeJSON(ctx.BodyWriter(), p)
+}
+
 // authenticate is huma middleware that enforces each operation's access
 // level before its input is read.
 func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
@@ -451,20 +472,10 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		return
 	}
 	fail := func(p *Problem) {
-		r := requestFrom(ctx.Context())
 		if p.Status == http.StatusUnauthorized {
 			p.GetHeaders().Set("WWW-Authenticate", `Bearer realm="capstan"`)
 		}
-		p.RequestID = requestID(ctx.Context())
-		for k, vs := range p.headers {
-			for _, v := range vs {
-				ctx.AppendHeader(k, v)
-			}
-		}
-		ctx.SetHeader("Content-Type", "application/problem+json")
-		ctx.SetStatus(p.Status)
-		p.Instance = r.URL.Path
-		writeJSON(ctx.BodyWriter(), p)
+		writeHumaProblem(ctx, p)
 	}
 	h := ctx.Header("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")

@@ -401,11 +401,57 @@ func (s *Store) deploymentWhere(ctx context.Context, q sqlx.QueryerContext, wher
 
 // InsertDeployment stores a queued deployment.
 func (s *Store) InsertDeployment(ctx context.Context, d apps.DeploymentRecord, sealedEnv string) error {
+	return s.tx(ctx, func(tx *sqlx.Tx) error {
+		if err := s.lockApp(ctx, tx, d.AppID); err != nil {
+			return err
+		}
+		return insertDeploymentTx(ctx, tx, d, sealedEnv)
+	})
+}
+
+// InsertDeploymentAfter stores a queued deployment only if the newest
+// deployment of its application is still afterID ("": it has none). The
+// check and the insert are one transaction, serialized with every other
+// insert of the application's deployments (on PostgreSQL, by a lock of
+// the application's row), so that of two callers that saw the same
+// newest deployment only one stores its own; false, and nothing stored,
+// for the other.
+func (s *Store) InsertDeploymentAfter(ctx context.Context, d apps.DeploymentRecord, sealedEnv, afterID string) (bool, error) {
+	var ok bool
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		ok = false
+		if err := s.lockApp(ctx, tx, d.AppID); err != nil {
+			return err
+		}
+		var newest sql.NullString
+		if err := tx.GetContext(ctx, &newest, tx.Rebind(`SELECT MAX(id) FROM deployments WHERE app_id = ?`), d.AppID); err != nil {
+			return err
+		}
+		if newest.String != afterID {
+			return nil
+		}
+		ok = true
+		return insertDeploymentTx(ctx, tx, d, sealedEnv)
+	})
+	return ok && err == nil, err
+}
+
+// lockApp takes, on PostgreSQL, the lock of an application's row until
+// the transaction ends; SQLite has one writer at a time anyway.
+func (s *Store) lockApp(ctx context.Context, tx *sqlx.Tx, appID string) error {
+	if s.dialect != Postgres {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, `SELECT id FROM applications WHERE id = $1 FOR UPDATE`, appID)
+	return err
+}
+
+func insertDeploymentTx(ctx context.Context, tx *sqlx.Tx, d apps.DeploymentRecord, sealedEnv string) error {
 	spec, err := json.Marshal(d.Spec)
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO deployments (id, app_id, server_id, status, spec, env, ref, rollback_of,
+	_, err = tx.ExecContext(ctx, tx.Rebind(`INSERT INTO deployments (id, app_id, server_id, status, spec, env, ref, rollback_of,
 		created_by, created_at, updated_at, build_args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		d.ID, d.AppID, d.ServerID, d.Status, string(spec), sealedEnv, d.Ref, nullString(d.RollbackOf), d.CreatedBy,
 		ms(d.CreatedAt), ms(d.UpdatedAt), d.SealedBuildArgs)

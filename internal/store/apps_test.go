@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 func mustInsertApp(t *testing.T, s *store.Store, serverID, name string) apps.App {
@@ -261,6 +263,55 @@ func TestStoreDeploymentQueue(t *testing.T) {
 		}
 		if _, err := s.Deployment(ctx, d1.ID); fault.KindOf(err) != fault.NotFound {
 			t.Fatalf("deployment of a deleted app: %v", err)
+		}
+	})
+}
+
+// A deployment queued after a given newest one is stored only if that is
+// still the application's newest: of callers that saw the same newest and
+// insert in parallel, exactly one stores its deployment, the others
+// store nothing; a plain insert in between makes a conditional one fail.
+func TestStoreInsertDeploymentAfter(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		srv := mustCreateServer(t, s, "web-1")
+		a := mustInsertApp(t, s, srv, "web")
+		record := func(at time.Time) apps.DeploymentRecord {
+			return apps.DeploymentRecord{ID: ids.NewAt(apps.DeploymentIDPrefix, at), AppID: a.ID, ServerID: a.ServerID, Status: apps.Queued,
+				Spec: apps.Spec{AppName: a.Name, Image: "nginx:1.27", ContainerPort: 80}, CreatedAt: at, UpdatedAt: at}
+		}
+		count := func() int {
+			list, err := s.ListDeployments(ctx, a.ID, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(list)
+		}
+		for round, after := range []string{"", "newest"} {
+			if after != "" {
+				list, _ := s.ListDeployments(ctx, a.ID, 1)
+				after = list[0].ID
+			}
+			before := count()
+			var stored atomic.Int64
+			testlab.InParallel(8, func(int) {
+				ok, err := s.InsertDeploymentAfter(ctx, record(t0), "sealed", after)
+				if err != nil {
+					t.Errorf("round %d: %v", round, err)
+				}
+				if ok {
+					stored.Add(1)
+				}
+			})
+			if stored.Load() != 1 || count() != before+1 {
+				t.Fatalf("round %d: %d stored, %d deployments (from %d); want one stored", round, stored.Load(), count(), before)
+			}
+		}
+		list, _ := s.ListDeployments(ctx, a.ID, 1)
+		newest := list[0].ID
+		mustQueueDeployment(t, s, a, t0)
+		if ok, err := s.InsertDeploymentAfter(ctx, record(t0), "sealed", newest); ok || err != nil {
+			t.Fatalf("insert after a deployment that is no longer the newest: %v %v", ok, err)
 		}
 	})
 }

@@ -170,15 +170,17 @@ func (s *Store) UseGitHostState(ctx context.Context, hash, sessionID string, now
 	return n == 1, err
 }
 
-// RememberGitHostDelivery records a webhook delivery id once.
-func (s *Store) RememberGitHostDelivery(ctx context.Context, id, event string, now, forgetBefore time.Time) (bool, error) {
+// RememberGitHostDelivery records a webhook delivery by the SHA-256 of
+// its body, once: the insert is conditional on the digest's unique key,
+// and only the one caller whose insert added the row gets true.
+func (s *Store) RememberGitHostDelivery(ctx context.Context, bodySHA256, deliveryID, event string, now, forgetBefore time.Time) (bool, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM githost_deliveries WHERE received_at < ?`), ms(forgetBefore)); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO githost_deliveries (id, event, received_at) VALUES (?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`), id, event, ms(now))
+		res, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO githost_deliveries (body_sha256, delivery_id, event, received_at)
+			VALUES (?, ?, ?, ?) ON CONFLICT (body_sha256) DO NOTHING`), bodySHA256, deliveryID, event, ms(now))
 		if err != nil {
 			return err
 		}
@@ -188,9 +190,9 @@ func (s *Store) RememberGitHostDelivery(ctx context.Context, id, event string, n
 	return n == 1, err
 }
 
-// ForgetGitHostDelivery forgets a webhook delivery id.
-func (s *Store) ForgetGitHostDelivery(ctx context.Context, id string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE id = ?`), id)
+// ForgetGitHostDelivery forgets a webhook delivery by its body's SHA-256.
+func (s *Store) ForgetGitHostDelivery(ctx context.Context, bodySHA256 string) (bool, error) {
+	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE body_sha256 = ?`), bodySHA256)
 	if err != nil {
 		return false, err
 	}

@@ -26,7 +26,8 @@ import (
 // GitHost is a stand-in for GitHub: its web pages that create an app from
 // a manifest and install it on an account, and the REST API endpoints a GitHub App uses (manifest
 // conversion, installations, installation access tokens, installation
-// repositories, repositories by id, branches, commits), served over HTTPS
+// repositories, repositories by id, branches, commits, comparisons of two
+// commits), served over HTTPS
 // on 127.0.0.1 with a certificate of a CA the test made. Answers have the
 // shapes of GitHub's REST API reference (apiVersion 2022-11-28), pagination
 // through Link headers included.
@@ -113,6 +114,9 @@ type HostedRepo struct {
 // HostedCommit is a commit of a HostedRepo.
 type HostedCommit struct {
 	SHA, Message, AuthorName, AuthorEmail string
+	// Parents are the shas of its parent commits, which the compare
+	// endpoint walks; none for a root commit.
+	Parents []string
 }
 
 // FullName is owner/name.
@@ -320,6 +324,8 @@ func (g *GitHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.listBranches(w, r, parts[1], parts[2])
 	case r.Method == http.MethodGet && len(parts) >= 5 && parts[0] == "repos" && parts[3] == "commits":
 		g.getCommit(w, r, parts[1], parts[2], strings.Join(parts[4:], "/"))
+	case r.Method == http.MethodGet && len(parts) >= 5 && parts[0] == "repos" && parts[3] == "compare":
+		g.compare(w, r, parts[1], parts[2], strings.Join(parts[4:], "/"))
 	default:
 		ghError(w, http.StatusNotFound, "Not Found")
 	}
@@ -743,6 +749,34 @@ func (g *GitHost) listBranches(w http.ResponseWriter, r *http.Request, owner, na
 	writeGH(w, http.StatusOK, page(w, r, g.APIURL+"/repos/"+repo.FullName()+"/branches", list))
 }
 
+// commit finds a branch, tag or commit of a repository; g.mu is held.
+func (g *GitHost) commit(repo *HostedRepo, ref string) (HostedCommit, bool) {
+	if sha, ok := repo.Branches[ref]; ok {
+		ref = sha
+	}
+	c, found := repo.Commits[ref]
+	if !found && repo.Resolve != nil {
+		c, found = repo.Resolve(ref)
+	}
+	return c, found
+}
+
+// commitJSON is a commit as the commits and compare endpoints show it.
+func (g *GitHost) commitJSON(repo *HostedRepo, c HostedCommit) map[string]any {
+	person := map[string]any{"name": c.AuthorName, "email": c.AuthorEmail, "date": "2026-01-02T03:04:05Z"}
+	parents := []any{}
+	for _, p := range c.Parents {
+		parents = append(parents, map[string]any{"sha": p, "url": g.APIURL + "/repos/" + repo.FullName() + "/commits/" + p,
+			"html_url": g.URL + "/" + repo.FullName() + "/commit/" + p})
+	}
+	return map[string]any{
+		"sha": c.SHA, "node_id": "C_" + c.SHA[:8], "html_url": g.URL + "/" + repo.FullName() + "/commit/" + c.SHA,
+		"url":    g.APIURL + "/repos/" + repo.FullName() + "/commits/" + c.SHA,
+		"commit": map[string]any{"author": person, "committer": person, "message": c.Message, "comment_count": 0},
+		"author": nil, "committer": nil, "parents": parents,
+	}
+}
+
 func (g *GitHost) getCommit(w http.ResponseWriter, r *http.Request, owner, name, ref string) {
 	tok, ok := g.tokenAuth(w, r)
 	if !ok {
@@ -753,13 +787,11 @@ func (g *GitHost) getCommit(w http.ResponseWriter, r *http.Request, owner, name,
 	var c HostedCommit
 	found := false
 	if repo != nil {
-		if sha, ok := repo.Branches[ref]; ok {
-			ref = sha
-		}
-		c, found = repo.Commits[ref]
-		if !found && repo.Resolve != nil {
-			c, found = repo.Resolve(ref)
-		}
+		c, found = g.commit(repo, ref)
+	}
+	var body map[string]any
+	if found {
+		body = g.commitJSON(repo, c)
 	}
 	g.mu.Unlock()
 	switch {
@@ -768,14 +800,103 @@ func (g *GitHost) getCommit(w http.ResponseWriter, r *http.Request, owner, name,
 	case !found:
 		ghError(w, http.StatusUnprocessableEntity, "No commit found for SHA: "+ref)
 	default:
-		person := map[string]any{"name": c.AuthorName, "email": c.AuthorEmail, "date": "2026-01-02T03:04:05Z"}
-		writeGH(w, http.StatusOK, map[string]any{
-			"sha": c.SHA, "node_id": "C_" + c.SHA[:8], "html_url": g.URL + "/" + repo.FullName() + "/commit/" + c.SHA,
-			"url":    g.APIURL + "/repos/" + repo.FullName() + "/commits/" + c.SHA,
-			"commit": map[string]any{"author": person, "committer": person, "message": c.Message, "comment_count": 0},
-			"author": nil, "committer": nil, "parents": []any{},
-		})
+		writeGH(w, http.StatusOK, body)
 	}
+}
+
+// maxAncestry bounds the commits one comparison walks.
+const maxAncestry = 10000
+
+// ancestry lists the commits reachable from c (c included), nearest
+// first, following the parents; g.mu is held.
+func (g *GitHost) ancestry(repo *HostedRepo, c HostedCommit) ([]HostedCommit, map[string]bool) {
+	seen := map[string]bool{c.SHA: true}
+	list := []HostedCommit{c}
+	for i := 0; i < len(list) && len(list) < maxAncestry; i++ {
+		for _, p := range list[i].Parents {
+			if seen[p] {
+				continue
+			}
+			if pc, ok := g.commit(repo, p); ok {
+				seen[p] = true
+				list = append(list, pc)
+			}
+		}
+	}
+	return list, seen
+}
+
+// compare answers GET /repos/{owner}/{repo}/compare/{base}...{head} as
+// GitHub does: where head stands relative to base (status identical,
+// ahead, behind or diverged, with ahead_by and behind_by), the merge
+// base, and the commits of head that base lacks, oldest first, a page of
+// them at a time. Unknown commits are 404 Not Found, commits without a
+// common ancestor 404 "No common ancestor".
+func (g *GitHost) compare(w http.ResponseWriter, r *http.Request, owner, name, basehead string) {
+	tok, ok := g.tokenAuth(w, r)
+	if !ok {
+		return
+	}
+	baseRef, headRef, ok := strings.Cut(basehead, "...")
+	if !ok {
+		ghError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	repo := g.visibleRepo(tok, owner, name)
+	if repo == nil {
+		ghError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	base, okBase := g.commit(repo, baseRef)
+	head, okHead := g.commit(repo, headRef)
+	if !okBase || !okHead {
+		ghError(w, http.StatusNotFound, "Not Found")
+		return
+	}
+	baseList, inBase := g.ancestry(repo, base)
+	headList, inHead := g.ancestry(repo, head)
+	var mergeBase *HostedCommit
+	var ahead []HostedCommit
+	for i, c := range headList {
+		if !inBase[c.SHA] {
+			ahead = append(ahead, c)
+		} else if mergeBase == nil {
+			mergeBase = &headList[i]
+		}
+	}
+	if mergeBase == nil {
+		ghError(w, http.StatusNotFound, "No common ancestor between "+baseRef+" and "+headRef+".")
+		return
+	}
+	behind := 0
+	for _, c := range baseList {
+		if !inHead[c.SHA] {
+			behind++
+		}
+	}
+	status := "diverged"
+	switch {
+	case base.SHA == head.SHA:
+		status = "identical"
+	case behind == 0:
+		status = "ahead"
+	case len(ahead) == 0:
+		status = "behind"
+	}
+	commits := make([]map[string]any, 0, len(ahead))
+	for i := len(ahead) - 1; i >= 0; i-- {
+		commits = append(commits, g.commitJSON(repo, ahead[i]))
+	}
+	web := g.URL + "/" + repo.FullName() + "/compare/" + basehead
+	api := g.APIURL + "/repos/" + repo.FullName() + "/compare/" + basehead
+	writeGH(w, http.StatusOK, map[string]any{
+		"url": api, "html_url": web, "permalink_url": web, "diff_url": web + ".diff", "patch_url": web + ".patch",
+		"base_commit": g.commitJSON(repo, base), "merge_base_commit": g.commitJSON(repo, *mergeBase),
+		"status": status, "ahead_by": len(ahead), "behind_by": behind, "total_commits": len(ahead),
+		"commits": page(w, r, api, commits), "files": []any{},
+	})
 }
 
 // PostManifest posts a manifest to postURL as an admin's browser does and

@@ -78,18 +78,19 @@ func (g *GitHost) AddGitRepo(t testing.TB, owner, name string, private bool) *Ho
 	g.mu.Lock()
 	g.gitRepos[r.ID] = gr
 	r.Resolve = func(ref string) (HostedCommit, bool) {
-		cmd := exec.Command("git", "log", "-1", "--format=%H%x00%an%x00%ae%x00%B", ref+"^{commit}", "--")
+		cmd := exec.Command("git", "log", "-1", "--format=%H%x00%P%x00%an%x00%ae%x00%B", ref+"^{commit}", "--")
 		cmd.Dir = bare
 		cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+bare)
 		out, err := cmd.Output()
 		if err != nil || strings.HasPrefix(ref, "-") {
 			return HostedCommit{}, false
 		}
-		f := strings.SplitN(string(out), "\x00", 4)
-		if len(f) != 4 {
+		f := strings.SplitN(string(out), "\x00", 5)
+		if len(f) != 5 {
 			return HostedCommit{}, false
 		}
-		return HostedCommit{SHA: f[0], AuthorName: f[1], AuthorEmail: f[2], Message: strings.TrimRight(f[3], "\n")}, true
+		return HostedCommit{SHA: f[0], Parents: strings.Fields(f[1]), AuthorName: f[2], AuthorEmail: f[3],
+			Message: strings.TrimRight(f[4], "\n")}, true
 	}
 	g.mu.Unlock()
 	return r

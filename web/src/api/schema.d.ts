@@ -1989,7 +1989,7 @@ export interface paths {
         put?: never;
         /**
          * Receive the git host's webhook deliveries
-         * @description Called by the provider, not by users: no bearer token. The body's X-Hub-Signature-256 is checked with the app's webhook secret, in constant time, before anything else (401 invalid-signature otherwise); a delivery id seen before is answered duplicate and does nothing. A push to a branch queues a deploy of the pushed commit for every application from that branch with auto_deploy; installation and installation_repositories events keep the installations current.
+         * @description Called by the provider, not by users: no bearer token. At most a few deliveries are read and verified at once; beyond them a delivery waits up to 2 s for its turn, then is answered 503 webhook-busy with Retry-After without its body being read (GitHub does not deliver again by itself: redeliver it from the app's advanced settings). A body must arrive within 10 s. The body's X-Hub-Signature-256 is checked with the app's webhook secret, in constant time, before anything else (401 invalid-signature otherwise). A delivery is handled once per body (its SHA-256, which the signature covers, unlike X-GitHub-Delivery): the same body again, under any delivery id, is answered duplicate and does nothing. A push to a branch queues a deploy of the pushed commit for every application from that branch with auto_deploy, unless the commit is older than the one the application deploys already (see skipped); installation and installation_repositories events keep the installations current.
          *
          *     No credentials needed.
          */
@@ -5777,6 +5777,11 @@ export interface components {
             updated_at?: string;
             updated_by?: string;
         };
+        SkippedDeploy: {
+            application_id: string;
+            /** @description Why the push was not deployed, e.g. its commit is older than the application's latest deployment's */
+            reason: string;
+        };
         SkippedMinute: {
             field: string;
             host: string;
@@ -6100,7 +6105,9 @@ export interface components {
             deployment_ids: string[] | null;
             event: string;
             /** @enum {string} */
-            result: "duplicate" | "ignored" | "handled";
+            result: "duplicate" | "ignored" | "handled" | "skipped";
+            /** @description Applications that follow the pushed branch and did not deploy the push, and why */
+            skipped: components["schemas"]["SkippedDeploy"][] | null;
         };
     };
     responses: never;
@@ -13823,7 +13830,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
-                /** @description The delivery's id: a delivery is handled once */
+                /** @description The delivery's id, for the log and the answer (the signature does not cover it: deliveries are told apart by their bodies) */
                 "X-GitHub-Delivery"?: string;
                 /** @description push, installation, installation_repositories (others are acknowledged and ignored) */
                 "X-GitHub-Event"?: string;
@@ -13850,6 +13857,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Timeout */
+            408: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -13886,6 +13902,15 @@ export interface operations {
             };
             /** @description Internal Server Error */
             500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Service Unavailable */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };
