@@ -39,6 +39,7 @@ type Domain struct {
 	RedirectWWW   bool         `json:"redirect_www" doc:"www.<hostname> permanently redirects to hostname"`
 	CheckJobID    *string      `json:"check_job_id" doc:"The latest domain.check job"`
 	Check         *DomainCheck `json:"check" doc:"The result of the latest finished check; null if none"`
+	Proxy         ProxyState   `json:"proxy" doc:"Whether the server's proxy took the domain's latest change"`
 	CreatedBy     string       `json:"created_by,omitempty"`
 	CreatedAt     time.Time    `json:"created_at"`
 	UpdatedAt     time.Time    `json:"updated_at"`
@@ -68,6 +69,20 @@ type DomainCheck struct {
 	CheckedAt       time.Time  `json:"checked_at"`
 }
 
+// Proxy states of a domain's latest change.
+const (
+	ProxyApplying = "applying" // its proxy.apply job has not ended
+	ProxyApplied  = "applied"  // the server's proxy took it
+	ProxyFailed   = "failed"   // its proxy.apply job failed: the proxy does not serve it as set
+)
+
+// ProxyState is whether the server's proxy took a domain's latest change.
+type ProxyState struct {
+	Status string  `json:"status" enum:"applying,applied,failed" doc:"applying: the change's proxy.apply job has not ended; applied: the proxy took it (or a later state); failed: the job failed and the proxy does not serve the domain as set"`
+	JobID  *string `json:"job_id" doc:"The proxy.apply job of the latest change; null for domains from before it was recorded"`
+	Error  *string `json:"error" doc:"Why the proxy did not take the change; null unless failed"`
+}
+
 // Store persists domains and request traffic.
 type Store interface {
 	// InsertDomain stores a domain and the names it takes; a name taken
@@ -79,6 +94,14 @@ type Store interface {
 	UpdateDomainTLS(ctx context.Context, id, mode string, now time.Time) error
 	DeleteDomain(ctx context.Context, id string) error
 	SetDomainCheckJob(ctx context.Context, id, jobID string, now time.Time) error
+	// SetDomainProxyJob records the proxy.apply job of a domain's latest
+	// change (status applying).
+	SetDomainProxyJob(ctx context.Context, id, jobID string, now time.Time) error
+	// FinishDomainProxy records the end of a server's proxy.apply job
+	// queued at queuedAt on the domains whose change it carries (when it
+	// succeeded, on every domain of the server changed before it too) and
+	// returns the domains it changed.
+	FinishDomainProxy(ctx context.Context, serverID, jobID string, queuedAt time.Time, ok bool, msg string, now time.Time) ([]Domain, error)
 	// DomainByCheckJob returns the domain whose latest check is jobID.
 	DomainByCheckJob(ctx context.Context, jobID string) (Domain, error)
 	// SetDomainCheck stores a check's result if jobID is still the

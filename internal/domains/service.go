@@ -50,6 +50,7 @@ func NewService(st Store, a *apps.Service, j *jobs.Service, srv Servers, log *au
 	}
 	s := &Service{store: st, apps: a, jobs: j, servers: srv, audit: log, now: now, log: logger}
 	j.OnComplete(agentproto.JobDomainCheck, s.checkFinished)
+	j.OnComplete(agentproto.JobProxyApply, s.proxyFinished)
 	return s
 }
 
@@ -106,7 +107,28 @@ func (s *Service) change(ctx context.Context, d Domain, actorID string) (DomainC
 	if err != nil {
 		return DomainChange{}, err
 	}
+	if err := s.store.SetDomainProxyJob(ctx, d.ID, j.ID, s.now().UTC()); err != nil {
+		return DomainChange{}, err
+	}
+	d.Proxy = ProxyState{Status: ProxyApplying, JobID: &j.ID}
 	return DomainChange{Domain: d, JobID: j.ID, Job: &j}, nil
+}
+
+// proxyFinished is the completion hook of proxy.apply: the domains whose
+// change it carries are applied, or failed with its error (which raises
+// proxy.failed, an inbox item).
+func (s *Service) proxyFinished(ctx context.Context, j jobs.Job) error {
+	// The hook runs on the agent's request; finish even if it hangs up.
+	ctx = context.WithoutCancel(ctx)
+	msg := ""
+	if j.Status != jobs.Succeeded {
+		msg = "proxy.apply " + string(j.Status)
+		if j.Error != nil {
+			msg = *j.Error
+		}
+	}
+	_, err := s.store.FinishDomainProxy(ctx, j.ServerID, j.ID, j.CreatedAt, j.Status == jobs.Succeeded, msg, s.now().UTC())
+	return err
 }
 
 // Create adds a domain to an application and queues proxy.apply.

@@ -36,6 +36,7 @@ const (
 	BackupFailed       Type = "backup.failed"
 	BackupVerifyFailed Type = "backup.verify_failed"
 	BackupStale        Type = "backup.stale"
+	ProxyFailed        Type = "proxy.failed"
 )
 
 // IDPrefix starts every event id.
@@ -127,6 +128,23 @@ type BackupStalePayload struct {
 	LastVerifiedAt *time.Time `json:"last_verified_at"`
 }
 
+// ProxyFailedPayload is the payload of proxy.failed.
+type ProxyFailedPayload struct {
+	ServerID   string              `json:"server_id"`
+	ServerName string              `json:"server_name"`
+	JobID      string              `json:"job_id"`
+	Domains    []ProxyFailedDomain `json:"domains"`
+	// Error says why the proxy did not take the change.
+	Error string `json:"error,omitempty"`
+}
+
+// ProxyFailedDomain is a domain whose change the proxy did not take.
+type ProxyFailedDomain struct {
+	DomainID      string `json:"domain_id"`
+	Hostname      string `json:"hostname"`
+	ApplicationID string `json:"application_id"`
+}
+
 // Spec documents one event type.
 type Spec struct {
 	Type    Type
@@ -157,6 +175,8 @@ var Catalogue = []Spec{
 	{BackupStale, "a database of an enabled backup policy has no verified backup within twice the policy's every_hours (counted " +
 		"from when the policy was enabled if that is later); published once until a newer verified backup makes it fresh again",
 		"database", "instance_id, instance_name, database, every_hours, last_verified_at (null when it has none)"},
+	{ProxyFailed, "a server's proxy did not take a change of its domains (its proxy.apply job failed): they are not served as set",
+		"server", "server_id, server_name, job_id, domains (domain_id, hostname, application_id), error"},
 }
 
 // Known reports whether t is in the catalogue.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/auth"
@@ -52,7 +53,7 @@ type Users interface {
 
 // InboxEvents are the events that reach the inbox.
 var InboxEvents = []events.Type{events.DeploySucceeded, events.DeployFailed, events.AlertOpened, events.AlertResolved,
-	events.ServerOffline, events.ServerOnline, events.BackupFailed}
+	events.ServerOffline, events.ServerOnline, events.BackupFailed, events.ProxyFailed}
 
 // Inbox is the destination that puts events in every active user's inbox.
 type Inbox struct {
@@ -171,6 +172,23 @@ func Describe(ev events.Event, admin bool) Message {
 		m := Message{Link: "/databases/" + p.InstanceID + "/backups/" + p.RunID,
 			Title: fmt.Sprintf("Backup of %s failed", p.Database),
 			Body:  fmt.Sprintf("Backup %s of database %s on instance %s failed; it does not count as a backup.", p.RunID, p.Database, p.InstanceID)}
+		if admin && p.Error != "" {
+			m.Body += " " + p.Error
+		}
+		return m
+	case events.ProxyFailed:
+		var p events.ProxyFailedPayload
+		_ = json.Unmarshal(ev.Payload, &p)
+		hosts := make([]string, len(p.Domains))
+		for i, d := range p.Domains {
+			hosts[i] = d.Hostname
+		}
+		m := Message{Link: "/servers/" + p.ServerID,
+			Title: fmt.Sprintf("The proxy of %s did not take a domain change", p.ServerName),
+			Body:  fmt.Sprintf("The proxy of %s did not take the change of %s: not served as set.", p.ServerName, strings.Join(hosts, ", "))}
+		if len(p.Domains) > 0 {
+			m.Link = "/applications/" + p.Domains[0].ApplicationID + "/domains"
+		}
 		if admin && p.Error != "" {
 			m.Body += " " + p.Error
 		}

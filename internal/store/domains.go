@@ -14,12 +14,14 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
 )
 
 var _ domains.Store = (*Store)(nil)
 
-const domainColumns = `id, hostname, app_id, server_id, tls_mode, redirect_www, check_job_id, check_result, created_by, created_at, updated_at`
+const domainColumns = `id, hostname, app_id, server_id, tls_mode, redirect_www, check_job_id, check_result, proxy_job_id, proxy_status,
+	proxy_error, created_by, created_at, updated_at`
 
 type domainRow struct {
 	ID          string         `db:"id"`
@@ -30,6 +32,9 @@ type domainRow struct {
 	RedirectWWW bool           `db:"redirect_www"`
 	CheckJobID  sql.NullString `db:"check_job_id"`
 	CheckResult sql.NullString `db:"check_result"`
+	ProxyJobID  sql.NullString `db:"proxy_job_id"`
+	ProxyStatus string         `db:"proxy_status"`
+	ProxyError  sql.NullString `db:"proxy_error"`
 	CreatedBy   string         `db:"created_by"`
 	CreatedAt   int64          `db:"created_at"`
 	UpdatedAt   int64          `db:"updated_at"`
@@ -41,6 +46,15 @@ func (r domainRow) domain() (domains.Domain, error) {
 	if r.CheckJobID.Valid {
 		id := r.CheckJobID.String
 		d.CheckJobID = &id
+	}
+	d.Proxy = domains.ProxyState{Status: r.ProxyStatus}
+	if r.ProxyJobID.Valid {
+		id := r.ProxyJobID.String
+		d.Proxy.JobID = &id
+	}
+	if r.ProxyError.Valid {
+		e := r.ProxyError.String
+		d.Proxy.Error = &e
 	}
 	if r.CheckResult.Valid && r.CheckResult.String != "" {
 		d.Check = &domains.DomainCheck{}
@@ -195,6 +209,75 @@ func domainServer(ctx context.Context, tx *sqlx.Tx, id string) (string, error) {
 func (s *Store) SetDomainCheckJob(ctx context.Context, id, jobID string, now time.Time) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_job_id = ?, updated_at = ? WHERE id = ?`), jobID, ms(now), id)
 	return affectedOne(res, err, "domain")
+}
+
+// SetDomainProxyJob records the proxy.apply job of a domain's latest
+// change: the domain is applying until the job ends.
+func (s *Store) SetDomainProxyJob(ctx context.Context, id, jobID string, now time.Time) error {
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET proxy_job_id = ?, proxy_status = ?, proxy_error = NULL, updated_at = ?
+		WHERE id = ?`), jobID, domains.ProxyApplying, ms(now), id)
+	return affectedOne(res, err, "domain")
+}
+
+// FinishDomainProxy records the end of a server's proxy.apply job on the
+// domains whose latest change it carries, and returns those that changed.
+// A job that succeeded applied the server's whole desired state, so it
+// also settles the domains of the server whose own job failed or was lost
+// before this one was queued.
+func (s *Store) FinishDomainProxy(ctx context.Context, serverID, jobID string, queuedAt time.Time, ok bool, msg string, now time.Time) ([]domains.Domain, error) {
+	var changed []domains.Domain
+	published := false
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		where, args := `server_id = ? AND proxy_job_id = ? AND proxy_status = ?`, []any{serverID, jobID, domains.ProxyApplying}
+		if ok {
+			where = `server_id = ? AND proxy_status != ? AND (proxy_job_id = ? OR updated_at <= ?)`
+			args = []any{serverID, domains.ProxyApplied, jobID, ms(queuedAt)}
+		}
+		var rows []domainRow
+		if err := tx.SelectContext(ctx, &rows, tx.Rebind(`SELECT `+domainColumns+` FROM domains WHERE `+where+` ORDER BY hostname`), args...); err != nil {
+			return err
+		}
+		status, errText := domains.ProxyApplied, sql.NullString{}
+		if !ok {
+			status, errText = domains.ProxyFailed, sql.NullString{String: msg, Valid: true}
+		}
+		for _, r := range rows {
+			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE domains SET proxy_status = ?, proxy_error = ? WHERE id = ? AND proxy_status = ?
+				AND COALESCE(proxy_job_id, '') = ?`), status, errText, r.ID, r.ProxyStatus, r.ProxyJobID.String)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil || n != 1 {
+				continue // changed meanwhile: a newer change has its own job
+			}
+			r.ProxyStatus, r.ProxyError = status, errText
+			d, err := r.domain()
+			if err != nil {
+				return err
+			}
+			changed = append(changed, d)
+		}
+		if ok || len(changed) == 0 {
+			return nil
+		}
+		p := events.ProxyFailedPayload{ServerID: serverID, JobID: jobID, Error: msg}
+		if err := tx.GetContext(ctx, &p.ServerName, tx.Rebind(`SELECT name FROM servers WHERE id = ?`), serverID); err != nil && !notFound(err) {
+			return err
+		}
+		for _, d := range changed {
+			p.Domains = append(p.Domains, events.ProxyFailedDomain{DomainID: d.ID, Hostname: d.Hostname, ApplicationID: d.ApplicationID})
+		}
+		ev, err := events.New(events.ProxyFailed, events.Subject{Type: "server", ID: serverID}, p, now)
+		if err != nil {
+			return err
+		}
+		published = true
+		return publishTx(ctx, tx, ev)
+	})
+	if published && err == nil {
+		s.published()
+	}
+	return changed, err
 }
 
 // SetDomainCheck stores a check's result if it is the domain's latest.
