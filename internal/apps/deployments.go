@@ -174,8 +174,11 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if a.Kind == KindService {
 		spec.Service = &ServiceSpec{ServiceSettings: a.Service}
 	}
-	buildArgs, err := s.openBuildArgs("applications", appID, a.SealedBuildArgs)
-	if err != nil {
+	var build buildValues
+	if build.args, err = s.openBuildArgs("applications", appID, a.SealedBuildArgs); err != nil {
+		return DeploymentDetail{}, err
+	}
+	if build.secrets, err = s.openBuildSecrets("applications", appID, a.SealedBuildSecrets); err != nil {
 		return DeploymentDetail{}, err
 	}
 	sealed, err := s.store.AppEnv(ctx, appID)
@@ -186,7 +189,7 @@ func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	d, err := s.queue(ctx, a, spec, env, buildArgs, ref, "", actor.ID)
+	d, err := s.queue(ctx, a, spec, env, build, ref, "", actor.ID)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -260,7 +263,7 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		sv.Release = releaseOf(old)
 		spec.Service = &sv
 	}
-	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID)
+	d, err := s.queue(ctx, a, spec, env, buildValues{}, old.Ref, old.ID, actor.ID)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -302,9 +305,15 @@ func (s *Service) checkImagePresent(ctx context.Context, serverID string, d Depl
 		d.ImageID, d.ID, at.Format(time.RFC3339), KeepImages, d.Spec.Image)
 }
 
+// buildValues are what a deployment from git builds with, sealed to it.
+type buildValues struct {
+	args    []EnvVar
+	secrets []BuildSecret
+}
+
 // queue stores a queued deployment with its environment and build
-// arguments sealed to it.
-func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []EnvVar, ref, rollbackOf, createdBy string) (DeploymentRecord, error) {
+// values sealed to it.
+func (s *Service) queue(ctx context.Context, a App, spec Spec, env []EnvVar, build buildValues, ref, rollbackOf, createdBy string) (DeploymentRecord, error) {
 	now := s.now().UTC()
 	if spec.EnvKeys == nil {
 		spec.EnvKeys = []string{}
@@ -315,7 +324,10 @@ func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []
 	if err != nil {
 		return DeploymentRecord{}, err
 	}
-	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, buildArgs); err != nil {
+	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, build.args); err != nil {
+		return DeploymentRecord{}, err
+	}
+	if d.SealedBuildSecrets, err = s.sealBuildSecrets("deployments", d.ID, build.secrets); err != nil {
 		return DeploymentRecord{}, err
 	}
 	return d, s.store.InsertDeployment(ctx, d, sealed)
