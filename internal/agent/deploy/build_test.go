@@ -169,6 +169,10 @@ func TestBuildWithSecrets(t *testing.T) {
 	if !rec.has("info: building capstan/"+app) || !rec.has("info: [3/3] RUN --mount=type=secret,id=NPM_TOKEN") || !rec.has("info: digest written") {
 		t.Errorf("the build's steps and output are not in the events:\n%s", strings.Join(rec.events, "\n"))
 	}
+	insp, err := cli.ImageInspect(context.Background(), res.ImageID)
+	if err != nil || insp.Config.Labels[agentproto.LabelCommit] != sha1 || insp.Config.Labels[agentproto.LabelApp] != app {
+		t.Fatalf("the image's labels %v, %v; want the application and the commit", insp.Config.Labels, err)
+	}
 	img := testlab.SaveImage(t, cli, res.ImageID)
 	sum := sha256.Sum256([]byte(secret))
 	if got, want := string(img.Files["secret.sha256"]), hex.EncodeToString(sum[:]); got != want {
