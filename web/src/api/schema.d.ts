@@ -276,7 +276,9 @@ export interface paths {
         };
         /**
          * Secrets of a running job, for the agent that holds it
-         * @description An enrolled agent, with its agent token.
+         * @description The agent fetches every job's secrets (an empty set for a job without) before it runs it: the answer confirms that the job is still its own, and acknowledges it. A job that is not running (queued again after its lease lapsed, or failed) answers 403 job-not-running, and the agent drops it.
+         *
+         *     An enrolled agent, with its agent token.
          */
         get: operations["agent-job-secrets"];
         put?: never;
