@@ -100,6 +100,11 @@
 //	            LoadVersion; DBArtifactSource.ImageVersion and Versions;
 //	            BackupVerifyResult.EngineVersion, Loader, LoaderVersion and
 //	            LoaderRef say what a backup was loaded into.
+//	2026-12-02  v1: build secrets (build.go): Facts.Capabilities with
+//	            CapabilityBuildSecrets; BuildSpec.BuildSecretKeys, the
+//	            values in the job secrets under SecretBuildSecretPrefix,
+//	            served to a BuildKit build. No build secret is sent to an
+//	            agent without the capability.
 package agentproto
 
 import (

@@ -10,7 +10,17 @@ const (
 	// SecretBuildArgPrefix prefixes the job secrets holding build
 	// argument values: SecretBuildArgPrefix + name.
 	SecretBuildArgPrefix = "build_arg:"
+	// SecretBuildSecretPrefix prefixes the job secrets holding build
+	// secret values: SecretBuildSecretPrefix + id.
+	SecretBuildSecretPrefix = "build_secret:"
 )
+
+// CapabilityBuildSecrets, in Facts.Capabilities, says the agent builds
+// with BuildSpec.BuildSecretKeys: through BuildKit, each value handed to
+// the build as a secret (RUN --mount=type=secret,id=ID) and kept out of
+// the image. A control plane sends no build secret to an agent without
+// it: that agent would ignore them and build without.
+const CapabilityBuildSecrets = "build_secrets"
 
 // LabelCommit is the image label naming the commit an image was built
 // from; built images also carry LabelApp.
@@ -33,6 +43,11 @@ type BuildSpec struct {
 	// BuildArgKeys name the build arguments; their values are the job
 	// secrets SecretBuildArgPrefix + key.
 	BuildArgKeys []string `json:"build_arg_keys,omitempty"`
+	// BuildSecretKeys name the build secrets (their ids in the
+	// Dockerfile's secret mounts); their values are the job secrets
+	// SecretBuildSecretPrefix + id. Nil means none: the engine's legacy
+	// builder builds, as before the field.
+	BuildSecretKeys []string `json:"build_secret_keys,omitempty"`
 }
 
 // BuildResult reports a build.
@@ -44,7 +59,9 @@ type BuildResult struct {
 	FetchMillis int64 `json:"fetch_ms"`
 	BuildMillis int64 `json:"build_ms"`
 	// Steps and CachedSteps count the Dockerfile's steps and those the
-	// builder took from its cache.
+	// builder took from its cache. A BuildKit build (one with build
+	// secrets) counts the steps it runs as vertexes: the commands and
+	// copies, not the settings such as ENV or LABEL.
 	Steps       int `json:"steps"`
 	CachedSteps int `json:"cached_steps"`
 }

@@ -128,6 +128,14 @@ type EnvVar struct {
 	Value string `json:"value" doc:"At most 32 KiB"`
 }
 
+// BuildSecret is a secret a build from git reads at build time only: a
+// Dockerfile step mounts it (RUN --mount=type=secret,id=KEY, at
+// /run/secrets/KEY by default).
+type BuildSecret struct {
+	Key   string `json:"key" doc:"The secret's id in the Dockerfile: 1 to 64 letters, digits, '_', '-' and '.', starting and ending with a letter or digit; unique"`
+	Value string `json:"value" doc:"1 byte to 32 KiB; write-only"`
+}
+
 // App is an application as stored.
 type App struct {
 	ID       string
@@ -155,6 +163,9 @@ type App struct {
 	// SealedBuildArgs are the build arguments' values, sealed and bound
 	// to the application ("" when none). Never shown.
 	SealedBuildArgs string
+	// SealedBuildSecrets are the build secrets, sealed and bound to the
+	// application ("" when none). Never shown.
+	SealedBuildSecrets string
 	// Compose is a compose application's stack; zero for other kinds.
 	Compose ComposeSettings
 	// Service is a service application's build and start; zero for
@@ -208,6 +219,9 @@ type DeploymentRecord struct {
 	// SealedBuildArgs are the build arguments of a deployment from git,
 	// sealed and bound to the deployment; written on insert only.
 	SealedBuildArgs string
+	// SealedBuildSecrets are the build secrets of a deployment from git,
+	// sealed and bound to the deployment; written on insert only.
+	SealedBuildSecrets string
 	// Release is what a succeeded deployment of a compose application
 	// keeps for rollbacks; nil for other kinds.
 	Release *Release
@@ -288,6 +302,9 @@ type Store interface {
 	// DeploymentBuildArgs returns a deployment's sealed build arguments
 	// ("" if none).
 	DeploymentBuildArgs(ctx context.Context, id string) (string, error)
+	// DeploymentBuildSecrets returns a deployment's sealed build secrets
+	// ("" if none).
+	DeploymentBuildSecrets(ctx context.Context, id string) (string, error)
 	// ListDeployments returns deployments newest first; appID "" means
 	// every application's.
 	ListDeployments(ctx context.Context, appID string, limit int) ([]DeploymentRecord, error)

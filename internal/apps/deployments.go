@@ -185,8 +185,11 @@ func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if a.Kind == KindService {
 		spec.Service = &ServiceSpec{ServiceSettings: a.Service}
 	}
-	buildArgs, err := s.openBuildArgs("applications", appID, a.SealedBuildArgs)
-	if err != nil {
+	var build buildValues
+	if build.args, err = s.openBuildArgs("applications", appID, a.SealedBuildArgs); err != nil {
+		return DeploymentDetail{}, err
+	}
+	if build.secrets, err = s.openBuildSecrets("applications", appID, a.SealedBuildSecrets); err != nil {
 		return DeploymentDetail{}, err
 	}
 	sealed, err := s.store.AppEnv(ctx, appID)
@@ -197,7 +200,7 @@ func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	d, err := s.queue(ctx, a, spec, env, buildArgs, ref, "", actor.ID, after)
+	d, err := s.queue(ctx, a, spec, env, build, ref, "", actor.ID, after)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -271,7 +274,7 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		sv.Release = releaseOf(old)
 		spec.Service = &sv
 	}
-	d, err := s.queue(ctx, a, spec, env, nil, old.Ref, old.ID, actor.ID, nil)
+	d, err := s.queue(ctx, a, spec, env, buildValues{}, old.Ref, old.ID, actor.ID, nil)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -313,10 +316,16 @@ func (s *Service) checkImagePresent(ctx context.Context, serverID string, d Depl
 		d.ImageID, d.ID, at.Format(time.RFC3339), KeepImages, d.Spec.Image)
 }
 
+// buildValues are what a deployment from git builds with, sealed to it.
+type buildValues struct {
+	args    []EnvVar
+	secrets []BuildSecret
+}
+
 // queue stores a queued deployment with its environment and build
-// arguments sealed to it; after, when set, only if the application's
-// newest deployment is still *after (errDeploymentsChanged otherwise).
-func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []EnvVar, ref, rollbackOf, createdBy string,
+// values sealed to it; after, when set, only if the application's newest
+// deployment is still *after (errDeploymentsChanged otherwise).
+func (s *Service) queue(ctx context.Context, a App, spec Spec, env []EnvVar, build buildValues, ref, rollbackOf, createdBy string,
 	after *string) (DeploymentRecord, error) {
 	now := s.now().UTC()
 	if spec.EnvKeys == nil {
@@ -328,7 +337,10 @@ func (s *Service) queue(ctx context.Context, a App, spec Spec, env, buildArgs []
 	if err != nil {
 		return DeploymentRecord{}, err
 	}
-	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, buildArgs); err != nil {
+	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, build.args); err != nil {
+		return DeploymentRecord{}, err
+	}
+	if d.SealedBuildSecrets, err = s.sealBuildSecrets("deployments", d.ID, build.secrets); err != nil {
 		return DeploymentRecord{}, err
 	}
 	if after == nil {

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/githost"
+	"github.com/capstan-dev/capstan/internal/servers"
 )
 
 // Applications from git: the source names an installation of the git host
@@ -21,6 +24,13 @@ import (
 // token handed over in the job's secrets, builds the image
 // capstan/<name>:<short sha> and releases it like any image. A rollback
 // runs the image a deployment built, without building.
+//
+// A container application from git may have build secrets: values that
+// only the build reads, through BuildKit secret mounts. Like build
+// arguments they are sealed with the application, frozen with each
+// deployment and handed to the agent in the job's secrets; unlike them
+// they are in no layer of the image nor in its history. Nobody reads
+// them back, administrators included.
 
 // Defaults and limits of builds.
 const (
@@ -28,6 +38,10 @@ const (
 	DefaultBuildContext = "."
 	MaxBuildPathLen     = 255
 	MaxRefLen           = 255
+	// MaxBuildSecrets and MaxBuildSecretKeyLen bound an application's
+	// build secrets; a value is at most MaxEnvValueBytes.
+	MaxBuildSecrets      = 50
+	MaxBuildSecretKeyLen = 64
 	// ShortSHALen is the length of the commit sha in image tags.
 	ShortSHALen = 12
 )
@@ -57,6 +71,9 @@ type BuildSettings struct {
 	Context string `json:"build_context"`
 	// ArgKeys name the build arguments (values sealed with the app).
 	ArgKeys []string `json:"build_arg_keys"`
+	// SecretKeys name the build secrets (values sealed with the app);
+	// nil when none.
+	SecretKeys []string `json:"build_secret_keys,omitempty"`
 }
 
 // GitSpec is what a deployment from git builds.
@@ -71,7 +88,12 @@ type GitSpec struct {
 	Dockerfile     string   `json:"dockerfile"`
 	BuildContext   string   `json:"build_context"`
 	BuildArgKeys   []string `json:"build_arg_keys" doc:"Names of the build arguments; the values are never shown"`
+	// BuildSecretKeys is nil for deployments without build secrets.
+	BuildSecretKeys []string `json:"build_secret_keys,omitempty" doc:"Names of the build secrets; the values are never shown"`
 }
+
+// buildSecretKeyPattern is Docker's rule for the names of secrets.
+var buildSecretKeyPattern = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 
 // RefProblem says what is wrong with a git ref (a branch, tag or commit);
 // "" if nothing. These are git's rules for ref names (check-ref-format).
@@ -134,6 +156,76 @@ func validateBuild(src Source, b BuildSettings, args []EnvVar, errs *fault.Field
 	for _, f := range fe {
 		errs.Add("build_"+f.Field, "%s", f.Message)
 	}
+}
+
+// validateBuildSecrets checks build secrets into errs: only a container
+// application from git builds with them.
+func validateBuildSecrets(kind string, src Source, secrets []BuildSecret, errs *fault.Fields) {
+	if len(secrets) == 0 {
+		return
+	}
+	if kind != KindContainer || src.Type != SourceGit {
+		errs.Add("build_secrets", "build secrets are only for container applications from git (their Dockerfile builds)")
+		return
+	}
+	if len(secrets) > MaxBuildSecrets {
+		errs.Add("build_secrets", "at most %d build secrets", MaxBuildSecrets)
+		return
+	}
+	seen := map[string]bool{}
+	for i, e := range secrets {
+		key := fmt.Sprintf("build_secrets[%d].key", i)
+		switch {
+		case e.Key == "":
+			errs.Add(key, "is required")
+		case len(e.Key) > MaxBuildSecretKeyLen:
+			errs.Add(key, "must be at most %d characters", MaxBuildSecretKeyLen)
+		case !buildSecretKeyPattern.MatchString(e.Key):
+			errs.Add(key, "must be letters, digits, '_', '-' and '.', starting and ending with a letter or digit")
+		case seen[e.Key]:
+			errs.Add(key, "is a duplicate")
+		}
+		seen[e.Key] = true
+		val := fmt.Sprintf("build_secrets[%d].value", i)
+		switch {
+		case e.Value == "":
+			errs.Add(val, "is required")
+		case len(e.Value) > MaxEnvValueBytes:
+			errs.Add(val, "must be at most %d bytes", MaxEnvValueBytes)
+		}
+	}
+}
+
+func buildSecretKeys(secrets []BuildSecret) []string {
+	var keys []string
+	for _, e := range secrets {
+		keys = append(keys, e.Key)
+	}
+	return keys
+}
+
+// buildSecretsAgent checks that serverID's agent builds with build
+// secrets: an older one would build without them.
+func (s *Service) buildSecretsAgent(ctx context.Context, serverID string) error {
+	srv, err := s.servers.Get(ctx, serverID)
+	if err != nil {
+		return err
+	}
+	if srv.Facts != nil && slices.Contains(srv.Facts.Capabilities, agentproto.CapabilityBuildSecrets) {
+		return nil
+	}
+	return fault.Conflictf("agent-upgrade-required", "%s", noBuildSecretsAgent(srv))
+}
+
+// noBuildSecretsAgent says that the server's agent cannot build with
+// build secrets.
+func noBuildSecretsAgent(srv servers.Server) string {
+	version := "unknown"
+	if srv.Facts != nil && strings.TrimSpace(srv.Facts.AgentVersion) != "" {
+		version = srv.Facts.AgentVersion
+	}
+	return fmt.Sprintf("The agent of server %s (version %s) does not build with build secrets; it would build without them. "+
+		"Upgrade the agent on the server, then try again.", srv.ID, version)
 }
 
 func buildArgKeys(args []EnvVar) []string {
@@ -206,7 +298,7 @@ func (s *Service) gitSpec(ctx context.Context, a App, ref string) (Spec, error) 
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, MemoryLimit: a.MemoryLimit, MemoryLimitBytes: mem,
 		Git: &GitSpec{InstallationID: a.Source.InstallationID, RepoID: a.Source.RepoID, Repository: ra.Repository.FullName,
 			Ref: ref, CommitSHA: c.SHA, CommitMessage: c.Message, CommitAuthor: c.Author,
-			Dockerfile: b.Dockerfile, BuildContext: b.Context, BuildArgKeys: nonNilKeys(b.ArgKeys)}}, nil
+			Dockerfile: b.Dockerfile, BuildContext: b.Context, BuildArgKeys: nonNilKeys(b.ArgKeys), BuildSecretKeys: b.SecretKeys}}, nil
 }
 
 func nonNilKeys(k []string) []string {
@@ -241,9 +333,36 @@ func (s *Service) openBuildArgs(prefix, id, sealed string) ([]EnvVar, error) {
 	return args, json.Unmarshal(b, &args)
 }
 
+func buildSecretsContext(prefix, id string) string { return prefix + ".build_secrets:" + id }
+
+func (s *Service) sealBuildSecrets(prefix, id string, secrets []BuildSecret) (string, error) {
+	if len(secrets) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(secrets)
+	if err != nil {
+		return "", err
+	}
+	return s.key.Seal(buildSecretsContext(prefix, id), b), nil
+}
+
+func (s *Service) openBuildSecrets(prefix, id, sealed string) ([]BuildSecret, error) {
+	if sealed == "" {
+		return nil, nil
+	}
+	b, err := s.key.Open(buildSecretsContext(prefix, id), sealed)
+	if err != nil {
+		return nil, err
+	}
+	var secrets []BuildSecret
+	return secrets, json.Unmarshal(b, &secrets)
+}
+
 // buildPayload is the build of a deployment from git with its secrets:
-// a token scoped to the repository, minted now, and the build arguments.
-// A repository that cannot be read fails the deployment, saying why.
+// a token scoped to the repository, minted now, the build arguments and
+// the build secrets. A repository that cannot be read, or build secrets
+// for an agent that would build without them, fail the deployment,
+// saying why.
 func (s *Service) buildPayload(ctx context.Context, d DeploymentRecord, secrets map[string]string) (*agentproto.BuildSpec, error) {
 	g := d.Spec.Git
 	if s.git == nil {
@@ -269,9 +388,28 @@ func (s *Service) buildPayload(ctx context.Context, d DeploymentRecord, secrets 
 		secrets[agentproto.SecretBuildArgPrefix+a.Key] = a.Value
 		keys = append(keys, a.Key)
 	}
+	sealed, err = s.store.DeploymentBuildSecrets(ctx, d.ID)
+	if err != nil {
+		return nil, err
+	}
+	buildSecrets, err := s.openBuildSecrets("deployments", d.ID, sealed)
+	if err != nil {
+		return nil, err
+	}
+	if len(buildSecrets) > 0 {
+		if err := s.buildSecretsAgent(ctx, d.ServerID); err != nil {
+			if fe := fault.As(err); fe != nil {
+				return nil, &cannotStart{reason: fe.Message}
+			}
+			return nil, err
+		}
+	}
+	for _, b := range buildSecrets {
+		secrets[agentproto.SecretBuildSecretPrefix+b.Key] = b.Value
+	}
 	secrets[agentproto.SecretGitToken] = ra.Token.Value
 	return &agentproto.BuildSpec{CloneURL: ra.Repository.CloneURL, Repository: ra.Repository.FullName, Commit: g.CommitSHA,
-		Dockerfile: g.Dockerfile, Context: contextDir(g.BuildContext), BuildArgKeys: keys}, nil
+		Dockerfile: g.Dockerfile, Context: contextDir(g.BuildContext), BuildArgKeys: keys, BuildSecretKeys: buildSecretKeys(buildSecrets)}, nil
 }
 
 // contextDir is a build context as the agent takes it: "" for the root.
@@ -282,24 +420,32 @@ func contextDir(c string) string {
 	return c
 }
 
+// buildPatch is what a patch changes of an application's build: the new
+// build arguments and build secrets when it replaces them (nil when it
+// does not), and the fields changed.
+type buildPatch struct {
+	args    *[]EnvVar
+	secrets *[]BuildSecret
+	changed []string
+}
+
 // patchBuild applies the build fields of a patch to a (whose source the
-// patch changed already) and checks them into errs. It returns the new
-// build arguments when the patch replaces them, and the fields changed.
-func (s *Service) patchBuild(a *App, p Patch, errs *fault.Fields) (*[]EnvVar, []string, error) {
-	var changed []string
+// patch changed already) and checks them into errs.
+func (s *Service) patchBuild(a *App, p Patch, errs *fault.Fields) buildPatch {
+	var bp buildPatch
 	if a.Source.Type != SourceGit {
-		a.Build, a.SealedBuildArgs = BuildSettings{}, ""
+		a.Build, a.SealedBuildArgs, a.SealedBuildSecrets = BuildSettings{}, "", ""
 	} else {
 		a.Build.Dockerfile = cmpOr(a.Build.Dockerfile, DefaultDockerfile)
 		a.Build.Context = cmpOr(a.Build.Context, DefaultBuildContext)
 	}
 	if p.Dockerfile != nil {
 		a.Build.Dockerfile = *p.Dockerfile
-		changed = append(changed, "dockerfile")
+		bp.changed = append(bp.changed, "dockerfile")
 	}
 	if p.BuildContext != nil {
 		a.Build.Context = *p.BuildContext
-		changed = append(changed, "build_context")
+		bp.changed = append(bp.changed, "build_context")
 	}
 	var args []EnvVar
 	if p.BuildArgs != nil {
@@ -308,13 +454,21 @@ func (s *Service) patchBuild(a *App, p Patch, errs *fault.Fields) (*[]EnvVar, []
 			args = []EnvVar{}
 		}
 		a.Build.ArgKeys = buildArgKeys(args)
-		changed = append(changed, "build_args")
+		bp.changed = append(bp.changed, "build_args")
+		bp.args = &args
 	}
 	validateBuild(a.Source, a.Build, args, errs)
-	if p.BuildArgs == nil {
-		return nil, changed, nil
+	if p.BuildSecrets != nil {
+		secrets := *p.BuildSecrets
+		if secrets == nil {
+			secrets = []BuildSecret{}
+		}
+		validateBuildSecrets(a.Kind, a.Source, secrets, errs)
+		a.Build.SecretKeys = buildSecretKeys(secrets)
+		bp.changed = append(bp.changed, "build_secrets")
+		bp.secrets = &secrets
 	}
-	return &args, changed, nil
+	return bp
 }
 
 func cmpOr(s, def string) string {

@@ -263,6 +263,7 @@ type Application struct {
 	Dockerfile          string           `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
 	BuildContext        string           `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
 	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (the API never shows the values; the built image's history on the server does)"`
+	BuildSecretKeys     []string         `json:"build_secret_keys,omitempty" doc:"Container applications from git: names of the build secrets (their values are never shown, to anyone, and are in no layer nor the history of the images built)"`
 	WebService          string           `json:"web_service,omitempty" doc:"Compose applications: the service the proxy routes to (on container_port, checked on health_path)"`
 	ComposeFile         string           `json:"compose_file,omitempty" doc:"Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml)"`
 	Compose             string           `json:"compose,omitempty" doc:"Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true)"`
@@ -315,6 +316,7 @@ func (a App) view(r jobs.Reader, reveal bool) Application {
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
 	if a.Source.Type == SourceGit && a.Kind != KindCompose {
 		v.Dockerfile, v.BuildContext, v.BuildArgKeys = a.Build.Dockerfile, a.Build.Context, nonNilKeys(a.Build.ArgKeys)
+		v.BuildSecretKeys = a.Build.SecretKeys
 	}
 	if a.Kind == KindCompose {
 		v.WebService, v.Compose, v.ComposeFile = a.Compose.WebService, a.Compose.Document, a.Compose.File
@@ -375,10 +377,12 @@ type NewApp struct {
 	// Deploy, when false, creates the application without deploying it.
 	Deploy bool
 	// Git sources: Dockerfile and BuildContext nil mean the defaults;
-	// BuildArgs are sealed like the environment.
+	// BuildArgs are sealed like the environment, and so are BuildSecrets
+	// (container applications only), which are never read back.
 	Dockerfile   *string
 	BuildContext *string
 	BuildArgs    []EnvVar
+	BuildSecrets []BuildSecret
 	// Compose applications: the document (source inline) and the service
 	// the proxy routes to.
 	Compose    string
@@ -404,10 +408,11 @@ type Patch struct {
 	Env           *[]EnvVar
 	AutoDeploy    *bool
 	MemoryLimit   *string
-	// Git sources; BuildArgs replaces the whole list.
+	// Git sources; BuildArgs and BuildSecrets replace the whole list.
 	Dockerfile   *string
 	BuildContext *string
 	BuildArgs    *[]EnvVar
+	BuildSecrets *[]BuildSecret
 	// Compose applications.
 	Compose     *string
 	WebService  *string
@@ -523,13 +528,14 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	build := BuildSettings{Dockerfile: deref(n.Dockerfile, ""), Context: deref(n.BuildContext, "")}
 	if n.Source.Type == SourceGit {
 		build = BuildSettings{Dockerfile: deref(n.Dockerfile, DefaultDockerfile), Context: deref(n.BuildContext, DefaultBuildContext),
-			ArgKeys: buildArgKeys(n.BuildArgs)}
+			ArgKeys: buildArgKeys(n.BuildArgs), SecretKeys: buildSecretKeys(n.BuildSecrets)}
 	}
 	if n.Kind != KindCompose {
 		validateBuild(n.Source, build, n.BuildArgs, &errs)
 	} else if n.Dockerfile != nil || n.BuildContext != nil || len(n.BuildArgs) > 0 {
 		errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
 	}
+	validateBuildSecrets(n.Kind, n.Source, n.BuildSecrets, &errs)
 	if _, p := ParseMemory(n.MemoryLimit); p != "" {
 		errs.Add("memory_limit", "%s", p)
 	}
@@ -550,6 +556,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := errs.Err(); err != nil {
 		return ApplicationDetail{}, err
 	}
+	if len(n.BuildSecrets) > 0 {
+		if err := s.buildSecretsAgent(ctx, n.ServerID); err != nil {
+			return ApplicationDetail{}, err
+		}
+	}
 	now := s.now().UTC()
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
@@ -565,11 +576,17 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if a.SealedBuildArgs, err = s.sealBuildArgs("applications", a.ID, n.BuildArgs); err != nil {
 		return ApplicationDetail{}, err
 	}
+	if a.SealedBuildSecrets, err = s.sealBuildSecrets("applications", a.ID, n.BuildSecrets); err != nil {
+		return ApplicationDetail{}, err
+	}
 	if err := s.store.InsertApp(ctx, a, sealed); err != nil {
 		return ApplicationDetail{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionCreated, "application", a.ID, map[string]any{
-		"name": a.Name, "server_id": a.ServerID, "kind": a.Kind, "image": a.Source.Image, "env_keys": a.EnvKeys}); err != nil {
+	details := map[string]any{"name": a.Name, "server_id": a.ServerID, "kind": a.Kind, "image": a.Source.Image, "env_keys": a.EnvKeys}
+	if len(a.Build.SecretKeys) > 0 {
+		details["build_secret_keys"] = a.Build.SecretKeys
+	}
+	if err := s.record(ctx, actor, c, ActionCreated, "application", a.ID, details); err != nil {
 		return ApplicationDetail{}, err
 	}
 	if n.Deploy {
@@ -807,20 +824,20 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if p.Service != (ServicePatch{}) {
 		validateService(a.Kind, a.Source, a.Service, &errs)
 	}
-	var buildArgs *[]EnvVar
+	var build buildPatch
 	if a.Kind == KindCompose {
 		if p.Dockerfile != nil || p.BuildContext != nil || p.BuildArgs != nil {
 			errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
+		}
+		if p.BuildSecrets != nil && len(*p.BuildSecrets) > 0 {
+			validateBuildSecrets(a.Kind, a.Source, *p.BuildSecrets, &errs)
 		}
 		if p.Name != nil || p.Source != nil || p.Image != nil || p.Compose != nil || p.WebService != nil || p.ComposeFile != nil {
 			validateCompose(ctx, a.Name, a.Source, a.Compose, &errs)
 		}
 	} else {
-		var buildChanged []string
-		if buildArgs, buildChanged, err = s.patchBuild(&a, p, &errs); err != nil {
-			return ApplicationDetail{}, err
-		}
-		changed = append(changed, buildChanged...)
+		build = s.patchBuild(&a, p, &errs)
+		changed = append(changed, build.changed...)
 	}
 	if len(errs) == 0 && a.Source.Type == SourceGit && (p.Source != nil || p.Image != nil) {
 		if err := s.gitProblems(ctx, a.Source, &errs); err != nil {
@@ -830,8 +847,18 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := errs.Err(); err != nil {
 		return ApplicationDetail{}, err
 	}
-	if buildArgs != nil {
-		if a.SealedBuildArgs, err = s.sealBuildArgs("applications", a.ID, *buildArgs); err != nil {
+	if build.args != nil {
+		if a.SealedBuildArgs, err = s.sealBuildArgs("applications", a.ID, *build.args); err != nil {
+			return ApplicationDetail{}, err
+		}
+	}
+	if build.secrets != nil {
+		if len(*build.secrets) > 0 {
+			if err := s.buildSecretsAgent(ctx, a.ServerID); err != nil {
+				return ApplicationDetail{}, err
+			}
+		}
+		if a.SealedBuildSecrets, err = s.sealBuildSecrets("applications", a.ID, *build.secrets); err != nil {
 			return ApplicationDetail{}, err
 		}
 	}
@@ -848,6 +875,9 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	details := map[string]any{"fields": changed}
 	if p.Env != nil {
 		details["env_keys"] = a.EnvKeys
+	}
+	if build.secrets != nil {
+		details["build_secret_keys"] = nonNilKeys(a.Build.SecretKeys)
 	}
 	if err := s.record(ctx, actor, c, ActionUpdated, "application", a.ID, details); err != nil {
 		return ApplicationDetail{}, err

@@ -42,49 +42,51 @@ type appDetailOutput struct {
 
 type createAppInput struct {
 	Body struct {
-		Name                string        `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
-		ServerID            string        `json:"server_id" maxLength:"64" doc:"An enrolled server"`
-		Kind                string        `json:"kind,omitempty" enum:"container,compose,service" doc:"container (the default when absent), compose or service; fixed at creation"`
-		Source              apps.Source   `json:"source" doc:"{type: image, image}, {type: git, installation_id, repo_id, branch} (the installation must be recorded and able to read the repository, and the branch must exist; 422 otherwise) or, for compose applications, {type: inline} with the document in compose"`
-		ContainerPort       int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; required except for service applications (the agent gives each release slot its PORT)"`
-		HealthPath          *string       `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
-		Env                 []apps.EnvVar `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
-		AutoDeploy          bool          `json:"auto_deploy,omitempty"`
-		MemoryLimit         string        `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
-		Deploy              *bool         `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
-		Dockerfile          *string       `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
-		BuildContext        *string       `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
-		BuildArgs           []apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here"`
-		ComposeFile         string        `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (default compose.yaml, else docker-compose.yml); services may then have build (context and dockerfile inside the repository)"`
-		Compose             string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
-		WebService          string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
-		BuildCommand        string        `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build)"`
-		StartCommand        string        `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications (required): runs with /bin/sh -c in the release directory under a sandboxed systemd unit; the program listens on 127.0.0.1:$PORT"`
-		BuildTimeoutSeconds int           `json:"build_timeout_seconds,omitempty" doc:"Service applications: the build command's time limit in seconds, 1 to 7200 (default 900)"`
+		Name                string             `json:"name" doc:"DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server"`
+		ServerID            string             `json:"server_id" maxLength:"64" doc:"An enrolled server"`
+		Kind                string             `json:"kind,omitempty" enum:"container,compose,service" doc:"container (the default when absent), compose or service; fixed at creation"`
+		Source              apps.Source        `json:"source" doc:"{type: image, image}, {type: git, installation_id, repo_id, branch} (the installation must be recorded and able to read the repository, and the branch must exist; 422 otherwise) or, for compose applications, {type: inline} with the document in compose"`
+		ContainerPort       int                `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; required except for service applications (the agent gives each release slot its PORT)"`
+		HealthPath          *string            `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)"`
+		Env                 []apps.EnvVar      `json:"env,omitempty" doc:"At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted"`
+		AutoDeploy          bool               `json:"auto_deploy,omitempty"`
+		MemoryLimit         string             `json:"memory_limit,omitempty" doc:"e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none"`
+		Deploy              *bool              `json:"deploy,omitempty" doc:"Deploy at once (default true)"`
+		Dockerfile          *string            `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path inside the build context (default Dockerfile)"`
+		BuildContext        *string            `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository (default .)"`
+		BuildArgs           []apps.EnvVar      `json:"build_args,omitempty" doc:"Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here: use build_secrets"`
+		BuildSecrets        []apps.BuildSecret `json:"build_secrets,omitempty" maxItems:"50" doc:"Container applications from git: secrets the build reads and the image does not keep. A Dockerfile step mounts one with RUN --mount=type=secret,id=KEY (at /run/secrets/KEY by default); the build runs with the engine's BuildKit builder, and the value is in no layer and not in the image's history. Values are stored encrypted, sent to the agent in the deploy job's secrets only, and never shown again, to anyone: the detail lists build_secret_keys. At most 50, values 1 byte to 32 KiB. The server's agent must build with build secrets (409 agent-upgrade-required otherwise)"`
+		ComposeFile         string             `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (default compose.yaml, else docker-compose.yml); services may then have build (context and dockerfile inside the repository)"`
+		Compose             string             `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)"`
+		WebService          string             `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications: the service the proxy routes to, on container_port, checked on health_path"`
+		BuildCommand        string             `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build)"`
+		StartCommand        string             `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications (required): runs with /bin/sh -c in the release directory under a sandboxed systemd unit; the program listens on 127.0.0.1:$PORT"`
+		BuildTimeoutSeconds int                `json:"build_timeout_seconds,omitempty" doc:"Service applications: the build command's time limit in seconds, 1 to 7200 (default 900)"`
 	}
 }
 
 type patchAppInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body struct {
-		Name                *string        `json:"name,omitempty"`
-		Kind                *string        `json:"kind,omitempty" enum:"container,compose,service" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
-		Image               *string        `json:"image,omitempty" doc:"A new image reference (source type image)"`
-		Source              *apps.Source   `json:"source,omitempty" doc:"Instead of image"`
-		ContainerPort       *int           `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`
-		HealthPath          *string        `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; unchanged when absent or null"`
-		Env                 *[]apps.EnvVar `json:"env,omitempty" doc:"Replaces the whole list (at most 200); unchanged when absent or null"`
-		AutoDeploy          *bool          `json:"auto_deploy,omitempty"`
-		MemoryLimit         *string        `json:"memory_limit,omitempty" doc:"Empty for none"`
-		Dockerfile          *string        `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
-		BuildContext        *string        `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
-		BuildArgs           *[]apps.EnvVar `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null. Not secret on the server: they are in the built image's history (docker history) in clear"`
-		Compose             *string        `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
-		ComposeFile         *string        `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (empty for the default); unchanged when absent or null"`
-		WebService          *string        `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`
-		BuildCommand        *string        `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
-		StartCommand        *string        `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
-		BuildTimeoutSeconds *int           `json:"build_timeout_seconds,omitempty" doc:"Service applications: 1 to 7200; unchanged when absent or null"`
+		Name                *string             `json:"name,omitempty"`
+		Kind                *string             `json:"kind,omitempty" enum:"container,compose,service" doc:"Fixed at creation: the application's own kind is accepted, any other is refused (422)"`
+		Image               *string             `json:"image,omitempty" doc:"A new image reference (source type image)"`
+		Source              *apps.Source        `json:"source,omitempty" doc:"Instead of image"`
+		ContainerPort       *int                `json:"container_port,omitempty" doc:"The port the container listens on: 1 to 65535; unchanged when absent or null"`
+		HealthPath          *string             `json:"health_path,omitempty" doc:"Starts with '/', at most 1024 characters; unchanged when absent or null"`
+		Env                 *[]apps.EnvVar      `json:"env,omitempty" doc:"Replaces the whole list (at most 200); unchanged when absent or null"`
+		AutoDeploy          *bool               `json:"auto_deploy,omitempty"`
+		MemoryLimit         *string             `json:"memory_limit,omitempty" doc:"Empty for none"`
+		Dockerfile          *string             `json:"dockerfile,omitempty" doc:"Git sources; unchanged when absent or null"`
+		BuildContext        *string             `json:"build_context,omitempty" doc:"Git sources; unchanged when absent or null"`
+		BuildArgs           *[]apps.EnvVar      `json:"build_args,omitempty" doc:"Git sources: replaces the whole list; unchanged when absent or null. Not secret on the server: they are in the built image's history (docker history) in clear"`
+		BuildSecrets        *[]apps.BuildSecret `json:"build_secrets,omitempty" maxItems:"50" doc:"Container applications from git: replaces the whole list, every value given again (values are write-only); [] removes them; unchanged when absent or null"`
+		Compose             *string             `json:"compose,omitempty" maxLength:"262144" doc:"Compose applications: a new compose document, checked as on create; unchanged when absent or null"`
+		ComposeFile         *string             `json:"compose_file,omitempty" maxLength:"255" doc:"Compose applications from git: the compose file's path in the repository (empty for the default); unchanged when absent or null"`
+		WebService          *string             `json:"web_service,omitempty" maxLength:"63" doc:"Compose applications; unchanged when absent or null"`
+		BuildCommand        *string             `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
+		StartCommand        *string             `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
+		BuildTimeoutSeconds *int                `json:"build_timeout_seconds,omitempty" doc:"Service applications: 1 to 7200; unchanged when absent or null"`
 	}
 }
 
@@ -208,7 +210,7 @@ func (s *Server) registerApps() {
 		Summary: "Create an application (and deploy it)",
 		Description: "Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, " +
 			"unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is " +
-			"taken on the server. The reply lists the environment's keys with value_set, not the values.",
+			"taken on the server. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict}, MaxBodyBytes: maxAppBody,
 	}, Admin, func(ctx context.Context, in *createAppInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -219,8 +221,8 @@ func (s *Server) registerApps() {
 		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
-			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
-			ComposeFile: b.ComposeFile, Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds)})
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, BuildSecrets: b.BuildSecrets,
+			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds)})
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +236,8 @@ func (s *Server) registerApps() {
 			"administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with " +
 			"reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands " +
 			"hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys " +
-			"and the masked forms only, never the values, and the class of a removal or deployment error instead of its text.",
+			"and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. " +
+			"Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).",
 		Errors: []int{http.StatusNotFound},
 	}, SignedIn, func(ctx context.Context, in *appGetInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -251,7 +254,8 @@ func (s *Server) registerApps() {
 		OperationID: "update-application", Method: http.MethodPatch, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Change an application's settings for its next deployment",
 		Description: "Any subset of the fields, validated as on create; env replaces the whole list. The running container is " +
-			"untouched until the next deployment. The reply lists the environment's keys with value_set, not the values.",
+			"untouched until the next deployment. The reply lists the environment's keys with value_set, not the values, and the " +
+			"build secrets' keys.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
 	}, Admin, func(ctx context.Context, in *patchAppInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -261,8 +265,8 @@ func (s *Server) registerApps() {
 		b := in.Body
 		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
-			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, Compose: b.Compose, WebService: b.WebService,
-			ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
+			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, BuildSecrets: b.BuildSecrets,
+			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
 		if err != nil {
 			return nil, err
 		}

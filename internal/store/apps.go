@@ -21,7 +21,7 @@ var _ apps.Store = (*Store)(nil)
 // the newest deployment and whether one is in progress.
 const appColumns = `a.id, a.server_id, a.name, a.source, a.container_port, a.health_path, a.env_keys, a.auto_deploy, a.memory_limit,
 	a.state, a.current_deployment_id, a.remove_job_id, a.remove_error, a.created_by, a.created_at, a.updated_at,
-	a.build, a.build_args, a.kind, a.compose, a.service,
+	a.build, a.build_args, a.build_secrets, a.kind, a.compose, a.service,
 	COALESCE((SELECT d.status FROM deployments d WHERE d.app_id = a.id ORDER BY d.id DESC LIMIT 1), '') AS latest_status,
 	EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status IN ('queued', 'running')) AS in_progress`
 
@@ -44,6 +44,7 @@ type appRow struct {
 	UpdatedAt           int64          `db:"updated_at"`
 	Build               string         `db:"build"`
 	BuildArgs           string         `db:"build_args"`
+	BuildSecrets        string         `db:"build_secrets"`
 	Kind                string         `db:"kind"`
 	Compose             string         `db:"compose"`
 	Service             string         `db:"service"`
@@ -63,7 +64,7 @@ func (r appRow) app() (apps.App, error) {
 	if err := json.Unmarshal([]byte(r.EnvKeys), &a.EnvKeys); err != nil {
 		return a, err
 	}
-	a.SealedBuildArgs = r.BuildArgs
+	a.SealedBuildArgs, a.SealedBuildSecrets = r.BuildArgs, r.BuildSecrets
 	if r.Build != "" {
 		if err := json.Unmarshal([]byte(r.Build), &a.Build); err != nil {
 			return a, err
@@ -146,10 +147,10 @@ func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) err
 		return err
 	}
 	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
-		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, kind, compose, service)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, build_secrets, kind, compose, service)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
-		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, appKind(a), compose, service)
+		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, a.SealedBuildSecrets, appKind(a), compose, service)
 	if isUniqueViolation(err) {
 		return appNameTaken(a.Name)
 	}
@@ -240,9 +241,9 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 	}
 	// The kind is fixed at creation: it is not written here.
 	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
-		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, compose = ?, service = ?`
+		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, build_secrets = ?, compose = ?, service = ?`
 	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
-		build, a.SealedBuildArgs, compose, service}
+		build, a.SealedBuildArgs, a.SealedBuildSecrets, compose, service}
 	if sealedEnv != nil {
 		q += `, env = ?`
 		args = append(args, *sealedEnv)
@@ -452,10 +453,20 @@ func insertDeploymentTx(ctx context.Context, tx *sqlx.Tx, d apps.DeploymentRecor
 		return err
 	}
 	_, err = tx.ExecContext(ctx, tx.Rebind(`INSERT INTO deployments (id, app_id, server_id, status, spec, env, ref, rollback_of,
-		created_by, created_at, updated_at, build_args) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		created_by, created_at, updated_at, build_args, build_secrets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		d.ID, d.AppID, d.ServerID, d.Status, string(spec), sealedEnv, d.Ref, nullString(d.RollbackOf), d.CreatedBy,
-		ms(d.CreatedAt), ms(d.UpdatedAt), d.SealedBuildArgs)
+		ms(d.CreatedAt), ms(d.UpdatedAt), d.SealedBuildArgs, d.SealedBuildSecrets)
 	return err
+}
+
+// DeploymentBuildSecrets returns a deployment's sealed build secrets.
+func (s *Store) DeploymentBuildSecrets(ctx context.Context, id string) (string, error) {
+	var v string
+	err := s.r.GetContext(ctx, &v, s.rebind(`SELECT build_secrets FROM deployments WHERE id = ?`), id)
+	if notFound(err) {
+		return "", fault.NotFoundf("No such deployment.")
+	}
+	return v, err
 }
 
 // DeploymentBuildArgs returns a deployment's sealed build arguments.

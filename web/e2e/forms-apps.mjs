@@ -23,6 +23,7 @@ const fields = {
   branch: (p) => p.getByLabel("Branch", { exact: true }),
   dockerfile: (p) => p.getByLabel("Dockerfile", { exact: true }),
   buildContext: (p) => p.getByLabel("Build context", { exact: true }),
+  buildSecrets: (p) => p.getByRole("group", { name: "Build secrets", exact: true }),
   compose: (p) => p.getByRole("textbox", { name: "Compose document", exact: true }),
   composeFile: (p) => p.getByLabel("Compose file", { exact: true }),
   webService: (p) => p.getByLabel("Web service", { exact: true }),
@@ -103,7 +104,7 @@ await session(async (page) => {
   await fields.port(page).fill("80");
   await page.getByRole("radio", { name: "Git repository" }).check();
   await repository(page).waitFor(wait);
-  await expectFields(page, "container-git", ["repository", "branch", "dockerfile", "buildContext", "port", "autoDeploy"]);
+  await expectFields(page, "container-git", ["repository", "branch", "dockerfile", "buildContext", "buildSecrets", "port", "autoDeploy"]);
   await fields.dockerfile(page).fill("Dockerfile.prod");
   await shots(page, "app-new-container-git");
   await kind(page, "Compose stack").check();

@@ -34,10 +34,14 @@ import (
 // GIT_CONFIG_* environment variables as an HTTP header, so it is never
 // written to a file or a URL), builds the image through the engine's API
 // from a tar of the build context, tags it, and removes the directory.
+// A build with build secrets is a BuildKit build (buildkit.go); the
+// others use the engine's legacy builder.
 
 var (
 	commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
 	buildArgKey   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	// buildSecretID is Docker's rule for secret names.
+	buildSecretID = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,62}[A-Za-z0-9])?$`)
 )
 
 // maxBuildLine bounds one line of build output sent as an event.
@@ -47,6 +51,8 @@ const maxBuildLine = 4 << 10
 type buildInputs struct {
 	token string
 	args  map[string]*string
+	// secrets are the build secrets by id; nil when the build has none.
+	secrets map[string][]byte
 }
 
 // checkBuild checks a build spec and takes its secrets.
@@ -78,6 +84,16 @@ func checkBuild(p agentproto.DeployPayload, secrets map[string]string) (buildInp
 		}
 		in.args[k] = &v
 	}
+	for _, id := range b.BuildSecretKeys {
+		v, ok := secrets[agentproto.SecretBuildSecretPrefix+id]
+		if !buildSecretID.MatchString(id) || !ok {
+			return buildInputs{}, fmt.Errorf("build secret %q is invalid or has no value in the job's secrets", id)
+		}
+		if in.secrets == nil {
+			in.secrets = map[string][]byte{}
+		}
+		in.secrets[id] = []byte(v)
+	}
 	return in, nil
 }
 
@@ -96,7 +112,7 @@ func (d *Deployer) buildImage(ctx context.Context, cli *client.Client, p agentpr
 	if err != nil {
 		return image{}, nil, err
 	}
-	img, err := d.buildFrom(ctx, cli, p.AppID, b.Commit, repo, b.Context, b.Dockerfile, p.Image, in.args, res, events)
+	img, err := d.buildFrom(ctx, cli, p.AppID, b.Commit, repo, b.Context, b.Dockerfile, p.Image, in, res, events)
 	if err != nil {
 		return image{}, nil, err
 	}
@@ -124,10 +140,11 @@ func (d *Deployer) checkout(ctx context.Context, p agentproto.DeployPayload, in 
 
 // buildFrom builds the image tag from the build context ctxRel of the
 // checkout repo ("" for its root), with the Dockerfile at dockerfile in
-// it ("" for Dockerfile), and adds the build to res. The context must be
-// a directory of the checkout, its symbolic links resolved.
+// it ("" for Dockerfile) and the build arguments and secrets of in, and
+// adds the build to res. The context must be a directory of the
+// checkout, its symbolic links resolved.
 func (d *Deployer) buildFrom(ctx context.Context, cli *client.Client, app, commit, repo, ctxRel, dockerfile, tag string,
-	args map[string]*string, res *agentproto.BuildResult, events agent.EventSink) (image, error) {
+	in buildInputs, res *agentproto.BuildResult, events agent.EventSink) (image, error) {
 	ctxDir := repo
 	if ctxRel != "" {
 		ctxDir = filepath.Join(repo, filepath.FromSlash(ctxRel))
@@ -142,21 +159,27 @@ func (d *Deployer) buildFrom(ctx context.Context, cli *client.Client, app, commi
 		return image{}, fmt.Errorf("commit %s has no Dockerfile at %s in the build context %q", commit[:12], dockerfile, orDot(ctxRel))
 	}
 
-	events.Emit(agentproto.LevelInfo, fmt.Sprintf("building %s from %s", tag, path.Join(orDot(ctxRel), dockerfile)), nil)
+	msg := fmt.Sprintf("building %s from %s", tag, path.Join(orDot(ctxRel), dockerfile))
+	if len(in.secrets) > 0 {
+		msg += fmt.Sprintf(" with BuildKit and %d build secrets", len(in.secrets))
+	}
+	events.Emit(agentproto.LevelInfo, msg, nil)
 	start := time.Now()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(tarContext(pw, ctxDir, repo)) }()
 	defer pr.Close()
-	out, err := cli.ImageBuild(ctx, pr, client.ImageBuildOptions{
-		Tags: []string{tag}, Dockerfile: dockerfile, BuildArgs: args, Remove: true, ForceRemove: true,
+	opts := client.ImageBuildOptions{
+		Tags: []string{tag}, Dockerfile: dockerfile, BuildArgs: in.args, Remove: true, ForceRemove: true,
 		Labels:  map[string]string{agentproto.LabelApp: app, agentproto.LabelCommit: commit},
 		Version: build.BuilderV1,
-	})
-	if err != nil {
-		return image{}, fmt.Errorf("building %s: %w", tag, err)
 	}
-	id, err := readBuild(out.Body, res, events)
-	out.Body.Close()
+	var id string
+	var err error
+	if len(in.secrets) > 0 {
+		id, err = buildKit(ctx, cli, pr, opts, in.secrets, res, events)
+	} else {
+		id, err = buildLegacy(ctx, cli, pr, opts, res, events)
+	}
 	if err != nil {
 		return image{}, fmt.Errorf("building %s: %w", tag, err)
 	}
@@ -330,6 +353,17 @@ func tarContext(w io.Writer, dir, repo string) error {
 		return fmt.Errorf("packing the build context: %w", err)
 	}
 	return tw.Close()
+}
+
+// buildLegacy builds with the engine's legacy builder and returns the
+// id of the image built.
+func buildLegacy(ctx context.Context, cli *client.Client, body io.Reader, opts client.ImageBuildOptions, res *agentproto.BuildResult, events agent.EventSink) (string, error) {
+	out, err := cli.ImageBuild(ctx, body, opts)
+	if err != nil {
+		return "", err
+	}
+	defer out.Body.Close()
+	return readBuild(out.Body, res, events)
 }
 
 // readBuild reads the engine's build output: each line becomes an event;

@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
@@ -107,4 +109,92 @@ func TestBuildFromGit(t *testing.T) {
 	if len(entries) != 0 {
 		t.Fatalf("failed builds left %v behind", entries)
 	}
+}
+
+// secretDockerfile builds testdata/web's binary into an image with a
+// step that reads the build secret NPM_TOKEN and writes its SHA-256 to
+// /secret.sha256; then the image is webDockerfile's. The file run comes
+// first: the steps' cache does not depend on the secret's value.
+func secretDockerfile(version, mount string) []byte {
+	return []byte(fmt.Sprintf("FROM scratch\nCOPY run /run-id\nCOPY web /web\nRUN --mount=type=secret,%s [\"/web\", \"digest\", \"/run/secrets/NPM_TOKEN\", \"/secret.sha256\"]\n"+
+		"ARG GREETING\nENV VERSION=%s GREETING=$GREETING\nENTRYPOINT [\"/web\"]\n", mount, version))
+}
+
+// TestBuildWithSecrets builds a commit whose Dockerfile mounts a build
+// secret: the agent builds with BuildKit, serving the secret through a
+// session; the step reads the value (the digest it wrote matches), and
+// the value is in neither the image's history nor any of its layers nor
+// the job's events. The same commit again comes from the cache. A
+// Dockerfile that requires a secret the application lacks fails saying
+// which.
+func TestBuildWithSecrets(t *testing.T) {
+	cli := testlab.Docker(t)
+	host := testlab.StartGitHost(t)
+	t.Setenv("GIT_SSL_CAINFO", host.CAFile)
+	repo := host.AddGitRepo(t, "acme", "web", true)
+	prog := testlab.GoProgram(t, "./testdata/web")
+	run := testlab.UniqueName("run")
+	// The run's id in the image makes the first build a cold one.
+	sha1 := host.Push(t, repo, "main", map[string][]byte{"web": prog, "run": []byte(run),
+		"Dockerfile": secretDockerfile("one", "id=NPM_TOKEN")}, "first")
+	sha2 := host.Push(t, repo, "main", map[string][]byte{"web": prog, "run": []byte(run),
+		"Dockerfile": secretDockerfile("two", "id=MISSING,required=true,target=/run/secrets/NPM_TOKEN")}, "second")
+	token := host.TokenFor(t, repo)
+
+	d := New(Options{Drain: -1, BuildDir: t.TempDir()})
+	t.Cleanup(func() { d.Close() })
+	app := testlab.UniqueName("app_secret")
+	t.Cleanup(func() { removeAppContainers(t, cli, app) })
+	t.Cleanup(func() {
+		list, _ := cli.ImageList(context.Background(), client.ImageListOptions{Filters: client.Filters{}.Add("label", agentproto.LabelApp+"="+app)})
+		for _, im := range list.Items {
+			cli.ImageRemove(context.Background(), im.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true}) //nolint:errcheck // cleanup
+		}
+	})
+	payload := func(dep, sha string) agentproto.DeployPayload {
+		return agentproto.DeployPayload{AppID: app, AppName: "web", DeploymentID: dep, Image: "capstan/" + app + ":" + sha[:12],
+			ContainerPort: 8080, HealthPath: "/health", HealthTimeoutSeconds: 30,
+			Build: &agentproto.BuildSpec{CloneURL: host.URL + "/acme/web.git", Repository: "acme/web", Commit: sha,
+				BuildArgKeys: []string{"GREETING"}, BuildSecretKeys: []string{"NPM_TOKEN"}}}
+	}
+	const secret = "npm_s3cret-build-secret-7781"
+	secrets := map[string]string{agentproto.SecretGitToken: token, agentproto.SecretBuildArgPrefix + "GREETING": "hello",
+		agentproto.SecretBuildSecretPrefix + "NPM_TOKEN": secret}
+
+	res, rec := deployOK(t, d, payload("dep_1", sha1), secrets)
+	mustGet(t, fmt.Sprintf("127.0.0.1:%d", res.HostPort), "one hello")
+	if res.Build == nil || res.Build.ImageID != res.ImageID || res.Build.Steps != 3 || res.Build.CachedSteps != 0 {
+		t.Errorf("build result %+v, want image %s and 3 steps, none from the cache", res.Build, res.ImageID)
+	}
+	if !rec.has("info: building capstan/"+app) || !rec.has("info: [3/3] RUN --mount=type=secret,id=NPM_TOKEN") || !rec.has("info: digest written") {
+		t.Errorf("the build's steps and output are not in the events:\n%s", strings.Join(rec.events, "\n"))
+	}
+	insp, err := cli.ImageInspect(context.Background(), res.ImageID)
+	if err != nil || insp.Config.Labels[agentproto.LabelCommit] != sha1 || insp.Config.Labels[agentproto.LabelApp] != app {
+		t.Fatalf("the image's labels %v, %v; want the application and the commit", insp.Config.Labels, err)
+	}
+	img := testlab.SaveImage(t, cli, res.ImageID)
+	sum := sha256.Sum256([]byte(secret))
+	if got, want := string(img.Files["secret.sha256"]), hex.EncodeToString(sum[:]); got != want {
+		t.Errorf("the step read a secret of SHA-256 %q, want %q", got, want)
+	}
+	if at := img.Holding(secret); at != nil {
+		t.Errorf("the image holds the build secret in %v", at)
+	}
+	for _, e := range rec.events {
+		if strings.Contains(e, secret) {
+			t.Errorf("an event holds the build secret: %s", e)
+		}
+	}
+
+	again, _ := deployOK(t, d, payload("dep_1b", sha1), secrets)
+	if again.ImageID != res.ImageID || again.Build.CachedSteps != 3 {
+		t.Errorf("the same commit again: %+v (image %s), want every step from the cache and image %s", again.Build, again.ImageID, res.ImageID)
+	}
+
+	rec, _ = deployFails(t, d, payload("dep_2", sha2), secrets, "building capstan/"+app, "MISSING")
+	if !rec.has("error: ") {
+		t.Errorf("the failed step is not in the events:\n%s", strings.Join(rec.events, "\n"))
+	}
+	mustGet(t, fmt.Sprintf("127.0.0.1:%d", again.HostPort), "one hello")
 }

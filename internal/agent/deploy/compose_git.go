@@ -90,7 +90,7 @@ func (d *Deployer) buildService(ctx context.Context, cli *client.Client, p agent
 		return image{}, fmt.Errorf("service %s: build.dockerfile %q must be a path inside the build context", ps.name, b.Dockerfile)
 	}
 	tag := serviceImageTag(p.Image, ps.name)
-	img, err := d.buildFrom(ctx, cli, p.AppID, p.Build.Commit, co.repo, contextOf(ctxRel), b.Dockerfile, tag, co.in.args, co.build, events)
+	img, err := d.buildFrom(ctx, cli, p.AppID, p.Build.Commit, co.repo, contextOf(ctxRel), b.Dockerfile, tag, co.in, co.build, events)
 	if err != nil {
 		return image{}, fmt.Errorf("service %s: %w", ps.name, err)
 	}

@@ -30,18 +30,18 @@ func TestComposeBuildContextStaysInTheCheckout(t *testing.T) {
 	d := New(Options{})
 	res := &agentproto.BuildResult{}
 	// No engine client: the checks come first.
-	_, err := d.buildFrom(context.Background(), nil, "app_x", strings.Repeat("a", 40), repo, "link", "", "capstan/x-web:aaaa", nil, res, &recorder{})
+	_, err := d.buildFrom(context.Background(), nil, "app_x", strings.Repeat("a", 40), repo, "link", "", "capstan/x-web:aaaa", buildInputs{}, res, &recorder{})
 	if err == nil || !strings.Contains(err.Error(), `build context "link": leads outside the repository`) {
 		t.Fatalf("a context linking out of the checkout: %v", err)
 	}
-	_, err = d.buildFrom(context.Background(), nil, "app_x", strings.Repeat("a", 40), repo, "site", "", "capstan/x-web:aaaa", nil, res, &recorder{})
+	_, err = d.buildFrom(context.Background(), nil, "app_x", strings.Repeat("a", 40), repo, "site", "", "capstan/x-web:aaaa", buildInputs{}, res, &recorder{})
 	if err == nil || !strings.Contains(err.Error(), "has no Dockerfile at Dockerfile") {
 		t.Fatalf("a context without its Dockerfile: %v", err)
 	}
 	if err := os.Symlink(filepath.Join(outside, "Dockerfile"), filepath.Join(repo, "site", "Dockerfile")); err != nil {
 		t.Fatal(err)
 	}
-	_, err = d.buildFrom(context.Background(), nil, "app_x", strings.Repeat("a", 40), repo, "site", "", "capstan/x-web:aaaa", nil, res, &recorder{})
+	_, err = d.buildFrom(context.Background(), nil, "app_x", strings.Repeat("a", 40), repo, "site", "", "capstan/x-web:aaaa", buildInputs{}, res, &recorder{})
 	if err == nil || !strings.Contains(err.Error(), "has no Dockerfile at Dockerfile") {
 		t.Fatalf("a Dockerfile linking out of the checkout: %v", err)
 	}

@@ -15,12 +15,14 @@ import (
 // Nothing panics, and a payload the checks accept is one the release can
 // use: a health path that is an absolute path, a health timeout within
 // bounds, environment names without = or NUL, and for a build a commit of
-// 40 hexadecimal digits.
+// 40 hexadecimal digits and build secret ids that are plain names (a
+// step mounts each at /run/secrets/ID).
 func FuzzDeployPayload(f *testing.F) {
 	for _, s := range []string{
 		`{"app_id":"app_1","deployment_id":"dep_1","image":"nginx:1","container_port":80,"health_path":"/health","env_keys":["A"]}`,
 		`{"app_id":"app_1","deployment_id":"dep_1","image_id":"sha256:00","container_port":65535,"health_timeout_seconds":3600}`,
 		`{"app_id":"app_1","deployment_id":"dep_1","image":"x","container_port":1,"build":{"clone_url":"https://git.example.com/r.git","commit":"0123456789abcdef0123456789abcdef01234567"}}`,
+		`{"app_id":"app_1","deployment_id":"dep_1","image":"x","container_port":1,"build":{"clone_url":"https://git.example.com/r.git","commit":"0123456789abcdef0123456789abcdef01234567","build_secret_keys":["NPM","../x"]}}`,
 		`{"app_id":"app_1","app_name":"web","deployment_id":"dep_01","service":{"start_command":"./run","build_command":"make"},"build":{"commit":"0123456789abcdef0123456789abcdef01234567"}}`,
 		`{"app_id":"app_1","deployment_id":"d","image":"x","container_port":80,"health_path":"//evil.example/"}`,
 		`{"app_id":"app_1","deployment_id":"d","image":"x","container_port":80,"health_timeout_seconds":-1,"memory_limit_bytes":-5}`,
@@ -30,7 +32,8 @@ func FuzzDeployPayload(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	secrets := map[string]string{"A": "a", "B": "b"}
+	secrets := map[string]string{"A": "a", "B": "b", agentproto.SecretGitToken: "t", agentproto.SecretBuildSecretPrefix + "NPM": "n",
+		agentproto.SecretBuildSecretPrefix + "../x": "x", agentproto.SecretBuildSecretPrefix + ".x": "x"}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		var p agentproto.DeployPayload
 		if logs.DecodePayload(agentproto.Job{Type: agentproto.JobAppDeploy, Payload: payload}, &p) == nil {
@@ -54,8 +57,14 @@ func FuzzDeployPayload(f *testing.F) {
 				}
 				_, _ = environment(p.EnvKeys, secrets)
 				if p.Build != nil && p.ImageID == "" && p.Service == nil {
-					if _, err := checkBuild(p, secrets); err == nil && !commitPattern.MatchString(p.Build.Commit) {
+					in, err := checkBuild(p, secrets)
+					if err == nil && !commitPattern.MatchString(p.Build.Commit) {
 						t.Fatalf("accepted build commit %q", p.Build.Commit)
+					}
+					for id := range in.secrets {
+						if strings.ContainsAny(id, "/\\\x00") || strings.HasPrefix(id, ".") || len(id) > 64 {
+							t.Fatalf("accepted build secret id %q", id)
+						}
 					}
 				}
 			}

@@ -422,7 +422,7 @@ export interface paths {
         put?: never;
         /**
          * Create an application (and deploy it)
-         * @description Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server. The reply lists the environment's keys with value_set, not the values.
+         * @description Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -442,7 +442,7 @@ export interface paths {
         };
         /**
          * Application detail with its current and latest deployments
-         * @description Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text.
+         * @description Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -460,7 +460,7 @@ export interface paths {
         head?: never;
         /**
          * Change an application's settings for its next deployment
-         * @description Any subset of the fields, validated as on create; env replaces the whole list. The running container is untouched until the next deployment. The reply lists the environment's keys with value_set, not the values.
+         * @description Any subset of the fields, validated as on create; env replaces the whole list. The running container is untouched until the next deployment. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -3014,6 +3014,8 @@ export interface components {
             build_arg_keys?: string[] | null;
             /** @description Git sources: the build context's directory in the repository */
             build_context?: string;
+            /** @description Container applications from git: names of the build secrets (their values are never shown, to anyone, and are in no layer nor the history of the images built) */
+            build_secret_keys?: string[] | null;
             /** @description Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true) */
             compose?: string;
             /** @description Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml) */
@@ -3070,6 +3072,8 @@ export interface components {
             build_arg_keys?: string[] | null;
             /** @description Git sources: the build context's directory in the repository */
             build_context?: string;
+            /** @description Container applications from git: names of the build secrets (their values are never shown, to anyone, and are in no layer nor the history of the images built) */
+            build_secret_keys?: string[] | null;
             /** @description Compose applications from an inline document: the document. Unless revealed (an administrator's GET of the application with reveal=true, audited as application.env.read), every value of an environment, build argument, label, command and x- extension is ******** and comments are dropped (compose_masked true) */
             compose?: string;
             /** @description Compose applications from git: the compose file's path in the repository; empty for the default (compose.yaml, else docker-compose.yml) */
@@ -3330,6 +3334,12 @@ export interface components {
             /** Format: int64 */
             steps: number;
         };
+        BuildSecret: {
+            /** @description The secret's id in the Dockerfile: 1 to 64 letters, digits, '_', '-' and '.', starting and ending with a letter or digit; unique */
+            key: string;
+            /** @description 1 byte to 32 KiB; write-only */
+            value: string;
+        };
         Channel: {
             /** @description Which config fields are set (their values are never returned) */
             config_set: string[] | null;
@@ -3502,12 +3512,14 @@ export interface components {
         };
         CreateAppInputBody: {
             auto_deploy?: boolean;
-            /** @description Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here */
+            /** @description Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here: use build_secrets */
             build_args?: components["schemas"]["EnvVar"][] | null;
             /** @description Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build) */
             build_command?: string;
             /** @description Git sources: the build context's directory in the repository (default .) */
             build_context?: string;
+            /** @description Container applications from git: secrets the build reads and the image does not keep. A Dockerfile step mounts one with RUN --mount=type=secret,id=KEY (at /run/secrets/KEY by default); the build runs with the engine's BuildKit builder, and the value is in no layer and not in the image's history. Values are stored encrypted, sent to the agent in the deploy job's secrets only, and never shown again, to anyone: the detail lists build_secret_keys. At most 50, values 1 byte to 32 KiB. The server's agent must build with build secrets (409 agent-upgrade-required otherwise) */
+            build_secrets?: components["schemas"]["BuildSecret"][] | null;
             /**
              * Format: int64
              * @description Service applications: the build command's time limit in seconds, 1 to 7200 (default 900)
@@ -4270,6 +4282,8 @@ export interface components {
             /** @description Names of the build arguments; the values are never shown */
             build_arg_keys: string[] | null;
             build_context: string;
+            /** @description Names of the build secrets; the values are never shown */
+            build_secret_keys?: string[] | null;
             /** @description Name <email> */
             commit_author: string;
             commit_message: string;
@@ -5030,6 +5044,8 @@ export interface components {
             build_command?: string;
             /** @description Git sources; unchanged when absent or null */
             build_context?: string;
+            /** @description Container applications from git: replaces the whole list, every value given again (values are write-only); [] removes them; unchanged when absent or null */
+            build_secrets?: components["schemas"]["BuildSecret"][];
             /**
              * Format: int64
              * @description Service applications: 1 to 7200; unchanged when absent or null

@@ -14,9 +14,10 @@ describe("createBody", () => {
 
   it("sends a git source with its build settings and auto-deploy", () => {
     const f = { ...emptyForm("srv_1"), name: "api", source: "git" as const, installation_id: "7", repo_id: "42", branch: "main",
-      dockerfile: "docker/Dockerfile", build_args: [{ key: "TOKEN", value: "s" }], container_port: "3000", auto_deploy: true };
+      dockerfile: "docker/Dockerfile", build_args: [{ key: "VERSION", value: "1" }], build_secrets: [{ key: " NPM_TOKEN ", value: "s" }, { key: "", value: "x" }],
+      container_port: "3000", auto_deploy: true };
     expect(createBody(f)).toMatchObject({ source: { type: "git", installation_id: 7, repo_id: 42, branch: "main" },
-      auto_deploy: true, dockerfile: "docker/Dockerfile", build_args: [{ key: "TOKEN", value: "s" }] });
+      auto_deploy: true, dockerfile: "docker/Dockerfile", build_args: [{ key: "VERSION", value: "1" }], build_secrets: [{ key: "NPM_TOKEN", value: "s" }] });
     expect(createBody(f)).not.toHaveProperty("build_context");
   });
 

@@ -23,6 +23,7 @@ export interface AppForm {
   dockerfile: string;
   build_context: string;
   build_args: KV[];
+  build_secrets: KV[];
   compose: string;
   compose_file: string;
   web_service: string;
@@ -40,7 +41,7 @@ export interface AppForm {
 export function emptyForm(serverId = ""): AppForm {
   return {
     name: "", server_id: serverId, kind: "container", source: "image", image: "", installation_id: "", repo_id: "",
-    branch: "", dockerfile: "", build_context: "", build_args: [], compose: "", compose_file: "", web_service: "",
+    branch: "", dockerfile: "", build_context: "", build_args: [], build_secrets: [], compose: "", compose_file: "", web_service: "",
     start_command: "", build_command: "", build_timeout_seconds: "", container_port: "", health_path: "", memory_limit: "",
     auto_deploy: false, deploy: true, env: [],
   };
@@ -99,6 +100,8 @@ export function createBody(f: AppForm): Record<string, unknown> {
     if (f.build_context.trim()) b.build_context = f.build_context.trim();
     const args = pairs(f.build_args);
     if (args.length) b.build_args = args;
+    const secrets = pairs(f.build_secrets);
+    if (secrets.length) b.build_secrets = secrets;
   }
   if (f.kind === "service") {
     b.start_command = f.start_command.trim();

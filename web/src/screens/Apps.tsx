@@ -160,7 +160,7 @@ export function AppNew({ serverId }: { serverId?: string }) {
 
   const enrolled = (servers.data ?? []).filter((s) => s.status !== "pending" && s.status !== "revoked");
   const fields = ["name", "server_id", "kind", "source", "image", "container_port", "health_path", "memory_limit", "env", "compose",
-    "compose_file", "web_service", "dockerfile", "build_context", "build_args", "start_command", "build_command", "build_timeout_seconds",
+    "compose_file", "web_service", "dockerfile", "build_context", "build_args", "build_secrets", "start_command", "build_command", "build_timeout_seconds",
     "auto_deploy"];
   return (
     <section class="apps">
@@ -234,7 +234,12 @@ export function AppNew({ serverId }: { serverId?: string }) {
               <input {...input("build_context")} class="mono" />
             </F>
             <KVRows id="app-build_args" label="Build arguments" rows={f.build_args} errors={errs.build_args} onChange={(rows) => set({ build_args: rows })} />
-            <p class="muted">Build arguments are not secret: Docker keeps them in clear in the image's history on the server. Never pass a token or a password here.</p>
+            <p class="muted">Build arguments are not secret: Docker keeps them in clear in the image's history on the server. Never pass a token or a password here: use a build secret.</p>
+            <KVRows id="app-build_secrets" label="Build secrets" rows={f.build_secrets} errors={errs.build_secrets} onChange={(rows) => set({ build_secrets: rows })} />
+            <p class="muted">
+              A step reads a build secret with <code>RUN --mount=type=secret,id=NAME</code> (the file /run/secrets/NAME); the image keeps
+              no trace of it, and nobody can read it back.
+            </p>
           </>
         )}
         {f.kind === "service" && (

@@ -7,10 +7,16 @@
 // shuts down gracefully. POST /fail makes GET /health answer 500 from then
 // on, and POST /recover undoes it, so that a test makes a running
 // container fail its health check.
+//
+// Run as "web digest IN OUT" it writes the SHA-256 of file IN, in
+// hexadecimal, to file OUT and exits: a build step of the tests runs it
+// on a build secret.
 package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
@@ -22,6 +28,19 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "digest" {
+		b, err := os.ReadFile(os.Args[2])
+		if err == nil {
+			sum := sha256.Sum256(b)
+			err = os.WriteFile(os.Args[3], []byte(hex.EncodeToString(sum[:])), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("digest written")
+		return
+	}
 	if os.Getenv("CRASH") != "" {
 		fmt.Fprintln(os.Stderr, "crashing as asked")
 		os.Exit(3)
