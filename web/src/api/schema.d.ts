@@ -1811,6 +1811,7 @@ export interface paths {
          *     | `backup.failed` | a backup failed: its dump, upload or the storage's read-back (nothing of it counts as a backup) | backup | run_id, instance_id, server_id, database, trigger, error |
          *     | `backup.verify_failed` | a backup's verification failed: its checksum, its decryption, its restore or its comparison with the manifest | backup | run_id, instance_id, server_id, database, trigger, error |
          *     | `backup.stale` | a database of an enabled backup policy has no verified backup within twice the policy's every_hours (counted from when the policy was enabled if that is later); published once until a newer verified backup makes it fresh again | database | instance_id, instance_name, database, every_hours, last_verified_at (null when it has none) |
+         *     | `proxy.failed` | a server's proxy did not take a change of its domains (its proxy.apply job failed): they are not served as set | server | server_id, server_name, job_id, domains (domain_id, hostname, application_id), error |
          *
          *
          *     Administrators only (403 admin-required for members).
@@ -2313,7 +2314,7 @@ export interface paths {
         };
         /**
          * The caller's inbox, newest first, with the unread count
-         * @description Every active user gets an item for each of these events: `deploy.succeeded`, `deploy.failed`, `alert.opened`, `alert.resolved`, `server.offline`, `server.online`, `backup.failed`. Each item has a title, a body, the path of its object in the web console (link) and the event's subject. A member's items of failed deployments and backups leave out the error.
+         * @description Every active user gets an item for each of these events: `deploy.succeeded`, `deploy.failed`, `alert.opened`, `alert.resolved`, `server.offline`, `server.online`, `backup.failed`, `proxy.failed`. Each item has a title, a body, the path of its object in the web console (link) and the event's subject. A member's items of failed deployments and backups leave out the error.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -2370,6 +2371,7 @@ export interface paths {
          *     | `backup.failed` | a backup failed: its dump, upload or the storage's read-back (nothing of it counts as a backup) | backup | run_id, instance_id, server_id, database, trigger, error |
          *     | `backup.verify_failed` | a backup's verification failed: its checksum, its decryption, its restore or its comparison with the manifest | backup | run_id, instance_id, server_id, database, trigger, error |
          *     | `backup.stale` | a database of an enabled backup policy has no verified backup within twice the policy's every_hours (counted from when the policy was enabled if that is later); published once until a newer verified backup makes it fresh again | database | instance_id, instance_name, database, every_hours, last_verified_at (null when it has none) |
+         *     | `proxy.failed` | a server's proxy did not take a change of its domains (its proxy.apply job failed): they are not served as set | server | server_id, server_name, job_id, domains (domain_id, hostname, application_id), error |
          *
          *
          *     Administrators only (403 admin-required for members).
@@ -3915,6 +3917,8 @@ export interface components {
             created_by?: string;
             hostname: string;
             id: string;
+            /** @description Whether the server's proxy took the domain's latest change */
+            proxy: components["schemas"]["ProxyState"];
             /** @description www.<hostname> permanently redirects to hostname */
             redirect_www: boolean;
             /** @description The application's server, whose proxy serves the domain */
@@ -5168,6 +5172,17 @@ export interface components {
             hostname: string;
             redirect_www: boolean;
             tls_mode: string;
+        };
+        ProxyState: {
+            /** @description Why the proxy did not take the change; null unless failed */
+            error: string | null;
+            /** @description The proxy.apply job of the latest change; null for domains from before it was recorded */
+            job_id: string | null;
+            /**
+             * @description applying: the change's proxy.apply job has not ended; applied: the proxy took it (or a later state); failed: the job failed and the proxy does not serve the domain as set
+             * @enum {string}
+             */
+            status: "applying" | "applied" | "failed";
         };
         ProxyStateResponse: {
             proxy: components["schemas"]["ProxyConfig"];
