@@ -107,7 +107,8 @@ func (s *Service) change(ctx context.Context, d Domain, actorID string) (DomainC
 	if err != nil {
 		return DomainChange{}, err
 	}
-	if err := s.store.SetDomainProxyJob(ctx, d.ID, j.ID, s.now().UTC()); err != nil {
+	// A deleted domain has nothing to record.
+	if err := s.store.SetDomainProxyJob(ctx, d.ID, j.ID, s.now().UTC()); err != nil && !fault.Is(err, fault.NotFound) {
 		return DomainChange{}, err
 	}
 	d.Proxy = ProxyState{Status: ProxyApplying, JobID: &j.ID}

@@ -14,8 +14,10 @@ import (
 	"github.com/capstan-dev/capstan/internal/apps"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/domains"
+	"github.com/capstan-dev/capstan/internal/events"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/notify"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
@@ -513,5 +515,65 @@ func TestIngestSkipsInvalidEntries(t *testing.T) {
 	}
 	if _, err := r.domains.ServerOtherTraffic(r.ctx, srv, "30d"); !fault.Is(err, fault.Invalid) {
 		t.Fatalf("bad range: %v", err)
+	}
+}
+
+// TestDomainProxyFailureIsShownAndRaised: a domain whose proxy.apply job
+// fails shows the failure and raises proxy.failed (an inbox item), instead
+// of sitting unchecked; a later apply that succeeds settles it.
+func TestDomainProxyFailureIsShownAndRaised(t *testing.T) {
+	r := newRig(t)
+	srv := r.enroll("web-1", agentproto.Facts{})
+	a := r.app(srv, "shop")
+	r.claim(srv, agentproto.JobAppDeploy) // the first deployment, left running
+	ch, err := r.create("shop.example.com", a, "auto", false)
+	if err != nil || ch.Domain.Proxy.Status != domains.ProxyApplying || ch.Domain.Proxy.JobID == nil || *ch.Domain.Proxy.JobID != ch.JobID {
+		t.Fatalf("created: %+v %v, want applying with its job", ch.Domain.Proxy, err)
+	}
+	const cause = "caddy admin API at unix//run/capstan-proxy/admin.sock: connect: no such file or directory"
+	j := r.claim(srv, agentproto.JobProxyApply)
+	if _, err := r.jobs.Complete(r.ctx, srv, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusFailed, Error: cause}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.domains.Get(r.ctx, ch.Domain.ID)
+	if err != nil || d.Proxy.Status != domains.ProxyFailed || d.Proxy.Error == nil || *d.Proxy.Error != cause {
+		t.Fatalf("after the failed apply: %+v %v, want failed with the job's error", d.Proxy, err)
+	}
+	evs, err := r.st.UnroutedEvents(r.ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raised []events.ProxyFailedPayload
+	for _, ev := range evs {
+		if ev.Type == events.ProxyFailed {
+			var p events.ProxyFailedPayload
+			if err := json.Unmarshal(ev.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			raised = append(raised, p)
+		}
+	}
+	if len(raised) != 1 || raised[0].ServerName != "web-1" || raised[0].JobID != j.ID || raised[0].Error != cause ||
+		len(raised[0].Domains) != 1 || raised[0].Domains[0].Hostname != "shop.example.com" || raised[0].Domains[0].ApplicationID != a {
+		t.Fatalf("proxy.failed events: %+v", raised)
+	}
+	if m := notify.Describe(evs[len(evs)-1], false); !strings.Contains(m.Body, "shop.example.com") || strings.Contains(m.Body, "admin.sock") {
+		t.Fatalf("a member's inbox item: %+v", m)
+	}
+
+	// The next change's apply succeeds: it carries the whole state, so the
+	// failed domain is served as set too.
+	ch2, err := r.create("api.example.com", a, "auto", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j2 := r.claim(srv, agentproto.JobProxyApply)
+	if _, err := r.jobs.Complete(r.ctx, srv, j2.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{ch.Domain.ID, ch2.Domain.ID} {
+		if d, err := r.domains.Get(r.ctx, id); err != nil || d.Proxy.Status != domains.ProxyApplied || d.Proxy.Error != nil {
+			t.Errorf("%s after the successful apply: %+v %v, want applied", id, d.Proxy, err)
+		}
 	}
 }

@@ -1,7 +1,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
-import { Field, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { certLeft, trafficSeries } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago, bytes } from "../lib/format";
@@ -130,7 +130,7 @@ function DomainCard(props: { d: Domain; admin: boolean; reload: () => Promise<vo
     }
   }
   return (
-    <div class="card domain" data-domain={d.hostname} data-checked-at={c?.checked_at ?? ""} data-cert={c?.cert_not_after ? "served" : "none"}>
+    <div class="card domain" data-domain={d.hostname} data-proxy-status={d.proxy.status} data-checked-at={c?.checked_at ?? ""} data-cert={c?.cert_not_after ? "served" : "none"}>
       <div class="row wrap between">
         <h2>
           <a href={(d.tls_mode === "off" ? "http://" : "https://") + d.hostname} rel="noreferrer">
@@ -165,6 +165,19 @@ function DomainCard(props: { d: Domain; admin: boolean; reload: () => Promise<vo
         TLS {tlsLabel[d.tls_mode]}
         {d.redirect_www ? `; www.${d.hostname} redirects here` : ""}; added {ago(d.created_at)}.
       </p>
+      {d.proxy.status === "failed" && (
+        <p class="lvl-error" role="alert" data-proxy="failed">
+          The server's proxy did not take this domain's latest change, so it is not served as set
+          {d.proxy.error ? ": " + d.proxy.error : "."}
+          {d.proxy.job_id && (
+            <>
+              {" "}
+              <Link href={"/jobs/" + d.proxy.job_id}>The proxy job</Link>
+            </>
+          )}
+        </p>
+      )}
+      {d.proxy.status === "applying" && <p class="muted" data-proxy="applying">The server's proxy is taking this domain's latest change.</p>}
       {!c ? (
         <p class="muted">Not checked yet.</p>
       ) : (
