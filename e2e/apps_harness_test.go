@@ -643,6 +643,11 @@ type DomainInfo struct {
 		Notes          []string   `json:"notes"`
 		CheckedAt      time.Time  `json:"checked_at"`
 	} `json:"check"`
+	Proxy struct {
+		Status string  `json:"status"`
+		JobID  *string `json:"job_id"`
+		Error  *string `json:"error"`
+	} `json:"proxy"`
 }
 
 // AppTraffic is GET /api/v1/applications/{id}/requests.

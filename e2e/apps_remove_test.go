@@ -32,6 +32,40 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 
 	s.Caddy.Stop()
 
+	// A domain added now: its proxy job fails, the domain says so and the
+	// inbox has it.
+	const down = "down.test"
+	resp = s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": down, "application_id": served.ID, "tls_mode": "off"})
+	expectStatus(t, resp, http.StatusCreated)
+	var failed domainChange
+	resp.JSON(t, &failed)
+	s.waitJob(t, failed.JobID, "failed", jobTimeout)
+	var info DomainInfo
+	r := s.Get(t, "/api/v1/domains/"+failed.Domain.ID, s.Token)
+	expectStatus(t, r, http.StatusOK)
+	r.JSON(t, &info)
+	if info.Proxy.Status != "failed" || info.Proxy.Error == nil || !strings.Contains(*info.Proxy.Error, "caddy") ||
+		info.Proxy.JobID == nil || *info.Proxy.JobID != failed.JobID {
+		t.Fatalf("a domain whose proxy job failed: %+v", info.Proxy)
+	}
+	eventually(t, jobTimeout, "the inbox tells of the proxy failure", func() bool {
+		r := s.Get(t, "/api/v1/notifications", s.Token)
+		expectStatus(t, r, http.StatusOK)
+		var inbox struct {
+			Notifications []struct {
+				EventType string `json:"event_type"`
+				Body      string `json:"body"`
+			} `json:"notifications"`
+		}
+		r.JSON(t, &inbox)
+		for _, n := range inbox.Notifications {
+			if n.EventType == "proxy.failed" && strings.Contains(n.Body, down) {
+				return true
+			}
+		}
+		return false
+	})
+
 	// removed waits for the application's removal to end: "" once it is
 	// gone, its remove_error if it failed.
 	removed := func(app AppInfo, query string) string {
@@ -64,7 +98,7 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 	}
 
 	msg := removed(served, "")
-	if msg == "" || !strings.Contains(msg, host) || !strings.Contains(msg, "force=true") {
+	if msg == "" || !strings.Contains(msg, host) || !strings.Contains(msg, down) || !strings.Contains(msg, "force=true") {
 		t.Fatalf("removing an application with a domain while Caddy is down: error %q, want one naming %s and force=true", msg, host)
 	}
 	if msg := removed(served, "?force=true"); msg != "" {

@@ -14,6 +14,7 @@ export const eventTypes = [
   "backup.failed",
   "backup.verify_failed",
   "backup.stale",
+  "proxy.failed",
 ] as const;
 
 export type ChannelKind = "team_chat" | "messenger" | "webhook";
