@@ -77,8 +77,8 @@ func (e *enrollCmd) Run(ctx context.Context, io stdio) error {
 	if err := agent.SaveConfig(e.Config, cfg); err != nil {
 		return fmt.Errorf("enrolled as %s (%s) but %w; the token is spent, create a new one", resp.ServerName, resp.ServerID, err)
 	}
-	fmt.Fprintf(io.out, "Enrolled as %s (%s) with %s.\nConfiguration written to %s.\nStart the agent: capstan-agent run\n",
-		resp.ServerName, resp.ServerID, apiURL, e.Config)
+	fmt.Fprintf(io.out, "Enrolled as %s (%s) with %s.\nConfiguration written to %s.\nStart the agent: capstan-agent run --config %s\n",
+		resp.ServerName, resp.ServerID, apiURL, e.Config, shellWord(e.Config))
 	return nil
 }
 
@@ -105,4 +105,12 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// shellWord quotes s for a shell command line when it needs it.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -59,8 +59,8 @@ func TestEnrollWritesConfig(t *testing.T) {
 	if strings.Contains(out+errOut, cp.AgentToken()) {
 		t.Fatal("enroll printed the agent token")
 	}
-	if !strings.Contains(out, cp.ServerID()) {
-		t.Errorf("enroll output does not name the server: %s", out)
+	if !strings.Contains(out, cp.ServerID()) || !strings.Contains(out, "capstan-agent run --config "+path+"\n") {
+		t.Errorf("enroll output does not name the server and the exact run command: %s", out)
 	}
 	st, err := os.Stat(path)
 	if err != nil {
@@ -218,7 +218,8 @@ func TestEnrollValidatesFlags(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.json")
-	code, out, errOut := run(t, "status", "--config", path)
+	state := t.TempDir()
+	code, out, errOut := run(t, "status", "--config", path, "--state-dir", state)
 	if got, want := code, 1; got != want {
 		t.Fatalf("status when not enrolled: exit %d, want %d", got, want)
 	}
@@ -230,12 +231,12 @@ func TestStatus(t *testing.T) {
 	if err := agent.SaveConfig(path, cfg); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errOut = run(t, "status", "--config", path)
+	code, out, errOut = run(t, "status", "--config", path, "--state-dir", state)
 	if code != 0 {
 		t.Fatalf("status exit %d: %s", code, errOut)
 	}
 	host, _ := os.Hostname()
-	for _, want := range []string{"https://cp.example.com", "srv_1", "web-1", host} {
+	for _, want := range []string{"https://cp.example.com", "srv_1", "web-1", host, "Agent:", "not running (it never ran", "Control plane reached:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -244,7 +245,7 @@ func TestStatus(t *testing.T) {
 		t.Fatal("status printed the agent token")
 	}
 
-	code, out, _ = run(t, "status", "--config", path, "--json")
+	code, out, _ = run(t, "status", "--config", path, "--state-dir", state, "--json")
 	if code != 0 {
 		t.Fatalf("status --json exit %d", code)
 	}
@@ -255,8 +256,49 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	if !r.Enrolled || r.APIURL != cfg.APIURL || r.ServerID != cfg.ServerID || r.ServerName != cfg.ServerName || r.Facts.Hostname != host {
+	if !r.Enrolled || r.APIURL != cfg.APIURL || r.ServerID != cfg.ServerID || r.ServerName != cfg.ServerName || r.Facts.Hostname != host ||
+		r.Running || r.Contact != nil {
 		t.Fatalf("status --json = %+v", r)
+	}
+}
+
+// TestStatusOfARunningAgent: status says that the agent runs and when it
+// last reached the control plane, and that it no longer runs once stopped.
+func TestStatusOfARunningAgent(t *testing.T) {
+	cp := agenttest.New(t)
+	path := writeConfig(t, cp)
+	state := t.TempDir()
+	p := startBinary(t, "run", "--config", path, "--state-dir", state)
+	status := func() statusReport {
+		t.Helper()
+		code, out, errOut := run(t, "status", "--config", path, "--state-dir", state, "--json")
+		if code != 0 {
+			t.Fatalf("status --json exit %d: %s", code, errOut)
+		}
+		var r statusReport
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	var r statusReport
+	testlab.Eventually(t, time.Minute, "status to report a contact", func() bool {
+		r = status()
+		return r.Contact != nil && !r.Contact.LastContactAt.IsZero()
+	})
+	if !r.Running || r.Contact.PID != p.cmd.Process.Pid || r.Contact.Version != "e2e" || r.Contact.LastError != "" {
+		t.Fatalf("status of the running agent: running %v, %+v; want running, pid %d", r.Running, r.Contact, p.cmd.Process.Pid)
+	}
+	_, out, _ := run(t, "status", "--config", path, "--state-dir", state)
+	if !strings.Contains(out, fmt.Sprintf("running, pid %d", p.cmd.Process.Pid)) || !strings.Contains(out, " ago (") {
+		t.Errorf("status output:\n%s", out)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.exitStatus(t, time.Minute)
+	if r := status(); r.Running || r.Contact == nil {
+		t.Fatalf("status after the agent stopped: running %v, contact %+v", r.Running, r.Contact)
 	}
 }
 

@@ -341,6 +341,7 @@ func (a *Agent) runningJobIDs() []string {
 func (a *Agent) heartbeatLoop(ctx context.Context) {
 	b := a.opts.Backoff
 	factsSent := false
+	contact := newContactLog(a.opts.StateDir, a.opts.Version)
 	RunLoop(ctx, a.log, "heartbeat", &b, func(ctx context.Context) (time.Duration, error) {
 		req := agentproto.HeartbeatRequest{
 			AgentVersion:  a.opts.Version,
@@ -353,6 +354,11 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 			req.Facts = &f
 		}
 		resp, err := a.client.Heartbeat(ctx, req)
+		if ctx.Err() == nil {
+			if werr := contact.record(time.Now(), err); werr != nil {
+				a.log.Debug("recording the contact with the control plane", "err", werr)
+			}
+		}
 		if err != nil {
 			return 0, err
 		}
