@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -94,6 +95,10 @@ func (s *Systemd) readJournal(ctx context.Context, q journalQuery) ([]journalEnt
 		}
 		return nil, fmt.Errorf("journalctl: %w", err)
 	}
+	if len(entries) == 0 && !s.journalKept() {
+		return nil, fmt.Errorf("this host keeps no systemd journal: there is no journal file in %s (journald may be off, or "+
+			"log to syslog only), so no unit's log can be read here", strings.Join(s.journalDirs(), " or "))
+	}
 	if q.after != "" {
 		if len(entries) > 0 && entries[0].cursor == q.after {
 			entries = entries[1:]
@@ -103,6 +108,26 @@ func (s *Systemd) readJournal(ctx context.Context, q journalQuery) ([]journalEnt
 		}
 	}
 	return entries, nil
+}
+
+func (s *Systemd) journalDirs() []string {
+	if s.JournalDirs != nil {
+		return s.JournalDirs
+	}
+	return []string{"/run/log/journal", "/var/log/journal"}
+}
+
+// journalKept reports whether journald keeps files in one of its
+// directories (directly, or in a machine's directory under it).
+func (s *Systemd) journalKept() bool {
+	for _, dir := range s.journalDirs() {
+		for _, pattern := range []string{"*.journal", "*/*.journal", "*.journal~", "*/*.journal~"} {
+			if m, _ := filepath.Glob(filepath.Join(dir, pattern)); len(m) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func runJournalctl(ctx context.Context, bin string, args []string) ([]journalEntry, string, error) {

@@ -4,14 +4,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 func TestParseJournal(t *testing.T) {
@@ -222,5 +225,33 @@ func TestReadJournalFails(t *testing.T) {
 	_, err := (&Systemd{Journalctl: filepath.Join(t.TempDir(), "missing")}).readJournal(context.Background(), journalQuery{unit: "a.service", lines: 5})
 	if err == nil || !strings.HasPrefix(err.Error(), "journalctl: ") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestReadJournalWithoutJournal: on a host whose journald keeps no file, a
+// read says so instead of answering with no line; where it keeps one, no
+// line is an answer. Run with the host's own journalctl.
+func TestReadJournalWithoutJournal(t *testing.T) {
+	bin, err := exec.LookPath("journalctl")
+	if err != nil {
+		testlab.Require(t, "journalctl (apt-get install systemd)")
+	}
+	none := t.TempDir()
+	unit := "capstan-test-no-such-unit-" + strconv.Itoa(os.Getpid()) + ".service"
+	s := &Systemd{Journalctl: bin, JournalDirs: []string{filepath.Join(none, "run"), filepath.Join(none, "var")}}
+	_, err = s.readJournal(context.Background(), journalQuery{unit: unit, lines: 5})
+	if err == nil || !strings.Contains(err.Error(), "this host keeps no systemd journal") {
+		t.Fatalf("read on a host without journal files: %v, want an error saying so", err)
+	}
+	kept := filepath.Join(none, "var", "0123456789abcdef0123456789abcdef")
+	if err := os.MkdirAll(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(kept, "system.journal"), nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.readJournal(context.Background(), journalQuery{unit: unit, lines: 5})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("read of a unit with no line on a host with a journal: %+v, %v; want none, no error", got, err)
 	}
 }

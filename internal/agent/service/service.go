@@ -40,6 +40,11 @@ func checkUnit(unit string) error {
 type Systemd struct {
 	// Journalctl is the journalctl binary; empty means journalctl on PATH.
 	Journalctl string
+	// JournalDirs are where journald keeps its files; nil means
+	// /run/log/journal and /var/log/journal. A read that finds no line on
+	// a host with no journal file in them says so instead of answering
+	// with none.
+	JournalDirs []string
 	// Connect opens the connection to systemd; nil means the system bus,
 	// or for root without a bus, systemd's private socket.
 	Connect func(ctx context.Context) (*sddbus.Conn, error)
