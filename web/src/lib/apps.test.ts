@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
   certLeft, concernsApp, concernsDeployment, createBody, emptyForm, envChange, envFieldErrors, envRows, patchBody, releaseName, settingsForm,
-  rollbackObject, sourcesOf, trafficSeries, withKind,
+  rollbackObject, sourcesOf, trafficSeries, unapplied, withKind,
 } from "./apps";
 
 describe("createBody", () => {
@@ -147,5 +147,26 @@ describe("patchBody", () => {
       service: { start_command: "./run", build_command: "", build_timeout_seconds: 900 } };
     expect(patchBody(s, { ...settingsForm(s), start_command: "./serve", build_timeout_seconds: "60", container_port: "1" }))
       .toEqual({ start_command: "./serve", build_timeout_seconds: 60 });
+  });
+});
+
+describe("unapplied", () => {
+  const app = { kind: "container", source: { type: "image" }, image: "web:2", container_port: 9090, health_path: "/health", memory_limit: "" };
+  const live = { spec: { image: "web:1", container_port: 8080, health_path: "/health", memory_limit: "" } };
+  it("lists what the live release does not run with after a failed deployment", () => {
+    expect(unapplied(app, live, { id: "dep_2", status: "failed" }, "dep_1")).toEqual([
+      { label: "Image", live: "web:1", set: "web:2" },
+      { label: "Port", live: "8080", set: "9090" },
+    ]);
+  });
+  it("lists nothing when the latest deployment is live or did not fail", () => {
+    expect(unapplied(app, live, { id: "dep_1", status: "failed" }, "dep_1")).toEqual([]);
+    expect(unapplied(app, live, { id: "dep_2", status: "running" }, "dep_1")).toEqual([]);
+    expect(unapplied(app, null, { id: "dep_2", status: "failed" }, null)).toEqual([]);
+  });
+  it("does not count an image the live release took from its own ref", () => {
+    expect(unapplied(app, { ...live, ref: "web:1" }, { id: "dep_2", status: "failed" }, "dep_1")).toEqual([
+      { label: "Port", live: "8080", set: "9090" },
+    ]);
   });
 });

@@ -316,3 +316,40 @@ export function patchBody(a: AppSettings, f: SettingsForm): Record<string, unkno
   for (const k of Object.keys(b)) if (b[k] === undefined) delete b[k];
   return Object.keys(b).length ? b : null;
 }
+
+// The settings a release runs with, as far as the Overview shows them.
+export interface ReleaseSettings {
+  image?: string;
+  container_port?: number;
+  health_path?: string;
+  memory_limit?: string;
+}
+
+export interface UnappliedSetting {
+  label: string;
+  live: string;
+  set: string;
+}
+
+// unapplied lists the application's settings that its live release does
+// not run with, when its latest deployment failed after an earlier one
+// succeeded: what the Overview marks as not applied. An image that the
+// live release got from a ref of its own is not counted.
+export function unapplied(
+  app: ReleaseSettings & { kind: string; source: { type: string } },
+  live: { spec: ReleaseSettings; ref?: string } | null | undefined,
+  latest: { id: string; status: string } | null | undefined,
+  liveId: string | null | undefined,
+): UnappliedSetting[] {
+  if (!live || !latest || latest.status !== "failed" || latest.id === liveId) return [];
+  const out: UnappliedSetting[] = [];
+  const add = (label: string, set: string, was: string) => {
+    if (set !== was) out.push({ label, live: was || "none", set: set || "none" });
+  };
+  const spec = live.spec;
+  if (app.source.type === "image" && app.kind === "container" && !live.ref) add("Image", app.image ?? "", spec.image ?? "");
+  if (app.kind !== "service") add("Port", String(app.container_port ?? ""), String(spec.container_port ?? ""));
+  add("Health path", app.health_path ?? "", spec.health_path ?? "");
+  add("Memory limit", app.memory_limit ?? "", spec.memory_limit ?? "");
+  return out;
+}

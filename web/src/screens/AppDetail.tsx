@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
-import { concernsApp, envChange, envFieldErrors, envRows, patchBody, settingsForm, type EnvRow, type SettingsForm } from "../lib/apps";
+import { concernsApp, envChange, envFieldErrors, envRows, patchBody, settingsForm, unapplied, type EnvRow, type SettingsForm } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
 import { useLive } from "../lib/live";
@@ -96,6 +96,7 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
     }
   }
   const live = started ?? app.latest?.id ?? null;
+  const notApplied = unapplied(app, app.current, app.latest, app.current?.id);
   return (
     <>
       <div class="grid2">
@@ -133,6 +134,32 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
               </>
             )}
           </dl>
+          {notApplied.length > 0 && app.latest && (
+            <div class="not-applied" role="note" aria-label="Settings not applied">
+              <p>
+                The latest deployment, <Link href={"/deployments/" + app.latest.id}>{app.latest.id}</Link>, failed: the live release
+                runs without these settings.
+              </p>
+              <table class="table" aria-label="Settings the live release runs with">
+                <thead>
+                  <tr>
+                    <th scope="col">Setting</th>
+                    <th scope="col">Live release</th>
+                    <th scope="col">Set, not applied</th>
+                  </tr>
+                </thead>
+                <tbody>
+                  {notApplied.map((u) => (
+                    <tr key={u.label} data-setting={u.label}>
+                      <td>{u.label}</td>
+                      <td class="mono">{u.live}</td>
+                      <td class="mono">{u.set}</td>
+                    </tr>
+                  ))}
+                </tbody>
+              </table>
+            </div>
+          )}
         </div>
         {admin && (
           <form class="card form" aria-label="Deploy" onSubmit={deploy} noValidate>
