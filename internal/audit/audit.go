@@ -33,6 +33,9 @@ const (
 	UserCreated           = "user.created"
 	UserDisabled          = "user.disabled"
 	UserTOTPReset         = "user.2fa.reset"
+	UserEnabled           = "user.enabled"
+	UserRoleChanged       = "user.role_changed"
+	UserDeleted           = "user.deleted"
 	UserUnlocked          = "user.unlocked" // an administrator lifted strangers' sign-in delay
 	PasswordChanged       = "user.password.changed"
 	PasswordChangeRefused = "user.password.refused" // wrong current password or code

@@ -19,6 +19,9 @@ type User struct {
 	Admin     bool      `json:"admin"`
 	Disabled  bool      `json:"disabled"`
 	CreatedAt time.Time `json:"created_at"`
+	// LastSignInAt is the user's latest sign-in of the sessions kept;
+	// set by ListUsers only.
+	LastSignInAt *time.Time `json:"last_sign_in_at,omitempty"`
 }
 
 // Account is a user with its credentials, as stored.
@@ -110,6 +113,13 @@ type Store interface {
 	SetTOTPSecret(ctx context.Context, userID, sealed string, now time.Time) error
 	// DisableUser marks the user disabled and revokes all its sessions.
 	DisableUser(ctx context.Context, userID string, now time.Time) error
+	// SetUserAccess changes a user's role and whether it is disabled (nil:
+	// unchanged), refusing to leave no enabled administrator (409
+	// last-admin); disabling revokes its sessions and devices.
+	SetUserAccess(ctx context.Context, userID string, admin, disabled *bool, now time.Time) (User, error)
+	// DeleteUser deletes a user and what is its own (sessions, devices,
+	// inbox), refusing the last enabled administrator (409 last-admin).
+	DeleteUser(ctx context.Context, userID string) (User, error)
 	// AdvanceTOTPStep records step as used if it is newer than the last
 	// used step; it reports false when it is not (a replay).
 	AdvanceTOTPStep(ctx context.Context, userID string, step int64) (bool, error)

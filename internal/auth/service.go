@@ -219,6 +219,20 @@ func (s *Service) ResetTOTP(ctx context.Context, actor audit.Actor, email string
 	if err != nil {
 		return User{}, Enrollment{}, err
 	}
+	return s.resetTOTP(ctx, audit.Entry{Actor: actor}, a)
+}
+
+// ResetTOTPByID is ResetTOTP of the user with that id; c is the audit
+// entry's actor, address and user agent.
+func (s *Service) ResetTOTPByID(ctx context.Context, c audit.Entry, id string) (User, Enrollment, error) {
+	a, err := s.store.AccountByID(ctx, id)
+	if err != nil {
+		return User{}, Enrollment{}, err
+	}
+	return s.resetTOTP(ctx, c, a)
+}
+
+func (s *Service) resetTOTP(ctx context.Context, c audit.Entry, a Account) (User, Enrollment, error) {
 	en, err := newEnrollment(s.issuer, a.Email)
 	if err != nil {
 		return User{}, Enrollment{}, err
@@ -234,8 +248,8 @@ func (s *Service) ResetTOTP(ctx context.Context, actor audit.Actor, email string
 	if err := s.store.RevokeDevices(ctx, a.ID, "", now); err != nil {
 		return User{}, Enrollment{}, err
 	}
-	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserTOTPReset, Target: audit.Target{Type: "user", ID: a.ID},
-		Details: map[string]any{"sessions_revoked": n}})
+	c.Action, c.Target, c.Details = audit.UserTOTPReset, audit.Target{Type: "user", ID: a.ID}, map[string]any{"sessions_revoked": n}
+	err = s.audit.Record(ctx, c)
 	return a.User, en, err
 }
 
@@ -255,6 +269,57 @@ func (s *Service) DisableUser(ctx context.Context, actor audit.Actor, email stri
 	a.Disabled = true
 	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserDisabled, Target: audit.Target{Type: "user", ID: a.ID}})
 	return a.User, err
+}
+
+// UserChange is an administrator's change of a user's access; nil fields
+// stay as they are.
+type UserChange struct {
+	Admin    *bool
+	Disabled *bool
+}
+
+// ChangeUser changes a user's role or whether it is disabled, audited.
+// The last enabled administrator can be neither made a member nor
+// disabled (409 last-admin). Disabling ends the user's sessions at once
+// (its live streams close on their next check) and forgets its devices.
+// c is the audit entry's actor, address and user agent.
+func (s *Service) ChangeUser(ctx context.Context, c audit.Entry, id string, ch UserChange) (User, error) {
+	before, err := s.store.AccountByID(ctx, id)
+	if err != nil {
+		return User{}, err
+	}
+	u, err := s.store.SetUserAccess(ctx, id, ch.Admin, ch.Disabled, s.now())
+	if err != nil {
+		return User{}, err
+	}
+	c.Target = audit.Target{Type: "user", ID: id}
+	if before.Admin != u.Admin {
+		c.Action, c.Details = audit.UserRoleChanged, map[string]any{"email": u.Email, "admin": u.Admin}
+		if err := s.audit.Record(ctx, c); err != nil {
+			return User{}, err
+		}
+	}
+	if before.Disabled != u.Disabled {
+		c.Action, c.Details = audit.UserEnabled, map[string]any{"email": u.Email}
+		if u.Disabled {
+			c.Action = audit.UserDisabled
+		}
+		if err := s.audit.Record(ctx, c); err != nil {
+			return User{}, err
+		}
+	}
+	return u, nil
+}
+
+// DeleteUser deletes a user, audited; the last enabled administrator
+// cannot be deleted (409 last-admin).
+func (s *Service) DeleteUser(ctx context.Context, c audit.Entry, id string) error {
+	u, err := s.store.DeleteUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	c.Action, c.Target, c.Details = audit.UserDeleted, audit.Target{Type: "user", ID: id}, map[string]any{"email": u.Email, "admin": u.Admin}
+	return s.audit.Record(ctx, c)
 }
 
 func throttledFor(wait time.Duration) error {

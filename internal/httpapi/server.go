@@ -195,6 +195,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.api.UseMiddleware(s.authenticate, s.admitBodies)
 
 	s.registerAuth()
+	s.registerUsers()
 	s.registerPlatform()
 	s.registerAudit()
 	s.registerDocs()

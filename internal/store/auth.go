@@ -70,13 +70,18 @@ func (s *Store) AccountByID(ctx context.Context, id string) (auth.Account, error
 
 // ListUsers returns every user, oldest first.
 func (s *Store) ListUsers(ctx context.Context) ([]auth.User, error) {
-	var rows []accountRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+accountColumns+` FROM users ORDER BY id`); err != nil {
+	var rows []struct {
+		accountRow
+		LastSignIn sql.NullInt64 `db:"last_sign_in"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, `SELECT `+accountColumns+`,
+		(SELECT MAX(created_at) FROM sessions WHERE sessions.user_id = users.id) AS last_sign_in FROM users ORDER BY id`); err != nil {
 		return nil, err
 	}
 	users := make([]auth.User, len(rows))
 	for i, r := range rows {
 		users[i] = r.account().User
+		users[i].LastSignInAt = nullMS(r.LastSignIn)
 	}
 	return users, nil
 }
@@ -114,6 +119,120 @@ func (s *Store) DisableUser(ctx context.Context, userID string, now time.Time) e
 			ms(now), userID)
 		return err
 	})
+}
+
+// activeAdminsTx returns the ids of the enabled administrators, locking
+// their rows on PostgreSQL so that two changes that each leave the other
+// administrator in place cannot both commit (SQLite's write transactions
+// are serial already).
+func (s *Store) activeAdminsTx(ctx context.Context, tx *sqlx.Tx) ([]string, error) {
+	q := `SELECT id FROM users WHERE admin AND disabled_at IS NULL ORDER BY id`
+	if s.dialect == Postgres {
+		q += ` FOR UPDATE`
+	}
+	var ids []string
+	return ids, tx.SelectContext(ctx, &ids, q)
+}
+
+// lastAdminTx refuses a change that leaves no enabled administrator.
+func (s *Store) lastAdminTx(ctx context.Context, tx *sqlx.Tx, userID, what string) error {
+	admins, err := s.activeAdminsTx(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for _, id := range admins {
+		if id != userID {
+			return nil
+		}
+	}
+	if len(admins) == 0 {
+		return nil // none to keep: the user is not one
+	}
+	return fault.Conflictf("last-admin", "This is the last enabled administrator: %s would leave no one to manage Capstan. Make another user an administrator first.", what)
+}
+
+// SetUserAccess changes a user's role (admin, when not nil) and whether it
+// is disabled (when not nil), refusing a change that leaves no enabled
+// administrator (409 last-admin). Disabling revokes every session of the
+// user and forgets its devices. It returns the user after the change.
+func (s *Store) SetUserAccess(ctx context.Context, userID string, admin, disabled *bool, now time.Time) (auth.User, error) {
+	var out auth.User
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		var r accountRow
+		if err := tx.GetContext(ctx, &r, tx.Rebind(`SELECT `+accountColumns+` FROM users WHERE id = ?`), userID); err != nil {
+			if notFound(err) {
+				return fault.NotFoundf("No such user.")
+			}
+			return err
+		}
+		activeAdmin := r.Admin && !r.DisabledAt.Valid
+		switch {
+		case activeAdmin && admin != nil && !*admin:
+			if err := s.lastAdminTx(ctx, tx, userID, "making it a member"); err != nil {
+				return err
+			}
+		case activeAdmin && disabled != nil && *disabled:
+			if err := s.lastAdminTx(ctx, tx, userID, "disabling it"); err != nil {
+				return err
+			}
+		}
+		if admin != nil {
+			r.Admin = *admin
+		}
+		if disabled != nil {
+			switch {
+			case *disabled && !r.DisabledAt.Valid:
+				r.DisabledAt = sql.NullInt64{Int64: ms(now), Valid: true}
+			case !*disabled:
+				r.DisabledAt = sql.NullInt64{}
+			}
+		}
+		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE users SET admin = ?, disabled_at = ?, updated_at = ? WHERE id = ?`),
+			r.Admin, r.DisabledAt, ms(now), userID)
+		if err := mustAffect(res, err, "user"); err != nil {
+			return err
+		}
+		if r.DisabledAt.Valid {
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE sessions SET revoked_at = ?, revoked_reason = 'user_disabled'
+				WHERE user_id = ? AND revoked_at IS NULL`), ms(now), userID); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE sign_in_devices SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL`),
+				ms(now), userID); err != nil {
+				return err
+			}
+		}
+		out = r.account().User
+		return nil
+	})
+	return out, err
+}
+
+// DeleteUser deletes a user with its sessions, devices and inbox,
+// refusing to delete the last enabled administrator (409 last-admin).
+func (s *Store) DeleteUser(ctx context.Context, userID string) (auth.User, error) {
+	var out auth.User
+	err := s.tx(ctx, func(tx *sqlx.Tx) error {
+		var r accountRow
+		if err := tx.GetContext(ctx, &r, tx.Rebind(`SELECT `+accountColumns+` FROM users WHERE id = ?`), userID); err != nil {
+			if notFound(err) {
+				return fault.NotFoundf("No such user.")
+			}
+			return err
+		}
+		if r.Admin && !r.DisabledAt.Valid {
+			if err := s.lastAdminTx(ctx, tx, userID, "deleting it"); err != nil {
+				return err
+			}
+		}
+		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM users WHERE id = ?`), userID)
+		if err := mustAffect(res, err, "user"); err != nil {
+			return err
+		}
+		out = r.account().User
+		return nil
+	})
+	return out, err
 }
 
 // AdvanceTOTPStep records a used TOTP step if it is newer than the last one.
