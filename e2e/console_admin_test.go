@@ -53,10 +53,11 @@ func TestConsoleAdmin(t *testing.T) {
 	})
 
 	user := createUser(t, f.ControlPlane, "browser-admin@example.com", testPassword, true)
+	member := createUser(t, f.ControlPlane, "member-ui@example.com", testPassword, false)
 	hook := rc.URL + "/hooks/browser"
 	var itemID, secret, channelID, version, kitFile string
 	var agentVersions []string
-	steps := runConsoleScriptAsUser(t, f, "admin.mjs", user, []string{"CAPSTAN_HOOK_URL=" + hook}, func(line string, fields []string) {
+	steps := runConsoleScriptAsUser(t, f, "admin.mjs", user, []string{"CAPSTAN_HOOK_URL=" + hook, "CAPSTAN_MEMBER_EMAIL=" + member.Email}, func(line string, fields []string) {
 		switch fields[0] {
 		case "inbox-ready":
 			f.createRule(t, map[string]any{"kind": "memory_high", "threshold": 1, "duration": 0, "scope": "server", "scope_id": en.Server.ID})
@@ -81,9 +82,35 @@ func TestConsoleAdmin(t *testing.T) {
 			if !strings.HasPrefix(fields[3], "capstan-recovery-kit-") || !strings.HasSuffix(fields[3], ".age") {
 				t.Errorf("the kit's file name %q", fields[3])
 			}
+		case "users":
+			// The member the screen made an administrator, disabled and
+			// gave a new second factor: the API agrees, and the new secret
+			// is not the old one.
+			r := f.Get(t, "/api/v1/users", f.Token)
+			expectStatus(t, r, http.StatusOK)
+			var list struct {
+				Users []struct {
+					Email    string `json:"email"`
+					Admin    bool   `json:"admin"`
+					Disabled bool   `json:"disabled"`
+				} `json:"users"`
+			}
+			r.JSON(t, &list)
+			found := false
+			for _, u := range list.Users {
+				if u.Email == member.Email {
+					found = true
+					if !u.Admin || !u.Disabled {
+						t.Errorf("the member after the users screen: %+v, want an administrator, disabled", u)
+					}
+				}
+			}
+			if !found || len(fields) != 2 || fields[1] == "" || fields[1] == member.TOTPSecret {
+				t.Errorf("users line %q (member listed: %v)", line, found)
+			}
 		}
 	}, func() string { return "agent log:\n" + agent.Logs() })
-	want := "inbox-ready inbox-read channel-created channel-tested email-sent audit-filtered platform shortcuts done"
+	want := "inbox-ready inbox-read channel-created channel-tested email-sent audit-filtered platform users shortcuts done"
 	if strings.Join(steps, " ") != want {
 		t.Fatalf("admin.mjs steps %v, want %s", steps, want)
 	}

@@ -166,12 +166,14 @@ func (a *Agent) execute(log *slog.Logger, job agentproto.Job) (res *agentproto.C
 	ctx, cancel := context.WithTimeout(context.WithValue(a.execCtx, afterKey{}, later), timeout)
 	defer cancel()
 
-	// Every job's secrets are fetched (none for most) before it runs: the
-	// answer confirms that the job is still this agent's. A claim's answer
-	// read late — the agent was frozen while its lease lapsed and the job
-	// was requeued or failed meanwhile — is refused here, so the job never
-	// runs behind the control plane's back.
-	secrets, err := a.fetchSecrets(ctx, log, job.ID)
+	// Every job is confirmed before it runs, by fetching its secrets (none,
+	// for most): a claim's answer read late — the agent was frozen while
+	// its lease lapsed and the job was requeued or failed meanwhile — is
+	// refused then, so the job never runs behind the control plane's back.
+	// A job with secrets waits for them; one without asks once, and runs
+	// if the control plane cannot be reached (it then cannot have taken
+	// the job back either: that needs it up to expire the lease).
+	secrets, err := a.confirm(ctx, log, job)
 	if err != nil {
 		if errors.Is(err, ErrRevoked) || gone(err) {
 			log.Warn("job abandoned: the control plane no longer hands it to this agent", "err", err)
@@ -277,6 +279,28 @@ func encodeResult(v any, red *redactor) (json.RawMessage, error) {
 	}
 	return red.jsonBytes(b), nil
 }
+
+// confirm fetches a job's secrets, which confirms that the job is still
+// this agent's: with retries for a job that has secrets, once for one
+// without (whose run does not wait on a control plane that is down).
+func (a *Agent) confirm(ctx context.Context, log *slog.Logger, job agentproto.Job) (map[string]string, error) {
+	if job.HasSecrets {
+		return a.fetchSecrets(ctx, log, job.ID)
+	}
+	cctx, cancel := context.WithTimeout(ctx, confirmTimeout)
+	defer cancel()
+	_, err := a.client.Secrets(cctx, job.ID)
+	if err != nil && (errors.Is(err, ErrRevoked) || gone(err)) {
+		return nil, err
+	}
+	if err != nil {
+		log.Warn("could not confirm the job with the control plane; running it", "err", err)
+	}
+	return map[string]string{}, nil
+}
+
+// confirmTimeout bounds the confirmation of a job without secrets.
+const confirmTimeout = 10 * time.Second
 
 // fetchSecrets gets a job's secrets, retrying temporary failures until ctx
 // (the job's deadline) ends.

@@ -9,7 +9,9 @@
 //   channel (a field error, then created; its secret shown once) → its
 //   test message delivered → a test e-mail → the audit log filtered → the
 //   platform's versions → the recovery kit refused with a wrong password,
-//   then downloaded → the shortcuts' help, "/" and "g" keys.
+//   then downloaded → users: a member made an administrator, disabled and
+//   given a new second factor → the
+//   shortcuts' help, "/" and "g" keys.
 //
 // axe-core runs on every screen and state; screenshots go to
 // web/test-results/. Lines on stdout report to the Go test.
@@ -18,6 +20,7 @@ import { axe, env, outDir, say, session, shots, wait } from "./lib.mjs";
 
 const hook = process.env.CAPSTAN_HOOK_URL;
 const mailTo = "ops@example.com";
+const member = process.env.CAPSTAN_MEMBER_EMAIL;
 
 await session(async (page) => {
   // The inbox, empty, then an item arriving live.
@@ -127,6 +130,27 @@ await session(async (page) => {
   await axe(page, "platform");
   await shots(page, "platform");
   say("platform", version, agentVersions.join(","), download.suggestedFilename(), kit);
+
+  // Users: a member made an administrator, disabled, and given a new
+  // second factor (its secret shown once).
+  await page.getByRole("link", { name: "Manage users" }).click();
+  await page.getByRole("heading", { name: "Users" }).waitFor(wait);
+  const row = page.locator(`[data-user="${member}"]`);
+  await row.waitFor(wait);
+  await axe(page, "users");
+  await shots(page, "users");
+  const confirmed = async (button) => {
+    await row.getByRole("button", { name: button }).click();
+    await page.getByRole("dialog").getByRole("button", { name: button }).click();
+  };
+  await confirmed("Make an administrator");
+  await row.getByText("administrator", { exact: true }).waitFor(wait);
+  await confirmed("Disable");
+  await row.getByText("disabled").waitFor(wait);
+  await confirmed("Reset the second factor");
+  const totp = (await page.locator("[data-totp-secret]").textContent(wait)).trim();
+  await axe(page, "users-new-secret");
+  say("users", totp);
 
   // The shortcuts: "?" shows their help; "g i" goes to the inbox.
   await page.keyboard.press("?");

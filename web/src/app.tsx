@@ -31,6 +31,7 @@ const Notifications = lazy(() => import("./screens/Notifications").then((m) => m
 const ChannelDetail = lazy(() => import("./screens/Notifications").then((m) => m.ChannelDetail), "the channel");
 const Audit = lazy(() => import("./screens/Audit").then((m) => m.Audit), "the audit log");
 const Platform = lazy(() => import("./screens/Platform").then((m) => m.Platform), "the platform");
+const Users = lazy(() => import("./screens/Users").then((m) => m.Users), "users");
 const Apps = lazy(() => import("./screens/Apps").then((m) => m.Apps), "applications");
 const AppNew = lazy(() => import("./screens/Apps").then((m) => m.AppNew), "the form");
 const AppDetail = lazy(() => import("./screens/AppDetail").then((m) => m.AppDetail), "the application");
@@ -103,6 +104,7 @@ export function App() {
   else if ((p = match("/notifications/channels/:id", path))) screen = <ChannelDetail key={p.id} id={p.id} />;
   else if (path === "/audit") screen = <Audit />;
   else if (path === "/platform") screen = <Platform />;
+  else if (path === "/platform/users" && user.admin) screen = <Users />;
   else if (path === "/applications") screen = <Apps />;
   else if (path === "/applications/new") screen = <AppNew serverId={query.get("server_id") ?? undefined} />;
   else if ((p = match("/applications/:id", path))) screen = <AppDetail key={p.id} id={p.id} />;

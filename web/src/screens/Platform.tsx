@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok } from "../api/client";
-import { Field, Loading, ProblemBox, Table } from "../components/ui";
+import { Field, Link, Loading, ProblemBox, Table } from "../components/ui";
 import { agentSummary, kitFileName } from "../lib/admin";
 import { currentUser } from "../lib/auth";
 import { asProblem, fieldErrors, ProblemError, type Problem } from "../lib/problem";
@@ -72,8 +72,13 @@ export function Platform() {
       {currentUser()?.admin ? <RecoveryKit /> : <p class="muted">The recovery kit is for administrators.</p>}
       <div class="card">
         <h2>Users</h2>
+        {currentUser()?.admin && (
+          <p>
+            <Link href="/platform/users">Manage users</Link>: roles, disabling, second factors.
+          </p>
+        )}
         <p>
-          Users are managed on the control plane's host, with the same <code>--data-dir</code> or <code>--database-url</code> as{" "}
+          Users are created on the control plane's host, with the same <code>--data-dir</code> or <code>--database-url</code> as{" "}
           <code>capstan serve</code>:
         </p>
         <ul>
