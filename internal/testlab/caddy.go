@@ -244,10 +244,19 @@ func adminSocketBase() string {
 	return ""
 }
 
-// LoadedConfig is the configuration Caddy runs (GET /config/).
+// LoadedConfig is the configuration Caddy runs (GET /config/). A load
+// that changes the admin settings restarts the admin server, which drops
+// a request that arrives meanwhile: such a failure is tried again for a
+// few seconds.
 func (c *Caddy) LoadedConfig(t testing.TB) []byte {
 	t.Helper()
-	resp, err := c.AdminClient().Get(adminBase + "/config/")
+	hc := c.AdminClient()
+	deadline := time.Now().Add(10 * time.Second)
+	resp, err := hc.Get(adminBase + "/config/")
+	for err != nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // the admin server restarting
+		resp, err = hc.Get(adminBase + "/config/")
+	}
 	if err != nil {
 		t.Fatalf("caddy admin API GET /config/: %v", err)
 	}
