@@ -105,15 +105,10 @@ func postDelivery(hc *http.Client, url string, body io.Reader, size int64, signa
 	return answer{status: resp.StatusCode, header: resp.Header, body: string(b), err: err}
 }
 
+// waitFor waits for cond, as every test of the lab does.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testlab.Eventually(t, 30*time.Second, what, cond)
 }
 
 // TestWebhookBodiesBounded: however many deliveries arrive at once, at

@@ -151,6 +151,16 @@ func (s *Store) lastAdminTx(ctx context.Context, tx *sqlx.Tx, userID, what strin
 	return fault.Conflictf("last-admin", "This is the last enabled administrator: %s would leave no one to manage Capstan. Make another user an administrator first.", what)
 }
 
+// accountTx reads a user's row in tx.
+func accountTx(ctx context.Context, tx *sqlx.Tx, userID string) (accountRow, error) {
+	var r accountRow
+	err := tx.GetContext(ctx, &r, tx.Rebind(`SELECT `+accountColumns+` FROM users WHERE id = ?`), userID)
+	if notFound(err) {
+		return r, fault.NotFoundf("No such user.")
+	}
+	return r, err
+}
+
 // SetUserAccess changes a user's role (admin, when not nil) and whether it
 // is disabled (when not nil), refusing a change that leaves no enabled
 // administrator (409 last-admin). Disabling revokes every session of the
@@ -158,11 +168,8 @@ func (s *Store) lastAdminTx(ctx context.Context, tx *sqlx.Tx, userID, what strin
 func (s *Store) SetUserAccess(ctx context.Context, userID string, admin, disabled *bool, now time.Time) (auth.User, error) {
 	var out auth.User
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		var r accountRow
-		if err := tx.GetContext(ctx, &r, tx.Rebind(`SELECT `+accountColumns+` FROM users WHERE id = ?`), userID); err != nil {
-			if notFound(err) {
-				return fault.NotFoundf("No such user.")
-			}
+		r, err := accountTx(ctx, tx, userID)
+		if err != nil {
 			return err
 		}
 		activeAdmin := r.Admin && !r.DisabledAt.Valid
@@ -213,11 +220,8 @@ func (s *Store) SetUserAccess(ctx context.Context, userID string, admin, disable
 func (s *Store) DeleteUser(ctx context.Context, userID string) (auth.User, error) {
 	var out auth.User
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		var r accountRow
-		if err := tx.GetContext(ctx, &r, tx.Rebind(`SELECT `+accountColumns+` FROM users WHERE id = ?`), userID); err != nil {
-			if notFound(err) {
-				return fault.NotFoundf("No such user.")
-			}
+		r, err := accountTx(ctx, tx, userID)
+		if err != nil {
 			return err
 		}
 		if r.Admin && !r.DisabledAt.Valid {
