@@ -182,9 +182,10 @@ func TestRecoveryKitRestores(t *testing.T) {
 }
 
 // TestRecoveryKitParallelWrongPasswords: wrong passwords sent at once to the
-// recovery-kit endpoint get the burst's worth of password checks (each one
-// audited as refused), the rest 429 with Retry-After. The right password
-// from another address still gets the kit.
+// recovery-kit endpoint in one session get the burst's worth of password
+// checks (each one audited as refused), the rest 429 with Retry-After. The
+// throttle is the session's: the right password in that session waits too,
+// from any address, while a new sign-in gets the kit at once.
 func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, d store.Dialect) {
@@ -215,6 +216,9 @@ func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
 		r := mustPostFrom(t, cp, attacker, "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
 		expectProblem(t, r, http.StatusTooManyRequests, "too-many-attempts")
 		r = mustPostFrom(t, cp, clientAt(t, "127.0.0.2"), "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
+		expectProblem(t, r, http.StatusTooManyRequests, "too-many-attempts")
+		fresh := signInUser(t, cp, admin)
+		r = mustPostFrom(t, cp, attacker, "/api/v1/platform/recovery-kit", fresh.AccessToken, map[string]string{"password": admin.Password})
 		expectStatus(t, r, http.StatusOK)
 	})
 }
