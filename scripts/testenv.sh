@@ -323,18 +323,42 @@ ensure_sysctl() {
 # up: caddy
 
 # The tests run the Caddy that servers run (see scripts/caddy-build.sh for
-# why not Debian's), built once per version from Caddy's Go module.
+# why not Debian's), built once per version from Caddy's Go module. On a
+# new machine the build starts first, in the background, and runs while
+# the packages install and PostgreSQL and Docker start; ensure_caddy waits
+# for it.
+caddy_bin_for() {
+	local arg=${1:-$REPO_ROOT/.testenv}
+	mkdir -p "$arg"
+	printf '%s/caddy/%s/caddy' "$(cd "$arg" && pwd -P)" "$("$SCRIPT_DIR/caddy-build.sh" --version)"
+}
+
+start_caddy_build() {
+	local bin
+	bin="$(caddy_bin_for "${1:-}")"
+	[[ -x $bin ]] && return 0
+	log "caddy: building $("$SCRIPT_DIR/caddy-build.sh" --version) from its Go module, in the background (once per version)"
+	mkdir -p "$(dirname "$bin")"
+	CADDY_BUILD_LOG="$(dirname "$bin")/build.log"
+	CADDY_BUILD_START=$SECONDS
+	"$SCRIPT_DIR/caddy-build.sh" "$bin" >"$CADDY_BUILD_LOG" 2>&1 9>&- &
+	CADDY_BUILD_PID=$!
+}
+
 ensure_caddy() {
-	local version
-	version="$("$SCRIPT_DIR/caddy-build.sh" --version)"
-	CADDY_BIN="$STATE_DIR/caddy/$version/caddy"
+	CADDY_BIN="$(caddy_bin_for "$STATE_DIR")"
+	if [[ -n ${CADDY_BUILD_PID:-} ]]; then
+		wait "$CADDY_BUILD_PID" || { cat "$CADDY_BUILD_LOG" >&2; die "could not build Caddy"; }
+		CADDY_STATUS="built in $((SECONDS - CADDY_BUILD_START))s"
+		return 0
+	fi
 	if [[ -x $CADDY_BIN ]]; then
 		CADDY_STATUS="reused"
 		return 0
 	fi
-	log "caddy: building $version from its Go module (once per version)"
+	log "caddy: building $("$SCRIPT_DIR/caddy-build.sh" --version) from its Go module (once per version)"
 	local start=$SECONDS
-	"$SCRIPT_DIR/caddy-build.sh" "$CADDY_BIN" 9>&- || die "could not build Caddy $version"
+	"$SCRIPT_DIR/caddy-build.sh" "$CADDY_BIN" 9>&- || die "could not build Caddy"
 	CADDY_STATUS="built in $((SECONDS - start))s"
 }
 
@@ -343,6 +367,7 @@ ensure_caddy() {
 
 cmd_up() {
 	[[ $(id -u) -eq 0 ]] || die "must run as root"
+	start_caddy_build "${1:-}"
 	ensure_packages
 	resolve_dirs "${1:-}"
 
