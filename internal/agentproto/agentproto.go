@@ -105,10 +105,17 @@
 //	            values in the job secrets under SecretBuildSecretPrefix,
 //	            served to a BuildKit build. No build secret is sent to an
 //	            agent without the capability.
+//	2026-12-02  v1: published ports: ProxyConfig.Ports, a listener of
+//	            the proxy on bind:port per application that publishes
+//	            one, proxied to its live release like its domains;
+//	            RemovePayload.ProxySites names the published addresses
+//	            too. An older agent ignores Ports.
 package agentproto
 
 import (
 	"encoding/json"
+	"net"
+	"strconv"
 	"time"
 )
 
@@ -559,6 +566,24 @@ const (
 type ProxyConfig struct {
 	Sites    []ProxySite `json:"sites"`
 	Revision int64       `json:"revision,omitempty" doc:"Revision of the server's desired proxy state; 0 means unknown"`
+	// Ports are the published ports of the server's applications: the
+	// proxy listens on each and sends its requests to the application's
+	// live release, as it does for a domain. Nil means none.
+	Ports []ProxyPort `json:"ports,omitempty"`
+}
+
+// ProxyPort is a port an application publishes on its server: plain
+// HTTP on Bind:Port, every request proxied to the application.
+type ProxyPort struct {
+	AppID string `json:"app_id"`
+	// Bind is an IP address literal (127.0.0.1, 0.0.0.0, ::1, …).
+	Bind string `json:"bind"`
+	Port int    `json:"port"`
+}
+
+// Address is p's bind:port ([v6]:port for IPv6).
+func (p ProxyPort) Address() string {
+	return net.JoinHostPort(p.Bind, strconv.Itoa(p.Port))
 }
 
 // ProxyStateResponse: GET /agent/v1/proxy, the server's current desired
@@ -683,8 +708,8 @@ type RemovePayload struct {
 	// PurgeVolumes removes the named volumes of a compose application
 	// too; they are kept otherwise.
 	PurgeVolumes bool `json:"purge_volumes,omitempty"`
-	// ProxySites are the hostnames the application had in the server's
-	// proxy state: with none, a proxy that cannot be reached keeps nothing
+	// ProxySites are the hostnames (and published addresses, bind:port)
+	// the application had in the server's proxy state: with none, a proxy that cannot be reached keeps nothing
 	// of it, and the removal succeeds without applying the state.
 	ProxySites []string `json:"proxy_sites,omitempty"`
 	// Force succeeds when the proxy state cannot be applied, forgetting

@@ -247,11 +247,17 @@ func (s *switchboard) apply(ctx context.Context, cfg agentproto.ProxyConfig, own
 	return nil
 }
 
-// siteCount is the number of cfg's sites that serve app.
+// siteCount is the number of cfg's sites and published ports that
+// serve app: what of it goes through the proxy.
 func siteCount(cfg agentproto.ProxyConfig, app string) int {
 	n := 0
 	for _, s := range cfg.Sites {
 		if s.AppID == app {
+			n++
+		}
+	}
+	for _, p := range cfg.Ports {
+		if p.AppID == app {
 			n++
 		}
 	}

@@ -253,7 +253,7 @@ func prefixed(prefix, s string) string {
 func (d *Deployer) switchProxy(ctx context.Context, p agentproto.DeployPayload, s started, events agent.EventSink) (agentproto.ProxyConfig, error) {
 	if d.opts.Proxy == nil {
 		if n := siteCount(p.Proxy, p.AppID); n > 0 {
-			events.Emit(agentproto.LevelWarn, fmt.Sprintf("this agent has no proxy: the application's %d domains are not served", n), nil)
+			events.Emit(agentproto.LevelWarn, fmt.Sprintf("this agent has no proxy: the application's %d domains and published ports are not served", n), nil)
 		} else {
 			events.Emit(agentproto.LevelInfo, "this agent has no proxy; nothing to switch", nil)
 		}
@@ -267,7 +267,7 @@ func (d *Deployer) switchProxy(ctx context.Context, p agentproto.DeployPayload, 
 	if err != nil {
 		if siteCount(cfg, p.AppID) == 0 && ctx.Err() == nil && !proxy.IsStale(err) {
 			// No request of this application goes through the proxy.
-			events.Emit(agentproto.LevelWarn, fmt.Sprintf("could not apply the proxy state: %v; the application has no domains, so the release goes on", err), nil)
+			events.Emit(agentproto.LevelWarn, fmt.Sprintf("could not apply the proxy state: %v; the application has no domains or published ports, so the release goes on", err), nil)
 			return cfg, nil
 		}
 		return cfg, fmt.Errorf("switching the proxy to the new container: %w", err)

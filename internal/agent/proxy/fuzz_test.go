@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"encoding/json"
+	"net"
+	"net/netip"
+	"strconv"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -21,6 +24,8 @@ func FuzzRender(f *testing.F) {
 		{`{"sites":[{"hostname":"*.test","app_id":"x","tls_mode":"bogus"}]}`, `{}`},
 		{`{"sites":null}`, `null`},
 		{`{"sites":[{}]}`, `{"":""}`},
+		{`{"sites":[],"ports":[{"app_id":"app_1","bind":"127.0.0.1","port":9100},{"app_id":"app_2","bind":"::","port":9200}]}`, `{"app_1":"127.0.0.1:9001"}`},
+		{`{"sites":[],"ports":[{"app_id":"x","bind":"127.0.0.1\"}","port":80}]}`, `{}`},
 	} {
 		f.Add([]byte(seed.cfg), []byte(seed.ups))
 	}
@@ -42,7 +47,11 @@ func FuzzRender(f *testing.F) {
 				ups[app] = addr
 			}
 		}
-		b, err := json.Marshal(render(st, ss, ups))
+		pubs, err := ports(st, cfg)
+		if err != nil {
+			return
+		}
+		b, err := json.Marshal(render(st, ss, pubs, ups))
 		if err != nil {
 			t.Fatalf("rendering %s: %v", cfgJSON, err)
 		}
@@ -51,6 +60,18 @@ func FuzzRender(f *testing.F) {
 			t.Fatalf("the rendered configuration does not read back: %v\n%s", err, b)
 		}
 		for name, s := range back.Apps.HTTP.Servers {
+			for _, l := range s.Listen {
+				host, port, err := net.SplitHostPort(l)
+				if err != nil {
+					t.Fatalf("server %s listens on %q: %v", name, l, err)
+				}
+				if _, err := netip.ParseAddr(host); err != nil && host != "" {
+					t.Fatalf("server %s listens on host %q", name, host)
+				}
+				if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+					t.Fatalf("server %s listens on port %q", name, port)
+				}
+			}
 			for _, r := range s.Routes {
 				for _, m := range r.Match {
 					for _, h := range m.Host {

@@ -273,6 +273,10 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 	if err != nil {
 		return nil, fmt.Errorf("proxy configuration: %w", err)
 	}
+	pubs, err := ports(p.settings, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("proxy configuration: %w", err)
+	}
 	for app, addr := range overrides {
 		if err := checkUpstream(addr); err != nil {
 			return nil, fmt.Errorf("app %s: %w", app, err)
@@ -283,7 +287,7 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 	if err := p.takeRevision(cfg.Revision); err != nil {
 		return nil, err
 	}
-	ups, err := p.upstreams(ctx, ss, overrides)
+	ups, err := p.upstreams(ctx, appIDs(ss, pubs), overrides)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +299,7 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 		undo()
 		return nil, err
 	}
-	c := render(p.settings, ss, ups)
+	c := render(p.settings, ss, pubs, ups)
 	if p.beforeLoad != nil {
 		p.beforeLoad(&c)
 	}
@@ -305,7 +309,7 @@ func (p *Proxy) apply(ctx context.Context, cfg agentproto.ProxyConfig, overrides
 	}
 	if err := p.load(ctx, body); err != nil {
 		undo()
-		return nil, err
+		return nil, withPortHint(err, pubs)
 	}
 	if p.onLoad != nil {
 		p.onLoad()
@@ -394,8 +398,43 @@ func writeFileAtomic(path string, data []byte) error {
 	return err
 }
 
-// upstreams resolves the upstream of every app of ss.
-func (p *Proxy) upstreams(ctx context.Context, ss []site, overrides map[string]string) (map[string]string, error) {
+// appIDs are the apps that sites and published ports serve, each once,
+// in order.
+func appIDs(ss []site, pubs []published) []string {
+	var ids []string
+	seen := map[string]bool{}
+	add := func(id string) {
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	for _, s := range ss {
+		add(s.appID)
+	}
+	for _, p := range pubs {
+		add(p.appID)
+	}
+	return ids
+}
+
+// withPortHint adds to Caddy's refusal which application's published
+// port could not be bound, when its message names one's address.
+func withPortHint(err error, pubs []published) error {
+	var le *LoadError
+	if !errors.As(err, &le) {
+		return err
+	}
+	for _, p := range pubs {
+		if strings.Contains(le.Message, p.listen()) && strings.Contains(le.Message, "address already in use") {
+			return fmt.Errorf("the published port %s of app %s is in use by another program on the server: %w", p.listen(), p.appID, err)
+		}
+	}
+	return err
+}
+
+// upstreams resolves the upstream of every app of ids.
+func (p *Proxy) upstreams(ctx context.Context, ids []string, overrides map[string]string) (map[string]string, error) {
 	ups := map[string]string{}
 	var others map[string]string
 	if p.others != nil {
@@ -405,11 +444,11 @@ func (p *Proxy) upstreams(ctx context.Context, ss []site, overrides map[string]s
 		}
 	}
 	need := false
-	for _, s := range ss {
-		if addr, ok := overrides[s.appID]; ok {
-			ups[s.appID] = addr
-		} else if addr, ok := others[s.appID]; ok && checkUpstream(addr) == nil {
-			ups[s.appID] = addr
+	for _, id := range ids {
+		if addr, ok := overrides[id]; ok {
+			ups[id] = addr
+		} else if addr, ok := others[id]; ok && checkUpstream(addr) == nil {
+			ups[id] = addr
 		} else {
 			need = true
 		}
@@ -422,19 +461,19 @@ func (p *Proxy) upstreams(ctx context.Context, ss []site, overrides map[string]s
 		// Better the previous configuration than every site a 503.
 		return nil, err
 	}
-	for _, s := range ss {
-		addrs := live[s.appID]
-		if _, ok := ups[s.appID]; ok || len(addrs) == 0 {
+	for _, id := range ids {
+		addrs := live[id]
+		if _, ok := ups[id]; ok || len(addrs) == 0 {
 			continue
 		}
 		// While a release runs, an app has two containers: the one the
 		// proxy sends it to stays until the deployer switches (with an
 		// override), so that no apply picks a container not yet healthy
 		// or one about to be stopped.
-		if cur := p.current[s.appID]; slices.Contains(addrs, cur) {
-			ups[s.appID] = cur
+		if cur := p.current[id]; slices.Contains(addrs, cur) {
+			ups[id] = cur
 		} else {
-			ups[s.appID] = addrs[0]
+			ups[id] = addrs[0]
 		}
 	}
 	return ups, nil

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/capstan-dev/capstan/internal/agent/caddyadmin"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -17,6 +18,9 @@ const (
 	httpsServer = "capstan_https"
 	httpServer  = "capstan_http"
 	accessLog   = "capstan_access"
+	// portServerPrefix names the server of a published port:
+	// capstan_port_<port>.
+	portServerPrefix = "capstan_port_"
 
 	// tryDuration is how long a request keeps retrying to dial its
 	// upstream (a container being switched or restarting) before 502.
@@ -131,6 +135,56 @@ func sites(cfg agentproto.ProxyConfig) ([]site, error) {
 	return out, nil
 }
 
+// published is a validated ProxyPort.
+type published struct {
+	appID string
+	bind  netip.Addr
+	port  int
+}
+
+func (p published) listen() string {
+	return net.JoinHostPort(p.bind.String(), strconv.Itoa(p.port))
+}
+
+// ports validates cfg's published ports against st: a port is published
+// once (whatever its address: a wildcard address overlaps every other),
+// never on a port of the proxy's own servers or its admin endpoint, and
+// its bind is an IP address literal. They come sorted by port.
+func ports(st Settings, cfg agentproto.ProxyConfig) ([]published, error) {
+	reserved := map[int]string{st.HTTPPort: "the proxy's HTTP port", st.HTTPSPort: "the proxy's HTTPS port"}
+	if e, err := caddyadmin.Parse(st.AdminURL); err == nil && e.Socket == "" {
+		if _, p, err := net.SplitHostPort(e.Listen); err == nil {
+			if n, err := strconv.Atoi(p); err == nil {
+				reserved[n] = "the proxy's admin endpoint"
+			}
+		}
+	}
+	out := make([]published, 0, len(cfg.Ports))
+	seen := map[int]string{}
+	for i, pp := range cfg.Ports {
+		if pp.AppID == "" {
+			return nil, fmt.Errorf("port %d: no app_id", i)
+		}
+		if pp.Port < 1 || pp.Port > 65535 {
+			return nil, fmt.Errorf("port %d (app %s): port %d out of range", i, pp.AppID, pp.Port)
+		}
+		bind, err := netip.ParseAddr(pp.Bind)
+		if err != nil || bind.Zone() != "" {
+			return nil, fmt.Errorf("port %d (app %s): bind %q is not an IP address", i, pp.AppID, pp.Bind)
+		}
+		if what, ok := reserved[pp.Port]; ok {
+			return nil, fmt.Errorf("port %d (app %s): port %d is %s", i, pp.AppID, pp.Port, what)
+		}
+		if other, ok := seen[pp.Port]; ok {
+			return nil, fmt.Errorf("port %d (app %s): port %d is published by app %s too", i, pp.AppID, pp.Port, other)
+		}
+		seen[pp.Port] = pp.AppID
+		out = append(out, published{appID: pp.AppID, bind: bind.Unmap(), port: pp.Port})
+	}
+	slices.SortFunc(out, func(a, b published) int { return a.port - b.port })
+	return out, nil
+}
+
 // The subset of Caddy's JSON configuration that is rendered
 // (https://caddyserver.com/docs/json/).
 type (
@@ -177,8 +231,9 @@ type (
 		Protocols   []string   `json:"protocols"`
 		TLSPolicies []struct{} `json:"tls_connection_policies,omitempty"`
 		AutoHTTPS   autoHTTPS  `json:"automatic_https"`
-		Logs        serverLogs `json:"logs"`
-		Routes      []route    `json:"routes"`
+		// Logs nil: no access log (published ports).
+		Logs   *serverLogs `json:"logs,omitempty"`
+		Routes []route     `json:"routes"`
 	}
 	autoHTTPS struct {
 		Disable          bool `json:"disable,omitempty"`
@@ -237,8 +292,9 @@ type (
 	}
 )
 
-// render builds the whole Caddy configuration for sites, each served by
-// upstreams[appID], or answering 503 when its app has none.
+// render builds the whole Caddy configuration for sites and published
+// ports, each served by upstreams[appID], or answering 503 when its app
+// has none.
 //
 // Shape: one HTTPS server (tls auto and internal sites, TLS always on) and
 // one HTTP server (tls off sites, plus a 308 to HTTPS for every TLS site);
@@ -248,20 +304,23 @@ type (
 // own; the explicit routes do the same (308, Location with the HTTPS port
 // unless 443). Certificates: one automation policy per issuer (internal,
 // acme) with the TLS sites' names as subjects; the local CA never installs
-// its root into the system trust store.
-func render(st Settings, sites []site, upstreams map[string]string) caddyConfig {
+// its root into the system trust store. Each published port is a server
+// of its own (capstan_port_<port>): plain HTTP on bind:port, every
+// request to its app's upstream whatever the host, no access log (the
+// traffic reports count domains).
+func render(st Settings, sites []site, pubs []published, upstreams map[string]string) caddyConfig {
 	httpsS := &server{
 		Listen:      []string{net.JoinHostPort(st.ListenHost, strconv.Itoa(st.HTTPSPort))},
 		Protocols:   []string{"h1", "h2"},
 		TLSPolicies: []struct{}{{}},
 		AutoHTTPS:   autoHTTPS{DisableRedirects: true},
-		Logs:        serverLogs{DefaultLoggerName: httpsServer},
+		Logs:        &serverLogs{DefaultLoggerName: httpsServer},
 	}
 	httpS := &server{
 		Listen:    []string{net.JoinHostPort(st.ListenHost, strconv.Itoa(st.HTTPPort))},
 		Protocols: []string{"h1", "h2"},
 		AutoHTTPS: autoHTTPS{Disable: true},
-		Logs:      serverLogs{DefaultLoggerName: httpServer},
+		Logs:      &serverLogs{DefaultLoggerName: httpServer},
 	}
 	subjects := map[string][]string{} // issuer module → names
 	for _, s := range sites {
@@ -289,6 +348,16 @@ func render(st Settings, sites []site, upstreams map[string]string) caddyConfig 
 	httpsS.Routes = append(httpsS.Routes, notFound)
 	httpS.Routes = append(httpS.Routes, notFound)
 
+	servers := map[string]*server{httpsServer: httpsS, httpServer: httpS}
+	for _, p := range pubs {
+		servers[portServerPrefix+strconv.Itoa(p.port)] = &server{
+			Listen:    []string{p.listen()},
+			Protocols: []string{"h1", "h2c"},
+			AutoHTTPS: autoHTTPS{Disable: true},
+			Routes:    []route{{Handle: []handler{serveHandler(st, p.appID, upstreams[p.appID])}, Terminal: true}},
+		}
+	}
+
 	cfg := caddyConfig{
 		Admin: st.admin(),
 		Logging: loggingConfig{Logs: map[string]*logConfig{
@@ -303,7 +372,7 @@ func render(st Settings, sites []site, upstreams map[string]string) caddyConfig 
 		Apps: appsConfig{
 			HTTP: httpApp{
 				HTTPPort: st.HTTPPort, HTTPSPort: st.HTTPSPort, GracePeriod: gracePeriod,
-				Servers: map[string]*server{httpsServer: httpsS, httpServer: httpS},
+				Servers: servers,
 			},
 			PKI: pkiApp{CertificateAuthorities: map[string]pkiCA{"local": {InstallTrust: false}}},
 		},

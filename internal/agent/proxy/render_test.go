@@ -20,7 +20,7 @@ func TestRenderShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := render(st, ss, map[string]string{"app_1": "127.0.0.1:9001", "app_2": "127.0.0.1:9002", "app_3": "127.0.0.1:9003"})
+	c := render(st, ss, nil, map[string]string{"app_1": "127.0.0.1:9001", "app_2": "127.0.0.1:9002", "app_3": "127.0.0.1:9003"})
 	b, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestRenderDefaultPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := render(st, ss, nil)
+	c := render(st, ss, nil, nil)
 	b, _ := json.Marshal(c)
 	// The admin API stays on the agent's socket, openable by Caddy's
 	// account and group only: no TCP port of the host answers it.
@@ -194,5 +194,97 @@ func TestSettingsCheck(t *testing.T) {
 		if s.Check() == nil {
 			t.Errorf("%+v accepted", s)
 		}
+	}
+}
+
+func TestRenderPublishedPorts(t *testing.T) {
+	st := Settings{AdminURL: "http://127.0.0.1:2999", HTTPPort: 8080, HTTPSPort: 8443, UpstreamDir: "/run/ups"}.withDefaults()
+	cfg := agentproto.ProxyConfig{
+		Sites: []agentproto.ProxySite{{Hostname: "a.test", AppID: "app_1", TLSMode: agentproto.TLSOff}},
+		Ports: []agentproto.ProxyPort{
+			{AppID: "app_2", Bind: "::1", Port: 9300},
+			{AppID: "app_1", Bind: "127.0.0.1", Port: 9100},
+			{AppID: "app_3", Bind: "0.0.0.0", Port: 9200},
+		},
+	}
+	ss, err := sites(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubs, err := ports(st, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := appIDs(ss, pubs); !slices.Equal(ids, []string{"app_1", "app_3", "app_2"}) {
+		t.Errorf("apps served: %v", ids)
+	}
+	c := render(st, ss, pubs, map[string]string{"app_1": "127.0.0.1:7001", "app_2": "127.0.0.1:7002"})
+	if n := len(c.Apps.HTTP.Servers); n != 5 {
+		t.Fatalf("%d servers, want the HTTPS and HTTP ones and one per published port", n)
+	}
+	for port, want := range map[string]struct {
+		listen, dial string
+		status       int
+	}{
+		"9100": {"127.0.0.1:9100", "{file./run/ups/app_1}", 0},
+		"9300": {"[::1]:9300", "{file./run/ups/app_2}", 0},
+		"9200": {"0.0.0.0:9200", "", 503}, // app_3 has no upstream
+	} {
+		s := c.Apps.HTTP.Servers[portServerPrefix+port]
+		if s == nil {
+			t.Fatalf("no server for port %s", port)
+		}
+		if !slices.Equal(s.Listen, []string{want.listen}) || !s.AutoHTTPS.Disable || s.Logs != nil || len(s.TLSPolicies) != 0 {
+			t.Errorf("port %s: listen %v, automatic_https %+v, logs %+v, %d TLS policies", port, s.Listen, s.AutoHTTPS, s.Logs, len(s.TLSPolicies))
+		}
+		if len(s.Routes) != 1 || len(s.Routes[0].Match) != 0 {
+			t.Fatalf("port %s: routes %+v, want one for every host", port, s.Routes)
+		}
+		h := s.Routes[0].Handle[0]
+		if want.status != 0 {
+			if h.Handler != "static_response" || h.StatusCode != want.status {
+				t.Errorf("port %s: %+v, want %d", port, h, want.status)
+			}
+			continue
+		}
+		if h.Handler != "reverse_proxy" || len(h.Upstreams) != 1 || h.Upstreams[0].Dial != want.dial {
+			t.Errorf("port %s: %+v, want a reverse proxy to %s", port, h, want.dial)
+		}
+	}
+	b, _ := json.Marshal(c)
+	if strings.Contains(string(b), "http.log.access."+portServerPrefix) {
+		t.Errorf("a published port has an access log: %s", b)
+	}
+}
+
+func TestPortsRefused(t *testing.T) {
+	st := Settings{AdminURL: "http://127.0.0.1:2999", HTTPPort: 8080, HTTPSPort: 8443}.withDefaults()
+	for name, pp := range map[string]agentproto.ProxyPort{
+		"no app":     {Bind: "127.0.0.1", Port: 9000},
+		"zero port":  {AppID: "a", Bind: "127.0.0.1"},
+		"big port":   {AppID: "a", Bind: "127.0.0.1", Port: 65536},
+		"hostname":   {AppID: "a", Bind: "localhost", Port: 9000},
+		"empty bind": {AppID: "a", Port: 9000},
+		"zone":       {AppID: "a", Bind: "fe80::1%eth0", Port: 9000},
+		"with port":  {AppID: "a", Bind: "127.0.0.1:9000", Port: 9000},
+		"http port":  {AppID: "a", Bind: "127.0.0.1", Port: 8080},
+		"https port": {AppID: "a", Bind: "127.0.0.1", Port: 8443},
+		"admin port": {AppID: "a", Bind: "127.0.0.1", Port: 2999},
+	} {
+		if _, err := ports(st, agentproto.ProxyConfig{Ports: []agentproto.ProxyPort{pp}}); err == nil {
+			t.Errorf("%s: %+v accepted", name, pp)
+		}
+	}
+	// A port is published once, whatever the addresses: 0.0.0.0 overlaps
+	// 127.0.0.1.
+	if _, err := ports(st, agentproto.ProxyConfig{Ports: []agentproto.ProxyPort{
+		{AppID: "a", Bind: "127.0.0.1", Port: 9000}, {AppID: "b", Bind: "0.0.0.0", Port: 9000},
+	}}); err == nil {
+		t.Error("one port published twice accepted")
+	}
+	// On a socket, no TCP port is the admin endpoint's.
+	sock := Settings{}.withDefaults()
+	if _, err := ports(sock, agentproto.ProxyConfig{Ports: []agentproto.ProxyPort{{AppID: "a", Bind: "127.0.0.1", Port: 2999}}}); err != nil {
+		t.Error(err)
 	}
 }
