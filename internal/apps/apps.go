@@ -171,6 +171,9 @@ type App struct {
 	// Service is a service application's build and start; zero for
 	// other kinds.
 	Service ServiceSettings
+	// Publish is the application's published port; nil for none. It is
+	// the application's, not a deployment's: every release keeps it.
+	Publish *Publish
 
 	// Derived by the store's reads.
 	LatestStatus string // status of the newest deployment, "" if none
@@ -266,6 +269,12 @@ type Release struct {
 type Store interface {
 	// InsertApp stores a new application; a name taken on the server is
 	// fault.Conflict "application-name-taken".
+	//
+	// InsertApp and UpdateApp refuse a published port another application
+	// of the server publishes with fault.Conflict "port-published", of
+	// concurrent callers one only storing it (a unique index); they raise
+	// the server's proxy revision when the published port is set or
+	// changes.
 	InsertApp(ctx context.Context, a App, sealedEnv string) error
 	// App returns an application; fault.NotFound if none.
 	App(ctx context.Context, id string) (App, error)

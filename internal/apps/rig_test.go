@@ -57,7 +57,12 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	st := storetest.Open(t, store.SQLite)
+	return newRigOn(t, storetest.Open(t, store.SQLite))
+}
+
+// newRigOn is newRig on st.
+func newRigOn(t *testing.T, st *store.Store) *rig {
+	t.Helper()
 	clock := &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()

@@ -260,6 +260,7 @@ type Application struct {
 	EnvKeys             []string         `json:"env_keys" doc:"Names of the environment variables (values: see the detail)"`
 	AutoDeploy          bool             `json:"auto_deploy"`
 	MemoryLimit         string           `json:"memory_limit" doc:"e.g. 512m or 1g; empty for none"`
+	Publish             *Publish         `json:"publish" doc:"The port of the server on which the proxy serves the application over plain HTTP (bind:host_port), switched to every new release and rollback; null for none"`
 	Dockerfile          string           `json:"dockerfile,omitempty" doc:"Git sources: the Dockerfile's path in the build context"`
 	BuildContext        string           `json:"build_context,omitempty" doc:"Git sources: the build context's directory in the repository"`
 	BuildArgKeys        []string         `json:"build_arg_keys,omitempty" doc:"Git sources: names of the build arguments (the API never shows the values; the built image's history on the server does)"`
@@ -290,9 +291,11 @@ type EnvEntry struct {
 // and latest deployments.
 type ApplicationDetail struct {
 	Application
-	Env     []EnvEntry  `json:"env" doc:"In order; values only when revealed to an administrator"`
-	Current *Deployment `json:"current" doc:"The live deployment (the last that succeeded); null if none"`
-	Latest  *Deployment `json:"latest" doc:"The newest deployment, whatever its status; null if none"`
+	Env []EnvEntry `json:"env" doc:"In order; values only when revealed to an administrator"`
+	// Addresses are where the application answers.
+	Addresses []Address   `json:"addresses" doc:"Where the application answers: its domains (by hostname) and its published port (bind:port)"`
+	Current   *Deployment `json:"current" doc:"The live deployment (the last that succeeded); null if none"`
+	Latest    *Deployment `json:"latest" doc:"The newest deployment, whatever its status; null if none"`
 	// Services is set for compose applications.
 	Services *ServiceStates `json:"services,omitempty" doc:"Compose applications: every service's container and state, from the server's latest inventory"`
 	// Slots is set for service applications.
@@ -314,6 +317,10 @@ func (a App) view(r jobs.Reader, reveal bool) Application {
 	v := Application{ID: a.ID, Name: a.Name, ServerID: a.ServerID, Kind: a.Kind, Source: a.Source, ContainerPort: a.ContainerPort,
 		HealthPath: a.HealthPath, EnvKeys: a.EnvKeys, AutoDeploy: a.AutoDeploy, MemoryLimit: a.MemoryLimit,
 		CurrentDeploymentID: strp(a.CurrentDeploymentID), CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+	if a.Publish != nil {
+		p := *a.Publish
+		v.Publish = &p
+	}
 	if a.Source.Type == SourceGit && a.Kind != KindCompose {
 		v.Dockerfile, v.BuildContext, v.BuildArgKeys = a.Build.Dockerfile, a.Build.Context, nonNilKeys(a.Build.ArgKeys)
 		v.BuildSecretKeys = a.Build.SecretKeys
@@ -393,6 +400,9 @@ type NewApp struct {
 	// Service is a service application's build and start (nil for the
 	// other kinds); BuildTimeoutSeconds 0 means the default.
 	Service *ServiceSettings
+	// Publish is the port to publish; nil for none, Bind "" for the
+	// default.
+	Publish *Publish
 }
 
 // Patch changes an application's settings for its next deployment; nil
@@ -419,6 +429,8 @@ type Patch struct {
 	ComposeFile *string
 	// Service changes a service application's build and start.
 	Service ServicePatch
+	// Publish sets the published port; HostPort 0 removes it.
+	Publish *Publish
 }
 
 func envContext(prefix, id string) string { return prefix + ".env:" + id }
@@ -539,6 +551,12 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if _, p := ParseMemory(n.MemoryLimit); p != "" {
 		errs.Add("memory_limit", "%s", p)
 	}
+	var publish *Publish
+	if n.Publish != nil {
+		addPublishProblems(*n.Publish, &errs)
+		p := normalizePublish(*n.Publish)
+		publish = &p
+	}
 	if n.ServerID == "" {
 		errs.Add("server_id", "is required")
 	} else if srv, err := s.servers.Get(ctx, n.ServerID); fault.Is(err, fault.NotFound) {
@@ -565,7 +583,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
 		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build,
-		Service: svc}
+		Service: svc, Publish: publish}
 	if a.Kind == KindCompose {
 		a.Build, a.Compose = BuildSettings{}, stack
 	}
@@ -583,6 +601,9 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return ApplicationDetail{}, err
 	}
 	details := map[string]any{"name": a.Name, "server_id": a.ServerID, "kind": a.Kind, "image": a.Source.Image, "env_keys": a.EnvKeys}
+	if a.Publish != nil {
+		details["publish"] = a.Publish.Address()
+	}
 	if len(a.Build.SecretKeys) > 0 {
 		details["build_secret_keys"] = a.Build.SecretKeys
 	}
@@ -638,6 +659,9 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 	}
 	reveal := rd.Reveal && rd.Reader == jobs.AdminReader
 	d := ApplicationDetail{Application: a.view(rd.Reader, reveal), Env: []EnvEntry{}}
+	if d.Addresses, err = s.addresses(ctx, a); err != nil {
+		return ApplicationDetail{}, err
+	}
 	if reveal && (len(a.EnvKeys) > 0 || a.Compose.Document != "" || a.Kind == KindService) {
 		var env []EnvVar
 		if len(a.EnvKeys) > 0 {
@@ -820,6 +844,20 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		a.MemoryLimit = lower(*p.MemoryLimit)
 		changed = append(changed, "memory_limit")
 	}
+	publishChanged := false
+	if p.Publish != nil {
+		var next *Publish
+		if p.Publish.HostPort != 0 || p.Publish.Bind != "" {
+			addPublishProblems(*p.Publish, &errs)
+			n := normalizePublish(*p.Publish)
+			next = &n
+		}
+		publishChanged = !samePublish(a.Publish, next)
+		if publishChanged {
+			a.Publish = next
+			changed = append(changed, "publish")
+		}
+	}
 	changed = append(changed, p.Service.apply(&a)...)
 	if p.Service != (ServicePatch{}) {
 		validateService(a.Kind, a.Source, a.Service, &errs)
@@ -879,8 +917,21 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if build.secrets != nil {
 		details["build_secret_keys"] = nonNilKeys(a.Build.SecretKeys)
 	}
+	if publishChanged {
+		details["publish"] = ""
+		if a.Publish != nil {
+			details["publish"] = a.Publish.Address()
+		}
+	}
 	if err := s.record(ctx, actor, c, ActionUpdated, "application", a.ID, details); err != nil {
 		return ApplicationDetail{}, err
+	}
+	if publishChanged && a.CurrentDeploymentID != "" {
+		// The live release is served on the new port (or no longer on
+		// the old one) now, not at the next deployment.
+		if err := s.applyProxy(ctx, actor, a.ServerID); err != nil {
+			return ApplicationDetail{}, err
+		}
 	}
 	return s.Get(ctx, id, Reading{Reader: jobs.AdminReader})
 }
@@ -944,6 +995,9 @@ func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Ent
 		if site.AppID == id {
 			hostnames = append(hostnames, site.Hostname)
 		}
+	}
+	if a.Publish != nil {
+		hostnames = append(hostnames, a.Publish.Address())
 	}
 	prev := a.State
 	now := s.now().UTC()
@@ -1069,6 +1123,68 @@ func (s *Service) ProxyConfig(ctx context.Context, serverID string) (agentproto.
 		cfg.Sites = []agentproto.ProxySite{}
 	}
 	return cfg, err
+}
+
+// addPublishProblems adds p's problems under publish.<field>.
+func addPublishProblems(p Publish, errs *fault.Fields) {
+	for _, f := range []string{"host_port", "bind"} {
+		if pr, ok := PublishProblems(p)[f]; ok {
+			errs.Add("publish."+f, "%s", pr)
+		}
+	}
+}
+
+func samePublish(a, b *Publish) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// addresses are where a answers: its domains, by hostname, then its
+// published port.
+func (s *Service) addresses(ctx context.Context, a App) ([]Address, error) {
+	out := []Address{}
+	sites, err := s.store.ProxySites(ctx, a.ServerID)
+	if err != nil {
+		return nil, err
+	}
+	for _, site := range sites {
+		if site.AppID != a.ID {
+			continue
+		}
+		scheme := "https://"
+		if site.TLSMode == agentproto.TLSOff {
+			scheme = "http://"
+		}
+		out = append(out, Address{Kind: AddressDomain, Address: site.Hostname, URL: scheme + site.Hostname + "/"})
+	}
+	if a.Publish != nil {
+		out = append(out, Address{Kind: AddressPort, Address: a.Publish.Address(), URL: portURL(*a.Publish)})
+	}
+	return out, nil
+}
+
+// applyProxy queues proxy.apply with the server's whole desired state,
+// when the server has an agent.
+func (s *Service) applyProxy(ctx context.Context, actor audit.Actor, serverID string) error {
+	srv, err := s.servers.Get(ctx, serverID)
+	if fault.Is(err, fault.NotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
+		return nil
+	}
+	cfg, err := s.ProxyConfig(ctx, serverID)
+	if err != nil {
+		return err
+	}
+	_, _, err = s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobProxyApply,
+		Payload: agentproto.ProxyApplyPayload{Proxy: cfg}, CreatedBy: actor.ID})
+	return err
 }
 
 func deref(p *string, def string) string {

@@ -62,6 +62,7 @@ type createAppInput struct {
 		BuildCommand        string             `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build)"`
 		StartCommand        string             `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications (required): runs with /bin/sh -c in the release directory under a sandboxed systemd unit; the program listens on 127.0.0.1:$PORT"`
 		BuildTimeoutSeconds int                `json:"build_timeout_seconds,omitempty" doc:"Service applications: the build command's time limit in seconds, 1 to 7200 (default 900)"`
+		Publish             *apps.Publish      `json:"publish,omitempty" doc:"A port of the server on which its proxy serves the application over plain HTTP, whatever the Host: {host_port, bind} (bind default 127.0.0.1). Every release and rollback is switched to on it as on the application's domains, without downtime. 409 port-published when another application on the server publishes host_port"`
 	}
 }
 
@@ -87,6 +88,7 @@ type patchAppInput struct {
 		BuildCommand        *string             `json:"build_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
 		StartCommand        *string             `json:"start_command,omitempty" maxLength:"4096" doc:"Service applications; unchanged when absent or null"`
 		BuildTimeoutSeconds *int                `json:"build_timeout_seconds,omitempty" doc:"Service applications: 1 to 7200; unchanged when absent or null"`
+		Publish             *apps.Publish       `json:"publish,omitempty" doc:"The published port, as on create; {\"host_port\": 0} (or {}) removes it; unchanged when absent or null. Applied to the live release at once (a proxy.apply job), not at the next deployment. 409 port-published when another application on the server publishes host_port"`
 	}
 }
 
@@ -210,7 +212,8 @@ func (s *Server) registerApps() {
 		Summary: "Create an application (and deploy it)",
 		Description: "Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, " +
 			"unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is " +
-			"taken on the server. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.",
+			"taken on the server, or (port-published) the published port is another application's there; of two creates racing " +
+			"for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict}, MaxBodyBytes: maxAppBody,
 	}, Admin, func(ctx context.Context, in *createAppInput) (*appDetailOutput, error) {
 		if s.deps.Apps == nil {
@@ -222,7 +225,8 @@ func (s *Server) registerApps() {
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, BuildSecrets: b.BuildSecrets,
-			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds)})
+			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: serviceSettings(b.Kind, b.BuildCommand, b.StartCommand, b.BuildTimeoutSeconds),
+			Publish: b.Publish})
 		if err != nil {
 			return nil, err
 		}
@@ -254,7 +258,8 @@ func (s *Server) registerApps() {
 		OperationID: "update-application", Method: http.MethodPatch, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Change an application's settings for its next deployment",
 		Description: "Any subset of the fields, validated as on create; env replaces the whole list. The running container is " +
-			"untouched until the next deployment. The reply lists the environment's keys with value_set, not the values, and the " +
+			"untouched until the next deployment; a change of publish is applied to the live release at once (a proxy.apply job " +
+			"on the server). 409 port-published when the port is another application's on the server. The reply lists the environment's keys with value_set, not the values, and the " +
 			"build secrets' keys.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
 	}, Admin, func(ctx context.Context, in *patchAppInput) (*appDetailOutput, error) {
@@ -266,7 +271,8 @@ func (s *Server) registerApps() {
 		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, BuildSecrets: b.BuildSecrets,
-			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds}})
+			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds},
+			Publish: b.Publish})
 		if err != nil {
 			return nil, err
 		}

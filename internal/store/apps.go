@@ -21,7 +21,7 @@ var _ apps.Store = (*Store)(nil)
 // the newest deployment and whether one is in progress.
 const appColumns = `a.id, a.server_id, a.name, a.source, a.container_port, a.health_path, a.env_keys, a.auto_deploy, a.memory_limit,
 	a.state, a.current_deployment_id, a.remove_job_id, a.remove_error, a.created_by, a.created_at, a.updated_at,
-	a.build, a.build_args, a.build_secrets, a.kind, a.compose, a.service,
+	a.build, a.build_args, a.build_secrets, a.kind, a.compose, a.service, a.publish_bind, a.publish_port,
 	COALESCE((SELECT d.status FROM deployments d WHERE d.app_id = a.id ORDER BY d.id DESC LIMIT 1), '') AS latest_status,
 	EXISTS (SELECT 1 FROM deployments d WHERE d.app_id = a.id AND d.status IN ('queued', 'running')) AS in_progress`
 
@@ -48,6 +48,8 @@ type appRow struct {
 	Kind                string         `db:"kind"`
 	Compose             string         `db:"compose"`
 	Service             string         `db:"service"`
+	PublishBind         string         `db:"publish_bind"`
+	PublishPort         sql.NullInt64  `db:"publish_port"`
 	LatestStatus        string         `db:"latest_status"`
 	InProgress          bool           `db:"in_progress"`
 }
@@ -58,6 +60,9 @@ func (r appRow) app() (apps.App, error) {
 		RemoveJobID: r.RemoveJobID.String, RemoveError: r.RemoveError.String, CreatedBy: r.CreatedBy,
 		CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt), LatestStatus: r.LatestStatus, InProgress: r.InProgress,
 		Kind: r.Kind}
+	if r.PublishPort.Valid {
+		a.Publish = &apps.Publish{HostPort: int(r.PublishPort.Int64), Bind: r.PublishBind}
+	}
 	if err := json.Unmarshal([]byte(r.Source), &a.Source); err != nil {
 		return a, err
 	}
@@ -124,6 +129,24 @@ func appNameTaken(name string) error {
 	return fault.Conflictf("application-name-taken", "An application named %q exists on this server.", name)
 }
 
+// publishColumns are the stored forms of a.Publish: bind and port, ""
+// and NULL for none.
+func publishColumns(a apps.App) (string, sql.NullInt64) {
+	if a.Publish == nil {
+		return "", sql.NullInt64{}
+	}
+	return a.Publish.Bind, sql.NullInt64{Int64: int64(a.Publish.HostPort), Valid: true}
+}
+
+// appUniqueViolation is the conflict a unique violation of applications
+// stands for: the published port's index, or the name's.
+func appUniqueViolation(err error, a apps.App) error {
+	if isUniqueViolationOf(err, "applications_publish_port", "applications.publish_port") && a.Publish != nil {
+		return fault.Conflictf("port-published", "Another application on this server publishes port %d.", a.Publish.HostPort)
+	}
+	return appNameTaken(a.Name)
+}
+
 // InsertApp stores a new application.
 func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) error {
 	src, err := json.Marshal(a.Source)
@@ -146,13 +169,25 @@ func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) err
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
-		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, build_secrets, kind, compose, service)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
-		a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, a.SealedBuildSecrets, appKind(a), compose, service)
+	bind, port := publishColumns(a)
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
+		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
+		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, build_secrets, kind, compose, service,
+		publish_bind, publish_port)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
+			a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, a.SealedBuildSecrets, appKind(a), compose, service,
+			bind, port); err != nil {
+			return err
+		}
+		if a.Publish == nil {
+			return nil
+		}
+		// The published port is in the server's proxy state.
+		return bumpProxyRevision(ctx, tx, a.ServerID)
+	})
 	if isUniqueViolation(err) {
-		return appNameTaken(a.Name)
+		return appUniqueViolation(err, a)
 	}
 	return err
 }
@@ -239,26 +274,46 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 	if err != nil {
 		return err
 	}
+	bind, port := publishColumns(a)
 	// The kind is fixed at creation: it is not written here.
 	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
-		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, build_secrets = ?, compose = ?, service = ?`
+		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, build_secrets = ?, compose = ?, service = ?,
+		publish_bind = ?, publish_port = ?`
 	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
-		build, a.SealedBuildArgs, a.SealedBuildSecrets, compose, service}
+		build, a.SealedBuildArgs, a.SealedBuildSecrets, compose, service, bind, port}
 	if sealedEnv != nil {
 		q += `, env = ?`
 		args = append(args, *sealedEnv)
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(q+` WHERE id = ?`), append(args, a.ID)...)
+	err = s.tx(ctx, func(tx *sqlx.Tx) error {
+		var old struct {
+			Bind string        `db:"publish_bind"`
+			Port sql.NullInt64 `db:"publish_port"`
+		}
+		err := tx.GetContext(ctx, &old, tx.Rebind(`SELECT publish_bind, publish_port FROM applications WHERE id = ?`), a.ID)
+		if notFound(err) {
+			return fault.NotFoundf("No such application.")
+		}
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, tx.Rebind(q+` WHERE id = ?`), append(args, a.ID)...)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fault.NotFoundf("No such application.")
+		}
+		if old.Bind == bind && old.Port == port {
+			return nil
+		}
+		// The published port is in the server's proxy state.
+		return bumpAppServer(ctx, tx, a.ID)
+	})
 	if isUniqueViolation(err) {
-		return appNameTaken(a.Name)
+		return appUniqueViolation(err, a)
 	}
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such application.")
-	}
-	return nil
+	return err
 }
 
 // SetAppState moves an application between states. Whether it is being
@@ -761,6 +816,25 @@ func (s *Store) ProxySites(ctx context.Context, serverID string) ([]agentproto.P
 	out := make([]agentproto.ProxySite, len(rows))
 	for i, r := range rows {
 		out[i] = agentproto.ProxySite{Hostname: r.Hostname, AppID: r.AppID, TLSMode: r.TLSMode, RedirectWWW: r.RedirectWWW}
+	}
+	return out, nil
+}
+
+// ProxyPorts returns the published ports of a server's applications that
+// are not being removed, by port.
+func (s *Store) ProxyPorts(ctx context.Context, serverID string) ([]agentproto.ProxyPort, error) {
+	var rows []struct {
+		AppID string `db:"id"`
+		Bind  string `db:"publish_bind"`
+		Port  int    `db:"publish_port"`
+	}
+	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, publish_bind, publish_port FROM applications
+		WHERE server_id = ? AND publish_port IS NOT NULL AND state != 'removing' ORDER BY publish_port`), serverID); err != nil {
+		return nil, err
+	}
+	var out []agentproto.ProxyPort
+	for _, r := range rows {
+		out = append(out, agentproto.ProxyPort{AppID: r.AppID, Bind: r.Bind, Port: r.Port})
 	}
 	return out, nil
 }

@@ -24,8 +24,9 @@ func bumpProxyRevision(ctx context.Context, tx *sqlx.Tx, serverID string) error 
 // keep committing between them.
 const proxyRevisionReadTries = 20
 
-// ProxyState returns the desired proxy state of a server, the sites of
-// its applications that are not being removed, with the revision they
+// ProxyState returns the desired proxy state of a server, the sites and
+// published ports of its applications that are not being removed, with
+// the revision they
 // belong to. The revision is read before and after the sites; as every
 // change to the sites bumps it in its own transaction, an equal pair
 // means the sites are exactly that revision's.
@@ -39,12 +40,16 @@ func (s *Store) ProxyState(ctx context.Context, serverID string) (agentproto.Pro
 		if err != nil {
 			return agentproto.ProxyConfig{}, err
 		}
+		ports, err := s.ProxyPorts(ctx, serverID)
+		if err != nil {
+			return agentproto.ProxyConfig{}, err
+		}
 		after, err := s.proxyRevision(ctx, serverID)
 		if err != nil {
 			return agentproto.ProxyConfig{}, err
 		}
 		if before == after {
-			return agentproto.ProxyConfig{Sites: sites, Revision: after}, nil
+			return agentproto.ProxyConfig{Sites: sites, Ports: ports, Revision: after}, nil
 		}
 	}
 	return agentproto.ProxyConfig{}, fmt.Errorf("the proxy state of server %s changed during each of %d reads", serverID, proxyRevisionReadTries)

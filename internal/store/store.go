@@ -269,6 +269,17 @@ func isUniqueViolation(err error) bool {
 	return false
 }
 
+// isUniqueViolationOf reports whether err is a unique violation of the
+// PostgreSQL constraint (or index) named constraint, or of SQLite's on
+// column (as its message names it: table.column).
+func isUniqueViolationOf(err error, constraint, column string) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "23505" && pgErr.ConstraintName == constraint
+	}
+	return isUniqueViolation(err) && strings.Contains(err.Error(), column)
+}
+
 // ms converts a time to the stored form.
 func ms(t time.Time) int64 { return t.UnixMilli() }
 
