@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import {
-  certLeft, concernsApp, concernsDeployment, createBody, emptyForm, envChange, envFieldErrors, envRows, patchBody, releaseName, settingsForm,
-  rollbackObject, sourcesOf, trafficSeries, unapplied, withKind,
+  certLeft, concernsApp, concernsDeployment, createBody, emptyForm, envChange, envFieldErrors, envRows, parsePublish, patchBody, publishText,
+  releaseName, settingsForm, rollbackObject, sourcesOf, trafficSeries, unapplied, withKind,
 } from "./apps";
 
 describe("createBody", () => {
@@ -127,6 +127,31 @@ describe("traffic and certificates", () => {
     expect(certLeft("2026-01-01T05:30:00Z", now)).toBe("5 h left");
     expect(certLeft("2026-01-01T00:10:00Z", now)).toBe("1 h left");
     expect(certLeft("2026-01-31T00:00:00Z", now)).toBe("30 d left");
+  });
+});
+
+describe("published ports", () => {
+  it("reads a port, or bind:port, and writes bind:port", () => {
+    expect(parsePublish(" ")).toBeUndefined();
+    expect(parsePublish("8081")).toEqual({ host_port: 8081 });
+    expect(parsePublish("0.0.0.0:9000")).toEqual({ host_port: 9000, bind: "0.0.0.0" });
+    expect(parsePublish("[::1]:9000")).toEqual({ host_port: 9000, bind: "::1" });
+    expect(parsePublish("::1")?.host_port).toBeNaN();
+    expect(parsePublish("x")?.host_port).toBeNaN();
+    expect(publishText({ host_port: 8081 })).toBe("127.0.0.1:8081");
+    expect(publishText({ host_port: 8081, bind: "::" })).toBe("[::]:8081");
+    expect(publishText(null)).toBe("");
+  });
+  it("sends publish on create and changes or removes it on patch", () => {
+    expect(createBody({ ...emptyForm("srv_1"), image: "a", container_port: "80", publish: "8081" }).publish).toEqual({ host_port: 8081 });
+    expect(createBody({ ...emptyForm("srv_1"), image: "a", container_port: "80" })).not.toHaveProperty("publish");
+    const a = { name: "web", kind: "container" as const, source: { type: "image" as const, image: "web:v1" }, container_port: 8080,
+      health_path: "/", memory_limit: "", auto_deploy: false, publish: { host_port: 8081, bind: "127.0.0.1" } };
+    const f = settingsForm(a);
+    expect(f.publish).toBe("127.0.0.1:8081");
+    expect(patchBody(a, f)).toBeNull();
+    expect(patchBody(a, { ...f, publish: "0.0.0.0:8081" })).toEqual({ publish: { host_port: 8081, bind: "0.0.0.0" } });
+    expect(patchBody(a, { ...f, publish: "" })).toEqual({ publish: { host_port: 0 } });
   });
 });
 

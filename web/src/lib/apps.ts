@@ -33,6 +33,8 @@ export interface AppForm {
   container_port: string;
   health_path: string;
   memory_limit: string;
+  // publish: "8081", "0.0.0.0:8081" or "[::1]:8081"; empty for none.
+  publish: string;
   auto_deploy: boolean;
   deploy: boolean;
   env: KV[];
@@ -43,7 +45,7 @@ export function emptyForm(serverId = ""): AppForm {
     name: "", server_id: serverId, kind: "container", source: "image", image: "", installation_id: "", repo_id: "",
     branch: "", dockerfile: "", build_context: "", build_args: [], build_secrets: [], compose: "", compose_file: "", web_service: "",
     start_command: "", build_command: "", build_timeout_seconds: "", container_port: "", health_path: "", memory_limit: "",
-    auto_deploy: false, deploy: true, env: [],
+    publish: "", auto_deploy: false, deploy: true, env: [],
   };
 }
 
@@ -74,6 +76,36 @@ function num(s: string): number | undefined {
   return s.trim() === "" ? undefined : Number(s.trim());
 }
 
+export interface Publish {
+  host_port: number;
+  bind?: string;
+}
+
+// parsePublish reads a published port as the forms take it: a port
+// ("8081", on 127.0.0.1), or bind:port ("0.0.0.0:8081", "[::1]:8081");
+// undefined when empty. A port that is not a number is kept as NaN, which
+// the API refuses naming the field.
+export function parsePublish(s: string): Publish | undefined {
+  const t = s.trim();
+  if (t === "") return undefined;
+  const i = t.lastIndexOf(":");
+  if (i < 0 || (t.startsWith("[") === false && t.indexOf(":") !== i)) {
+    // A port alone, or a bare IPv6 address without a port (refused by
+    // the API as a port).
+    return i < 0 ? { host_port: Number(t) } : { host_port: Number.NaN, bind: t };
+  }
+  let bind = t.slice(0, i);
+  if (bind.startsWith("[") && bind.endsWith("]")) bind = bind.slice(1, -1);
+  return { host_port: Number(t.slice(i + 1)), bind };
+}
+
+// publishText is a published port as the forms show it: bind:port.
+export function publishText(p: Publish | null | undefined): string {
+  if (!p) return "";
+  const bind = p.bind || "127.0.0.1";
+  return (bind.includes(":") ? "[" + bind + "]" : bind) + ":" + p.host_port;
+}
+
 // createBody is the POST /api/v1/applications body of the form: only the
 // fields its kind and source use, and no empty optional field (the API's
 // defaults apply).
@@ -88,6 +120,8 @@ export function createBody(f: AppForm): Record<string, unknown> {
   if (f.kind !== "service") b.container_port = num(f.container_port);
   if (f.health_path.trim()) b.health_path = f.health_path.trim();
   if (f.memory_limit.trim()) b.memory_limit = f.memory_limit.trim();
+  const publish = parsePublish(f.publish);
+  if (publish) b.publish = publish;
   const env = pairs(f.env);
   if (env.length) b.env = env;
   if (f.kind === "compose") {
@@ -242,6 +276,7 @@ export interface SettingsForm {
   container_port: string;
   health_path: string;
   memory_limit: string;
+  publish: string;
   auto_deploy: boolean;
   compose: string;
   compose_file: string;
@@ -260,6 +295,7 @@ export interface AppSettings {
   container_port: number;
   health_path: string;
   memory_limit: string;
+  publish?: Publish | null;
   auto_deploy: boolean;
   compose?: string;
   compose_file?: string;
@@ -272,7 +308,8 @@ export interface AppSettings {
 export function settingsForm(a: AppSettings): SettingsForm {
   return {
     name: a.name, image: a.source.image ?? "", branch: a.source.branch ?? "", container_port: a.container_port ? String(a.container_port) : "",
-    health_path: a.health_path, memory_limit: a.memory_limit, auto_deploy: a.auto_deploy, compose: a.compose ?? "",
+    health_path: a.health_path, memory_limit: a.memory_limit, publish: publishText(a.publish), auto_deploy: a.auto_deploy,
+    compose: a.compose ?? "",
     compose_file: a.compose_file ?? "", web_service: a.web_service ?? "", dockerfile: a.dockerfile ?? "", build_context: a.build_context ?? "",
     start_command: a.service?.start_command ?? "", build_command: a.service?.build_command ?? "",
     build_timeout_seconds: a.service ? String(a.service.build_timeout_seconds) : "",
@@ -298,6 +335,8 @@ export function patchBody(a: AppSettings, f: SettingsForm): Record<string, unkno
   if (a.kind !== "service") int("container_port");
   str("health_path");
   str("memory_limit");
+  // Emptied: host_port 0 unpublishes.
+  if (f.publish.trim() !== was.publish) b.publish = parsePublish(f.publish) ?? { host_port: 0 };
   if (f.auto_deploy !== was.auto_deploy) b.auto_deploy = f.auto_deploy;
   if (a.kind === "compose") {
     if (a.source.type === "inline" && f.compose !== was.compose) b.compose = f.compose;

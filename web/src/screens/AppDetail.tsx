@@ -119,6 +119,23 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
             <dd>{app.health_path}</dd>
             <dt>Memory limit</dt>
             <dd>{app.memory_limit || "none"}</dd>
+            <dt>Addresses</dt>
+            <dd>
+              {(app.addresses ?? []).length === 0 ? (
+                "none: add a domain or publish a port"
+              ) : (
+                <ul class="apps-addresses">
+                  {(app.addresses ?? []).map((a) => (
+                    <li key={a.kind + a.address}>
+                      <a href={a.url} class="mono" target="_blank" rel="noreferrer">
+                        {a.address}
+                      </a>{" "}
+                      <span class="muted">{a.kind === "port" ? "published port" : "domain"}</span>
+                    </li>
+                  ))}
+                </ul>
+              )}
+            </dd>
             {app.source.type === "git" && (
               <>
                 <dt>Auto-deploy</dt>
@@ -560,6 +577,7 @@ function SettingsEditor({ app, onSaved }: { app: Detail; onSaved: (d: Detail, f:
         {app.kind !== "service" && field("Container port", "container_port")}
         {field("Health path", "health_path", undefined, true)}
         {field("Memory limit", "memory_limit", "e.g. 512m; empty for none.")}
+        {field("Published port", "publish", "e.g. 8081 (on 127.0.0.1) or 0.0.0.0:8081; empty for none. Applied to the running release at once.", true)}
         {app.source.type === "git" && (
           <label class="check">
             <input type="checkbox" checked={f.auto_deploy} onChange={(e) => setF((cur) => ({ ...cur, auto_deploy: (e.target as HTMLInputElement).checked }))} />{" "}

@@ -159,7 +159,7 @@ export function AppNew({ serverId }: { serverId?: string }) {
   }, [problem]);
 
   const enrolled = (servers.data ?? []).filter((s) => s.status !== "pending" && s.status !== "revoked");
-  const fields = ["name", "server_id", "kind", "source", "image", "container_port", "health_path", "memory_limit", "env", "compose",
+  const fields = ["name", "server_id", "kind", "source", "image", "container_port", "health_path", "memory_limit", "publish", "env", "compose",
     "compose_file", "web_service", "dockerfile", "build_context", "build_args", "build_secrets", "start_command", "build_command", "build_timeout_seconds",
     "auto_deploy"];
   return (
@@ -266,6 +266,14 @@ export function AppNew({ serverId }: { serverId?: string }) {
         </F>
         <F label="Memory limit" name="memory_limit" errors={errs.memory_limit} hint="e.g. 512m or 1g; empty for none.">
           <input {...input("memory_limit")} />
+        </F>
+        <F
+          label="Published port"
+          name="publish"
+          errors={errs.publish}
+          hint="A port of the server on which it answers over HTTP, e.g. 8081 (on 127.0.0.1) or 0.0.0.0:8081; empty for none."
+        >
+          <input {...input("publish")} class="mono" />
         </F>
         <KVRows id="app-env" label="Environment variables" rows={f.env} errors={errs.env} onChange={(rows) => set({ env: rows })} />
         <p class="muted">Values are stored encrypted and are never shown again: the console lists their names only.</p>
