@@ -422,7 +422,7 @@ export interface paths {
         put?: never;
         /**
          * Create an application (and deploy it)
-         * @description Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+         * @description Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -460,7 +460,7 @@ export interface paths {
         head?: never;
         /**
          * Change an application's settings for its next deployment
-         * @description Any subset of the fields, validated as on create; env replaces the whole list. The running container is untouched until the next deployment. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+         * @description Any subset of the fields, validated as on create; env replaces the whole list. The running container is untouched until the next deployment; a change of publish is applied to the live release at once (a proxy.apply job on the server). 409 port-published when the port is another application's on the server. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -2973,6 +2973,17 @@ export interface components {
             /** @enum {string} */
             type: "user" | "agent" | "system";
         };
+        Address: {
+            /** @description The hostname, or bind:port */
+            address: string;
+            /**
+             * @description domain: one of its domains, through the proxy's HTTP(S) servers; port: its published port
+             * @enum {string}
+             */
+            kind: "domain" | "port";
+            /** @description A URL to reach it: https:// for a domain with TLS, http:// otherwise (for a port bound to 0.0.0.0 or ::, the server's loopback) */
+            url: string;
+        };
         AgentClaimResponse: {
             job: components["schemas"]["AgentJob"];
         };
@@ -3122,6 +3133,8 @@ export interface components {
             memory_limit: string;
             /** @description DNS label, unique on its server */
             name: string;
+            /** @description The port of the server on which the proxy serves the application over plain HTTP (bind:host_port), switched to every new release and rollback; null for none */
+            publish: components["schemas"]["Publish"];
             /** @description Why the removal failed; for members the error class only */
             remove_error: string | null;
             /** @description The app.remove job, while removing or after it failed */
@@ -3141,6 +3154,8 @@ export interface components {
             web_service?: string;
         };
         ApplicationDetail: {
+            /** @description Where the application answers: its domains (by hostname) and its published port (bind:port) */
+            addresses: components["schemas"]["Address"][] | null;
             auto_deploy: boolean;
             /** @description Git sources: names of the build arguments (the API never shows the values; the built image's history on the server does) */
             build_arg_keys?: string[] | null;
@@ -3186,6 +3201,8 @@ export interface components {
             memory_limit: string;
             /** @description DNS label, unique on its server */
             name: string;
+            /** @description The port of the server on which the proxy serves the application over plain HTTP (bind:host_port), switched to every new release and rollback; null for none */
+            publish: components["schemas"]["Publish"];
             /** @description Why the removal failed; for members the error class only */
             remove_error: string | null;
             /** @description The app.remove job, while removing or after it failed */
@@ -3625,6 +3642,8 @@ export interface components {
             memory_limit?: string;
             /** @description DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server */
             name: string;
+            /** @description A port of the server on which its proxy serves the application over plain HTTP, whatever the Host: {host_port, bind} (bind default 127.0.0.1). Every release and rollback is switched to on it as on the application's domains, without downtime. 409 port-published when another application on the server publishes host_port */
+            publish?: components["schemas"]["Publish"];
             /** @description An enrolled server */
             server_id: string;
             /** @description {type: image, image}, {type: git, installation_id, repo_id, branch} (the installation must be recorded and able to read the repository, and the branch must exist; 422 otherwise) or, for compose applications, {type: inline} with the document in compose */
@@ -5152,6 +5171,8 @@ export interface components {
             /** @description Empty for none */
             memory_limit?: string;
             name?: string;
+            /** @description The published port, as on create; {"host_port": 0} (or {}) removes it; unchanged when absent or null. Applied to the live release at once (a proxy.apply job), not at the next deployment. 409 port-published when another application on the server publishes host_port */
+            publish?: components["schemas"]["Publish"];
             /** @description Instead of image */
             source?: components["schemas"]["Source"];
             /** @description Service applications; unchanged when absent or null */
@@ -5232,12 +5253,19 @@ export interface components {
             type: string;
         };
         ProxyConfig: {
+            ports?: components["schemas"]["ProxyPort"][] | null;
             /**
              * Format: int64
              * @description Revision of the server's desired proxy state; 0 means unknown
              */
             revision?: number;
             sites: components["schemas"]["ProxySite"][] | null;
+        };
+        ProxyPort: {
+            app_id: string;
+            bind: string;
+            /** Format: int64 */
+            port: number;
         };
         ProxySite: {
             app_id: string;
@@ -5258,6 +5286,15 @@ export interface components {
         };
         ProxyStateResponse: {
             proxy: components["schemas"]["ProxyConfig"];
+        };
+        Publish: {
+            /** @description The IP address to listen on (an IP literal such as 127.0.0.1, 0.0.0.0, ::1 or ::); default 127.0.0.1, reachable from the server only */
+            bind?: string;
+            /**
+             * Format: int64
+             * @description The server's port, 1 to 65535, except 80, 443 (the proxy's) and 2019 (Caddy's admin port); one application per port on a server, whatever the bind
+             */
+            host_port: number;
         };
         PublishedEvent: {
             /** @description Event id (evt_…); the same in every delivery of the event */
