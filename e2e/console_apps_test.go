@@ -1,18 +1,22 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestConsoleApps drives the applications screens (web/e2e/apps.mjs) in
 // headless Chromium against the real control plane, a real Caddy and a
 // real agent on this host's Docker engine: create an application through
-// the form (after a field error), deploy a second image and watch its
+// the form (after a field error), published on a port its page links to,
+// deploy a second image and watch its
 // events arrive live, roll back to the first release from the
 // deployments list, change the environment without reading its values,
 // add a domain and check it, read the traffic and the log, and see the
@@ -31,8 +35,10 @@ func TestConsoleApps(t *testing.T) {
 
 	var appID, firstDeployment string
 	sent := 0
+	publishPort := testlab.FreePort(t)
 	steps := runConsoleScript(t, s.Fleet, "apps.mjs", []string{
 		"CAPSTAN_IMAGE_V1=" + v1.Ref, "CAPSTAN_IMAGE_V2=" + v2.Ref, "CAPSTAN_HOST=" + host,
+		"CAPSTAN_PUBLISH_PORT=" + strconv.Itoa(publishPort),
 		"CAPSTAN_MEMBER_EMAIL=" + member.Email, "CAPSTAN_MEMBER_PASSWORD=" + member.Password, "CAPSTAN_MEMBER_TOTP_SECRET=" + member.TOTPSecret,
 	}, func(line string, fields []string) {
 		arg := func(i int) string {
@@ -49,6 +55,12 @@ func TestConsoleApps(t *testing.T) {
 			if d.Status != "succeeded" || d.ImageID != v1.ID {
 				t.Errorf("the first deployment the console showed succeeded: %s, image %s (want %s)", d.Status, d.ImageID, v1.ID)
 			}
+		case "published":
+			// The address the page links to serves the application.
+			if want := fmt.Sprintf("http://127.0.0.1:%d/", publishPort); arg(1) != want {
+				t.Errorf("the page links the published port to %s, want %s", arg(1), want)
+			}
+			s.waitSite(t, &http.Client{Timeout: 10 * time.Second}, arg(1), "v1 one", time.Minute)
 		case "deployed-live":
 			d := s.deployment(t, arg(1))
 			if d.Status != "succeeded" || d.ImageID != v2.ID {
@@ -107,7 +119,7 @@ func TestConsoleApps(t *testing.T) {
 			}
 		}
 	}, func() string { return "agent log:\n" + s.Agent.Logs() })
-	want := "field-error created deployed-live rolled-back env-saved domain-added domain-checked traffic-seen logs-read member-read-only done"
+	want := "field-error created published deployed-live rolled-back env-saved domain-added domain-checked traffic-seen logs-read member-read-only done"
 	if strings.Join(steps, " ") != want {
 		t.Fatalf("apps.mjs steps %v, want %s", steps, want)
 	}

@@ -3,7 +3,8 @@
 // with Docker:
 //
 //   the create form with a field error → create an application of the
-//   first image (it deploys) → deploy the second image and watch its
+//   first image, published on a port (it deploys; its page shows the
+//   address) → deploy the second image and watch its
 //   events arrive live → roll back to the first release from the
 //   deployments list → change the environment without reading it → add a
 //   domain and check it → the traffic chart → the log → the deployment →
@@ -17,6 +18,7 @@ import { axe, env, launch, say, session, shots, signIn, wait, watchPage } from "
 const v1 = process.env.CAPSTAN_IMAGE_V1;
 const v2 = process.env.CAPSTAN_IMAGE_V2;
 const host = process.env.CAPSTAN_HOST;
+const publishPort = process.env.CAPSTAN_PUBLISH_PORT;
 const member = {
   email: process.env.CAPSTAN_MEMBER_EMAIL,
   password: process.env.CAPSTAN_MEMBER_PASSWORD,
@@ -49,6 +51,7 @@ await session(async (page) => {
   await page.getByRole("textbox", { name: "Image", exact: true }).fill(v1);
   await page.getByLabel("Container port").fill("8080");
   await page.getByLabel("Health path").fill("/health");
+  await page.getByLabel("Published port").fill(publishPort);
   await page.getByRole("button", { name: "Add environment variable" }).click();
   await page.getByLabel("Environment variables: name 1").fill("GREETING");
   await page.getByLabel("Environment variables: value of GREETING").fill("one");
@@ -68,6 +71,10 @@ await session(async (page) => {
   await first.waitFor(long);
   const firstId = await first.getAttribute("data-deployment");
   say("created", appId, firstId);
+  // Its address: the published port, a link to it.
+  const address = page.locator(".apps-addresses a", { hasText: `127.0.0.1:${publishPort}` });
+  await address.waitFor(wait);
+  say("published", await address.getAttribute("href"));
 
   // Deploy the second image from the page and watch its events arrive
   // while it runs: the page is never reloaded.
