@@ -37,6 +37,9 @@ const (
 	UserRoleChanged       = "user.role_changed"
 	UserDeleted           = "user.deleted"
 	UserUnlocked          = "user.unlocked" // an administrator lifted strangers' sign-in delay
+	UserInvited           = "user.invited"
+	InvitationRevoked     = "user.invitation_revoked"
+	InvitationAccepted    = "user.invitation_accepted" // the invitee's account was created
 	PasswordChanged       = "user.password.changed"
 	PasswordChangeRefused = "user.password.refused" // wrong current password or code
 	RecoveryKitDownloaded = "platform.recovery_kit.downloaded"

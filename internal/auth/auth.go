@@ -104,6 +104,7 @@ type Principal struct {
 // throttles.
 type Store interface {
 	Throttles
+	InvitationStore
 
 	CreateAccount(ctx context.Context, a Account) error
 	AccountByEmail(ctx context.Context, email string) (Account, error)

@@ -597,9 +597,16 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice
 	} else if !ok {
 		return Tokens{}, false, errBadChallenge
 	}
+	t, err := s.startSession(ctx, c, a, d, "totp", now)
+	return t, false, err
+}
+
+// startSession starts a session of a completed sign-in by method ("totp",
+// or "invitation" for an invitee's first), remembering the device d.
+func (s *Service) startSession(ctx context.Context, c Client, a Account, d knownDevice, method string, now time.Time) (Tokens, error) {
 	device, deviceEnd, err := s.rememberDevice(ctx, a.ID, d, now)
 	if err != nil {
-		return Tokens{}, false, err
+		return Tokens{}, err
 	}
 
 	sess := Session{ID: ids.NewAt(ids.Session, now), UserID: a.ID, CreatedAt: now, LastUsedAt: now,
@@ -607,17 +614,17 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice
 	refresh, rt := newRefresh(sess.ID, now)
 	access, at := newAccess(sess.ID, a.ID, now)
 	if err := s.store.CreateSession(ctx, sess, rt, at); err != nil {
-		return Tokens{}, false, err
+		return Tokens{}, err
 	}
 	if err := s.audit.Record(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.LoginSucceeded,
 		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
-		Details: map[string]any{"method": "totp", "known_device": d.known},
+		Details: map[string]any{"method": method, "known_device": d.known},
 	}); err != nil {
-		return Tokens{}, false, err
+		return Tokens{}, err
 	}
 	return Tokens{AccessToken: access, AccessExpiresAt: at.ExpiresAt, RefreshToken: refresh,
-		RefreshExpiresAt: sess.ExpiresAt, Device: device, DeviceExpiresAt: deviceEnd, User: a.User}, false, nil
+		RefreshExpiresAt: sess.ExpiresAt, Device: device, DeviceExpiresAt: deviceEnd, User: a.User}, nil
 }
 
 // checkCode checks a TOTP code of the account and, when it is right and of
