@@ -2,8 +2,11 @@ package auth
 
 import (
 	"crypto/subtle"
+	"fmt"
+	"strings"
 	"time"
 
+	"github.com/boombuler/barcode/qr"
 	"github.com/pquerna/otp"
 	"github.com/pquerna/otp/totp"
 )
@@ -57,4 +60,29 @@ func matchTOTP(secret, code string, now time.Time) int64 {
 		}
 	}
 	return found
+}
+
+// QRCodeSVG returns the otpauth URI as a QR code: an SVG image, black
+// modules on white with the four-module quiet zone around them, for the
+// authenticator app's camera.
+func (e Enrollment) QRCodeSVG() (string, error) {
+	code, err := qr.Encode(e.URI, qr.M, qr.Auto)
+	if err != nil {
+		return "", err
+	}
+	const quiet = 4
+	n := code.Bounds().Dx()
+	var b strings.Builder
+	size := n + 2*quiet
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" shape-rendering="crispEdges">`, size, size)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#fff"/><path fill="#000" d="`, size, size)
+	for y := range n {
+		for x := range n {
+			if r, _, _, _ := code.At(x, y).RGBA(); r == 0 {
+				fmt.Fprintf(&b, "M%d %dh1v1h-1z", x+quiet, y+quiet)
+			}
+		}
+	}
+	b.WriteString(`"/></svg>`)
+	return b.String(), nil
 }

@@ -196,6 +196,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 
 	s.registerAuth()
 	s.registerUsers()
+	s.registerInvitations()
 	s.registerPlatform()
 	s.registerAudit()
 	s.registerDocs()

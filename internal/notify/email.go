@@ -291,3 +291,24 @@ func (s SMTP) Test(ctx context.Context, to string) (MailTestResult, error) {
 	}
 	return r, nil
 }
+
+// SendInvitation mails an invitation's link to the invitee at once (no
+// retries): the administrator who invited waits for the answer.
+func (s SMTP) SendInvitation(ctx context.Context, to, link, invitedBy string, admin bool, expires time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, MailTimeout)
+	defer cancel()
+	role := "a member"
+	if admin {
+		role = "an administrator"
+	}
+	by := "An administrator"
+	if invitedBy != "" {
+		by = invitedBy
+	}
+	intro := fmt.Sprintf("%s invited you to Capstan as %s. Open the link to choose a password and set up your authenticator app; "+
+		"it works once, until %s.", by, role, expires.UTC().Format("2 January 2006 15:04 MST"))
+	text := intro + "\n\n" + link + "\n\nIf you did not expect this, ignore this e-mail.\n"
+	htmlBody := "<p>" + html.EscapeString(intro) + "</p>\n<p><a href=\"" + html.EscapeString(link) + "\">Accept the invitation</a></p>\n" +
+		"<p style=\"color:#666\">If you did not expect this, ignore this e-mail.</p>\n"
+	return s.Send(ctx, to, "[Capstan] You are invited", text, htmlBody)
+}

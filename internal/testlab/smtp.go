@@ -39,8 +39,20 @@ type SMTPServer struct {
 	User     string
 	Password string
 
-	mu    sync.Mutex // guards mails
-	mails []Mail
+	mu      sync.Mutex // guards mails and refused
+	mails   []Mail
+	refused map[string]bool
+}
+
+// Refuse makes the server refuse mail to the address from now on, as a
+// server does a mailbox it does not know (550 at RCPT TO).
+func (s *SMTPServer) Refuse(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused == nil {
+		s.refused = map[string]bool{}
+	}
+	s.refused[addr] = true
 }
 
 // StartSMTPServer starts an SMTP server, stopped when the test ends.
@@ -109,6 +121,12 @@ func (s *smtpSession) Mail(from string, _ *smtp.MailOptions) error {
 }
 
 func (s *smtpSession) Rcpt(to string, _ *smtp.RcptOptions) error {
+	s.srv.mu.Lock()
+	refused := s.srv.refused[to]
+	s.srv.mu.Unlock()
+	if refused {
+		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such mailbox"}
+	}
 	s.mail.To = append(s.mail.To, to)
 	return nil
 }

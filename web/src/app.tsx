@@ -36,11 +36,12 @@ const Apps = lazy(() => import("./screens/Apps").then((m) => m.Apps), "applicati
 const AppNew = lazy(() => import("./screens/Apps").then((m) => m.AppNew), "the form");
 const AppDetail = lazy(() => import("./screens/AppDetail").then((m) => m.AppDetail), "the application");
 const DeploymentPage = lazy(() => import("./screens/Deployments").then((m) => m.DeploymentPage), "the deployment");
+const AcceptInvite = lazy(() => import("./screens/Invite").then((m) => m.AcceptInvite), "the invitation");
 const GitHostReturn = lazy(() => import("./screens/GitHost").then((m) => m.GitHostReturn), "the git host");
 
 // The session ended: sign in again, then come back to this page.
 whenSignInRequired(() => {
-  if (location.pathname === "/sign-in") return;
+  if (location.pathname === "/sign-in" || location.pathname === "/invite") return;
   navigate("/sign-in?next=" + encodeURIComponent(location.pathname + location.search), true);
 });
 
@@ -70,6 +71,8 @@ export function App() {
     if (user) void loadUnread();
   }, [user?.id]);
 
+  // An invitation link opens whether or not someone is signed in here.
+  if (path === "/invite") return <AcceptInvite />;
   if (booting) return <p class="boot">Capstan</p>;
   if (path === "/sign-in") return <SignIn next={query.get("next")} />;
   if (!user) {

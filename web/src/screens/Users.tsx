@@ -1,13 +1,14 @@
-import { useState } from "preact/hooks";
+import { useRef, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { CopyButton, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
+import { CopyButton, Field, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
-import { asProblem, type Problem } from "../lib/problem";
+import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
 
 type User = Schemas["User"];
+type Invitation = Schemas["Invitation"];
 
 // A user change the administrator confirms.
 type Change = { user: User; kind: "role" | "disable" | "enable" | "reset" | "delete" };
@@ -79,8 +80,10 @@ export function Users() {
       <h1 id="users-title">Users</h1>
       <p class="muted users-note">
         Administrators may do everything; members read the fleet and change nothing. The last enabled administrator always stays one.
-        New users are created on the control plane's host: <code>capstan user create --email you@example.com</code>.
+        Invite new users here; they choose their password and set up their second factor themselves. On the control plane's
+        host, <code>capstan user create --email you@example.com</code> creates one directly.
       </p>
+      <Invitations onAccepted={() => void res.reload()} />
       <ProblemBox problem={problem ?? res.problem} />
       {secret && (
         <div class="card" role="status" aria-label="New second factor">
@@ -131,5 +134,117 @@ export function Users() {
       )}
       {confirm.dialog}
     </section>
+  );
+}
+
+// Invitations: the form that invites someone (the link is mailed, or shown
+// here once to hand over when no SMTP server is set) and the invitations
+// pending or closed lately, pending ones with revoke.
+function Invitations({ onAccepted }: { onAccepted: () => void }) {
+  const res = useResource(async () => (await ok(api.GET("/api/v1/users/invitations"))).invitations ?? [], []);
+  const [problem, setProblem] = useState<Problem | null>(null);
+  const [sent, setSent] = useState<{ email: string; delivery: string; link?: string } | null>(null);
+  const [busy, setBusy] = useState(false);
+  const email = useRef<HTMLInputElement>(null);
+  const role = useRef<HTMLSelectElement>(null);
+  const errs = fieldErrors(problem);
+
+  async function submit(e: Event) {
+    e.preventDefault();
+    setProblem(null);
+    setSent(null);
+    setBusy(true);
+    try {
+      const r = await ok(api.POST("/api/v1/users/invitations", {
+        body: { email: email.current!.value.trim(), admin: role.current!.value === "admin" },
+      }));
+      setSent({ email: r.invitation.email, delivery: r.delivery, link: r.link });
+      email.current!.value = "";
+    } catch (err) {
+      setProblem(asProblem(err));
+    } finally {
+      setBusy(false);
+    }
+    await res.reload();
+    onAccepted();
+  }
+
+  async function revoke(inv: Invitation) {
+    setProblem(null);
+    setSent(null);
+    try {
+      await ok(api.DELETE("/api/v1/users/invitations/{id}", { params: { path: { id: inv.id } } }));
+    } catch (err) {
+      setProblem(asProblem(err));
+    }
+    await res.reload();
+  }
+
+  const confirm = useConfirm<Invitation>((inv) => ({
+    title: "Revoke the invitation", object: inv.email, action: "Revoke", run: () => revoke(inv),
+    children: <p>The invitation link stops working at once. You can invite the address again.</p>,
+  }));
+
+  const list = res.data;
+  return (
+    <div class="card invitations">
+      <h2>Invite someone</h2>
+      <form class="row wrap invite-form" onSubmit={submit} aria-label="Invite a user" noValidate>
+        <Field label="E-mail" name="invite-email" errors={errs.email}>
+          <input ref={email} id="invite-email" name="invite-email" type="email" required autoComplete="off"
+            aria-invalid={errs.email ? true : undefined} />
+        </Field>
+        <Field label="Role" name="invite-role">
+          <select ref={role} id="invite-role" name="invite-role">
+            <option value="member">Member</option>
+            <option value="admin">Administrator</option>
+          </select>
+        </Field>
+        <button type="submit" class="primary" disabled={busy}>
+          Invite
+        </button>
+      </form>
+      <ProblemBox problem={problem ?? res.problem} fields={["email"]} />
+      {sent && sent.delivery === "email" && (
+        <p class="result ok" role="status">
+          The invitation was e-mailed to {sent.email}. Its link works once, for 72 hours.
+        </p>
+      )}
+      {sent && sent.link && (
+        <div class="secret-once" role="status" aria-label="Invitation link">
+          <p>
+            No SMTP server is set: hand this link to {sent.email} yourself. It is shown once, works once and for 72 hours.
+          </p>
+          <code data-invite-link>{sent.link}</code> <CopyButton text={sent.link} label="Copy the link" />
+        </div>
+      )}
+      {!list && !res.problem && <Loading what="invitations" />}
+      {list && list.length > 0 && (
+        <>
+          <h3>Invitations</h3>
+          <ul class="users" aria-label="Invitations">
+            {list.map((inv) => (
+              <li key={inv.id} class="row wrap between" data-invitation={inv.email}>
+                <span>
+                  <strong>{inv.email}</strong> <span class="muted">{inv.admin ? "administrator" : "member"}</span>
+                </span>
+                <span class="row">
+                  <StatusBadge status={inv.status} />
+                  <span class="muted">
+                    {inv.status === "pending" ? "invited " + ago(inv.created_at) + " by " + inv.invited_by : ""}
+                  </span>
+                  {inv.status === "pending" && (
+                    <button type="button" onClick={() => confirm.ask(inv)}>
+                      Revoke
+                    </button>
+                  )}
+                </span>
+              </li>
+            ))}
+          </ul>
+        </>
+      )}
+      {confirm.dialog}
+    </div>
   );
 }
