@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"fmt"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -56,4 +58,24 @@ func mustCode(t *testing.T, secret string, step int64) string {
 		t.Fatalf("code: %v", err)
 	}
 	return code
+}
+
+// TestInvitationQRCodeSVG: the enrollment's QR code is one SVG of the URI's
+// modules with the quiet zone, square, with dark modules drawn.
+func TestInvitationQRCodeSVG(t *testing.T) {
+	en, err := newEnrollment("Capstan", "invitee@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, err := en.QRCodeSVG()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w, h int
+	if _, err := fmt.Sscanf(svg[strings.Index(svg, "viewBox"):], `viewBox="0 0 %d %d"`, &w, &h); err != nil || w != h || w < 21+8 {
+		t.Fatalf("viewBox %dx%d (%v) in %.120s", w, h, err, svg)
+	}
+	if !strings.HasPrefix(svg, "<svg ") || !strings.HasSuffix(svg, "</svg>") || strings.Count(svg, "h1v1h-1z") < 100 {
+		t.Fatalf("not a QR code's SVG: %.200s", svg)
+	}
 }

@@ -74,11 +74,12 @@ export function Platform() {
         <h2>Users</h2>
         {currentUser()?.admin && (
           <p>
-            <Link href="/platform/users">Manage users</Link>: roles, disabling, second factors.
+            <Link href="/platform/users">Manage users</Link>: invitations, roles, disabling, second factors.
           </p>
         )}
         <p>
-          Users are created on the control plane's host, with the same <code>--data-dir</code> or <code>--database-url</code> as{" "}
+          Administrators invite new users from the Users screen. On the control plane's host, with the same{" "}
+          <code>--data-dir</code> or <code>--database-url</code> as{" "}
           <code>capstan serve</code>:
         </p>
         <ul>

@@ -106,11 +106,14 @@ export function SignIn({ next }: { next: string | null }) {
       <details class="first-user">
         <summary>No account yet?</summary>
         <p>
-          Accounts are created on the control plane's host. Create the first administrator there, scan the QR code it prints
+          The first administrator is created on the control plane's host. Create it there, scan the QR code it prints
           with an authenticator app, then sign in here:
         </p>
         <pre>capstan user create --data-dir ./data --email you@example.com --admin --password-stdin</pre>
-        <p>An administrator adds further users the same way (without --admin for members).</p>
+        <p>
+          Further users are invited by an administrator from the Users screen; the invitation link opens a page here to
+          choose a password.
+        </p>
       </details>
     </main>
   );
