@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
@@ -408,4 +411,47 @@ systemctl daemon-reload && systemctl start capstan-demo.service`)
 	}
 	state(agentproto.JobServiceStop, "inactive")
 	t.Logf("service work done in %s", time.Since(begin).Round(time.Millisecond))
+}
+
+// TestHostWorkInventoryFollowsDocker: the agent follows the engine's
+// events, so a container started and removed outside Capstan shows in
+// (and leaves) the server's inventory within seconds, not at the next
+// 30 s check.
+func TestHostWorkInventoryFollowsDocker(t *testing.T) {
+	t.Parallel()
+	cli := hwRequireDocker(t)
+	image := hwBuildChatterImage(t, cli)
+	f := newFleet(t, Options{})
+	e := f.createEnrollment(t, "docker-events-1")
+	id := e.Server.ID
+	config := enrollAgent(t, f.ControlPlane, e.Token)
+	var env []string
+	if h := hwDockerHost(); h != "" {
+		env = append(env, "DOCKER_HOST="+h)
+	}
+	agent := hwStartAgent(t, config, env...)
+	waitFor(t, hwJobTimeout, "the first inventory", func() (bool, string) {
+		src := f.hwLogSources(t, id)
+		return src.CollectedAt != nil, fmt.Sprintf("%+v", src)
+	})
+	listed := func(name string) bool {
+		return slices.ContainsFunc(f.hwLogSources(t, id).Containers, func(c hwLogContainer) bool { return c.Name == name })
+	}
+
+	began := time.Now()
+	name := hwRunContainer(t, cli, image, "-interval", "1s")
+	waitFor(t, 10*time.Second, "the inventory lists container "+name, func() (bool, string) { return listed(name), "" })
+	t.Logf("a container started outside Capstan was in the inventory after %s", time.Since(began).Round(time.Millisecond))
+
+	began = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the inventory no longer lists "+name, func() (bool, string) { return !listed(name), "" })
+	t.Logf("its removal was in the inventory after %s", time.Since(began).Round(time.Millisecond))
+	if !agent.Running() {
+		t.Fatalf("the agent exited:\n%s", agent.Logs())
+	}
 }
