@@ -416,7 +416,8 @@ systemctl daemon-reload && systemctl start capstan-demo.service`)
 // TestHostWorkInventoryFollowsDocker: the agent follows the engine's
 // events, so a container started and removed outside Capstan shows in
 // (and leaves) the server's inventory within seconds, not at the next
-// 30 s check.
+// 30 s check; while it runs, the server's container metrics show its
+// memory and CPU.
 func TestHostWorkInventoryFollowsDocker(t *testing.T) {
 	t.Parallel()
 	cli := hwRequireDocker(t)
@@ -442,6 +443,31 @@ func TestHostWorkInventoryFollowsDocker(t *testing.T) {
 	name := hwRunContainer(t, cli, image, "-interval", "1s")
 	waitFor(t, 10*time.Second, "the inventory lists container "+name, func() (bool, string) { return listed(name), "" })
 	t.Logf("a container started outside Capstan was in the inventory after %s", time.Since(began).Round(time.Millisecond))
+
+	// The metric samples carry its CPU, memory and network, served with
+	// the server.
+	waitFor(t, 90*time.Second, "the server's container metrics list "+name, func() (bool, string) {
+		r := f.Get(t, "/api/v1/servers/"+id, f.Token)
+		expectStatus(t, r, http.StatusOK)
+		var d struct {
+			ContainerMetrics *struct {
+				Containers []agentproto.ContainerSample `json:"containers"`
+			} `json:"container_metrics"`
+		}
+		r.JSON(t, &d)
+		if d.ContainerMetrics == nil {
+			return false, "no container metrics"
+		}
+		for _, c := range d.ContainerMetrics.Containers {
+			if c.Name == name {
+				if c.MemoryUsed == 0 || c.MemoryLimit < c.MemoryUsed || c.CPUPercent < 0 || c.CPUPercent > 100 {
+					t.Fatalf("container metrics %+v", c)
+				}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", d.ContainerMetrics.Containers)
+	})
 
 	began = time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
