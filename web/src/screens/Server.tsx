@@ -3,6 +3,7 @@ import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
 import { Logs } from "./Logs";
 import { ServerContainers } from "./ServerContainers";
+import { ServerWorkloads } from "./ServerWorkloads";
 import { Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago, bytes, percent } from "../lib/format";
@@ -159,6 +160,7 @@ export function ServerDetail({ id }: { id: string }) {
               )}
             </div>
           </div>
+          <ServerWorkloads id={id} />
           <Metrics id={id} />
         </>
       )}
