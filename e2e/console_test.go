@@ -19,7 +19,8 @@ import (
 // (web/e2e/console.mjs, with playwright-core) against the real control
 // plane and a real agent on this host's Docker engine: sign in with a
 // computed TOTP code; enroll a server and see it come online without a
-// reload when its agent starts; restart a container and see the job
+// reload when its agent starts; see a container's CPU and memory and its
+// image among the server's images; restart a container and see the job
 // finish live; read its log and follow it. axe-core finds no serious
 // violation on any screen, and no
 // CSP violation or page error happens. Screenshots go to web/test-results/.
@@ -31,7 +32,7 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	f := newFleet(t, Options{})
 	var agent *AgentProcess
-	steps := runConsoleScript(t, f, "console.mjs", []string{"CAPSTAN_CONTAINER=" + container}, func(line string, fields []string) {
+	steps := runConsoleScript(t, f, "console.mjs", []string{"CAPSTAN_CONTAINER=" + container, "CAPSTAN_IMAGE=" + image}, func(line string, fields []string) {
 		switch fields[0] {
 		case "enroll-token":
 			config := enrollAgent(t, f.ControlPlane, fields[1])

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
@@ -408,4 +411,73 @@ systemctl daemon-reload && systemctl start capstan-demo.service`)
 	}
 	state(agentproto.JobServiceStop, "inactive")
 	t.Logf("service work done in %s", time.Since(begin).Round(time.Millisecond))
+}
+
+// TestHostWorkInventoryFollowsDocker: the agent follows the engine's
+// events, so a container started and removed outside Capstan shows in
+// (and leaves) the server's inventory within seconds, not at the next
+// 30 s check; while it runs, the server's container metrics show its
+// memory and CPU.
+func TestHostWorkInventoryFollowsDocker(t *testing.T) {
+	t.Parallel()
+	cli := hwRequireDocker(t)
+	image := hwBuildChatterImage(t, cli)
+	f := newFleet(t, Options{})
+	e := f.createEnrollment(t, "docker-events-1")
+	id := e.Server.ID
+	config := enrollAgent(t, f.ControlPlane, e.Token)
+	var env []string
+	if h := hwDockerHost(); h != "" {
+		env = append(env, "DOCKER_HOST="+h)
+	}
+	agent := hwStartAgent(t, config, env...)
+	waitFor(t, hwJobTimeout, "the first inventory", func() (bool, string) {
+		src := f.hwLogSources(t, id)
+		return src.CollectedAt != nil, fmt.Sprintf("%+v", src)
+	})
+	listed := func(name string) bool {
+		return slices.ContainsFunc(f.hwLogSources(t, id).Containers, func(c hwLogContainer) bool { return c.Name == name })
+	}
+
+	began := time.Now()
+	name := hwRunContainer(t, cli, image, "-interval", "1s")
+	waitFor(t, 10*time.Second, "the inventory lists container "+name, func() (bool, string) { return listed(name), "" })
+	t.Logf("a container started outside Capstan was in the inventory after %s", time.Since(began).Round(time.Millisecond))
+
+	// The metric samples carry its CPU, memory and network, served with
+	// the server.
+	waitFor(t, 90*time.Second, "the server's container metrics list "+name, func() (bool, string) {
+		r := f.Get(t, "/api/v1/servers/"+id, f.Token)
+		expectStatus(t, r, http.StatusOK)
+		var d struct {
+			ContainerMetrics *struct {
+				Containers []agentproto.ContainerSample `json:"containers"`
+			} `json:"container_metrics"`
+		}
+		r.JSON(t, &d)
+		if d.ContainerMetrics == nil {
+			return false, "no container metrics"
+		}
+		for _, c := range d.ContainerMetrics.Containers {
+			if c.Name == name {
+				if c.MemoryUsed == 0 || c.MemoryLimit < c.MemoryUsed || c.CPUPercent < 0 || c.CPUPercent > 100 {
+					t.Fatalf("container metrics %+v", c)
+				}
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%+v", d.ContainerMetrics.Containers)
+	})
+
+	began = time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the inventory no longer lists "+name, func() (bool, string) { return !listed(name), "" })
+	t.Logf("its removal was in the inventory after %s", time.Since(began).Round(time.Millisecond))
+	if !agent.Running() {
+		t.Fatalf("the agent exited:\n%s", agent.Logs())
+	}
 }

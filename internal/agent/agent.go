@@ -51,6 +51,10 @@ const (
 	// InventoryRefreshInterval is how often an unchanged inventory is sent
 	// again.
 	InventoryRefreshInterval = 5 * time.Minute
+	// InventoryDebounce is how long the inventory loop waits after a
+	// change an InventoryWatcher told of for more to follow (a deploy
+	// changes several containers in a row) before it collects again.
+	InventoryDebounce = time.Second
 )
 
 // processStart is when this process started, for uptime_seconds.
@@ -71,6 +75,10 @@ type Options struct {
 	// Sampler takes the metric samples; nil: this host's
 	// (metrics.NewSampler("/")).
 	Sampler MetricsSampler
+	// ContainerStats samples the running containers with each metric
+	// sample; nil: the local engine's (inventory.NewContainerStats) when
+	// Sampler is nil too, else none.
+	ContainerStats ContainerStatsSampler
 	// Inventory collects the inventory; nil: this host's
 	// (inventory.New("/")), closed when Run returns.
 	Inventory InventoryCollector
@@ -92,6 +100,8 @@ type Options struct {
 	metricsInterval  time.Duration
 	inventoryCheck   time.Duration
 	inventoryRefresh time.Duration
+	// inventoryDebounce, zero: InventoryDebounce.
+	inventoryDebounce time.Duration
 }
 
 // MetricsSampler takes a sample of the host at now. An error names the
@@ -100,10 +110,25 @@ type MetricsSampler interface {
 	Sample(now time.Time) (agentproto.MetricSample, error)
 }
 
+// ContainerStatsSampler samples the running containers' use of the host.
+// Nil, nil means there is no container engine; an error names the
+// containers left out.
+type ContainerStatsSampler interface {
+	Sample(ctx context.Context) ([]agentproto.ContainerSample, error)
+}
+
 // InventoryCollector collects the host's inventory. An error names the
 // parts it could not read (nil in the report); the report is sent anyway.
 type InventoryCollector interface {
 	Collect(ctx context.Context) (agentproto.InventoryRequest, error)
+}
+
+// InventoryWatcher is an InventoryCollector that tells of changes as
+// they happen (inventory.Collector follows Docker's events). Watch runs
+// until ctx ends; changed must not block.
+type InventoryWatcher interface {
+	InventoryCollector
+	Watch(ctx context.Context, changed func())
 }
 
 // Agent runs the agent's loops. Make one with New and call Run once.

@@ -8,3 +8,7 @@ import "time"
 func SetReportIntervals(o *Options, metrics, inventoryCheck, inventoryRefresh time.Duration) {
 	o.metricsInterval, o.inventoryCheck, o.inventoryRefresh = metrics, inventoryCheck, inventoryRefresh
 }
+
+// SetInventoryDebounce sets, for tests, how long the inventory loop waits
+// for more changes after a watcher told of one.
+func SetInventoryDebounce(o *Options, d time.Duration) { o.inventoryDebounce = d }

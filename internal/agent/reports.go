@@ -21,18 +21,24 @@ func (a *Agent) metricsInterval() time.Duration {
 // sampleLoop takes a sample every metrics_seconds into buf, which keeps an
 // hour of them (the newest) while the control plane cannot be reached.
 func (a *Agent) sampleLoop(ctx context.Context, buf *metrics.Buffer) {
-	sampler := a.opts.Sampler
+	sampler, stats := a.opts.Sampler, a.opts.ContainerStats
 	if sampler == nil {
 		sampler = metrics.NewSampler("/", time.Now())
+		if stats == nil {
+			cs := inventory.NewContainerStats()
+			defer cs.Close()
+			stats = cs
+		}
 	}
 	// The first sample's CPU and network rates span a whole interval.
 	if !Sleep(ctx, a.metricsInterval()) {
 		return
 	}
 	var (
-		lastErr string
-		full    bool
-		b       = a.opts.Backoff
+		lastErr      string
+		lastStatsErr string
+		full         bool
+		b            = a.opts.Backoff
 	)
 	RunLoop(ctx, a.log, "metrics sample", &b, func(ctx context.Context) (time.Duration, error) {
 		start := time.Now()
@@ -44,6 +50,21 @@ func (a *Agent) sampleLoop(ctx context.Context, buf *metrics.Buffer) {
 		case err == nil && lastErr != "":
 			a.log.Info("all metrics can be read again")
 			lastErr = ""
+		}
+		if stats != nil {
+			var serr error
+			s.Containers, serr = stats.Sample(ctx)
+			if ctx.Err() != nil {
+				return 0, nil
+			}
+			switch {
+			case serr != nil && serr.Error() != lastStatsErr:
+				a.log.Warn("some container stats could not be read; those containers are left out of the samples", "err", serr)
+				lastStatsErr = serr.Error()
+			case serr == nil && lastStatsErr != "":
+				a.log.Info("all container stats can be read again")
+				lastStatsErr = ""
+			}
 		}
 		evicted := buf.Push(s)
 		a.pending.saveMetrics(buf)
@@ -87,7 +108,10 @@ func (a *Agent) metricsSendLoop(ctx context.Context, buf *metrics.Buffer) {
 
 // inventoryLoop collects the inventory every InventoryCheckInterval and
 // sends it at start, whenever it differs from the one last sent
-// (inventory.Hash), and every InventoryRefreshInterval regardless.
+// (inventory.Hash), and every InventoryRefreshInterval regardless. A
+// collector that is an InventoryWatcher also has it collected again soon
+// after each change it tells of (InventoryDebounce), rather than at the
+// next check.
 func (a *Agent) inventoryLoop(ctx context.Context) {
 	col := a.opts.Inventory
 	if col == nil {
@@ -97,6 +121,51 @@ func (a *Agent) inventoryLoop(ctx context.Context) {
 	}
 	check := cmp.Or(a.opts.inventoryCheck, InventoryCheckInterval)
 	refresh := cmp.Or(a.opts.inventoryRefresh, InventoryRefreshInterval)
+	changes := make(chan struct{}, 1)
+	if w, ok := col.(InventoryWatcher); ok {
+		wctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			w.Watch(wctx, func() {
+				select {
+				case changes <- struct{}{}:
+				default:
+				}
+			})
+		}()
+		defer func() { cancel(); <-done }()
+	}
+	debounce := cmp.Or(a.opts.inventoryDebounce, InventoryDebounce)
+	// wait waits for the next check, or for a change and then until none
+	// followed it for debounce (at most 5 debounces after the first).
+	wait := func(ctx context.Context) {
+		t := time.NewTimer(check)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-changes:
+		}
+		quiet := time.NewTimer(debounce)
+		defer quiet.Stop()
+		limit := time.NewTimer(5 * debounce)
+		defer limit.Stop()
+		for {
+			select {
+			case <-quiet.C:
+				return
+			case <-limit.C:
+				return
+			case <-ctx.Done():
+				return
+			case <-changes:
+				quiet.Reset(debounce)
+			}
+		}
+	}
 	var (
 		last    [32]byte
 		sentAt  time.Time
@@ -119,7 +188,8 @@ func (a *Agent) inventoryLoop(ctx context.Context) {
 		}
 		h := inventory.Hash(inv)
 		if sent && h == last && time.Since(sentAt) < refresh {
-			return check, nil
+			wait(ctx)
+			return 0, nil
 		}
 		err = a.client.PostInventory(ctx, inv)
 		switch StatusOf(err) {
@@ -141,6 +211,7 @@ func (a *Agent) inventoryLoop(ctx context.Context) {
 			return 0, err
 		}
 		last, sentAt, sent = h, time.Now(), true
-		return check, nil
+		wait(ctx)
+		return 0, nil
 	})
 }

@@ -312,3 +312,76 @@ func TestInventoryOfThisHostKeepsItsParts(t *testing.T) {
 	t.Logf("%d inventories over %d checks; %d services, %d containers, %d ports",
 		len(invs), col.count(), len(first.Services), len(first.Containers), len(first.Ports))
 }
+
+// watchingInventory is a fakeInventory that tells of changes when the
+// test says so.
+type watchingInventory struct {
+	fakeInventory
+	changes chan struct{}
+	watched chan struct{} // closed once Watch runs
+	ended   chan struct{} // closed when Watch returned
+}
+
+func newWatchingInventory() *watchingInventory {
+	return &watchingInventory{changes: make(chan struct{}), watched: make(chan struct{}), ended: make(chan struct{})}
+}
+
+func (w *watchingInventory) Watch(ctx context.Context, changed func()) {
+	defer close(w.ended)
+	close(w.watched)
+	for {
+		select {
+		case <-w.changes:
+			changed()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// TestInventorySentSoonAfterAWatchedChange: with checks an hour apart, a
+// change the collector tells of is collected and sent within the
+// debounce; a burst of changes makes one collection.
+func TestInventorySentSoonAfterAWatchedChange(t *testing.T) {
+	cp := agenttest.New(t)
+	inv := newWatchingInventory()
+	r := start(t, cp, nil, func(o *agent.Options) {
+		o.Sampler, o.Inventory = &seqSampler{}, inv
+		agent.SetReportIntervals(o, time.Hour, time.Hour, time.Hour)
+		agent.SetInventoryDebounce(o, 100*time.Millisecond)
+	})
+	testlab.Eventually(t, waitLong, "the first inventory", func() bool { return len(cp.Inventories()) == 1 })
+	<-inv.watched
+	calls := inv.count()
+
+	inv.set(agentproto.InventoryRequest{Containers: []agentproto.ContainerInfo{{ID: "abc", Name: "web", State: "running"}}})
+	began := time.Now()
+	for range 5 {
+		inv.changes <- struct{}{}
+	}
+	testlab.Eventually(t, waitLong, "the changed inventory", func() bool { return len(cp.Inventories()) == 2 })
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the change was sent after %s", took)
+	}
+	if got := cp.Inventories()[1]; len(got.Containers) != 1 || got.Containers[0].Name != "web" {
+		t.Fatalf("second inventory = %+v, want the new container", got)
+	}
+	if n := inv.count() - calls; n != 1 {
+		t.Errorf("a burst of 5 changes made %d collections, want 1", n)
+	}
+
+	// A change that changes nothing is collected, not sent.
+	inv.changes <- struct{}{}
+	testlab.Eventually(t, waitLong, "the collection after the change", func() bool { return inv.count() == calls+2 })
+	if got := len(cp.Inventories()); got != 2 {
+		t.Errorf("%d inventories after an unchanged collection, want 2", got)
+	}
+	if err := r.shutdown(t); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inv.ended:
+	default:
+		t.Error("Watch still runs after Run returned")
+	}
+}

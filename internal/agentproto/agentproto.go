@@ -110,6 +110,10 @@
 //	            one, proxied to its live release like its domains;
 //	            RemovePayload.ProxySites names the published addresses
 //	            too. An older agent ignores Ports.
+//	2026-12-02  v1: the agent follows the engine's events and sends the
+//	            inventory soon after a change. MetricSample.Containers:
+//	            per-container CPU, memory and network on the newest sample
+//	            of a report.
 package agentproto
 
 import (
@@ -381,6 +385,32 @@ type MetricSample struct {
 	NetRxBytesPerS float64            `json:"net_rx_bytes_per_s"`
 	NetTxBytesPerS float64            `json:"net_tx_bytes_per_s"`
 	UptimeSeconds  uint64             `json:"uptime_seconds"`
+	// Containers are the running Docker containers' figures at At. Nil
+	// means the agent did not measure them (no Docker, an older agent, or
+	// a sample that is not the newest of its report: an agent keeps them
+	// only on the newest sample it holds).
+	Containers []ContainerSample `json:"containers,omitempty"`
+}
+
+// MaxContainerSamples bounds the containers of one sample.
+const MaxContainerSamples = 2000
+
+// ContainerSample is one running container's use of the host, from the
+// engine's stats. Rates are over the time since the agent's previous
+// sample of the container; 0 on its first.
+type ContainerSample struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	// CPUPercent is the container's CPU time as a share of the whole
+	// host's (all CPUs), 0 to 100, like MetricSample.CPUPercent.
+	CPUPercent float64 `json:"cpu_percent"`
+	// MemoryUsed excludes the page cache the kernel can reclaim
+	// (inactive files), as docker stats shows it; MemoryLimit is the
+	// container's limit, or the host's memory without one.
+	MemoryUsed     uint64  `json:"memory_used"`
+	MemoryLimit    uint64  `json:"memory_limit"`
+	NetRxBytesPerS float64 `json:"net_rx_bytes_per_s"`
+	NetTxBytesPerS float64 `json:"net_tx_bytes_per_s"`
 }
 
 // FilesystemSample is the usage of one mounted filesystem.

@@ -25,8 +25,9 @@ type ServerSummary struct {
 // ServerDetail is a server with its newest sample and inventory.
 type ServerDetail struct {
 	servers.Server
-	LatestMetrics *metrics.LatestMetrics `json:"latest_metrics" doc:"The newest sample the agent reported; null if none"`
-	Inventory     *metrics.Inventory     `json:"inventory" doc:"The latest inventory the agent reported; null if none"`
+	LatestMetrics    *metrics.LatestMetrics    `json:"latest_metrics" doc:"The newest sample the agent reported; null if none"`
+	Inventory        *metrics.Inventory        `json:"inventory" doc:"The latest inventory the agent reported; null if none"`
+	ContainerMetrics *metrics.ContainerMetrics `json:"container_metrics" doc:"CPU, memory and network of each running container at the newest sample; null if the agent reported none (no Docker, or an older agent)"`
 }
 
 // serverSummaries adds the newest samples to servers, with one query for
@@ -59,7 +60,10 @@ func (s *Server) serverDetail(ctx context.Context, srv servers.Server) (ServerDe
 	if d.LatestMetrics, err = s.deps.Metrics.Latest(ctx, srv.ID); err != nil {
 		return d, err
 	}
-	d.Inventory, err = s.deps.Metrics.Inventory(ctx, srv.ID)
+	if d.Inventory, err = s.deps.Metrics.Inventory(ctx, srv.ID); err != nil {
+		return d, err
+	}
+	d.ContainerMetrics, err = s.deps.Metrics.Containers(ctx, srv.ID)
 	return d, err
 }
 

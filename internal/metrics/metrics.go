@@ -89,6 +89,13 @@ type LatestMetrics struct {
 	UptimeSeconds     int64     `json:"uptime_seconds" doc:"Seconds since the host booted"`
 }
 
+// ContainerMetrics are the running containers' figures of a server's
+// newest sample.
+type ContainerMetrics struct {
+	At         time.Time                    `json:"at" doc:"The sample's time"`
+	Containers []agentproto.ContainerSample `json:"containers" doc:"One entry per running container: CPU as a share of the whole host (0 to 100), memory without reclaimable page cache and its limit (the host's memory without one), network rates since the agent's previous sample (0 on a container's first)"`
+}
+
 // Inventory is the latest inventory report of a server. A null list means
 // the agent could not read that part (e.g. no Docker); an empty list means
 // there is none.
@@ -130,6 +137,9 @@ type Store interface {
 	LatestMetrics(ctx context.Context) (map[string]LatestMetrics, error)
 	// LatestMetric returns a server's newest sample; nil if none.
 	LatestMetric(ctx context.Context, serverID string) (*LatestMetrics, error)
+	// LatestContainerMetrics returns the containers' figures of a
+	// server's newest sample; nil if it has none.
+	LatestContainerMetrics(ctx context.Context, serverID string) (*ContainerMetrics, error)
 	// PutInventory replaces a server's inventory.
 	PutInventory(ctx context.Context, serverID string, inv Inventory) error
 	// ServerInventory returns a server's inventory; nil if none.

@@ -98,6 +98,12 @@ func (s *Service) Latest(ctx context.Context, serverID string) (*LatestMetrics, 
 	return s.store.LatestMetric(ctx, serverID)
 }
 
+// Containers returns the containers' figures of a server's newest
+// sample; nil if it has none.
+func (s *Service) Containers(ctx context.Context, serverID string) (*ContainerMetrics, error) {
+	return s.store.LatestContainerMetrics(ctx, serverID)
+}
+
 // Inventory returns a server's latest inventory; nil if none.
 func (s *Service) Inventory(ctx context.Context, serverID string) (*Inventory, error) {
 	return s.store.ServerInventory(ctx, serverID)

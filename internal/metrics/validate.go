@@ -83,6 +83,20 @@ func ValidateSamples(req agentproto.MetricsRequest, now time.Time) ([]Sample, er
 				}
 			}
 		}
+		if len(m.Containers) > agentproto.MaxContainerSamples {
+			errs.Add(p+"containers", "at most %d containers per sample", agentproto.MaxContainerSamples)
+		} else {
+			for j, c := range m.Containers {
+				q := fmt.Sprintf("%scontainers[%d].", p, j)
+				text(&errs, q+"id", c.ID, 1, maxContainerLen)
+				text(&errs, q+"name", c.Name, 0, maxNameLen)
+				percent(&errs, q+"cpu_percent", c.CPUPercent)
+				bounded(&errs, q+"memory_used", c.MemoryUsed)
+				bounded(&errs, q+"memory_limit", c.MemoryLimit)
+				nonNegative(&errs, q+"net_rx_bytes_per_s", c.NetRxBytesPerS)
+				nonNegative(&errs, q+"net_tx_bytes_per_s", c.NetTxBytesPerS)
+			}
+		}
 		out[i] = Derive(m)
 	}
 	if err := capped(errs).Err(); err != nil {

@@ -224,3 +224,22 @@ func TestValidateInventory(t *testing.T) {
 		})
 	}
 }
+
+func TestValidateContainerSamples(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	good := agentproto.ContainerSample{ID: "c1", Name: "web", CPUPercent: 5, MemoryUsed: 10, MemoryLimit: 100}
+	req := agentproto.MetricsRequest{Samples: []agentproto.MetricSample{{At: now, Containers: []agentproto.ContainerSample{good}}}}
+	if _, err := ValidateSamples(req, now); err != nil {
+		t.Fatalf("a good sample: %v", err)
+	}
+	bad := good
+	bad.ID, bad.CPUPercent, bad.NetRxBytesPerS = "", 101, -1
+	req.Samples[0].Containers = []agentproto.ContainerSample{good, bad}
+	_, err := ValidateSamples(req, now)
+	got := fields(t, err)
+	for _, f := range []string{"samples[0].containers[1].id", "samples[0].containers[1].cpu_percent", "samples[0].containers[1].net_rx_bytes_per_s"} {
+		if !slices.Contains(got, f) {
+			t.Errorf("fields %v do not name %s", got, f)
+		}
+	}
+}

@@ -119,8 +119,12 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 			newest = i
 		}
 	}
+	containers, err := latestContainers(samples[newest])
+	if err != nil {
+		return 0, err
+	}
 	if s.dialect == Postgres {
-		return s.insertMetricSamplesPG(ctx, serverID, samples, args, newest, now)
+		return s.insertMetricSamplesPG(ctx, serverID, samples, args, newest, containers, now)
 	}
 	// SQLite: the statements this report needs are prepared before its
 	// transaction (see stmtcache.go).
@@ -143,7 +147,7 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 		inserted = inserted[:0]
 		l := samples[newest]
 		if _, err := s.execIn(ctx, tx, latestUpsertSQL,
-			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds)); err != nil {
+			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds), containers); err != nil {
 			return err
 		}
 		for start := 0; start < len(args); start += insertChunk {
@@ -212,13 +216,13 @@ func (s *Store) InsertMetricSamples(ctx context.Context, serverID string, sample
 // locks the server's row (as the rollup does) before anything else is
 // written; the second inserts the samples and adds those that were new to
 // their hours' rollups, reading them from the insert's RETURNING.
-func (s *Store) insertMetricSamplesPG(ctx context.Context, serverID string, samples []metrics.Sample, args [][]any, newest int, now time.Time) (int, error) {
+func (s *Store) insertMetricSamplesPG(ctx context.Context, serverID string, samples []metrics.Sample, args [][]any, newest int, containers any, now time.Time) (int, error) {
 	var inserted int
 	unit := func(ctx context.Context, tx *sqlx.Tx) error {
 		inserted = 0
 		l := samples[newest]
 		if _, err := tx.ExecContext(ctx, latestUpsertPG,
-			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds)); err != nil {
+			serverID, ms(l.At), l.CPUPercent, l.Load1, l.MemoryUsedPercent, l.DiskUsedPercent, int64(l.UptimeSeconds), containers); err != nil {
 			return err
 		}
 		for start := 0; start < len(args); start += insertChunk {
@@ -281,11 +285,25 @@ func buildIngestSQLPG(n, hours int) string {
 }
 
 // latestUpsertSQL stores a server's newest sample, unless it has a newer one.
-const latestUpsertSQL = `INSERT INTO metric_latest (server_id, at, cpu_percent, load1, memory_used_percent, disk_used_percent, uptime_seconds)
-	VALUES (?, ?, ?, ?, ?, ?, ?)
+const latestUpsertSQL = `INSERT INTO metric_latest (server_id, at, cpu_percent, load1, memory_used_percent, disk_used_percent, uptime_seconds, containers)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (server_id) DO UPDATE SET at = excluded.at, cpu_percent = excluded.cpu_percent, load1 = excluded.load1,
-		memory_used_percent = excluded.memory_used_percent, disk_used_percent = excluded.disk_used_percent, uptime_seconds = excluded.uptime_seconds
+		memory_used_percent = excluded.memory_used_percent, disk_used_percent = excluded.disk_used_percent, uptime_seconds = excluded.uptime_seconds,
+		containers = excluded.containers
 	WHERE excluded.at > metric_latest.at`
+
+// latestContainers is the stored JSON of a sample's containers; nil
+// (NULL) when it has none.
+func latestContainers(m metrics.Sample) (any, error) {
+	if m.Containers == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(m.Containers)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
 
 // sampleInsertSQL inserts n samples, returning the times of those that
 // were not stored already.
@@ -573,6 +591,27 @@ func (s *Store) LatestMetrics(ctx context.Context) (map[string]metrics.LatestMet
 	out := make(map[string]metrics.LatestMetrics, len(rows))
 	for _, r := range rows {
 		out[r.ServerID] = r.latest()
+	}
+	return out, nil
+}
+
+// LatestContainerMetrics returns the containers' figures of a server's
+// newest sample; nil if it has none.
+func (s *Store) LatestContainerMetrics(ctx context.Context, serverID string) (*metrics.ContainerMetrics, error) {
+	var r struct {
+		At         int64          `db:"at"`
+		Containers sql.NullString `db:"containers"`
+	}
+	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT at, containers FROM metric_latest WHERE server_id = ?`), serverID)
+	if notFound(err) || (err == nil && !r.Containers.Valid) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &metrics.ContainerMetrics{At: fromMS(r.At)}
+	if err := json.Unmarshal([]byte(r.Containers.String), &out.Containers); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

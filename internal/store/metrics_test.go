@@ -794,3 +794,41 @@ func TestMetricReportsFromTwoStoresOnOnePostgres(t *testing.T) {
 		}
 	}
 }
+
+// TestLatestContainerMetrics: the containers of a server's newest sample
+// are kept with it; an older sample does not replace them, a newer one
+// without containers clears them.
+func TestLatestContainerMetrics(t *testing.T) {
+	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
+		ctx := context.Background()
+		a := mustCreateServer(t, s, "a")
+		if got, err := s.LatestContainerMetrics(ctx, a); err != nil || got != nil {
+			t.Fatalf("before any sample: %+v, %v", got, err)
+		}
+		web := agentproto.ContainerSample{ID: "c1", Name: "web", CPUPercent: 12.5, MemoryUsed: 64 << 20, MemoryLimit: 1 << 30,
+			NetRxBytesPerS: 100, NetTxBytesPerS: 50}
+		older, newest := sample(h0.Add(time.Minute), 10, 40), sample(h0.Add(2*time.Minute), 20, 40)
+		newest.Containers = []agentproto.ContainerSample{web}
+		insert(t, s, a, older, newest)
+		got, err := s.LatestContainerMetrics(ctx, a)
+		if err != nil || got == nil || !got.At.Equal(newest.At) || len(got.Containers) != 1 || got.Containers[0] != web {
+			t.Fatalf("after the report: %+v, %v", got, err)
+		}
+		stale := sample(h0.Add(90*time.Second), 10, 40)
+		stale.Containers = []agentproto.ContainerSample{}
+		insert(t, s, a, stale)
+		if got, _ := s.LatestContainerMetrics(ctx, a); got == nil || len(got.Containers) != 1 {
+			t.Fatalf("an older sample replaced the containers: %+v", got)
+		}
+		none := sample(h0.Add(3*time.Minute), 10, 40)
+		none.Containers = []agentproto.ContainerSample{}
+		insert(t, s, a, none)
+		if got, _ := s.LatestContainerMetrics(ctx, a); got == nil || len(got.Containers) != 0 || !got.At.Equal(none.At) {
+			t.Fatalf("after a sample of no containers: %+v", got)
+		}
+		insert(t, s, a, sample(h0.Add(4*time.Minute), 10, 40))
+		if got, _ := s.LatestContainerMetrics(ctx, a); got != nil {
+			t.Fatalf("after a sample without container figures: %+v", got)
+		}
+	})
+}

@@ -106,6 +106,9 @@ try {
   await page.getByRole("link", { name: "Open the server" }).click();
   await page.getByRole("heading", { name: "browser-1" }).waitFor(wait);
   await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
+  // What runs on it: none of the fleet's applications or databases yet.
+  await page.getByText("No applications on this server.").waitFor(wait);
+  await page.getByText("No databases on this server.").waitFor(wait);
   await axe(page, "server");
   await shots(page, "server");
   const row = page.locator(`tr[data-container="${container}"]`);
@@ -117,6 +120,22 @@ try {
     await page.reload();
     await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
   }
+  // The container's CPU and memory come with the agent's metric samples
+  // (CPU and network rates from the second on): reload until they show.
+  const memory = row.locator('[data-stat="memory"]', { hasText: "iB of " });
+  const statsDeadline = Date.now() + 90_000;
+  for (;;) {
+    if (await memory.waitFor({ timeout: 3000 }).then(() => true, () => false)) break;
+    if (Date.now() > statsDeadline) throw new Error("the container's CPU and memory never showed");
+    await page.reload();
+    await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
+    await page.getByRole("tab", { name: "Containers" }).click();
+    await row.waitFor(wait);
+  }
+  if (!/^\d+(\.\d)?%$/.test((await row.locator('[data-stat="cpu"]').textContent()) ?? "")) throw new Error("the container's CPU is not a percentage");
+  // The images, with the container's among them.
+  const images = page.getByRole("table", { name: "Images" });
+  await images.getByRole("cell", { name: process.env.CAPSTAN_IMAGE }).waitFor(wait);
   await axe(page, "server-containers");
   await shots(page, "server-containers");
 

@@ -39,8 +39,11 @@ type inspected struct {
 // collection.
 type dockerContainers struct {
 	newClient func() (dockerAPI, error)
-	cli       dockerAPI
-	inspected map[string]inspected // by container ID
+	// newEventsClient makes the event watcher's client; nil: the
+	// engine of DOCKER_HOST, or the default socket.
+	newEventsClient func() (eventsAPI, error)
+	cli             dockerAPI
+	inspected       map[string]inspected // by container ID
 }
 
 func newDockerContainers() *dockerContainers {

@@ -53,9 +53,15 @@ func NewBuffer(capacity int) *Buffer {
 }
 
 // Push appends a sample, dropping the oldest if the buffer is full, and
-// reports whether it did.
+// reports whether it did. Only the newest sample keeps its containers'
+// figures: the previous newest loses them, so that an outage's backlog
+// does not hold (and later send) every container's figures of every
+// sample.
 func (b *Buffer) Push(s agentproto.MetricSample) (evicted bool) {
 	b.mu.Lock()
+	if b.n > 0 {
+		b.ring[(b.head+b.n-1)%len(b.ring)].Containers = nil
+	}
 	if b.n == len(b.ring) {
 		b.ring[b.head] = agentproto.MetricSample{}
 		b.head = (b.head + 1) % len(b.ring)
@@ -191,6 +197,9 @@ func EstimatedSize(s agentproto.MetricSample) int {
 	n := 480
 	for _, f := range s.Filesystems {
 		n += 170 + len(f.Mount) + len(f.Device) + len(f.FSType)
+	}
+	for _, c := range s.Containers {
+		n += 200 + len(c.ID) + len(c.Name)
 	}
 	return n
 }

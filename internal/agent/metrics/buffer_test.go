@@ -284,3 +284,21 @@ func TestSenderEmptyBuffer(t *testing.T) {
 		t.Fatalf("n=%d err=%v posts=%d, want nothing posted", n, err, len(p.batches))
 	}
 }
+
+// TestBufferKeepsContainersOnTheNewestOnly: a pushed sample takes the
+// container figures off the one before it.
+func TestBufferKeepsContainersOnTheNewestOnly(t *testing.T) {
+	b := NewBuffer(10)
+	for i := range 3 {
+		b.Push(agentproto.MetricSample{UptimeSeconds: uint64(i), Containers: []agentproto.ContainerSample{{ID: "c1"}}})
+	}
+	batch := b.Peek(10, MaxBatchBytes)
+	if len(batch.Samples) != 3 {
+		t.Fatalf("%d samples", len(batch.Samples))
+	}
+	for i, s := range batch.Samples {
+		if want := i == 2; (s.Containers != nil) != want {
+			t.Errorf("sample %d has containers %v, want %v", i, s.Containers != nil, want)
+		}
+	}
+}

@@ -3709,6 +3709,15 @@ export interface components {
             state: string;
             status: string;
         };
+        ContainerMetrics: {
+            /**
+             * Format: date-time
+             * @description The sample's time
+             */
+            at: string;
+            /** @description One entry per running container: CPU as a share of the whole host (0 to 100), memory without reclaimable page cache and its limit (the host's memory without one), network rates since the agent's previous sample (0 on a container's first) */
+            containers: components["schemas"]["ContainerSample"][] | null;
+        };
         ContainerPort: {
             /** Format: int64 */
             container_port: number;
@@ -3716,6 +3725,20 @@ export interface components {
             host_port?: number;
             ip?: string;
             protocol: string;
+        };
+        ContainerSample: {
+            /** Format: double */
+            cpu_percent: number;
+            id: string;
+            /** Format: int64 */
+            memory_limit: number;
+            /** Format: int64 */
+            memory_used: number;
+            name: string;
+            /** Format: double */
+            net_rx_bytes_per_s: number;
+            /** Format: double */
+            net_tx_bytes_per_s: number;
         };
         CreateAppInputBody: {
             auto_deploy?: boolean;
@@ -5163,6 +5186,7 @@ export interface components {
         MetricSample: {
             /** Format: date-time */
             at: string;
+            containers?: components["schemas"]["ContainerSample"][] | null;
             /** Format: double */
             cpu_percent: number;
             filesystems: components["schemas"]["FilesystemSample"][] | null;
@@ -5880,6 +5904,8 @@ export interface components {
         };
         ServerDetail: {
             agent_version?: string;
+            /** @description CPU, memory and network of each running container at the newest sample; null if the agent reported none (no Docker, or an older agent) */
+            container_metrics: components["schemas"]["ContainerMetrics"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */

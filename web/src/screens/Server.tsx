@@ -2,6 +2,8 @@ import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
 import { Logs } from "./Logs";
+import { ServerContainers } from "./ServerContainers";
+import { ServerWorkloads } from "./ServerWorkloads";
 import { Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago, bytes, percent } from "../lib/format";
@@ -158,6 +160,7 @@ export function ServerDetail({ id }: { id: string }) {
               )}
             </div>
           </div>
+          <ServerWorkloads id={id} />
           <Metrics id={id} />
         </>
       )}
@@ -183,26 +186,7 @@ export function ServerDetail({ id }: { id: string }) {
         </div>
       )}
       {tab === "containers" && (
-        <div class="card scroll-x">
-          <Table label="Containers" columns={["Name", "Image", "State", "Restarts", admin && "Actions"]}
-            empty={!inv?.containers?.length && "No containers reported."}>
-            {(inv?.containers ?? []).map((c) => (
-              <tr key={c.id} data-container={c.name}>
-                <td>{c.name}</td>
-                <td>{c.image}</td>
-                <td>
-                  {c.state} <span class="muted">{c.status}</span>
-                </td>
-                <td>{c.restart_count}</td>
-                {admin && (
-                  <td>
-                    <Actions kind="container" name={c.name} onAct={ask} />
-                  </td>
-                )}
-              </tr>
-            ))}
-          </Table>
-        </div>
+        <ServerContainers srv={srv} actions={admin ? (name) => <Actions kind="container" name={name} onAct={ask} /> : undefined} />
       )}
       {tab === "ports" && (
         <div class="card scroll-x">
