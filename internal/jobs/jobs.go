@@ -83,7 +83,7 @@ type Job struct {
 	CreatedBy      string          `json:"created_by,omitempty"`
 	// Actor is who queued the job, set by For from CreatedBy and
 	// ActorEmail.
-	Actor *Actor `json:"actor" doc:"Who queued the job: a user (with their e-mail when known) or the control plane itself (system)"`
+	Actor *JobActor `json:"actor" doc:"Who queued the job: a user (with their e-mail when known) or the control plane itself (system)"`
 	// ActorEmail is the creating user's e-mail, when the read looked it up.
 	ActorEmail string `json:"-"`
 	TimeoutSeconds int             `json:"timeout_seconds"`
@@ -124,8 +124,8 @@ type Job struct {
 	LateResult *LateResult `json:"late_result" doc:"A result the agent reported after the job was failed because its lease lapsed (agent_lost), e.g. across a control-plane restart or a network partition; null when none came. The job's status stays failed; the job type's records (a deployment, a backup run) are corrected from it"`
 }
 
-// Actor is who queued a job.
-type Actor struct {
+// JobActor is who queued a job.
+type JobActor struct {
 	Type  string `json:"type" enum:"user,agent,system" doc:"user: a signed-in user; agent: a server's agent; system: the control plane on its own (a schedule, a webhook, a retry)"`
 	ID    string `json:"id,omitempty" doc:"The user's or server's id; absent for system"`
 	Email string `json:"email,omitempty" doc:"The user's e-mail address, when known"`
@@ -140,16 +140,16 @@ const (
 
 // ActorOf names who created a job from its created_by: a user id, a
 // server id (its agent), or nothing (the control plane).
-func ActorOf(createdBy, email string) Actor {
+func ActorOf(createdBy, email string) JobActor {
 	switch {
 	case strings.HasPrefix(createdBy, ids.User+"_"):
-		return Actor{Type: ActorUser, ID: createdBy, Email: email}
+		return JobActor{Type: ActorUser, ID: createdBy, Email: email}
 	case strings.HasPrefix(createdBy, ids.Server+"_"):
-		return Actor{Type: ActorAgent, ID: createdBy}
+		return JobActor{Type: ActorAgent, ID: createdBy}
 	case createdBy == "":
-		return Actor{Type: ActorSystem}
+		return JobActor{Type: ActorSystem}
 	}
-	return Actor{Type: ActorSystem, ID: createdBy}
+	return JobActor{Type: ActorSystem, ID: createdBy}
 }
 
 // ListFilter selects jobs for List; every field set must match.

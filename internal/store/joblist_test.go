@@ -91,11 +91,11 @@ func TestListJobsFiltersAndNames(t *testing.T) {
 		}
 		d := byID[deploy.ID]
 		if d.ServerName != "web-1" || d.AppID != app.ID || d.AppName != "shop" || d.Actor == nil ||
-			*d.Actor != (jobs.Actor{Type: jobs.ActorUser, ID: ada.User.ID, Email: "ada@example.com"}) {
+			*d.Actor != (jobs.JobActor{Type: jobs.ActorUser, ID: ada.User.ID, Email: "ada@example.com"}) {
 			t.Errorf("deploy job's names: server %q app %q/%q actor %+v", d.ServerName, d.AppID, d.AppName, d.Actor)
 		}
 		r := byID[read.ID]
-		if r.ServerName != "web-1" || r.AppID != "" || r.AppName != "" || r.Actor == nil || *r.Actor != (jobs.Actor{Type: jobs.ActorSystem}) {
+		if r.ServerName != "web-1" || r.AppID != "" || r.AppName != "" || r.Actor == nil || *r.Actor != (jobs.JobActor{Type: jobs.ActorSystem}) {
 			t.Errorf("log read's names: server %q app %q/%q actor %+v", r.ServerName, r.AppID, r.AppName, r.Actor)
 		}
 		if p := byID[ping.ID]; p.ServerName != "db-1" {

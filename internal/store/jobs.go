@@ -175,7 +175,7 @@ func (s *Store) ListJobs(ctx context.Context, f jobs.ListFilter, limit int) ([]j
 	case f.Actor == jobs.ActorSystem:
 		where = append(where, "created_by = ''")
 	case strings.Contains(f.Actor, "@"):
-		where, args = append(where, "created_by IN (SELECT id FROM users WHERE email = ?)"), append(args, strings.ToLower(strings.TrimSpace(f.Actor)))
+		where, args = append(where, "created_by = (SELECT id FROM users WHERE email = ?)"), append(args, strings.ToLower(strings.TrimSpace(f.Actor)))
 	default:
 		where, args = append(where, "created_by = ?"), append(args, f.Actor)
 	}
