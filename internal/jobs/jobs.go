@@ -66,16 +66,16 @@ const (
 
 // Job is one unit of work on one server.
 type Job struct {
-	ID             string          `json:"id"`
-	ServerID       string          `json:"server_id"`
+	ID       string `json:"id"`
+	ServerID string `json:"server_id"`
 	// ServerName, AppName and Actor's e-mail name what the ids point at;
 	// the job list and a single job's read fill them in, other views
 	// (the event stream) leave them empty.
 	ServerName string `json:"server_name,omitempty" doc:"The server's name; absent when unknown (the server was deleted, or in the event stream)"`
 	// AppID is the application the job works for; "" for none.
-	AppID   string `json:"app_id,omitempty" doc:"The application the job works for (a deploy, a removal, an app's logs, a domain check); absent for other jobs"`
-	AppName string `json:"app_name,omitempty" doc:"The application's name; absent when there is none or it is unknown"`
-	Type    string `json:"type"`
+	AppID          string          `json:"app_id,omitempty" doc:"The application the job works for (a deploy, a removal, an app's logs, a domain check); absent for other jobs"`
+	AppName        string          `json:"app_name,omitempty" doc:"The application's name; absent when there is none or it is unknown"`
+	Type           string          `json:"type"`
 	Status         Status          `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
 	Payload        json.RawMessage `json:"payload" doc:"What the job was asked to do; administrators only"`
 	HasSecrets     bool            `json:"has_secrets" doc:"The job holds secrets for its agent; false once it ended (they are erased then)"`
@@ -85,15 +85,15 @@ type Job struct {
 	// ActorEmail.
 	Actor *JobActor `json:"actor" doc:"Who queued the job: a user (with their e-mail when known) or the control plane itself (system)"`
 	// ActorEmail is the creating user's e-mail, when the read looked it up.
-	ActorEmail string `json:"-"`
-	TimeoutSeconds int             `json:"timeout_seconds"`
-	LeaseSeconds   int             `json:"-"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	StartedAt      *time.Time      `json:"started_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
-	LeaseExpiresAt *time.Time      `json:"-"`
-	DeadlineAt     *time.Time      `json:"-"`
+	ActorEmail     string     `json:"-"`
+	TimeoutSeconds int        `json:"timeout_seconds"`
+	LeaseSeconds   int        `json:"-"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	StartedAt      *time.Time `json:"started_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	LeaseExpiresAt *time.Time `json:"-"`
+	DeadlineAt     *time.Time `json:"-"`
 	// QueueDeadlineAt is when the job fails with queue_timed_out if it is
 	// still queued then (see TypeSpec.QueueTimeout); nil: never.
 	QueueDeadlineAt *time.Time `json:"-"`
