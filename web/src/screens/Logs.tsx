@@ -76,7 +76,8 @@ export function Logs({ serverId, units, containers }: { serverId: string; units:
     } finally {
       busy.current = false;
       setReading(false);
-      if (followRef.current && sourceRef.current === from) timer.current = setTimeout(() => void read(), FOLLOW_PAUSE);
+      if (sourceRef.current !== from) void read(); // the source chosen while this one was read
+      else if (followRef.current) timer.current = setTimeout(() => void read(), FOLLOW_PAUSE);
     }
   }
 
