@@ -1052,7 +1052,7 @@ func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Ent
 		undo()
 		return Removal{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
 		Payload: agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge,
 			ProxySites: hostnames, Force: o.Force}})
 	if err != nil {

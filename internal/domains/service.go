@@ -273,7 +273,7 @@ func (s *Service) QueueCheck(ctx context.Context, actor audit.Actor, c audit.Ent
 	} else if !ok {
 		return jobs.Job{}, fault.Conflictf("server-not-enrolled", "The domain's server has no agent to check it.")
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, Type: agentproto.JobDomainCheck, CreatedBy: actor.ID,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.ApplicationID, Type: agentproto.JobDomainCheck, CreatedBy: actor.ID,
 		Payload: agentproto.DomainCheckPayload{Hostname: d.Hostname, TLSMode: d.TLSMode}})
 	if err != nil {
 		return jobs.Job{}, err

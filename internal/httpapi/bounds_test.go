@@ -71,7 +71,7 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 func (b *boundsEnv) state(t *testing.T) string {
 	t.Helper()
 	d := b.srv.deps
-	js, err := d.Jobs.List(b.ctx, "", jobs.MaxListLimit, jobs.AdminReader)
+	js, err := d.Jobs.List(b.ctx, jobs.ListFilter{}, jobs.MaxListLimit, jobs.AdminReader)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -31,6 +32,7 @@ type logReadInput struct {
 
 type logResultInput struct {
 	JobID string `path:"job_id" maxLength:"64"`
+	Wait  int    `query:"wait" minimum:"0" maximum:"30" doc:"Seconds to wait for the read to end, 0 to 30: the call answers as soon as the read is finished, or after this long with its state then. 0 (the default) answers at once"`
 }
 
 type logResultOutput struct {
@@ -52,7 +54,7 @@ func (s *Server) registerLogs() {
 	op(s, huma.Operation{
 		OperationID: "read-logs", Method: http.MethodPost, Path: "/api/v1/logs", Tags: tags,
 		Summary:       "Read a journal unit or a container log",
-		Description:   "Queues a logs.read job (202). Poll GET /api/v1/logs/{job_id} for the lines and a cursor; pass the cursor to the next read to continue with no duplicates and no gaps.",
+		Description:   "Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *logReadInput) (*acceptedOutput, error) {
 		b := in.Body
@@ -69,9 +71,11 @@ func (s *Server) registerLogs() {
 		OperationID: "get-log-read", Method: http.MethodGet, Path: "/api/v1/logs/{job_id}", Tags: tags,
 		Summary: "Lines and cursor of a log read", Errors: []int{http.StatusNotFound},
 		Description: "Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and " +
-			"error class only, with no lines and redacted true.",
+			"error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as " +
+			"the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or " +
+			"running, no lines yet): one request gets the lines of a read that ends in time, without polling.",
 	}, SignedIn, func(ctx context.Context, in *logResultInput) (*logResultOutput, error) {
-		res, err := s.deps.Logs.Get(ctx, in.JobID, reader(ctx))
+		res, err := s.deps.Logs.Get(ctx, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx))
 		if err != nil {
 			return nil, err
 		}

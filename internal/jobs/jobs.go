@@ -30,7 +30,10 @@ package jobs
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/ids"
 )
 
 // Status is a job's state.
@@ -63,22 +66,34 @@ const (
 
 // Job is one unit of work on one server.
 type Job struct {
-	ID             string          `json:"id"`
-	ServerID       string          `json:"server_id"`
+	ID       string `json:"id"`
+	ServerID string `json:"server_id"`
+	// ServerName, AppName and Actor's e-mail name what the ids point at;
+	// the job list and a single job's read fill them in, other views
+	// (the event stream) leave them empty.
+	ServerName string `json:"server_name,omitempty" doc:"The server's name; absent when unknown (the server was deleted, or in the event stream)"`
+	// AppID is the application the job works for; "" for none.
+	AppID          string          `json:"app_id,omitempty" doc:"The application the job works for (a deploy, a removal, an app's logs, a domain check); absent for other jobs"`
+	AppName        string          `json:"app_name,omitempty" doc:"The application's name; absent when there is none or it is unknown"`
 	Type           string          `json:"type"`
 	Status         Status          `json:"status" enum:"queued,running,succeeded,failed,cancelled"`
 	Payload        json.RawMessage `json:"payload" doc:"What the job was asked to do; administrators only"`
 	HasSecrets     bool            `json:"has_secrets" doc:"The job holds secrets for its agent; false once it ended (they are erased then)"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	CreatedBy      string          `json:"created_by,omitempty"`
-	TimeoutSeconds int             `json:"timeout_seconds"`
-	LeaseSeconds   int             `json:"-"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	StartedAt      *time.Time      `json:"started_at"`
-	FinishedAt     *time.Time      `json:"finished_at"`
-	LeaseExpiresAt *time.Time      `json:"-"`
-	DeadlineAt     *time.Time      `json:"-"`
+	// Actor is who queued the job, set by For from CreatedBy and
+	// ActorEmail.
+	Actor *JobActor `json:"actor" doc:"Who queued the job: a user (with their e-mail when known) or the control plane itself (system)"`
+	// ActorEmail is the creating user's e-mail, when the read looked it up.
+	ActorEmail     string     `json:"-"`
+	TimeoutSeconds int        `json:"timeout_seconds"`
+	LeaseSeconds   int        `json:"-"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+	StartedAt      *time.Time `json:"started_at"`
+	FinishedAt     *time.Time `json:"finished_at"`
+	LeaseExpiresAt *time.Time `json:"-"`
+	DeadlineAt     *time.Time `json:"-"`
 	// QueueDeadlineAt is when the job fails with queue_timed_out if it is
 	// still queued then (see TypeSpec.QueueTimeout); nil: never.
 	QueueDeadlineAt *time.Time `json:"-"`
@@ -107,6 +122,45 @@ type Job struct {
 	// LateResult is nil unless the agent reported a result after the job
 	// had been failed with agent_lost.
 	LateResult *LateResult `json:"late_result" doc:"A result the agent reported after the job was failed because its lease lapsed (agent_lost), e.g. across a control-plane restart or a network partition; null when none came. The job's status stays failed; the job type's records (a deployment, a backup run) are corrected from it"`
+}
+
+// JobActor is who queued a job.
+type JobActor struct {
+	Type  string `json:"type" enum:"user,agent,system" doc:"user: a signed-in user; agent: a server's agent; system: the control plane on its own (a schedule, a webhook, a retry)"`
+	ID    string `json:"id,omitempty" doc:"The user's or server's id; absent for system"`
+	Email string `json:"email,omitempty" doc:"The user's e-mail address, when known"`
+}
+
+// Actor types.
+const (
+	ActorUser   = "user"
+	ActorAgent  = "agent"
+	ActorSystem = "system"
+)
+
+// ActorOf names who created a job from its created_by: a user id, a
+// server id (its agent), or nothing (the control plane).
+func ActorOf(createdBy, email string) JobActor {
+	switch {
+	case strings.HasPrefix(createdBy, ids.User+"_"):
+		return JobActor{Type: ActorUser, ID: createdBy, Email: email}
+	case strings.HasPrefix(createdBy, ids.Server+"_"):
+		return JobActor{Type: ActorAgent, ID: createdBy}
+	case createdBy == "":
+		return JobActor{Type: ActorSystem}
+	}
+	return JobActor{Type: ActorSystem, ID: createdBy}
+}
+
+// ListFilter selects jobs for List; every field set must match.
+type ListFilter struct {
+	ServerID string
+	AppID    string
+	Type     string
+	Status   Status
+	// Actor is "system" (jobs the control plane queued on its own), a
+	// user id, or a user's e-mail address.
+	Actor string
 }
 
 // LateResult is the result an agent reported for a job that the control
@@ -138,8 +192,12 @@ type Store interface {
 	JobByIdempotencyKey(ctx context.Context, serverID, key string) (Job, error)
 	Job(ctx context.Context, id string) (Job, error)
 	JobEvents(ctx context.Context, id string) ([]Event, error)
-	// ListJobs returns jobs newest first; serverID "" means all servers.
-	ListJobs(ctx context.Context, serverID string, limit int) ([]Job, error)
+	// ListJobs returns the jobs that f selects, newest first, with the
+	// names of their server, application and creating user.
+	ListJobs(ctx context.Context, f ListFilter, limit int) ([]Job, error)
+	// JobNames returns the names of a job's server and application and
+	// the e-mail of the user who created it; "" for each unknown.
+	JobNames(ctx context.Context, serverID, appID, createdBy string) (serverName, appName, email string, err error)
 	// Every method that ends a job (CancelJob, FinishJob, ExpireJobs,
 	// ExpireQueuedJobs, EndServerJobs) erases its sealed secrets in the
 	// same conditional update: nothing reads them after the job ended.

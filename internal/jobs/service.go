@@ -181,6 +181,8 @@ type NewJob struct {
 	Secrets        map[string]string
 	IdempotencyKey string
 	CreatedBy      string
+	// AppID is the application the job works for, if any.
+	AppID string
 }
 
 // NewID returns a new job id, for NewJob.ID.
@@ -235,7 +237,7 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 	}
 	queueDeadline := now.Add(spec.QueueTimeout())
 	j = Job{
-		ID: id, ServerID: n.ServerID, Type: n.Type, Status: Queued, Payload: payload,
+		ID: id, ServerID: n.ServerID, AppID: n.AppID, Type: n.Type, Status: Queued, Payload: payload,
 		HasSecrets: len(n.Secrets) > 0, IdempotencyKey: n.IdempotencyKey, CreatedBy: n.CreatedBy,
 		TimeoutSeconds: int(spec.Timeout / time.Second), LeaseSeconds: int(s.lease / time.Second),
 		CreatedAt: now, UpdatedAt: now, QueueDeadlineAt: &queueDeadline, RequestHash: hash,
@@ -313,19 +315,70 @@ func (s *Service) Read(ctx context.Context, id string, r Reader) (Job, []Event, 
 	return j.For(r), EventsFor(r, ev), err
 }
 
-// List returns recent jobs, newest first, as r may read them.
-func (s *Service) List(ctx context.Context, serverID string, limit int, r Reader) ([]Job, error) {
+// List returns the jobs f selects, newest first, as r may read them, with
+// the names of their servers, applications and creating users.
+func (s *Service) List(ctx context.Context, f ListFilter, limit int, r Reader) ([]Job, error) {
 	if limit == 0 {
 		limit = DefaultListLimit
 	}
+	var errs fault.Fields
 	if limit < 1 || limit > MaxListLimit {
-		return nil, fault.Invalidf("limit", "must be between 1 and %d", MaxListLimit)
+		errs.Add("limit", "must be between 1 and %d", MaxListLimit)
 	}
-	list, err := s.store.ListJobs(ctx, serverID, limit)
+	if f.ServerID != "" && !validID(f.ServerID, ids.Server) {
+		errs.Add("server_id", "must be a server id (srv_…)")
+	}
+	if f.AppID != "" && !validID(f.AppID, "app") {
+		errs.Add("app_id", "must be an application id (app_…)")
+	}
+	if _, ok := Spec(f.Type); f.Type != "" && !ok {
+		errs.Add("type", "must be a job type, such as app.deploy or logs.read")
+	}
+	switch f.Status {
+	case "", Queued, Running, Succeeded, Failed, Cancelled:
+	default:
+		errs.Add("status", "must be queued, running, succeeded, failed or cancelled")
+	}
+	if a := f.Actor; a != "" && a != ActorSystem && !validID(a, ids.User) && (!strings.Contains(a, "@") || len(a) > 254) {
+		errs.Add("actor", "must be system, a user id (usr_…) or a user's e-mail address")
+	}
+	if err := errs.Err(); err != nil {
+		return nil, err
+	}
+	list, err := s.store.ListJobs(ctx, f, limit)
 	for i := range list {
 		list[i] = s.visible(list[i]).For(r)
 	}
 	return list, err
+}
+
+// validID reports whether id looks like an identifier with prefix.
+func validID(id, prefix string) bool {
+	if len(id) > 64 || !strings.HasPrefix(id, prefix+"_") || len(id) == len(prefix)+1 {
+		return false
+	}
+	for _, c := range id[len(prefix)+1:] {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Named fills in the names of the job's server and application and the
+// e-mail of the user who created it, as the list has them.
+func (s *Service) Named(ctx context.Context, j Job) (Job, error) {
+	server, app, email, err := s.store.JobNames(ctx, j.ServerID, j.AppID, j.CreatedBy)
+	if err != nil {
+		return j, err
+	}
+	j.ServerName, j.AppName = server, app
+	if j.Actor != nil && j.Actor.Type == ActorUser {
+		a := *j.Actor
+		a.Email = email
+		j.Actor = &a
+	}
+	return j, nil
 }
 
 // MaxWait bounds how long Wait waits.

@@ -65,6 +65,8 @@ func ByControlPlane(text string) bool {
 // For returns what r may read of the job. Every view of a job the API
 // serves goes through here.
 func (j Job) For(r Reader) Job {
+	a := ActorOf(j.CreatedBy, j.ActorEmail)
+	j.Actor = &a
 	if j.Error != nil {
 		c := ErrorClass(*j.Error)
 		j.ErrorClass = &c

@@ -165,7 +165,7 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 	if err != nil || got.Status != jobs.Running || got.FinishedAt != nil || got.Data != nil {
 		t.Fatalf("read while the hook runs: %+v, %v; want running", got, err)
 	}
-	list, err := js.List(ctx, res.ServerID, 10, jobs.AdminReader)
+	list, err := js.List(ctx, jobs.ListFilter{ServerID: res.ServerID}, 10, jobs.AdminReader)
 	if err != nil || len(list) != 1 || list[0].Status != jobs.Running {
 		t.Fatalf("list while the hook runs: %+v, %v; want running", list, err)
 	}

@@ -178,9 +178,10 @@ func (s *Service) Queue(ctx context.Context, r Read) (jobs.Job, error) {
 }
 
 // Get returns the result of a read job as r may read it: members get its
-// status and error class, not its lines.
-func (s *Service) Get(ctx context.Context, jobID string, r jobs.Reader) (Result, error) {
-	j, _, err := s.jobs.Read(ctx, jobID, r)
+// status and error class, not its lines. With wait, it answers once the
+// job is finished or wait (at most jobs.MaxWait) passed, as jobs.Wait.
+func (s *Service) Get(ctx context.Context, jobID string, wait time.Duration, r jobs.Reader) (Result, error) {
+	j, _, err := s.jobs.Wait(ctx, jobID, wait, r)
 	if err != nil {
 		return Result{}, err
 	}

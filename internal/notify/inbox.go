@@ -137,12 +137,17 @@ func Describe(ev events.Event, admin bool) Message {
 		var p events.DeployPayload
 		_ = json.Unmarshal(ev.Payload, &p)
 		m := Message{Link: "/applications/" + p.ApplicationID + "/deployments/" + p.DeploymentID}
+		// Told by names; the link leads to the deployment by its id.
+		what := p.ApplicationName
+		if p.Ref != "" {
+			what += " at " + p.Ref
+		}
 		if ev.Type == events.DeploySucceeded {
 			m.Title = fmt.Sprintf("Deployed %s", p.ApplicationName)
-			m.Body = fmt.Sprintf("Deployment %s of %s succeeded.", p.DeploymentID, p.ApplicationName)
+			m.Body = fmt.Sprintf("The deployment of %s succeeded.", what)
 		} else {
 			m.Title = fmt.Sprintf("Deployment of %s failed", p.ApplicationName)
-			m.Body = fmt.Sprintf("Deployment %s of %s failed; the previous release keeps serving.", p.DeploymentID, p.ApplicationName)
+			m.Body = fmt.Sprintf("The deployment of %s failed; the previous release keeps serving.", what)
 			if admin && p.Error != "" {
 				m.Body += " " + p.Error
 			}
@@ -171,7 +176,7 @@ func Describe(ev events.Event, admin bool) Message {
 		_ = json.Unmarshal(ev.Payload, &p)
 		m := Message{Link: "/databases/" + p.InstanceID + "/backups/" + p.RunID,
 			Title: fmt.Sprintf("Backup of %s failed", p.Database),
-			Body:  fmt.Sprintf("Backup %s of database %s on instance %s failed; it does not count as a backup.", p.RunID, p.Database, p.InstanceID)}
+			Body:  fmt.Sprintf("A %sbackup of database %s failed; it does not count as a backup.", trigger(p.Trigger), p.Database)}
 		if admin && p.Error != "" {
 			m.Body += " " + p.Error
 		}
@@ -203,12 +208,24 @@ func Describe(ev events.Event, admin bool) Message {
 		m := Message{Link: "/alerts/" + p.AlertID}
 		if ev.Type == events.AlertOpened {
 			m.Title = fmt.Sprintf("[%s] %s on %s", p.Severity, p.Kind, what)
-			m.Body = fmt.Sprintf("Alert %s opened: %s on %s is %g (threshold %g).", p.AlertID, p.Kind, what, p.Value, p.Threshold)
+			m.Body = fmt.Sprintf("An alert opened: %s on %s is %g (threshold %g).", p.Kind, what, p.Value, p.Threshold)
 		} else {
 			m.Title = fmt.Sprintf("Resolved: %s on %s", p.Kind, what)
-			m.Body = fmt.Sprintf("Alert %s (%s on %s) resolved.", p.AlertID, p.Kind, what)
+			m.Body = fmt.Sprintf("The alert on %s of %s resolved.", p.Kind, what)
 		}
 		return m
 	}
 	return Message{Title: string(ev.Type), Body: fmt.Sprintf("%s about %s %s.", ev.Type, ev.Subject.Type, ev.Subject.ID)}
+}
+
+// trigger is how a backup was started, as a word before "backup" ("" for
+// none).
+func trigger(t string) string {
+	switch t {
+	case "":
+		return ""
+	case "schedule":
+		return "scheduled "
+	}
+	return t + " "
 }

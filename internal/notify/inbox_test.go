@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -38,5 +39,40 @@ func TestDescribeBackupFailures(t *testing.T) {
 	}
 	if got, want := member.Link, "/databases/db_1/backups/run_1"; got != want {
 		t.Fatalf("link: got %q, want %q", got, want)
+	}
+}
+
+// TestDescribeNamesNotIDs: a message tells its objects by name; the ids
+// are in its link only.
+func TestDescribeNamesNotIDs(t *testing.T) {
+	for _, c := range []struct {
+		typ     events.Type
+		payload any
+		ids     []string
+		names   []string
+	}{
+		{events.DeploySucceeded, events.DeployPayload{DeploymentID: "dep_1", ApplicationID: "app_1", ApplicationName: "shop", Ref: "v1.2"},
+			[]string{"dep_1", "app_1"}, []string{"shop at v1.2"}},
+		{events.DeployFailed, events.DeployPayload{DeploymentID: "dep_1", ApplicationID: "app_1", ApplicationName: "shop"},
+			[]string{"dep_1", "app_1"}, []string{"shop"}},
+		{events.BackupFailed, events.BackupPayload{RunID: "bkr_1", InstanceID: "dbi_1", Database: "orders", Trigger: "schedule"},
+			[]string{"bkr_1", "dbi_1"}, []string{"scheduled backup of database orders"}},
+		{events.AlertOpened, events.AlertPayload{AlertID: "alr_1", Kind: "cpu", SubjectName: "web-1", Severity: "warning"},
+			[]string{"alr_1"}, []string{"cpu on web-1"}},
+		{events.AlertResolved, events.AlertPayload{AlertID: "alr_1", Kind: "cpu", SubjectName: "web-1"},
+			[]string{"alr_1"}, []string{"cpu of web-1"}},
+	} {
+		b, _ := json.Marshal(c.payload)
+		m := Describe(events.Event{Type: c.typ, Payload: b}, true)
+		for _, id := range c.ids {
+			if strings.Contains(m.Title+" "+m.Body, id) {
+				t.Errorf("%s: %q / %q names %s", c.typ, m.Title, m.Body, id)
+			}
+		}
+		for _, n := range c.names {
+			if !strings.Contains(m.Body, n) {
+				t.Errorf("%s: body %q lacks %q", c.typ, m.Body, n)
+			}
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -16,7 +17,7 @@ var _ jobs.Store = (*Store)(nil)
 
 const jobColumns = `id, server_id, type, status, payload, secrets != '' AS has_secrets, idempotency_key, request_hash, created_by,
 	timeout_seconds, lease_seconds, created_at, updated_at, started_at, lease_expires_at, deadline_at, finished_at, error, data, output,
-	hook_pending_at, late_status, late_error, late_data, late_at, acked_at, requeues, queue_deadline_at`
+	hook_pending_at, late_status, late_error, late_data, late_at, acked_at, requeues, queue_deadline_at, app_id`
 
 type jobRow struct {
 	ID             string         `db:"id"`
@@ -47,6 +48,7 @@ type jobRow struct {
 	AckedAt        sql.NullInt64  `db:"acked_at"`
 	Requeues       int            `db:"requeues"`
 	QueueDeadline  sql.NullInt64  `db:"queue_deadline_at"`
+	AppID          sql.NullString `db:"app_id"`
 }
 
 func rawOrNil(s sql.NullString) json.RawMessage {
@@ -62,7 +64,7 @@ func (r jobRow) job() jobs.Job {
 		TimeoutSeconds: r.TimeoutSeconds, LeaseSeconds: r.LeaseSeconds, CreatedAt: fromMS(r.CreatedAt), UpdatedAt: fromMS(r.UpdatedAt),
 		StartedAt: nullMS(r.StartedAt), LeaseExpiresAt: nullMS(r.LeaseExpiresAt), DeadlineAt: nullMS(r.DeadlineAt),
 		FinishedAt: nullMS(r.FinishedAt), Data: rawOrNil(r.Data), Output: rawOrNil(r.Output), HookPendingAt: nullMS(r.HookPendingAt),
-		AckedAt: nullMS(r.AckedAt), Requeues: r.Requeues, QueueDeadlineAt: nullMS(r.QueueDeadline)}
+		AckedAt: nullMS(r.AckedAt), Requeues: r.Requeues, QueueDeadlineAt: nullMS(r.QueueDeadline), AppID: r.AppID.String}
 	if r.Error.Valid {
 		e := r.Error.String
 		j.Error = &e
@@ -93,9 +95,9 @@ func (s *Store) InsertJob(ctx context.Context, j jobs.Job, sealedSecrets string)
 		queueDeadline = sql.NullInt64{Int64: ms(*j.QueueDeadlineAt), Valid: true}
 	}
 	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO jobs (id, server_id, type, status, payload, secrets, idempotency_key, request_hash,
-		created_by, timeout_seconds, lease_seconds, created_at, updated_at, queue_deadline_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		created_by, timeout_seconds, lease_seconds, created_at, updated_at, queue_deadline_at, app_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		j.ID, j.ServerID, j.Type, string(j.Status), string(j.Payload), sealedSecrets, nullString(j.IdempotencyKey), j.RequestHash,
-		j.CreatedBy, j.TimeoutSeconds, j.LeaseSeconds, ms(j.CreatedAt), ms(j.UpdatedAt), queueDeadline)
+		j.CreatedBy, j.TimeoutSeconds, j.LeaseSeconds, ms(j.CreatedAt), ms(j.UpdatedAt), queueDeadline, nullString(j.AppID))
 	if isUniqueViolation(err) {
 		return fault.Conflictf("idempotency-key", "A job with this idempotency key exists.")
 	}
@@ -148,23 +150,73 @@ func (s *Store) JobEvents(ctx context.Context, id string) ([]jobs.Event, error) 
 	return out, nil
 }
 
-// ListJobs returns jobs newest first.
-func (s *Store) ListJobs(ctx context.Context, serverID string, limit int) ([]jobs.Job, error) {
-	var rows []jobRow
-	var err error
-	if serverID == "" {
-		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+jobColumns+` FROM jobs ORDER BY id DESC LIMIT ?`), limit)
-	} else {
-		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE server_id = ? ORDER BY id DESC LIMIT ?`), serverID, limit)
+// ListJobs returns the jobs f selects, newest first, with the names of
+// their server, application and creating user. The newest jobs are picked
+// first, through the index of the filter (server, application, type,
+// status or creator, each with the id), and only those few are joined to
+// the names.
+func (s *Store) ListJobs(ctx context.Context, f jobs.ListFilter, limit int) ([]jobs.Job, error) {
+	var where []string
+	var args []any
+	if f.ServerID != "" {
+		where, args = append(where, "server_id = ?"), append(args, f.ServerID)
 	}
+	if f.AppID != "" {
+		where, args = append(where, "app_id = ?"), append(args, f.AppID)
+	}
+	if f.Type != "" {
+		where, args = append(where, "type = ?"), append(args, f.Type)
+	}
+	if f.Status != "" {
+		where, args = append(where, "status = ?"), append(args, string(f.Status))
+	}
+	switch {
+	case f.Actor == "":
+	case f.Actor == jobs.ActorSystem:
+		where = append(where, "created_by = ''")
+	case strings.Contains(f.Actor, "@"):
+		where, args = append(where, "created_by = (SELECT id FROM users WHERE email = ?)"), append(args, strings.ToLower(strings.TrimSpace(f.Actor)))
+	default:
+		where, args = append(where, "created_by = ?"), append(args, f.Actor)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = " WHERE " + strings.Join(where, " AND ")
+	}
+	args = append(args, limit)
+	var rows []struct {
+		jobRow
+		ServerName sql.NullString `db:"server_name"`
+		AppName    sql.NullString `db:"app_name"`
+		ActorEmail sql.NullString `db:"actor_email"`
+	}
+	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT j.*, s.name AS server_name, a.name AS app_name, u.email AS actor_email
+		FROM (SELECT `+jobColumns+` FROM jobs`+cond+` ORDER BY id DESC LIMIT ?) j
+		LEFT JOIN servers s ON s.id = j.server_id LEFT JOIN applications a ON a.id = j.app_id LEFT JOIN users u ON u.id = j.created_by
+		ORDER BY j.id DESC`), args...)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]jobs.Job, len(rows))
 	for i, r := range rows {
-		out[i] = s.jobOf(r)
+		out[i] = s.jobOf(r.jobRow)
+		out[i].ServerName, out[i].AppName, out[i].ActorEmail = r.ServerName.String, r.AppName.String, r.ActorEmail.String
 	}
 	return out, nil
+}
+
+// JobNames returns the name of a server and of an application and the
+// e-mail of a user; "" for each that is unknown.
+func (s *Store) JobNames(ctx context.Context, serverID, appID, createdBy string) (serverName, appName, email string, err error) {
+	var r struct {
+		Server sql.NullString `db:"server_name"`
+		App    sql.NullString `db:"app_name"`
+		Email  sql.NullString `db:"email"`
+	}
+	err = s.r.GetContext(ctx, &r, s.rebind(`SELECT (SELECT name FROM servers WHERE id = ?) AS server_name,
+		(SELECT name FROM applications WHERE id = ?) AS app_name, (SELECT email FROM users WHERE id = ?) AS email`),
+		serverID, appID, createdBy)
+	return r.Server.String, r.App.String, r.Email.String, err
 }
 
 // CancelJob cancels a queued job. The update is conditional on the job

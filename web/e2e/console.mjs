@@ -4,8 +4,9 @@
 //
 //   sign in with a computed TOTP code → the fleet → enroll a server and
 //   watch it come online without reloading → restart a container and watch
-//   its job finish live → read and follow its log → the jobs list and the
-//   job.
+//   its job finish live → its log's last lines at once, filtered by text
+//   and priority, then followed → the jobs list naming the job's server
+//   and actor, filtered through its address → the job.
 //
 // axe-core runs on every screen; screenshots of each, in light and dark
 // and at phone size, go to web/test-results/. Lines on stdout report to
@@ -169,15 +170,27 @@ try {
   const jobHref = await item.getByRole("link").getAttribute("href");
   say("job-succeeded", jobHref.split("/").pop(), String(seenAt));
 
-  // The container's log: a read, then following it as it grows.
+  // The container's log: its last lines as soon as it is chosen, then
+  // following it as it grows.
   await page.getByRole("tab", { name: "Logs" }).click();
   await page.getByLabel("Log source").selectOption(`container:${container}`);
-  await page.getByRole("button", { name: "Read", exact: true }).click();
   const log = page.getByLabel("Log lines");
   await page.waitForFunction(() => {
     const t = document.querySelector("pre.log")?.textContent ?? "";
-    return t !== "" && !t.startsWith("No lines read yet");
+    return / out \d+ \d+/.test(t) && / err \d+ \d+/.test(t);
   }, null, wait);
+  // Filtered in the page: by text, then by priority (stderr lines are err).
+  const shownLines = async () => ((await log.textContent()) ?? "").split("\n").filter(Boolean);
+  await page.getByLabel("Filter the lines").fill("out");
+  await page.waitForFunction(() => !/ err \d+ \d+/.test(document.querySelector("pre.log")?.textContent ?? ""), null, wait);
+  for (const l of await shownLines()) if (!/ out \d+ \d+$/.test(l)) throw new Error("the text filter let through: " + l);
+  await page.getByLabel("Filter the lines").fill("");
+  await page.getByLabel("Priority").selectOption("3");
+  await page.waitForFunction(() => !/ out \d+ \d+/.test(document.querySelector("pre.log")?.textContent ?? ""), null, wait);
+  const errLines = await shownLines();
+  if (!errLines.length || errLines.some((l) => !/ err +err \d+ \d+$/.test(l))) throw new Error("the priority filter shows: " + errLines.join(" | "));
+  await page.getByLabel("Priority").selectOption("");
+  say("logs-filtered");
   const count = async () => ((await log.textContent()) ?? "").split("\n").length;
   const before = await count();
   await page.getByLabel("Follow").check();
@@ -187,11 +200,34 @@ try {
   await axe(page, "server-logs");
   await shots(page, "server-logs");
 
-  // The jobs list and the job, with its events.
+  // The jobs list and the job, with its events. The list names the
+  // job's server and who queued it, not their ids.
+  const jobId = jobHref.split("/").pop();
   await page.getByRole("link", { name: "Jobs" }).click();
-  await page.locator(`tr[data-job="${jobHref.split("/").pop()}"]`).waitFor(wait);
+  const jobRow = page.locator(`tr[data-job="${jobId}"]`);
+  await jobRow.waitFor(wait);
+  const target = (await jobRow.locator("td[data-target]").textContent()) ?? "";
+  const actor = (await jobRow.locator("td[data-actor]").textContent()) ?? "";
+  if (target.trim() !== "browser-1" || /srv_/.test(target)) throw new Error("the job's target reads " + target);
+  if (actor.trim() !== process.env.CAPSTAN_EMAIL) throw new Error("the job's actor reads " + actor);
+  if (!/^srv_/.test((await jobRow.locator("td[data-target] [title]").first().getAttribute("title")) ?? "")) {
+    throw new Error("the server's id is not on hover");
+  }
   await axe(page, "jobs");
   await shots(page, "jobs");
+  // A filter chosen goes into the address; the address alone gives the view.
+  await page.getByLabel("State").selectOption("failed");
+  await page.waitForURL(/\/jobs\?status=failed$/, wait);
+  await page.getByText("No jobs match these filters.").waitFor(wait);
+  await page.goto(url + "/jobs?type=container.restart&status=succeeded");
+  await jobRow.waitFor(wait);
+  const types = await page.locator("tr[data-job] td:first-child").allTextContents();
+  if (!types.length || types.some((t) => t !== "container.restart")) throw new Error("filtered by type, the list shows " + types.join(", "));
+  if ((await page.getByLabel("Type").inputValue()) !== "container.restart") throw new Error("the type filter does not show the address's");
+  await page.goto(url + "/jobs?type=logs.read");
+  await page.locator("tr[data-job]").first().waitFor(wait);
+  if (await jobRow.count()) throw new Error("filtered by logs.read, the list shows the restart");
+  say("jobs-filtered");
   await page.goto(url + jobHref);
   await page.getByRole("heading", { name: "container.restart" }).waitFor(wait);
   await page.getByRole("heading", { name: "Events" }).waitFor(wait);

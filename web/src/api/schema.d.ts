@@ -2076,7 +2076,7 @@ export interface paths {
         };
         /**
          * Recent jobs, newest first
-         * @description Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
+         * @description Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -2098,7 +2098,7 @@ export interface paths {
         };
         /**
          * A job with its events and output
-         * @description Events, data, output and the error text are a job's output (log lines, command output) and are shown to administrators only. Members get the job's metadata and error class, an empty events list, and redacted true. With wait, the call answers as soon as the job is finished (succeeded, failed or cancelled), or after wait seconds with its state then.
+         * @description Events, data, output and the error text are a job's output (log lines, command output) and are shown to administrators only. Members get the job's metadata and error class, an empty events list, and redacted true. With wait, the call answers as soon as the job is finished (succeeded, failed or cancelled), or after wait seconds with its state then. Like the list, the job carries server_name, app_name and actor.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -2144,7 +2144,7 @@ export interface paths {
         put?: never;
         /**
          * Read a journal unit or a container log
-         * @description Queues a logs.read job (202). Poll GET /api/v1/logs/{job_id} for the lines and a cursor; pass the cursor to the next read to continue with no duplicates and no gaps.
+         * @description Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
          *
          *     Administrators only (403 admin-required for members).
          */
@@ -2164,7 +2164,7 @@ export interface paths {
         };
         /**
          * Lines and cursor of a log read
-         * @description Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true.
+         * @description Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or running, no lines yet): one request gets the lines of a read that ends in time, without polling.
          *
          *     Any signed-in user (administrator or member); members never get secrets or job output.
          */
@@ -4738,6 +4738,12 @@ export interface components {
             link?: string;
         };
         Job: {
+            /** @description Who queued the job: a user (with their e-mail when known) or the control plane itself (system) */
+            actor: components["schemas"]["JobActor"];
+            /** @description The application the job works for (a deploy, a removal, an app's logs, a domain check); absent for other jobs */
+            app_id?: string;
+            /** @description The application's name; absent when there is none or it is unknown */
+            app_name?: string;
             /** Format: date-time */
             created_at: string;
             created_by?: string;
@@ -4762,6 +4768,8 @@ export interface components {
             /** @description True when payload, data, output, events and the error text were withheld (the caller is not an administrator) */
             redacted: boolean;
             server_id: string;
+            /** @description The server's name; absent when unknown (the server was deleted, or in the event stream) */
+            server_name?: string;
             /** Format: date-time */
             started_at: string | null;
             /** @enum {string} */
@@ -4772,7 +4780,24 @@ export interface components {
             /** Format: date-time */
             updated_at: string;
         };
+        JobActor: {
+            /** @description The user's e-mail address, when known */
+            email?: string;
+            /** @description The user's or server's id; absent for system */
+            id?: string;
+            /**
+             * @description user: a signed-in user; agent: a server's agent; system: the control plane on its own (a schedule, a webhook, a retry)
+             * @enum {string}
+             */
+            type: "user" | "agent" | "system";
+        };
         JobDetail: {
+            /** @description Who queued the job: a user (with their e-mail when known) or the control plane itself (system) */
+            actor: components["schemas"]["JobActor"];
+            /** @description The application the job works for (a deploy, a removal, an app's logs, a domain check); absent for other jobs */
+            app_id?: string;
+            /** @description The application's name; absent when there is none or it is unknown */
+            app_name?: string;
             /** Format: date-time */
             created_at: string;
             created_by?: string;
@@ -4798,6 +4823,8 @@ export interface components {
             /** @description True when payload, data, output, events and the error text were withheld (the caller is not an administrator) */
             redacted: boolean;
             server_id: string;
+            /** @description The server's name; absent when unknown (the server was deleted, or in the event stream) */
+            server_name?: string;
             /** Format: date-time */
             started_at: string | null;
             /** @enum {string} */
@@ -14561,10 +14588,18 @@ export interface operations {
     "list-jobs": {
         parameters: {
             query?: {
+                /** @description Only jobs queued by this actor: a user id (usr_…), a user's e-mail address, or system (queued by the control plane on its own) */
+                actor?: string;
+                /** @description Only the jobs of this application (app_…): its deploys, removal, logs and domain checks */
+                app_id?: string;
                 /** @description How many jobs: 1 to 100; default 30 when absent */
                 limit?: number;
-                /** @description Only this server's jobs */
+                /** @description Only this server's jobs (srv_…) */
                 server_id?: string;
+                /** @description Only jobs in this state: queued, running, succeeded, failed or cancelled */
+                status?: string;
+                /** @description Only jobs of this type, e.g. app.deploy, logs.read, backup.run */
+                type?: string;
             };
             header?: never;
             path?: never;
@@ -14846,7 +14881,10 @@ export interface operations {
     };
     "get-log-read": {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Seconds to wait for the read to end, 0 to 30: the call answers as soon as the read is finished, or after this long with its state then. 0 (the default) answers at once */
+                wait?: number;
+            };
             header?: never;
             path: {
                 job_id: string;

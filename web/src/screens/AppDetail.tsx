@@ -1,9 +1,10 @@
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
-import { concernsApp, envChange, envFieldErrors, envRows, patchBody, settingsForm, unapplied, type EnvRow, type SettingsForm } from "../lib/apps";
+import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
+import { concernsApp, releaseName, envChange, envFieldErrors, envRows, patchBody, settingsForm, unapplied, type EnvRow, type SettingsForm } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
+import { filterLines, priorityNames } from "../lib/logs";
 import { useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
@@ -11,6 +12,7 @@ import { navigate } from "../lib/router";
 import { AppDomains, AppTraffic } from "./AppDomains";
 import { sourceText } from "./Apps";
 import { DeploymentList, DeploymentLive, useJobEnd } from "./Deployments";
+import { Named } from "./Jobs";
 import "./apps.css";
 
 type Detail = Schemas["ApplicationDetail"];
@@ -69,6 +71,10 @@ export function AppDetail({ id, tab = "" }: { id: string; tab?: string }) {
 }
 
 function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> }) {
+  const server = useResource(
+    async () => (await ok(api.GET("/api/v1/servers/{id}", { params: { path: { id: app.server_id } } }))).name,
+    [app.server_id],
+  );
   const admin = currentUser()?.admin ?? false;
   const [ref, setRef] = useState("");
   const [problem, setProblem] = useState<Problem | null>(null);
@@ -105,7 +111,10 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
           <dl class="facts">
             <dt>Server</dt>
             <dd>
-              <Link href={"/servers/" + app.server_id}>{app.server_id}</Link>
+              <Link href={"/servers/" + app.server_id}>
+                <Named name={server.data} id={app.server_id} />
+              </Link>{" "}
+              <CopyButton text={app.server_id} label="Copy id" />
             </dd>
             <dt>Source</dt>
             <dd class="apps-source">{sourceText(app)}</dd>
@@ -143,7 +152,18 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
               </>
             )}
             <dt>Current release</dt>
-            <dd>{app.current ? <Link href={"/deployments/" + app.current.id}>{app.current.id}</Link> : "none yet"}</dd>
+            <dd>
+              {app.current ? (
+                <>
+                  <Link href={"/deployments/" + app.current.id}>
+                    <span title={app.current.id}>{releaseName(app.current)}</span>
+                  </Link>{" "}
+                  <CopyButton text={app.current.id} label="Copy id" />
+                </>
+              ) : (
+                "none yet"
+              )}
+            </dd>
             {app.remove_error && (
               <>
                 <dt>Removal</dt>
@@ -154,7 +174,7 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
           {notApplied.length > 0 && app.latest && (
             <div class="not-applied" role="note" aria-label="Settings not applied">
               <p>
-                The latest deployment, <Link href={"/deployments/" + app.latest.id}>{app.latest.id}</Link>, failed: the live release
+                The latest deployment, <Link href={"/deployments/" + app.latest.id}><span title={app.latest.id}>{releaseName(app.latest)}</span></Link>, failed: the live release
                 runs without these settings.
               </p>
               <table class="table" aria-label="Settings the live release runs with">
@@ -403,14 +423,18 @@ function AppLogs({ app }: { app: Detail }) {
   const [read, setRead] = useState<Schemas["AppLogs"] | null>(null);
   const [problem, setProblem] = useState<Problem | null>(null);
   const errs = fieldErrors(problem);
+  const [text, setText] = useState("");
+  const [priority, setPriority] = useState("");
+  // The last lines are read as soon as the tab opens.
+  useEffect(() => void start(), []);
   useJobEnd(job, () => {
     if (!job) return;
     void ok(api.GET("/api/v1/applications/{id}/logs/{job_id}", { params: { path: { id: app.id, job_id: job.id } } }))
       .then(setRead)
       .catch((err) => setProblem(asProblem(err)));
   });
-  async function start(e: Event) {
-    e.preventDefault();
+  async function start(e?: Event) {
+    e?.preventDefault();
     setProblem(null);
     setRead(null);
     try {
@@ -463,10 +487,29 @@ function AppLogs({ app }: { app: Detail }) {
             {read.started_at && `, started ${ago(read.started_at)}`}
             {read.restart_count ? `, restarted ${read.restart_count} times` : ""}
           </p>
+          <div class="row wrap">
+            <label>
+              <span class="sr-only">Filter the lines</span>
+              <input type="search" name="log-filter" placeholder="Filter lines" value={text} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
+            </label>
+            <label>
+              <span class="sr-only">Priority</span>
+              <select name="log-priority" value={priority} onChange={(e) => setPriority((e.target as HTMLSelectElement).value)}>
+                <option value="">Every priority</option>
+                {priorityNames.map((n, i) => (
+                  <option key={n} value={String(i)}>
+                    {n} or more urgent
+                  </option>
+                ))}
+              </select>
+            </label>
+          </div>
           <pre class="log" aria-label="Log lines" tabIndex={0}>
             {(read.lines ?? []).length === 0
               ? "No lines."
-              : (read.lines ?? []).map((l) => `${new Date(l.at).toLocaleTimeString()} ${l.stream === "stderr" ? "! " : ""}${l.message}`).join("\n")}
+              : filterLines(read.lines ?? [], text, priority === "" ? null : Number(priority))
+                  .map((l) => `${new Date(l.at).toLocaleTimeString()} ${l.stream === "stderr" ? "! " : ""}${l.message}`)
+                  .join("\n") || "No line matches the filter."}
           </pre>
           {(read.slots ?? []).length > 0 && (
             <p class="muted">

@@ -2,6 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { EventLine } from "../components/EventLine";
 import { Link, useConfirm, type Confirmation, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
+import { imageLabel, shortDigest } from "../lib/jobs";
 import { concernsApp, concernsDeployment, deploymentDone, releaseName, rollbackObject } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { ago, duration } from "../lib/format";
@@ -99,7 +100,7 @@ export function DeploymentLive({ id, onEnd, full = false }: { id: string; onEnd?
         <dl class="facts">
           <dt>Image</dt>
           <dd>
-            <code>{d.image_id || r.image_id}</code>
+            <code title={d.image_id || r.image_id}>{d.spec.image ? imageLabel(d.spec.image) : shortDigest(d.image_id || r.image_id || "")}</code>
           </dd>
           {r.container_name && (
             <>

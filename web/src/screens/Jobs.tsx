@@ -1,50 +1,184 @@
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { EventLine } from "../components/EventLine";
-import { Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
+import { CopyButton, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { ago } from "../lib/format";
-import { finishedStates, mergeEvents, upsertJob } from "../lib/jobs";
+import {
+  actorLabel, finishedStates, jobDuration, jobFilterQuery, matchesJobFilter, mergeEvents, parseJobFilter, upsertJob, withNames,
+  type JobFilter,
+} from "../lib/jobs";
 import { useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
+import { navigate, useLocation } from "../lib/router";
 
 type Job = Schemas["Job"];
 type JobEvent = Schemas["Event"];
 
-// Jobs lists the newest jobs and keeps the list current from the stream.
+const jobStates = ["queued", "running", "succeeded", "failed", "cancelled"];
+
+// Named shows a name with its id on hover, or the id when no name is known.
+export function Named({ name, id }: { name?: string | null; id: string }) {
+  return name ? <span title={id}>{name}</span> : <code>{id}</code>;
+}
+
+// Jobs lists the newest jobs matching the filter in the page's query
+// (server, application, type, state, actor), each with its target's
+// names, and keeps the list current from the stream.
 export function Jobs() {
-  const res = useResource(async () => (await ok(api.GET("/api/v1/jobs", { params: { query: { limit: 100 } } }))).jobs ?? []);
+  const { query } = useLocation();
+  const filter = parseJobFilter(query);
+  const key = jobFilterQuery(filter);
+  const res = useResource(
+    async () => (await ok(api.GET("/api/v1/jobs", { params: { query: { limit: 100, ...filter } } }))).jobs ?? [],
+    [key],
+  );
   const { data: jobs, problem } = res;
-  useLive(["job"], (data, type) => {
-    if (type === "reset") void res.reload();
-    else res.set((list) => (list ? upsertJob(list, data as Job) : list));
-  });
+  // What the filters offer: the values seen in the lists loaded so far.
+  const [seen, setSeen] = useState<{ servers: Map<string, string>; apps: Map<string, string>; types: Set<string> }>(() => ({
+    servers: new Map(), apps: new Map(), types: new Set(),
+  }));
+  useEffect(() => {
+    if (!jobs) return;
+    setSeen((cur) => {
+      const next = { servers: new Map(cur.servers), apps: new Map(cur.apps), types: new Set(cur.types) };
+      for (const j of jobs) {
+        next.servers.set(j.server_id, j.server_name || next.servers.get(j.server_id) || j.server_id);
+        if (j.app_id) next.apps.set(j.app_id, j.app_name || next.apps.get(j.app_id) || j.app_id);
+        next.types.add(j.type);
+      }
+      return next;
+    });
+  }, [jobs]);
+  useLive(
+    ["job"],
+    (data, type) => {
+      if (type === "reset") return void res.reload();
+      res.set((list) => {
+        if (!list) return list;
+        const j = withNames(list, data as Job);
+        if (!matchesJobFilter(j, filter)) return list.some((x) => x.id === j.id) ? list.filter((x) => x.id !== j.id) : list;
+        return upsertJob(list, j);
+      });
+    },
+    [key],
+  );
+  const set = (k: keyof JobFilter, v: string) => navigate("/jobs" + jobFilterQuery({ ...filter, [k]: v || undefined }));
+  const options = (m: Map<string, string>, cur?: string) => {
+    const entries = [...m.entries()];
+    if (cur && !m.has(cur)) entries.push([cur, cur]);
+    return entries.sort((a, b) => a[1].localeCompare(b[1]));
+  };
+  const types = [...new Set([...seen.types, ...(filter.type ? [filter.type] : [])])].sort();
+  const [actor, setActor] = useState(filter.actor ?? "");
+  useEffect(() => setActor(filter.actor ?? ""), [filter.actor]);
   return (
     <section>
       <h1>Jobs</h1>
+      <form
+        class="row wrap filters"
+        aria-label="Filter jobs"
+        onSubmit={(e) => {
+          e.preventDefault();
+          set("actor", actor.trim());
+        }}
+      >
+        <label>
+          Server{" "}
+          <select name="server_id" value={filter.server_id ?? ""} onChange={(e) => set("server_id", (e.target as HTMLSelectElement).value)}>
+            <option value="">Any</option>
+            {options(seen.servers, filter.server_id).map(([id, name]) => (
+              <option key={id} value={id}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          App{" "}
+          <select name="app_id" value={filter.app_id ?? ""} onChange={(e) => set("app_id", (e.target as HTMLSelectElement).value)}>
+            <option value="">Any</option>
+            {options(seen.apps, filter.app_id).map(([id, name]) => (
+              <option key={id} value={id}>
+                {name}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Type{" "}
+          <select name="type" value={filter.type ?? ""} onChange={(e) => set("type", (e.target as HTMLSelectElement).value)}>
+            <option value="">Any</option>
+            {types.map((t) => (
+              <option key={t} value={t}>
+                {t}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          State{" "}
+          <select name="status" value={filter.status ?? ""} onChange={(e) => set("status", (e.target as HTMLSelectElement).value)}>
+            <option value="">Any</option>
+            {jobStates.map((t) => (
+              <option key={t} value={t}>
+                {t}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          Actor{" "}
+          <input
+            name="actor"
+            value={actor}
+            placeholder="e-mail or system"
+            onInput={(e) => setActor((e.target as HTMLInputElement).value)}
+            onBlur={() => actor.trim() !== (filter.actor ?? "") && set("actor", actor.trim())}
+          />
+        </label>
+        {key && (
+          <Link href="/jobs" aria-label="Clear the filters">
+            Clear filters
+          </Link>
+        )}
+      </form>
       <ProblemBox problem={problem} />
       {!jobs && !problem && <Loading what="jobs" />}
       {jobs && (
         <div class="card scroll-x">
-          <Table label="Jobs" columns={["Job", "Status", "Server", "Created", "Finished"]}>
+          <Table label="Jobs" columns={["Job", "Target", "Actor", "State", "Created", "Duration"]}>
             {jobs.map((j) => (
               <tr key={j.id} data-job={j.id}>
                 <td>
                   <Link href={"/jobs/" + j.id}>{j.type}</Link>
                 </td>
+                <td data-target>
+                  <Link href={"/servers/" + j.server_id}>
+                    <Named name={j.server_name} id={j.server_id} />
+                  </Link>
+                  {j.app_id && (
+                    <>
+                      {" / "}
+                      <Link href={"/applications/" + j.app_id}>
+                        <Named name={j.app_name} id={j.app_id} />
+                      </Link>
+                    </>
+                  )}
+                </td>
+                <td data-actor title={j.actor?.id ?? j.created_by}>
+                  {actorLabel(j)}
+                </td>
                 <td>
                   <StatusBadge status={j.status} />
                 </td>
-                <td>
-                  <Link href={"/servers/" + j.server_id}>{j.server_id}</Link>
-                </td>
-                <td>{ago(j.created_at)}</td>
-                <td>{j.finished_at ? ago(j.finished_at) : "–"}</td>
+                <td title={new Date(j.created_at).toLocaleString()}>{ago(j.created_at)}</td>
+                <td>{jobDuration(j)}</td>
               </tr>
             ))}
           </Table>
-          {jobs.length === 0 && <p class="muted">No jobs yet.</p>}
+          {jobs.length === 0 && <p class="muted">{key ? "No jobs match these filters." : "No jobs yet."}</p>}
         </div>
       )}
     </section>
@@ -66,7 +200,7 @@ export function JobDetail({ id }: { id: string }) {
       if (type === "job" && data?.id === id) {
         // A finished job's data and output come from the job itself.
         if (finishedStates.includes(data.status)) void load();
-        else setJob((cur) => (cur ? { ...cur, ...data, events: cur.events } : cur));
+        else setJob((cur) => (cur ? { ...cur, ...data, server_name: cur.server_name, app_name: cur.app_name, actor: cur.actor, events: cur.events } : cur));
       }
       if (type === "job.events" && data?.job_id === id) {
         setJob((cur) => (cur ? { ...cur, events: mergeEvents(cur.events ?? [], data.events as JobEvent[]) } : cur));
@@ -105,12 +239,28 @@ export function JobDetail({ id }: { id: string }) {
         <dl class="facts">
           <dt>Id</dt>
           <dd>
-            <code>{job.id}</code>
+            <code>{job.id}</code> <CopyButton text={job.id} label="Copy id" />
           </dd>
           <dt>Server</dt>
           <dd>
-            <Link href={"/servers/" + job.server_id}>{job.server_id}</Link>
+            <Link href={"/servers/" + job.server_id}>
+              <Named name={job.server_name} id={job.server_id} />
+            </Link>
           </dd>
+          {job.app_id && (
+            <>
+              <dt>App</dt>
+              <dd>
+                <Link href={"/applications/" + job.app_id}>
+                  <Named name={job.app_name} id={job.app_id} />
+                </Link>
+              </dd>
+            </>
+          )}
+          <dt>Actor</dt>
+          <dd title={job.actor?.id ?? job.created_by}>{actorLabel(job)}</dd>
+          <dt>Duration</dt>
+          <dd>{jobDuration(job)}</dd>
           <dt>Created</dt>
           <dd>{new Date(job.created_at).toLocaleString()}</dd>
           <dt>Started</dt>
