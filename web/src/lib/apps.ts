@@ -254,7 +254,7 @@ export function trafficSeries(points: { t: string; count: number; status_2xx: nu
       { label: "4xx", values: points.map((p) => p.status_4xx) },
       { label: "5xx", values: points.map((p) => p.status_5xx) },
     ],
-    p95: [{ label: "p95", values: points.map((p) => p.p95_ms), unit: " ms" }],
+    p95: [{ label: "p95", values: points.map((p) => p.p95_ms) }],
     bytes: [{ label: "Bytes out", values: points.map((p) => p.bytes_out) }],
   };
 }

@@ -3,7 +3,7 @@ import { api, ok, type Schemas } from "../api/client";
 import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
 import { concernsApp, releaseName, envChange, envFieldErrors, envRows, patchBody, settingsForm, unapplied, type EnvRow, type SettingsForm } from "../lib/apps";
 import { currentUser } from "../lib/auth";
-import { ago } from "../lib/format";
+import { Ago } from "../components/Ago";
 import { filterLines, priorityNames } from "../lib/logs";
 import { useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
@@ -235,7 +235,7 @@ function Parts({ app, kind }: { app: Detail; kind: "compose" | "service" }) {
   return (
     <div class="card scroll-x">
       <h2>{kind === "compose" ? "Services" : "Release slots"}</h2>
-      <p class="muted">{at ? `From the server's inventory of ${ago(at)}.` : "The server has sent no inventory yet."}</p>
+      <p class="muted">{at ? <>From the server's inventory of <Ago at={at} />.</> : "The server has sent no inventory yet."}</p>
       {kind === "compose" ? (
         <Table label="Services" columns={["Service", "State", "Status", "Container", "Restarts"]}>
           {(app.services?.services ?? []).map((s) => (
@@ -484,7 +484,7 @@ function AppLogs({ app }: { app: Detail }) {
           {read.error && <p class="lvl-error">{read.error}</p>}
           <p class="muted">
             {read.unit ? `Unit ${read.unit}` : "Container"} {read.state && `is ${read.state}`}
-            {read.started_at && `, started ${ago(read.started_at)}`}
+            {read.started_at && <>, started <Ago at={read.started_at} /></>}
             {read.restart_count ? `, restarted ${read.restart_count} times` : ""}
           </p>
           <div class="row wrap">

@@ -4,11 +4,12 @@ import { Chart } from "../components/Chart";
 import { Field, Link, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { certLeft, trafficSeries } from "../lib/apps";
 import { currentUser } from "../lib/auth";
-import { ago, bytes } from "../lib/format";
+import { bytes } from "../lib/format";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { useJobEnd } from "./Deployments";
 import "./apps.css";
+import { Ago } from "../components/Ago";
 
 type Detail = Schemas["ApplicationDetail"];
 type Domain = Schemas["Domain"];
@@ -163,7 +164,7 @@ function DomainCard(props: { d: Domain; admin: boolean; reload: () => Promise<vo
       </div>
       <p class="muted">
         TLS {tlsLabel[d.tls_mode]}
-        {d.redirect_www ? `; www.${d.hostname} redirects here` : ""}; added {ago(d.created_at)}.
+        {d.redirect_www ? `; www.${d.hostname} redirects here` : ""}; added <Ago at={d.created_at} />.
       </p>
       {d.proxy.status === "failed" && (
         <p class="lvl-error" role="alert" data-proxy="failed">
@@ -184,7 +185,7 @@ function DomainCard(props: { d: Domain; admin: boolean; reload: () => Promise<vo
         <dl class="facts">
           <dt>Check</dt>
           <dd>
-            <StatusBadge status={c.status} /> {ago(c.checked_at)}
+            <StatusBadge status={c.status} /> <Ago at={c.checked_at} />
           </dd>
           <dt>DNS</dt>
           <dd>
@@ -277,9 +278,9 @@ export function AppTraffic({ app }: { app: Detail }) {
           </div>
           {s.t.length > 0 && (
             <div class="charts">
-              <Chart title="Requests" times={s.t} series={s.requests} />
-              <Chart title="p95 latency" times={s.t} series={s.p95} />
-              <Chart title="Bytes out" times={s.t} series={s.bytes} />
+              <Chart title="Requests" kind="count" times={s.t} series={s.requests} />
+              <Chart title="p95 latency" kind="ms" times={s.t} series={s.p95} />
+              <Chart title="Bytes out" kind="bytes" times={s.t} series={s.bytes} />
             </div>
           )}
         </>

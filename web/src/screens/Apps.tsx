@@ -4,7 +4,7 @@ import { api, ok, type Schemas } from "../api/client";
 import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { lazy } from "../components/lazy";
 import { currentUser } from "../lib/auth";
-import { ago } from "../lib/format";
+import { Ago } from "../components/Ago";
 import { createBody, emptyForm, sourcesOf, withKind, type AppForm, type Kind, type KV, type SourceType } from "../lib/apps";
 import { useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
@@ -78,7 +78,7 @@ export function Apps() {
                   <Link href={"/servers/" + a.server_id}>{data.names.get(a.server_id) ?? a.server_id}</Link>
                 </td>
                 <td class="apps-source">{sourceText(a)}</td>
-                <td>{ago(a.updated_at)}</td>
+                <td><Ago at={a.updated_at} /></td>
               </tr>
             ))}
           </Table>

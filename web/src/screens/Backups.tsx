@@ -20,13 +20,14 @@ import {
   type S3Form,
   type StorageStep,
 } from "../lib/backups";
-import { ago, bytes, duration } from "../lib/format";
+import { bytes, duration } from "../lib/format";
 import { finishedStates, mergeEvents } from "../lib/jobs";
 import { newestJob, useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate, useLocation } from "../lib/router";
 import "./ops.css";
+import { Ago } from "../components/Ago";
 
 type Run = Schemas["RunView"];
 type Job = Schemas["Job"];
@@ -215,8 +216,8 @@ export function Runs() {
                         {instances.names[i.instance_id] ?? i.instance_id}
                       </Link>
                     </td>
-                    <td>{ago(i.last_success_at)}</td>
-                    <td>{ago(i.last_verified_at)}</td>
+                    <td><Ago at={i.last_success_at} /></td>
+                    <td><Ago at={i.last_verified_at} /></td>
                     <td class={i.failures ? "lvl-error" : ""}>{i.failures}</td>
                   </tr>
                 ))}
@@ -265,7 +266,7 @@ export function Runs() {
             {runs.map((r) => (
               <tr key={r.id} data-run={r.id}>
                 <td>
-                  <Link href={"/backups/runs/" + r.id}>{ago(r.created_at)}</Link>
+                  <Link href={"/backups/runs/" + r.id}><Ago at={r.created_at} /></Link>
                 </td>
                 <td>{instances.names[r.instance_id] ?? r.instance_id}</td>
                 <td>{r.database || <span class="muted">whole instance</span>}</td>
@@ -655,7 +656,7 @@ export function Policies() {
                   {(p.stale ?? []).length
                     ? (p.stale ?? []).map((s) => (
                         <div key={s.database} class="lvl-error">
-                          {s.database || "instance"} since {ago(s.since)}
+                          {s.database || "instance"} since <Ago at={s.since} />
                         </div>
                       ))
                     : "–"}

@@ -4,7 +4,7 @@ import { Chart } from "../components/Chart";
 import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm, type Confirmation } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { finished } from "../lib/db";
-import { ago, bytes } from "../lib/format";
+import { bytes } from "../lib/format";
 import { useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
@@ -18,6 +18,7 @@ import { Query } from "./db/Query";
 import { useFollowed, type Instance } from "./db/run";
 import { Transfer } from "./db/Transfer";
 import "./databases.css";
+import { Ago } from "../components/Ago";
 
 type Tab = "overview" | "query" | "explore" | "keys" | "logins" | "transfer" | "attach";
 const tabNames: Record<Tab, string> = {
@@ -215,7 +216,7 @@ function Overview({ inst, admin, reload }: { inst: Instance; admin: boolean; rel
                 <dt>Operations</dt>
                 <dd>{m.ops_per_second != null ? `${m.ops_per_second.toFixed(1)}/s` : "–"}</dd>
                 <dt>Sampled</dt>
-                <dd>{ago(m.at)}</dd>
+                <dd><Ago at={m.at} /></dd>
               </dl>
             )
           ) : (
@@ -374,9 +375,9 @@ function Metrics({ inst }: { inst: Instance }) {
         { label: "Connections", values: pts.map((p) => p.connections) },
         { label: "Limit", values: pts.map((p) => p.max_connections) },
       ],
-      size: [{ label: inst.kind === "kv" ? "Keys" : "Size MiB", values: pts.map((p) => (inst.kind === "kv" ? p.keys : p.size_bytes == null ? null : p.size_bytes / 1048576)) }],
-      mem: [{ label: "Memory MiB", values: pts.map((p) => (p.memory_bytes == null ? null : p.memory_bytes / 1048576)) }],
-      ops: [{ label: "Operations/s", values: pts.map((p) => p.ops_per_second) }],
+      size: [{ label: inst.kind === "kv" ? "Keys" : "Size", values: pts.map((p) => (inst.kind === "kv" ? p.keys : p.size_bytes)) }],
+      mem: [{ label: "Memory", values: pts.map((p) => p.memory_bytes) }],
+      ops: [{ label: "Operations", values: pts.map((p) => p.ops_per_second) }],
       errors: pts.reduce((n, p) => n + p.errors, 0),
     };
   }, [data]);
@@ -399,17 +400,17 @@ function Metrics({ inst }: { inst: Instance }) {
         <div class="charts">
           {(
             [
-              ["Connections", charts.conn],
-              [inst.kind === "kv" ? "Keys" : "Size", charts.size],
-              ["Memory", charts.mem],
-              ["Operations", charts.ops],
+              ["Connections", "count", charts.conn],
+              [inst.kind === "kv" ? "Keys" : "Size", inst.kind === "kv" ? "count" : "bytes", charts.size],
+              ["Memory", "bytes", charts.mem],
+              ["Operations", "perSecond", charts.ops],
             ] as const
           )
             // A figure the engine does not report (an external instance's
             // memory) has no chart.
-            .filter(([, series]) => series.some((s) => s.values.some((v) => v != null)))
-            .map(([title, series]) => (
-              <Chart key={title} title={title} times={charts.t} series={series} />
+            .filter(([, , series]) => series.some((s) => s.values.some((v) => v != null)))
+            .map(([title, kind, series]) => (
+              <Chart key={title} title={title} kind={kind} times={charts.t} series={series} />
             ))}
         </div>
       )}

@@ -5,13 +5,14 @@ import { Link, useConfirm, type Confirmation, Loading, ProblemBox, StatusBadge, 
 import { imageLabel, shortDigest } from "../lib/jobs";
 import { concernsApp, concernsDeployment, deploymentDone, releaseName, rollbackObject } from "../lib/apps";
 import { currentUser } from "../lib/auth";
-import { ago, duration } from "../lib/format";
+import { duration } from "../lib/format";
 import { finishedStates, mergeEvents } from "../lib/jobs";
 import { newestJob, useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./apps.css";
+import { Ago } from "../components/Ago";
 
 type Deployment = Schemas["Deployment"];
 type Detail = Schemas["DeploymentDetail"];
@@ -82,7 +83,7 @@ export function DeploymentLive({ id, onEnd, full = false }: { id: string; onEnd?
         <strong>{releaseName(d)}</strong>
         {d.rollback_of && <span class="muted">rollback to {d.rollback_of}</span>}
         <span class="muted">
-          {d.started_at ? `started ${ago(d.started_at)}` : `queued ${ago(d.created_at)}`}
+          {d.started_at ? <Ago prefix="started " at={d.started_at} /> : <Ago prefix="queued " at={d.created_at} />}
           {d.finished_at && d.started_at ? `, took ${duration(Date.parse(d.finished_at) - Date.parse(d.started_at))}` : ""}
         </span>
         {!full && <Link href={"/deployments/" + d.id}>Open the deployment</Link>}
@@ -295,7 +296,7 @@ export function DeploymentList({ app, onChange }: { app: Schemas["ApplicationDet
                 <td>
                   <StatusBadge status={d.status} />
                 </td>
-                <td>{ago(d.created_at)}</td>
+                <td><Ago at={d.created_at} /></td>
                 <td>{d.finished_at && d.started_at ? duration(Date.parse(d.finished_at) - Date.parse(d.started_at)) : "–"}</td>
                 {admin && (
                   <td>

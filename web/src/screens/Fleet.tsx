@@ -3,12 +3,13 @@ import { api, ok } from "../api/client";
 import { Link, ProblemBox, StatusBadge } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { counts, fromColumns, queryFromURL, queryToURL, tagsOf, view, type FleetQuery, type FleetServer, type SortKey } from "../lib/fleet";
-import { ago, percent } from "../lib/format";
+import { percent } from "../lib/format";
 import { navigate } from "../lib/router";
 import { serverStatusAfter, useLive } from "../lib/live";
 import { useResource } from "../lib/resource";
 import { visibleRange } from "../lib/virtual";
 import { Batches, sparkPoints } from "../lib/spark";
+import { Ago } from "../components/Ago";
 
 type Server = FleetServer;
 
@@ -184,7 +185,6 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
     const t = setTimeout(() => sparks.want(rows.slice(start, end).filter((s) => s.cpu != null).map((s) => s.id)), 250);
     return () => clearTimeout(t);
   }, [start, end, rows]);
-  const now = Date.now();
   return (
     <div class="table" role="table" aria-label="Servers" aria-rowcount={rows.length + 1}>
       <div class="thead" role="rowgroup">
@@ -227,7 +227,7 @@ function FleetTable({ rows, q, onSort }: { rows: Server[]; q: FleetQuery; onSort
                   <Meter label="Disk" value={s.disk} />
                 </div>
                 <div role="cell" class="c-seen">
-                  {ago(s.last_seen, now)}
+                  <Ago at={s.last_seen} />
                 </div>
               </div>
             );

@@ -2,7 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
-import { ago } from "../lib/format";
+import { Ago } from "../components/Ago";
 import { manifestForm, manifestReturn, once, setupReturn } from "../lib/githost";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource, type Resource } from "../lib/resource";
@@ -103,7 +103,7 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
         <>
           <p>
             <StatusBadge status="connected" /> GitHub App <a href={s.app.html_url}>{s.app.name}</a> of {s.app.owner}, connected{" "}
-            {ago(s.app.connected_at)}.
+            <Ago at={s.app.connected_at} />.
           </p>
           {installs.length > 0 ? (
             <div class="scroll-x">
@@ -115,7 +115,7 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
                     </td>
                     <td>{i.repository_selection === "selected" ? "selected ones" : i.repository_selection === "all" ? "all" : "?"}</td>
                     <td>{i.id}</td>
-                    <td>{ago(i.created_at)}</td>
+                    <td><Ago at={i.created_at} /></td>
                   </tr>
                 ))}
               </Table>

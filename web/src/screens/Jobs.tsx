@@ -3,7 +3,7 @@ import { api, ok, type Schemas } from "../api/client";
 import { EventLine } from "../components/EventLine";
 import { CopyButton, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
-import { ago } from "../lib/format";
+import { Ago } from "../components/Ago";
 import {
   actorLabel, finishedStates, jobDuration, jobFilterQuery, matchesJobFilter, mergeEvents, parseJobFilter, upsertJob, withNames,
   type JobFilter,
@@ -173,7 +173,7 @@ export function Jobs() {
                 <td>
                   <StatusBadge status={j.status} />
                 </td>
-                <td title={new Date(j.created_at).toLocaleString()}>{ago(j.created_at)}</td>
+                <td><Ago at={j.created_at} /></td>
                 <td>{jobDuration(j)}</td>
               </tr>
             ))}

@@ -2,7 +2,7 @@ import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Field, Link, Loading, ProblemBox, SubNav, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
-import { ago } from "../lib/format";
+import { Ago } from "../components/Ago";
 import { useLive } from "../lib/live";
 import {
   alertSubject,
@@ -173,15 +173,15 @@ export function Alerts() {
                   {unitText(a.value, a.unit)}
                   {a.unit !== "none" && <span class="muted"> (rule {unitText(a.threshold, a.unit)})</span>}
                 </td>
-                <td title={new Date(a.opened_at).toLocaleString()}>{ago(a.opened_at)}</td>
+                <td title={new Date(a.opened_at).toLocaleString()}><Ago at={a.opened_at} /></td>
                 <td>
                   <span class={"badge st-" + a.state}>{a.state}</span>
-                  {a.resolved_at && <span class="muted"> {ago(a.resolved_at)}</span>}
+                  {a.resolved_at && <span class="muted"> <Ago at={a.resolved_at} /></span>}
                 </td>
                 <td>
                   {a.acknowledged_at ? (
                     <span class="acked">
-                      ✓ {a.acknowledged_by === me ? "by you" : "by " + a.acknowledged_by} {ago(a.acknowledged_at)}
+                      ✓ {a.acknowledged_by === me ? "by you" : "by " + a.acknowledged_by} <Ago at={a.acknowledged_at} />
                     </span>
                   ) : a.state === "open" && admin ? (
                     <button type="button" onClick={() => void acknowledge(a)} aria-label={`Acknowledge ${kindLabel(a.kind)} on ${alertSubject(a)}`}>

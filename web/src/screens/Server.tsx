@@ -6,10 +6,11 @@ import { ServerContainers } from "./ServerContainers";
 import { ServerWorkloads } from "./ServerWorkloads";
 import { Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
-import { ago, bytes, percent } from "../lib/format";
+import { bytes, percent } from "../lib/format";
 import { newestJob, serverStatusAfter, useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
+import { Ago } from "../components/Ago";
 
 type Detail = Schemas["ServerDetail"];
 type Job = Schemas["Job"];
@@ -134,7 +135,7 @@ export function ServerDetail({ id }: { id: string }) {
                   <dt>Agent</dt>
                   <dd>{srv.agent_version || f.agent_version}</dd>
                   <dt>Last seen</dt>
-                  <dd>{ago(srv.last_seen_at)}</dd>
+                  <dd><Ago at={srv.last_seen_at} /></dd>
                 </dl>
               ) : (
                 <p class="muted">No facts yet: the agent has not enrolled.</p>
@@ -153,7 +154,7 @@ export function ServerDetail({ id }: { id: string }) {
                   <dt>Load</dt>
                   <dd>{m.load1.toFixed(2)}</dd>
                   <dt>Sampled</dt>
-                  <dd>{ago(m.at)}</dd>
+                  <dd><Ago at={m.at} /></dd>
                 </dl>
               ) : (
                 <p class="muted">No metrics yet.</p>
@@ -241,12 +242,12 @@ function Metrics({ id }: { id: string }) {
     const t = pts.map((p) => Date.parse(p.t) / 1000);
     return {
       t,
-      cpu: [{ label: "CPU %", values: pts.map((p) => p.cpu_percent), unit: "%" }],
-      mem: [{ label: "Memory %", values: pts.map((p) => p.memory_used_percent), unit: "%" }],
-      disk: [{ label: "Disk %", values: pts.map((p) => p.disk_used_percent), unit: "%" }],
+      cpu: [{ label: "CPU", values: pts.map((p) => p.cpu_percent) }],
+      mem: [{ label: "Memory", values: pts.map((p) => p.memory_used_percent) }],
+      disk: [{ label: "Disk", values: pts.map((p) => p.disk_used_percent) }],
       net: [
-        { label: "In B/s", values: pts.map((p) => p.net_rx_bytes_per_s) },
-        { label: "Out B/s", values: pts.map((p) => p.net_tx_bytes_per_s) },
+        { label: "In", values: pts.map((p) => p.net_rx_bytes_per_s) },
+        { label: "Out", values: pts.map((p) => p.net_tx_bytes_per_s) },
       ],
     };
   }, [data]);
@@ -266,10 +267,10 @@ function Metrics({ id }: { id: string }) {
       {data && charts.t.length === 0 && <p class="muted">No samples in this range.</p>}
       {data && charts.t.length > 0 && (
         <div class="charts">
-          <Chart title="CPU" times={charts.t} series={charts.cpu} max={100} />
-          <Chart title="Memory" times={charts.t} series={charts.mem} max={100} />
-          <Chart title="Disk" times={charts.t} series={charts.disk} max={100} />
-          <Chart title="Network" times={charts.t} series={charts.net} />
+          <Chart title="CPU" kind="percent" times={charts.t} series={charts.cpu} />
+          <Chart title="Memory" kind="percent" times={charts.t} series={charts.mem} />
+          <Chart title="Disk" kind="percent" times={charts.t} series={charts.disk} />
+          <Chart title="Network" kind="rate" times={charts.t} series={charts.net} />
         </div>
       )}
     </div>

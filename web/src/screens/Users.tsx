@@ -2,7 +2,7 @@ import { useRef, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { CopyButton, Field, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
-import { ago } from "../lib/format";
+import { Ago } from "../components/Ago";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
@@ -113,7 +113,7 @@ export function Users() {
                   <StatusBadge status={u.disabled ? "disabled" : "enabled"} />
                 </span>
               </div>
-              <p class="muted">Last sign-in: {u.last_sign_in_at ? ago(u.last_sign_in_at) : "never"}</p>
+              <p class="muted">Last sign-in: <Ago at={u.last_sign_in_at} /></p>
               <div class="row wrap">
                 <button type="button" onClick={() => confirm.ask({ user: u, kind: "role" })}>
                   {u.admin ? "Make a member" : "Make an administrator"}
@@ -231,7 +231,7 @@ function Invitations({ onAccepted }: { onAccepted: () => void }) {
                 <span class="row">
                   <StatusBadge status={inv.status} />
                   <span class="muted">
-                    {inv.status === "pending" ? "invited " + ago(inv.created_at) + " by " + inv.invited_by : ""}
+                    {inv.status === "pending" ? <>invited <Ago at={inv.created_at} /> by {inv.invited_by}</> : ""}
                   </span>
                   {inv.status === "pending" && (
                     <button type="button" onClick={() => confirm.ask(inv)}>

@@ -7,6 +7,7 @@ import { asProblem, ProblemError, type Problem } from "../../lib/problem";
 import { useResource } from "../../lib/resource";
 import { JobLines } from "./JobLines";
 import { useFollowed, type Instance, type Job } from "./run";
+import { Ago } from "../../components/Ago";
 
 // exportOf says whether a job is an export of the instance.
 function exportOf(j: Job, id: string): boolean {
@@ -160,7 +161,7 @@ export function Transfer({ inst }: { inst: Instance }) {
                 <td>
                   <StatusBadge status={j.status} />
                 </td>
-                <td>{ago(j.finished_at ?? j.created_at)}</td>
+                <td><Ago at={j.finished_at ?? j.created_at} /></td>
                 <td class="num">{d?.bytes != null ? bytes(d.bytes) : "–"}</td>
                 <td>
                   {j.status === "succeeded" && (
