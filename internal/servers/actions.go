@@ -162,5 +162,23 @@ func (s *Service) QueueAction(ctx context.Context, actor audit.Actor, c audit.En
 	if err != nil || !created {
 		return j, created, err
 	}
-	return j, true, s.record(ctx, actor, c, ActionQueued, serverID, map[string]any{"job_id": j.ID, "type": actionType})
+	return j, true, s.record(ctx, actor, c, ActionQueued, serverID, actionDetails(j.ID, actionType, srv.Name, p))
+}
+
+// actionDetails are the audit details of a queued action: its job and
+// type, the server's name and the unit or container it acts on, so that
+// the log reads "restarted container web on server web-1".
+func actionDetails(jobID, actionType, server string, p any) map[string]any {
+	d := map[string]any{"job_id": jobID, "type": actionType, "server": server}
+	switch v := p.(type) {
+	case agentproto.ServicePayload:
+		d["unit"] = v.Unit
+	case agentproto.ServiceLogsPayload:
+		d["unit"] = v.Unit
+	case agentproto.ContainerPayload:
+		d["container"] = v.Container
+	case agentproto.ContainerLogsPayload:
+		d["container"] = v.Container
+	}
+	return d
 }

@@ -324,3 +324,29 @@ func TestTouchServersMany(t *testing.T) {
 		}
 	})
 }
+
+// A queued action's audit entry names the server and the container or
+// unit it acts on, so that the audit log can say what was done to what.
+func TestQueuedActionAuditNamesItsTarget(t *testing.T) {
+	forEachStore(t, func(t *testing.T, d store.Dialect) {
+		e := newEnv(t, d)
+		ctx := context.Background()
+		id, _ := e.enroll(t, "web-1")
+		for _, a := range []struct{ typ, payload, key, want string }{
+			{agentproto.JobContainerRestart, `{"container":"web"}`, "container", "web"},
+			{agentproto.JobServiceStop, `{"unit":"nginx.service"}`, "unit", "nginx.service"},
+		} {
+			if _, _, err := e.svc.QueueAction(ctx, admin, audit.Entry{}, id, a.typ, []byte(a.payload), ""); err != nil {
+				t.Fatal(err)
+			}
+			got, err := e.st.ListAudit(ctx, audit.Query{Limit: 1, Action: servers.ActionQueued})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("audit: %v, %v", got, err)
+			}
+			det := got[0].Details
+			if det["type"] != a.typ || det["server"] != "web-1" || det[a.key] != a.want || det["job_id"] == "" {
+				t.Fatalf("%s: details %v", a.typ, det)
+			}
+		}
+	})
+}

@@ -90,14 +90,14 @@ export function App() {
   let p: Record<string, string> | null;
   if (path === "/" || path === "/servers") screen = <Fleet />;
   else if (path === "/servers/new") screen = <Enroll />;
-  else if ((p = match("/servers/:id", path))) screen = <ServerDetail key={p.id} id={p.id} />;
+  else if ((p = match("/servers/:id", path) ?? match("/servers/:id/:tab", path))) screen = <ServerDetail key={p.id} id={p.id} tab={p.tab} />;
   else if (path === "/jobs") screen = <Jobs />;
   else if ((p = match("/jobs/:id", path))) screen = <JobDetail key={p.id} id={p.id} />;
   else if (path === "/monitoring") screen = <Alerts />;
   else if (path === "/monitoring/rules") screen = <Rules />;
   else if (path === "/databases") screen = <Databases />;
   else if (path === "/databases/new") screen = <NewDatabase />;
-  else if ((p = match("/databases/:id", path))) screen = <DatabaseDetail key={p.id} id={p.id} />;
+  else if ((p = match("/databases/:id", path) ?? match("/databases/:id/:tab", path))) screen = <DatabaseDetail key={p.id} id={p.id} tab={p.tab} />;
   else if (path === "/backups") screen = <BackupRuns />;
   else if (path === "/backups/policies") screen = <BackupPolicies />;
   else if (path === "/backups/storage") screen = <BackupStorage />;

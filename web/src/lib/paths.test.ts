@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { alias, match, safeNext } from "./paths";
+import { alias, match, safeNext, tabOf, tabPath } from "./paths";
 
 describe("paths", () => {
   it("matches route patterns", () => {
@@ -22,5 +22,17 @@ describe("paths", () => {
     expect(alias("/applications/app_1/deployments")).toBeNull();
     expect(alias("/databases/dbi_1")).toBeNull();
     expect(alias("/servers/srv_1")).toBeNull();
+  });
+  it("gives each tab of a page its own address", () => {
+    expect(tabPath("/servers/srv_1", "containers", "overview")).toBe("/servers/srv_1/containers");
+    expect(tabPath("/servers/srv_1", "overview", "overview")).toBe("/servers/srv_1");
+    expect(tabPath("/databases/dbi_1", "", "overview")).toBe("/databases/dbi_1");
+    expect(match("/servers/:id/:tab", "/servers/srv_1/containers")).toEqual({ id: "srv_1", tab: "containers" });
+  });
+  it("reads the tab from the address, the first one when unknown", () => {
+    const tabs = ["overview", "services", "containers"] as const;
+    expect(tabOf("containers", tabs)).toBe("containers");
+    expect(tabOf(undefined, tabs)).toBe("overview");
+    expect(tabOf("logs", tabs)).toBe("overview");
   });
 });

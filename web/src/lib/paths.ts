@@ -38,3 +38,16 @@ export function alias(path: string): string | null {
   if ((p = match("/applications/:app/deployments/:deployment", path))) return "/deployments/" + encodeURIComponent(p.deployment);
   return null;
 }
+
+// tabPath is the address of a tab of the page at base: the first tab is
+// the page itself (/servers/ID), the others a segment under it
+// (/servers/ID/containers), so that a tab can be linked to and back and
+// forward step through the tabs shown.
+export function tabPath(base: string, tab: string, first: string): string {
+  return !tab || tab === first ? base : base + "/" + encodeURIComponent(tab);
+}
+
+// tabOf is the tab an address names among the known ones, or the first.
+export function tabOf<T extends string>(wanted: string | undefined, known: readonly T[]): T {
+  return known.find((t) => t === wanted) ?? known[0];
+}

@@ -1,6 +1,7 @@
 import { useEffect, useState } from "preact/hooks";
+import { tabPath } from "./paths";
 
-export { alias, match, safeNext } from "./paths";
+export { alias, match, safeNext, tabOf, tabPath } from "./paths";
 
 // A small history router: the console's routes are plain paths, so that
 // links (the inbox's, a colleague's) open the page they name.
@@ -34,4 +35,10 @@ export function onLinkClick(e: MouseEvent) {
   if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
   e.preventDefault();
   navigate(a.getAttribute("href") ?? "/");
+}
+
+// selectTab returns what a page's tabs call to show a tab: it goes to
+// the tab's address (lib/paths.ts tabPath), in the history.
+export function selectTab(base: string, first: string): (tab: string) => void {
+  return (tab) => navigate(tabPath(base, tab, first));
 }

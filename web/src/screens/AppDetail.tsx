@@ -14,6 +14,7 @@ import { sourceText } from "./Apps";
 import { DeploymentList, DeploymentLive, useJobEnd } from "./Deployments";
 import { Named } from "./Jobs";
 import "./apps.css";
+import { useTitle } from "../lib/title";
 
 type Detail = Schemas["ApplicationDetail"];
 
@@ -34,6 +35,7 @@ export function AppDetail({ id, tab = "" }: { id: string; tab?: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/applications/{id}", { params: { path: { id }, query: { reveal: false } } })), [id]);
   const app = res.data;
   const admin = currentUser()?.admin ?? false;
+  useTitle(tabs.find((t) => t.id && t.id === tab)?.label, app?.name, "Applications");
   useLive(
     ["event", "job"],
     (data, type) => {

@@ -11,6 +11,7 @@ import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./apps.css";
+import { useTitle } from "../lib/title";
 
 type App = Schemas["Application"];
 
@@ -31,6 +32,7 @@ export function sourceText(a: Pick<App, "source" | "kind" | "compose_file">): st
 // Apps lists the applications with their status, kept current from the
 // stream (deployments and removals).
 export function Apps() {
+  useTitle("Applications");
   const res = useResource(async () => {
     const [list, servers] = await Promise.all([
       ok(api.GET("/api/v1/applications")),
@@ -122,6 +124,7 @@ export function KVRows(props: { label: string; rows: KV[]; onChange: (rows: KV[]
 // AppNew creates an application of any kind from any source its kind
 // takes; git sources pick an installation's repository and branch.
 export function AppNew({ serverId }: { serverId?: string }) {
+  useTitle("New application", "Applications");
   const [f, setF] = useState<AppForm>(() => emptyForm(serverId ?? ""));
   const [problem, setProblem] = useState<Problem | null>(null);
   const [busy, setBusy] = useState(false);

@@ -6,6 +6,7 @@ import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
 import { useResource } from "../lib/resource";
 import "./admin.css";
+import { useTitle } from "../lib/title";
 
 type Entry = Schemas["Entry"];
 
@@ -14,6 +15,7 @@ const PAGE = 50;
 // Audit: who did what, to what, when and from where, newest first, with
 // filters kept in the address and older pages on demand.
 export function Audit() {
+  useTitle("Audit log");
   const [filter, setFilter] = useState<AuditFilter>(() => filterFromURL(new URLSearchParams(location.search)));
   const [draft, setDraft] = useState<AuditFilter>(filter);
   const res = useResource(async () => {

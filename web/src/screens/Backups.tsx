@@ -28,6 +28,7 @@ import { useResource } from "../lib/resource";
 import { navigate, useLocation } from "../lib/router";
 import "./ops.css";
 import { Ago } from "../components/Ago";
+import { useTitle } from "../lib/title";
 
 type Run = Schemas["RunView"];
 type Job = Schemas["Job"];
@@ -149,6 +150,7 @@ function Verified({ run, busy }: { run: Run; busy: string }) {
 // filtered by instance, status and verification; kept current from the
 // stream. Administrators back up an instance now.
 export function Runs() {
+  useTitle("Backups");
   const { path, query } = useLocation();
   const filter = filterFromQuery(query);
   const key = filterToQuery(filter);
@@ -370,6 +372,7 @@ export function RunDetail({ id }: { id: string }) {
   const [label, setLabel] = useState("");
   const follow = useJob(() => void res.reload());
   const run = res.data;
+  useTitle(run && `Backup of ${run.database || (instances.names[run.instance_id] ?? run.instance_id)}`, "Backups");
   const problem = actionProblem ?? res.problem;
   const errs = fieldErrors(actionProblem);
 
@@ -626,6 +629,7 @@ export function RunDetail({ id }: { id: string }) {
 // Policies lists every instance's backup policy; administrators change
 // one at a time.
 export function Policies() {
+  useTitle("Policies", "Backups");
   const res = useResource(async () => (await ok(api.GET("/api/v1/backups/policies"))).policies ?? []);
   const [editing, setEditing] = useState<string | null>(null);
   const admin = currentUser()?.admin ?? false;
@@ -764,6 +768,7 @@ function PolicyEditor({ policy, onDone }: { policy: Policy; onDone: (p: Policy |
 // write-only), connect or disconnect the cloud drive, and test the
 // storage from a server, step by step, live.
 export function Storage() {
+  useTitle("Storage", "Backups");
   const admin = currentUser()?.admin ?? false;
   const settings = useResource(() => ok(api.GET("/api/v1/backups/settings")));
   const drive = useResource(async () => (admin ? ok(api.GET("/api/v1/backups/clouddrive")) : null));

@@ -19,6 +19,8 @@ import { useFollowed, type Instance } from "./db/run";
 import { Transfer } from "./db/Transfer";
 import "./databases.css";
 import { Ago } from "../components/Ago";
+import { selectTab, tabOf } from "../lib/router";
+import { useTitle } from "../lib/title";
 
 type Tab = "overview" | "query" | "explore" | "keys" | "logins" | "transfer" | "attach";
 const tabNames: Record<Tab, string> = {
@@ -34,11 +36,12 @@ const tabNames: Record<Tab, string> = {
 // DatabaseDetail is one instance: its state, figures and connection
 // details, and for administrators the query console, explorer, key
 // browser, logins, export and import, and attaching an application.
-export function DatabaseDetail({ id }: { id: string }) {
+export function DatabaseDetail({ id, tab: wanted }: { id: string; tab?: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/databases/{id}", { params: { path: { id } } })), [id]);
   const inst = res.data;
   const admin = currentUser()?.admin ?? false;
-  const [tab, setTab] = useState<Tab>("overview");
+  const setTab = selectTab("/databases/" + id, "overview");
+  useTitle(wanted && wanted in tabNames && wanted !== "overview" && tabNames[wanted as Tab], inst?.name, "Databases");
   // The instance's state changes when a job of its server ends. Until the
   // instance is loaded its server is not known, and any database job that
   // ends reloads it: the load under way may have read it before the job
@@ -63,6 +66,7 @@ export function DatabaseDetail({ id }: { id: string }) {
     ...(admin && inst.kind === "sql" ? (["transfer"] as Tab[]) : []),
     ...(admin ? (["attach"] as Tab[]) : []),
   ];
+  const tab = tabOf(wanted, tabs);
   return (
     <section class="db">
       <p>

@@ -9,6 +9,7 @@ import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./databases.css";
+import { useTitle } from "../lib/title";
 
 type Engine = Schemas["Engine"];
 
@@ -24,6 +25,7 @@ function useDatabaseJobs(reload: () => void) {
 // Databases lists the instances, external and managed, with their state
 // and newest figures.
 export function Databases() {
+  useTitle("Databases");
   const res = useResource(async () => {
     const [dbs, servers] = await Promise.all([ok(api.GET("/api/v1/databases")), ok(api.GET("/api/v1/servers"))]);
     return { dbs: dbs.databases ?? [], servers: new Map((servers.servers ?? []).map((s) => [s.id, s.name])) };
@@ -81,6 +83,7 @@ const managedFields = ["name", "server_id", "engine", "version", "database", "me
 // NewDatabase creates a managed instance or registers an external one,
 // then opens it, where its first job is followed live.
 export function NewDatabase() {
+  useTitle("New instance", "Databases");
   const res = useResource(async () => {
     const [engines, servers] = await Promise.all([ok(api.GET("/api/v1/databases/engines")), ok(api.GET("/api/v1/servers"))]);
     return { engines: engines.engines ?? [], servers: servers.servers ?? [] };

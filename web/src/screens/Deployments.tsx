@@ -13,6 +13,7 @@ import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./apps.css";
 import { Ago } from "../components/Ago";
+import { useTitle } from "../lib/title";
 
 type Deployment = Schemas["Deployment"];
 type Detail = Schemas["DeploymentDetail"];
@@ -163,6 +164,7 @@ function asked(d: Deployment, what: DeploymentAction, run: () => unknown): Confi
 export function DeploymentPage({ id }: { id: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/deployments/{id}", { params: { path: { id } } })), [id]);
   const d = res.data;
+  useTitle(d && `Deployment of ${d.spec.app_name}`, "Applications");
   const [problem, setProblem] = useState<Problem | null>(null);
   const admin = currentUser()?.admin ?? false;
   const confirm = useConfirm((what: DeploymentAction) => asked(d!, what, () => act(what)));

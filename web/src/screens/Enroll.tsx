@@ -3,6 +3,7 @@ import { api, ok, type Schemas } from "../api/client";
 import { CopyButton, Field, Link, ProblemBox, StatusBadge } from "../components/ui";
 import { serverStatusAfter, useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useTitle } from "../lib/title";
 
 type Enrollment = Schemas["Enrollment"];
 
@@ -15,6 +16,7 @@ export function parseTags(s: string): string[] {
 // Enroll: name and tags, then the install command to run on the server,
 // then waiting for its agent, which the stream reports live.
 export function Enroll() {
+  useTitle("Enroll a server", "Servers");
   const [problem, setProblem] = useState<Problem | null>(null);
   const [busy, setBusy] = useState(false);
   const [enrollment, setEnrollment] = useState<Enrollment | null>(null);

@@ -10,6 +10,7 @@ import { useResource } from "../lib/resource";
 import { visibleRange } from "../lib/virtual";
 import { Batches, sparkPoints } from "../lib/spark";
 import { Ago } from "../components/Ago";
+import { useTitle } from "../lib/title";
 
 type Server = FleetServer;
 
@@ -31,6 +32,7 @@ export async function loadFleet(): Promise<Server[]> {
 }
 
 export function Fleet() {
+  useTitle("Servers");
   const res = useResource(() => {
     performance.mark("capstan:fleet-start");
     return loadFleet();

@@ -8,6 +8,7 @@ import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource, type Resource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./githost.css";
+import { useTitle } from "../lib/title";
 
 type Status = Schemas["Status"];
 
@@ -193,6 +194,7 @@ export function GitHostState({ res }: { res: Resource<Status> }) {
 // (with the installation to record). It finishes the step with the
 // signed-in administrator's session, then shows the Applications screen.
 export function GitHostReturn({ step }: { step: "manifest" | "setup" }) {
+  useTitle("Git host", "Applications");
   const [problem, setProblem] = useState<Problem | null>(null);
   const [requested, setRequested] = useState(false);
   useEffect(() => {

@@ -6,6 +6,7 @@ import { useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
+import { useTitle } from "../lib/title";
 
 type Item = Schemas["Notification"];
 
@@ -21,6 +22,7 @@ const PAGE = 50;
 // item arrives live from the stream. Items are marked read one by one or
 // all at once.
 export function Inbox() {
+  useTitle("Inbox");
   const res = useResource<Page>(async () => {
     const body = await ok(api.GET("/api/v1/notifications", { params: { query: { limit: PAGE } } }));
     setUnread(body.unread_count);

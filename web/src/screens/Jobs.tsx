@@ -12,6 +12,7 @@ import { useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate, useLocation } from "../lib/router";
+import { useTitle } from "../lib/title";
 
 type Job = Schemas["Job"];
 type JobEvent = Schemas["Event"];
@@ -27,6 +28,7 @@ export function Named({ name, id }: { name?: string | null; id: string }) {
 // (server, application, type, state, actor), each with its target's
 // names, and keeps the list current from the stream.
 export function Jobs() {
+  useTitle("Jobs");
   const { query } = useLocation();
   const filter = parseJobFilter(query);
   const key = jobFilterQuery(filter);
@@ -190,6 +192,7 @@ export function Jobs() {
 export function JobDetail({ id }: { id: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/jobs/{id}", { params: { path: { id } } })), [id]);
   const { data: job, reload: load, set: setJob } = res;
+  useTitle(job?.type, "Jobs");
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const problem = actionProblem ?? res.problem;
   const confirm = useConfirm(() => ({ title: "Cancel the job", action: "Cancel", object: `${job?.type} ${job?.id}`, run: cancel }));

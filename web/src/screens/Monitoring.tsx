@@ -26,6 +26,7 @@ import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { useLocation } from "../lib/router";
 import "./ops.css";
+import { useTitle } from "../lib/title";
 
 type Alert = Schemas["Alert"];
 type Rule = Schemas["Rule"];
@@ -49,6 +50,7 @@ function Severity({ s }: { s: string }) {
 // Alerts lists open (or resolved) alerts, newest first, kept current from
 // the stream; administrators acknowledge open ones.
 export function Alerts() {
+  useTitle("Alerts", "Monitoring");
   // A notification's link names its alert: show every state, and mark it.
   const target = useLocation().query.get("alert");
   const [state, setState] = useState<"open" | "resolved" | "all">(target ? "all" : "open");
@@ -225,6 +227,7 @@ interface Targets {
 // Rules lists the alert rules; administrators create, change, enable or
 // disable and delete them.
 export function Rules() {
+  useTitle("Alert rules", "Monitoring");
   const res = useResource(async () => {
     const r = await ok(api.GET("/api/v1/monitoring/rules"));
     return { rules: r.rules ?? [], kinds: (r.kinds ?? []) as KindSpec[] };

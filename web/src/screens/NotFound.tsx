@@ -1,6 +1,8 @@
 import { Link } from "../components/ui";
+import { useTitle } from "../lib/title";
 
 export function NotFound({ what }: { what: string }) {
+  useTitle("Not found");
   return (
     <section>
       <h1>Not found</h1>

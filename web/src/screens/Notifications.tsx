@@ -7,6 +7,7 @@ import { navigate } from "../lib/router";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
+import { useTitle } from "../lib/title";
 
 type Channel = Schemas["Channel"];
 type ChannelDetailT = Schemas["ChannelDetail"];
@@ -15,6 +16,7 @@ type TestResult = Schemas["ChannelTestResult"];
 // Notifications: the channels events go to (administrators), the
 // control plane's e-mail and the caller's own e-mail preferences.
 export function Notifications() {
+  useTitle("Notifications");
   const admin = !!currentUser()?.admin;
   return (
     <section class="admin">
@@ -225,6 +227,7 @@ function ChannelForm(props: {
 export function ChannelDetail({ id }: { id: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/notifications/channels/{id}", { params: { path: { id } } })), [id]);
   const ch = res.data;
+  useTitle(ch?.name, "Notifications");
   const [editing, setEditing] = useState(false);
   const confirm = useConfirm((what: "delete" | "rotate") =>
     what === "delete"

@@ -6,10 +6,12 @@ import { currentUser } from "../lib/auth";
 import { asProblem, fieldErrors, ProblemError, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
+import { useTitle } from "../lib/title";
 
 // Platform: this control plane's versions and the fleet's agents by
 // version, the recovery kit, and where users are managed.
 export function Platform() {
+  useTitle("Platform");
   const res = useResource(() => ok(api.GET("/api/v1/platform")));
   const p = res.data;
   const agents = p?.agents ?? [];

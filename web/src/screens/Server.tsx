@@ -10,6 +10,8 @@ import { bytes, percent } from "../lib/format";
 import { newestJob, serverStatusAfter, useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
+import { selectTab, tabOf } from "../lib/router";
+import { useTitle } from "../lib/title";
 import { Ago } from "../components/Ago";
 
 type Detail = Schemas["ServerDetail"];
@@ -25,15 +27,18 @@ interface Pending {
 
 // ServerDetail shows a server's facts, metric charts and inventory, and
 // runs service and container actions whose jobs it follows live.
-export function ServerDetail({ id }: { id: string }) {
+export function ServerDetail({ id, tab: wanted }: { id: string; tab?: string }) {
   const res = useResource(() => ok(api.GET("/api/v1/servers/{id}", { params: { path: { id } } })), [id]);
   const { data: srv, reload: load, set: setSrv } = res;
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const problem = actionProblem ?? res.problem;
-  const [tab, setTab] = useState<"overview" | "services" | "containers" | "ports" | "logs">("overview");
   const [jobs, setJobs] = useState<Job[]>([]);
   const confirm = useConfirm((p: Pending) => ({ title: `${p.label} ${p.type.split(".")[0]}`, action: p.label, object: p.target, run: () => act(p) }));
   const admin = currentUser()?.admin ?? false;
+  const tabs = ["overview", "services", "containers", "ports", ...(admin ? (["logs"] as const) : [])] as const;
+  const tab = tabOf(wanted, tabs);
+  const setTab = selectTab("/servers/" + id, "overview");
+  useTitle(tab !== "overview" && tabLabel(tab), srv?.name, "Servers");
 
   useLive(
     ["event", "job"],
@@ -107,10 +112,7 @@ export function ServerDetail({ id }: { id: string }) {
         </div>
       )}
       <Tabs label="Server sections" current={tab} onSelect={setTab}
-        tabs={(["overview", "services", "containers", "ports", ...(admin ? (["logs"] as const) : [])] as const).map((t) => ({
-          id: t,
-          label: t[0].toUpperCase() + t.slice(1),
-        }))} />
+        tabs={tabs.map((t) => ({ id: t, label: tabLabel(t) }))} />
       {tab === "overview" && (
         <>
           <div class="grid2">
@@ -210,6 +212,10 @@ export function ServerDetail({ id }: { id: string }) {
       {confirm.dialog}
     </section>
   );
+}
+
+function tabLabel(t: string): string {
+  return t[0].toUpperCase() + t.slice(1);
 }
 
 function describePayload(p: unknown): string {

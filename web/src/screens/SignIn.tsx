@@ -4,11 +4,13 @@ import { Field, ProblemBox } from "../components/ui";
 import { setTokens } from "../lib/auth";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { navigate, safeNext } from "../lib/router";
+import { useTitle } from "../lib/title";
 
 // SignIn is the two steps of signing in: e-mail and password, then the
 // six-digit code of the authenticator app. Afterwards it returns to the
 // page the user was on.
 export function SignIn({ next }: { next: string | null }) {
+  useTitle("Sign in");
   const [step, setStep] = useState<"password" | "code">("password");
   const [challenge, setChallenge] = useState("");
   const [problem, setProblem] = useState<Problem | null>(null);

@@ -6,6 +6,7 @@ import { Ago } from "../components/Ago";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
+import { useTitle } from "../lib/title";
 
 type User = Schemas["User"];
 type Invitation = Schemas["Invitation"];
@@ -18,6 +19,7 @@ type Change = { user: User; kind: "role" | "disable" | "enable" | "reset" | "del
 // factor (its secret shown once), delete. The API refuses to leave no
 // enabled administrator, and says so here.
 export function Users() {
+  useTitle("Users", "Platform");
   const res = useResource(async () => (await ok(api.GET("/api/v1/users"))).users ?? [], []);
   const [problem, setProblem] = useState<Problem | null>(null);
   const [secret, setSecret] = useState<{ email: string; secret: string; uri: string } | null>(null);
