@@ -65,7 +65,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		return ""
 	})
-	if want := "signed-in enroll-token online-seen job-succeeded logs-filtered logs-followed jobs-filtered done"; strings.Join(steps, " ") != want {
+	if want := "signed-in enroll-token online-seen tab-linked job-succeeded logs-filtered logs-followed jobs-filtered audit-sentence done"; strings.Join(steps, " ") != want {
 		t.Fatalf("console.mjs steps %v, want %s", steps, want)
 	}
 }

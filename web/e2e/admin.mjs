@@ -16,7 +16,7 @@
 // axe-core runs on every screen and state; screenshots go to
 // web/test-results/. Lines on stdout report to the Go test.
 import { join } from "node:path";
-import { axe, env, outDir, say, session, shots, wait } from "./lib.mjs";
+import { axe, expectTitle, env, outDir, say, session, shots, wait } from "./lib.mjs";
 
 const hook = process.env.CAPSTAN_HOOK_URL;
 const mailTo = "ops@example.com";
@@ -95,6 +95,7 @@ await session(async (page) => {
   // The audit log, filtered by action and actor; "/" focuses its search.
   await page.getByRole("link", { name: "Audit" }).click();
   await page.getByRole("heading", { name: "Audit log" }).waitFor(wait);
+  await expectTitle(page, "Audit log · Capstan");
   await page.locator("tr[data-audit]").first().waitFor(wait);
   await page.keyboard.press("/");
   const focused = await page.evaluate(() => document.activeElement?.id);
@@ -106,6 +107,8 @@ await session(async (page) => {
   await page.locator("tr[data-audit]").first().waitFor(wait);
   const actions = await page.locator("tr[data-audit]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-audit")));
   if (!actions.length || actions.some((a) => !a.startsWith("notification.channel."))) throw new Error("filtered audit log: " + actions.join(", "));
+  // Each entry reads as a sentence.
+  await page.locator("tr[data-audit]").filter({ hasText: `${env.email} created notification channel browser-hook` }).first().waitFor(wait);
   await axe(page, "audit");
   await shots(page, "audit");
   say("audit-filtered", actions.join(","));

@@ -6,12 +6,17 @@
 //   watch it come online without reloading → restart a container and watch
 //   its job finish live → its log's last lines at once, filtered by text
 //   and priority, then followed → the jobs list naming the job's server
-//   and actor, filtered through its address → the job.
+//   and actor, filtered through its address → the job → the audit log's
+//   sentence of the restart.
+//
+// Along the way: each page's document title, a tab's own address (a deep
+// link to the server's Containers tab, back and forward), and the header
+// on one row at 1280 px.
 //
 // axe-core runs on every screen; screenshots of each, in light and dark
 // and at phone size, go to web/test-results/. Lines on stdout report to
 // the Go test: "enroll-token T", "job-succeeded ID SEEN_MS", and the steps.
-import { axe, launch, say, shots, totp, watchPage } from "./lib.mjs";
+import { axe, expectTitle, launch, oneRowNav, say, shots, totp, watchPage } from "./lib.mjs";
 
 const url = process.env.CAPSTAN_URL;
 const email = process.env.CAPSTAN_EMAIL;
@@ -63,7 +68,12 @@ try {
   await page.waitForURL(url + "/jobs", wait);
   await page.getByRole("heading", { name: "Jobs" }).waitFor(wait);
   await page.getByText("Live", { exact: false }).first().waitFor(wait);
+  await expectTitle(page, "Jobs · Capstan");
   say("signed-in");
+  // The header holds on one row at 1280 px.
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await oneRowNav(page);
+  await page.setViewportSize({ width: 1280, height: 720 });
   // The access token lives in memory only; a reload renews it from the
   // refresh cookie, silently.
   const stored = await page.evaluate(() => localStorage.length + sessionStorage.length + document.cookie.length);
@@ -107,6 +117,8 @@ try {
   await page.getByRole("link", { name: "Open the server" }).click();
   await page.getByRole("heading", { name: "browser-1" }).waitFor(wait);
   await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
+  await expectTitle(page, "browser-1 · Servers · Capstan");
+  const serverPath = new URL(page.url()).pathname;
   // What runs on it: none of the fleet's applications or databases yet.
   await page.getByText("No applications on this server.").waitFor(wait);
   await page.getByText("No databases on this server.").waitFor(wait);
@@ -118,9 +130,26 @@ try {
     await page.getByRole("tab", { name: "Containers" }).click();
     if (await row.waitFor({ timeout: 3000 }).then(() => true, () => false)) break;
     if (Date.now() > deadline) throw new Error("the container never appeared in the inventory");
+    // The reload keeps the tab: its address says it.
     await page.reload();
-    await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
+    await page.getByRole("tab", { name: "Containers", selected: true }).waitFor(wait);
   }
+  // The tab has its own address and title; a link to it opens it.
+  await page.waitForURL((u) => u.pathname === serverPath + "/containers", wait);
+  await expectTitle(page, "Containers · browser-1 · Servers · Capstan");
+  await page.goto(url + serverPath + "/containers");
+  await page.getByRole("tab", { name: "Containers", selected: true }).waitFor(wait);
+  await row.waitFor(wait);
+  // Back and forward step through the tabs.
+  await page.getByRole("tab", { name: "Ports" }).click();
+  await page.waitForURL((u) => u.pathname === serverPath + "/ports", wait);
+  await page.goBack();
+  await page.getByRole("tab", { name: "Containers", selected: true }).waitFor(wait);
+  await page.goForward();
+  await page.getByRole("tab", { name: "Ports", selected: true }).waitFor(wait);
+  await page.goBack();
+  await row.waitFor(wait);
+  say("tab-linked");
   // The container's CPU and memory come with the agent's metric samples
   // (CPU and network rates from the second on): reload until they show.
   const memory = row.locator('[data-stat="memory"]', { hasText: "iB of " });
@@ -129,8 +158,7 @@ try {
     if (await memory.waitFor({ timeout: 3000 }).then(() => true, () => false)) break;
     if (Date.now() > statsDeadline) throw new Error("the container's CPU and memory never showed");
     await page.reload();
-    await page.getByRole("heading", { name: "Facts" }).waitFor(wait);
-    await page.getByRole("tab", { name: "Containers" }).click();
+    await page.getByRole("tab", { name: "Containers", selected: true }).waitFor(wait);
     await row.waitFor(wait);
   }
   if (!/^\d+(\.\d)?%$/.test((await row.locator('[data-stat="cpu"]').textContent()) ?? "")) throw new Error("the container's CPU is not a percentage");
@@ -231,8 +259,21 @@ try {
   await page.goto(url + jobHref);
   await page.getByRole("heading", { name: "container.restart" }).waitFor(wait);
   await page.getByRole("heading", { name: "Events" }).waitFor(wait);
+  await expectTitle(page, "container.restart · Jobs · Capstan");
   await axe(page, "job");
   await shots(page, "job");
+
+  // The audit log says it in words, with the raw entry behind a toggle.
+  await page.getByRole("link", { name: "Audit" }).click();
+  await expectTitle(page, "Audit log · Capstan");
+  const sentence = `${email} restarted container ${container} on server browser-1`;
+  const entry = page.locator('tr[data-audit="server.action.queued"]').filter({ hasText: sentence }).first();
+  await entry.waitFor(wait);
+  await entry.getByText("JSON").click();
+  const raw = await entry.locator("pre").textContent();
+  if (!raw.includes('"container.restart"')) throw new Error("the raw entry does not show the action's type: " + raw);
+  say("audit-sentence");
+  await axe(page, "audit-entry");
 
   // The fleet with its server.
   await page.getByRole("link", { name: "Servers" }).click();

@@ -99,6 +99,40 @@ export async function watchPage(page, problems) {
   page.on("pageerror", (e) => problems.push("page error: " + e.message));
 }
 
+// expectTitle waits until the document title is want.
+export async function expectTitle(page, want) {
+  try {
+    await page.waitForFunction((w) => document.title === w, want, { timeout: 30_000 });
+  } catch {
+    throw new Error(`the title is "${await page.title()}", not "${want}"`);
+  }
+}
+
+// oneRowNav fails unless the header's navigation is one row high: no
+// link sits below the first, and the header is no taller than its
+// tallest item.
+export async function oneRowNav(page) {
+  const m = await page.evaluate(() => {
+    const nav = document.querySelector(".top nav");
+    const links = [...nav.querySelectorAll("a")].map((a) => a.getBoundingClientRect());
+    const items = [...document.querySelector(".top").children].map((e) => e.getBoundingClientRect()).filter((r) => r.height > 0);
+    const top = document.querySelector(".top");
+    const pad = parseFloat(getComputedStyle(top).paddingTop) + parseFloat(getComputedStyle(top).paddingBottom);
+    return {
+      width: innerWidth,
+      nav: nav.getBoundingClientRect().height,
+      link: Math.max(...links.map((r) => r.height)),
+      rows: new Set(links.map((r) => Math.round(r.top))).size,
+      header: top.getBoundingClientRect().height - pad,
+      tallest: Math.max(...items.map((r) => r.height)),
+      itemRows: new Set(items.map((r) => Math.round(r.top + r.height / 2))).size,
+    };
+  });
+  if (m.rows !== 1 || m.nav > m.link + 1 || m.header > m.tallest + 2 || m.itemRows !== 1)
+    throw new Error(`at ${m.width} px the header is not one row: ${JSON.stringify(m)}`);
+  return m;
+}
+
 export function say(...parts) {
   process.stdout.write(parts.join(" ") + "\n");
 }

@@ -1,6 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Field, Link, Loading, ProblemBox, Table } from "../components/ui";
+import { auditSentence } from "../lib/audit";
 import { auditQuery, emptyAuditFilter, filterFromURL, filterToURL, type AuditFilter } from "../lib/admin";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
@@ -97,7 +98,7 @@ export function Audit() {
           </p>
           {page.entries.length > 0 && (
             <div class="card scroll-x">
-              <Table label="Audit log" columns={["When", "Actor", "Action", "Object", "From", "Details"]}>
+              <Table label="Audit log" columns={["When", "What", "From", { label: "Raw entry", hidden: true }]}>
                 {page.entries.map((e) => (
                   <AuditRow key={e.id} e={e} onFilter={(f) => apply({ ...filter, ...f })} />
                 ))}
@@ -123,36 +124,56 @@ function objectLink(t: Entry["target"]): string | null {
       return "/servers/" + t.id;
     case "notification_channel":
       return "/notifications/channels/" + t.id;
+    case "application":
+      return "/applications/" + t.id;
+    case "database":
+      return "/databases/" + t.id;
+    case "backup":
+      return "/backups/runs/" + t.id;
     default:
       return null;
   }
 }
 
+// AuditRow is an entry as a sentence, with its actor and action as
+// filters, a link to its object, and the raw entry behind a toggle.
 function AuditRow({ e, onFilter }: { e: Entry; onFilter: (f: Partial<AuditFilter>) => void }) {
   const who = e.actor.email || e.actor.id || e.actor.type;
   const href = objectLink(e.target);
-  const details = e.details && Object.keys(e.details).length ? JSON.stringify(e.details) : "";
+  const at = new Date(e.at);
   return (
     <tr data-audit={e.action}>
       <td>
-        <time dateTime={e.at}>{new Date(e.at).toLocaleString()}</time>
+        <time dateTime={e.at} title={at.toLocaleString()}>
+          {at.toLocaleString([], { dateStyle: "medium", timeStyle: "medium" })}
+        </time>
       </td>
       <td class="wrap-any">
-        <button type="button" class="linkish" title="Show only this actor" onClick={() => onFilter({ actor: e.actor.email || e.actor.id })}>
-          {who}
-        </button>
-      </td>
-      <td>
-        <button type="button" class="linkish" title="Show only this action" onClick={() => onFilter({ action: e.action })}>
-          <code>{e.action}</code>
-        </button>
-      </td>
-      <td class="wrap-any">
-        {e.target.type && <span class="muted">{e.target.type} </span>}
-        {href ? <Link href={href}>{e.target.id}</Link> : <code>{e.target.id}</code>}
+        <span class="audit-sentence">{auditSentence(e)}</span>
+        <span class="audit-meta muted">
+          <button type="button" class="linkish" title="Show only this actor" onClick={() => onFilter({ actor: e.actor.email || e.actor.id })}>
+            {who}
+          </button>
+          {" · "}
+          <button type="button" class="linkish" title="Show only this action" onClick={() => onFilter({ action: e.action })}>
+            <code>{e.action}</code>
+          </button>
+          {e.target.id && (
+            <>
+              {" · "}
+              {e.target.type && <span>{e.target.type} </span>}
+              {href ? <Link href={href}>{e.target.id}</Link> : <code>{e.target.id}</code>}
+            </>
+          )}
+        </span>
       </td>
       <td class="wrap-any">{e.ip}</td>
-      <td class="wrap-any">{details && <code class="details">{details}</code>}</td>
+      <td>
+        <details class="audit-raw">
+          <summary>JSON</summary>
+          <pre class="details">{JSON.stringify(e, null, 2)}</pre>
+        </details>
+      </td>
     </tr>
   );
 }
