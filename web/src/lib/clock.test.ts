@@ -6,8 +6,8 @@ describe("clock", () => {
   it("runs one timer for any number of listeners, and none without", () => {
     vi.useFakeTimers();
     try {
-      const set = vi.fn(setInterval);
-      const c = new Clock(1000, { set: set as unknown as typeof setInterval, clear: clearInterval });
+      const set = vi.fn((fn: () => void, ms: number) => setInterval(fn, ms));
+      const c = new Clock(1000, { set, clear: (t) => clearInterval(t as ReturnType<typeof setInterval>) });
       expect(c.running).toBe(false);
       const seen: number[] = [];
       const offs = Array.from({ length: 500 }, (_, i) => c.subscribe(() => i === 0 && seen.push(1)));
@@ -27,6 +27,22 @@ describe("clock", () => {
       off();
     } finally {
       vi.useRealTimers();
+    }
+  });
+  it("starts the real timers as plain functions", () => {
+    // Browsers refuse setInterval called as a method of another object.
+    const real = globalThis.setInterval;
+    let self: unknown = "unset";
+    globalThis.setInterval = function (this: unknown, ...args: Parameters<typeof setInterval>) {
+      self = this;
+      return real(...args);
+    } as typeof setInterval;
+    try {
+      const off = new Clock().subscribe(() => {});
+      expect(self).toBeUndefined();
+      off();
+    } finally {
+      globalThis.setInterval = real;
     }
   });
   it("keeps a relative time fresh", () => {

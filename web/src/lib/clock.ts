@@ -6,10 +6,15 @@ import { ago } from "./format";
 // so that a list of a thousand "5 s ago" has one timer, not a thousand.
 export class Clock {
   private readonly listeners = new Set<(now: number) => void>();
-  private timer: ReturnType<typeof setInterval> | null = null;
+  private timer: unknown = null;
   constructor(
     private readonly period = 1000,
-    private readonly timers: { set: typeof setInterval; clear: typeof clearInterval } = { set: setInterval, clear: clearInterval },
+    // Called as functions, never as methods of this object (the
+    // browser's timers refuse any other this).
+    private readonly timers: { set: (fn: () => void, ms: number) => unknown; clear: (t: unknown) => void } = {
+      set: (fn, ms) => setInterval(fn, ms),
+      clear: (t) => clearInterval(t as ReturnType<typeof setInterval>),
+    },
   ) {}
 
   get listening(): number {
