@@ -148,10 +148,10 @@ export function App() {
         <div class="who">
           <InboxLink active={path === "/inbox"} />
           <LiveState />
-          <span class="muted">
+          <span class="muted who-email" title={user.email}>
             {user.email}
-            {user.admin ? " · admin" : ""}
           </span>
+          {user.admin && <span class="muted">admin</span>}
           <HelpButton />
           <button type="button" onClick={() => void signOut()}>
             Sign out

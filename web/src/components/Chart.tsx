@@ -11,6 +11,14 @@ export interface ChartSeries {
 
 const HEIGHT = 180;
 
+// pointTime is the time of the point under the pointer: the time of day,
+// with the day when the chart spans more than one.
+function pointTime(times: number[], i: number): string {
+  const t = times[i];
+  const long = times[times.length - 1] - times[0] > 86400;
+  return long ? hoverTime(t, localOffset(t)) : timeLabel(t, 60, localOffset(t));
+}
+
 // The colours of a chart's lines, in the order of its series (styles.css
 // sets them for light and dark).
 const seriesVars = ["--series-1", "--series-2", "--series-3", "--series-4"];
@@ -104,7 +112,7 @@ export function Chart({ title, times, series, kind = "count", max }: {
       <figcaption class="chart-head">
         <strong>{title}</strong>
         <span class="chart-legend" aria-hidden="true">
-          {at != null && <span class="chart-at">{hoverTime(times[at], localOffset(times[at]))}</span>}
+          {at != null && <span class="chart-at">{pointTime(times, at)}</span>}
           {series.map((s, i) => (
             <span key={s.label} class="chart-key">
               <i class={"k" + (i % seriesVars.length)} />

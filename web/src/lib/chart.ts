@@ -74,7 +74,7 @@ const timeSteps = [
 ];
 
 // The room a time label needs, with a gap to the next: "12:30", "Dec 12".
-export const timeLabelSpace = 72;
+export const timeLabelSpace = 64;
 
 // timeTicks chooses ticks for a time axis from min to max (seconds) that
 // is width pixels wide: the smallest step in timeSteps that leaves
