@@ -122,6 +122,24 @@ try {
   // What runs on it: none of the fleet's applications or databases yet.
   await page.getByText("No applications on this server.").waitFor(wait);
   await page.getByText("No databases on this server.").waitFor(wait);
+  // Work under way is shown as information, not as a warning.
+  const badge = await page.evaluate(() => {
+    const b = document.createElement("span");
+    b.className = "badge s-running";
+    document.body.append(b);
+    const colour = getComputedStyle(b).color;
+    const probe = (v) => {
+      const e = document.createElement("span");
+      e.style.color = `var(${v})`;
+      document.body.append(e);
+      const c = getComputedStyle(e).color;
+      e.remove();
+      return c;
+    };
+    b.remove();
+    return { colour, info: probe("--info"), warn: probe("--warn") };
+  });
+  if (badge.colour !== badge.info || badge.colour === badge.warn) throw new Error("the running badge's colour: " + JSON.stringify(badge));
   await axe(page, "server");
   await shots(page, "server");
   const row = page.locator(`tr[data-container="${container}"]`);
