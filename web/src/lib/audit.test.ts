@@ -53,6 +53,12 @@ describe("audit sentences", () => {
       [entry("user.password.changed", { type: "user", id: "usr_1" }), "alice@example.com changed their password"],
       [entry("user.password.refused", { type: "user", id: "usr_1" }, { reason: "wrong_password" }),
         "alice@example.com was refused a password change (wrong password)"],
+      [entry("user.invited", { type: "invitation", id: "inv_1" }, { email: "carol@example.com", admin: false, delivery: "email" }),
+        "alice@example.com invited carol@example.com"],
+      [entry("user.invitation_revoked", { type: "invitation", id: "inv_1" }, { email: "carol@example.com" }),
+        "alice@example.com revoked the invitation of carol@example.com"],
+      [entry("user.invitation_accepted", { type: "user", id: "usr_3" }, { email: "carol@example.com", admin: true },
+        { type: "user", id: "usr_3", email: "carol@example.com" }), "carol@example.com accepted an invitation and joined as an administrator"],
       [entry("platform.recovery_kit.downloaded", { type: "platform" }), "alice@example.com downloaded the recovery kit"],
       [entry("platform.recovery_kit.refused", { type: "platform" }), "alice@example.com was refused the recovery kit"],
     ];

@@ -25,6 +25,7 @@ const nouns: Record<string, string> = {
   server: "server",
   user: "user",
   session: "session",
+  invitation: "invitation",
   application: "application",
   deployment: "deployment",
   database: "database instance",
@@ -86,6 +87,9 @@ const phrases: Record<string, Phrase> = {
   "user.unlocked": (c) => `lifted the sign-in delay of ${c.obj("user", c.d.email)}`,
   "user.password.changed": (c) => (selfTarget(c.e) ? "changed their password" : `changed the password of ${c.obj("user", c.d.email)}`),
   "user.password.refused": (c) => "was refused a password change" + (c.str("reason") ? ` (${words(c.d.reason)})` : ""),
+  "user.invited": (c) => `invited ${c.str("email") || c.e.target.id}${c.d.admin ? " as an administrator" : ""}`,
+  "user.invitation_revoked": (c) => `revoked the invitation of ${c.str("email") || c.e.target.id}`,
+  "user.invitation_accepted": (c) => `accepted an invitation and joined${c.d.admin ? " as an administrator" : ""}`,
   "platform.recovery_kit.downloaded": () => "downloaded the recovery kit",
   "platform.recovery_kit.refused": (c) => "was refused the recovery kit" + (c.str("reason") ? ` (${words(c.d.reason)})` : ""),
   // Servers.

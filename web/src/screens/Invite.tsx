@@ -4,6 +4,7 @@ import { CopyButton, Field, Loading, ProblemBox } from "../components/ui";
 import { setTokens } from "../lib/auth";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { navigate } from "../lib/router";
+import { useTitle } from "../lib/title";
 
 type Invitation = { email: string; admin: boolean; expires_at: string };
 type Enrollment = { secret: string; uri: string; qr: string };
@@ -14,6 +15,7 @@ type Enrollment = { secret: string; uri: string; qr: string };
 // factor once as a QR code and as text, and with a code of it creates the
 // account and signs in.
 export function AcceptInvite() {
+  useTitle("Join Capstan");
   const token = decodeURIComponent(location.hash.replace(/^#/, ""));
   const [inv, setInv] = useState<Invitation | null>(null);
   const [problem, setProblem] = useState<Problem | null>(null);
