@@ -1,7 +1,8 @@
 import type { ComponentChildren } from "preact";
 import type { Schemas } from "../api/client";
 import { Table } from "../components/ui";
-import { ago, bytes } from "../lib/format";
+import { bytes, rate as byteRate } from "../lib/format";
+import { Ago } from "../components/Ago";
 
 type Detail = Schemas["ServerDetail"];
 type ContainerSample = Schemas["ContainerSample"];
@@ -13,9 +14,10 @@ export function cpuShare(v: number | null | undefined): string {
   return v < 10 ? `${v.toFixed(1)}%` : `${Math.round(v)}%`;
 }
 
-// rate shows bytes per second.
+// rate shows bytes per second in decimal units (kB/s, MB/s), as the
+// charts do.
 export function rate(v: number | null | undefined): string {
-  return v == null ? "–" : `${bytes(v)}/s`;
+  return byteRate(v);
 }
 
 // ServerContainers is the containers tab of a server: each container with
@@ -57,7 +59,7 @@ export function ServerContainers({ srv, actions }: { srv: Detail; actions?: (nam
             );
           })}
         </Table>
-        {srv.container_metrics && <p class="muted">CPU, memory and network as of {ago(srv.container_metrics.at)}.</p>}
+        {srv.container_metrics && <p class="muted">CPU, memory and network as of <Ago at={srv.container_metrics.at} />.</p>}
       </div>
       <div class="card scroll-x">
         <h2>Images</h2>
@@ -70,7 +72,7 @@ export function ServerContainers({ srv, actions }: { srv: Detail; actions?: (nam
                 <code>{im.id.replace(/^sha256:/, "").slice(0, 12)}</code>
               </td>
               <td>{bytes(im.size_bytes)}</td>
-              <td>{ago(im.created)}</td>
+              <td><Ago at={im.created} /></td>
             </tr>
           ))}
         </Table>
