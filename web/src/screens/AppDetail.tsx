@@ -4,7 +4,8 @@ import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Tabl
 import { concernsApp, releaseName, envChange, envFieldErrors, envRows, patchBody, settingsForm, unapplied, type EnvRow, type SettingsForm } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
-import { filterLines, priorityNames } from "../lib/logs";
+import { LogFilter } from "../components/LogFilter";
+import { filterLines } from "../lib/logs";
 import { useLive } from "../lib/live";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
@@ -490,21 +491,7 @@ function AppLogs({ app }: { app: Detail }) {
             {read.restart_count ? `, restarted ${read.restart_count} times` : ""}
           </p>
           <div class="row wrap">
-            <label>
-              <span class="sr-only">Filter the lines</span>
-              <input type="search" name="log-filter" placeholder="Filter lines" value={text} onInput={(e) => setText((e.target as HTMLInputElement).value)} />
-            </label>
-            <label>
-              <span class="sr-only">Priority</span>
-              <select name="log-priority" value={priority} onChange={(e) => setPriority((e.target as HTMLSelectElement).value)}>
-                <option value="">Every priority</option>
-                {priorityNames.map((n, i) => (
-                  <option key={n} value={String(i)}>
-                    {n} or more urgent
-                  </option>
-                ))}
-              </select>
-            </label>
+            <LogFilter text={text} priority={priority} onText={setText} onPriority={setPriority} />
           </div>
           <pre class="log" aria-label="Log lines" tabIndex={0}>
             {(read.lines ?? []).length === 0

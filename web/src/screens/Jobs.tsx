@@ -86,50 +86,10 @@ export function Jobs() {
           set("actor", actor.trim());
         }}
       >
-        <label>
-          Server{" "}
-          <select name="server_id" value={filter.server_id ?? ""} onChange={(e) => set("server_id", (e.target as HTMLSelectElement).value)}>
-            <option value="">Any</option>
-            {options(seen.servers, filter.server_id).map(([id, name]) => (
-              <option key={id} value={id}>
-                {name}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          App{" "}
-          <select name="app_id" value={filter.app_id ?? ""} onChange={(e) => set("app_id", (e.target as HTMLSelectElement).value)}>
-            <option value="">Any</option>
-            {options(seen.apps, filter.app_id).map(([id, name]) => (
-              <option key={id} value={id}>
-                {name}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          Type{" "}
-          <select name="type" value={filter.type ?? ""} onChange={(e) => set("type", (e.target as HTMLSelectElement).value)}>
-            <option value="">Any</option>
-            {types.map((t) => (
-              <option key={t} value={t}>
-                {t}
-              </option>
-            ))}
-          </select>
-        </label>
-        <label>
-          State{" "}
-          <select name="status" value={filter.status ?? ""} onChange={(e) => set("status", (e.target as HTMLSelectElement).value)}>
-            <option value="">Any</option>
-            {jobStates.map((t) => (
-              <option key={t} value={t}>
-                {t}
-              </option>
-            ))}
-          </select>
-        </label>
+        <FilterSelect label="Server" name="server_id" value={filter.server_id} options={options(seen.servers, filter.server_id)} onChange={set} />
+        <FilterSelect label="App" name="app_id" value={filter.app_id} options={options(seen.apps, filter.app_id)} onChange={set} />
+        <FilterSelect label="Type" name="type" value={filter.type} options={types.map((t) => [t, t])} onChange={set} />
+        <FilterSelect label="State" name="status" value={filter.status} options={jobStates.map((t) => [t, t])} onChange={set} />
         <label>
           Actor{" "}
           <input
@@ -298,5 +258,28 @@ export function JobDetail({ id }: { id: string }) {
       )}
       {confirm.dialog}
     </section>
+  );
+}
+
+/** One of the job list's filters: a choice of values, "Any" for none. */
+function FilterSelect(props: {
+  label: string;
+  name: keyof JobFilter;
+  value?: string;
+  options: [string, string][];
+  onChange: (k: keyof JobFilter, v: string) => void;
+}) {
+  return (
+    <label>
+      {props.label}{" "}
+      <select name={props.name} value={props.value ?? ""} onChange={(e) => props.onChange(props.name, (e.target as HTMLSelectElement).value)}>
+        <option value="">Any</option>
+        {props.options.map(([id, name]) => (
+          <option key={id} value={id}>
+            {name}
+          </option>
+        ))}
+      </select>
+    </label>
   );
 }

@@ -1,7 +1,8 @@
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { ProblemBox } from "../components/ui";
-import { filterLines, lineText, priorityNames } from "../lib/logs";
+import { LogFilter } from "../components/LogFilter";
+import { filterLines, lineText } from "../lib/logs";
 import { asProblem, type Problem } from "../lib/problem";
 
 type Line = Schemas["LogLine"];
@@ -113,27 +114,7 @@ export function Logs({ serverId, units, containers }: { serverId: string; units:
         <label class="row">
           <input type="checkbox" checked={follow} onChange={(e) => setFollow((e.target as HTMLInputElement).checked)} /> Follow
         </label>
-        <label>
-          <span class="sr-only">Filter the lines</span>
-          <input
-            type="search"
-            name="log-filter"
-            placeholder="Filter lines"
-            value={text}
-            onInput={(e) => setText((e.target as HTMLInputElement).value)}
-          />
-        </label>
-        <label>
-          <span class="sr-only">Priority</span>
-          <select name="log-priority" value={priority} onChange={(e) => setPriority((e.target as HTMLSelectElement).value)}>
-            <option value="">Every priority</option>
-            {priorityNames.map((n, i) => (
-              <option key={n} value={String(i)}>
-                {n} or more urgent
-              </option>
-            ))}
-          </select>
-        </label>
+        <LogFilter text={text} priority={priority} onText={setText} onPriority={setPriority} />
         {filtered && (
           <span class="muted" aria-live="polite">
             {shown.length} of {lines.length} lines
