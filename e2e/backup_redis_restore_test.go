@@ -29,6 +29,7 @@ import (
 // never stopped and still serves its current data. Two restores at once
 // never interleave: a second one while the first swaps is refused.
 func TestBackupRestoreRedis(t *testing.T) {
+	t.Parallel()
 	r, mr, inst, opts := newRedisBackupRig(t)
 	ctx := context.Background()
 	c := redis.NewClient(opts)

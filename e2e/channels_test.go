@@ -255,6 +255,7 @@ func TestChannelDeliveriesRefuseInternalAddresses(t *testing.T) {
 // delivery is in flight; after it restarts, the delivery is made again
 // under the same webhook-id and recorded as delivered once.
 func TestWebhookDeliveredAfterKill9(t *testing.T) {
+	t.Parallel()
 	inFlight := make(chan struct{})
 	var first atomic.Bool
 	rc := testlab.StartReceiver(t, func(i int, r *http.Request) int {

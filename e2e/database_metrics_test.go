@@ -305,6 +305,7 @@ func sizeOf(l *LastMetrics, database string) int64 {
 // soon as it is ready, with its container's memory; once stopped it is no
 // longer sampled.
 func TestManagedDatabaseMetrics(t *testing.T) {
+	t.Parallel()
 	r := newManagedRigWith(t, store.SQLite, "--database-metrics-interval", "2s")
 	inst, j := r.create(t, map[string]any{"name": "pgm-" + r.run, "engine": "postgres", "version": "15", "database": "app"})
 	if j.Status != "succeeded" || inst.State != "ready" {

@@ -328,6 +328,7 @@ func TestHighAlertsOpenAfterDurationResolveWithHysteresis(t *testing.T) {
 // killed and agent_offline opens, from the control plane's own evaluation
 // loop, and resolves when the agent is back.
 func TestFilesystemAndOfflineAlertsFromARealAgent(t *testing.T) {
+	t.Parallel()
 	mnt := testlab.LoopFilesystem(t, 16, 64)
 	f := newFleet(t, Options{Dialect: store.SQLite, Args: []string{"--alert-evaluation-interval=1s"}})
 	e := f.createEnrollment(t, "disk-1")
