@@ -253,8 +253,8 @@ type Store interface {
 	// RecordLateResult stores the late result of a job failed with
 	// agent_lost; false if the job is not such a job or has one already.
 	RecordLateResult(ctx context.Context, id string, r LateResult) (bool, error)
-	// GraceLeases moves every running job's lease that ends before until
-	// to until, and returns how many it moved.
+	// GraceLeases moves every running job's lease and deadline that end
+	// before until to until, and returns how many jobs it moved.
 	GraceLeases(ctx context.Context, until time.Time) (int, error)
 	// PurgeJobResults removes the results, output and events of at most
 	// limit jobs that finished before cutoff, oldest first, keeping the

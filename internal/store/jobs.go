@@ -583,11 +583,18 @@ func (s *Store) RecordLateResult(ctx context.Context, id string, r jobs.LateResu
 	return n == 1, err
 }
 
-// GraceLeases moves the leases of running jobs that end before until to
-// until.
+// GraceLeases moves the leases and the deadlines of running jobs that end
+// before until to until. The deadline moves too: a job that finished on
+// time while the control plane was down has its result delivered once the
+// agent's retry reaches the new process, and must not be failed timed_out
+// before (the agent enforces the job's timeout itself).
 func (s *Store) GraceLeases(ctx context.Context, until time.Time) (int, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET lease_expires_at = ? WHERE status = 'running' AND lease_expires_at < ?`),
-		ms(until), ms(until))
+	u := ms(until)
+	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET
+		lease_expires_at = CASE WHEN lease_expires_at < ? THEN ? ELSE lease_expires_at END,
+		deadline_at = CASE WHEN deadline_at < ? THEN ? ELSE deadline_at END
+		WHERE status = 'running' AND (lease_expires_at < ? OR deadline_at < ?)`),
+		u, u, u, u, u, u)
 	if err != nil {
 		return 0, err
 	}
