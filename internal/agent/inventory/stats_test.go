@@ -84,10 +84,8 @@ func TestContainerStatsOnThisHost(t *testing.T) {
 	s := NewContainerStats()
 	defer s.Close()
 	var c agentproto.ContainerSample
-	for i := range 2 {
-		if i > 0 {
-			time.Sleep(time.Second) // a rate needs two samples some time apart
-		}
+	sample := func() {
+		t.Helper()
 		got, err := s.Sample(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -98,6 +96,14 @@ func TestContainerStatsOnThisHost(t *testing.T) {
 		}
 		c = got[j]
 	}
+	sample()
+	first := s.prev[c.ID].read
+	// A rate needs a second sample from a later read of the engine's
+	// counters: sample until the engine's read time has moved on.
+	testlab.Eventually(t, 30*time.Second, "a later read of the container's counters", func() bool {
+		sample()
+		return s.prev[c.ID].read.After(first)
+	})
 	if len(c.ID) != 64 || c.MemoryUsed == 0 || c.MemoryLimit < c.MemoryUsed || c.CPUPercent < 0 || c.CPUPercent > 100 {
 		t.Errorf("sample = %+v", c)
 	}
