@@ -116,6 +116,14 @@ func TestAgentSlotsUnderAbuse(t *testing.T) {
 		return f.server(t, real.ServerID).LastSeenAt != nil
 	})
 
+	// A second enrolled server, whose token the control plane has
+	// confirmed before the attack (as any running agent's is): the
+	// attack's throttle on the address must not refuse it later.
+	other := f.enrollHTTP(t, f.createEnrollment(t, "noisy").Token)
+	if r, err := rawAgentCall(f.ControlPlane, other.AgentToken, "/heartbeat", agentproto.HeartbeatRequest{AgentVersion: "test"}); err != nil || r.Status != http.StatusOK {
+		t.Fatalf("the noisy server's first heartbeat: %v %+v", err, r)
+	}
+
 	// The real agent's own calls, as the test sees them.
 	var probes, refused atomic.Int64
 	var lastRefusal atomic.Value
@@ -247,7 +255,6 @@ func TestAgentSlotsUnderAbuse(t *testing.T) {
 	}
 
 	// One enrolled server trickling many bodies holds its share, no more.
-	other := f.enrollHTTP(t, f.createEnrollment(t, "noisy").Token)
 	answers := make(chan int, noisy)
 	var trs []*trickler
 	t.Cleanup(func() {
