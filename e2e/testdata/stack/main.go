@@ -114,14 +114,22 @@ func main() {
 		signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 		t := time.NewTicker(100 * time.Millisecond)
 		fmt.Println("worker counting ticks")
+		// A failure is logged once until ticks count again, so that a
+		// cache being replaced does not fill the log.
+		failing := false
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				if _, err := db.do("INCR", "ticks"); err != nil {
-					fmt.Fprintln(os.Stderr, "tick:", err)
+				_, err := db.do("INCR", "ticks")
+				switch {
+				case err != nil && !failing:
+					fmt.Fprintln(os.Stderr, "tick:", err, "(not logged again until ticks count)")
+				case err == nil && failing:
+					fmt.Println("ticks counting again")
 				}
+				failing = err != nil
 			}
 		}
 	}
