@@ -168,6 +168,7 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	r.Register(agentproto.JobContainerStop, docker.Stop())
 	r.Register(agentproto.JobContainerRestart, docker.Restart())
 	r.Register(agentproto.JobContainerLogs, docker.Logs())
+	r.Register(agentproto.JobContainerInspect, docker.Inspect())
 
 	r.Register(agentproto.JobLogsRead, logs.ReadExecutor{Journal: systemd, Container: docker})
 
@@ -188,6 +189,7 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	r.Register(agentproto.JobAppDeploy, apps.Deploy())
 	r.Register(agentproto.JobAppRemove, apps.Remove())
 	r.Register(agentproto.JobAppLogs, apps.Logs())
+	r.Register(agentproto.JobDockerPrune, apps.Prune())
 
 	database.Executors{}.Register(r)
 	managed := &database.Managed{}

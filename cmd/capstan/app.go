@@ -97,6 +97,7 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)
 	ms := metrics.NewService(st, srv, now, logger)
 	as := apps.NewService(st, js, srv, log, key, now, logger)
+	srv.UseImageKeeper(as.KeptImageIDs)
 	ds := domains.NewService(st, as, js, srv, log, now, logger)
 	// Request traffic ages out with the metrics' maintenance runs.
 	ms.AddMaintenance("request traffic retention", ds.PruneTraffic)

@@ -214,3 +214,16 @@ func (s *jobEvents) send(ctx context.Context) error {
 	s.mu.Unlock()
 	return nil
 }
+
+// HumanBytes is n in B, KiB, MiB or GiB, for event messages.
+func HumanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -29,7 +29,7 @@ func CollectFacts(version string) agentproto.Facts {
 		AgentVersion:     version,
 		PublicAddresses:  []string{},
 		PrivateAddresses: []string{},
-		Capabilities:     []string{agentproto.CapabilityStorageGrants, agentproto.CapabilityBuildSecrets},
+		Capabilities:     []string{agentproto.CapabilityStorageGrants, agentproto.CapabilityBuildSecrets, agentproto.CapabilityDockerHousekeeping},
 	}
 	f.Hostname, _ = os.Hostname()
 	for _, p := range osReleasePaths {

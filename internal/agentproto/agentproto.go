@@ -114,6 +114,11 @@
 //	            inventory soon after a change. MetricSample.Containers:
 //	            per-container CPU, memory and network on the newest sample
 //	            of a report.
+//	2026-12-02  v1: Docker housekeeping (docker.go): job types
+//	            container.inspect (environment values hidden) and
+//	            docker.prune (DockerPrunePayload, DockerPruneResult);
+//	            inventory reports carry Volumes and Networks;
+//	            Facts.Capabilities with CapabilityDockerHousekeeping.
 package agentproto
 
 import (
@@ -436,6 +441,10 @@ type InventoryRequest struct {
 	// not read them, or is older than this field; the control plane then
 	// assumes nothing about which images are present.
 	Images []ImageInfo `json:"images,omitempty"`
+	// Volumes and Networks are the engine's; nil means the agent could
+	// not read them, or is older than these fields.
+	Volumes  []VolumeInfo  `json:"volumes,omitempty"`
+	Networks []NetworkInfo `json:"networks,omitempty"`
 }
 
 // ImageInfo is one Docker image on the host.

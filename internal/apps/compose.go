@@ -250,18 +250,13 @@ func (s *Service) composeImages(ctx context.Context, d DeploymentRecord) (keep, 
 		add(id)
 	}
 	var older []string
-	n := 0
-	for _, r := range list {
-		if r.Status != Succeeded || r.Release == nil {
-			continue
-		}
-		n++
+	for n, r := range succeededReleases(list) {
 		switch {
-		case n <= KeepImages:
+		case n < KeepImages:
 			for _, id := range sortedValues(r.Release.Services) {
 				add(id)
 			}
-		case n <= KeepImages+PruneWindow:
+		case n < KeepImages+PruneWindow:
 			older = append(older, sortedValues(r.Release.Services)...)
 		}
 	}
@@ -295,5 +290,17 @@ func sortedKeys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// succeededReleases are the deployments of list (newest first) that
+// succeeded with a compose release, in the same order.
+func succeededReleases(list []DeploymentRecord) []DeploymentRecord {
+	var out []DeploymentRecord
+	for _, r := range list {
+		if r.Status == Succeeded && r.Release != nil {
+			out = append(out, r)
+		}
+	}
 	return out
 }

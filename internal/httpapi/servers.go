@@ -44,8 +44,8 @@ type serverDetailOutput struct {
 type actionInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body struct {
-		Type           string          `json:"type" doc:"service.start|stop|restart|logs, container.start|stop|restart|logs, or agent.ping"`
-		Payload        json.RawMessage `json:"payload,omitempty" doc:"Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {message?}. lines (service.logs, container.logs): 1 to 500; default 200 when absent or null, 0 is refused. message (agent.ping): at most 256 characters"`
+		Type           string          `json:"type" doc:"service.start|stop|restart|logs, container.start|stop|restart|logs|inspect, docker.prune, or agent.ping"`
+		Payload        json.RawMessage `json:"payload,omitempty" doc:"Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {dry_run?, image_ids?, network_ids?}, {message?}. lines (service.logs, container.logs): 1 to 500; default 200 when absent or null, 0 is refused. docker.prune: dry_run true lists what would be removed; without it, image_ids and network_ids (full ids, at most 1000 each, as a dry run listed them) are removed if nothing uses or keeps them by then. message (agent.ping): at most 256 characters"`
 		IdempotencyKey string          `json:"idempotency_key,omitempty" maxLength:"255" doc:"Repeating a key with the same request returns the first job (200); with a different request it is refused (422). Kept at least 24 h, per server."`
 	}
 }

@@ -43,6 +43,8 @@ const (
 	MaxContainerPorts = 200
 	MaxLabels         = 500
 	MaxImages         = 5000
+	MaxVolumes        = 5000
+	MaxNetworks       = 1000
 	MaxImageTags      = 100
 )
 
@@ -106,6 +108,8 @@ type Inventory struct {
 	Containers  []agentproto.ContainerInfo `json:"containers" doc:"Docker containers; null if unreadable (e.g. no Docker)"`
 	Ports       []agentproto.ListeningPort `json:"ports" doc:"Listening sockets; null if unreadable"`
 	Images      []agentproto.ImageInfo     `json:"images" doc:"Docker images (id, tags, size, created); null if unreadable or the agent does not report them"`
+	Volumes     []agentproto.VolumeInfo    `json:"volumes" doc:"Docker volumes with their disk use (measured every 5 minutes; -1 when unknown) and how many containers mount them; null if unreadable or the agent does not report them"`
+	Networks    []agentproto.NetworkInfo   `json:"networks" doc:"Docker networks and how many containers are attached; null if unreadable or the agent does not report them"`
 }
 
 // Store persists samples, rollups and inventories.

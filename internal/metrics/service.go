@@ -84,7 +84,8 @@ func (s *Service) PutInventory(ctx context.Context, serverID string, req agentpr
 		return err
 	}
 	return s.store.PutInventory(ctx, serverID, Inventory{CollectedAt: req.CollectedAt.UTC(), ReceivedAt: now,
-		Services: req.Services, Containers: req.Containers, Ports: req.Ports, Images: req.Images})
+		Services: req.Services, Containers: req.Containers, Ports: req.Ports, Images: req.Images,
+		Volumes: req.Volumes, Networks: req.Networks})
 }
 
 // LatestAll returns the newest sample of every server that has one, in one

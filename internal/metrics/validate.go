@@ -236,17 +236,7 @@ func ValidateInventory(req agentproto.InventoryRequest, now time.Time) error {
 					text(&errs, q+"protocol", cp.Protocol, 0, maxProtocolLen)
 				}
 			}
-			if len(c.Labels) > MaxLabels {
-				errs.Add(p+"labels", "at most %d labels per container", MaxLabels)
-			} else {
-				for k, v := range c.Labels {
-					if len(k) == 0 || len(k) > maxLabelKeyLen || !utf8.ValidString(k) {
-						errs.Add(p+"labels", "keys must be 1 to %d bytes of UTF-8", maxLabelKeyLen)
-					} else if len(v) > maxLabelLen || !utf8.ValidString(v) {
-						errs.Add(p+"labels."+k, "at most %d bytes of UTF-8", maxLabelLen)
-					}
-				}
-			}
+			labels(&errs, p+"labels", c.Labels)
 		}
 	}
 	if len(req.Ports) > MaxPorts {
@@ -281,7 +271,52 @@ func ValidateInventory(req agentproto.InventoryRequest, now time.Time) error {
 			}
 		}
 	}
+	if len(req.Volumes) > MaxVolumes {
+		errs.Add("volumes", "at most %d volumes", MaxVolumes)
+	} else {
+		for i, v := range req.Volumes {
+			p := fmt.Sprintf("volumes[%d].", i)
+			text(&errs, p+"name", v.Name, 1, maxNameLen)
+			text(&errs, p+"driver", v.Driver, 0, maxNameLen)
+			if v.SizeBytes < -1 {
+				errs.Add(p+"size_bytes", "must be -1 (unknown) or more")
+			}
+			if v.Containers < -1 {
+				errs.Add(p+"containers", "must be -1 (unknown) or more")
+			}
+			labels(&errs, p+"labels", v.Labels)
+		}
+	}
+	if len(req.Networks) > MaxNetworks {
+		errs.Add("networks", "at most %d networks", MaxNetworks)
+	} else {
+		for i, n := range req.Networks {
+			p := fmt.Sprintf("networks[%d].", i)
+			text(&errs, p+"id", n.ID, 1, maxContainerLen)
+			text(&errs, p+"name", n.Name, 1, maxNameLen)
+			text(&errs, p+"driver", n.Driver, 0, maxNameLen)
+			text(&errs, p+"scope", n.Scope, 0, maxStateLen)
+			if n.Containers < -1 {
+				errs.Add(p+"containers", "must be -1 (unknown) or more")
+			}
+		}
+	}
 	return capped(errs).Err()
+}
+
+// labels checks a label map.
+func labels(errs *fault.Fields, field string, m map[string]string) {
+	if len(m) > MaxLabels {
+		errs.Add(field, "at most %d labels", MaxLabels)
+		return
+	}
+	for k, v := range m {
+		if len(k) == 0 || len(k) > maxLabelKeyLen || !utf8.ValidString(k) {
+			errs.Add(field, "keys must be 1 to %d bytes of UTF-8", maxLabelKeyLen)
+		} else if len(v) > maxLabelLen || !utf8.ValidString(v) {
+			errs.Add(field+"."+k, "at most %d bytes of UTF-8", maxLabelLen)
+		}
+	}
 }
 
 // maxFieldErrors bounds the field errors of one problem: a report with

@@ -2,11 +2,14 @@ package servers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -112,7 +115,7 @@ func ValidateAction(actionType string, raw json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return agentproto.ServiceLogsPayload{Unit: p.Unit, Lines: n}, nil
-	case agentproto.JobContainerStart, agentproto.JobContainerStop, agentproto.JobContainerRestart:
+	case agentproto.JobContainerStart, agentproto.JobContainerStop, agentproto.JobContainerRestart, agentproto.JobContainerInspect:
 		var p agentproto.ContainerPayload
 		if err := decodeStrict(raw, &p); err != nil {
 			return nil, err
@@ -137,8 +140,69 @@ func ValidateAction(actionType string, raw json.RawMessage) (any, error) {
 			return nil, err
 		}
 		return agentproto.ContainerLogsPayload{Container: p.Container, Lines: n}, nil
+	case agentproto.JobDockerPrune:
+		return validatePrune(raw)
 	}
-	return nil, fault.Invalidf("type", "must be one of agent.ping, service.start, service.stop, service.restart, service.logs, container.start, container.stop, container.restart, container.logs")
+	return nil, fault.Invalidf("type", "must be one of %s", strings.Join(ActionTypes, ", "))
+}
+
+// ActionTypes are the job types a server action may have.
+var ActionTypes = []string{agentproto.JobAgentPing, agentproto.JobServiceStart, agentproto.JobServiceStop,
+	agentproto.JobServiceRestart, agentproto.JobServiceLogs, agentproto.JobContainerStart, agentproto.JobContainerStop,
+	agentproto.JobContainerRestart, agentproto.JobContainerLogs, agentproto.JobContainerInspect, agentproto.JobDockerPrune}
+
+// pruneID is a full image or network id as a dry run lists it.
+var pruneID = regexp.MustCompile(`^(sha256:)?[0-9a-f]{64}$`)
+
+// validatePrune checks a docker.prune payload: a dry run names nothing; a
+// removal names what a dry run listed.
+func validatePrune(raw json.RawMessage) (agentproto.DockerPrunePayload, error) {
+	var in struct {
+		DryRun     bool     `json:"dry_run"`
+		ImageIDs   []string `json:"image_ids"`
+		NetworkIDs []string `json:"network_ids"`
+	}
+	if err := decodeStrict(raw, &in); err != nil {
+		return agentproto.DockerPrunePayload{}, err
+	}
+	var errs fault.Fields
+	for _, f := range []struct {
+		name string
+		ids  []string
+	}{{"payload.image_ids", in.ImageIDs}, {"payload.network_ids", in.NetworkIDs}} {
+		switch {
+		case in.DryRun && len(f.ids) > 0:
+			errs.Add(f.name, "a dry run removes nothing; leave it out")
+		case len(f.ids) > agentproto.MaxPruneItems:
+			errs.Add(f.name, "at most %d", agentproto.MaxPruneItems)
+		default:
+			for i, id := range f.ids {
+				if !pruneID.MatchString(id) {
+					errs.Add(fmt.Sprintf("%s[%d]", f.name, i), "must be a full id (64 hex digits) as a dry run lists it")
+				} else if slices.Contains(f.ids[:i], id) {
+					errs.Add(fmt.Sprintf("%s[%d]", f.name, i), "is named twice")
+				}
+			}
+		}
+	}
+	if !in.DryRun && len(in.ImageIDs)+len(in.NetworkIDs) == 0 {
+		errs.Add("payload.image_ids", "name the images or networks to remove (from a dry run), or set dry_run")
+	}
+	if err := errs.Err(); err != nil {
+		return agentproto.DockerPrunePayload{}, err
+	}
+	return agentproto.DockerPrunePayload{DryRun: in.DryRun, ImageIDs: in.ImageIDs, NetworkIDs: in.NetworkIDs}, nil
+}
+
+// housekeeping are the action types only an agent with
+// agentproto.CapabilityDockerHousekeeping runs.
+var housekeeping = []string{agentproto.JobContainerInspect, agentproto.JobDockerPrune}
+
+// UseImageKeeper sets what names the images a prune on a server must
+// keep: those its applications keep for their releases. Without it, a
+// prune is refused.
+func (s *Service) UseImageKeeper(kept func(ctx context.Context, serverID string) ([]string, error)) {
+	s.keptImages = kept
 }
 
 // QueueAction validates and queues an action on a server. created is false
@@ -157,6 +221,22 @@ func (s *Service) QueueAction(ctx context.Context, actor audit.Actor, c audit.En
 	}
 	if srv.Status == Revoked {
 		return jobs.Job{}, false, fault.Conflictf("server-revoked", "The server is revoked; it runs no more jobs.")
+	}
+	if slices.Contains(housekeeping, actionType) {
+		if srv.Facts == nil || !slices.Contains(srv.Facts.Capabilities, agentproto.CapabilityDockerHousekeeping) {
+			return jobs.Job{}, false, fault.Conflictf("agent-upgrade-required",
+				"The agent of server %s (version %s) does not run %s; upgrade the agent on the server, then try again.",
+				srv.Name, cmp.Or(srv.AgentVersion, "unknown"), actionType)
+		}
+	}
+	if pp, ok := p.(agentproto.DockerPrunePayload); ok {
+		if s.keptImages == nil {
+			return jobs.Job{}, false, errors.New("no image keeper is set: a prune would not know what the applications keep")
+		}
+		if pp.KeepImageIDs, err = s.keptImages(ctx, serverID); err != nil {
+			return jobs.Job{}, false, err
+		}
+		p = pp
 	}
 	j, created, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: actionType, Payload: p, IdempotencyKey: key, CreatedBy: actor.ID})
 	if err != nil || !created {
@@ -179,6 +259,10 @@ func actionDetails(jobID, actionType, server string, p any) map[string]any {
 		d["container"] = v.Container
 	case agentproto.ContainerLogsPayload:
 		d["container"] = v.Container
+	case agentproto.DockerPrunePayload:
+		d["dry_run"] = v.DryRun
+		d["images"] = len(v.ImageIDs)
+		d["networks"] = len(v.NetworkIDs)
 	}
 	return d
 }

@@ -52,6 +52,9 @@ type Service struct {
 	// control planes may share the store: a revocation there must refuse
 	// the very next call here, and a bus message can arrive after it.
 	cacheOff atomic.Bool
+
+	// keptImages names the images a prune must keep (UseImageKeeper).
+	keptImages func(ctx context.Context, serverID string) ([]string, error)
 }
 
 // msgAgentRevoked is the bus message of a revoked or deleted server's

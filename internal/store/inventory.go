@@ -16,11 +16,14 @@ type inventoryData struct {
 	Containers []agentproto.ContainerInfo `json:"containers"`
 	Ports      []agentproto.ListeningPort `json:"ports"`
 	Images     []agentproto.ImageInfo     `json:"images"`
+	Volumes    []agentproto.VolumeInfo    `json:"volumes"`
+	Networks   []agentproto.NetworkInfo   `json:"networks"`
 }
 
 // PutInventory replaces a server's inventory.
 func (s *Store) PutInventory(ctx context.Context, serverID string, inv metrics.Inventory) error {
-	data, err := json.Marshal(inventoryData{Services: inv.Services, Containers: inv.Containers, Ports: inv.Ports, Images: inv.Images})
+	data, err := json.Marshal(inventoryData{Services: inv.Services, Containers: inv.Containers, Ports: inv.Ports, Images: inv.Images,
+		Volumes: inv.Volumes, Networks: inv.Networks})
 	if err != nil {
 		return err
 	}
@@ -49,7 +52,8 @@ func (s *Store) ServerInventory(ctx context.Context, serverID string) (*metrics.
 		return nil, err
 	}
 	return &metrics.Inventory{CollectedAt: fromMS(r.CollectedAt), ReceivedAt: fromMS(r.ReceivedAt),
-		Services: d.Services, Containers: d.Containers, Ports: d.Ports, Images: d.Images}, nil
+		Services: d.Services, Containers: d.Containers, Ports: d.Ports, Images: d.Images,
+		Volumes: d.Volumes, Networks: d.Networks}, nil
 }
 
 // ServerImageIDs returns the image ids of a server's latest inventory and

@@ -6,6 +6,7 @@ package container
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -202,4 +203,55 @@ func state(ctx context.Context, cli *client.Client, name string) (agentproto.Con
 		}
 	}
 	return st, nil
+}
+
+// Inspect is the executor of container.inspect (agentproto.ContainerPayload
+// → agentproto.ContainerInspectResult): the engine's inspect document,
+// with every environment value hidden (they hold the applications'
+// secrets).
+func (d *Docker) Inspect() agent.Executor {
+	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
+		var p agentproto.ContainerPayload
+		if err := logs.DecodePayload(job, &p); err != nil {
+			return nil, nil, err
+		}
+		if err := checkContainer(p.Container); err != nil {
+			return nil, nil, err
+		}
+		cli, err := d.client()
+		if err != nil {
+			return nil, nil, err
+		}
+		res, err := cli.ContainerInspect(ctx, p.Container, client.ContainerInspectOptions{})
+		if err != nil {
+			return nil, nil, engineError(p.Container, "inspecting container", err)
+		}
+		doc, err := hideEnv(res.Raw)
+		if err != nil {
+			return nil, nil, fmt.Errorf("inspecting container %s: %w", p.Container, err)
+		}
+		name := strings.TrimPrefix(res.Container.Name, "/")
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("inspected container %s (%s)", name, shortID(res.Container.ID)), nil)
+		return agentproto.ContainerInspectResult{Container: name, ID: res.Container.ID, Inspect: doc}, nil, nil
+	})
+}
+
+// hideEnv decodes an inspect document and replaces the value of every
+// Config.Env entry with agentproto.HiddenEnvValue.
+func hideEnv(raw []byte) (map[string]any, error) {
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("the engine's answer: %w", err)
+	}
+	cfg, _ := doc["Config"].(map[string]any)
+	if cfg == nil {
+		return doc, nil
+	}
+	env, _ := cfg["Env"].([]any)
+	for i, e := range env {
+		s, _ := e.(string)
+		key, _, _ := strings.Cut(s, "=")
+		env[i] = key + "=" + agentproto.HiddenEnvValue
+	}
+	return doc, nil
 }

@@ -183,7 +183,7 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 			sent.n, sent.sum()))
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("uploaded %s (%s before compression) and read back its size and sha256",
-		humanBytes(sent.n), humanBytes(dumped.n)), nil)
+		agent.HumanBytes(sent.n), agent.HumanBytes(dumped.n)), nil)
 	if local != nil {
 		removed, err := b.keepLocal(local, p)
 		res.LocalRemoved = removed

@@ -369,7 +369,7 @@ func (t *Transfer) load(ctx context.Context, job agentproto.Job, secrets map[str
 			stdin = io.MultiReader(strings.NewReader("BEGIN;\n"), br, strings.NewReader("\n;\nCOMMIT;\n"))
 		}
 		call := loadCall(p.Target.Engine, format, p.Database, c)
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading %s (%s) into %s with %s %s", humanBytes(p.Bytes), format, p.Database,
+		events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading %s (%s) into %s with %s %s", agent.HumanBytes(p.Bytes), format, p.Database,
 			call.Args[0], r), map[string]any{"tool": r.kind(), "atomic": atomic})
 		out := newTail(stderrKeep)
 		err = r.run(ctx, call, stdin, out)
@@ -679,17 +679,4 @@ func (s *sourceReader) Read(p []byte) (int, error) {
 		s.err = err
 	}
 	return n, err
-}
-
-// humanBytes is n in B, KiB, MiB or GiB.
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

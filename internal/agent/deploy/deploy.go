@@ -96,6 +96,10 @@ type Deployer struct {
 	opts  Options
 	locks appLocks
 	sw    switchboard
+	// images is held shared by every container deploy and exclusively
+	// by a prune's removal, which so never takes an image a release is
+	// about to run.
+	images sync.RWMutex
 
 	once sync.Once
 	cli  *client.Client

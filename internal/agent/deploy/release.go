@@ -51,6 +51,8 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 	}
 	lk := &heldLock{unlock: unlock}
 	defer lk.release()
+	d.images.RLock()
+	defer d.images.RUnlock()
 	if p.Compose != nil {
 		res, err := d.runCompose(ctx, cli, p, secrets, events)
 		if err != nil {

@@ -22,6 +22,9 @@ type dockerAPI interface {
 	ContainerList(ctx context.Context, options client.ContainerListOptions) (client.ContainerListResult, error)
 	ContainerInspect(ctx context.Context, id string, options client.ContainerInspectOptions) (client.ContainerInspectResult, error)
 	ImageList(ctx context.Context, options client.ImageListOptions) (client.ImageListResult, error)
+	VolumeList(ctx context.Context, options client.VolumeListOptions) (client.VolumeListResult, error)
+	NetworkList(ctx context.Context, options client.NetworkListOptions) (client.NetworkListResult, error)
+	DiskUsage(ctx context.Context, options client.DiskUsageOptions) (client.DiskUsageResult, error)
 	DaemonHost() string
 	Close() error
 }
@@ -44,6 +47,10 @@ type dockerContainers struct {
 	newEventsClient func() (eventsAPI, error)
 	cli             dockerAPI
 	inspected       map[string]inspected // by container ID
+	// last is the last list's containers, nil when it failed: the
+	// volumes and networks count their containers in it.
+	last  []container.Summary
+	sizes volumeSizes
 }
 
 func newDockerContainers() *dockerContainers {
@@ -77,6 +84,7 @@ func (d *dockerContainers) engine() (bool, error) {
 // list returns the containers, sorted by name, or nil, nil when there is no
 // Docker engine (its socket does not exist).
 func (d *dockerContainers) list(ctx context.Context) ([]agentproto.ContainerInfo, error) {
+	d.last = nil
 	if ok, err := d.engine(); !ok {
 		return nil, err
 	}
@@ -107,6 +115,7 @@ func (d *dockerContainers) list(ctx context.Context) ([]agentproto.ContainerInfo
 		return nil, ctx.Err()
 	}
 	maps.DeleteFunc(d.inspected, func(id string, _ inspected) bool { return !seen[id] })
+	d.last = res.Items
 	slices.SortFunc(out, func(a, b agentproto.ContainerInfo) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID))
 	})

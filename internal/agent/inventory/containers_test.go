@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/image"
 	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/api/types/volume"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -28,6 +29,26 @@ type fakeDocker struct {
 	restarts map[string]int
 	inspects int
 	closed   bool
+	volumes  []volume.Volume
+	networks []network.Summary
+	usage    []volume.Volume // what DiskUsage measures
+	measured int             // DiskUsage calls
+}
+
+func (f *fakeDocker) VolumeList(context.Context, client.VolumeListOptions) (client.VolumeListResult, error) {
+	return client.VolumeListResult{Items: f.volumes}, nil
+}
+
+func (f *fakeDocker) NetworkList(context.Context, client.NetworkListOptions) (client.NetworkListResult, error) {
+	return client.NetworkListResult{Items: f.networks}, nil
+}
+
+func (f *fakeDocker) DiskUsage(_ context.Context, o client.DiskUsageOptions) (client.DiskUsageResult, error) {
+	if !o.Volumes || !o.Verbose {
+		return client.DiskUsageResult{}, errors.New("want the volumes' items")
+	}
+	f.measured++
+	return client.DiskUsageResult{Volumes: client.VolumesDiskUsage{Items: f.usage}}, nil
 }
 
 func (f *fakeDocker) ContainerList(_ context.Context, o client.ContainerListOptions) (client.ContainerListResult, error) {

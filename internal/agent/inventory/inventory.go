@@ -1,7 +1,7 @@
 // Package inventory collects what runs on a host for capstan-agent's
 // inventory reports: the systemd service units (over D-Bus), the Docker
-// containers and images (through the Engine API) and the listening TCP and UDP
-// sockets with their processes (from /proc).
+// containers, images, volumes and networks (through the Engine API) and
+// the listening TCP and UDP sockets with their processes (from /proc).
 //
 // A part that cannot be read is nil in the report (agentproto says: the
 // agent could not read it); a host without systemd or without Docker
@@ -74,6 +74,15 @@ func (c *Collector) Collect(ctx context.Context) (agentproto.InventoryRequest, e
 		inv.Images, err = c.containers.images(ctx)
 		return err
 	})
+	// After the containers: they count the containers of its list.
+	part("docker volumes", func(ctx context.Context) (err error) {
+		inv.Volumes, err = c.containers.volumes(ctx, now)
+		return err
+	})
+	part("docker networks", func(ctx context.Context) (err error) {
+		inv.Networks, err = c.containers.networks(ctx)
+		return err
+	})
 	part("listening ports", func(context.Context) (err error) {
 		inv.Ports, err = c.ports.list(now)
 		return err
@@ -107,6 +116,8 @@ func Hash(inv agentproto.InventoryRequest) [sha256.Size]byte {
 		inv.Containers[i].Status = statusKey(inv.Containers[i].Status)
 	}
 	inv.Images = sortedClone(inv.Images, func(a, b agentproto.ImageInfo) int { return cmp.Compare(a.ID, b.ID) })
+	inv.Volumes = sortedClone(inv.Volumes, func(a, b agentproto.VolumeInfo) int { return cmp.Compare(a.Name, b.Name) })
+	inv.Networks = sortedClone(inv.Networks, func(a, b agentproto.NetworkInfo) int { return cmp.Compare(a.ID, b.ID) })
 	// Maps (labels) are encoded with sorted keys.
 	b, err := json.Marshal(inv)
 	if err != nil {

@@ -3078,9 +3078,9 @@ export interface components {
         ActionInputBody: {
             /** @description Repeating a key with the same request returns the first job (200); with a different request it is refused (422). Kept at least 24 h, per server. */
             idempotency_key?: string;
-            /** @description Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {message?}. lines (service.logs, container.logs): 1 to 500; default 200 when absent or null, 0 is refused. message (agent.ping): at most 256 characters */
+            /** @description Depends on type: {unit}, {unit, lines?}, {container}, {container, lines?}, {dry_run?, image_ids?, network_ids?}, {message?}. lines (service.logs, container.logs): 1 to 500; default 200 when absent or null, 0 is refused. docker.prune: dry_run true lists what would be removed; without it, image_ids and network_ids (full ids, at most 1000 each, as a dry run listed them) are removed if nothing uses or keeps them by then. message (agent.ping): at most 256 characters */
             payload?: unknown;
-            /** @description service.start|stop|restart|logs, container.start|stop|restart|logs, or agent.ping */
+            /** @description service.start|stop|restart|logs, container.start|stop|restart|logs|inspect, docker.prune, or agent.ping */
             type: string;
         };
         Actor: {
@@ -4652,6 +4652,8 @@ export interface components {
             containers: components["schemas"]["ContainerInfo"][] | null;
             /** @description Docker images (id, tags, size, created); null if unreadable or the agent does not report them */
             images: components["schemas"]["ImageInfo"][] | null;
+            /** @description Docker networks and how many containers are attached; null if unreadable or the agent does not report them */
+            networks: components["schemas"]["NetworkInfo"][] | null;
             /** @description Listening sockets; null if unreadable */
             ports: components["schemas"]["ListeningPort"][] | null;
             /**
@@ -4661,14 +4663,18 @@ export interface components {
             received_at: string;
             /** @description systemd service units; null if unreadable */
             services: components["schemas"]["ServiceInfo"][] | null;
+            /** @description Docker volumes with their disk use (measured every 5 minutes; -1 when unknown) and how many containers mount them; null if unreadable or the agent does not report them */
+            volumes: components["schemas"]["VolumeInfo"][] | null;
         };
         InventoryReport: {
             /** Format: date-time */
             collected_at: string;
             containers: components["schemas"]["ContainerInfo"][] | null;
             images?: components["schemas"]["ImageInfo"][] | null;
+            networks?: components["schemas"]["NetworkInfo"][] | null;
             ports: components["schemas"]["ListeningPort"][] | null;
             services: components["schemas"]["ServiceInfo"][] | null;
+            volumes?: components["schemas"]["VolumeInfo"][] | null;
         };
         Invitation: {
             /** Format: date-time */
@@ -5274,6 +5280,14 @@ export interface components {
         };
         MetricsRequest: {
             samples: components["schemas"]["MetricSample"][] | null;
+        };
+        NetworkInfo: {
+            /** Format: int64 */
+            containers: number;
+            driver: string;
+            id: string;
+            name: string;
+            scope: string;
         };
         NewChannel: {
             config: components["schemas"]["ChannelConfig"];
@@ -6492,6 +6506,17 @@ export interface components {
             challenge_id: string;
             /** @description Six-digit TOTP code from the authenticator app */
             code: string;
+        };
+        VolumeInfo: {
+            /** Format: int64 */
+            containers: number;
+            driver: string;
+            labels?: {
+                [key: string]: string;
+            };
+            name: string;
+            /** Format: int64 */
+            size_bytes: number;
         };
         WebhookResult: {
             delivery: string;

@@ -32,6 +32,15 @@ describe("audit sentences", () => {
     // An older entry without names: the ids.
     expect(auditSentence(entry("server.action.queued", { type: "server", id: "srv_1" }, { type: "agent.ping" }))).toBe(
       "alice@example.com pinged the agent on server srv_1");
+    expect(auditSentence(entry("server.action.queued", { type: "server", id: "srv_1" },
+      { type: "docker.prune", server: "web-1", dry_run: false, images: 3, networks: 1 }))).toBe(
+      "alice@example.com pruned 3 images and 1 network on server web-1");
+    expect(auditSentence(entry("server.action.queued", { type: "server", id: "srv_1" },
+      { type: "docker.prune", server: "web-1", dry_run: true, images: 0, networks: 0 }))).toBe(
+      "alice@example.com listed what a prune would remove on server web-1");
+    expect(auditSentence(entry("server.action.queued", { type: "server", id: "srv_1" },
+      { type: "container.inspect", server: "web-1", container: "db" }))).toBe(
+      "alice@example.com inspected container db on server web-1");
   });
 
   it("writes each action of internal/audit/audit.go as a sentence", () => {

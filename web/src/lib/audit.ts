@@ -46,6 +46,11 @@ function s(v: unknown): string {
   return v == null ? "" : String(v);
 }
 
+function count(v: unknown, noun: string): string {
+  const n = Number(v ?? 0);
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
 function words(v: unknown): string {
   return s(v).replace(/[_.]/g, " ");
 }
@@ -62,6 +67,7 @@ const serverActions: Record<string, string> = {
   "container.stop": "stopped container",
   "container.restart": "restarted container",
   "container.logs": "read the log of container",
+  "container.inspect": "inspected container",
 };
 
 const pastControl: Record<string, string> = { start: "started", stop: "stopped", restart: "restarted" };
@@ -99,6 +105,11 @@ const phrases: Record<string, Phrase> = {
   "server.deleted": (c) => `deleted ${c.obj("server")}`,
   "server.action.queued": (c) => {
     const type = c.str("type");
+    if (type === "docker.prune") {
+      return c.d.dry_run
+        ? `listed what a prune would remove on ${c.obj("server", c.d.server)}`
+        : `pruned ${count(c.d.images, "image")} and ${count(c.d.networks, "network")} on ${c.obj("server", c.d.server)}`;
+    }
     const what = c.str("container") || c.str("unit");
     const verb = serverActions[type] ?? `ran ${type || "an action"}`;
     return `${verb}${what ? " " + what : ""} on ${c.obj("server", c.d.server)}`;

@@ -189,7 +189,8 @@ export function ServerDetail({ id, tab: wanted }: { id: string; tab?: string }) 
         </div>
       )}
       {tab === "containers" && (
-        <ServerContainers srv={srv} actions={admin ? (name) => <Actions kind="container" name={name} onAct={ask} /> : undefined} />
+        <ServerContainers srv={srv} reload={() => void load()}
+          actions={admin ? (name) => <Actions kind="container" name={name} onAct={ask} /> : undefined} />
       )}
       {tab === "ports" && (
         <div class="card scroll-x">

@@ -1,6 +1,8 @@
 import type { ComponentChildren } from "preact";
+import { useState } from "preact/hooks";
 import type { Schemas } from "../api/client";
 import { Table } from "../components/ui";
+import { Inspection, Prune, shortId } from "./ServerHousekeeping";
 import { bytes, rate as byteRate } from "../lib/format";
 import { Ago } from "../components/Ago";
 
@@ -20,10 +22,16 @@ export function rate(v: number | null | undefined): string {
   return byteRate(v);
 }
 
+// unknown shows -1 (the agent could not tell) as a dash.
+const known = (n: number, show: (n: number) => string = String) => (n < 0 ? "–" : show(n));
+
 // ServerContainers is the containers tab of a server: each container with
 // its CPU, memory and network at the newest metric sample (running ones
-// only), and the engine's images with their sizes.
-export function ServerContainers({ srv, actions }: { srv: Detail; actions?: (name: string) => ComponentChildren }) {
+// only), and the engine's images, volumes and networks with their sizes.
+// For administrators (actions given): each container's actions and its
+// inspection, and the prune.
+export function ServerContainers({ srv, actions, reload }: { srv: Detail; actions?: (name: string) => ComponentChildren; reload?: () => void }) {
+  const [inspecting, setInspecting] = useState("");
   const inv = srv.inventory;
   const stats = new Map<string, ContainerSample>();
   for (const c of srv.container_metrics?.containers ?? []) stats.set(c.id, c);
@@ -54,13 +62,23 @@ export function ServerContainers({ srv, actions }: { srv: Detail; actions?: (nam
                   )}
                 </td>
                 <td data-stat="network">{s ? `${rate(s.net_rx_bytes_per_s)} / ${rate(s.net_tx_bytes_per_s)}` : "–"}</td>
-                {actions && <td>{actions(c.name)}</td>}
+                {actions && (
+                  <td>
+                    <div class="actions">
+                      {actions(c.name)}
+                      <button type="button" aria-label={`Inspect ${c.name}`} onClick={() => setInspecting(c.name)}>
+                        Inspect
+                      </button>
+                    </div>
+                  </td>
+                )}
               </tr>
             );
           })}
         </Table>
         {srv.container_metrics && <p class="muted">CPU, memory and network as of <Ago at={srv.container_metrics.at} />.</p>}
       </div>
+      {actions && inspecting && <Inspection serverId={srv.id} container={inspecting} onClose={() => setInspecting("")} />}
       <div class="card scroll-x">
         <h2>Images</h2>
         <Table label="Images" columns={["Tags", "ID", "Size", "Created"]}
@@ -69,7 +87,7 @@ export function ServerContainers({ srv, actions }: { srv: Detail; actions?: (nam
             <tr key={im.id} data-image={im.id}>
               <td>{im.tags?.length ? im.tags.join(", ") : <span class="muted">untagged</span>}</td>
               <td>
-                <code>{im.id.replace(/^sha256:/, "").slice(0, 12)}</code>
+                <code>{shortId(im.id)}</code>
               </td>
               <td>{bytes(im.size_bytes)}</td>
               <td><Ago at={im.created} /></td>
@@ -77,6 +95,36 @@ export function ServerContainers({ srv, actions }: { srv: Detail; actions?: (nam
           ))}
         </Table>
       </div>
+      <div class="card scroll-x">
+        <h2>Volumes</h2>
+        <Table label="Volumes" columns={["Name", "Driver", "Size", "Containers"]}
+          empty={!inv?.volumes?.length && (inv?.volumes == null ? "The agent reports no volumes." : "No volumes.")}>
+          {(inv?.volumes ?? []).map((v) => (
+            <tr key={v.name} data-volume={v.name}>
+              <td>{v.name}</td>
+              <td>{v.driver}</td>
+              <td>{known(v.size_bytes, bytes)}</td>
+              <td>{known(v.containers)}</td>
+            </tr>
+          ))}
+        </Table>
+        {!!inv?.volumes?.length && <p class="muted">Sizes are measured every 5 minutes.</p>}
+      </div>
+      <div class="card scroll-x">
+        <h2>Networks</h2>
+        <Table label="Networks" columns={["Name", "Driver", "Scope", "Containers"]}
+          empty={!inv?.networks?.length && (inv?.networks == null ? "The agent reports no networks." : "No networks.")}>
+          {(inv?.networks ?? []).map((n) => (
+            <tr key={n.id} data-network={n.name}>
+              <td>{n.name}</td>
+              <td>{n.driver}</td>
+              <td>{n.scope}</td>
+              <td>{known(n.containers)}</td>
+            </tr>
+          ))}
+        </Table>
+      </div>
+      {actions && <Prune serverId={srv.id} onDone={() => reload?.()} />}
     </>
   );
 }

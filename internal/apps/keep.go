@@ -1,0 +1,47 @@
+package apps
+
+import (
+	"context"
+	"slices"
+)
+
+// KeptImageIDs are the Docker images the applications on serverID keep:
+// those of each one's newest KeepImages succeeded releases (its live
+// release and the ones a rollback returns to). A prune on the server never
+// removes them.
+func (s *Service) KeptImageIDs(ctx context.Context, serverID string) ([]string, error) {
+	list, err := s.store.ListApps(ctx, serverID)
+	if err != nil {
+		return nil, err
+	}
+	keep := []string{}
+	add := func(id string) {
+		if id != "" && !slices.Contains(keep, id) {
+			keep = append(keep, id)
+		}
+	}
+	for _, a := range list {
+		switch a.Kind {
+		case KindCompose:
+			deps, err := s.store.ListDeployments(ctx, a.ID, MaxDeploymentLimit)
+			if err != nil {
+				return nil, err
+			}
+			rs := succeededReleases(deps)
+			for _, r := range rs[:min(len(rs), KeepImages)] {
+				for _, id := range sortedValues(r.Release.Services) {
+					add(id)
+				}
+			}
+		case KindContainer:
+			ids, err := s.store.SucceededImageIDs(ctx, a.ID, KeepImages)
+			if err != nil {
+				return nil, err
+			}
+			for _, id := range ids {
+				add(id)
+			}
+		}
+	}
+	return keep, nil
+}
