@@ -41,7 +41,9 @@ func TestDockerHousekeeping(t *testing.T) {
 	if _, err := s.Docker.VolumeCreate(ctx, client.VolumeCreateOptions{Name: run}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = s.Docker.VolumeRemove(context.Background(), run, client.VolumeRemoveOptions{Force: true}) })
+	t.Cleanup(func() {
+		_, _ = s.Docker.VolumeRemove(context.Background(), run, client.VolumeRemoveOptions{Force: true})
+	})
 	nw, err := s.Docker.NetworkCreate(ctx, run, client.NetworkCreateOptions{Driver: "bridge"})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +52,7 @@ func TestDockerHousekeeping(t *testing.T) {
 
 	type inventory struct {
 		Inventory *struct {
-			Volumes []agentproto.VolumeInfo  `json:"volumes"`
+			Volumes  []agentproto.VolumeInfo  `json:"volumes"`
 			Networks []agentproto.NetworkInfo `json:"networks"`
 		} `json:"inventory"`
 	}
@@ -130,7 +132,9 @@ func TestDockerHousekeeping(t *testing.T) {
 	if !slices.ContainsFunc(plan.Networks, func(n agentproto.PruneNetwork) bool { return n.ID == nw.ID && n.Name == run }) {
 		t.Fatalf("the dry run does not list the unused network %s: %+v", run, plan.Networks)
 	}
-	if slices.ContainsFunc(plan.Networks, func(n agentproto.PruneNetwork) bool { return n.Name == "bridge" || n.Name == "host" || n.Name == "none" }) {
+	if slices.ContainsFunc(plan.Networks, func(n agentproto.PruneNetwork) bool {
+		return n.Name == "bridge" || n.Name == "host" || n.Name == "none"
+	}) {
 		t.Fatalf("the dry run lists one of the engine's own networks: %+v", plan.Networks)
 	}
 	if plan.ReclaimBytes <= 0 {
