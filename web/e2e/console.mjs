@@ -183,8 +183,34 @@ try {
   // The images, with the container's among them.
   const images = page.getByRole("table", { name: "Images" });
   await images.getByRole("cell", { name: process.env.CAPSTAN_IMAGE }).waitFor(wait);
+  // The engine's volumes and networks (its own bridge among them).
+  await page.getByRole("table", { name: "Volumes" }).or(page.getByText("No volumes.")).first().waitFor(wait);
+  await page.getByRole("table", { name: "Networks" }).getByRole("cell", { name: "bridge", exact: true }).first().waitFor(wait);
   await axe(page, "server-containers");
   await shots(page, "server-containers");
+  // Inspect the container: the engine's document, environment values
+  // hidden.
+  await row.getByRole("button", { name: `Inspect ${container}` }).click();
+  const inspected = page.locator(`[data-inspect="${container}"] pre.inspect`);
+  await inspected.waitFor(wait);
+  const doc = (await inspected.textContent()) ?? "";
+  if (!doc.includes('"Config"') || !doc.includes(container)) throw new Error("the inspection does not show the container's document");
+  if (doc.includes("/usr/local/sbin")) throw new Error("the inspection shows an environment value");
+  await axe(page, "server-inspect");
+  await page.locator(`[data-inspect="${container}"]`).getByRole("button", { name: "Close" }).click();
+  // A prune lists what it would remove and asks first; keeping it
+  // removes nothing (the engine is shared with other tests).
+  await page.getByRole("button", { name: "Prune unused images and networks" }).click();
+  const pruneDialog = page.getByRole("dialog");
+  const nothing = page.locator("[data-prune-result]");
+  await pruneDialog.or(nothing).first().waitFor(wait);
+  if (await pruneDialog.isVisible()) {
+    if (!(await pruneDialog.textContent()).includes("Frees up to")) throw new Error("the prune's confirmation does not say what it frees");
+    await axe(page, "server-prune");
+    await shots(page, "server-prune");
+    await pruneDialog.getByRole("button", { name: "Keep it" }).click();
+    await pruneDialog.waitFor({ state: "hidden", ...wait });
+  }
 
   // Restart it: the confirmation names the container; the job shows live.
   await row.getByRole("button", { name: `Restart ${container}` }).click();
