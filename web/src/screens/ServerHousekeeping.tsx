@@ -101,7 +101,7 @@ export function Prune({ serverId, onDone }: { serverId: string; onDone: () => vo
           <p>
             Frees up to <strong>{bytes(plan.reclaim_bytes)}</strong>. Only what is listed here is removed; anything used by then is kept.
           </p>
-          <div class="scroll-y">
+          <div class="scroll-y" tabIndex={0} role="region" aria-label="What the prune removes">
             <Table label="Images to remove" columns={["Image", "ID", "Size"]}>
               {plan.images.map((im) => (
                 <tr key={im.id} data-prune-image={im.id}>
@@ -166,7 +166,7 @@ export function Inspection({ serverId, container, onClose }: { serverId: string;
       {doc && (
         <>
           <p class="muted">Environment values are hidden: applications keep their secrets there.</p>
-          <pre class="inspect">{JSON.stringify(doc.inspect, null, 2)}</pre>
+          <pre class="inspect" tabIndex={0} aria-label={`Inspect document of ${container}`}>{JSON.stringify(doc.inspect, null, 2)}</pre>
         </>
       )}
     </div>
