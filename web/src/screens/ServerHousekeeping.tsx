@@ -32,6 +32,8 @@ export async function runAction(serverId: string, type: string, payload: Record<
 
 export const shortId = (id: string) => id.replace(/^sha256:/, "").slice(0, 12);
 
+const count = (n: number, noun: string) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+
 const tagsOf = (tags: string[]) => (tags.length ? tags.join(", ") : "untagged");
 
 // Prune removes the images and networks nothing uses, in two steps: a dry
@@ -91,12 +93,12 @@ export function Prune({ serverId, onDone }: { serverId: string; onDone: () => vo
       {nothing && <p data-prune-result>Nothing to remove: every image is used or kept ({plan.kept.length}), and no network is unused.</p>}
       {result && (
         <p data-prune-result>
-          Removed {result.images.length} images ({bytes(result.reclaim_bytes)}) and {result.networks.length} networks
+          Removed {count(result.images.length, "image")} ({bytes(result.reclaim_bytes)}) and {count(result.networks.length, "network")}
           {result.skipped.length > 0 && `; ${result.skipped.length} skipped: ${result.skipped.map((s) => `${shortId(s.id)} (${s.reason})`).join(", ")}`}.
         </p>
       )}
       {plan && !nothing && (
-        <Confirm title="Prune Docker" action="Remove" object={`${plan.images.length} images and ${plan.networks.length} networks`}
+        <Confirm title="Prune Docker" action="Remove" object={`${count(plan.images.length, "image")} and ${count(plan.networks.length, "network")}`}
           onCancel={() => setPlan(null)} onConfirm={() => void remove(plan)}>
           <p>
             Frees up to <strong>{bytes(plan.reclaim_bytes)}</strong>. Only what is listed here is removed; anything used by then is kept.
