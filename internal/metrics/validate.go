@@ -278,12 +278,8 @@ func ValidateInventory(req agentproto.InventoryRequest, now time.Time) error {
 			p := fmt.Sprintf("volumes[%d].", i)
 			text(&errs, p+"name", v.Name, 1, maxNameLen)
 			text(&errs, p+"driver", v.Driver, 0, maxNameLen)
-			if v.SizeBytes < -1 {
-				errs.Add(p+"size_bytes", "must be -1 (unknown) or more")
-			}
-			if v.Containers < -1 {
-				errs.Add(p+"containers", "must be -1 (unknown) or more")
-			}
+			countOrUnknown(&errs, p+"size_bytes", int64(v.SizeBytes))
+			countOrUnknown(&errs, p+"containers", int64(v.Containers))
 			labels(&errs, p+"labels", v.Labels)
 		}
 	}
@@ -296,12 +292,17 @@ func ValidateInventory(req agentproto.InventoryRequest, now time.Time) error {
 			text(&errs, p+"name", n.Name, 1, maxNameLen)
 			text(&errs, p+"driver", n.Driver, 0, maxNameLen)
 			text(&errs, p+"scope", n.Scope, 0, maxStateLen)
-			if n.Containers < -1 {
-				errs.Add(p+"containers", "must be -1 (unknown) or more")
-			}
+			countOrUnknown(&errs, p+"containers", int64(n.Containers))
 		}
 	}
 	return capped(errs).Err()
+}
+
+// countOrUnknown checks a count or size that is -1 when unknown.
+func countOrUnknown(errs *fault.Fields, field string, v int64) {
+	if v < -1 {
+		errs.Add(field, "must be -1 (unknown) or more")
+	}
 }
 
 // labels checks a label map.

@@ -93,19 +93,26 @@ func engineError(name, doing string, err error) error {
 	return fmt.Errorf("%s %s: %w", doing, name, err)
 }
 
+// target decodes and checks the container a job names, and returns the
+// engine's client.
+func (d *Docker) target(job agentproto.Job) (agentproto.ContainerPayload, *client.Client, error) {
+	var p agentproto.ContainerPayload
+	if err := logs.DecodePayload(job, &p); err != nil {
+		return p, nil, err
+	}
+	if err := checkContainer(p.Container); err != nil {
+		return p, nil, err
+	}
+	cli, err := d.client()
+	return p, cli, err
+}
+
 // action returns the executor of container.<verb>: it inspects the
 // container, acts on it, and returns its state afterwards
 // (agentproto.ContainerState).
 func (d *Docker) action(verb string) agent.Executor {
 	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		var p agentproto.ContainerPayload
-		if err := logs.DecodePayload(job, &p); err != nil {
-			return nil, nil, err
-		}
-		if err := checkContainer(p.Container); err != nil {
-			return nil, nil, err
-		}
-		cli, err := d.client()
+		p, cli, err := d.target(job)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -211,14 +218,7 @@ func state(ctx context.Context, cli *client.Client, name string) (agentproto.Con
 // secrets).
 func (d *Docker) Inspect() agent.Executor {
 	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		var p agentproto.ContainerPayload
-		if err := logs.DecodePayload(job, &p); err != nil {
-			return nil, nil, err
-		}
-		if err := checkContainer(p.Container); err != nil {
-			return nil, nil, err
-		}
-		cli, err := d.client()
+		p, cli, err := d.target(job)
 		if err != nil {
 			return nil, nil, err
 		}
