@@ -178,7 +178,9 @@ func goodInventory() agentproto.InventoryRequest {
 		Containers: []agentproto.ContainerInfo{{ID: "abc123", Name: "db", Image: "postgres:17", State: "running", Status: "Up 3 hours",
 			Ports:  []agentproto.ContainerPort{{IP: "0.0.0.0", HostPort: 5432, ContainerPort: 5432, Protocol: "tcp"}},
 			Labels: map[string]string{"app": "db"}}},
-		Ports: []agentproto.ListeningPort{{Protocol: "tcp", Address: "0.0.0.0", Port: 22, Process: "sshd", PID: 1}},
+		Ports:    []agentproto.ListeningPort{{Protocol: "tcp", Address: "0.0.0.0", Port: 22, Process: "sshd", PID: 1}},
+		Volumes:  []agentproto.VolumeInfo{{Name: "pgdata", Driver: "local", SizeBytes: -1, Containers: 1}},
+		Networks: []agentproto.NetworkInfo{{ID: "n1", Name: "bridge", Driver: "bridge", Scope: "local", Containers: -1}},
 	}
 }
 
@@ -212,6 +214,10 @@ func TestValidateInventory(t *testing.T) {
 		{"port without protocol", func(r *agentproto.InventoryRequest) { r.Ports[0].Protocol = "" }, "ports[0].protocol"},
 		{"negative pid", func(r *agentproto.InventoryRequest) { r.Ports[0].PID = -2 }, "ports[0].pid"},
 		{"long process", func(r *agentproto.InventoryRequest) { r.Ports[0].Process = strings.Repeat("p", 513) }, "ports[0].process"},
+		{"volume size below unknown", func(r *agentproto.InventoryRequest) { r.Volumes[0].SizeBytes = -2 }, "volumes[0].size_bytes"},
+		{"volume without name", func(r *agentproto.InventoryRequest) { r.Volumes[0].Name = "" }, "volumes[0].name"},
+		{"too many networks", func(r *agentproto.InventoryRequest) { r.Networks = make([]agentproto.NetworkInfo, MaxNetworks+1) }, "networks"},
+		{"network containers below unknown", func(r *agentproto.InventoryRequest) { r.Networks[0].Containers = -2 }, "networks[0].containers"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
