@@ -417,8 +417,13 @@ func waitReady(ctx context.Context, cli *client.Client, id string, target agentp
 		cancel()
 		if err == nil {
 			v := conn.ServerVersion()
+			l, ok := conn.(interface{ Loading() bool })
+			loading := ok && l.Loading()
 			conn.Close()
-			return v, nil
+			if !loading {
+				return v, nil
+			}
+			err = errors.New("the server is loading its dataset")
 		}
 		last = err
 		if !said {

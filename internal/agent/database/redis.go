@@ -30,6 +30,7 @@ type redisConn struct {
 	opts    *redis.Options
 	client  *redis.Client
 	version string
+	loading bool // the server was still loading its dataset when connected
 }
 
 func connectRedis(ctx context.Context, t agentproto.DBTarget, password string, tc *tls.Config) (*redisConn, error) {
@@ -46,12 +47,16 @@ func connectRedis(ctx context.Context, t agentproto.DBTarget, password string, t
 		PoolSize: 1, MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	}
 	c := &redisConn{opts: opts, client: redis.NewClient(opts)}
-	info, err := c.client.Info(ctx, "server").Result()
+	// INFO answers while the server loads its dataset; most commands
+	// do not (LOADING), so the connection says which it met.
+	info, err := c.client.Info(ctx).Result() // the default sections: server and persistence among them, on every version
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	server := parseInfo(info)["server"]
+	sections := parseInfo(info)
+	server := sections["server"]
+	c.loading = sections["persistence"]["loading"] == "1"
 	c.version = server["redis_version"]
 	if v := server["valkey_version"]; v != "" {
 		c.version = v
@@ -60,6 +65,10 @@ func connectRedis(ctx context.Context, t agentproto.DBTarget, password string, t
 }
 
 func (c *redisConn) ServerVersion() string { return c.version }
+
+// Loading reports whether the server was loading its dataset when the
+// connection was made.
+func (c *redisConn) Loading() bool { return c.loading }
 func (c *redisConn) TLS() bool             { return c.opts.TLSConfig != nil }
 func (c *redisConn) Close()                { c.client.Close() }
 
