@@ -69,8 +69,8 @@ func (c *redisConn) ServerVersion() string { return c.version }
 // Loading reports whether the server was loading its dataset when the
 // connection was made.
 func (c *redisConn) Loading() bool { return c.loading }
-func (c *redisConn) TLS() bool             { return c.opts.TLSConfig != nil }
-func (c *redisConn) Close()                { c.client.Close() }
+func (c *redisConn) TLS() bool     { return c.opts.TLSConfig != nil }
+func (c *redisConn) Close()        { c.client.Close() }
 
 // redisError is err's Redis error, if it holds one: its code is the
 // error's first word when that is in capitals (WRONGTYPE, NOAUTH).
