@@ -44,6 +44,10 @@ const (
 	PasswordChangeRefused = "user.password.refused" // wrong current password or code
 	RecoveryKitDownloaded = "platform.recovery_kit.downloaded"
 	RecoveryKitRefused    = "platform.recovery_kit.refused"
+	TokenCreated          = "token.created"
+	TokenRevoked          = "token.revoked"
+	TokenNewAddress       = "token.new_address"  // a token was used from an address other than its last one
+	TokenSecretsRead      = "token.secrets_read" // a token read with its read:secrets scope
 )
 
 // Actor is who performed an action.
@@ -51,6 +55,9 @@ type Actor struct {
 	Type  string `json:"type" enum:"user,agent,system"`
 	ID    string `json:"id"`
 	Email string `json:"email,omitempty"`
+	// TokenID and TokenName name the API token a user acted through.
+	TokenID   string `json:"token_id,omitempty"`
+	TokenName string `json:"token_name,omitempty"`
 }
 
 // Target is what an action was performed on. Both fields may be empty.

@@ -98,6 +98,8 @@ type Principal struct {
 	SessionID string
 	TokenHash string
 	ExpiresAt time.Time
+	// Token is the API token the caller presented; nil for a session.
+	Token *APIToken
 }
 
 // Store persists accounts, challenges, sessions, tokens and sign-in
@@ -105,6 +107,7 @@ type Principal struct {
 type Store interface {
 	Throttles
 	InvitationStore
+	TokenStore
 
 	CreateAccount(ctx context.Context, a Account) error
 	AccountByEmail(ctx context.Context, email string) (Account, error)

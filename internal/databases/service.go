@@ -360,6 +360,11 @@ func (s *Service) current(ctx context.Context, inst Instance) (Instance, error) 
 	return s.store.DatabaseInstance(ctx, inst.ID)
 }
 
+// Instance returns an instance as stored, without its logins or state.
+func (s *Service) Instance(ctx context.Context, id string) (Instance, error) {
+	return s.store.DatabaseInstance(ctx, id)
+}
+
 // Get returns an instance as r may read it.
 func (s *Service) Get(ctx context.Context, id string, r jobs.Reader) (Detail, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)

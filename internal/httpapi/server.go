@@ -197,6 +197,7 @@ func New(d Deps, mounts ...func(*Server)) *Server {
 	s.registerAuth()
 	s.registerUsers()
 	s.registerInvitations()
+	s.registerTokens()
 	s.registerPlatform()
 	s.registerAudit()
 	s.registerDocs()
@@ -312,11 +313,23 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 		o.Metadata = map[string]any{}
 	}
 	o.Metadata[accessKey] = access
+	pol := policyFor(o.Method, o.Path, access)
+	o.Metadata[policyKey] = pol
+	if access != Public && access != Agent {
+		if o.Extensions == nil {
+			o.Extensions = map[string]any{}
+		}
+		o.Extensions["x-capstan-token"] = map[string]any{"scope": pol.Scope, "session_only": pol.SessionOnly, "resource": pol.Resource}
+	}
 	o.Metadata[boundsKey] = boundsOf(reflect.TypeFor[I]())
+	note := accessNote[access]
+	if access != Public && access != Agent {
+		note += " " + pol.note()
+	}
 	if o.Description == "" {
-		o.Description = accessNote[access]
+		o.Description = note
 	} else {
-		o.Description += "\n\n" + accessNote[access]
+		o.Description += "\n\n" + note
 	}
 	// Unknown query parameters are refused everywhere, so every operation
 	// can answer 422.
@@ -336,7 +349,9 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 		// no credentials (OpenAPI linters want this said).
 		o.Security = []map[string][]string{}
 	}
-	if access == Admin {
+	if access == Admin || access == SignedIn {
+		// Members are refused administrators' operations; tokens what
+		// their scopes and resources do not cover.
 		errs = append(errs, http.StatusForbidden)
 	}
 	if hasBody(reflect.TypeFor[I]()) {
@@ -403,7 +418,7 @@ func principal(ctx context.Context) auth.Principal {
 // reader says how much of a job the caller may read: all of it for an
 // administrator, its metadata for a member. Every handler that shows a job,
 // its result or its events passes this on to the domain.
-func reader(ctx context.Context) jobs.Reader { return jobs.ReaderFor(principal(ctx).User.Admin) }
+func reader(ctx context.Context) jobs.Reader { return jobs.ReaderFor(canReadSecrets(ctx)) }
 
 // authenticateAgent checks an agent token and takes one of its server's
 // request slots, which release gives back; or it returns the problem to
@@ -499,14 +514,26 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 		next(huma.WithValue(ctx, agentKey{}, srv))
 		return
 	}
-	p, err := s.deps.Auth.Authenticate(ctx.Context(), strings.TrimSpace(token))
+	token = strings.TrimSpace(token)
+	var p auth.Principal
+	var err error
+	if auth.IsAPIToken(token) {
+		p, err = s.deps.Auth.AuthenticateToken(ctx.Context(), clientOf(ctx.Context()), token)
+	} else {
+		p, err = s.deps.Auth.Authenticate(ctx.Context(), token)
+	}
 	if err != nil {
 		fail(problemFor(ctx.Context(), s.log, err))
 		return
 	}
-	if access == Admin && !p.User.Admin {
-		fail(newProblem(http.StatusForbidden, auth.CodeAdminRequired, "This endpoint needs an administrator account."))
+	pol, _ := ctx.Operation().Metadata[policyKey].(policy)
+	if prob := s.authorize(ctx, access, pol, p); prob != nil {
+		fail(prob)
 		return
 	}
-	next(huma.WithValue(ctx, principalKey{}, p))
+	ctx = huma.WithValue(ctx, principalKey{}, p)
+	if p.Token != nil {
+		ctx = huma.WithValue(ctx, secretsReadKey{}, &secretsRead{s: s})
+	}
+	next(ctx)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
@@ -73,7 +74,7 @@ func accepted(j jobs.Job, created bool) *acceptedOutput {
 
 func actor(ctx context.Context) (audit.Actor, audit.Entry) {
 	p, c := principal(ctx), clientOf(ctx)
-	return audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}, audit.Entry{IP: c.IP, UserAgent: c.UserAgent}
+	return auth.TokenActor(p), audit.Entry{IP: c.IP, UserAgent: c.UserAgent}
 }
 
 func (s *Server) registerServers() {

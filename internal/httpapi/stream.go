@@ -11,6 +11,7 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
+	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/stream"
@@ -87,8 +88,17 @@ func (s *Server) registerStream() {
 		now := time.Now().UTC()
 		ticket := ids.Token(stream.TicketPrefix)
 		expires := now.Add(stream.TicketTTL)
-		err := s.deps.StreamTickets.CreateStreamTicket(ctx, ids.Hash(ticket),
-			stream.Ticket{UserID: p.User.ID, SessionID: p.SessionID, Until: p.ExpiresAt}, expires, now)
+		t := stream.Ticket{UserID: p.User.ID, SessionID: p.SessionID, Until: p.ExpiresAt}
+		if p.Token != nil {
+			// A token's stream ends when the token does (revoked, expired,
+			// its owner disabled or, reading secrets, demoted), and after
+			// an hour at most: then the client takes a new ticket.
+			t.SessionID, t.Until = p.Token.ID, now.Add(time.Hour)
+			if p.Token.ExpiresAt != nil && p.Token.ExpiresAt.Before(t.Until) {
+				t.Until = *p.Token.ExpiresAt
+			}
+		}
+		err := s.deps.StreamTickets.CreateStreamTicket(ctx, ids.Hash(ticket), t, expires, now)
 		if err != nil {
 			return nil, err
 		}
@@ -126,7 +136,7 @@ func (s *Server) registerStream() {
 		if err != nil {
 			return nil, err
 		}
-		viewer, err := s.streamViewer(ctx, t.UserID)
+		viewer, err := s.streamViewer(ctx, t)
 		if err != nil {
 			return nil, err
 		}
@@ -138,8 +148,20 @@ func (s *Server) registerStream() {
 	})
 }
 
-// streamViewer is the user a ticket stands for, as they are now.
-func (s *Server) streamViewer(ctx context.Context, userID string) (stream.Viewer, error) {
+// streamViewer is the user a ticket stands for, as they are now; for a
+// token's ticket, with what the token may read.
+func (s *Server) streamViewer(ctx context.Context, t stream.Ticket) (stream.Viewer, error) {
+	if strings.HasPrefix(t.SessionID, auth.TokenIDPrefix+"_") {
+		p, err := s.deps.Auth.TokenByID(ctx, t.SessionID)
+		if fault.Is(err, fault.Unauthenticated) {
+			return stream.Viewer{}, stream.ErrTicket
+		}
+		if err != nil {
+			return stream.Viewer{}, err
+		}
+		return stream.Viewer{UserID: p.User.ID, Admin: p.Allows(auth.ScopeReadSecrets)}, nil
+	}
+	userID := t.UserID
 	users, err := s.deps.Auth.ListUsers(ctx)
 	if err != nil {
 		return stream.Viewer{}, err

@@ -16,6 +16,8 @@ type auditRow struct {
 	ActorType  string `db:"actor_type"`
 	ActorID    string `db:"actor_id"`
 	ActorEmail string `db:"actor_email"`
+	TokenID    string `db:"actor_token_id"`
+	TokenName  string `db:"actor_token_name"`
 	Action     string `db:"action"`
 	TargetType string `db:"target_type"`
 	TargetID   string `db:"target_id"`
@@ -30,9 +32,10 @@ func (s *Store) AppendAudit(ctx context.Context, e audit.Entry) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO audit_log (id, at, actor_type, actor_id, actor_email, action, target_type, target_id, ip, user_agent, details)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		e.ID, ms(e.At), e.Actor.Type, e.Actor.ID, e.Actor.Email, e.Action, e.Target.Type, e.Target.ID, e.IP, truncate(e.UserAgent, 512), string(details))
+	_, err = s.w.ExecContext(ctx, s.rebind(`INSERT INTO audit_log (id, at, actor_type, actor_id, actor_email, actor_token_id, actor_token_name,
+		action, target_type, target_id, ip, user_agent, details)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		e.ID, ms(e.At), e.Actor.Type, e.Actor.ID, e.Actor.Email, e.Actor.TokenID, e.Actor.TokenName, e.Action, e.Target.Type, e.Target.ID, e.IP, truncate(e.UserAgent, 512), string(details))
 	return err
 }
 
@@ -68,14 +71,15 @@ func (s *Store) ListAudit(ctx context.Context, q audit.Query) ([]audit.Entry, er
 	}
 	args = append(args, q.Limit)
 	var rows []auditRow
-	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, at, actor_type, actor_id, actor_email, action, target_type, target_id, ip, user_agent, details
+	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, at, actor_type, actor_id, actor_email, actor_token_id, actor_token_name, action, target_type, target_id, ip, user_agent, details
 		FROM audit_log WHERE `+strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT ?`), args...)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]audit.Entry, len(rows))
 	for i, r := range rows {
-		e := audit.Entry{ID: r.ID, At: fromMS(r.At), Actor: audit.Actor{Type: r.ActorType, ID: r.ActorID, Email: r.ActorEmail},
+		e := audit.Entry{ID: r.ID, At: fromMS(r.At), Actor: audit.Actor{Type: r.ActorType, ID: r.ActorID, Email: r.ActorEmail,
+			TokenID: r.TokenID, TokenName: r.TokenName},
 			Action: r.Action, Target: audit.Target{Type: r.TargetType, ID: r.TargetID}, IP: r.IP, UserAgent: r.UserAgent}
 		if err := json.Unmarshal([]byte(r.Details), &e.Details); err != nil {
 			return nil, err

@@ -519,8 +519,14 @@ func (s *Store) EndedSessions(ctx context.Context, ids []string, now time.Time) 
 	for len(ids) > 0 {
 		batch := ids[:min(len(ids), 500)]
 		ids = ids[len(batch):]
+		// An API token's stream (its id in place of a session's) ends
+		// when the token is revoked or expires, its owner is disabled,
+		// or, for a token that reads secrets, its owner is demoted.
 		q, args, err := sqlx.In(`SELECT s.id FROM sessions s JOIN users u ON u.id = s.user_id
-			WHERE s.id IN (?) AND s.revoked_at IS NULL AND s.expires_at > ? AND u.disabled_at IS NULL`, batch, ms(now))
+			WHERE s.id IN (?) AND s.revoked_at IS NULL AND s.expires_at > ? AND u.disabled_at IS NULL
+			UNION ALL SELECT t.id FROM api_tokens t JOIN users u ON u.id = t.user_id
+			WHERE t.id IN (?) AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?) AND u.disabled_at IS NULL
+			  AND (u.admin OR (t.scopes NOT LIKE '%"read:secrets"%' AND t.scopes NOT LIKE '%"admin"%'))`, batch, ms(now), batch, ms(now))
 		if err != nil {
 			return nil, err
 		}
