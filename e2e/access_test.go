@@ -61,6 +61,7 @@ const (
 type accessFixtures struct {
 	serverID, serviceJobID, logReadJobID string
 	appID, appLogsJobID, failedDeployID  string
+	otherAppID                           string
 	domainID                             string
 	databaseID, databaseJobID            string
 	exportDatabaseID, exportJobID        string
@@ -268,8 +269,13 @@ func TestAccessByRole(t *testing.T) {
 	expectStatus(t, resp, http.StatusOK)
 	var doc struct {
 		Paths map[string]map[string]struct {
-			Security  *[]map[string][]string `json:"security"`
-			Responses map[string]any         `json:"responses"`
+			Security    *[]map[string][]string `json:"security"`
+			Responses   map[string]any         `json:"responses"`
+			Description string                 `json:"description"`
+			Token       *struct {
+				Scope       string `json:"scope"`
+				SessionOnly bool   `json:"session_only"`
+			} `json:"x-capstan-token"`
 		} `json:"paths"`
 	}
 	resp.JSON(t, &doc)
@@ -284,6 +290,7 @@ func TestAccessByRole(t *testing.T) {
 				continue
 			}
 			_, forbids := o.Responses["403"]
+			adminOnly := strings.Contains(o.Description, "Administrators only")
 			switch {
 			case o.Security == nil:
 				t.Errorf("%s declares no security at all; want [] (public) or a scheme", name)
@@ -296,8 +303,12 @@ func TestAccessByRole(t *testing.T) {
 					t.Errorf("%s is documented for agents, the table says %s", name, c.access)
 				}
 			case (*o.Security)[0]["bearer"] != nil:
-				if want := map[bool]access{true: admin, false: signedIn}[forbids && !c.refusesCredential]; c.access != want {
+				if want := map[bool]access{true: admin, false: signedIn}[adminOnly]; c.access != want || !forbids {
 					t.Errorf("%s is documented as %s (403 listed: %v), the table says %s", name, want, forbids, c.access)
+				}
+				scope, sessionOnly := tokenPolicy(name, c.access)
+				if o.Token == nil || o.Token.Scope != scope || o.Token.SessionOnly != sessionOnly {
+					t.Errorf("%s documents token policy %+v, the table says scope %s, session only %v", name, o.Token, scope, sessionOnly)
 				}
 			default:
 				t.Errorf("%s declares security %v", name, *o.Security)
@@ -329,6 +340,7 @@ func TestAccessByRole(t *testing.T) {
 	})
 
 	callers := []struct{ name, token string }{{"no token", ""}, {"member", memberToken}, {"admin", r.Token}}
+	tokens := accessTokens(t, r, memberToken, fx.otherAppID)
 	for _, name := range names {
 		c := cases[name]
 		method, _, _ := strings.Cut(name, " ")
@@ -380,6 +392,7 @@ func TestAccessByRole(t *testing.T) {
 				}
 			}
 		}
+		checkTokens(t, r, name, c, tokens)
 	}
 }
 
@@ -468,6 +481,7 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	expectStatus(t, resp, http.StatusCreated)
 	var old AppInfo
 	resp.JSON(t, &old)
+	fx.otherAppID = old.ID
 	expectStatus(t, r.del(t, "/api/v1/applications/"+old.ID), http.StatusAccepted)
 	complete(r.claimAs(t, agentproto.JobAppRemove).ID, agentproto.StatusFailed, nil, "docker rm: "+outputMarker)
 
@@ -631,5 +645,157 @@ func TestEnvValuesRevealAudited(t *testing.T) {
 	r.Get(t, "/api/v1/jobs/"+j.ID, r.Token).JSON(t, &hasSecrets)
 	if hasSecrets.HasSecrets {
 		t.Fatal("the finished deploy job still holds its secrets")
+	}
+}
+
+// tokenScopes are the operations whose API-token scope is not the
+// default: read for what any signed-in user may call, write for an
+// administrator's changes, admin for what only administrators read.
+var tokenScopes = map[string]string{
+	"POST /api/v1/applications/{id}/deployments":      "deploy",
+	"POST /api/v1/deployments/{id}/rollback":          "deploy",
+	"POST /api/v1/deployments/{id}/cancel":            "deploy",
+	"POST /api/v1/servers/{id}/actions":               "operate",
+	"POST /api/v1/jobs/{id}/cancel":                   "operate",
+	"POST /api/v1/databases/{id}/control":             "operate",
+	"POST /api/v1/databases/{id}/query":               "operate",
+	"POST /api/v1/databases/{id}/explore":             "operate",
+	"POST /api/v1/databases/{id}/kv":                  "operate",
+	"POST /api/v1/databases/{id}/export":              "operate",
+	"POST /api/v1/databases/{id}/import":              "operate",
+	"POST /api/v1/backups/run":                        "operate",
+	"POST /api/v1/backups/{run_id}/verify":            "operate",
+	"POST /api/v1/backups/{run_id}/restore":           "operate",
+	"POST /api/v1/backups/settings/test":              "operate",
+	"POST /api/v1/monitoring/alerts/{id}/acknowledge": "operate",
+	"POST /api/v1/monitoring/evaluate":                "operate",
+	"POST /api/v1/domains/{id}/check":                 "operate",
+	"POST /api/v1/domains/servers/{server_id}/apply":  "operate",
+	"POST /api/v1/logs":                               "read:secrets",
+	"POST /api/v1/applications/{id}/logs":             "read:secrets",
+	"GET /api/v1/databases/{id}/connection":           "read:secrets",
+	"GET /api/v1/databases/{id}/exports/{job_id}":     "read:secrets",
+}
+
+// tokenSessionOnly are the operations no API token may call.
+var tokenSessionOnly = []string{
+	"POST /api/v1/auth/logout", "GET /api/v1/auth/sessions", "DELETE /api/v1/auth/sessions/{id}", "POST /api/v1/auth/password",
+	"GET /api/v1/users", "PATCH /api/v1/users/{id}", "POST /api/v1/users/{id}/reset-2fa", "DELETE /api/v1/users/{id}",
+	"GET /api/v1/users/invitations", "POST /api/v1/users/invitations", "DELETE /api/v1/users/invitations/{id}",
+	"POST /api/v1/platform/recovery-kit", "GET /api/v1/tokens", "POST /api/v1/tokens", "DELETE /api/v1/tokens/{id}",
+	"PUT /api/v1/notifications/settings", "POST /api/v1/notifications/read",
+	"POST /api/v1/githost/manifest", "POST /api/v1/githost/manifest/complete", "POST /api/v1/githost/installations",
+	"DELETE /api/v1/githost/app", "POST /api/v1/backups/clouddrive/connect", "DELETE /api/v1/backups/clouddrive/connection",
+}
+
+// tokenGlobal are the operations a token narrowed to resources may call.
+var tokenGlobal = []string{"GET /api/v1/auth/me", "GET /api/v1/tokens/current", "GET /api/v1/platform", "GET /api/v1/databases/engines"}
+
+// tokenPolicy is the scope an API token needs for an operation and
+// whether it needs a session instead.
+func tokenPolicy(name string, a access) (string, bool) {
+	scope := "read"
+	if a == admin {
+		scope = "write"
+		if strings.HasPrefix(name, "GET ") {
+			scope = "admin"
+		}
+	}
+	if s, ok := tokenScopes[name]; ok {
+		scope = s
+	}
+	return scope, slices.Contains(tokenSessionOnly, name)
+}
+
+// implies is what each scope allows.
+var implies = map[string][]string{
+	"read":         {"read"},
+	"read:secrets": {"read", "read:secrets"},
+	"deploy":       {"read", "deploy"},
+	"operate":      {"read", "operate"},
+	"write":        {"read", "deploy", "operate", "write"},
+	"admin":        {"read", "read:secrets", "deploy", "operate", "write", "admin"},
+}
+
+// accessToken is one API token the access test calls every operation
+// with.
+type accessToken struct {
+	name, token string
+	scope       string
+	member      bool // owned by a member
+	narrowed    bool // narrowed to an application no fixture is on
+}
+
+// accessTokens makes an administrator's token of each scope, a member's
+// read token and an admin token narrowed to another application.
+func accessTokens(t *testing.T, r *appRig, memberSession, otherAppID string) []accessToken {
+	t.Helper()
+	mk := func(session, scope string, resources ...string) string {
+		t.Helper()
+		resp := r.Post(t, "/api/v1/tokens", session, map[string]any{"name": "access " + scope, "scopes": []string{scope},
+			"resources": resources})
+		expectStatus(t, resp, http.StatusCreated)
+		var out struct {
+			Token string `json:"token"`
+		}
+		resp.JSON(t, &out)
+		return out.Token
+	}
+	var out []accessToken
+	for _, scope := range []string{"read", "read:secrets", "deploy", "operate", "write", "admin"} {
+		out = append(out, accessToken{name: "token " + scope, token: mk(r.Token, scope), scope: scope})
+	}
+	out = append(out, accessToken{name: "member's read token", token: mk(memberSession, "read"), scope: "read", member: true})
+	out = append(out, accessToken{name: "admin token for another app", token: mk(r.Token, "admin", "app:"+otherAppID),
+		scope: "admin", narrowed: true})
+	return out
+}
+
+// checkTokens calls one operation with every access token: a token is
+// refused (403, with the reason's code) what its scope, its owner's role
+// or its resources do not cover and what needs a session, and otherwise
+// answered as the administrator was, with secrets only for read:secrets.
+func checkTokens(t *testing.T, r *appRig, name string, c routeCase, tokens []accessToken) {
+	t.Helper()
+	if c.access == public || c.access == agent {
+		return
+	}
+	method, _, _ := strings.Cut(name, " ")
+	scope, sessionOnly := tokenPolicy(name, c.access)
+	for _, tok := range tokens {
+		resp := r.Do(t, Req{Method: method, Path: c.path, Token: tok.token, JSON: c.body})
+		what, body := name+" with the "+tok.name, string(resp.Body)
+		var want string
+		switch {
+		case c.access == admin && tok.member:
+			want = "admin-required"
+		case sessionOnly:
+			want = "session-required"
+		case !slices.Contains(implies[tok.scope], scope) || (tok.member && scope != "read"):
+			want = "token-scope"
+		case tok.narrowed && !slices.Contains(tokenGlobal, name):
+			want = "token-resource"
+		}
+		if want != "" {
+			if resp.Status != http.StatusForbidden || problemCode(resp) != want {
+				t.Errorf("%s: status %d, want 403 %s: %s", what, resp.Status, want, body)
+			}
+			continue
+		}
+		switch {
+		case c.refusal != 0:
+			if resp.Status != c.refusal {
+				t.Errorf("%s: status %d, want %d: %s", what, resp.Status, c.refusal, body)
+			}
+			continue
+		case resp.Status == http.StatusUnauthorized || resp.Status == http.StatusForbidden:
+			t.Errorf("%s: status %d: %s", what, resp.Status, body)
+		case method == http.MethodGet && resp.Status != http.StatusOK:
+			t.Errorf("%s: status %d, want 200: %s", what, resp.Status, body)
+		}
+		secrets := strings.Contains(body, outputMarker) || strings.Contains(body, envMarker)
+		if reads := slices.Contains(implies[tok.scope], "read:secrets") && !tok.member; secrets != (reads && c.output) {
+			t.Errorf("%s: secrets in the answer: %v, want %v: %s", what, secrets, reads && c.output, body)
+		}
 	}
 }

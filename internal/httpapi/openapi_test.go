@@ -183,8 +183,12 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 			}
 
 			// Who may call it is said in its description.
-			if d := str(o, "description"); !strings.HasSuffix(d, accessNote[a]) {
-				t.Fatalf("%s: description %q does not end with who may call it (%q)", name, d, accessNote[a])
+			who := accessNote[a]
+			if a != Public && a != Agent {
+				who += " " + policyFor(strings.ToUpper(method), path, a).note()
+			}
+			if d := str(o, "description"); !strings.HasSuffix(d, who) {
+				t.Fatalf("%s: description %q does not end with who may call it (%q)", name, d, who)
 			}
 
 			// Error responses: all as problems, and the ones every

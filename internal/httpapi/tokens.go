@@ -17,7 +17,7 @@ type createTokenInput struct {
 		Scopes    []string `json:"scopes" minItems:"1" maxItems:"6" doc:"read, read:secrets, deploy, operate, write, admin; a member's token can only read"`
 		Resources []string `json:"resources,omitempty" maxItems:"100" doc:"Narrow the token to these: app:ID, server:ID (the server and what runs on it), db:ID, server-tag:TAG"`
 		// ExpiresInDays and NeverExpires: 90 days unless said otherwise.
-		ExpiresInDays int  `json:"expires_in_days,omitempty" minimum:"1" maximum:"365" doc:"Days until the token expires (default 90, at most 365)"`
+		ExpiresInDays int  `json:"expires_in_days,omitempty" minimum:"1" maximum:"365" doc:"Days until the token expires: 1 to 365 (default 90)"`
 		NeverExpires  bool `json:"never_expires,omitempty" doc:"The token never expires (administrators only; not with expires_in_days)"`
 	}
 }
