@@ -47,7 +47,8 @@ const (
 // sessionOnly are the operations a token may never call: a person signs
 // in for them. Everything about who may sign in and act (users,
 // invitations, tokens, passwords, sessions, the recovery kit), a user's
-// own inbox state, and the integrations whose consent runs in a browser.
+// own inbox (an administrator's holds error texts, which are job output),
+// and the integrations whose consent runs in a browser.
 var sessionOnly = map[string]bool{
 	"POST /api/v1/auth/logout":                     true,
 	"GET /api/v1/auth/sessions":                    true,
@@ -64,6 +65,7 @@ var sessionOnly = map[string]bool{
 	"GET /api/v1/tokens":                           true,
 	"POST /api/v1/tokens":                          true,
 	"DELETE /api/v1/tokens/{id}":                   true,
+	"GET /api/v1/notifications":                    true,
 	"PUT /api/v1/notifications/settings":           true,
 	"POST /api/v1/notifications/read":              true,
 	"POST /api/v1/githost/manifest":                true,
