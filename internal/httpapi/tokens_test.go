@@ -12,6 +12,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/stream"
 )
 
 // TestPolicyTablesNameRoutes: every operation the token tables name is
@@ -222,4 +223,34 @@ func TestAPITokens(t *testing.T) {
 			expectProblem(t, e.request(t, http.MethodGet, "/api/v1/tokens/current", short.Token, nil), http.StatusUnauthorized, auth.CodeInvalidToken)
 		})
 	}
+}
+
+// A token's stream is filtered by what the token may read, like the API:
+// with read:secrets a job's events and error, without them its states
+// only. Revoking the token closes its stream.
+func TestTokenStream(t *testing.T) {
+	e := newTestEnv(t, envOptions{}).serve(t)
+	admin, secret := e.createUser(t, "admin@example.com", true)
+	session, _ := e.signIn(t, admin.Email, secret)
+	reader := createToken(t, e, session, map[string]any{"name": "reader", "scopes": []string{"read"}})
+	secrets := createToken(t, e, session, map[string]any{"name": "secrets", "scopes": []string{"read:secrets"}})
+	narrow := createToken(t, e, session, map[string]any{"name": "narrow", "scopes": []string{"read"}, "resources": []string{"server-tag:prod"}})
+	expectProblem(t, e.request(t, http.MethodPost, "/api/v1/stream/tickets", narrow.Token, nil), http.StatusForbidden, codeTokenResource)
+
+	plain := e.stream(t, reader.Token, 0)
+	full := e.stream(t, secrets.Token, 0)
+	const marker = "s3cret-token-stream-0462"
+	j := e.runJob(t, marker)
+	for _, m := range plain.until(t, finished(j.ID)) {
+		if m.Event != stream.TypeJob || strings.Contains(m.Data, marker) {
+			t.Errorf("a read token's stream carries %s: %s", m.Event, m.Data)
+		}
+	}
+	got := full.until(t, finished(j.ID))
+	if last := got[len(got)-1]; !strings.Contains(last.Data, "failed: "+marker) {
+		t.Errorf("a read:secrets token's stream lacks the error: %s", last.Data)
+	}
+
+	expectStatus(t, e.request(t, http.MethodDelete, "/api/v1/tokens/"+secrets.ID, session, nil), http.StatusOK)
+	full.Ends(t, 10*time.Second)
 }

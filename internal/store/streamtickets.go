@@ -38,9 +38,13 @@ func (s *Store) RedeemStreamTicket(ctx context.Context, hash string, now time.Ti
 	}
 	t.Until = time.UnixMilli(until).UTC()
 	var live int
-	err = s.w.QueryRowContext(ctx, s.rebind(`SELECT COUNT(*) FROM sessions s JOIN users u ON u.id = s.user_id
-		WHERE s.id = ? AND s.user_id = ? AND s.revoked_at IS NULL AND s.expires_at > ? AND u.disabled_at IS NULL`),
-		t.SessionID, t.UserID, ms(now)).Scan(&live)
+	// The credential that took it is a session, or an API token.
+	err = s.w.QueryRowContext(ctx, s.rebind(`SELECT
+		(SELECT COUNT(*) FROM sessions s JOIN users u ON u.id = s.user_id
+		 WHERE s.id = ? AND s.user_id = ? AND s.revoked_at IS NULL AND s.expires_at > ? AND u.disabled_at IS NULL) +
+		(SELECT COUNT(*) FROM api_tokens k JOIN users u ON u.id = k.user_id
+		 WHERE k.id = ? AND k.user_id = ? AND k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > ?) AND u.disabled_at IS NULL)`),
+		t.SessionID, t.UserID, ms(now), t.SessionID, t.UserID, ms(now)).Scan(&live)
 	if err != nil {
 		return stream.Ticket{}, err
 	}
