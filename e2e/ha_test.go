@@ -107,6 +107,24 @@ func TestReplicasOnOnePostgres(t *testing.T) {
 		t.Fatalf("heartbeat on the other replica right after the revocation: %d %s, want 401 revoked", r.Status, r.Body)
 	}
 
+	// An API token follows its owner's role on every replica: demoted on
+	// A, its next change on B is refused, its reads still answered.
+	ops := createUser(t, a, "ops@example.com", "correct horse battery staple", true)
+	opsSession := signInUser(t, a, ops)
+	resp := a.Post(t, "/api/v1/tokens", opsSession.AccessToken, map[string]any{"name": "pipeline", "scopes": []string{"write"}})
+	expectStatus(t, resp, http.StatusCreated)
+	var tok struct {
+		Token string `json:"token"`
+	}
+	resp.JSON(t, &tok)
+	expectStatus(t, b.Post(t, "/api/v1/servers/enrollments", tok.Token, map[string]any{"name": "by-token-1"}), http.StatusCreated)
+	expectStatus(t, a.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/users/" + ops.ID, Token: f.Token,
+		JSON: map[string]any{"admin": false}}), http.StatusOK)
+	if r := b.Post(t, "/api/v1/servers/enrollments", tok.Token, map[string]any{"name": "by-token-2"}); r.Status != http.StatusForbidden {
+		t.Fatalf("a demoted owner's write token on the other replica: %d %s, want 403", r.Status, r.Body)
+	}
+	expectStatus(t, b.Get(t, "/api/v1/servers", tok.Token), http.StatusOK)
+
 	// A disabled user's token is refused on every replica at once.
 	member := createUser(t, a, "member@example.com", "correct horse battery staple", false)
 	session := signInUser(t, a, member)
