@@ -254,3 +254,27 @@ func TestTokenStream(t *testing.T) {
 	expectStatus(t, e.request(t, http.MethodDelete, "/api/v1/tokens/"+secrets.ID, session, nil), http.StatusOK)
 	full.Ends(t, 10*time.Second)
 }
+
+// BenchmarkAuthenticatedRead is one GET /api/v1/auth/me end to end over
+// loopback with a session's access token and with an API token (the
+// token's resolution, its scope check and its last-use bookkeeping).
+func BenchmarkAuthenticatedRead(b *testing.B) {
+	for _, d := range []store.Dialect{store.SQLite, store.Postgres} {
+		e := newTestEnv(b, envOptions{dialect: d}).serve(b)
+		u, secret := e.createUser(b, "bench@example.com", true)
+		session, _ := e.signIn(b, u.Email, secret)
+		r := e.request(b, http.MethodPost, "/api/v1/tokens", session, map[string]any{"name": "bench", "scopes": []string{"read"}})
+		expectStatus(b, r, http.StatusCreated)
+		var ct auth.CreatedToken
+		r.decode(b, &ct)
+		for _, c := range []struct{ name, token string }{{"session", session}, {"token", ct.Token}} {
+			b.Run(string(d)+"/"+c.name, func(b *testing.B) {
+				for b.Loop() {
+					if r := e.request(b, http.MethodGet, "/api/v1/auth/me", c.token, nil); r.status != http.StatusOK {
+						b.Fatalf("status %d", r.status)
+					}
+				}
+			})
+		}
+	}
+}

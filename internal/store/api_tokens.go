@@ -160,10 +160,6 @@ func (s *Store) tokenPrincipal(ctx context.Context, where string, arg any, now t
 	return p, nil
 }
 
-// tokenTouchEvery is how old a token's recorded last use may get before
-// a use from the same address writes it again.
-const tokenTouchEvery = time.Minute
-
 // TouchAPIToken records a use. The address changes in one conditional
 // statement, so of parallel first uses from a new address exactly one
 // reports it; a use from the same address writes at most once a minute.
@@ -177,6 +173,6 @@ func (s *Store) TouchAPIToken(ctx context.Context, id, ip string, now time.Time)
 		return n == 1, err
 	}
 	_, err = s.w.ExecContext(ctx, s.rebind(`UPDATE api_tokens SET last_used_at = ? WHERE id = ? AND last_used_at < ?`),
-		ms(now), id, ms(now.Add(-tokenTouchEvery)))
+		ms(now), id, ms(now.Add(-auth.TokenTouchEvery)))
 	return false, err
 }
