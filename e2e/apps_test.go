@@ -77,10 +77,40 @@ func TestAppsOnRealStack(t *testing.T) {
 	load := startLoad(t, hc, url, 4, 10*time.Millisecond, func(b string) bool { return slices.Contains(bodies, b) })
 	load.waitAnswer(t, "v1 one", time.Minute)
 
-	// v2: the switch fails no request.
+	// v2: the switch fails no request. A pipeline deploys it with a
+	// deploy token for this application alone, which changes nothing
+	// else and reads no secret.
 	resp = s.patch(t, "/api/v1/applications/"+app.ID, map[string]any{"image": v2.Ref})
 	expectStatus(t, resp, http.StatusOK)
-	d2, done := s.waitDeployment(t, s.deploy(t, app.ID, nil), "succeeded", pollInterval, deployTimeout)
+	resp = s.Post(t, "/api/v1/tokens", s.Token, map[string]any{"name": "pipeline", "scopes": []string{"deploy"},
+		"resources": []string{"app:" + app.ID}})
+	expectStatus(t, resp, http.StatusCreated)
+	var pipeline struct {
+		Token string `json:"token"`
+	}
+	resp.JSON(t, &pipeline)
+	for _, c := range []struct {
+		method, path, code string
+		body               any
+	}{
+		{http.MethodPatch, "/api/v1/applications/" + app.ID + "/env", "token-scope", map[string]any{"set": map[string]string{"GREETING": "x"}}},
+		{http.MethodPost, "/api/v1/applications", "token-scope", map[string]any{}},
+		{http.MethodGet, "/api/v1/users", "session-required", nil},
+		{http.MethodPost, "/api/v1/platform/recovery-kit", "session-required", map[string]any{}},
+	} {
+		if r := s.Do(t, Req{Method: c.method, Path: c.path, Token: pipeline.Token, JSON: c.body}); r.Status != http.StatusForbidden ||
+			problemCode(r) != c.code {
+			t.Errorf("%s %s with the deploy token: %d %s, want 403 %s", c.method, c.path, r.Status, r.Body, c.code)
+		}
+	}
+	if r := s.Get(t, "/api/v1/applications/"+app.ID, pipeline.Token); r.Status != http.StatusOK || strings.Contains(string(r.Body), `"one"`) {
+		t.Errorf("the application read with the deploy token: %d %s, want 200 without the environment's values", r.Status, r.Body)
+	}
+	resp = s.Post(t, "/api/v1/applications/"+app.ID+"/deployments", pipeline.Token, nil)
+	expectStatus(t, resp, http.StatusAccepted)
+	var byToken deployAccepted
+	resp.JSON(t, &byToken)
+	d2, done := s.waitDeployment(t, byToken.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	load.waitAnswer(t, "v2 one", time.Minute)
 	c := load.Take()
 	t.Logf("deploying v2: %s", c)
