@@ -696,7 +696,8 @@ var tokenSessionOnly = []string{
 }
 
 // tokenGlobal are the operations a token narrowed to resources may call.
-var tokenGlobal = []string{"GET /api/v1/auth/me", "GET /api/v1/tokens/current", "GET /api/v1/platform", "GET /api/v1/databases/engines"}
+var tokenGlobal = []string{"GET /api/v1/auth/me", "GET /api/v1/tokens/current", "GET /api/v1/platform", "GET /api/v1/databases/engines",
+	"POST /api/v1/stream/tickets"}
 
 // tokenPolicy is the scope an API token needs for an operation and
 // whether it needs a session instead.

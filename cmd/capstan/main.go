@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -29,6 +30,11 @@ type cli struct {
 	Notify      notifyCmd      `cmd:"" help:"Notification tools."`
 	Version     versionCmd     `cmd:"" help:"Print the version."`
 	OpenAPI     openapiCmd     `cmd:"" name:"openapi" help:"Print the OpenAPI document of the API (the one served at /openapi.json)."`
+
+	// The client: the same binary talks to a control plane's API.
+	Login loginCmd `cmd:"" group:"client" help:"Sign in to a control plane with a password and a code; later commands use the session."`
+	Apps  appsCmd  `cmd:"" group:"client" help:"Applications."`
+	Jobs  jobsCmd  `cmd:"" group:"client" help:"Jobs."`
 }
 
 type versionCmd struct{}
@@ -44,12 +50,24 @@ func main() {
 		kong.Name("capstan"),
 		kong.Description("Capstan: a self-hosted control plane for a fleet of Linux servers."),
 		kong.UsageOnError(),
+		// A command line that does not parse exits 2, as the client's
+		// documented codes say.
+		kong.Exit(func(code int) {
+			if code != 0 {
+				code = exitUsage
+			}
+			os.Exit(code)
+		}),
 	)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	kctx.BindTo(ctx, (*context.Context)(nil))
 	if err := kctx.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "capstan:", err)
-		os.Exit(1)
+		var e *exitError
+		if errors.As(err, &e) {
+			os.Exit(e.code)
+		}
+		os.Exit(exitFailed)
 	}
 }

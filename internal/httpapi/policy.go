@@ -115,6 +115,8 @@ var global = map[string]bool{
 	"GET /api/v1/tokens/current":    true,
 	"GET /api/v1/platform":          true,
 	"GET /api/v1/databases/engines": true,
+	// The stream of a narrowed token carries only its resources' jobs.
+	"POST /api/v1/stream/tickets": true,
 }
 
 // resourcePaths say where an operation's resource is in its path.
@@ -312,4 +314,37 @@ func canReadSecrets(ctx context.Context) bool {
 		sr.ok = err == nil
 	})
 	return sr.ok
+}
+
+// streamCovers is what a narrowed token's stream carries: the jobs of its
+// applications, and every job of its servers (by id, or by a tag they
+// have when the stream opens). A database instance's jobs name only its
+// server, so db: resources open none.
+func (s *Server) streamCovers(ctx context.Context, resources []string) (func(serverID, appID string) bool, error) {
+	apps, servers := map[string]bool{}, map[string]bool{}
+	var tags []string
+	for _, r := range resources {
+		switch k, v := auth.ParseResource(r); k {
+		case auth.ResourceApp:
+			apps[v] = true
+		case auth.ResourceServer:
+			servers[v] = true
+		case auth.ResourceServerTag:
+			tags = append(tags, v)
+		}
+	}
+	if len(tags) > 0 {
+		list, err := s.deps.Servers.List(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, srv := range list {
+			for _, t := range srv.Tags {
+				if slices.Contains(tags, t) {
+					servers[srv.ID] = true
+				}
+			}
+		}
+	}
+	return func(serverID, appID string) bool { return servers[serverID] || (appID != "" && apps[appID]) }, nil
 }

@@ -159,7 +159,13 @@ func (s *Server) streamViewer(ctx context.Context, t stream.Ticket) (stream.View
 		if err != nil {
 			return stream.Viewer{}, err
 		}
-		return stream.Viewer{UserID: p.User.ID, Admin: p.Allows(auth.ScopeReadSecrets)}, nil
+		v := stream.Viewer{UserID: p.User.ID, Admin: p.Allows(auth.ScopeReadSecrets)}
+		if len(p.Token.Resources) > 0 {
+			if v.Covers, err = s.streamCovers(ctx, p.Token.Resources); err != nil {
+				return stream.Viewer{}, err
+			}
+		}
+		return v, nil
 	}
 	userID := t.UserID
 	users, err := s.deps.Auth.ListUsers(ctx)

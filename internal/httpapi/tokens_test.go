@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/stream"
 )
@@ -235,7 +237,13 @@ func TestTokenStream(t *testing.T) {
 	reader := createToken(t, e, session, map[string]any{"name": "reader", "scopes": []string{"read"}})
 	secrets := createToken(t, e, session, map[string]any{"name": "secrets", "scopes": []string{"read:secrets"}})
 	narrow := createToken(t, e, session, map[string]any{"name": "narrow", "scopes": []string{"read"}, "resources": []string{"server-tag:prod"}})
-	expectProblem(t, e.request(t, http.MethodPost, "/api/v1/stream/tickets", narrow.Token, nil), http.StatusForbidden, codeTokenResource)
+	prod, err := e.srv.deps.Servers.CreateEnrollment(t.Context(), audit.Actor{Type: audit.ActorSystem, ID: "test"}, audit.Entry{}, "prod-1", []string{"prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Narrowed to the servers tagged prod: its stream carries their jobs
+	// and no other.
+	narrowed := e.stream(t, narrow.Token, 0)
 
 	plain := e.stream(t, reader.Token, 0)
 	full := e.stream(t, secrets.Token, 0)
@@ -251,6 +259,16 @@ func TestTokenStream(t *testing.T) {
 		t.Errorf("a read:secrets token's stream lacks the error: %s", last.Data)
 	}
 
+	// The job above was another server's; the next one is prod's, and it
+	// is the first the narrowed stream carries.
+	pj, _, err := e.jobs.Enqueue(t.Context(), jobs.NewJob{ServerID: prod.Server.ID, Type: agentproto.JobAgentPing,
+		Payload: map[string]string{"message": "prod"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := narrowed.next(t); m.Event != stream.TypeJob || !strings.Contains(m.Data, `"id":"`+pj.ID+`"`) {
+		t.Fatalf("the narrowed stream's first message: %s %s, want prod's job %s", m.Event, m.Data, pj.ID)
+	}
 	expectStatus(t, e.request(t, http.MethodDelete, "/api/v1/tokens/"+secrets.ID, session, nil), http.StatusOK)
 	full.Ends(t, 10*time.Second)
 }

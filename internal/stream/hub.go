@@ -30,6 +30,10 @@ const (
 type Viewer struct {
 	UserID string
 	Admin  bool
+	// Covers, when set, narrows the stream to the messages about the
+	// servers and applications it covers (an API token's resources);
+	// messages about none are left out.
+	Covers func(serverID, appID string) bool
 }
 
 // Message is one message of the stream, encoded for each audience.
@@ -41,6 +45,9 @@ type Message struct {
 	Admin, Member []byte
 	// UserID, when set, limits the message to that user.
 	UserID string
+	// ServerID and AppID say what the message is about (a job's server
+	// and application), for viewers narrowed to resources.
+	ServerID, AppID string
 	// jobID names the job a job message is about, for a relay that
 	// cannot carry the message whole.
 	jobID string
@@ -49,6 +56,9 @@ type Message struct {
 // For returns the data v receives of m, and false when v receives none.
 func (m Message) For(v Viewer) ([]byte, bool) {
 	if m.UserID != "" && m.UserID != v.UserID {
+		return nil, false
+	}
+	if v.Covers != nil && (m.ServerID == "" || !v.Covers(m.ServerID, m.AppID)) {
 		return nil, false
 	}
 	if v.Admin {

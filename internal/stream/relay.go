@@ -68,6 +68,8 @@ type wire struct {
 	Admin  json.RawMessage `json:"a,omitempty"`
 	Member json.RawMessage `json:"m,omitempty"`
 	UserID string          `json:"u,omitempty"`
+	Server string          `json:"s,omitempty"`
+	App    string          `json:"p,omitempty"`
 }
 
 // send queues m for the other control planes. It never blocks: a full
@@ -75,7 +77,7 @@ type wire struct {
 func (r *Relay) send(m Message) {
 	head := relayPrefix + r.origin + ":"
 	var msg string
-	if b, err := json.Marshal(wire{Type: m.Type, Admin: m.Admin, Member: m.Member, UserID: m.UserID}); err == nil && len(head)+2+len(b) <= maxNotify {
+	if b, err := json.Marshal(wire{Type: m.Type, Admin: m.Admin, Member: m.Member, UserID: m.UserID, Server: m.ServerID, App: m.AppID}); err == nil && len(head)+2+len(b) <= maxNotify {
 		msg = head + "m:" + string(b)
 	} else if m.jobID != "" {
 		msg = head + "job:" + m.jobID
@@ -131,7 +133,8 @@ func (r *Relay) Deliver(ctx context.Context, msg string) bool {
 			r.Missed()
 			return true
 		}
-		r.hub.publish(Message{Type: w.Type, Admin: nonNull(w.Admin), Member: nonNull(w.Member), UserID: w.UserID})
+		r.hub.publish(Message{Type: w.Type, Admin: nonNull(w.Admin), Member: nonNull(w.Member), UserID: w.UserID,
+			ServerID: w.Server, AppID: w.App})
 	case "job":
 		j, err := r.job(ctx, body)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 type JobEvents struct {
 	JobID    string       `json:"job_id"`
 	ServerID string       `json:"server_id"`
+	AppID    string       `json:"app_id,omitempty" doc:"The job's application, if it has one"`
 	Type     string       `json:"type" doc:"The job's type"`
 	Events   []jobs.Event `json:"events"`
 }
@@ -49,9 +50,9 @@ func jobMessages(c jobs.Change) []Message {
 				size += len(evs[n].Message) + len(evs[n].Data) + 96
 				n++
 			}
-			admin, err := json.Marshal(JobEvents{JobID: c.Job.ID, ServerID: c.Job.ServerID, Type: c.Job.Type, Events: evs[:n]})
+			admin, err := json.Marshal(JobEvents{JobID: c.Job.ID, ServerID: c.Job.ServerID, AppID: c.Job.AppID, Type: c.Job.Type, Events: evs[:n]})
 			if err == nil {
-				out = append(out, Message{Type: TypeJobEvents, Admin: admin})
+				out = append(out, Message{Type: TypeJobEvents, Admin: admin, ServerID: c.Job.ServerID, AppID: c.Job.AppID})
 			}
 			evs = evs[n:]
 		}
@@ -62,7 +63,7 @@ func jobMessages(c jobs.Change) []Message {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	return []Message{{Type: TypeJob, Admin: admin, Member: member, jobID: c.Job.ID}}
+	return []Message{{Type: TypeJob, Admin: admin, Member: member, jobID: c.Job.ID, ServerID: c.Job.ServerID, AppID: c.Job.AppID}}
 }
 
 // PublishEvent sends an event of the event bus. Members get it without

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/capstan-dev/capstan/internal/apiclient"
+)
+
+// loginCmd signs in with a password and a TOTP code and keeps the
+// session's refresh cookie as a context.
+type loginCmd struct {
+	URL     string `name:"url" env:"CAPSTAN_URL" required:"" help:"The control plane's URL, e.g. https://cp.example.com."`
+	Email   string `name:"email" help:"The account's e-mail address (asked when not given)."`
+	Context string `name:"context" help:"Name of the context to save (default: the URL's host)."`
+}
+
+func (l loginCmd) Run(ctx context.Context) error {
+	base := strings.TrimRight(l.URL, "/")
+	u, err := url.ParseRequestURI(base)
+	if err != nil || u.Host == "" {
+		return exitf(exitUsage, "--url %q is not a URL", l.URL)
+	}
+	in := bufio.NewReader(os.Stdin)
+	ask := func(prompt string, secret bool) (string, error) {
+		fmt.Fprint(os.Stderr, prompt)
+		if secret && term.IsTerminal(int(os.Stdin.Fd())) {
+			b, err := term.ReadPassword(int(os.Stdin.Fd()))
+			fmt.Fprintln(os.Stderr)
+			return string(b), err
+		}
+		s, err := in.ReadString('\n')
+		return strings.TrimRight(s, "\r\n"), err
+	}
+	email := l.Email
+	if email == "" {
+		if email, err = ask("E-mail: ", false); err != nil {
+			return err
+		}
+	}
+	password, err := ask("Password: ", true)
+	if err != nil {
+		return err
+	}
+	api, err := apiclient.NewClientWithResponses(base)
+	if err != nil {
+		return err
+	}
+	lr, err := api.LoginWithResponse(ctx, apiclient.LoginJSONRequestBody{Email: email, Password: password})
+	if err != nil {
+		return err
+	}
+	if err := check(lr.HTTPResponse, lr.Body, "signing in"); err != nil {
+		return asAuth(err)
+	}
+	code, err := ask("Code from the authenticator app: ", false)
+	if err != nil {
+		return err
+	}
+	vr, err := api.Verify2faWithResponse(ctx, apiclient.Verify2faJSONRequestBody{ChallengeId: lr.JSON200.ChallengeId, Code: strings.TrimSpace(code)})
+	if err != nil {
+		return err
+	}
+	if err := check(vr.HTTPResponse, vr.Body, "signing in"); err != nil {
+		return asAuth(err)
+	}
+	cctx := &clientContext{URL: base, Email: email}
+	for _, ck := range vr.HTTPResponse.Cookies() {
+		if strings.HasSuffix(ck.Name, "capstan_refresh") {
+			cctx.CookieName, cctx.CookieValue = ck.Name, ck.Value
+		}
+	}
+	if cctx.CookieValue == "" {
+		return exitf(exitFailed, "signing in: the control plane set no refresh cookie")
+	}
+	cfg, p, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	name := l.Context
+	if name == "" {
+		name = u.Host
+	}
+	cfg.Contexts[name], cfg.Current = cctx, name
+	if err := cfg.save(p); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "Signed in to %s as %s (context %q, kept in %s).\n", base, email, name, p)
+	return nil
+}
+
+// asAuth gives a refused sign-in the authentication exit code.
+func asAuth(err error) error {
+	if e, ok := err.(*exitError); ok && e.code != exitUsage {
+		e.code = exitAuth
+	}
+	return err
+}
+
+type appsCmd struct {
+	Ls     appsLsCmd     `cmd:"" help:"List applications."`
+	Deploy appsDeployCmd `cmd:"" help:"Deploy an application, and follow the deployment to its end with --wait."`
+}
+
+type appsLsCmd struct {
+	ClientFlags
+}
+
+func (a appsLsCmd) Run(ctx context.Context) error {
+	c, err := connect(ctx, a.ClientFlags)
+	if err != nil {
+		return err
+	}
+	r, err := c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})
+	if err != nil {
+		return err
+	}
+	if err := check(r.HTTPResponse, r.Body, "listing applications"); err != nil {
+		return err
+	}
+	list := []apiclient.Application{}
+	if r.JSON200.Applications != nil {
+		list = *r.JSON200.Applications
+	}
+	if a.JSON {
+		return printJSON(os.Stdout, map[string]any{"applications": list})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tID\tSTATUS\tSERVER\tCREATED")
+	for _, app := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", app.Name, app.Id, app.Status, app.ServerId, ago(app.CreatedAt))
+	}
+	return tw.Flush()
+}
+
+// findApp resolves an application's id or name.
+func findApp(ctx context.Context, c *conn, ref string) (string, error) {
+	if strings.HasPrefix(ref, "app_") {
+		return ref, nil
+	}
+	r, err := c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})
+	if err != nil {
+		return "", err
+	}
+	if r.StatusCode() == http.StatusForbidden {
+		return "", exitf(exitAuth, "this credential may not list applications (a token narrowed to one): name the application by its id (app_…)")
+	}
+	if err := check(r.HTTPResponse, r.Body, "finding application "+ref); err != nil {
+		return "", err
+	}
+	if r.JSON200.Applications != nil {
+		for _, a := range *r.JSON200.Applications {
+			if a.Name == ref {
+				return a.Id, nil
+			}
+		}
+	}
+	return "", exitf(exitNotFound, "no application named %q", ref)
+}
+
+type appsDeployCmd struct {
+	ClientFlags
+	App     string        `arg:"" help:"The application's name or id."`
+	Image   string        `name:"image" help:"Deploy this image reference instead of the application's (image sources)."`
+	Ref     string        `name:"ref" help:"Git sources: the branch, tag or commit to deploy."`
+	Wait    bool          `name:"wait" help:"Follow the deployment live and exit 0 only when it succeeded."`
+	Timeout time.Duration `name:"timeout" default:"30m" help:"With --wait: give up following after this long (exit 5); the deployment goes on."`
+}
+
+func (d appsDeployCmd) Run(parent context.Context) error {
+	if d.Image != "" && d.Ref != "" {
+		return exitf(exitUsage, "--image and --ref are one choice: give one")
+	}
+	c, err := connect(parent, d.ClientFlags)
+	if err != nil {
+		return err
+	}
+	appID, err := findApp(parent, c, d.App)
+	if err != nil {
+		return err
+	}
+	body := apiclient.DeployApplicationJSONRequestBody{}
+	if ref := d.Image + d.Ref; ref != "" {
+		body.Ref = &ref
+	}
+	r, err := c.api.DeployApplicationWithResponse(parent, appID, body)
+	if err != nil {
+		return err
+	}
+	if err := check(r.HTTPResponse, r.Body, "deploying "+d.App); err != nil {
+		return err
+	}
+	dep := r.JSON202
+	fmt.Fprintf(os.Stderr, "Deployment %s of %s queued.\n", dep.DeploymentId, d.App)
+	if !d.Wait {
+		if d.JSON {
+			return printJSON(os.Stdout, dep)
+		}
+		fmt.Println(dep.DeploymentId)
+		return nil
+	}
+	ctx, cancel := withTimeout(parent, d.Timeout)
+	defer cancel()
+	f := &follower{c: c, log: os.Stderr, jobID: dep.JobId, appID: appID}
+	var last *apiclient.DeploymentDetail
+	err = f.run(ctx, func(ctx context.Context) (bool, error) {
+		g, err := c.api.GetDeploymentWithResponse(ctx, dep.DeploymentId)
+		if err != nil {
+			return false, err
+		}
+		if err := check(g.HTTPResponse, g.Body, "reading deployment "+dep.DeploymentId); err != nil {
+			return false, err
+		}
+		last = g.JSON200
+		if last.JobId != nil {
+			f.jobID = *last.JobId
+		}
+		if last.Events != nil {
+			f.printEvents(*last.Events)
+		}
+		return terminal(string(last.Status)), nil
+	})
+	if err != nil {
+		return stopped(ctx, parent, err, "capstan jobs wait "+f.jobID)
+	}
+	if d.JSON {
+		if err := printJSON(os.Stdout, last); err != nil {
+			return err
+		}
+	}
+	if last.Status != "succeeded" {
+		msg := string(last.Status)
+		if last.Error != nil {
+			msg += ": " + *last.Error
+		}
+		return exitf(exitFailed, "deployment %s %s", dep.DeploymentId, msg)
+	}
+	fmt.Fprintf(os.Stderr, "Deployment %s succeeded.\n", dep.DeploymentId)
+	return nil
+}
+
+type jobsCmd struct {
+	Wait jobsWaitCmd `cmd:"" help:"Follow a job live to its end; exit 0 only when it succeeded."`
+}
+
+type jobsWaitCmd struct {
+	ClientFlags
+	ID      string        `arg:"" help:"The job's id (job_…)."`
+	Timeout time.Duration `name:"timeout" default:"30m" help:"Give up following after this long (exit 5); the job goes on."`
+}
+
+func (w jobsWaitCmd) Run(parent context.Context) error {
+	c, err := connect(parent, w.ClientFlags)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withTimeout(parent, w.Timeout)
+	defer cancel()
+	f := &follower{c: c, log: os.Stderr, jobID: w.ID}
+	var last *apiclient.JobDetail
+	err = f.run(ctx, func(ctx context.Context) (bool, error) {
+		g, err := c.api.GetJobWithResponse(ctx, w.ID, &apiclient.GetJobParams{})
+		if err != nil {
+			return false, err
+		}
+		if err := check(g.HTTPResponse, g.Body, "reading job "+w.ID); err != nil {
+			return false, err
+		}
+		last = g.JSON200
+		if last.Events != nil {
+			f.printEvents(*last.Events)
+		}
+		return terminal(string(last.Status)), nil
+	})
+	if err != nil {
+		return stopped(ctx, parent, err, "capstan jobs wait "+w.ID)
+	}
+	if w.JSON {
+		if err := printJSON(os.Stdout, last); err != nil {
+			return err
+		}
+	}
+	if last.Status != "succeeded" {
+		msg := string(last.Status)
+		if last.Error != nil {
+			msg += ": " + *last.Error
+		} else if last.ErrorClass != nil {
+			msg += ": " + *last.ErrorClass
+		}
+		return exitf(exitFailed, "job %s (%s) %s", w.ID, last.Type, msg)
+	}
+	fmt.Fprintf(os.Stderr, "Job %s (%s) succeeded.\n", w.ID, last.Type)
+	return nil
+}

@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
+)
+
+// TestCLIOnRealStack runs the capstan command line against a control
+// plane, an enrolled agent, Caddy and Docker, as a pipeline and as a
+// person: a deploy with a deploy token follows the deployment live and
+// exits 0 once the new release serves; a broken release exits 1 with the
+// health check's failure; `jobs wait` on a job cancelled meanwhile exits
+// 1; --json prints one document on stdout; `capstan login` keeps a
+// session that later commands use; wrong names, credentials and command
+// lines get their own exit codes.
+func TestCLIOnRealStack(t *testing.T) {
+	t.Parallel()
+	s := newAppStack(t, appStackOptions{Images: map[string]int{"v1": 0, "v2": 0, "v3": http.StatusInternalServerError}})
+	v2, v3 := s.Images["v2"], s.Images["v3"]
+	app := s.createApp(t, map[string]any{"name": "web", "source": map[string]any{"type": "image", "image": s.Images["v1"].Ref},
+		"container_port": 8080, "health_path": "/health"})
+	s.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
+
+	resp := s.Post(t, "/api/v1/tokens", s.Token, map[string]any{"name": "ci", "scopes": []string{"deploy", "read:secrets"},
+		"resources": []string{"app:" + app.ID}})
+	expectStatus(t, resp, http.StatusCreated)
+	var tok struct {
+		Token string `json:"token"`
+	}
+	resp.JSON(t, &tok)
+	config := filepath.Join(t.TempDir(), "config.json")
+	run := func(env []string, stdin string, timeout time.Duration, args ...string) CLIResult {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, capstanBin, args...)
+		cmd.Env = childEnv(append([]string{"CAPSTAN_CONFIG=" + config}, env...))
+		cmd.Stdin = strings.NewReader(stdin)
+		return testlab.RunCommand(t, ctx, cmd, "capstan "+strings.Join(args, " "))
+	}
+	pipeline := []string{"CAPSTAN_URL=" + s.URL, "CAPSTAN_TOKEN=" + tok.Token}
+
+	// A pipeline deploys v2 and waits: 0, and v2 is the live release.
+	res := run(pipeline, "", deployTimeout, "apps", "deploy", app.ID, "--image", v2.Ref, "--wait")
+	if res.ExitCode != 0 || res.Stdout != "" || !strings.Contains(res.Stderr, "succeeded") {
+		t.Fatalf("deploy v2: exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	var live AppInfo
+	s.Get(t, "/api/v1/applications/"+app.ID, s.Token).JSON(t, &live)
+	if live.Current == nil || live.Current.ImageID != v2.ID {
+		t.Fatalf("the live release after the CLI's deploy: %+v, want image %s", live.Current, v2.ID)
+	}
+
+	// v3 is broken: exit 1, the health check's failure and the
+	// container's log in the output, and --json's one document parses.
+	res = run(pipeline, "", failedDeployTimeout+time.Minute, "apps", "deploy", app.ID, "--image", v3.Ref, "--wait", "--json")
+	var failed struct {
+		Status string  `json:"status"`
+		Error  *string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &failed); err != nil {
+		t.Fatalf("--json output is not one JSON document: %v\n%s", err, res.Stdout)
+	}
+	if res.ExitCode != 1 || failed.Status != "failed" || !strings.Contains(res.Stderr, "health check failed") ||
+		!strings.Contains(res.Stderr, "version v3 is broken") {
+		t.Fatalf("deploy v3: exit %d, status %q\nstderr: %s", res.ExitCode, failed.Status, res.Stderr)
+	}
+
+	// `jobs wait` on a deployment's job cancelled while it runs.
+	d := s.deploy(t, app.ID, map[string]any{"ref": v3.Ref})
+	var jobID string
+	eventually(t, deployTimeout, "the deployment's job", func() bool {
+		dep := s.deployment(t, d)
+		if dep.JobID != nil {
+			jobID = *dep.JobID
+		}
+		return jobID != "" && dep.Status == "running"
+	})
+	waited := make(chan CLIResult, 1)
+	go func() { waited <- run(pipeline, "", deployTimeout, "jobs", "wait", jobID) }()
+	expectStatus(t, s.Post(t, "/api/v1/deployments/"+d+"/cancel", s.Token, nil), http.StatusOK)
+	if res := <-waited; res.ExitCode != 1 || !strings.Contains(res.Stderr, "cancelled") {
+		t.Fatalf("jobs wait on a cancelled job: exit %d\nstderr: %s", res.ExitCode, res.Stderr)
+	}
+
+	// A person signs in; the session serves later commands.
+	res = run(nil, testPassword+"\n"+totpCode(t, s.Admin.TOTPSecret)+"\n", cliTimeout, "login", "--url", s.URL, "--email", s.Admin.Email)
+	if res.ExitCode != 0 {
+		t.Fatalf("login: exit %d\n%s", res.ExitCode, res.Stderr)
+	}
+	res = run(nil, "", cliTimeout, "apps", "ls", "--json")
+	var list struct {
+		Applications []struct {
+			Name string `json:"name"`
+		} `json:"applications"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil || res.ExitCode != 0 || len(list.Applications) != 1 ||
+		list.Applications[0].Name != "web" {
+		t.Fatalf("apps ls --json after login: exit %d, %v\n%s\n%s", res.ExitCode, err, res.Stdout, res.Stderr)
+	}
+	if res := run(nil, "", cliTimeout, "apps", "ls"); res.ExitCode != 0 || !strings.Contains(res.Stdout, "web") {
+		t.Fatalf("apps ls: exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+
+	// Exit codes: not found 4, refused 3, a bad command line 2.
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want int
+	}{
+		{nil, []string{"jobs", "wait", "job_none"}, 4},
+		{nil, []string{"apps", "deploy", "nothing-by-this-name"}, 4},
+		{[]string{"CAPSTAN_URL=" + s.URL, "CAPSTAN_TOKEN=cpt_unknown"}, []string{"apps", "ls"}, 3},
+		{pipeline, []string{"apps", "ls"}, 3}, // narrowed to one application
+		{nil, []string{"apps", "deploy"}, 2},
+	} {
+		if res := run(c.env, "", cliTimeout, c.args...); res.ExitCode != c.want {
+			t.Errorf("capstan %s: exit %d, want %d\n%s", strings.Join(c.args, " "), res.ExitCode, c.want, res.Stderr)
+		}
+	}
+}
