@@ -74,23 +74,6 @@ func TestCLIOnRealStack(t *testing.T) {
 		t.Fatalf("deploy v3: exit %d, status %q\nstderr: %s", res.ExitCode, failed.Status, res.Stderr)
 	}
 
-	// `jobs wait` on a deployment's job cancelled while it runs.
-	d := s.deploy(t, app.ID, map[string]any{"ref": v3.Ref})
-	var jobID string
-	eventually(t, deployTimeout, "the deployment's job", func() bool {
-		dep := s.deployment(t, d)
-		if dep.JobID != nil {
-			jobID = *dep.JobID
-		}
-		return jobID != "" && dep.Status == "running"
-	})
-	waited := make(chan CLIResult, 1)
-	go func() { waited <- run(pipeline, "", deployTimeout, "jobs", "wait", jobID) }()
-	expectStatus(t, s.Post(t, "/api/v1/deployments/"+d+"/cancel", s.Token, nil), http.StatusOK)
-	if res := <-waited; res.ExitCode != 1 || !strings.Contains(res.Stderr, "cancelled") {
-		t.Fatalf("jobs wait on a cancelled job: exit %d\nstderr: %s", res.ExitCode, res.Stderr)
-	}
-
 	// A person signs in; the session serves later commands.
 	res = run(nil, testPassword+"\n"+totpCode(t, s.Admin.TOTPSecret)+"\n", cliTimeout, "login", "--url", s.URL, "--email", s.Admin.Email)
 	if res.ExitCode != 0 {
@@ -109,6 +92,33 @@ func TestCLIOnRealStack(t *testing.T) {
 	if res := run(nil, "", cliTimeout, "apps", "ls"); res.ExitCode != 0 || !strings.Contains(res.Stdout, "web") {
 		t.Fatalf("apps ls: exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
+
+	// `jobs wait` on a job cancelled meanwhile: a server whose agent
+	// takes no job keeps it queued until the cancellation.
+	idle := s.createEnrollment(t, "idle")
+	idleAgent := s.enrollHTTP(t, idle.Token).AgentToken
+	expectStatus(t, s.Do(t, Req{Method: http.MethodPost, Path: "/agent/v1/heartbeat", Token: idleAgent, JSON: map[string]any{}}), http.StatusOK)
+	resp = s.action(t, idle.Server.ID, map[string]any{"type": "service.restart", "payload": map[string]any{"unit": "web.service"}})
+	expectStatus(t, resp, http.StatusAccepted)
+	var queued Accepted
+	resp.JSON(t, &queued)
+	waited := make(chan CLIResult, 1)
+	var exited time.Time
+	go func() {
+		r := run(nil, "", cliTimeout, "jobs", "wait", queued.JobID)
+		exited = time.Now()
+		waited <- r
+	}()
+	// The command is following once its ticket is taken and the job read.
+	eventually(t, cliTimeout, "jobs wait following the job", func() bool {
+		return strings.Contains(s.Logs(), `"method":"GET","path":"/api/v1/jobs/`+queued.JobID+`"`)
+	})
+	expectStatus(t, s.Post(t, "/api/v1/jobs/"+queued.JobID+"/cancel", s.Token, nil), http.StatusOK)
+	cancelled := time.Now()
+	if res := <-waited; res.ExitCode != 1 || !strings.Contains(res.Stderr, "cancelled") {
+		t.Fatalf("jobs wait on a cancelled job: exit %d\n%s", res.ExitCode, res.Stderr)
+	}
+	t.Logf("jobs wait: from the job's end to the command's exit: %s", exited.Sub(cancelled))
 
 	// Exit codes: not found 4, refused 3, a bad command line 2.
 	for _, c := range []struct {

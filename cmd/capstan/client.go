@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agent/atomicfile"
 	"github.com/capstan-dev/capstan/internal/apiclient"
 )
 
@@ -104,23 +105,7 @@ func (c *clientConfig) save(p string) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".config-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
+	return atomicfile.WriteFile(p, b, 0o600)
 }
 
 // conn is an authenticated connection to a control plane.

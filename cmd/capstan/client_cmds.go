@@ -232,20 +232,7 @@ func (d appsDeployCmd) Run(parent context.Context) error {
 	if err != nil {
 		return stopped(ctx, parent, err, "capstan jobs wait "+f.jobID)
 	}
-	if d.JSON {
-		if err := printJSON(os.Stdout, last); err != nil {
-			return err
-		}
-	}
-	if last.Status != "succeeded" {
-		msg := string(last.Status)
-		if last.Error != nil {
-			msg += ": " + *last.Error
-		}
-		return exitf(exitFailed, "deployment %s %s", dep.DeploymentId, msg)
-	}
-	fmt.Fprintf(os.Stderr, "Deployment %s succeeded.\n", dep.DeploymentId)
-	return nil
+	return finished(d.JSON, last, "deployment "+dep.DeploymentId, string(last.Status), last.Error)
 }
 
 type jobsCmd struct {
@@ -284,20 +271,27 @@ func (w jobsWaitCmd) Run(parent context.Context) error {
 	if err != nil {
 		return stopped(ctx, parent, err, "capstan jobs wait "+w.ID)
 	}
-	if w.JSON {
-		if err := printJSON(os.Stdout, last); err != nil {
+	why := last.Error
+	if why == nil {
+		why = last.ErrorClass
+	}
+	return finished(w.JSON, last, "job "+w.ID+" ("+last.Type+")", string(last.Status), why)
+}
+
+// finished reports the end of what was followed: its document with
+// --json, and exit 0 only when it succeeded.
+func finished(asJSON bool, doc any, what, status string, why *string) error {
+	if asJSON {
+		if err := printJSON(os.Stdout, doc); err != nil {
 			return err
 		}
 	}
-	if last.Status != "succeeded" {
-		msg := string(last.Status)
-		if last.Error != nil {
-			msg += ": " + *last.Error
-		} else if last.ErrorClass != nil {
-			msg += ": " + *last.ErrorClass
+	if status != "succeeded" {
+		if why != nil {
+			status += ": " + *why
 		}
-		return exitf(exitFailed, "job %s (%s) %s", w.ID, last.Type, msg)
+		return exitf(exitFailed, "%s %s", what, status)
 	}
-	fmt.Fprintf(os.Stderr, "Job %s (%s) succeeded.\n", w.ID, last.Type)
+	fmt.Fprintf(os.Stderr, "%s succeeded.\n", strings.ToUpper(what[:1])+what[1:])
 	return nil
 }
