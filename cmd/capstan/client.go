@@ -108,6 +108,10 @@ func (c *clientConfig) save(p string) error {
 	return atomicfile.WriteFile(p, b, 0o600)
 }
 
+// clientName is the client's name in its requests' User-Agent, which
+// the audit log keeps: capstan-cli, or capstan-mcp for the MCP server.
+var clientName = "capstan-cli"
+
 // conn is an authenticated connection to a control plane.
 type conn struct {
 	base   string
@@ -154,7 +158,7 @@ func connect(ctx context.Context, f ClientFlags) (*conn, error) {
 			if c.bearer != "" {
 				r.Header.Set("Authorization", "Bearer "+c.bearer)
 			}
-			r.Header.Set("User-Agent", "capstan-cli/"+version)
+			r.Header.Set("User-Agent", clientName+"/"+version)
 			return nil
 		}))
 	if err != nil {

@@ -35,6 +35,7 @@ type cli struct {
 	Login loginCmd `cmd:"" group:"client" help:"Sign in to a control plane with a password and a code; later commands use the session."`
 	Apps  appsCmd  `cmd:"" group:"client" help:"Applications."`
 	Jobs  jobsCmd  `cmd:"" group:"client" help:"Jobs."`
+	MCP   mcpCmd   `cmd:"" name:"mcp" group:"client" help:"Serve the Model Context Protocol on stdin and stdout for an assistant, with an API token's rights."`
 }
 
 type versionCmd struct{}

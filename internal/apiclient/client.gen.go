@@ -19,16 +19,82 @@ import (
 
 // Defines values for AddressKind.
 const (
-	Domain AddressKind = "domain"
-	Port   AddressKind = "port"
+	AddressKindDomain AddressKind = "domain"
+	AddressKindPort   AddressKind = "port"
 )
 
 // Valid indicates whether the value is a known member of the AddressKind enum.
 func (e AddressKind) Valid() bool {
 	switch e {
-	case Domain:
+	case AddressKindDomain:
 		return true
-	case Port:
+	case AddressKindPort:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertSeverity.
+const (
+	Critical AlertSeverity = "critical"
+	Info     AlertSeverity = "info"
+	Warning  AlertSeverity = "warning"
+)
+
+// Valid indicates whether the value is a known member of the AlertSeverity enum.
+func (e AlertSeverity) Valid() bool {
+	switch e {
+	case Critical:
+		return true
+	case Info:
+		return true
+	case Warning:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertState.
+const (
+	AlertStateOpen     AlertState = "open"
+	AlertStateResolved AlertState = "resolved"
+)
+
+// Valid indicates whether the value is a known member of the AlertState enum.
+func (e AlertState) Valid() bool {
+	switch e {
+	case AlertStateOpen:
+		return true
+	case AlertStateResolved:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AlertSubjectType.
+const (
+	AlertSubjectTypeApplication AlertSubjectType = "application"
+	AlertSubjectTypeDatabase    AlertSubjectType = "database"
+	AlertSubjectTypeDomain      AlertSubjectType = "domain"
+	AlertSubjectTypeFilesystem  AlertSubjectType = "filesystem"
+	AlertSubjectTypeServer      AlertSubjectType = "server"
+)
+
+// Valid indicates whether the value is a known member of the AlertSubjectType enum.
+func (e AlertSubjectType) Valid() bool {
+	switch e {
+	case AlertSubjectTypeApplication:
+		return true
+	case AlertSubjectTypeDatabase:
+		return true
+	case AlertSubjectTypeDomain:
+		return true
+	case AlertSubjectTypeFilesystem:
+		return true
+	case AlertSubjectTypeServer:
 		return true
 	default:
 		return false
@@ -497,6 +563,27 @@ func (e TokenBodyTokenType) Valid() bool {
 	}
 }
 
+// Defines values for ListAlertsParamsState.
+const (
+	ListAlertsParamsStateAll      ListAlertsParamsState = "all"
+	ListAlertsParamsStateOpen     ListAlertsParamsState = "open"
+	ListAlertsParamsStateResolved ListAlertsParamsState = "resolved"
+)
+
+// Valid indicates whether the value is a known member of the ListAlertsParamsState enum.
+func (e ListAlertsParamsState) Valid() bool {
+	switch e {
+	case ListAlertsParamsStateAll:
+		return true
+	case ListAlertsParamsStateOpen:
+		return true
+	case ListAlertsParamsStateResolved:
+		return true
+	default:
+		return false
+	}
+}
+
 // APIToken defines model for APIToken.
 type APIToken struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -532,6 +619,70 @@ type Address struct {
 
 // AddressKind domain: one of its domains, through the proxy's HTTP(S) servers; port: its published port
 type AddressKind string
+
+// Alert defines model for Alert.
+type Alert struct {
+	AcknowledgedAt *time.Time `json:"acknowledged_at"`
+
+	// AcknowledgedBy User id of whoever acknowledged it; null if nobody did
+	AcknowledgedBy *string `json:"acknowledged_by"`
+
+	// Id Alert id (alr_…)
+	Id       string    `json:"id"`
+	Kind     string    `json:"kind"`
+	OpenedAt time.Time `json:"opened_at"`
+
+	// ResolvedAt null while open
+	ResolvedAt *time.Time `json:"resolved_at"`
+
+	// RuleId The rule that opened it (it may have been deleted since)
+	RuleId   string        `json:"rule_id"`
+	Severity AlertSeverity `json:"severity"`
+	State    AlertState    `json:"state"`
+	Subject  AlertSubject  `json:"subject"`
+
+	// Threshold The rule's threshold when the alert opened
+	Threshold float64 `json:"threshold"`
+
+	// Unit percent, minutes, days, or none
+	Unit string `json:"unit"`
+
+	// Value The value that opened the alert, in the kind's unit (minutes offline, percent, days left; for app_down, minutes failing)
+	Value float64 `json:"value"`
+}
+
+// AlertSeverity defines model for Alert.Severity.
+type AlertSeverity string
+
+// AlertState defines model for Alert.State.
+type AlertState string
+
+// AlertListOutputBody defines model for AlertListOutputBody.
+type AlertListOutputBody struct {
+	// Alerts Newest first
+	Alerts *[]Alert `json:"alerts"`
+
+	// NextCursor Pass as before= for the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// AlertSubject defines model for AlertSubject.
+type AlertSubject struct {
+	// Detail The filesystem's mount point, for disk_high and inode_high; the database's name, for backup_stale
+	Detail *string `json:"detail,omitempty"`
+
+	// Id The server, application, domain or database instance id
+	Id string `json:"id"`
+
+	// Name Its name (server name, application name, hostname) when the alert opened
+	Name string `json:"name"`
+
+	// Type server; filesystem (id is the server's, detail the mount point); application; domain; database (id is the instance's, detail the database's name)
+	Type AlertSubjectType `json:"type"`
+}
+
+// AlertSubjectType server; filesystem (id is the server's, detail the mount point); application; domain; database (id is the instance's, detail the database's name)
+type AlertSubjectType string
 
 // AppListOutputBody defines model for AppListOutputBody.
 type AppListOutputBody struct {
@@ -1553,6 +1704,21 @@ type GetJobParams struct {
 	Wait *int64 `form:"wait,omitempty" json:"wait,omitempty"`
 }
 
+// ListAlertsParams defines parameters for ListAlerts.
+type ListAlertsParams struct {
+	// State open (default), resolved or all
+	State *ListAlertsParamsState `form:"state,omitempty" json:"state,omitempty"`
+
+	// Limit Alerts per page: 1 to 200; default 50 when absent
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Before Cursor from next_cursor of the previous page
+	Before *string `form:"before,omitempty" json:"before,omitempty"`
+}
+
+// ListAlertsParamsState defines parameters for ListAlerts.
+type ListAlertsParamsState string
+
 // DeployApplicationJSONRequestBody defines body for DeployApplication for application/json ContentType.
 type DeployApplicationJSONRequestBody = DeployInputBody
 
@@ -1789,6 +1955,24 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
 	CancelJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAlerts Alerts, newest first
+	//
+	// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/monitoring/alerts (the `ListAlerts` operationId).
+	ListAlerts(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// AcknowledgeAlert Acknowledge an open alert
+	//
+	// Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 (alert-resolved). Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Corresponds with POST /api/v1/monitoring/alerts/{id}/acknowledge (the `AcknowledgeAlert` operationId).
+	AcknowledgeAlert(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListServers Servers with status, facts and latest metrics
 	//
@@ -2127,6 +2311,44 @@ func (c *Client) GetJob(ctx context.Context, id string, params *GetJobParams, re
 // Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
 func (c *Client) CancelJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCancelJobRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAlerts Alerts, newest first
+//
+// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/monitoring/alerts (the `ListAlerts` operationId).
+func (c *Client) ListAlerts(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAlertsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// AcknowledgeAlert Acknowledge an open alert
+//
+// Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 (alert-resolved). Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Corresponds with POST /api/v1/monitoring/alerts/{id}/acknowledge (the `AcknowledgeAlert` operationId).
+func (c *Client) AcknowledgeAlert(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewAcknowledgeAlertRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2836,6 +3058,118 @@ func NewCancelJobRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListAlertsRequest constructs an http.Request for the ListAlerts method
+func NewListAlertsRequest(server string, params *ListAlertsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/monitoring/alerts")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.State != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "state", *params.State, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Before != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "before", *params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewAcknowledgeAlertRequest constructs an http.Request for the AcknowledgeAlert method
+func NewAcknowledgeAlertRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/monitoring/alerts/%s/acknowledge", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListServersRequest constructs an http.Request for the ListServers method
 func NewListServersRequest(server string) (*http.Request, error) {
 	var err error
@@ -3168,6 +3502,28 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
 	CancelJobWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelJobResponse, error)
+
+	// ListAlertsWithResponse Alerts, newest first
+	//
+	// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/monitoring/alerts (the `ListAlerts` operationId).
+	ListAlertsWithResponse(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*ListAlertsResponse, error)
+
+	// AcknowledgeAlertWithResponse Acknowledge an open alert
+	//
+	// Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 (alert-resolved). Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/monitoring/alerts/{id}/acknowledge (the `AcknowledgeAlert` operationId).
+	AcknowledgeAlertWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*AcknowledgeAlertResponse, error)
 
 	// ListServersWithResponse Servers with status, facts and latest metrics
 	//
@@ -4240,6 +4596,158 @@ func (r CancelJobResponse) ContentType() string {
 	return ""
 }
 
+type ListAlertsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AlertListOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAlertsResponse) GetJSON200() *AlertListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAlertsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAlertsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListAlertsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListAlertsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAlertsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAlertsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAlertsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAlertsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type AcknowledgeAlertResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Alert
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r AcknowledgeAlertResponse) GetJSON200() *Alert {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r AcknowledgeAlertResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r AcknowledgeAlertResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r AcknowledgeAlertResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r AcknowledgeAlertResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r AcknowledgeAlertResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r AcknowledgeAlertResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r AcknowledgeAlertResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r AcknowledgeAlertResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r AcknowledgeAlertResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r AcknowledgeAlertResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListServersResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4798,6 +5306,40 @@ func (c *ClientWithResponses) CancelJobWithResponse(ctx context.Context, id stri
 		return nil, err
 	}
 	return ParseCancelJobResponse(rsp)
+}
+
+// ListAlertsWithResponse Alerts, newest first
+//
+// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/monitoring/alerts (the `ListAlerts` operationId).
+func (c *ClientWithResponses) ListAlertsWithResponse(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*ListAlertsResponse, error) {
+	rsp, err := c.ListAlerts(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAlertsResponse(rsp)
+}
+
+// AcknowledgeAlertWithResponse Acknowledge an open alert
+//
+// Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 (alert-resolved). Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/monitoring/alerts/{id}/acknowledge (the `AcknowledgeAlert` operationId).
+func (c *ClientWithResponses) AcknowledgeAlertWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*AcknowledgeAlertResponse, error) {
+	rsp, err := c.AcknowledgeAlert(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseAcknowledgeAlertResponse(rsp)
 }
 
 // ListServersWithResponse Servers with status, facts and latest metrics
@@ -5677,6 +6219,128 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest JobDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAlertsResponse parses an HTTP response from a ListAlertsWithResponse call
+func ParseListAlertsResponse(rsp *http.Response) (*ListAlertsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAlertsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AlertListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseAcknowledgeAlertResponse parses an HTTP response from a AcknowledgeAlertWithResponse call
+func ParseAcknowledgeAlertResponse(rsp *http.Response) (*AcknowledgeAlertResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &AcknowledgeAlertResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Alert
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
