@@ -8,7 +8,7 @@ GOFLAGS_BUILD := -trimpath -ldflags "$(LDFLAGS)"
 LISTEN   ?= 127.0.0.1:8080
 DATA_DIR ?= ./data
 
-.PHONY: all build dist run test test-go test-web fuzz lint testenv-down clean web web-deps web-api
+.PHONY: all build dist run test test-go test-web fuzz lint testenv-down clean web web-deps web-api api-client
 
 all: build
 
@@ -55,6 +55,12 @@ web-deps:
 web-api: web-deps
 	CGO_ENABLED=0 $(GO) build -o bin/capstan ./cmd/capstan
 	cd web && node scripts/gen-api.mjs ../bin/capstan
+
+# api-client regenerates the command line's typed API client
+# (internal/apiclient/client.gen.go) from the OpenAPI document, for the
+# operations listed in internal/apiclient/oapi-codegen.yaml.
+api-client:
+	cd internal/apiclient && $(GO) generate ./
 
 run: build
 	@echo "Starting Capstan on http://$(LISTEN) with data in $(DATA_DIR)."
