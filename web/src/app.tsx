@@ -32,6 +32,7 @@ const ChannelDetail = lazy(() => import("./screens/Notifications").then((m) => m
 const Audit = lazy(() => import("./screens/Audit").then((m) => m.Audit), "the audit log");
 const Platform = lazy(() => import("./screens/Platform").then((m) => m.Platform), "the platform");
 const Users = lazy(() => import("./screens/Users").then((m) => m.Users), "users");
+const Tokens = lazy(() => import("./screens/Tokens").then((m) => m.Tokens), "API tokens");
 const Apps = lazy(() => import("./screens/Apps").then((m) => m.Apps), "applications");
 const AppNew = lazy(() => import("./screens/Apps").then((m) => m.AppNew), "the form");
 const AppDetail = lazy(() => import("./screens/AppDetail").then((m) => m.AppDetail), "the application");
@@ -108,6 +109,7 @@ export function App() {
   else if (path === "/audit") screen = <Audit />;
   else if (path === "/platform") screen = <Platform />;
   else if (path === "/platform/users" && user.admin) screen = <Users />;
+  else if (path === "/platform/tokens") screen = <Tokens />;
   else if (path === "/applications") screen = <Apps />;
   else if (path === "/applications/new") screen = <AppNew serverId={query.get("server_id") ?? undefined} />;
   else if ((p = match("/applications/:id", path))) screen = <AppDetail key={p.id} id={p.id} />;

@@ -416,7 +416,7 @@ export interface paths {
          * Applications with their status (no environment values)
          * @description Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-applications"];
         put?: never;
@@ -424,7 +424,7 @@ export interface paths {
          * Create an application (and deploy it)
          * @description Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-application"];
         delete?: never;
@@ -444,7 +444,7 @@ export interface paths {
          * Application detail with its current and latest deployments
          * @description Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-application"];
         put?: never;
@@ -453,7 +453,7 @@ export interface paths {
          * Remove an application from its server
          * @description Cancels its queued deployments and queues app.remove (202, status removing): the agent removes its containers and applies the proxy state without its domains; when that succeeds the application, its deployments and domains are deleted. If the removal fails the application stays, with status removal_failed and remove_error. 409 while one of its deployments runs. On a revoked or deleted server the application is deleted at once (200, status deleted). A compose application's named volumes are kept unless purge is true. When the server's proxy cannot be reached (Caddy down), an application without a domain is removed all the same; one with domains fails, its remove_error naming the sites left in the proxy, until it is deleted again with force=true.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-application"];
         options?: never;
@@ -462,7 +462,7 @@ export interface paths {
          * Change an application's settings for its next deployment
          * @description Any subset of the fields, validated as on create; env replaces the whole list. The running container is untouched until the next deployment; a change of publish is applied to the live release at once (a proxy.apply job on the server). 409 port-published when the port is another application's on the server. The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         patch: operations["update-application"];
         trace?: never;
@@ -478,7 +478,7 @@ export interface paths {
          * An application's deployments, newest first
          * @description Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-application-deployments"];
         put?: never;
@@ -486,7 +486,7 @@ export interface paths {
          * Deploy an application
          * @description Queues a deployment of the application's current settings (ref overrides the image reference for this deployment only). One deployment runs at a time per application: its app.deploy job is enqueued when the previous deployment ends (job_id is empty until then); when several are queued, the newest runs and the older ones are superseded. 202 with Location: the deployment.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
          */
         post: operations["deploy-application"];
         delete?: never;
@@ -512,7 +512,7 @@ export interface paths {
          * Set or remove some environment variables, keeping the others' values
          * @description Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         patch: operations["change-application-env"];
         trace?: never;
@@ -530,7 +530,7 @@ export interface paths {
          * Read the live container's log
          * @description Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
          */
         post: operations["read-application-logs"];
         delete?: never;
@@ -550,7 +550,7 @@ export interface paths {
          * Lines and container state of an application log read
          * @description Log lines can carry secrets: administrators get the lines and the container's state; members get the read's status and error class only, with no lines and redacted true.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-application-logs"];
         put?: never;
@@ -572,7 +572,7 @@ export interface paths {
          * Request traffic of an application's domains
          * @description From the proxy's access log, as the agent reports it per host and minute. 1h: one point per minute; 24h: 5-minute buckets; 7d: hourly. Every bucket is present (zeros without requests). p95_ms is the largest per-minute p95 in the bucket, an upper bound of the bucket's true p95. Minutes are kept 8 days.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-application-requests"];
         put?: never;
@@ -594,7 +594,7 @@ export interface paths {
          * Audit log, newest first
          * @description Filters combine: action (exact, or a prefix such as auth.*), actor (e-mail or id), the object (target_type, target_id) and the time (since, until). A page's next_cursor, passed as before with the same filters, gives the next older page.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["list-audit-logs"];
         put?: never;
@@ -728,7 +728,7 @@ export interface paths {
          * Sign out
          * @description Revokes the caller's session: its access token and every refresh token of its family.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["logout"];
         delete?: never;
@@ -746,7 +746,7 @@ export interface paths {
         };
         /**
          * The signed-in user
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["me"];
         put?: never;
@@ -770,7 +770,7 @@ export interface paths {
          * Change the signed-in user's password
          * @description Needs the current password and a TOTP code (accepted once, like at sign-in). Ends every other session of the user (their streams close within seconds) and forgets every other device it signed in from; the caller's session and device stay. 403 `wrong-password` or `wrong-code` change nothing; both checks are throttled per session (5, then 1 a minute: 429 `too-many-attempts`). 422 for a new password that breaks the rules. Recorded in the audit log (`user.password.changed`, refusals `user.password.refused`).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["change-password"];
         delete?: never;
@@ -812,7 +812,7 @@ export interface paths {
          * The signed-in user's sessions
          * @description Every live session of the caller (one per completed sign-in), with where it signed in from; `current` marks the session of this request.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         get: operations["list-sessions"];
         put?: never;
@@ -837,7 +837,7 @@ export interface paths {
          * End one of the signed-in user's sessions
          * @description Revokes the session's access token and refresh tokens at once; its live streams close within seconds. Only the caller's own live sessions: any other id is 404. Recorded in the audit log (`auth.session.revoked`).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         delete: operations["revoke-session"];
         options?: never;
@@ -856,7 +856,7 @@ export interface paths {
          * Backups, newest first
          * @description Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-backups"];
         put?: never;
@@ -878,7 +878,7 @@ export interface paths {
          * One backup
          * @description The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members get a failed run's error (and delete_error) as its class only.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-backup"];
         put?: never;
@@ -887,7 +887,7 @@ export interface paths {
          * Delete a backup locally and in storage
          * @description Queues backup.delete (202) on the backup's server: its agent deletes the local copy and the object in the storage and reports each ({local: {ok, gone, error}, remote: {ok, gone, error}} in the job's data). From this call on the backup is delete_pending: never verified or restored again. It leaves the list once both copies are gone; when the storage refuses or cannot be reached it stays delete_pending with delete_error, and the scheduler tries again (after 1 minute, doubling up to 6 hours). 409 for a backup still running, being verified, or being deleted already. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-backup"];
         options?: never;
@@ -908,7 +908,7 @@ export interface paths {
          * Restore a backup into a new database or in place of one
          * @description Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["restore-backup"];
         delete?: never;
@@ -930,7 +930,7 @@ export interface paths {
          * Test-restore a backup into a throwaway database
          * @description Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["verify-backup"];
         delete?: never;
@@ -950,7 +950,7 @@ export interface paths {
          * Whether a cloud drive is connected for backups
          * @description Whether an OAuth client is configured, whether a drive is connected (the account's address, the access granted, when and by whom), and the redirect URI to register with the OAuth client. Never a token.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["clouddrive-status"];
         put?: never;
@@ -996,7 +996,7 @@ export interface paths {
          * Start connecting a cloud drive (Google Drive)
          * @description Returns the provider's consent URL: OAuth 2.0 authorization code with PKCE (S256), offline access, the drive.file scope (only files this application creates), and a state that is single-use, valid 15 minutes and bound to this session. The answer also sets a cookie binding the sign-in to this browser: open the consent URL in the same browser. The provider sends it back to GET /api/v1/backups/clouddrive/callback. 409 when no OAuth client is configured or a drive is connected already.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["clouddrive-connect"];
         delete?: never;
@@ -1019,7 +1019,7 @@ export interface paths {
          * Disconnect the cloud drive and revoke its access
          * @description Revokes the grant at the provider (a grant the provider says is revoked or expired already counts as revoked), then forgets it. When the provider fails to revoke it, the connection is kept and the answer is 502 with the provider's error; with force=true it is forgotten anyway, and the answer says so (revoked: false) so the access can be removed in the account's settings. Backups already in the drive stay there. 404 when none is connected.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         delete: operations["clouddrive-disconnect"];
         options?: never;
@@ -1038,7 +1038,7 @@ export interface paths {
          * The status of a backup job
          * @description A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data, events or error text (redacted true).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-backup-job"];
         put?: never;
@@ -1060,7 +1060,7 @@ export interface paths {
          * Every database instance's backup policy
          * @description Each instance has one policy; an instance whose policy was never saved has the default: disabled, every_hours 24, keep 7, databases empty (the initial database), verify true. next_due_at is when the scheduler queues the next backups; stale lists the databases without a verified backup within twice every_hours.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-backup-policies"];
         put?: never;
@@ -1083,7 +1083,7 @@ export interface paths {
          * Save an instance's backup policy
          * @description Replaces the policy. Enabled, the scheduler (in one control plane of those sharing a database) queues a backup of each database every every_hours; a newly enabled policy (or a new interval) first fires within the scheduler's jitter window, so a fleet's policies do not all fire at once. A scheduled backup is not queued while the previous scheduled backup of the database is still queued or running. With verify, every successful backup of the databases is verified. Backups beyond keep are deleted. 422 with field errors for out-of-range values or a database the control plane does not know the instance has (its initial database and those its agent listed in its newest metric sample are known); nothing changes. 404 for an unknown instance. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         put: operations["put-backup-policy"];
         post?: never;
@@ -1106,7 +1106,7 @@ export interface paths {
          * Back up a database now
          * @description Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["run-backup"];
         delete?: never;
@@ -1126,14 +1126,14 @@ export interface paths {
          * Backup storage settings, without credentials
          * @description Where backups are stored. The access key pair is never returned: access_key_id_set and secret_access_key_set say whether one is stored. configured is false until settings are saved.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-backup-settings"];
         /**
          * Save the backup storage settings
          * @description Replaces the settings. The access key pair is stored encrypted with the control plane's key and never returned; leaving it out keeps the stored pair as long as the endpoint stays the same. 422 with field errors for invalid settings (nothing changes). Nothing is contacted: test the storage from a server with POST /api/v1/backups/settings/test. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         put: operations["put-backup-settings"];
         post?: never;
@@ -1156,7 +1156,7 @@ export interface paths {
          * Test the backup storage from a server
          * @description Queues backup.storage_test (202) on the server: its agent writes a probe object under capstan-probe/, reads back its size and SHA-256, downloads it, lists it and deletes it. Read the job at GET /api/v1/backups/jobs/{job_id}: data {key, bytes, steps: [{step, ok, duration_ms, error}]}, error holding the provider's error text when a step failed. 409 when no settings are saved or the server has no agent.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["test-backup-storage"];
         delete?: never;
@@ -1176,7 +1176,7 @@ export interface paths {
          * Backup counts, size, recent failures and verified backups
          * @description count, total_size, verified_count and unverified_count of the backups kept (succeeded and not being deleted); delete_pending_count and delete_pending_size of those being deleted, which count nowhere else; the 10 newest failures; and per instance the last success, the last verified backup and its failures, all of runs not being deleted.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["backup-summary"];
         put?: never;
@@ -1198,7 +1198,7 @@ export interface paths {
          * Database instances
          * @description With their logins' user names, never passwords. Members do not get last_error (a job's output).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-databases"];
         put?: never;
@@ -1206,7 +1206,7 @@ export interface paths {
          * Create a managed database instance
          * @description Stores the instance in state creating and queues db.create on server_id (202). The agent creates the server's capstan network if missing, a named volume and a container of the version's image (restart policy unless-stopped, the memory limit, the engine's port published on 127.0.0.1 only), and waits until the engine accepts the admin login on the initial database: the instance is then ready (host 127.0.0.1, the published port), or failed with the error. The admin password is generated here, stored encrypted and sent to the agent only in the job's secrets; read it with GET …/connection. 422 for an unknown engine or version or a name in use.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-database"];
         delete?: never;
@@ -1226,7 +1226,7 @@ export interface paths {
          * A database instance
          * @description State, engine, version, server, managed or external, and its logins' user names (never passwords). Members do not get last_error (a job's output).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-database"];
         put?: never;
@@ -1235,7 +1235,7 @@ export interface paths {
          * Delete a database instance
          * @description External (200): deletes the registration and its stored logins and says so; the database server and its data are not touched. Jobs already queued on it still run. Managed (202): queues db.remove, which removes the container; the data volume is kept unless purge=true (volume_kept says which); the record and its logins go when the job succeeded. Backups of the instance are not deleted. 409 while another job of the instance runs.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-database"];
         options?: never;
@@ -1256,7 +1256,7 @@ export interface paths {
          * Attach an application to an instance
          * @description Creates a dedicated readwrite login app_<application id> by a db.user.create job (202): on a SQL instance for the database (the instance's initial one by default); on Redis/Valkey an ACL user whose keys are <application name>:* with the read-write command set (no dangerous commands). When the job succeeds, env_key in the application's env is set to the login's URL as the application's container reaches the instance (managed: the container name on the capstan network and the engine's port; external: the registered host and port), applied on the application's next deployment; nothing is redeployed. A successful rotation of the login sets it again. Deleting the application drops the login; deleting the instance forgets the attachment and leaves the env value. 404 for an unknown application or instance; 409 if the env key is set already or the application is attached to this instance; 422 for bad input (database on a key-value instance), or an application on another server than a managed instance.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["attach-database"];
         delete?: never;
@@ -1276,7 +1276,7 @@ export interface paths {
          * Logins with passwords and connection URLs
          * @description Every login of the instance with its password and its URL as the instance's server reaches it. Each call is recorded in the audit log (database.connection.read) with who made it and from which address.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
          */
         get: operations["get-database-connection"];
         put?: never;
@@ -1300,7 +1300,7 @@ export interface paths {
          * Start, stop or restart a managed instance
          * @description Queues db.control (202); the instance is starting, stopping or restarting until the job ends, then ready (after start and restart the job waits until the engine accepts the admin login), stopped, or failed. The data stays in the instance's volume. 409 for an external instance or one whose job is still running.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["control-database"];
         delete?: never;
@@ -1322,7 +1322,7 @@ export interface paths {
          * Create a database on an instance
          * @description Queues db.database.create (202) on a ready SQL instance; the agent runs it as the admin login. On PostgreSQL CONNECT and TEMPORARY are revoked from PUBLIC, so only logins granted it reach the new database. A name the engine would not take is 422 before anything is queued; a key-value instance is 422; an instance that is not ready is 409.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-database-database"];
         delete?: never;
@@ -1345,7 +1345,7 @@ export interface paths {
          * Drop a database of an instance
          * @description Queues db.database.drop (202): the database and its data are gone when the job succeeds (its data says whether it existed). The instance's initial database, and a database that stored logins are for, are refused (409).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["drop-database-database"];
         options?: never;
@@ -1366,7 +1366,7 @@ export interface paths {
          * Describe a SQL instance
          * @description Queues db.explore (202): databases with sizes and owners, users with their grants, stats, tables with estimated rows and sizes, or a table's columns with keys and indexes. Read it at the instance's job path. 422 for a key-value instance, 409 for an instance that is not ready.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["explore-database"];
         delete?: never;
@@ -1388,7 +1388,7 @@ export interface paths {
          * Dump one database as .sql.gz
          * @description Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["export-database"];
         delete?: never;
@@ -1408,7 +1408,7 @@ export interface paths {
          * Download a finished export
          * @description Streams the export of a succeeded db.export job, decrypted, as application/gzip (a .sql.gz file), with its Content-Length and its SHA-256 in Repr-Digest. Each download is recorded in the audit log (database.export.downloaded) with who made it and from which address, before a byte is sent. 404 for a job that is not an export of this instance, 409 while it runs or when it failed, 410 once it expired.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
          */
         get: operations["download-database-export"];
         put?: never;
@@ -1432,7 +1432,7 @@ export interface paths {
          * Load a file into a database
          * @description The request body is the file: plain SQL (.sql), gzip-compressed SQL (.sql.gz) or, for PostgreSQL, a custom-format dump (pg_dump -Fc); the format is detected from its content. It is encrypted as it arrives and stored until the db.import job (202) that loads it ends. PostgreSQL loads plain SQL in one transaction with ON_ERROR_STOP and a custom-format dump with pg_restore --single-transaction: if anything fails, nothing is applied and the job fails with the engine's message. MySQL/MariaDB run the file statement by statement and stop at the first error: what ran before it stays (DDL commits implicitly there), so a failed load can be partial. The load runs in the instance's container (managed) or a throwaway container of the engine's image (external). 413 over the upload limit (10 GiB by default, --database-import-max-size), checked against Content-Length first and counted while the body arrives; 422 for an empty body, a bad database name, a key-value instance, or a custom-format dump for MySQL/MariaDB; 409 for an instance that is not ready.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["import-database"];
         delete?: never;
@@ -1452,7 +1452,7 @@ export interface paths {
          * The result of a database job
          * @description {status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data or error text (redacted true).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-database-job"];
         put?: never;
@@ -1476,7 +1476,7 @@ export interface paths {
          * Browse a key-value instance
          * @description Queues db.kv (202): info, scan (by cursor, never KEYS), get (type-aware, bounded, with TTL and full size), delete (explicit keys; reports how many existed) or acl_list. Read it at the instance's job path. 422 for a SQL instance, 409 for an instance that is not ready.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["kv-database"];
         delete?: never;
@@ -1496,7 +1496,7 @@ export interface paths {
          * Metric history of a database instance
          * @description The samples the agent on the instance's server takes of it, every minute by default: client connections and the engine's limit, the databases' total size (SQL engines), memory in use, keys (Redis/Valkey) and operations a second. Points are oldest first, at the samples' own times. For hours up to 48 (resolution raw) the points are the raw samples, or, when there are more than 1,500, the averages of at most 1,500 equal time buckets (bucket_seconds wide). For more hours (resolution 1h) they are hourly averages and maxima from the rollups, which are brought up to date every few minutes. A sample the agent could not take (the instance did not answer) counts in errors, with no figures; administrators also get its error text. Raw samples are kept 48 hours, hourly rollups 100 days.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-database-metrics"];
         put?: never;
@@ -1520,7 +1520,7 @@ export interface paths {
          * Run one SQL statement
          * @description Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["query-database"];
         delete?: never;
@@ -1541,7 +1541,7 @@ export interface paths {
          * Set an external instance's TLS mode and test it again
          * @description Stores tls_mode and ca, puts the instance back in state checking and queues db.connect (202), also when they are unchanged: this is how an unreachable instance is tried again. 409 for a managed instance.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         put: operations["update-database-tls"];
         post?: never;
@@ -1564,7 +1564,7 @@ export interface paths {
          * Create a login with an access level
          * @description Makes a random password, stores it encrypted with the login in state creating, and queues db.user.create (202), which creates the login with the engine's grants for access on its database (SQL) or key pattern (Redis/Valkey). The password is in this reply once; later only GET …/connection (audited) shows it. If the job fails the login is forgotten. Bad input is 422 naming the field, with nothing stored or queued; a name in use is 409.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-database-login"];
         delete?: never;
@@ -1586,7 +1586,7 @@ export interface paths {
          * Give a login a new random password
          * @description Queues db.user.rotate (202) with a new random password, returned here once. The stored password is replaced only when the job succeeds: if it fails, the old password stays stored and (on the engine) in force. One rotation or drop at a time per login (409 login-busy); the instance's admin login is not rotated here (409).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["rotate-database-login"];
         delete?: never;
@@ -1609,7 +1609,7 @@ export interface paths {
          * Drop a login
          * @description Queues db.user.drop (202): on PostgreSQL what the login owns in its database is reassigned to the admin login and its privileges dropped first. A stored login is forgotten when the job succeeds (dropping until then). The instance's admin login cannot be dropped (409).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["drop-database-login"];
         options?: never;
@@ -1628,7 +1628,7 @@ export interface paths {
          * Database engines, their versions and images
          * @description Each engine with its kind (sql or kv), default port, and supported majors newest first (the default marked), each with the container image it runs: the official image unless the control plane's --database-images file names another.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-database-engines"];
         put?: never;
@@ -1652,7 +1652,7 @@ export interface paths {
          * Register an external database instance
          * @description Stores the instance in state checking and queues db.connect on server_id (202): that server's agent connects (the control plane never does). When the job ends the instance is ready, with the version the engine reported, or unreachable, with the engine's own error text in last_error; nothing else works on it until it is ready (409). PUT …/tls tests it again. The password is stored encrypted and sent to the agent only in the job's secrets.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["register-external-database"];
         delete?: never;
@@ -1672,7 +1672,7 @@ export interface paths {
          * Recent deployments of every application, newest first
          * @description Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-deployments"];
         put?: never;
@@ -1694,7 +1694,7 @@ export interface paths {
          * A deployment with its frozen spec, job, events and output
          * @description The job's events (with the container's log tail when a release fails), data, output, the agent's result and error text are shown to administrators only, and so are the spec's compose document unmasked and a service's commands. Members get the deployment's spec with the document masked and the commands hidden, status, times and error class, the job's metadata, and no events.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-deployment"];
         put?: never;
@@ -1718,7 +1718,7 @@ export interface paths {
          * Cancel a queued deployment
          * @description A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
          */
         post: operations["cancel-deployment"];
         delete?: never;
@@ -1740,7 +1740,7 @@ export interface paths {
          * Roll back to a deployment
          * @description Queues a new deployment (rollback_of: this one) with this deployment's frozen spec and environment, pinned to the exact image id it ran, through the same one-at-a-time queue (202). 409 when this deployment never succeeded. If the image was pruned from the server since, the agent fails the new deployment with an error saying so.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
          */
         post: operations["rollback-deployment"];
         delete?: never;
@@ -1758,7 +1758,7 @@ export interface paths {
         };
         /**
          * Domains, with their latest check
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-domains"];
         put?: never;
@@ -1766,7 +1766,7 @@ export interface paths {
          * Serve an application under a hostname
          * @description Stores the domain and queues proxy.apply with the server's whole proxy state (job in the reply). Hostnames are unique across the control plane, counting the www. names of redirect_www domains (409). If the proxy job fails, the previous proxy configuration keeps serving.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-domain"];
         delete?: never;
@@ -1784,7 +1784,7 @@ export interface paths {
         };
         /**
          * A domain with its latest check
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-domain"];
         put?: never;
@@ -1793,7 +1793,7 @@ export interface paths {
          * Stop serving a hostname
          * @description Deletes the domain and queues proxy.apply without it (job in the reply).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-domain"];
         options?: never;
@@ -1802,7 +1802,7 @@ export interface paths {
          * Change a domain's TLS mode
          * @description Queues proxy.apply with the server's whole proxy state.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         patch: operations["update-domain"];
         trace?: never;
@@ -1820,7 +1820,7 @@ export interface paths {
          * Check a domain's DNS and certificate from its server
          * @description Queues domain.check (202). When it finishes, GET the domain: `check` holds the addresses the server resolves for the hostname, whether they are the server's (its public addresses, or its private ones when it reports no public address), the certificate the proxy serves and any errors.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["check-domain"];
         delete?: never;
@@ -1842,7 +1842,7 @@ export interface paths {
          * Apply a server's proxy state again
          * @description Queues proxy.apply with every domain of the server's applications (202). 409 for a server without an agent.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["apply-server-proxy"];
         delete?: never;
@@ -1880,7 +1880,7 @@ export interface paths {
          *     | `proxy.failed` | a server's proxy did not take a change of its domains (its proxy.apply job failed): they are not served as set | server | server_id, server_name, job_id, domains (domain_id, hostname, application_id), error |
          *
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["list-events"];
         put?: never;
@@ -1905,7 +1905,7 @@ export interface paths {
          * Disconnect the git host app
          * @description Forgets the app's credentials and installations. The app itself must be deleted on the provider (the answer links its settings page). Applications built from git keep running their image; their new deploys fail until an app is connected again.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         delete: operations["githost-disconnect"];
         options?: never;
@@ -1926,7 +1926,7 @@ export interface paths {
          * Record an installation of the app
          * @description After the provider redirects to the setup URL with ?installation_id=&setup_action=. The installation is verified with the provider, as the app, before it is recorded (422 for an installation the provider does not know as this app's).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["githost-add-installation"];
         delete?: never;
@@ -1948,7 +1948,7 @@ export interface paths {
          * Start connecting a git host app (manifest flow)
          * @description Returns the app manifest (read access to contents and metadata, push events to the webhook URL, redirect and setup URLs back to this control plane), the provider's page to post it to as the form field "manifest", and a single-use state bound to this session and valid 30 minutes. The provider creates the app and redirects the browser back with ?code=&state=, which POST /api/v1/githost/manifest/complete takes. 409 when an app is connected.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["githost-manifest"];
         delete?: never;
@@ -1970,7 +1970,7 @@ export interface paths {
          * Finish connecting the app with the provider's code
          * @description Uses the state up (422 when it is unknown, used, expired or another session's), exchanges the code with the provider for the app's id, private key, webhook secret and client credentials, and stores them encrypted. 422 when the provider refuses the code; 502 when the provider fails.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["githost-manifest-complete"];
         delete?: never;
@@ -1990,7 +1990,7 @@ export interface paths {
          * Repositories the app's installations can read
          * @description Every page of every recorded installation's repositories, read from the provider with installation tokens.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["githost-repositories"];
         put?: never;
@@ -2012,7 +2012,7 @@ export interface paths {
          * Branches of a repository, with their head commits
          * @description 404 when the installation is not recorded or cannot read the repository.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["githost-branches"];
         put?: never;
@@ -2034,7 +2034,7 @@ export interface paths {
          * Whether a git host app is connected, and its installations
          * @description The connected app (never its secrets), its installations, and the webhook URL the provider delivers to.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["githost-status"];
         put?: never;
@@ -2078,7 +2078,7 @@ export interface paths {
          * Recent jobs, newest first
          * @description Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-jobs"];
         put?: never;
@@ -2100,7 +2100,7 @@ export interface paths {
          * A job with its events and output
          * @description Events, data, output and the error text are a job's output (log lines, command output) and are shown to administrators only. Members get the job's metadata and error class, an empty events list, and redacted true. With wait, the call answers as soon as the job is finished (succeeded, failed or cancelled), or after wait seconds with its state then. Like the list, the job carries server_name, app_name and actor.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-job"];
         put?: never;
@@ -2124,7 +2124,7 @@ export interface paths {
          * Cancel a queued job
          * @description 409 when the job is not queued.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["cancel-job"];
         delete?: never;
@@ -2146,7 +2146,7 @@ export interface paths {
          * Read a journal unit or a container log
          * @description Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
          */
         post: operations["read-logs"];
         delete?: never;
@@ -2166,7 +2166,7 @@ export interface paths {
          * Lines and cursor of a log read
          * @description Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or running, no lines yet): one request gets the lines of a read that ends in time, without polling.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-log-read"];
         put?: never;
@@ -2186,7 +2186,7 @@ export interface paths {
         };
         /**
          * Units and containers readable on a server (from its latest inventory)
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-log-sources"];
         put?: never;
@@ -2208,7 +2208,7 @@ export interface paths {
          * Alerts, newest first
          * @description Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-alerts"];
         put?: never;
@@ -2232,7 +2232,7 @@ export interface paths {
          * Acknowledge an open alert
          * @description Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 (alert-resolved). Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["acknowledge-alert"];
         delete?: never;
@@ -2254,7 +2254,7 @@ export interface paths {
          * Evaluate every alert rule now
          * @description Answers with the alerts this evaluation opened and resolved (publishing alert.opened and alert.resolved).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["evaluate-alert-rules"];
         delete?: never;
@@ -2274,7 +2274,7 @@ export interface paths {
          * Monitoring overview of every server
          * @description The summary counts servers by status and averages the newest sample of each server that has one. Each server's series covers the range: for 1h and 24h (resolution raw) as averages of at most 300 time buckets per server (bucket_seconds wide), coarser than a single server's series to keep the reply bounded; for 7d, 30d and 90d (resolution 1h) as hourly averages from the rollups.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-fleet-monitoring"];
         put?: never;
@@ -2310,7 +2310,7 @@ export interface paths {
          *
          *     A condition must hold for the rule's duration (seconds) before an alert opens; there is at most one open alert per rule and subject. Rules are evaluated every 30 seconds and on POST /api/v1/monitoring/evaluate.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-alert-rules"];
         put?: never;
@@ -2334,7 +2334,7 @@ export interface paths {
          *
          *     A condition must hold for the rule's duration (seconds) before an alert opens; there is at most one open alert per rule and subject. Rules are evaluated every 30 seconds and on POST /api/v1/monitoring/evaluate.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-alert-rule"];
         delete?: never;
@@ -2357,7 +2357,7 @@ export interface paths {
          * Delete an alert rule
          * @description Its open alerts resolve at the next evaluation; its alerts stay listed. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-alert-rule"];
         options?: never;
@@ -2366,7 +2366,7 @@ export interface paths {
          * Change an alert rule's threshold, duration, severity, name or enabled flag
          * @description Fields left out stay. Out-of-bounds values are a 422 and change nothing. Disabling a rule resolves its open alerts at the next evaluation. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         patch: operations["update-alert-rule"];
         trace?: never;
@@ -2382,7 +2382,7 @@ export interface paths {
          * The caller's inbox, newest first, with the unread count
          * @description Every active user gets an item for each of these events: `deploy.succeeded`, `deploy.failed`, `alert.opened`, `alert.resolved`, `server.offline`, `server.online`, `backup.failed`, `proxy.failed`. Each item has a title, a body, the path of its object in the web console (link) and the event's subject. A member's items of failed deployments and backups leave out the error.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         get: operations["list-notifications"];
         put?: never;
@@ -2408,7 +2408,7 @@ export interface paths {
          *
          *     A delivery that fails (no 2xx answer) is retried with exponential backoff (10 s, 20 s, 40 s … at most an hour apart) for up to 24 hours; the channel's detail lists its latest deliveries. Deliveries refuse loopback, private, link-local (metadata) and other internal addresses, checked after DNS resolution on every connection and redirect, unless the operator allows them (capstan serve --notify-allow-destinations).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["list-notification-channels"];
         put?: never;
@@ -2440,7 +2440,7 @@ export interface paths {
          *     | `proxy.failed` | a server's proxy did not take a change of its domains (its proxy.apply job failed): they are not served as set | server | server_id, server_name, job_id, domains (domain_id, hostname, application_id), error |
          *
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-notification-channel"];
         delete?: never;
@@ -2460,7 +2460,7 @@ export interface paths {
          * A notification channel with its latest deliveries
          * @description Each delivery has its event, status (pending, delivered, failed), attempts, the last response code and error.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["get-notification-channel"];
         put?: never;
@@ -2469,7 +2469,7 @@ export interface paths {
          * Delete a notification channel
          * @description Its pending deliveries fail. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-notification-channel"];
         options?: never;
@@ -2478,7 +2478,7 @@ export interface paths {
          * Change a notification channel
          * @description name, events, enabled, config (a new destination, replacing the whole config), and for a webhook rotate_secret: the answer holds the new secret once, and the old one keeps signing for grace_seconds (default a day). Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         patch: operations["update-notification-channel"];
         trace?: never;
@@ -2496,7 +2496,7 @@ export interface paths {
          * Send a test message now
          * @description Sends at once (no retries) an event of type channel.test and answers with what came of it.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["test-notification-channel"];
         delete?: never;
@@ -2516,7 +2516,7 @@ export interface paths {
          * The control plane's SMTP settings
          * @description Host, port, security, user and from address as the control plane was started with (--smtp-* flags or CAPSTAN_SMTP_* variables); the password never, only whether one is set. enabled is false without an SMTP host.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
          */
         get: operations["get-email-settings"];
         put?: never;
@@ -2540,7 +2540,7 @@ export interface paths {
          * Send a test e-mail now
          * @description Sends a test e-mail to the address given at once (no retries), with the control plane's SMTP settings, and answers with what came of it: delivered, or the error (the connection's or the SMTP server's answer). 409 email-not-configured without an SMTP host. Audited.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["test-email"];
         delete?: never;
@@ -2562,7 +2562,7 @@ export interface paths {
          * Mark inbox items read
          * @description Body {ids: [...]} marks those items of the caller's inbox read, {all: true} every item. Neither, or both: 422.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["mark-notifications-read"];
         delete?: never;
@@ -2582,14 +2582,14 @@ export interface paths {
          * The caller's e-mail preferences
          * @description Which events are mailed to the caller (when the control plane has SMTP settings): deployments that succeed (default off), deployments that fail (default on), alerts opening and resolving (default on).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-notification-settings"];
         /**
          * Replace the caller's e-mail preferences
          * @description All three booleans are required and set as given.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
          */
         put: operations["put-notification-settings"];
         post?: never;
@@ -2610,7 +2610,7 @@ export interface paths {
          * Control plane name, public URL, versions and schema
          * @description With the enrolled servers counted by the version of their agent.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-platform"];
         put?: never;
@@ -2634,7 +2634,7 @@ export interface paths {
          * Download the recovery kit
          * @description Returns a file, encrypted with the caller's password, that holds the secret key, public URL and schema version: what is needed to decrypt this control plane's secrets and artifacts. The password is checked again; a wrong password is refused (403). Both outcomes are audited. Wrong passwords are throttled per session (5, then 1 a minute: 429 with Retry-After). Open a kit with `capstan recovery-kit open`.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["download-recovery-kit"];
         delete?: never;
@@ -2652,7 +2652,7 @@ export interface paths {
         };
         /**
          * Servers with status, facts and latest metrics
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-servers"];
         put?: never;
@@ -2672,7 +2672,7 @@ export interface paths {
         };
         /**
          * Server detail with latest metrics and inventory
-         * @description Any signed-in user (administrator or member); members never get secrets or job output.
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-server"];
         put?: never;
@@ -2681,7 +2681,7 @@ export interface paths {
          * Revoke and delete a server
          * @description Its jobs stay readable. 409 (server-has-databases) while database instances are registered on it: delete them first; the server is then left as it was.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         delete: operations["delete-server"];
         options?: never;
@@ -2702,7 +2702,7 @@ export interface paths {
          * Queue an action on a server
          * @description Returns 202 with the queued job (Location: the job). With an idempotency key seen before: 200 and the first job.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
          */
         post: operations["queue-server-action"];
         delete?: never;
@@ -2724,7 +2724,7 @@ export interface paths {
          * New enrollment token for a server that has not enrolled
          * @description Invalidates the previous token. 409 for a server that already enrolled.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["reissue-enrollment"];
         delete?: never;
@@ -2744,7 +2744,7 @@ export interface paths {
          * Metric history of a server
          * @description Points are oldest first, at the samples' own times. For range 1h and 24h (resolution raw) the points are the raw samples, or, when there are more than 1,500, the averages of at most 1,500 equal time buckets (bucket_seconds wide, aligned to multiples of their width; `samples` says how many samples each averages). For 7d, 30d and 90d (resolution 1h) they are hourly averages and maxima from the rollups, which are brought up to date every few minutes. Raw samples are kept 48 hours, hourly rollups 100 days.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-server-metrics"];
         put?: never;
@@ -2766,7 +2766,7 @@ export interface paths {
          * Requests to hosts that are not configured sites
          * @description The server's proxy answers every Host header it receives; the agent counts per host only the configured sites (the domains of the server's applications and their www. names) and sums every other host (scanners, IP literals, names whose DNS still points here) into this one bucket, without their names. Bucketed as an application's request traffic: 1h per minute, 24h in 5-minute buckets, 7d hourly.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-server-other-requests"];
         put?: never;
@@ -2790,7 +2790,7 @@ export interface paths {
          * Revoke the server's agent credential
          * @description The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["revoke-server"];
         delete?: never;
@@ -2810,7 +2810,7 @@ export interface paths {
          * Every server in a compact, column-wise form
          * @description What a list of the whole fleet shows (name, status, tags, host name, OS, last heartbeat, and CPU, memory and disk use of the newest sample) as one array per field, entry i of each belonging to the same server. For 10,000 servers it is about a sixth of GET /api/v1/servers, before compression.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["list-servers-compact"];
         put?: never;
@@ -2834,7 +2834,7 @@ export interface paths {
          * Enroll a new server
          * @description Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
          */
         post: operations["create-enrollment"];
         delete?: never;
@@ -2854,7 +2854,7 @@ export interface paths {
          * CPU and memory of the last hour of some servers, for sparklines
          * @description For each server named in ids (1 to 100), its CPU and memory use over the last hour in 30 two-minute slots, oldest first, as whole percentages (null for a slot without samples): one small request for the rows a list shows, instead of each server's full series.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         get: operations["get-server-sparklines"];
         put?: never;
@@ -2912,9 +2912,81 @@ export interface paths {
          * Take a single-use ticket that opens the live stream
          * @description The ticket opens GET /api/v1/stream once, within 30 s, as the caller. Only its hash is stored.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output.
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
          */
         post: operations["create-stream-ticket"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List API tokens
+         * @description An administrator sees everyone's tokens, a member their own; revoked and expired ones too. Never the tokens themselves.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+         */
+        get: operations["list-tokens"];
+        put?: never;
+        /**
+         * Make an API token
+         * @description The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+         */
+        post: operations["create-token"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API token
+         * @description A member revokes their own tokens, an administrator anyone's. The token is refused from its next call, on every control plane. 404 for a token that is not live.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+         */
+        delete: operations["revoke-token"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/tokens/current": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What the presented API token may do
+         * @description For a token's own introspection: its scopes, resources, expiry and what is in effect now. 404 for a session.
+         *
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         */
+        get: operations["current-token"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -2932,7 +3004,7 @@ export interface paths {
          * Every user, with role, state and last sign-in
          * @description `last_sign_in_at` is the newest sign-in among the sessions kept (absent when none).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         get: operations["list-users"];
         put?: never;
@@ -2957,7 +3029,7 @@ export interface paths {
          * Delete a user
          * @description Deletes the user with its sessions, devices and inbox; what it did stays in the audit log. The last enabled administrator cannot be deleted: 409 last-admin. Audited (`user.deleted`).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         delete: operations["delete-user"];
         options?: never;
@@ -2966,7 +3038,7 @@ export interface paths {
          * Change a user's role, or disable or enable it
          * @description Disabling ends every session of the user at once (its live streams close within seconds) and forgets the devices it signed in from. The last enabled administrator can be neither made a member nor disabled: 409 last-admin. Audited (`user.role_changed`, `user.disabled`, `user.enabled`).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         patch: operations["change-user"];
         trace?: never;
@@ -2984,7 +3056,7 @@ export interface paths {
          * Give a user a new second factor
          * @description The old TOTP secret stops working, every session of the user ends and its devices are forgotten. The new secret is in this answer only: hand it to the user to add to their authenticator app. Audited (`user.2fa.reset`).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["reset-user-2fa"];
         delete?: never;
@@ -3004,7 +3076,7 @@ export interface paths {
          * Pending invitations, and those closed within 7 days
          * @description Newest first, without their tokens. `status` is pending, accepted (`user_id` is the user it became), revoked or expired; accepted, revoked and expired ones are listed for 7 days after.
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         get: operations["list-invitations"];
         put?: never;
@@ -3012,7 +3084,7 @@ export interface paths {
          * Invite someone to become a user
          * @description Makes a one-time invitation link, valid 72 hours, for the address with the role given (a member by default). When an SMTP server is set, the link is mailed to the invitee (`delivery: email`) and is not in the answer; if the SMTP server refuses or cannot be reached, no invitation is made and the answer is 502 `email-failed` with its error: fix the SMTP settings or invite again once it is back. Without an SMTP server the answer carries the link (`delivery: link`), in this answer only: hand it to the invitee yourself. The token is in the link's fragment (after #), which browsers do not send, so it stays out of server logs. 409 `email-taken` when the address is a user's, 409 `invitation-pending` when it has a pending invitation (revoke it to invite again). Audited (`user.invited`).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         post: operations["invite-user"];
         delete?: never;
@@ -3035,7 +3107,7 @@ export interface paths {
          * Revoke an invitation
          * @description Its link stops working at once; the address can be invited again. 404 when it was revoked already, 409 `invitation-accepted` when it was accepted (manage the user instead). Audited (`user.invitation_revoked`).
          *
-         *     Administrators only (403 admin-required for members).
+         *     Administrators only (403 admin-required for members). Not with an API token: a signed-in session only (403 session-required).
          */
         delete: operations["revoke-invitation"];
         options?: never;
@@ -3086,6 +3158,8 @@ export interface components {
         Actor: {
             email?: string;
             id: string;
+            token_id?: string;
+            token_name?: string;
             /** @enum {string} */
             type: "user" | "agent" | "system";
         };
@@ -3189,6 +3263,28 @@ export interface components {
              * @enum {string}
              */
             type: "server" | "filesystem" | "application" | "domain" | "database";
+        };
+        APIToken: {
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description Absent: the token does not expire
+             */
+            expires_at?: string;
+            id: string;
+            /** Format: date-time */
+            last_used_at?: string;
+            last_used_ip?: string;
+            name: string;
+            /** @description What the token is narrowed to (app:ID, server:ID, db:ID, server-tag:TAG); empty: everything its scopes allow */
+            resources: string[] | null;
+            /** Format: date-time */
+            revoked_at?: string;
+            scopes: string[] | null;
+            user_email: string;
+            /** @description The owner: the token never does more than this user's role allows */
+            user_id: string;
         };
         AppInfo: {
             /** Format: date-time */
@@ -3834,6 +3930,30 @@ export interface components {
              */
             tls_mode?: "auto" | "internal" | "off";
         };
+        CreatedToken: {
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description Absent: the token does not expire
+             */
+            expires_at?: string;
+            id: string;
+            /** Format: date-time */
+            last_used_at?: string;
+            last_used_ip?: string;
+            name: string;
+            /** @description What the token is narrowed to (app:ID, server:ID, db:ID, server-tag:TAG); empty: everything its scopes allow */
+            resources: string[] | null;
+            /** Format: date-time */
+            revoked_at?: string;
+            scopes: string[] | null;
+            /** @description The token (cpt_…): shown only now */
+            token: string;
+            user_email: string;
+            /** @description The owner: the token never does more than this user's role allows */
+            user_id: string;
+        };
         CreateLoginInputBody: {
             /** @description readonly, readwrite or admin (SQL only); see the API guide for the grants each is on each engine */
             access: string;
@@ -3860,6 +3980,31 @@ export interface components {
             server_id: string;
             /** @description One of the engine's versions (GET /api/v1/databases/engines); the default version when absent */
             version?: string;
+        };
+        CreateTokenInputBody: {
+            /**
+             * Format: int64
+             * @description Days until the token expires: 1 to 365 (default 90)
+             */
+            expires_in_days?: number;
+            /** @description What the token is for ("deploy from CI") */
+            name: string;
+            /** @description The token never expires (administrators only; not with expires_in_days) */
+            never_expires?: boolean;
+            /** @description Narrow the token to these: app:ID, server:ID (the server and what runs on it), db:ID, server-tag:TAG */
+            resources?: string[] | null;
+            /** @description read, read:secrets, deploy, operate, write, admin; a member's token can only read */
+            scopes: string[] | null;
+        };
+        CurrentTokenOutputBody: {
+            /** @description The scopes in effect now: the token's and what they imply, within its owner's role */
+            allowed: string[] | null;
+            /**
+             * @description The owner's role now: the token never does more than it allows
+             * @enum {string}
+             */
+            role: "admin" | "member";
+            token: components["schemas"]["APIToken"];
         };
         DatabaseControlInputBody: {
             /** @description start, stop or restart */
@@ -6406,6 +6551,9 @@ export interface components {
             token_type: "Bearer";
             user: components["schemas"]["User"];
         };
+        TokensOutputBody: {
+            tokens: components["schemas"]["APIToken"][] | null;
+        };
         Traffic: {
             application_id: string;
             /**
@@ -8161,6 +8309,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -8304,6 +8461,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8554,6 +8720,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8944,6 +9119,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -8998,6 +9182,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9561,6 +9754,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -9601,6 +9803,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9788,6 +9999,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -9829,6 +10049,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -9903,6 +10132,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -9945,6 +10183,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10555,6 +10802,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -10604,6 +10860,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -10853,6 +11118,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -11056,6 +11330,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -11096,6 +11379,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -11242,6 +11534,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12255,6 +12556,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -12417,6 +12727,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -12960,6 +13279,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -13107,6 +13435,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -13149,6 +13486,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -13368,6 +13714,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -13507,6 +13862,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -14650,6 +15014,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -14695,6 +15068,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -14936,6 +15318,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -14987,6 +15378,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -15050,6 +15450,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -15239,6 +15648,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -15279,6 +15697,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -15590,6 +16017,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16267,6 +16703,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request Entity Too Large */
             413: {
                 headers: {
@@ -16325,6 +16770,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16392,6 +16846,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Request Entity Too Large */
             413: {
                 headers: {
@@ -16450,6 +16913,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16602,6 +17074,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -16644,6 +17125,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -16970,6 +17460,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Not Found */
             404: {
                 headers: {
@@ -17024,6 +17523,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -17147,6 +17655,15 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -17300,6 +17817,15 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Unprocessable Entity */
             422: {
                 headers: {
@@ -17395,6 +17921,299 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "list-tokens": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TokensOutputBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "create-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CreateTokenInputBody"];
+            };
+        };
+        responses: {
+            /** @description Created */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CreatedToken"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Request Entity Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "revoke-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["APIToken"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    "current-token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CurrentTokenOutputBody"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };

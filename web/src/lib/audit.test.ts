@@ -2,6 +2,8 @@ import { describe, expect, it } from "vitest";
 import { auditSentence, describes, type AuditEntryLike } from "./audit";
 
 const alice = { type: "user", id: "usr_1", email: "alice@example.com" };
+// alice, acting through her API token "ci".
+const viaCI = { ...alice, token_id: "tok_1", token_name: "ci" };
 
 function entry(action: string, target: AuditEntryLike["target"] = {}, details: Record<string, unknown> = {}, actor: AuditEntryLike["actor"] = alice): AuditEntryLike {
   return { action, actor, target, details };
@@ -70,6 +72,13 @@ describe("audit sentences", () => {
         { type: "user", id: "usr_3", email: "carol@example.com" }), "carol@example.com accepted an invitation and joined as an administrator"],
       [entry("platform.recovery_kit.downloaded", { type: "platform" }), "alice@example.com downloaded the recovery kit"],
       [entry("platform.recovery_kit.refused", { type: "platform" }), "alice@example.com was refused the recovery kit"],
+      [entry("token.created", { type: "token", id: "tok_1" }, { name: "ci", scopes: ["deploy"], resources: ["app:app_1"], expires_at: "2030-01-01T00:00:00Z" }),
+        "alice@example.com created API token ci with scope deploy on application app_1"],
+      [entry("token.revoked", { type: "token", id: "tok_1" }, { name: "ci", owner: "alice@example.com" }), "alice@example.com revoked API token ci"],
+      [entry("token.new_address", { type: "token", id: "tok_1" }, { previous_ip: "192.0.2.1" }, viaCI),
+        "alice@example.com used API token ci from a new address (last used from 192.0.2.1)"],
+      [entry("token.secrets_read", { type: "token", id: "tok_1" }, { operation: "GET /api/v1/applications/app_1" }, viaCI),
+        "alice@example.com read secrets with API token ci (GET /api/v1/applications/app_1)"],
     ];
     const { auditGo } = recordedActions();
     expect(auditGo.length).toBeGreaterThan(10);
@@ -108,6 +117,33 @@ describe("audit sentences", () => {
       "alice@example.com deployed application shop");
     expect(auditSentence(entry("domain.created", { type: "domain", id: "dom_1" }, { hostname: "shop.example.com" }))).toBe(
       "alice@example.com added domain shop.example.com");
+  });
+
+  it("says what API tokens were made and revoked, and how they were used", () => {
+    const tok = { type: "token", id: "tok_1" };
+    expect(auditSentence(entry("token.created", tok, { name: "ci", scopes: ["read", "deploy"], resources: ["app:app_1", "server-tag:prod"],
+      expires_at: null }), { app_1: "shop" })).toBe("alice@example.com created API token ci with scopes read, deploy on application shop, servers tagged prod, never expiring");
+    expect(auditSentence(entry("token.created", tok, { name: "ci", scopes: ["read"], resources: ["app:a", "app:b", "db:c", "server:d"],
+      expires_at: "2030-01-01T00:00:00Z" }))).toBe("alice@example.com created API token ci with scope read on 4 resources");
+    // An administrator revoking a member's token names its owner.
+    expect(auditSentence(entry("token.revoked", tok, { name: "backup", owner: "bob@example.com" }))).toBe(
+      "alice@example.com revoked API token backup of bob@example.com");
+    // The first use has no previous address.
+    expect(auditSentence(entry("token.new_address", tok, { previous_ip: "" }, viaCI))).toBe("alice@example.com used API token ci for the first time");
+    expect(auditSentence(entry("token.secrets_read", tok, {}, viaCI))).toBe("alice@example.com read secrets with API token ci");
+    // Without a name in the actor: the details' name, else the id.
+    expect(auditSentence(entry("token.new_address", tok, { previous_ip: "" }))).toBe("alice@example.com used API token tok_1 for the first time");
+  });
+
+  it("says which API token a user acted through", () => {
+    expect(auditSentence(entry("deployment.created", { type: "application", id: "app_1" }, { name: "shop" }, viaCI))).toBe(
+      "alice@example.com deployed application shop via token ci");
+    expect(auditSentence(entry("server.action.queued", { type: "server", id: "srv_1" }, { type: "container.restart", container: "web", server: "web-1" },
+      { ...alice, token_id: "tok_9" }))).toBe("alice@example.com restarted container web on server web-1 via token tok_9");
+    expect(auditSentence(entry("future.thing", { type: "widget", id: "w_1" }, {}, viaCI))).toBe("alice@example.com: future.thing on widget w_1 via token ci");
+    // A session's entry says nothing of tokens.
+    expect(auditSentence(entry("deployment.created", { type: "application", id: "app_1" }, { name: "shop" }))).toBe(
+      "alice@example.com deployed application shop");
   });
 
   it("says something plain of an action it does not know", () => {

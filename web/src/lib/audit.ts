@@ -1,9 +1,12 @@
 // Audit entries as sentences: "alice@example.com restarted container web
 // on server web-1", from an entry's action, actor, target and details.
 
+import { describeResource } from "./tokens";
+
 export interface AuditEntryLike {
   action: string;
-  actor: { type: string; id: string; email?: string };
+  // token_id and token_name name the API token a user acted through.
+  actor: { type: string; id: string; email?: string; token_id?: string; token_name?: string };
   target: { type?: string; id?: string };
   details?: Record<string, unknown> | null;
 }
@@ -16,6 +19,7 @@ type Ctx = {
   e: AuditEntryLike;
   d: Record<string, unknown>;
   who: string;
+  names: Names;
   // the target, as "server web-1"; of names the noun used ("user").
   obj: (noun?: string, name?: unknown) => string;
   str: (k: string) => string;
@@ -40,6 +44,7 @@ const nouns: Record<string, string> = {
   domain: "domain",
   clouddrive: "cloud drive",
   githost_app: "git host app",
+  token: "API token",
 };
 
 function s(v: unknown): string {
@@ -70,6 +75,25 @@ const serverActions: Record<string, string> = {
   "container.inspect": "inspected container",
 };
 
+// tokenGrant writes what a new token may do: "with scope deploy
+// on application shop", with names for the ids it knows.
+function tokenGrant(c: Ctx): string {
+  const scopes = Array.isArray(c.d.scopes) ? c.d.scopes.map(s) : [];
+  const resources = Array.isArray(c.d.resources) ? c.d.resources.map(s) : [];
+  let out = scopes.length ? ` with scope${scopes.length === 1 ? "" : "s"} ${scopes.join(", ")}` : "";
+  if (resources.length > 3) out += ` on ${resources.length} resources`;
+  else if (resources.length) out += " on " + resources.map((r) => describeResource(r, c.names)).join(", ");
+  // expires_at is null for a token that never expires (absent in older entries).
+  if ("expires_at" in c.d && c.d.expires_at == null) out += ", never expiring";
+  return out;
+}
+
+// tokenName is the name of the token an entry is about: the one acted
+// through, else the one its details name, else its id.
+function tokenName(c: Ctx): string {
+  return c.e.actor.token_name || c.str("name") || c.e.target.id || "";
+}
+
 const pastControl: Record<string, string> = { start: "started", stop: "stopped", restart: "restarted" };
 
 type Phrase = (c: Ctx) => string;
@@ -98,6 +122,12 @@ const phrases: Record<string, Phrase> = {
   "user.invitation_accepted": (c) => `accepted an invitation and joined${c.d.admin ? " as an administrator" : ""}`,
   "platform.recovery_kit.downloaded": () => "downloaded the recovery kit",
   "platform.recovery_kit.refused": (c) => "was refused the recovery kit" + (c.str("reason") ? ` (${words(c.d.reason)})` : ""),
+  // API tokens.
+  "token.created": (c) => `created API token ${tokenName(c)}${tokenGrant(c)}`,
+  "token.revoked": (c) => `revoked API token ${tokenName(c)}` + (c.str("owner") && c.str("owner") !== c.e.actor.email ? ` of ${c.str("owner")}` : ""),
+  "token.new_address": (c) =>
+    c.str("previous_ip") ? `used API token ${tokenName(c)} from a new address (last used from ${c.str("previous_ip")})` : `used API token ${tokenName(c)} for the first time`,
+  "token.secrets_read": (c) => `read secrets with API token ${tokenName(c)}` + (c.str("operation") ? ` (${c.str("operation")})` : ""),
   // Servers.
   "server.enrollment.created": (c) => (c.d.reissued ? `issued a new enrollment for ${c.obj("server")}` : `created an enrollment for ${c.obj("server", c.d.name)}`),
   "server.enrolled": (c) => `enrolled ${c.obj("server")}` + (c.str("hostname") ? ` (host ${c.str("hostname")})` : ""),
@@ -177,6 +207,9 @@ const phrases: Record<string, Phrase> = {
   "notification.channel.secret_rotated": (c) => `rotated the signing secret of ${c.obj("notification_channel", c.d.name)}`,
 };
 
+// Actions whose sentence names the token acted through already.
+const namesToken = new Set(["token.new_address", "token.secrets_read"]);
+
 // describes says whether the action has a sentence of its own (others
 // get a plain one naming the action).
 export function describes(action: string): boolean {
@@ -205,6 +238,7 @@ export function auditSentence(e: AuditEntryLike, names: Names = {}): string {
     e,
     d,
     who,
+    names,
     str: (k) => s(d[k]),
     obj: (type, name) => {
       const t = type ?? e.target.type ?? "";
@@ -224,6 +258,9 @@ export function auditSentence(e: AuditEntryLike, names: Names = {}): string {
     const target = e.target.type || e.target.id ? ` on ${c.obj()}` : "";
     out = `${who}: ${e.action}${target}`;
   }
+  // What a user did through an API token says which.
+  const token = e.actor.token_name || e.actor.token_id;
+  if (token && !namesToken.has(e.action)) out += ` via token ${token}`;
   // A sentence starts with a capital, but for an e-mail address.
   return /^(the|server) /.test(out) ? out[0].toUpperCase() + out.slice(1) : out;
 }

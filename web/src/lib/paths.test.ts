@@ -23,6 +23,10 @@ describe("paths", () => {
     expect(alias("/databases/dbi_1")).toBeNull();
     expect(alias("/servers/srv_1")).toBeNull();
   });
+  it("sends short addresses to their page", () => {
+    expect(alias("/tokens")).toBe("/platform/tokens");
+    expect(alias("/platform/tokens")).toBeNull();
+  });
   it("gives each tab of a page its own address", () => {
     expect(tabPath("/servers/srv_1", "containers", "overview")).toBe("/servers/srv_1/containers");
     expect(tabPath("/servers/srv_1", "overview", "overview")).toBe("/servers/srv_1");

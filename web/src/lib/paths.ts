@@ -29,10 +29,11 @@ export function safeNext(next: string | null): string {
 }
 
 // alias maps the paths that notifications link to (in the inbox and in
-// e-mails already sent) to the console's page for the object, or returns
-// null when path is no such link.
+// e-mails already sent) to the console's page for the object, and short
+// addresses to their page, or returns null when path is no such link.
 export function alias(path: string): string | null {
   let p: Record<string, string> | null;
+  if (path === "/tokens") return "/platform/tokens";
   if ((p = match("/alerts/:id", path))) return "/monitoring?alert=" + encodeURIComponent(p.id);
   if ((p = match("/databases/:instance/backups/:run", path))) return "/backups/runs/" + encodeURIComponent(p.run);
   if ((p = match("/applications/:app/deployments/:deployment", path))) return "/deployments/" + encodeURIComponent(p.deployment);

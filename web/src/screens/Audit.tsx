@@ -130,6 +130,8 @@ function objectLink(t: Entry["target"]): string | null {
       return "/databases/" + t.id;
     case "backup":
       return "/backups/runs/" + t.id;
+    case "token":
+      return "/platform/tokens";
     default:
       return null;
   }

@@ -9,7 +9,7 @@ import "./admin.css";
 import { useTitle } from "../lib/title";
 
 // Platform: this control plane's versions and the fleet's agents by
-// version, the recovery kit, and where users are managed.
+// version, the recovery kit, and where API tokens and users are managed.
 export function Platform() {
   useTitle("Platform");
   const res = useResource(() => ok(api.GET("/api/v1/platform")));
@@ -72,6 +72,14 @@ export function Platform() {
         </div>
       )}
       {currentUser()?.admin ? <RecoveryKit /> : <p class="muted">The recovery kit is for administrators.</p>}
+      <div class="card">
+        <h2>API tokens</h2>
+        <p>
+          <Link href="/platform/tokens">{currentUser()?.admin ? "Manage API tokens" : "Your API tokens"}</Link>: tokens for pipelines and
+          scripts that call the API as you, with the scopes you choose{currentUser()?.admin ? "" : " (a member's token reads)"}, narrowed to
+          applications, servers or database instances if you like. Each secret is shown once.
+        </p>
+      </div>
       <div class="card">
         <h2>Users</h2>
         {currentUser()?.admin && (
