@@ -104,7 +104,11 @@ await session(async (page) => {
   await page.getByLabel("Actor").fill(env.email);
   await page.getByRole("button", { name: "Filter", exact: true }).click();
   await page.waitForURL(/action=notification\.channel/, wait);
-  await page.locator("tr[data-audit]").first().waitFor(wait);
+  // The rows of before the filter stay until the filtered answer comes.
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll("tr[data-audit]")];
+    return rows.length > 0 && rows.every((r) => r.getAttribute("data-audit").startsWith("notification.channel."));
+  }, null, wait);
   const actions = await page.locator("tr[data-audit]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-audit")));
   if (!actions.length || actions.some((a) => !a.startsWith("notification.channel."))) throw new Error("filtered audit log: " + actions.join(", "));
   // Each entry reads as a sentence.
