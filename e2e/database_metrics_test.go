@@ -160,6 +160,14 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 
 	// Operations a second follow the load: several clients, so that a
 	// machine busy with other work still makes well over the threshold.
+	// The rate without the load is the agent's own sampling and little
+	// else; with it, a busy machine measured 29 a second where a quiet
+	// one measures thousands, so the load must show as at least 20 a
+	// second and three times the rate before it.
+	idle := 0.0
+	if grown.OpsPerSecond != nil {
+		idle = *grown.OpsPerSecond
+	}
 	ctx, stop := context.WithCancel(t.Context())
 	var load sync.WaitGroup
 	mdb.SetMaxOpenConns(loadClients)
@@ -171,7 +179,7 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 		})
 	}
 	r.awaitMetrics(t, p.ID, "PostgreSQL operations a second show the load", func(l *LastMetrics) bool {
-		return l.OpsPerSecond != nil && *l.OpsPerSecond >= 50
+		return l.OpsPerSecond != nil && *l.OpsPerSecond >= max(20, 3*idle)
 	})
 	stop()
 	load.Wait()
