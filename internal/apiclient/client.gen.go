@@ -17,6 +17,54 @@ import (
 	"github.com/oapi-codegen/runtime"
 )
 
+// Defines values for AcceptedBodyStatus.
+const (
+	AcceptedBodyStatusCancelled AcceptedBodyStatus = "cancelled"
+	AcceptedBodyStatusFailed    AcceptedBodyStatus = "failed"
+	AcceptedBodyStatusQueued    AcceptedBodyStatus = "queued"
+	AcceptedBodyStatusRunning   AcceptedBodyStatus = "running"
+	AcceptedBodyStatusSucceeded AcceptedBodyStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the AcceptedBodyStatus enum.
+func (e AcceptedBodyStatus) Valid() bool {
+	switch e {
+	case AcceptedBodyStatusCancelled:
+		return true
+	case AcceptedBodyStatusFailed:
+		return true
+	case AcceptedBodyStatusQueued:
+		return true
+	case AcceptedBodyStatusRunning:
+		return true
+	case AcceptedBodyStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ActorType.
+const (
+	ActorTypeAgent  ActorType = "agent"
+	ActorTypeSystem ActorType = "system"
+	ActorTypeUser   ActorType = "user"
+)
+
+// Valid indicates whether the value is a known member of the ActorType enum.
+func (e ActorType) Valid() bool {
+	switch e {
+	case ActorTypeAgent:
+		return true
+	case ActorTypeSystem:
+		return true
+	case ActorTypeUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for AddressKind.
 const (
 	AddressKindDomain AddressKind = "domain"
@@ -95,6 +143,33 @@ func (e AlertSubjectType) Valid() bool {
 	case AlertSubjectTypeFilesystem:
 		return true
 	case AlertSubjectTypeServer:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for AppLogsStatus.
+const (
+	AppLogsStatusCancelled AppLogsStatus = "cancelled"
+	AppLogsStatusFailed    AppLogsStatus = "failed"
+	AppLogsStatusQueued    AppLogsStatus = "queued"
+	AppLogsStatusRunning   AppLogsStatus = "running"
+	AppLogsStatusSucceeded AppLogsStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the AppLogsStatus enum.
+func (e AppLogsStatus) Valid() bool {
+	switch e {
+	case AppLogsStatusCancelled:
+		return true
+	case AppLogsStatusFailed:
+		return true
+	case AppLogsStatusQueued:
+		return true
+	case AppLogsStatusRunning:
+		return true
+	case AppLogsStatusSucceeded:
 		return true
 	default:
 		return false
@@ -203,18 +278,84 @@ func (e ApplicationDetailStatus) Valid() bool {
 	}
 }
 
+// Defines values for BackupRestoreInputBodyMode.
+const (
+	BackupRestoreInputBodyModeNew     BackupRestoreInputBodyMode = "new"
+	BackupRestoreInputBodyModeReplace BackupRestoreInputBodyMode = "replace"
+)
+
+// Valid indicates whether the value is a known member of the BackupRestoreInputBodyMode enum.
+func (e BackupRestoreInputBodyMode) Valid() bool {
+	switch e {
+	case BackupRestoreInputBodyModeNew:
+		return true
+	case BackupRestoreInputBodyModeReplace:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for BackupRunOutputBodyStatus.
+const (
+	BackupRunOutputBodyStatusCancelled BackupRunOutputBodyStatus = "cancelled"
+	BackupRunOutputBodyStatusFailed    BackupRunOutputBodyStatus = "failed"
+	BackupRunOutputBodyStatusQueued    BackupRunOutputBodyStatus = "queued"
+	BackupRunOutputBodyStatusRunning   BackupRunOutputBodyStatus = "running"
+	BackupRunOutputBodyStatusSucceeded BackupRunOutputBodyStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the BackupRunOutputBodyStatus enum.
+func (e BackupRunOutputBodyStatus) Valid() bool {
+	switch e {
+	case BackupRunOutputBodyStatusCancelled:
+		return true
+	case BackupRunOutputBodyStatusFailed:
+		return true
+	case BackupRunOutputBodyStatusQueued:
+		return true
+	case BackupRunOutputBodyStatusRunning:
+		return true
+	case BackupRunOutputBodyStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for CreateAppInputBodyKind.
+const (
+	CreateAppInputBodyKindCompose   CreateAppInputBodyKind = "compose"
+	CreateAppInputBodyKindContainer CreateAppInputBodyKind = "container"
+	CreateAppInputBodyKindService   CreateAppInputBodyKind = "service"
+)
+
+// Valid indicates whether the value is a known member of the CreateAppInputBodyKind enum.
+func (e CreateAppInputBodyKind) Valid() bool {
+	switch e {
+	case CreateAppInputBodyKindCompose:
+		return true
+	case CreateAppInputBodyKindContainer:
+		return true
+	case CreateAppInputBodyKindService:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for CurrentTokenOutputBodyRole.
 const (
-	Admin  CurrentTokenOutputBodyRole = "admin"
-	Member CurrentTokenOutputBodyRole = "member"
+	CurrentTokenOutputBodyRoleAdmin  CurrentTokenOutputBodyRole = "admin"
+	CurrentTokenOutputBodyRoleMember CurrentTokenOutputBodyRole = "member"
 )
 
 // Valid indicates whether the value is a known member of the CurrentTokenOutputBodyRole enum.
 func (e CurrentTokenOutputBodyRole) Valid() bool {
 	switch e {
-	case Admin:
+	case CurrentTokenOutputBodyRoleAdmin:
 		return true
-	case Member:
+	case CurrentTokenOutputBodyRoleMember:
 		return true
 	default:
 		return false
@@ -311,6 +452,117 @@ func (e DeploymentDetailStatus) Valid() bool {
 	}
 }
 
+// Defines values for DetailEngine.
+const (
+	Mariadb  DetailEngine = "mariadb"
+	Mysql    DetailEngine = "mysql"
+	Postgres DetailEngine = "postgres"
+	Redis    DetailEngine = "redis"
+	Valkey   DetailEngine = "valkey"
+)
+
+// Valid indicates whether the value is a known member of the DetailEngine enum.
+func (e DetailEngine) Valid() bool {
+	switch e {
+	case Mariadb:
+		return true
+	case Mysql:
+		return true
+	case Postgres:
+		return true
+	case Redis:
+		return true
+	case Valkey:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DetailKind.
+const (
+	Kv  DetailKind = "kv"
+	Sql DetailKind = "sql"
+)
+
+// Valid indicates whether the value is a known member of the DetailKind enum.
+func (e DetailKind) Valid() bool {
+	switch e {
+	case Kv:
+		return true
+	case Sql:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DetailState.
+const (
+	DetailStateChecking    DetailState = "checking"
+	DetailStateCreating    DetailState = "creating"
+	DetailStateFailed      DetailState = "failed"
+	DetailStateReady       DetailState = "ready"
+	DetailStateRemoving    DetailState = "removing"
+	DetailStateRestarting  DetailState = "restarting"
+	DetailStateStarting    DetailState = "starting"
+	DetailStateStopped     DetailState = "stopped"
+	DetailStateStopping    DetailState = "stopping"
+	DetailStateUnreachable DetailState = "unreachable"
+)
+
+// Valid indicates whether the value is a known member of the DetailState enum.
+func (e DetailState) Valid() bool {
+	switch e {
+	case DetailStateChecking:
+		return true
+	case DetailStateCreating:
+		return true
+	case DetailStateFailed:
+		return true
+	case DetailStateReady:
+		return true
+	case DetailStateRemoving:
+		return true
+	case DetailStateRestarting:
+		return true
+	case DetailStateStarting:
+		return true
+	case DetailStateStopped:
+		return true
+	case DetailStateStopping:
+		return true
+	case DetailStateUnreachable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for DetailTlsMode.
+const (
+	Disable    DetailTlsMode = "disable"
+	Require    DetailTlsMode = "require"
+	VerifyCa   DetailTlsMode = "verify-ca"
+	VerifyFull DetailTlsMode = "verify-full"
+)
+
+// Valid indicates whether the value is a known member of the DetailTlsMode enum.
+func (e DetailTlsMode) Valid() bool {
+	switch e {
+	case Disable:
+		return true
+	case Require:
+		return true
+	case VerifyCa:
+		return true
+	case VerifyFull:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobStatus.
 const (
 	JobStatusCancelled JobStatus = "cancelled"
@@ -386,6 +638,87 @@ func (e JobDetailStatus) Valid() bool {
 	}
 }
 
+// Defines values for JobResultStatus.
+const (
+	JobResultStatusCancelled JobResultStatus = "cancelled"
+	JobResultStatusFailed    JobResultStatus = "failed"
+	JobResultStatusQueued    JobResultStatus = "queued"
+	JobResultStatusRunning   JobResultStatus = "running"
+	JobResultStatusSucceeded JobResultStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the JobResultStatus enum.
+func (e JobResultStatus) Valid() bool {
+	switch e {
+	case JobResultStatusCancelled:
+		return true
+	case JobResultStatusFailed:
+		return true
+	case JobResultStatusQueued:
+		return true
+	case JobResultStatusRunning:
+		return true
+	case JobResultStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JobResultType.
+const (
+	DbConnect        JobResultType = "db.connect"
+	DbControl        JobResultType = "db.control"
+	DbCreate         JobResultType = "db.create"
+	DbDatabaseCreate JobResultType = "db.database.create"
+	DbDatabaseDrop   JobResultType = "db.database.drop"
+	DbExplore        JobResultType = "db.explore"
+	DbExport         JobResultType = "db.export"
+	DbImport         JobResultType = "db.import"
+	DbKv             JobResultType = "db.kv"
+	DbQuery          JobResultType = "db.query"
+	DbRemove         JobResultType = "db.remove"
+	DbUserCreate     JobResultType = "db.user.create"
+	DbUserDrop       JobResultType = "db.user.drop"
+	DbUserRotate     JobResultType = "db.user.rotate"
+)
+
+// Valid indicates whether the value is a known member of the JobResultType enum.
+func (e JobResultType) Valid() bool {
+	switch e {
+	case DbConnect:
+		return true
+	case DbControl:
+		return true
+	case DbCreate:
+		return true
+	case DbDatabaseCreate:
+		return true
+	case DbDatabaseDrop:
+		return true
+	case DbExplore:
+		return true
+	case DbExport:
+		return true
+	case DbImport:
+		return true
+	case DbKv:
+		return true
+	case DbQuery:
+		return true
+	case DbRemove:
+		return true
+	case DbUserCreate:
+		return true
+	case DbUserDrop:
+		return true
+	case DbUserRotate:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for LateResultStatus.
 const (
 	LateResultStatusFailed    LateResultStatus = "failed"
@@ -398,6 +731,48 @@ func (e LateResultStatus) Valid() bool {
 	case LateResultStatusFailed:
 		return true
 	case LateResultStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LoginAccess.
+const (
+	LoginAccessAdmin     LoginAccess = "admin"
+	LoginAccessReadonly  LoginAccess = "readonly"
+	LoginAccessReadwrite LoginAccess = "readwrite"
+)
+
+// Valid indicates whether the value is a known member of the LoginAccess enum.
+func (e LoginAccess) Valid() bool {
+	switch e {
+	case LoginAccessAdmin:
+		return true
+	case LoginAccessReadonly:
+		return true
+	case LoginAccessReadwrite:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for LoginState.
+const (
+	LoginStateCreating LoginState = "creating"
+	LoginStateDropping LoginState = "dropping"
+	LoginStateReady    LoginState = "ready"
+)
+
+// Valid indicates whether the value is a known member of the LoginState enum.
+func (e LoginState) Valid() bool {
+	switch e {
+	case LoginStateCreating:
+		return true
+	case LoginStateDropping:
+		return true
+	case LoginStateReady:
 		return true
 	default:
 		return false
@@ -428,6 +803,72 @@ const (
 func (e LoginOutputBodyStatus) Valid() bool {
 	switch e {
 	case TwoFactorRequired:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RunViewStatus.
+const (
+	RunViewStatusFailed    RunViewStatus = "failed"
+	RunViewStatusQueued    RunViewStatus = "queued"
+	RunViewStatusRunning   RunViewStatus = "running"
+	RunViewStatusSucceeded RunViewStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the RunViewStatus enum.
+func (e RunViewStatus) Valid() bool {
+	switch e {
+	case RunViewStatusFailed:
+		return true
+	case RunViewStatusQueued:
+		return true
+	case RunViewStatusRunning:
+		return true
+	case RunViewStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RunViewTrigger.
+const (
+	Manual   RunViewTrigger = "manual"
+	Schedule RunViewTrigger = "schedule"
+)
+
+// Valid indicates whether the value is a known member of the RunViewTrigger enum.
+func (e RunViewTrigger) Valid() bool {
+	switch e {
+	case Manual:
+		return true
+	case Schedule:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ServerStatus.
+const (
+	ServerStatusOffline ServerStatus = "offline"
+	ServerStatusOnline  ServerStatus = "online"
+	ServerStatusPending ServerStatus = "pending"
+	ServerStatusRevoked ServerStatus = "revoked"
+)
+
+// Valid indicates whether the value is a known member of the ServerStatus enum.
+func (e ServerStatus) Valid() bool {
+	switch e {
+	case ServerStatusOffline:
+		return true
+	case ServerStatusOnline:
+		return true
+	case ServerStatusPending:
+		return true
+	case ServerStatusRevoked:
 		return true
 	default:
 		return false
@@ -563,6 +1004,48 @@ func (e TokenBodyTokenType) Valid() bool {
 	}
 }
 
+// Defines values for ListBackupsParamsStatus.
+const (
+	ListBackupsParamsStatusFailed    ListBackupsParamsStatus = "failed"
+	ListBackupsParamsStatusQueued    ListBackupsParamsStatus = "queued"
+	ListBackupsParamsStatusRunning   ListBackupsParamsStatus = "running"
+	ListBackupsParamsStatusSucceeded ListBackupsParamsStatus = "succeeded"
+)
+
+// Valid indicates whether the value is a known member of the ListBackupsParamsStatus enum.
+func (e ListBackupsParamsStatus) Valid() bool {
+	switch e {
+	case ListBackupsParamsStatusFailed:
+		return true
+	case ListBackupsParamsStatusQueued:
+		return true
+	case ListBackupsParamsStatusRunning:
+		return true
+	case ListBackupsParamsStatusSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ListBackupsParamsVerified.
+const (
+	False ListBackupsParamsVerified = "false"
+	True  ListBackupsParamsVerified = "true"
+)
+
+// Valid indicates whether the value is a known member of the ListBackupsParamsVerified enum.
+func (e ListBackupsParamsVerified) Valid() bool {
+	switch e {
+	case False:
+		return true
+	case True:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListAlertsParamsState.
 const (
 	ListAlertsParamsStateAll      ListAlertsParamsState = "all"
@@ -604,6 +1087,28 @@ type APIToken struct {
 	// UserId The owner: the token never does more than this user's role allows
 	UserId string `json:"user_id"`
 }
+
+// AcceptedBody defines model for AcceptedBody.
+type AcceptedBody struct {
+	Job    Job                `json:"job"`
+	JobId  string             `json:"job_id"`
+	Status AcceptedBodyStatus `json:"status"`
+}
+
+// AcceptedBodyStatus defines model for AcceptedBody.Status.
+type AcceptedBodyStatus string
+
+// Actor defines model for Actor.
+type Actor struct {
+	Email     *string   `json:"email,omitempty"`
+	Id        string    `json:"id"`
+	TokenId   *string   `json:"token_id,omitempty"`
+	TokenName *string   `json:"token_name,omitempty"`
+	Type      ActorType `json:"type"`
+}
+
+// ActorType defines model for Actor.Type.
+type ActorType string
 
 // Address defines model for Address.
 type Address struct {
@@ -688,6 +1193,50 @@ type AlertSubjectType string
 type AppListOutputBody struct {
 	// Applications Oldest first; no environment values, compose documents masked, service commands hidden
 	Applications *[]Application `json:"applications"`
+}
+
+// AppLogs defines model for AppLogs.
+type AppLogs struct {
+	ContainerId *string `json:"container_id,omitempty"`
+
+	// Error Why the read failed; for members the error class only
+	Error *string `json:"error"`
+	JobId string  `json:"job_id"`
+
+	// Lines Oldest first; empty until the job succeeded, and for members
+	Lines *[]LogLine `json:"lines"`
+
+	// Redacted True when lines and container state were withheld: they are readable by administrators only
+	Redacted     bool  `json:"redacted"`
+	RestartCount int64 `json:"restart_count"`
+
+	// Slots Service applications: every release slot on the server with its systemd state and whether the proxy sends requests to it
+	Slots *[]ServiceSlot `json:"slots,omitempty"`
+
+	// StartedAt When the container last started
+	StartedAt *time.Time `json:"started_at"`
+
+	// State The container's state (running, restarting, exited…); empty until the job succeeded
+	State  string        `json:"state"`
+	Status AppLogsStatus `json:"status"`
+
+	// Unit Service applications: the live slot's systemd unit, whose journal the lines are from
+	Unit *string `json:"unit,omitempty"`
+}
+
+// AppLogsStatus defines model for AppLogs.Status.
+type AppLogsStatus string
+
+// AppLogsInputBody defines model for AppLogsInputBody.
+type AppLogsInputBody struct {
+	// Lines How many lines: 1 to 1000; default 200 when absent or null (0 is refused)
+	Lines *int64 `json:"lines,omitempty"`
+
+	// Service Compose applications: the service whose container to read (default: the web service)
+	Service *string `json:"service,omitempty"`
+
+	// Since RFC 3339: only lines at or after it
+	Since *string `json:"since,omitempty"`
 }
 
 // Application defines model for Application.
@@ -845,6 +1394,69 @@ type ApplicationDetailKind string
 // ApplicationDetailStatus Derived: new (never deployed), deploying (a deployment is queued or running), running (serving its current deployment), failed (nothing ever succeeded and the latest deployment failed), removing, removal_failed
 type ApplicationDetailStatus string
 
+// AuditListOutputBody defines model for AuditListOutputBody.
+type AuditListOutputBody struct {
+	// Entries Newest first
+	Entries *[]Entry `json:"entries"`
+
+	// NextCursor Pass as before= for the next page; absent on the last page
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
+// BackupListOutputBody defines model for BackupListOutputBody.
+type BackupListOutputBody struct {
+	// NextCursor Pass as before for the next page; absent on the last
+	NextCursor *string `json:"next_cursor,omitempty"`
+
+	// Runs Newest first
+	Runs *[]RunView `json:"runs"`
+}
+
+// BackupManifest defines model for BackupManifest.
+type BackupManifest struct {
+	Keys   *map[string]int64 `json:"keys,omitempty"`
+	Kind   string            `json:"kind"`
+	Tables *[]BackupTable    `json:"tables,omitempty"`
+}
+
+// BackupRestoreInputBody defines model for BackupRestoreInputBody.
+type BackupRestoreInputBody struct {
+	// Into new: the new database (required); replace: the database replaced (default: the backup's). Left out for Redis/Valkey
+	Into *string `json:"into,omitempty"`
+
+	// Mode new: into a new database named into; replace: into a temporary database, swapped in place of into only after it succeeded (Redis/Valkey: replace only, the whole instance's data)
+	Mode BackupRestoreInputBodyMode `json:"mode"`
+}
+
+// BackupRestoreInputBodyMode new: into a new database named into; replace: into a temporary database, swapped in place of into only after it succeeded (Redis/Valkey: replace only, the whole instance's data)
+type BackupRestoreInputBodyMode string
+
+// BackupRunInputBody defines model for BackupRunInputBody.
+type BackupRunInputBody struct {
+	// Database The database to back up; the instance's initial database when absent. Left out for Redis and Valkey, whose backup is an RDB snapshot of the whole instance
+	Database *string `json:"database,omitempty"`
+
+	// InstanceId The database instance (a ready PostgreSQL, MariaDB, MySQL, Redis or Valkey instance)
+	InstanceId string `json:"instance_id"`
+}
+
+// BackupRunOutputBody defines model for BackupRunOutputBody.
+type BackupRunOutputBody struct {
+	JobId  string                    `json:"job_id"`
+	Run    RunView                   `json:"run"`
+	Status BackupRunOutputBodyStatus `json:"status"`
+}
+
+// BackupRunOutputBodyStatus defines model for BackupRunOutputBody.Status.
+type BackupRunOutputBodyStatus string
+
+// BackupTable defines model for BackupTable.
+type BackupTable struct {
+	Checksum string `json:"checksum"`
+	Name     string `json:"name"`
+	Rows     int64  `json:"rows"`
+}
+
 // BuildResult defines model for BuildResult.
 type BuildResult struct {
 	BuildMs     int64  `json:"build_ms"`
@@ -853,6 +1465,15 @@ type BuildResult struct {
 	FetchMs     int64  `json:"fetch_ms"`
 	ImageId     string `json:"image_id"`
 	Steps       int64  `json:"steps"`
+}
+
+// BuildSecret defines model for BuildSecret.
+type BuildSecret struct {
+	// Key The secret's id in the Dockerfile: 1 to 64 letters, digits, '_', '-' and '.', starting and ending with a letter or digit; unique
+	Key string `json:"key"`
+
+	// Value 1 byte to 32 KiB; write-only
+	Value string `json:"value"`
 }
 
 // ComposeSpec defines model for ComposeSpec.
@@ -871,6 +1492,14 @@ type ComposeSpec struct {
 
 	// WebService The service the proxy routes to
 	WebService string `json:"web_service"`
+}
+
+// Container defines model for Container.
+type Container struct {
+	Id    string `json:"id"`
+	Image string `json:"image"`
+	Name  string `json:"name"`
+	State string `json:"state"`
 }
 
 // ContainerInfo defines model for ContainerInfo.
@@ -913,6 +1542,112 @@ type ContainerSample struct {
 	NetTxBytesPerS float64 `json:"net_tx_bytes_per_s"`
 }
 
+// CreateAppInputBody defines model for CreateAppInputBody.
+type CreateAppInputBody struct {
+	AutoDeploy *bool `json:"auto_deploy,omitempty"`
+
+	// BuildArgs Git sources: build arguments, like env (at most 200, stored encrypted, sent to the agent in the job's secrets, never shown by the API). NOT secret on the server: Docker records every build argument a RUN step uses, in clear, in the image's history (docker history --no-trunc); never pass tokens or passwords here: use build_secrets
+	BuildArgs *[]EnvVar `json:"build_args,omitempty"`
+
+	// BuildCommand Service applications: runs with /bin/sh -c in the checkout as the server's unprivileged build account (one line; empty for nothing to build)
+	BuildCommand *string `json:"build_command,omitempty"`
+
+	// BuildContext Git sources: the build context's directory in the repository (default .)
+	BuildContext *string `json:"build_context,omitempty"`
+
+	// BuildSecrets Container applications from git: secrets the build reads and the image does not keep. A Dockerfile step mounts one with RUN --mount=type=secret,id=KEY (at /run/secrets/KEY by default); the build runs with the engine's BuildKit builder, and the value is in no layer and not in the image's history. Values are stored encrypted, sent to the agent in the deploy job's secrets only, and never shown again, to anyone: the detail lists build_secret_keys. At most 50, values 1 byte to 32 KiB. The server's agent must build with build secrets (409 agent-upgrade-required otherwise)
+	BuildSecrets *[]BuildSecret `json:"build_secrets,omitempty"`
+
+	// BuildTimeoutSeconds Service applications: the build command's time limit in seconds, 1 to 7200 (default 900)
+	BuildTimeoutSeconds *int64 `json:"build_timeout_seconds,omitempty"`
+
+	// Compose Compose applications (source type inline): the compose document. Services with image, environment, env_file (stands for the application's env), command, depends_on (service_started, service_healthy), healthcheck, named volumes, networks, restart, mem_limit, expose; any other key is refused (422 naming it)
+	Compose *string `json:"compose,omitempty"`
+
+	// ComposeFile Compose applications from git: the compose file's path in the repository (default compose.yaml, else docker-compose.yml); services may then have build (context and dockerfile inside the repository)
+	ComposeFile *string `json:"compose_file,omitempty"`
+
+	// ContainerPort The port the container listens on: 1 to 65535; required except for service applications (the agent gives each release slot its PORT)
+	ContainerPort *int64 `json:"container_port,omitempty"`
+
+	// Deploy Deploy at once (default true)
+	Deploy *bool `json:"deploy,omitempty"`
+
+	// Dockerfile Git sources: the Dockerfile's path inside the build context (default Dockerfile)
+	Dockerfile *string `json:"dockerfile,omitempty"`
+
+	// Env At most 200; keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted
+	Env *[]EnvVar `json:"env,omitempty"`
+
+	// HealthPath Starts with '/', at most 1024 characters; default / when absent or null (an empty string is refused)
+	HealthPath *string `json:"health_path,omitempty"`
+
+	// Kind container (the default when absent), compose or service; fixed at creation
+	Kind *CreateAppInputBodyKind `json:"kind,omitempty"`
+
+	// MemoryLimit e.g. 512m or 1g (units b, k, m, g), at least 6m; empty for none
+	MemoryLimit *string `json:"memory_limit,omitempty"`
+
+	// Name DNS label (1 to 63 lowercase letters, digits and '-', not at either end), unique on the server
+	Name    string   `json:"name"`
+	Publish *Publish `json:"publish,omitempty"`
+
+	// ServerId An enrolled server
+	ServerId string `json:"server_id"`
+	Source   Source `json:"source"`
+
+	// StartCommand Service applications (required): runs with /bin/sh -c in the release directory under a sandboxed systemd unit; the program listens on 127.0.0.1:$PORT
+	StartCommand *string `json:"start_command,omitempty"`
+
+	// WebService Compose applications: the service the proxy routes to, on container_port, checked on health_path
+	WebService *string `json:"web_service,omitempty"`
+}
+
+// CreateAppInputBodyKind container (the default when absent), compose or service; fixed at creation
+type CreateAppInputBodyKind string
+
+// CreateTokenInputBody defines model for CreateTokenInputBody.
+type CreateTokenInputBody struct {
+	// ExpiresInDays Days until the token expires: 1 to 365 (default 90)
+	ExpiresInDays *int64 `json:"expires_in_days,omitempty"`
+
+	// Name What the token is for ("deploy from CI")
+	Name string `json:"name"`
+
+	// NeverExpires The token never expires (administrators only; not with expires_in_days)
+	NeverExpires *bool `json:"never_expires,omitempty"`
+
+	// Resources Narrow the token to these: app:ID, server:ID (the server and what runs on it), db:ID, server-tag:TAG
+	Resources *[]string `json:"resources,omitempty"`
+
+	// Scopes read, read:secrets, deploy, operate, write, admin; a member's token can only read
+	Scopes *[]string `json:"scopes"`
+}
+
+// CreatedToken defines model for CreatedToken.
+type CreatedToken struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// ExpiresAt Absent: the token does not expire
+	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	Id         string     `json:"id"`
+	LastUsedAt *time.Time `json:"last_used_at,omitempty"`
+	LastUsedIp *string    `json:"last_used_ip,omitempty"`
+	Name       string     `json:"name"`
+
+	// Resources What the token is narrowed to (app:ID, server:ID, db:ID, server-tag:TAG); empty: everything its scopes allow
+	Resources *[]string  `json:"resources"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Scopes    *[]string  `json:"scopes"`
+
+	// Token The token (cpt_…): shown only now
+	Token     string `json:"token"`
+	UserEmail string `json:"user_email"`
+
+	// UserId The owner: the token never does more than this user's role allows
+	UserId string `json:"user_id"`
+}
+
 // CurrentTokenOutputBody defines model for CurrentTokenOutputBody.
 type CurrentTokenOutputBody struct {
 	// Allowed The scopes in effect now: the token's and what they imply, within its owner's role
@@ -925,6 +1660,18 @@ type CurrentTokenOutputBody struct {
 
 // CurrentTokenOutputBodyRole The owner's role now: the token never does more than it allows
 type CurrentTokenOutputBodyRole string
+
+// DBSize defines model for DBSize.
+type DBSize struct {
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+}
+
+// DatabaseListOutputBody defines model for DatabaseListOutputBody.
+type DatabaseListOutputBody struct {
+	// Databases By name
+	Databases *[]Detail `json:"databases"`
+}
 
 // DeployInputBody defines model for DeployInputBody.
 type DeployInputBody struct {
@@ -1044,6 +1791,109 @@ type DeploymentListOutputBody struct {
 	Deployments *[]Deployment `json:"deployments"`
 }
 
+// Detail defines model for Detail.
+type Detail struct {
+	// Ca The PEM CA bundle verify-ca and verify-full check against; empty for the system's roots
+	Ca string `json:"ca"`
+
+	// CheckJobId The latest db.connect job
+	CheckJobId string    `json:"check_job_id"`
+	CreatedAt  time.Time `json:"created_at"`
+	CreatedBy  *string   `json:"created_by,omitempty"`
+
+	// Database The initial database; empty for key-value engines
+	Database string       `json:"database"`
+	Engine   DetailEngine `json:"engine"`
+
+	// Host As the server reaches it
+	Host string     `json:"host"`
+	Id   string     `json:"id"`
+	Kind DetailKind `json:"kind"`
+
+	// LastError The engine's error of the last failed check; null otherwise, and for members
+	LastError   *string     `json:"last_error"`
+	LastMetrics LastMetrics `json:"last_metrics"`
+
+	// Logins Without passwords; administrators read those with GET …/connection
+	Logins *[]Login `json:"logins"`
+
+	// Managed false: an external instance, registered by address
+	Managed bool   `json:"managed"`
+	Name    string `json:"name"`
+	Port    int64  `json:"port"`
+
+	// Redacted True when last_error was withheld (the caller is not an administrator)
+	Redacted bool `json:"redacted"`
+
+	// ServerId The server whose agent connects to the instance
+	ServerId string `json:"server_id"`
+
+	// ServerVersion What the engine reported of itself at the last successful check
+	ServerVersion string `json:"server_version"`
+
+	// State External: checking (a db.connect job tests the connection), ready (it connected and the instance takes queries) or unreachable (it failed; last_error says why). Managed: creating, starting, stopping, restarting or removing while its job runs, then ready, stopped or failed (last_error says why)
+	State     DetailState   `json:"state"`
+	TlsMode   DetailTlsMode `json:"tls_mode"`
+	UpdatedAt time.Time     `json:"updated_at"`
+
+	// Version The engine's major version; for an external instance from the version it reported, empty until a check succeeded
+	Version string `json:"version"`
+}
+
+// DetailEngine defines model for Detail.Engine.
+type DetailEngine string
+
+// DetailKind defines model for Detail.Kind.
+type DetailKind string
+
+// DetailState External: checking (a db.connect job tests the connection), ready (it connected and the instance takes queries) or unreachable (it failed; last_error says why). Managed: creating, starting, stopping, restarting or removing while its job runs, then ready, stopped or failed (last_error says why)
+type DetailState string
+
+// DetailTlsMode defines model for Detail.TlsMode.
+type DetailTlsMode string
+
+// Enrollment defines model for Enrollment.
+type Enrollment struct {
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// InstallCommand Run as root on the server to install and enroll the agent
+	InstallCommand string `json:"install_command"`
+	Server         Server `json:"server"`
+
+	// Token One-time enrollment token (ept_…); shown once
+	Token string `json:"token"`
+}
+
+// EnrollmentInputBody defines model for EnrollmentInputBody.
+type EnrollmentInputBody struct {
+	// Name 1 to 63 letters, digits, '.', '-' or '_'; unique
+	Name string `json:"name"`
+
+	// Tags At most 20 tags of 1 to 40 characters
+	Tags *[]string `json:"tags,omitempty"`
+}
+
+// Entry defines model for Entry.
+type Entry struct {
+	Action    string                 `json:"action"`
+	Actor     Actor                  `json:"actor"`
+	At        time.Time              `json:"at"`
+	Details   map[string]interface{} `json:"details"`
+	Id        string                 `json:"id"`
+	Ip        string                 `json:"ip"`
+	Target    Target                 `json:"target"`
+	UserAgent string                 `json:"user_agent"`
+}
+
+// EnvChangeInputBody defines model for EnvChangeInputBody.
+type EnvChangeInputBody struct {
+	// Remove Keys to take out; each must be in the env and not also in set
+	Remove *[]string `json:"remove,omitempty"`
+
+	// Set Variables to add (at the end) or whose value to replace (where they are): keys [A-Za-z_][A-Za-z0-9_]*, unique; values at most 32 KiB, stored encrypted
+	Set *[]EnvVar `json:"set,omitempty"`
+}
+
 // EnvEntry defines model for EnvEntry.
 type EnvEntry struct {
 	Key string `json:"key"`
@@ -1055,6 +1905,15 @@ type EnvEntry struct {
 	ValueSet bool `json:"value_set"`
 }
 
+// EnvVar defines model for EnvVar.
+type EnvVar struct {
+	// Key [A-Za-z_][A-Za-z0-9_]*, unique
+	Key string `json:"key"`
+
+	// Value At most 32 KiB
+	Value string `json:"value"`
+}
+
 // Event defines model for Event.
 type Event struct {
 	At      time.Time   `json:"at"`
@@ -1062,6 +1921,12 @@ type Event struct {
 	Level   string      `json:"level"`
 	Message string      `json:"message"`
 	Seq     int64       `json:"seq"`
+}
+
+// ExportInputBody defines model for ExportInputBody.
+type ExportInputBody struct {
+	// Database The database to dump; the instance's initial database when absent. ASCII letters, digits, '_', '$' and '-', not starting with '-'
+	Database *string `json:"database,omitempty"`
 }
 
 // Facts defines model for Facts.
@@ -1278,6 +2143,67 @@ type JobListOutputBody struct {
 	Jobs *[]Job `json:"jobs"`
 }
 
+// JobResult defines model for JobResult.
+type JobResult struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Data The result once finished: DBQueryResult, DBExploreResult, DBKVResult, DBConnectResult, DBExportResult or DBImportResult; for a failed job {error: {code, message, position}}. Null until finished, and for members
+	Data interface{} `json:"data"`
+
+	// Error Why it failed (the engine's message for an engine error); null otherwise. Members get the error class
+	Error *string `json:"error"`
+
+	// ErrorClass agent_lost, timed_out, server_revoked, server_offline, queue_timed_out, cancelled or failed; null when there is no error
+	ErrorClass *string    `json:"error_class"`
+	FinishedAt *time.Time `json:"finished_at"`
+	JobId      string     `json:"job_id"`
+
+	// Redacted True when error text and data were withheld (the caller is not an administrator)
+	Redacted  bool            `json:"redacted"`
+	StartedAt *time.Time      `json:"started_at"`
+	Status    JobResultStatus `json:"status"`
+	Type      JobResultType   `json:"type"`
+}
+
+// JobResultStatus defines model for JobResult.Status.
+type JobResultStatus string
+
+// JobResultType defines model for JobResult.Type.
+type JobResultType string
+
+// LastMetrics defines model for LastMetrics.
+type LastMetrics struct {
+	// At The sample's time
+	At time.Time `json:"at"`
+
+	// Connections Open client connections, the agent's own included
+	Connections *int64 `json:"connections"`
+
+	// Databases SQL engines: each database with its size in bytes, largest first; null for key-value engines
+	Databases *[]DBSize `json:"databases"`
+
+	// Error Why the instance could not be sampled; null when it was, and for members
+	Error *string `json:"error"`
+
+	// Failed The sample could not be taken; its figures are null
+	Failed bool `json:"failed"`
+
+	// Keys Key-value engines: keys in every logical database
+	Keys *int64 `json:"keys"`
+
+	// MaxConnections The engine's connection limit
+	MaxConnections *int64 `json:"max_connections"`
+
+	// MemoryBytes Memory in use in bytes: Redis/Valkey used_memory; for SQL engines the managed instance's container, null for an external one
+	MemoryBytes *int64 `json:"memory_bytes"`
+
+	// OpsPerSecond Operations a second since the sample before; null for the first sample after the agent started
+	OpsPerSecond *float64 `json:"ops_per_second"`
+
+	// SizeBytes SQL engines: the databases' total size in bytes
+	SizeBytes *int64 `json:"size_bytes"`
+}
+
 // LateResult defines model for LateResult.
 type LateResult struct {
 	// At When the late result came
@@ -1325,6 +2251,71 @@ type ListeningPort struct {
 	Process  *string `json:"process,omitempty"`
 	Protocol string  `json:"protocol"`
 }
+
+// Locations defines model for Locations.
+type Locations struct {
+	// Local Path of the local copy on the server; empty when none is kept
+	Local string `json:"local"`
+
+	// Remote The object's key in the storage (under the settings' prefix)
+	Remote string `json:"remote"`
+}
+
+// LogLine defines model for LogLine.
+type LogLine struct {
+	At       time.Time `json:"at"`
+	Message  string    `json:"message"`
+	Priority int64     `json:"priority"`
+	Stream   *string   `json:"stream,omitempty"`
+}
+
+// LogReadInputBody defines model for LogReadInputBody.
+type LogReadInputBody struct {
+	// Container Docker container name or id (source container)
+	Container *string `json:"container,omitempty"`
+
+	// Cursor The cursor of a previous read (at most 512 characters): continue after its last line
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Lines How many lines: 1 to 1000; default 200 when absent or null (0 is refused)
+	Lines *int64 `json:"lines,omitempty"`
+
+	// Priority journal only: 0 to 7 (0 emergency, 7 debug); lines of this priority or more urgent. Every priority when absent or null
+	Priority *int64 `json:"priority,omitempty"`
+	ServerId string `json:"server_id"`
+
+	// Source journal or container
+	Source string `json:"source"`
+
+	// Unit systemd unit ending in .service (source journal)
+	Unit *string `json:"unit,omitempty"`
+}
+
+// Login defines model for Login.
+type Login struct {
+	// Access admin: the login the instance was registered with, or a login with every privilege on its database; readonly and readwrite: logins made with POST …/users
+	Access       LoginAccess `json:"access"`
+	CredentialId string      `json:"credential_id"`
+
+	// Database The database the login is for; empty for key-value engines
+	Database string `json:"database"`
+
+	// KeyPattern Key-value logins: the glob of keys they reach
+	KeyPattern *string `json:"key_pattern,omitempty"`
+
+	// Rotating A rotation's job runs; the stored password is replaced only if it succeeds
+	Rotating bool `json:"rotating"`
+
+	// State creating: its db.user.create job runs (the login is forgotten if it fails); dropping: its db.user.drop job runs
+	State    LoginState `json:"state"`
+	Username string     `json:"username"`
+}
+
+// LoginAccess admin: the login the instance was registered with, or a login with every privilege on its database; readonly and readwrite: logins made with POST …/users
+type LoginAccess string
+
+// LoginState creating: its db.user.create job runs (the login is forgotten if it fails); dropping: its db.user.drop job runs
+type LoginState string
 
 // LoginInputBody defines model for LoginInputBody.
 type LoginInputBody struct {
@@ -1401,6 +2392,103 @@ type Publish struct {
 	// HostPort The server's port, 1 to 65535, except 80, 443 (the proxy's) and 2019 (Caddy's admin port); one application per port on a server, whatever the bind
 	HostPort int64 `json:"host_port"`
 }
+
+// QueryInputBody defines model for QueryInputBody.
+type QueryInputBody struct {
+	// Database The database to run it in; the instance's initial database when absent
+	Database *string `json:"database,omitempty"`
+
+	// MaxRows 1 to 1000; default 100 when absent. Rows past it are not fetched from the engine (truncated: true)
+	MaxRows *int64 `json:"max_rows,omitempty"`
+
+	// Readonly Default true: the engine itself keeps the transaction read-only (a write fails with the engine's error)
+	Readonly *bool `json:"readonly,omitempty"`
+
+	// Sql One statement, at most 256 KiB
+	Sql string `json:"sql"`
+
+	// TimeoutSeconds Statement timeout, 1 to 300; default 30 when absent
+	TimeoutSeconds *int64 `json:"timeout_seconds,omitempty"`
+}
+
+// Result defines model for Result.
+type Result struct {
+	// Cursor Pass it to the next read to continue after the last line
+	Cursor *string `json:"cursor,omitempty"`
+
+	// Error Why the read failed; for members the error class only
+	Error *string `json:"error"`
+	JobId string  `json:"job_id"`
+
+	// Lines Oldest first; empty until the job succeeded, and for members
+	Lines *[]LogLine `json:"lines"`
+
+	// Redacted True when the lines were withheld: log lines are readable by administrators only
+	Redacted bool   `json:"redacted"`
+	Status   string `json:"status"`
+}
+
+// RunView defines model for RunView.
+type RunView struct {
+	CreatedAt time.Time `json:"created_at"`
+	Database  string    `json:"database"`
+
+	// DeleteError Why the last attempt to delete it failed (administrators only)
+	DeleteError *string `json:"delete_error,omitempty"`
+
+	// DeletePending The backup is being deleted (DELETE, or pruned beyond its policy's keep): never verified or restored again; a deletion the storage refused is retried
+	DeletePending bool   `json:"delete_pending"`
+	Engine        string `json:"engine"`
+
+	// Error Why the backup failed; for members only its class
+	Error      string     `json:"error"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Id         string     `json:"id"`
+	InstanceId string     `json:"instance_id"`
+	JobId      string     `json:"job_id"`
+
+	// KeyId The identity the backup is encrypted to: inst-v1:<instance id> (the instance's own, derived from the control plane's secret key), or fleet-v1 (the fleet-wide identity of backups made before per-instance keys: never sent to a server, so such a backup is not verified or restored by the API)
+	KeyId     string         `json:"key_id"`
+	Locations Locations      `json:"locations"`
+	Manifest  BackupManifest `json:"manifest"`
+	ServerId  string         `json:"server_id"`
+
+	// Sha256 Hex SHA-256 of the stored object
+	Sha256 string `json:"sha256"`
+
+	// Size Bytes stored (compressed and encrypted)
+	Size      int64      `json:"size"`
+	StartedAt *time.Time `json:"started_at"`
+
+	// Status succeeded only once the object read back from the storage matched the size and SHA-256 streamed
+	Status   RunViewStatus  `json:"status"`
+	Trigger  RunViewTrigger `json:"trigger"`
+	Verified Verification   `json:"verified"`
+}
+
+// RunViewStatus succeeded only once the object read back from the storage matched the size and SHA-256 streamed
+type RunViewStatus string
+
+// RunViewTrigger defines model for RunView.Trigger.
+type RunViewTrigger string
+
+// Server defines model for Server.
+type Server struct {
+	AgentVersion *string      `json:"agent_version,omitempty"`
+	CreatedAt    time.Time    `json:"created_at"`
+	EnrolledAt   *time.Time   `json:"enrolled_at"`
+	Facts        Facts        `json:"facts"`
+	Id           string       `json:"id"`
+	LastSeenAt   *time.Time   `json:"last_seen_at"`
+	Name         string       `json:"name"`
+	RevokedAt    *time.Time   `json:"revoked_at"`
+	Status       ServerStatus `json:"status"`
+	Tags         *[]string    `json:"tags"`
+	UpdatedAt    time.Time    `json:"updated_at"`
+}
+
+// ServerStatus defines model for Server.Status.
+type ServerStatus string
 
 // ServerDetail defines model for ServerDetail.
 type ServerDetail struct {
@@ -1482,6 +2570,16 @@ type ServiceSettings struct {
 
 	// StartCommand Runs with /bin/sh -c in the release directory under the slot's systemd unit; the program listens on 127.0.0.1:$PORT
 	StartCommand string `json:"start_command"`
+}
+
+// ServiceSlot defines model for ServiceSlot.
+type ServiceSlot struct {
+	ActiveState string `json:"active_state"`
+	Live        bool   `json:"live"`
+	Port        int64  `json:"port"`
+	Release     string `json:"release"`
+	SubState    string `json:"sub_state"`
+	Unit        string `json:"unit"`
 }
 
 // ServiceSpec defines model for ServiceSpec.
@@ -1582,6 +2680,18 @@ type Source struct {
 // SourceType image: a Docker image reference. git: a branch of a repository the git host app's installation can read, built on the server. inline: compose applications only, the compose document given in compose
 type SourceType string
 
+// Sources defines model for Sources.
+type Sources struct {
+	// CollectedAt When the inventory these come from was collected; null if the agent has not reported one
+	CollectedAt *time.Time   `json:"collected_at"`
+	Containers  *[]Container `json:"containers"`
+	ServerId    string       `json:"server_id"`
+
+	// Sources Log sources: journal, container
+	Sources *[]string `json:"sources"`
+	Units   *[]Unit   `json:"units"`
+}
+
 // Spec defines model for Spec.
 type Spec struct {
 	// AppName The application's name when the deployment was created
@@ -1614,6 +2724,12 @@ type StreamTicketOutputBody struct {
 	Ticket string `json:"ticket"`
 }
 
+// Target defines model for Target.
+type Target struct {
+	Id   *string `json:"id,omitempty"`
+	Type *string `json:"type,omitempty"`
+}
+
 // TokenBody defines model for TokenBody.
 type TokenBody struct {
 	// AccessToken Bearer token for Authorization headers
@@ -1632,6 +2748,18 @@ type TokenBodyStatus string
 // TokenBodyTokenType defines model for TokenBody.TokenType.
 type TokenBodyTokenType string
 
+// TokensOutputBody defines model for TokensOutputBody.
+type TokensOutputBody struct {
+	Tokens *[]APIToken `json:"tokens"`
+}
+
+// Unit defines model for Unit.
+type Unit struct {
+	ActiveState string `json:"active_state"`
+	Description string `json:"description"`
+	Name        string `json:"name"`
+}
+
 // User defines model for User.
 type User struct {
 	Admin        bool       `json:"admin"`
@@ -1640,6 +2768,15 @@ type User struct {
 	Email        string     `json:"email"`
 	Id           string     `json:"id"`
 	LastSignInAt *time.Time `json:"last_sign_in_at,omitempty"`
+}
+
+// Verification defines model for Verification.
+type Verification struct {
+	At time.Time `json:"at"`
+
+	// Details What was compared: size, sha256 and each table's rows and checksum against the manifest, or the error; engine_version, loader (host, image or container), loader_version and loader_ref: what the backup was loaded into, its own version or a newer one
+	Details interface{} `json:"details"`
+	Ok      bool        `json:"ok"`
 }
 
 // VerifyInputBody defines model for VerifyInputBody.
@@ -1669,6 +2806,81 @@ type ListApplicationsParams struct {
 type GetApplicationParams struct {
 	// Reveal Administrators: true (the default) returns the environment values, the compose document unmasked and a service's build and start commands, and records an application.env.read audit entry; false returns the keys with value_set and no values, the document masked and the commands hidden, and records nothing. Members never get them, whatever it says
 	Reveal *bool `form:"reveal,omitempty" json:"reveal,omitempty"`
+}
+
+// ListApplicationDeploymentsParams defines parameters for ListApplicationDeployments.
+type ListApplicationDeploymentsParams struct {
+	// Limit How many deployments: 1 to 100; default 30 when absent
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+}
+
+// ListAuditLogsParams defines parameters for ListAuditLogs.
+type ListAuditLogsParams struct {
+	// Limit Entries per page: 1 to 200; default 50 when absent
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Before Cursor from next_cursor of the previous page
+	Before *string `form:"before,omitempty" json:"before,omitempty"`
+
+	// Action Exact action, or a prefix ending in .* (auth.*)
+	Action *string `form:"action,omitempty" json:"action,omitempty"`
+
+	// Actor Who acted: a user's e-mail address, or an actor id (usr_…, srv_…)
+	Actor *string `form:"actor,omitempty" json:"actor,omitempty"`
+
+	// TargetType The object's type, e.g. server, application, notification_channel
+	TargetType *string `form:"target_type,omitempty" json:"target_type,omitempty"`
+
+	// TargetId The object's id
+	TargetId *string `form:"target_id,omitempty" json:"target_id,omitempty"`
+
+	// Since Entries at or after this time (RFC 3339)
+	Since *time.Time `form:"since,omitempty" json:"since,omitempty"`
+
+	// Until Entries before this time (RFC 3339); later than since
+	Until *time.Time `form:"until,omitempty" json:"until,omitempty"`
+}
+
+// ListBackupsParams defines parameters for ListBackups.
+type ListBackupsParams struct {
+	// InstanceId Only this instance's backups
+	InstanceId *string `form:"instance_id,omitempty" json:"instance_id,omitempty"`
+
+	// Status Only backups in this status
+	Status *ListBackupsParamsStatus `form:"status,omitempty" json:"status,omitempty"`
+
+	// Verified true: only backups verified ok; false: backups not verified ok (never verified, or failed verification)
+	Verified *ListBackupsParamsVerified `form:"verified,omitempty" json:"verified,omitempty"`
+
+	// Limit How many: 1 to 200; default 50
+	Limit *int64 `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Before The next_cursor of the previous page: backups older than this run id
+	Before *string `form:"before,omitempty" json:"before,omitempty"`
+}
+
+// ListBackupsParamsStatus defines parameters for ListBackups.
+type ListBackupsParamsStatus string
+
+// ListBackupsParamsVerified defines parameters for ListBackups.
+type ListBackupsParamsVerified string
+
+// GetBackupJobParams defines parameters for GetBackupJob.
+type GetBackupJobParams struct {
+	// Wait Seconds to wait for the job to end, 0 to 30: the call answers as soon as the job is finished, or after this long with its state then
+	Wait *int64 `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
+// ImportDatabaseParams defines parameters for ImportDatabase.
+type ImportDatabaseParams struct {
+	// Database The database to load into (it must exist); the instance's initial database when absent
+	Database *string `form:"database,omitempty" json:"database,omitempty"`
+}
+
+// GetDatabaseJobParams defines parameters for GetDatabaseJob.
+type GetDatabaseJobParams struct {
+	// Wait Seconds to wait for the job to end, 0 to 30: the call answers as soon as the job is finished, or after this long with its state then. 0 (the default) answers at once
+	Wait *int64 `form:"wait,omitempty" json:"wait,omitempty"`
 }
 
 // ListDeploymentsParams defines parameters for ListDeployments.
@@ -1704,6 +2916,17 @@ type GetJobParams struct {
 	Wait *int64 `form:"wait,omitempty" json:"wait,omitempty"`
 }
 
+// ListLogSourcesParams defines parameters for ListLogSources.
+type ListLogSourcesParams struct {
+	ServerId string `form:"server_id" json:"server_id"`
+}
+
+// GetLogReadParams defines parameters for GetLogRead.
+type GetLogReadParams struct {
+	// Wait Seconds to wait for the read to end, 0 to 30: the call answers as soon as the read is finished, or after this long with its state then. 0 (the default) answers at once
+	Wait *int64 `form:"wait,omitempty" json:"wait,omitempty"`
+}
+
 // ListAlertsParams defines parameters for ListAlerts.
 type ListAlertsParams struct {
 	// State open (default), resolved or all
@@ -1719,14 +2942,44 @@ type ListAlertsParams struct {
 // ListAlertsParamsState defines parameters for ListAlerts.
 type ListAlertsParamsState string
 
+// CreateApplicationJSONRequestBody defines body for CreateApplication for application/json ContentType.
+type CreateApplicationJSONRequestBody = CreateAppInputBody
+
 // DeployApplicationJSONRequestBody defines body for DeployApplication for application/json ContentType.
 type DeployApplicationJSONRequestBody = DeployInputBody
+
+// ChangeApplicationEnvJSONRequestBody defines body for ChangeApplicationEnv for application/json ContentType.
+type ChangeApplicationEnvJSONRequestBody = EnvChangeInputBody
+
+// ReadApplicationLogsJSONRequestBody defines body for ReadApplicationLogs for application/json ContentType.
+type ReadApplicationLogsJSONRequestBody = AppLogsInputBody
 
 // Verify2faJSONRequestBody defines body for Verify2fa for application/json ContentType.
 type Verify2faJSONRequestBody = VerifyInputBody
 
 // LoginJSONRequestBody defines body for Login for application/json ContentType.
 type LoginJSONRequestBody = LoginInputBody
+
+// RunBackupJSONRequestBody defines body for RunBackup for application/json ContentType.
+type RunBackupJSONRequestBody = BackupRunInputBody
+
+// RestoreBackupJSONRequestBody defines body for RestoreBackup for application/json ContentType.
+type RestoreBackupJSONRequestBody = BackupRestoreInputBody
+
+// ExportDatabaseJSONRequestBody defines body for ExportDatabase for application/json ContentType.
+type ExportDatabaseJSONRequestBody = ExportInputBody
+
+// QueryDatabaseJSONRequestBody defines body for QueryDatabase for application/json ContentType.
+type QueryDatabaseJSONRequestBody = QueryInputBody
+
+// ReadLogsJSONRequestBody defines body for ReadLogs for application/json ContentType.
+type ReadLogsJSONRequestBody = LogReadInputBody
+
+// CreateEnrollmentJSONRequestBody defines body for CreateEnrollment for application/json ContentType.
+type CreateEnrollmentJSONRequestBody = EnrollmentInputBody
+
+// CreateTokenJSONRequestBody defines body for CreateToken for application/json ContentType.
+type CreateTokenJSONRequestBody = CreateTokenInputBody
 
 // RequestEditorFn is the function signature for the RequestEditor callback function
 type RequestEditorFn func(ctx context.Context, req *http.Request) error
@@ -1811,6 +3064,28 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/applications (the `ListApplications` operationId).
 	ListApplications(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CreateApplicationWithBody Create an application (and deploy it)
+	//
+	// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+	CreateApplicationWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateApplication Create an application (and deploy it)
+	//
+	// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+	CreateApplication(ctx context.Context, body CreateApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetApplication Application detail with its current and latest deployments
 	//
 	// Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).
@@ -1819,6 +3094,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/applications/{id} (the `GetApplication` operationId).
 	GetApplication(ctx context.Context, id string, params *GetApplicationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListApplicationDeployments An application's deployments, newest first
+	//
+	// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/applications/{id}/deployments (the `ListApplicationDeployments` operationId).
+	ListApplicationDeployments(ctx context.Context, id string, params *ListApplicationDeploymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeployApplicationWithBody Deploy an application
 	//
@@ -1841,6 +3125,68 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /api/v1/applications/{id}/deployments (the `DeployApplication` operationId).
 	DeployApplication(ctx context.Context, id string, body DeployApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ChangeApplicationEnvWithBody Set or remove some environment variables, keeping the others' values
+	//
+	// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+	ChangeApplicationEnvWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ChangeApplicationEnv Set or remove some environment variables, keeping the others' values
+	//
+	// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+	ChangeApplicationEnv(ctx context.Context, id string, body ChangeApplicationEnvJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadApplicationLogsWithBody Read the live container's log
+	//
+	// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+	ReadApplicationLogsWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadApplicationLogs Read the live container's log
+	//
+	// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+	ReadApplicationLogs(ctx context.Context, id string, body ReadApplicationLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetApplicationLogs Lines and container state of an application log read
+	//
+	// Log lines can carry secrets: administrators get the lines and the container's state; members get the read's status and error class only, with no lines and redacted true.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/applications/{id}/logs/{job_id} (the `GetApplicationLogs` operationId).
+	GetApplicationLogs(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListAuditLogs Audit log, newest first
+	//
+	// Filters combine: action (exact, or a prefix such as auth.*), actor (e-mail or id), the object (target_type, target_id) and the time (since, until). A page's next_cursor, passed as before with the same filters, gives the next older page.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/audit-logs (the `ListAuditLogs` operationId).
+	ListAuditLogs(ctx context.Context, params *ListAuditLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// Verify2faWithBody Sign in, step 2: TOTP code
 	//
@@ -1902,6 +3248,177 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/auth/refresh (the `Refresh` operationId).
 	Refresh(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListBackups Backups, newest first
+	//
+	// Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/backups (the `ListBackups` operationId).
+	ListBackups(ctx context.Context, params *ListBackupsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetBackupJob The status of a backup job
+	//
+	// A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data, events or error text (redacted true).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/backups/jobs/{job_id} (the `GetBackupJob` operationId).
+	GetBackupJob(ctx context.Context, jobId string, params *GetBackupJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RunBackupWithBody Back up a database now
+	//
+	// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+	RunBackupWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RunBackup Back up a database now
+	//
+	// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+	RunBackup(ctx context.Context, body RunBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetBackup One backup
+	//
+	// The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members get a failed run's error (and delete_error) as its class only.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/backups/{run_id} (the `GetBackup` operationId).
+	GetBackup(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestoreBackupWithBody Restore a backup into a new database or in place of one
+	//
+	// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+	RestoreBackupWithBody(ctx context.Context, runId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RestoreBackup Restore a backup into a new database or in place of one
+	//
+	// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+	RestoreBackup(ctx context.Context, runId string, body RestoreBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// VerifyBackup Test-restore a backup into a throwaway database
+	//
+	// Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Corresponds with POST /api/v1/backups/{run_id}/verify (the `VerifyBackup` operationId).
+	VerifyBackup(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListDatabases Database instances
+	//
+	// With their logins' user names, never passwords. Members do not get last_error (a job's output).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/databases (the `ListDatabases` operationId).
+	ListDatabases(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDatabase A database instance
+	//
+	// State, engine, version, server, managed or external, and its logins' user names (never passwords). Members do not get last_error (a job's output).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/databases/{id} (the `GetDatabase` operationId).
+	GetDatabase(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExportDatabaseWithBody Dump one database as .sql.gz
+	//
+	// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+	ExportDatabaseWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ExportDatabase Dump one database as .sql.gz
+	//
+	// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+	ExportDatabase(ctx context.Context, id string, body ExportDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// DownloadDatabaseExport Download a finished export
+	//
+	// Streams the export of a succeeded db.export job, decrypted, as application/gzip (a .sql.gz file), with its Content-Length and its SHA-256 in Repr-Digest. Each download is recorded in the audit log (database.export.downloaded) with who made it and from which address, before a byte is sent. 404 for a job that is not an export of this instance, 409 while it runs or when it failed, 410 once it expired.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/databases/{id}/exports/{job_id} (the `DownloadDatabaseExport` operationId).
+	DownloadDatabaseExport(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ImportDatabaseWithBody Load a file into a database
+	//
+	// The request body is the file: plain SQL (.sql), gzip-compressed SQL (.sql.gz) or, for PostgreSQL, a custom-format dump (pg_dump -Fc); the format is detected from its content. It is encrypted as it arrives and stored until the db.import job (202) that loads it ends. PostgreSQL loads plain SQL in one transaction with ON_ERROR_STOP and a custom-format dump with pg_restore --single-transaction: if anything fails, nothing is applied and the job fails with the engine's message. MySQL/MariaDB run the file statement by statement and stop at the first error: what ran before it stays (DDL commits implicitly there), so a failed load can be partial. The load runs in the instance's container (managed) or a throwaway container of the engine's image (external). 413 over the upload limit (10 GiB by default, --database-import-max-size), checked against Content-Length first and counted while the body arrives; 422 for an empty body, a bad database name, a key-value instance, or a custom-format dump for MySQL/MariaDB; 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/databases/{id}/import (the `ImportDatabase` operationId).
+	ImportDatabaseWithBody(ctx context.Context, id string, params *ImportDatabaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetDatabaseJob The result of a database job
+	//
+	// {status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data or error text (redacted true).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/databases/{id}/jobs/{job_id} (the `GetDatabaseJob` operationId).
+	GetDatabaseJob(ctx context.Context, id string, jobId string, params *GetDatabaseJobParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// QueryDatabaseWithBody Run one SQL statement
+	//
+	// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+	QueryDatabaseWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// QueryDatabase Run one SQL statement
+	//
+	// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+	QueryDatabase(ctx context.Context, id string, body QueryDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListDeployments Recent deployments of every application, newest first
 	//
 	// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
@@ -1919,6 +3436,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/deployments/{id} (the `GetDeployment` operationId).
 	GetDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CancelDeployment Cancel a queued deployment
+	//
+	// A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
+	//
+	// Corresponds with POST /api/v1/deployments/{id}/cancel (the `CancelDeployment` operationId).
+	CancelDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// RollbackDeployment Roll back to a deployment
 	//
@@ -1956,6 +3482,44 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
 	CancelJob(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReadLogsWithBody Read a journal unit or a container log
+	//
+	// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+	ReadLogsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReadLogs Read a journal unit or a container log
+	//
+	// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+	ReadLogs(ctx context.Context, body ReadLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListLogSources Units and containers readable on a server (from its latest inventory)
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/logs/sources (the `ListLogSources` operationId).
+	ListLogSources(ctx context.Context, params *ListLogSourcesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLogRead Lines and cursor of a log read
+	//
+	// Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or running, no lines yet): one request gets the lines of a read that ends in time, without polling.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Corresponds with GET /api/v1/logs/{job_id} (the `GetLogRead` operationId).
+	GetLogRead(ctx context.Context, jobId string, params *GetLogReadParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ListAlerts Alerts, newest first
 	//
 	// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
@@ -1981,12 +3545,43 @@ type ClientInterface interface {
 	// Corresponds with GET /api/v1/servers (the `ListServers` operationId).
 	ListServers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// CreateEnrollmentWithBody Enroll a new server
+	//
+	// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+	CreateEnrollmentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateEnrollment Enroll a new server
+	//
+	// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+	CreateEnrollment(ctx context.Context, body CreateEnrollmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// GetServer Server detail with latest metrics and inventory
 	//
 	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
 	//
 	// Corresponds with GET /api/v1/servers/{id} (the `GetServer` operationId).
 	GetServer(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeServer Revoke the server's agent credential
+	//
+	// The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Corresponds with POST /api/v1/servers/{id}/revoke (the `RevokeServer` operationId).
+	RevokeServer(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// CreateStreamTicket Take a single-use ticket that opens the live stream
 	//
@@ -1997,6 +3592,37 @@ type ClientInterface interface {
 	// Corresponds with POST /api/v1/stream/tickets (the `CreateStreamTicket` operationId).
 	CreateStreamTicket(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ListTokens List API tokens
+	//
+	// An administrator sees everyone's tokens, a member their own; revoked and expired ones too. Never the tokens themselves.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+	ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateTokenWithBody Make an API token
+	//
+	// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// CreateToken Make an API token
+	//
+	// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CurrentToken What the presented API token may do
 	//
 	// For a token's own introspection: its scopes, resources, expiry and what is in effect now. 404 for a session.
@@ -2005,6 +3631,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /api/v1/tokens/current (the `CurrentToken` operationId).
 	CurrentToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// RevokeToken Revoke an API token
+	//
+	// A member revokes their own tokens, an administrator anyone's. The token is refused from its next call, on every control plane. 404 for a token that is not live.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
+	RevokeToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error)
 }
 
 // ListApplications Applications with their status (no environment values)
@@ -2026,6 +3661,48 @@ func (c *Client) ListApplications(ctx context.Context, params *ListApplicationsP
 	return c.Client.Do(req)
 }
 
+// CreateApplicationWithBody Create an application (and deploy it)
+//
+// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+func (c *Client) CreateApplicationWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApplicationRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateApplication Create an application (and deploy it)
+//
+// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+func (c *Client) CreateApplication(ctx context.Context, body CreateApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateApplicationRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetApplication Application detail with its current and latest deployments
 //
 // Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).
@@ -2035,6 +3712,25 @@ func (c *Client) ListApplications(ctx context.Context, params *ListApplicationsP
 // Corresponds with GET /api/v1/applications/{id} (the `GetApplication` operationId).
 func (c *Client) GetApplication(ctx context.Context, id string, params *GetApplicationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetApplicationRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListApplicationDeployments An application's deployments, newest first
+//
+// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/applications/{id}/deployments (the `ListApplicationDeployments` operationId).
+func (c *Client) ListApplicationDeployments(ctx context.Context, id string, params *ListApplicationDeploymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListApplicationDeploymentsRequest(c.Server, id, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2077,6 +3773,128 @@ func (c *Client) DeployApplicationWithBody(ctx context.Context, id string, conte
 // Corresponds with POST /api/v1/applications/{id}/deployments (the `DeployApplication` operationId).
 func (c *Client) DeployApplication(ctx context.Context, id string, body DeployApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewDeployApplicationRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ChangeApplicationEnvWithBody Set or remove some environment variables, keeping the others' values
+//
+// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+func (c *Client) ChangeApplicationEnvWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewChangeApplicationEnvRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ChangeApplicationEnv Set or remove some environment variables, keeping the others' values
+//
+// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+func (c *Client) ChangeApplicationEnv(ctx context.Context, id string, body ChangeApplicationEnvJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewChangeApplicationEnvRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadApplicationLogsWithBody Read the live container's log
+//
+// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+func (c *Client) ReadApplicationLogsWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadApplicationLogsRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadApplicationLogs Read the live container's log
+//
+// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+func (c *Client) ReadApplicationLogs(ctx context.Context, id string, body ReadApplicationLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadApplicationLogsRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetApplicationLogs Lines and container state of an application log read
+//
+// Log lines can carry secrets: administrators get the lines and the container's state; members get the read's status and error class only, with no lines and redacted true.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/applications/{id}/logs/{job_id} (the `GetApplicationLogs` operationId).
+func (c *Client) GetApplicationLogs(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetApplicationLogsRequest(c.Server, id, jobId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListAuditLogs Audit log, newest first
+//
+// Filters combine: action (exact, or a prefix such as auth.*), actor (e-mail or id), the object (target_type, target_id) and the time (since, until). A page's next_cursor, passed as before with the same filters, gives the next older page.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/audit-logs (the `ListAuditLogs` operationId).
+func (c *Client) ListAuditLogs(ctx context.Context, params *ListAuditLogsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListAuditLogsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -2207,6 +4025,347 @@ func (c *Client) Refresh(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 	return c.Client.Do(req)
 }
 
+// ListBackups Backups, newest first
+//
+// Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/backups (the `ListBackups` operationId).
+func (c *Client) ListBackups(ctx context.Context, params *ListBackupsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListBackupsRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetBackupJob The status of a backup job
+//
+// A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data, events or error text (redacted true).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/backups/jobs/{job_id} (the `GetBackupJob` operationId).
+func (c *Client) GetBackupJob(ctx context.Context, jobId string, params *GetBackupJobParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBackupJobRequest(c.Server, jobId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RunBackupWithBody Back up a database now
+//
+// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+func (c *Client) RunBackupWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRunBackupRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RunBackup Back up a database now
+//
+// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+func (c *Client) RunBackup(ctx context.Context, body RunBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRunBackupRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetBackup One backup
+//
+// The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members get a failed run's error (and delete_error) as its class only.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/backups/{run_id} (the `GetBackup` operationId).
+func (c *Client) GetBackup(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetBackupRequest(c.Server, runId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestoreBackupWithBody Restore a backup into a new database or in place of one
+//
+// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+func (c *Client) RestoreBackupWithBody(ctx context.Context, runId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestoreBackupRequestWithBody(c.Server, runId, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RestoreBackup Restore a backup into a new database or in place of one
+//
+// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+func (c *Client) RestoreBackup(ctx context.Context, runId string, body RestoreBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRestoreBackupRequest(c.Server, runId, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// VerifyBackup Test-restore a backup into a throwaway database
+//
+// Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Corresponds with POST /api/v1/backups/{run_id}/verify (the `VerifyBackup` operationId).
+func (c *Client) VerifyBackup(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewVerifyBackupRequest(c.Server, runId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListDatabases Database instances
+//
+// With their logins' user names, never passwords. Members do not get last_error (a job's output).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/databases (the `ListDatabases` operationId).
+func (c *Client) ListDatabases(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListDatabasesRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDatabase A database instance
+//
+// State, engine, version, server, managed or external, and its logins' user names (never passwords). Members do not get last_error (a job's output).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/databases/{id} (the `GetDatabase` operationId).
+func (c *Client) GetDatabase(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDatabaseRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExportDatabaseWithBody Dump one database as .sql.gz
+//
+// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+func (c *Client) ExportDatabaseWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExportDatabaseRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ExportDatabase Dump one database as .sql.gz
+//
+// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+func (c *Client) ExportDatabase(ctx context.Context, id string, body ExportDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewExportDatabaseRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// DownloadDatabaseExport Download a finished export
+//
+// Streams the export of a succeeded db.export job, decrypted, as application/gzip (a .sql.gz file), with its Content-Length and its SHA-256 in Repr-Digest. Each download is recorded in the audit log (database.export.downloaded) with who made it and from which address, before a byte is sent. 404 for a job that is not an export of this instance, 409 while it runs or when it failed, 410 once it expired.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/databases/{id}/exports/{job_id} (the `DownloadDatabaseExport` operationId).
+func (c *Client) DownloadDatabaseExport(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewDownloadDatabaseExportRequest(c.Server, id, jobId)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ImportDatabaseWithBody Load a file into a database
+//
+// The request body is the file: plain SQL (.sql), gzip-compressed SQL (.sql.gz) or, for PostgreSQL, a custom-format dump (pg_dump -Fc); the format is detected from its content. It is encrypted as it arrives and stored until the db.import job (202) that loads it ends. PostgreSQL loads plain SQL in one transaction with ON_ERROR_STOP and a custom-format dump with pg_restore --single-transaction: if anything fails, nothing is applied and the job fails with the engine's message. MySQL/MariaDB run the file statement by statement and stop at the first error: what ran before it stays (DDL commits implicitly there), so a failed load can be partial. The load runs in the instance's container (managed) or a throwaway container of the engine's image (external). 413 over the upload limit (10 GiB by default, --database-import-max-size), checked against Content-Length first and counted while the body arrives; 422 for an empty body, a bad database name, a key-value instance, or a custom-format dump for MySQL/MariaDB; 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/databases/{id}/import (the `ImportDatabase` operationId).
+func (c *Client) ImportDatabaseWithBody(ctx context.Context, id string, params *ImportDatabaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewImportDatabaseRequestWithBody(c.Server, id, params, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetDatabaseJob The result of a database job
+//
+// {status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data or error text (redacted true).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/databases/{id}/jobs/{job_id} (the `GetDatabaseJob` operationId).
+func (c *Client) GetDatabaseJob(ctx context.Context, id string, jobId string, params *GetDatabaseJobParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetDatabaseJobRequest(c.Server, id, jobId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// QueryDatabaseWithBody Run one SQL statement
+//
+// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+func (c *Client) QueryDatabaseWithBody(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewQueryDatabaseRequestWithBody(c.Server, id, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// QueryDatabase Run one SQL statement
+//
+// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+func (c *Client) QueryDatabase(ctx context.Context, id string, body QueryDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewQueryDatabaseRequest(c.Server, id, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListDeployments Recent deployments of every application, newest first
 //
 // Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
@@ -2235,6 +4394,25 @@ func (c *Client) ListDeployments(ctx context.Context, params *ListDeploymentsPar
 // Corresponds with GET /api/v1/deployments/{id} (the `GetDeployment` operationId).
 func (c *Client) GetDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetDeploymentRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CancelDeployment Cancel a queued deployment
+//
+// A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
+//
+// Corresponds with POST /api/v1/deployments/{id}/cancel (the `CancelDeployment` operationId).
+func (c *Client) CancelDeployment(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCancelDeploymentRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2321,6 +4499,84 @@ func (c *Client) CancelJob(ctx context.Context, id string, reqEditors ...Request
 	return c.Client.Do(req)
 }
 
+// ReadLogsWithBody Read a journal unit or a container log
+//
+// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+func (c *Client) ReadLogsWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadLogsRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReadLogs Read a journal unit or a container log
+//
+// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+func (c *Client) ReadLogs(ctx context.Context, body ReadLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReadLogsRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListLogSources Units and containers readable on a server (from its latest inventory)
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/logs/sources (the `ListLogSources` operationId).
+func (c *Client) ListLogSources(ctx context.Context, params *ListLogSourcesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLogSourcesRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLogRead Lines and cursor of a log read
+//
+// Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or running, no lines yet): one request gets the lines of a read that ends in time, without polling.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Corresponds with GET /api/v1/logs/{job_id} (the `GetLogRead` operationId).
+func (c *Client) GetLogRead(ctx context.Context, jobId string, params *GetLogReadParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLogReadRequest(c.Server, jobId, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // ListAlerts Alerts, newest first
 //
 // Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
@@ -2376,6 +4632,48 @@ func (c *Client) ListServers(ctx context.Context, reqEditors ...RequestEditorFn)
 	return c.Client.Do(req)
 }
 
+// CreateEnrollmentWithBody Enroll a new server
+//
+// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+func (c *Client) CreateEnrollmentWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnrollmentRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateEnrollment Enroll a new server
+//
+// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+func (c *Client) CreateEnrollment(ctx context.Context, body CreateEnrollmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateEnrollmentRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // GetServer Server detail with latest metrics and inventory
 //
 // Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
@@ -2383,6 +4681,25 @@ func (c *Client) ListServers(ctx context.Context, reqEditors ...RequestEditorFn)
 // Corresponds with GET /api/v1/servers/{id} (the `GetServer` operationId).
 func (c *Client) GetServer(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetServerRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeServer Revoke the server's agent credential
+//
+// The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Corresponds with POST /api/v1/servers/{id}/revoke (the `RevokeServer` operationId).
+func (c *Client) RevokeServer(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeServerRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2412,6 +4729,67 @@ func (c *Client) CreateStreamTicket(ctx context.Context, reqEditors ...RequestEd
 	return c.Client.Do(req)
 }
 
+// ListTokens List API tokens
+//
+// An administrator sees everyone's tokens, a member their own; revoked and expired ones too. Never the tokens themselves.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+func (c *Client) ListTokens(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTokensRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateTokenWithBody Make an API token
+//
+// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateTokenWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// CreateToken Make an API token
+//
+// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *Client) CreateToken(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewCreateTokenRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
 // CurrentToken What the presented API token may do
 //
 // For a token's own introspection: its scopes, resources, expiry and what is in effect now. 404 for a session.
@@ -2421,6 +4799,25 @@ func (c *Client) CreateStreamTicket(ctx context.Context, reqEditors ...RequestEd
 // Corresponds with GET /api/v1/tokens/current (the `CurrentToken` operationId).
 func (c *Client) CurrentToken(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewCurrentTokenRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// RevokeToken Revoke an API token
+//
+// A member revokes their own tokens, an administrator anyone's. The token is refused from its next call, on every control plane. 404 for a token that is not live.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
+func (c *Client) RevokeToken(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewRevokeTokenRequest(c.Server, id)
 	if err != nil {
 		return nil, err
 	}
@@ -2485,6 +4882,46 @@ func NewListApplicationsRequest(server string, params *ListApplicationsParams) (
 	return req, nil
 }
 
+// NewCreateApplicationRequest calls the generic CreateApplication builder with application/json body
+func NewCreateApplicationRequest(server string, body CreateApplicationJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateApplicationRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateApplicationRequestWithBody constructs an http.Request for the CreateApplication method, with any body, and a specified content type
+func NewCreateApplicationRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/applications")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetApplicationRequest constructs an http.Request for the GetApplication method
 func NewGetApplicationRequest(server string, id string, params *GetApplicationParams) (*http.Request, error) {
 	var err error
@@ -2523,6 +4960,67 @@ func NewGetApplicationRequest(server string, id string, params *GetApplicationPa
 		if params.Reveal != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "reveal", *params.Reveal, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListApplicationDeploymentsRequest constructs an http.Request for the ListApplicationDeployments method
+func NewListApplicationDeploymentsRequest(server string, id string, params *ListApplicationDeploymentsParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/applications/%s/deployments", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -2589,6 +5087,279 @@ func NewDeployApplicationRequestWithBody(server string, id string, contentType s
 	}
 
 	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewChangeApplicationEnvRequest calls the generic ChangeApplicationEnv builder with application/json body
+func NewChangeApplicationEnvRequest(server string, id string, body ChangeApplicationEnvJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewChangeApplicationEnvRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewChangeApplicationEnvRequestWithBody constructs an http.Request for the ChangeApplicationEnv method, with any body, and a specified content type
+func NewChangeApplicationEnvRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/applications/%s/env", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPatch, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReadApplicationLogsRequest calls the generic ReadApplicationLogs builder with application/json body
+func NewReadApplicationLogsRequest(server string, id string, body ReadApplicationLogsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReadApplicationLogsRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewReadApplicationLogsRequestWithBody constructs an http.Request for the ReadApplicationLogs method, with any body, and a specified content type
+func NewReadApplicationLogsRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/applications/%s/logs", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetApplicationLogsRequest constructs an http.Request for the GetApplicationLogs method
+func NewGetApplicationLogsRequest(server string, id string, jobId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job_id", jobId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/applications/%s/logs/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListAuditLogsRequest constructs an http.Request for the ListAuditLogs method
+func NewListAuditLogsRequest(server string, params *ListAuditLogsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/audit-logs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Before != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "before", *params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Action != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "action", *params.Action, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Actor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "actor", *params.Actor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.TargetType != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "target_type", *params.TargetType, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.TargetId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "target_id", *params.TargetId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Since != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "since", *params.Since, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Until != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "until", *params.Until, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: "date-time"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
 
 	return req, nil
 }
@@ -2727,6 +5498,651 @@ func NewRefreshRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListBackupsRequest constructs an http.Request for the ListBackups method
+func NewListBackupsRequest(server string, params *ListBackupsParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backups")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.InstanceId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "instance_id", *params.InstanceId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Status != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "status", *params.Status, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Verified != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "verified", *params.Verified, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Before != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "before", *params.Before, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetBackupJobRequest constructs an http.Request for the GetBackupJob method
+func NewGetBackupJobRequest(server string, jobId string, params *GetBackupJobParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job_id", jobId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backups/jobs/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRunBackupRequest calls the generic RunBackup builder with application/json body
+func NewRunBackupRequest(server string, body RunBackupJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRunBackupRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewRunBackupRequestWithBody constructs an http.Request for the RunBackup method, with any body, and a specified content type
+func NewRunBackupRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backups/run")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetBackupRequest constructs an http.Request for the GetBackup method
+func NewGetBackupRequest(server string, runId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "run_id", runId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backups/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRestoreBackupRequest calls the generic RestoreBackup builder with application/json body
+func NewRestoreBackupRequest(server string, runId string, body RestoreBackupJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewRestoreBackupRequestWithBody(server, runId, "application/json", bodyReader)
+}
+
+// NewRestoreBackupRequestWithBody constructs an http.Request for the RestoreBackup method, with any body, and a specified content type
+func NewRestoreBackupRequestWithBody(server string, runId string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "run_id", runId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backups/%s/restore", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewVerifyBackupRequest constructs an http.Request for the VerifyBackup method
+func NewVerifyBackupRequest(server string, runId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "run_id", runId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/backups/%s/verify", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListDatabasesRequest constructs an http.Request for the ListDatabases method
+func NewListDatabasesRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetDatabaseRequest constructs an http.Request for the GetDatabase method
+func NewGetDatabaseRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewExportDatabaseRequest calls the generic ExportDatabase builder with application/json body
+func NewExportDatabaseRequest(server string, id string, body ExportDatabaseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewExportDatabaseRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewExportDatabaseRequestWithBody constructs an http.Request for the ExportDatabase method, with any body, and a specified content type
+func NewExportDatabaseRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases/%s/export", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewDownloadDatabaseExportRequest constructs an http.Request for the DownloadDatabaseExport method
+func NewDownloadDatabaseExportRequest(server string, id string, jobId string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job_id", jobId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases/%s/exports/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewImportDatabaseRequestWithBody constructs an http.Request for the ImportDatabase method, with any body, and a specified content type
+func NewImportDatabaseRequestWithBody(server string, id string, params *ImportDatabaseParams, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases/%s/import", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Database != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "database", *params.Database, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewGetDatabaseJobRequest constructs an http.Request for the GetDatabaseJob method
+func NewGetDatabaseJobRequest(server string, id string, jobId string, params *GetDatabaseJobParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	var pathParam1 string
+
+	pathParam1, err = runtime.StyleParamWithOptions("simple", false, "job_id", jobId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases/%s/jobs/%s", pathParam0, pathParam1)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewQueryDatabaseRequest calls the generic QueryDatabase builder with application/json body
+func NewQueryDatabaseRequest(server string, id string, body QueryDatabaseJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewQueryDatabaseRequestWithBody(server, id, "application/json", bodyReader)
+}
+
+// NewQueryDatabaseRequestWithBody constructs an http.Request for the QueryDatabase method, with any body, and a specified content type
+func NewQueryDatabaseRequestWithBody(server string, id string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/databases/%s/query", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewListDeploymentsRequest constructs an http.Request for the ListDeployments method
 func NewListDeploymentsRequest(server string, params *ListDeploymentsParams) (*http.Request, error) {
 	var err error
@@ -2808,6 +6224,40 @@ func NewGetDeploymentRequest(server string, id string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCancelDeploymentRequest constructs an http.Request for the CancelDeployment method
+func NewCancelDeploymentRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/deployments/%s/cancel", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3058,6 +6508,157 @@ func NewCancelJobRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewReadLogsRequest calls the generic ReadLogs builder with application/json body
+func NewReadLogsRequest(server string, body ReadLogsJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReadLogsRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReadLogsRequestWithBody constructs an http.Request for the ReadLogs method, with any body, and a specified content type
+func NewReadLogsRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/logs")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewListLogSourcesRequest constructs an http.Request for the ListLogSources method
+func NewListLogSourcesRequest(server string, params *ListLogSourcesParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/logs/sources")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if queryFrag, err := runtime.StyleParamWithOptions("form", false, "server_id", params.ServerId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+			return nil, err
+		} else {
+			for _, qp := range strings.Split(queryFrag, "&") {
+				rawQueryFragments = append(rawQueryFragments, qp)
+			}
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetLogReadRequest constructs an http.Request for the GetLogRead method
+func NewGetLogReadRequest(server string, jobId string, params *GetLogReadParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "job_id", jobId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/logs/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Wait != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", false, "wait", *params.Wait, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewListAlertsRequest constructs an http.Request for the ListAlerts method
 func NewListAlertsRequest(server string, params *ListAlertsParams) (*http.Request, error) {
 	var err error
@@ -3197,6 +6798,46 @@ func NewListServersRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewCreateEnrollmentRequest calls the generic CreateEnrollment builder with application/json body
+func NewCreateEnrollmentRequest(server string, body CreateEnrollmentJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateEnrollmentRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateEnrollmentRequestWithBody constructs an http.Request for the CreateEnrollment method, with any body, and a specified content type
+func NewCreateEnrollmentRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/servers/enrollments")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewGetServerRequest constructs an http.Request for the GetServer method
 func NewGetServerRequest(server string, id string) (*http.Request, error) {
 	var err error
@@ -3231,6 +6872,40 @@ func NewGetServerRequest(server string, id string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewRevokeServerRequest constructs an http.Request for the RevokeServer method
+func NewRevokeServerRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/servers/%s/revoke", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
 // NewCreateStreamTicketRequest constructs an http.Request for the CreateStreamTicket method
 func NewCreateStreamTicketRequest(server string) (*http.Request, error) {
 	var err error
@@ -3258,6 +6933,73 @@ func NewCreateStreamTicketRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
+// NewListTokensRequest constructs an http.Request for the ListTokens method
+func NewListTokensRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewCreateTokenRequest calls the generic CreateToken builder with application/json body
+func NewCreateTokenRequest(server string, body CreateTokenJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewCreateTokenRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewCreateTokenRequestWithBody constructs an http.Request for the CreateToken method, with any body, and a specified content type
+func NewCreateTokenRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tokens")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
 // NewCurrentTokenRequest constructs an http.Request for the CurrentToken method
 func NewCurrentTokenRequest(server string) (*http.Request, error) {
 	var err error
@@ -3278,6 +7020,40 @@ func NewCurrentTokenRequest(server string) (*http.Request, error) {
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewRevokeTokenRequest constructs an http.Request for the RevokeToken method
+func NewRevokeTokenRequest(server string, id string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/v1/tokens/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodDelete, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -3340,6 +7116,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/applications (the `ListApplications` operationId).
 	ListApplicationsWithResponse(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*ListApplicationsResponse, error)
 
+	// CreateApplicationWithBodyWithResponse Create an application (and deploy it)
+	//
+	// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+	CreateApplicationWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationResponse, error)
+
+	// CreateApplicationWithResponse Create an application (and deploy it)
+	//
+	// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+	CreateApplicationWithResponse(ctx context.Context, body CreateApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationResponse, error)
+
 	// GetApplicationWithResponse Application detail with its current and latest deployments
 	//
 	// Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).
@@ -3350,6 +7148,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/applications/{id} (the `GetApplication` operationId).
 	GetApplicationWithResponse(ctx context.Context, id string, params *GetApplicationParams, reqEditors ...RequestEditorFn) (*GetApplicationResponse, error)
+
+	// ListApplicationDeploymentsWithResponse An application's deployments, newest first
+	//
+	// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/applications/{id}/deployments (the `ListApplicationDeployments` operationId).
+	ListApplicationDeploymentsWithResponse(ctx context.Context, id string, params *ListApplicationDeploymentsParams, reqEditors ...RequestEditorFn) (*ListApplicationDeploymentsResponse, error)
 
 	// DeployApplicationWithBodyWithResponse Deploy an application
 	//
@@ -3372,6 +7181,72 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/v1/applications/{id}/deployments (the `DeployApplication` operationId).
 	DeployApplicationWithResponse(ctx context.Context, id string, body DeployApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*DeployApplicationResponse, error)
+
+	// ChangeApplicationEnvWithBodyWithResponse Set or remove some environment variables, keeping the others' values
+	//
+	// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+	ChangeApplicationEnvWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ChangeApplicationEnvResponse, error)
+
+	// ChangeApplicationEnvWithResponse Set or remove some environment variables, keeping the others' values
+	//
+	// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+	ChangeApplicationEnvWithResponse(ctx context.Context, id string, body ChangeApplicationEnvJSONRequestBody, reqEditors ...RequestEditorFn) (*ChangeApplicationEnvResponse, error)
+
+	// ReadApplicationLogsWithBodyWithResponse Read the live container's log
+	//
+	// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+	ReadApplicationLogsWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReadApplicationLogsResponse, error)
+
+	// ReadApplicationLogsWithResponse Read the live container's log
+	//
+	// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+	ReadApplicationLogsWithResponse(ctx context.Context, id string, body ReadApplicationLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReadApplicationLogsResponse, error)
+
+	// GetApplicationLogsWithResponse Lines and container state of an application log read
+	//
+	// Log lines can carry secrets: administrators get the lines and the container's state; members get the read's status and error class only, with no lines and redacted true.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/applications/{id}/logs/{job_id} (the `GetApplicationLogs` operationId).
+	GetApplicationLogsWithResponse(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*GetApplicationLogsResponse, error)
+
+	// ListAuditLogsWithResponse Audit log, newest first
+	//
+	// Filters combine: action (exact, or a prefix such as auth.*), actor (e-mail or id), the object (target_type, target_id) and the time (since, until). A page's next_cursor, passed as before with the same filters, gives the next older page.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/audit-logs (the `ListAuditLogs` operationId).
+	ListAuditLogsWithResponse(ctx context.Context, params *ListAuditLogsParams, reqEditors ...RequestEditorFn) (*ListAuditLogsResponse, error)
 
 	// Verify2faWithBodyWithResponse Sign in, step 2: TOTP code
 	//
@@ -3437,6 +7312,193 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/auth/refresh (the `Refresh` operationId).
 	RefreshWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*RefreshResponse, error)
 
+	// ListBackupsWithResponse Backups, newest first
+	//
+	// Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/backups (the `ListBackups` operationId).
+	ListBackupsWithResponse(ctx context.Context, params *ListBackupsParams, reqEditors ...RequestEditorFn) (*ListBackupsResponse, error)
+
+	// GetBackupJobWithResponse The status of a backup job
+	//
+	// A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data, events or error text (redacted true).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/backups/jobs/{job_id} (the `GetBackupJob` operationId).
+	GetBackupJobWithResponse(ctx context.Context, jobId string, params *GetBackupJobParams, reqEditors ...RequestEditorFn) (*GetBackupJobResponse, error)
+
+	// RunBackupWithBodyWithResponse Back up a database now
+	//
+	// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+	RunBackupWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RunBackupResponse, error)
+
+	// RunBackupWithResponse Back up a database now
+	//
+	// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+	RunBackupWithResponse(ctx context.Context, body RunBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*RunBackupResponse, error)
+
+	// GetBackupWithResponse One backup
+	//
+	// The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members get a failed run's error (and delete_error) as its class only.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/backups/{run_id} (the `GetBackup` operationId).
+	GetBackupWithResponse(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*GetBackupResponse, error)
+
+	// RestoreBackupWithBodyWithResponse Restore a backup into a new database or in place of one
+	//
+	// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+	RestoreBackupWithBodyWithResponse(ctx context.Context, runId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RestoreBackupResponse, error)
+
+	// RestoreBackupWithResponse Restore a backup into a new database or in place of one
+	//
+	// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+	RestoreBackupWithResponse(ctx context.Context, runId string, body RestoreBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*RestoreBackupResponse, error)
+
+	// VerifyBackupWithResponse Test-restore a backup into a throwaway database
+	//
+	// Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/backups/{run_id}/verify (the `VerifyBackup` operationId).
+	VerifyBackupWithResponse(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*VerifyBackupResponse, error)
+
+	// ListDatabasesWithResponse Database instances
+	//
+	// With their logins' user names, never passwords. Members do not get last_error (a job's output).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/databases (the `ListDatabases` operationId).
+	ListDatabasesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListDatabasesResponse, error)
+
+	// GetDatabaseWithResponse A database instance
+	//
+	// State, engine, version, server, managed or external, and its logins' user names (never passwords). Members do not get last_error (a job's output).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/databases/{id} (the `GetDatabase` operationId).
+	GetDatabaseWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error)
+
+	// ExportDatabaseWithBodyWithResponse Dump one database as .sql.gz
+	//
+	// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+	ExportDatabaseWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExportDatabaseResponse, error)
+
+	// ExportDatabaseWithResponse Dump one database as .sql.gz
+	//
+	// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+	ExportDatabaseWithResponse(ctx context.Context, id string, body ExportDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*ExportDatabaseResponse, error)
+
+	// DownloadDatabaseExportWithResponse Download a finished export
+	//
+	// Streams the export of a succeeded db.export job, decrypted, as application/gzip (a .sql.gz file), with its Content-Length and its SHA-256 in Repr-Digest. Each download is recorded in the audit log (database.export.downloaded) with who made it and from which address, before a byte is sent. 404 for a job that is not an export of this instance, 409 while it runs or when it failed, 410 once it expired.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/databases/{id}/exports/{job_id} (the `DownloadDatabaseExport` operationId).
+	DownloadDatabaseExportWithResponse(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*DownloadDatabaseExportResponse, error)
+
+	// ImportDatabaseWithBodyWithResponse Load a file into a database
+	//
+	// The request body is the file: plain SQL (.sql), gzip-compressed SQL (.sql.gz) or, for PostgreSQL, a custom-format dump (pg_dump -Fc); the format is detected from its content. It is encrypted as it arrives and stored until the db.import job (202) that loads it ends. PostgreSQL loads plain SQL in one transaction with ON_ERROR_STOP and a custom-format dump with pg_restore --single-transaction: if anything fails, nothing is applied and the job fails with the engine's message. MySQL/MariaDB run the file statement by statement and stop at the first error: what ran before it stays (DDL commits implicitly there), so a failed load can be partial. The load runs in the instance's container (managed) or a throwaway container of the engine's image (external). 413 over the upload limit (10 GiB by default, --database-import-max-size), checked against Content-Length first and counted while the body arrives; 422 for an empty body, a bad database name, a key-value instance, or a custom-format dump for MySQL/MariaDB; 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/databases/{id}/import (the `ImportDatabase` operationId).
+	ImportDatabaseWithBodyWithResponse(ctx context.Context, id string, params *ImportDatabaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ImportDatabaseResponse, error)
+
+	// GetDatabaseJobWithResponse The result of a database job
+	//
+	// {status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data or error text (redacted true).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/databases/{id}/jobs/{job_id} (the `GetDatabaseJob` operationId).
+	GetDatabaseJobWithResponse(ctx context.Context, id string, jobId string, params *GetDatabaseJobParams, reqEditors ...RequestEditorFn) (*GetDatabaseJobResponse, error)
+
+	// QueryDatabaseWithBodyWithResponse Run one SQL statement
+	//
+	// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+	QueryDatabaseWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*QueryDatabaseResponse, error)
+
+	// QueryDatabaseWithResponse Run one SQL statement
+	//
+	// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+	QueryDatabaseWithResponse(ctx context.Context, id string, body QueryDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*QueryDatabaseResponse, error)
+
 	// ListDeploymentsWithResponse Recent deployments of every application, newest first
 	//
 	// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
@@ -3458,6 +7520,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/deployments/{id} (the `GetDeployment` operationId).
 	GetDeploymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetDeploymentResponse, error)
+
+	// CancelDeploymentWithResponse Cancel a queued deployment
+	//
+	// A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/deployments/{id}/cancel (the `CancelDeployment` operationId).
+	CancelDeploymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelDeploymentResponse, error)
 
 	// RollbackDeploymentWithResponse Roll back to a deployment
 	//
@@ -3503,6 +7576,48 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/jobs/{id}/cancel (the `CancelJob` operationId).
 	CancelJobWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelJobResponse, error)
 
+	// ReadLogsWithBodyWithResponse Read a journal unit or a container log
+	//
+	// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+	ReadLogsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReadLogsResponse, error)
+
+	// ReadLogsWithResponse Read a journal unit or a container log
+	//
+	// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+	ReadLogsWithResponse(ctx context.Context, body ReadLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReadLogsResponse, error)
+
+	// ListLogSourcesWithResponse Units and containers readable on a server (from its latest inventory)
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/logs/sources (the `ListLogSources` operationId).
+	ListLogSourcesWithResponse(ctx context.Context, params *ListLogSourcesParams, reqEditors ...RequestEditorFn) (*ListLogSourcesResponse, error)
+
+	// GetLogReadWithResponse Lines and cursor of a log read
+	//
+	// Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or running, no lines yet): one request gets the lines of a read that ends in time, without polling.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/logs/{job_id} (the `GetLogRead` operationId).
+	GetLogReadWithResponse(ctx context.Context, jobId string, params *GetLogReadParams, reqEditors ...RequestEditorFn) (*GetLogReadResponse, error)
+
 	// ListAlertsWithResponse Alerts, newest first
 	//
 	// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
@@ -3534,6 +7649,28 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /api/v1/servers (the `ListServers` operationId).
 	ListServersWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListServersResponse, error)
 
+	// CreateEnrollmentWithBodyWithResponse Enroll a new server
+	//
+	// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+	CreateEnrollmentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateEnrollmentResponse, error)
+
+	// CreateEnrollmentWithResponse Enroll a new server
+	//
+	// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+	CreateEnrollmentWithResponse(ctx context.Context, body CreateEnrollmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateEnrollmentResponse, error)
+
 	// GetServerWithResponse Server detail with latest metrics and inventory
 	//
 	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
@@ -3542,6 +7679,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/servers/{id} (the `GetServer` operationId).
 	GetServerWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetServerResponse, error)
+
+	// RevokeServerWithResponse Revoke the server's agent credential
+	//
+	// The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.
+	//
+	// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/servers/{id}/revoke (the `RevokeServer` operationId).
+	RevokeServerWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RevokeServerResponse, error)
 
 	// CreateStreamTicketWithResponse Take a single-use ticket that opens the live stream
 	//
@@ -3554,6 +7702,39 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with POST /api/v1/stream/tickets (the `CreateStreamTicket` operationId).
 	CreateStreamTicketWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CreateStreamTicketResponse, error)
 
+	// ListTokensWithResponse List API tokens
+	//
+	// An administrator sees everyone's tokens, a member their own; revoked and expired ones too. Never the tokens themselves.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+	ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error)
+
+	// CreateTokenWithBodyWithResponse Make an API token
+	//
+	// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
+	// CreateTokenWithResponse Make an API token
+	//
+	// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+	CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error)
+
 	// CurrentTokenWithResponse What the presented API token may do
 	//
 	// For a token's own introspection: its scopes, resources, expiry and what is in effect now. 404 for a session.
@@ -3564,6 +7745,17 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with GET /api/v1/tokens/current (the `CurrentToken` operationId).
 	CurrentTokenWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*CurrentTokenResponse, error)
+
+	// RevokeTokenWithResponse Revoke an API token
+	//
+	// A member revokes their own tokens, an administrator anyone's. The token is refused from its next call, on every control plane. 404 for a token that is not live.
+	//
+	// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
+	RevokeTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error)
 }
 
 type ListApplicationsResponse struct {
@@ -3629,6 +7821,110 @@ func (r ListApplicationsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r ListApplicationsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// CreateApplicationResponse201Headers the declared response headers of an HTTP 201 response for CreateApplication
+type CreateApplicationResponse201Headers struct {
+	Location *string
+}
+
+type CreateApplicationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *ApplicationDetail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers201 the parsed response headers for an HTTP 201 response
+	Headers201 *CreateApplicationResponse201Headers
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateApplicationResponse) GetJSON201() *ApplicationDetail {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateApplicationResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateApplicationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateApplicationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateApplicationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateApplicationResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3712,6 +8008,82 @@ func (r GetApplicationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetApplicationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListApplicationDeploymentsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DeploymentListOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListApplicationDeploymentsResponse) GetJSON200() *DeploymentListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListApplicationDeploymentsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListApplicationDeploymentsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListApplicationDeploymentsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListApplicationDeploymentsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListApplicationDeploymentsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListApplicationDeploymentsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListApplicationDeploymentsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListApplicationDeploymentsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListApplicationDeploymentsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -3823,6 +8195,373 @@ func (r DeployApplicationResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r DeployApplicationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ChangeApplicationEnvResponse200Headers the declared response headers of an HTTP 200 response for ChangeApplicationEnv
+type ChangeApplicationEnvResponse200Headers struct {
+	Location *string
+}
+
+type ChangeApplicationEnvResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ApplicationDetail
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ChangeApplicationEnvResponse200Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ChangeApplicationEnvResponse) GetJSON200() *ApplicationDetail {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ChangeApplicationEnvResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ChangeApplicationEnvResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ChangeApplicationEnvResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ChangeApplicationEnvResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ChangeApplicationEnvResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReadApplicationLogsResponse202Headers the declared response headers of an HTTP 202 response for ReadApplicationLogs
+type ReadApplicationLogsResponse202Headers struct {
+	Location *string
+}
+
+type ReadApplicationLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ReadApplicationLogsResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ReadApplicationLogsResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReadApplicationLogsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadApplicationLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadApplicationLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadApplicationLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadApplicationLogsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetApplicationLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AppLogs
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetApplicationLogsResponse) GetJSON200() *AppLogs {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetApplicationLogsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetApplicationLogsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetApplicationLogsResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetApplicationLogsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetApplicationLogsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetApplicationLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetApplicationLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetApplicationLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetApplicationLogsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListAuditLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *AuditListOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListAuditLogsResponse) GetJSON200() *AuditListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListAuditLogsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListAuditLogsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListAuditLogsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListAuditLogsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListAuditLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListAuditLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListAuditLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListAuditLogsResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4133,6 +8872,1155 @@ func (r RefreshResponse) ContentType() string {
 	return ""
 }
 
+type ListBackupsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *BackupListOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListBackupsResponse) GetJSON200() *BackupListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListBackupsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListBackupsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListBackupsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListBackupsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListBackupsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListBackupsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListBackupsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListBackupsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetBackupJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JobDetail
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetBackupJobResponse) GetJSON200() *JobDetail {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetBackupJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetBackupJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBackupJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetBackupJobResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetBackupJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBackupJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBackupJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBackupJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBackupJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RunBackupResponse202Headers the declared response headers of an HTTP 202 response for RunBackup
+type RunBackupResponse202Headers struct {
+	Location *string
+}
+
+type RunBackupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *BackupRunOutputBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RunBackupResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RunBackupResponse) GetJSON202() *BackupRunOutputBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RunBackupResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r RunBackupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RunBackupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RunBackupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RunBackupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetBackupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *RunView
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetBackupResponse) GetJSON200() *RunView {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetBackupResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetBackupResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetBackupResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetBackupResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetBackupResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetBackupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetBackupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetBackupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetBackupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// RestoreBackupResponse202Headers the declared response headers of an HTTP 202 response for RestoreBackup
+type RestoreBackupResponse202Headers struct {
+	Location *string
+}
+
+type RestoreBackupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *RestoreBackupResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r RestoreBackupResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RestoreBackupResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r RestoreBackupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RestoreBackupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RestoreBackupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RestoreBackupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// VerifyBackupResponse202Headers the declared response headers of an HTTP 202 response for VerifyBackup
+type VerifyBackupResponse202Headers struct {
+	Location *string
+}
+
+type VerifyBackupResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *VerifyBackupResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r VerifyBackupResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r VerifyBackupResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r VerifyBackupResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r VerifyBackupResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r VerifyBackupResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r VerifyBackupResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r VerifyBackupResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r VerifyBackupResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r VerifyBackupResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r VerifyBackupResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r VerifyBackupResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListDatabasesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DatabaseListOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListDatabasesResponse) GetJSON200() *DatabaseListOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListDatabasesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListDatabasesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListDatabasesResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListDatabasesResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListDatabasesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListDatabasesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListDatabasesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListDatabasesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetDatabaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Detail
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetDatabaseResponse) GetJSON200() *Detail {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetDatabaseResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetDatabaseResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetDatabaseResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetDatabaseResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetDatabaseResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDatabaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDatabaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDatabaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDatabaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ExportDatabaseResponse202Headers the declared response headers of an HTTP 202 response for ExportDatabase
+type ExportDatabaseResponse202Headers struct {
+	Location *string
+}
+
+type ExportDatabaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ExportDatabaseResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ExportDatabaseResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ExportDatabaseResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ExportDatabaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ExportDatabaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ExportDatabaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ExportDatabaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type DownloadDatabaseExportResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON410 the response for an HTTP 410 `application/problem+json` response
+	ApplicationproblemJSON410 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON410 returns the response for an HTTP 410 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON410() *Problem {
+	return r.ApplicationproblemJSON410
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r DownloadDatabaseExportResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r DownloadDatabaseExportResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r DownloadDatabaseExportResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r DownloadDatabaseExportResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r DownloadDatabaseExportResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ImportDatabaseResponse202Headers the declared response headers of an HTTP 202 response for ImportDatabase
+type ImportDatabaseResponse202Headers struct {
+	Location *string
+}
+
+type ImportDatabaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ImportDatabaseResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ImportDatabaseResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ImportDatabaseResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ImportDatabaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ImportDatabaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ImportDatabaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ImportDatabaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetDatabaseJobResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *JobResult
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetDatabaseJobResponse) GetJSON200() *JobResult {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetDatabaseJobResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetDatabaseJobResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetDatabaseJobResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetDatabaseJobResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetDatabaseJobResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetDatabaseJobResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetDatabaseJobResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetDatabaseJobResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetDatabaseJobResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// QueryDatabaseResponse202Headers the declared response headers of an HTTP 202 response for QueryDatabase
+type QueryDatabaseResponse202Headers struct {
+	Location *string
+}
+
+type QueryDatabaseResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *QueryDatabaseResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r QueryDatabaseResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r QueryDatabaseResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r QueryDatabaseResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r QueryDatabaseResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r QueryDatabaseResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r QueryDatabaseResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListDeploymentsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4272,6 +10160,89 @@ func (r GetDeploymentResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetDeploymentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CancelDeploymentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *DeploymentDetail
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r CancelDeploymentResponse) GetJSON200() *DeploymentDetail {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CancelDeploymentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CancelDeploymentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r CancelDeploymentResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CancelDeploymentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CancelDeploymentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CancelDeploymentResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CancelDeploymentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CancelDeploymentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CancelDeploymentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CancelDeploymentResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -4596,6 +10567,262 @@ func (r CancelJobResponse) ContentType() string {
 	return ""
 }
 
+// ReadLogsResponse202Headers the declared response headers of an HTTP 202 response for ReadLogs
+type ReadLogsResponse202Headers struct {
+	Location *string
+}
+
+type ReadLogsResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON202 the response for an HTTP 202 `application/json` response
+	JSON202 *AcceptedBody
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+	// Headers202 the parsed response headers for an HTTP 202 response
+	Headers202 *ReadLogsResponse202Headers
+}
+
+// GetJSON202 returns the response for an HTTP 202 `application/json` response
+func (r ReadLogsResponse) GetJSON202() *AcceptedBody {
+	return r.JSON202
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ReadLogsResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ReadLogsResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReadLogsResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReadLogsResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReadLogsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListLogSourcesResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Sources
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListLogSourcesResponse) GetJSON200() *Sources {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListLogSourcesResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListLogSourcesResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r ListLogSourcesResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListLogSourcesResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListLogSourcesResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListLogSourcesResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListLogSourcesResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListLogSourcesResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListLogSourcesResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type GetLogReadResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Result
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetLogReadResponse) GetJSON200() *Result {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetLogReadResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetLogReadResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetLogReadResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r GetLogReadResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetLogReadResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetLogReadResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetLogReadResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetLogReadResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetLogReadResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type ListAlertsResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4817,6 +11044,103 @@ func (r ListServersResponse) ContentType() string {
 	return ""
 }
 
+type CreateEnrollmentResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *Enrollment
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateEnrollmentResponse) GetJSON201() *Enrollment {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateEnrollmentResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateEnrollmentResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateEnrollmentResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateEnrollmentResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateEnrollmentResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type GetServerResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4893,6 +11217,82 @@ func (r GetServerResponse) ContentType() string {
 	return ""
 }
 
+type RevokeServerResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Server
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeServerResponse) GetJSON200() *Server {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeServerResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeServerResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeServerResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RevokeServerResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RevokeServerResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeServerResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeServerResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeServerResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeServerResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 type CreateStreamTicketResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -4956,6 +11356,172 @@ func (r CreateStreamTicketResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r CreateStreamTicketResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type ListTokensResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *TokensOutputBody
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ListTokensResponse) GetJSON200() *TokensOutputBody {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r ListTokensResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r ListTokensResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ListTokensResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ListTokensResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ListTokensResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+type CreateTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON201 the response for an HTTP 201 `application/json` response
+	JSON201 *CreatedToken
+	// ApplicationproblemJSON400 the response for an HTTP 400 `application/problem+json` response
+	ApplicationproblemJSON400 *Problem
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON409 the response for an HTTP 409 `application/problem+json` response
+	ApplicationproblemJSON409 *Problem
+	// ApplicationproblemJSON413 the response for an HTTP 413 `application/problem+json` response
+	ApplicationproblemJSON413 *Problem
+	// ApplicationproblemJSON415 the response for an HTTP 415 `application/problem+json` response
+	ApplicationproblemJSON415 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON201 returns the response for an HTTP 201 `application/json` response
+func (r CreateTokenResponse) GetJSON201() *CreatedToken {
+	return r.JSON201
+}
+
+// GetApplicationproblemJSON400 returns the response for an HTTP 400 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON400() *Problem {
+	return r.ApplicationproblemJSON400
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON409 returns the response for an HTTP 409 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON409() *Problem {
+	return r.ApplicationproblemJSON409
+}
+
+// GetApplicationproblemJSON413 returns the response for an HTTP 413 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON413() *Problem {
+	return r.ApplicationproblemJSON413
+}
+
+// GetApplicationproblemJSON415 returns the response for an HTTP 415 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON415() *Problem {
+	return r.ApplicationproblemJSON415
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r CreateTokenResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r CreateTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r CreateTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r CreateTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r CreateTokenResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -5038,6 +11604,82 @@ func (r CurrentTokenResponse) ContentType() string {
 	return ""
 }
 
+type RevokeTokenResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *APIToken
+	// ApplicationproblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationproblemJSON401 *Problem
+	// ApplicationproblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationproblemJSON403 *Problem
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *Problem
+	// ApplicationproblemJSON422 the response for an HTTP 422 `application/problem+json` response
+	ApplicationproblemJSON422 *Problem
+	// ApplicationproblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationproblemJSON500 *Problem
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r RevokeTokenResponse) GetJSON200() *APIToken {
+	return r.JSON200
+}
+
+// GetApplicationproblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON401() *Problem {
+	return r.ApplicationproblemJSON401
+}
+
+// GetApplicationproblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON403() *Problem {
+	return r.ApplicationproblemJSON403
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON404() *Problem {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON422 returns the response for an HTTP 422 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON422() *Problem {
+	return r.ApplicationproblemJSON422
+}
+
+// GetApplicationproblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r RevokeTokenResponse) GetApplicationproblemJSON500() *Problem {
+	return r.ApplicationproblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r RevokeTokenResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r RevokeTokenResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r RevokeTokenResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r RevokeTokenResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ListApplicationsWithResponse Applications with their status (no environment values)
 //
 // Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
@@ -5055,6 +11697,40 @@ func (c *ClientWithResponses) ListApplicationsWithResponse(ctx context.Context, 
 	return ParseListApplicationsResponse(rsp)
 }
 
+// CreateApplicationWithBodyWithResponse Create an application (and deploy it)
+//
+// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+func (c *ClientWithResponses) CreateApplicationWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateApplicationResponse, error) {
+	rsp, err := c.CreateApplicationWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApplicationResponse(rsp)
+}
+
+// CreateApplicationWithResponse Create an application (and deploy it)
+//
+// Validates every field (422 names each bad one, e.g. env[2].key), stores the environment encrypted and, unless deploy is false, queues the first deployment: `latest` in the reply is that deployment. 409 when the name is taken on the server, or (port-published) the published port is another application's there; of two creates racing for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/applications (the `CreateApplication` operationId).
+func (c *ClientWithResponses) CreateApplicationWithResponse(ctx context.Context, body CreateApplicationJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateApplicationResponse, error) {
+	rsp, err := c.CreateApplication(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateApplicationResponse(rsp)
+}
+
 // GetApplicationWithResponse Application detail with its current and latest deployments
 //
 // Environment values are secrets, and so are the values written inline in a compose document (environment, build arguments, labels, commands, x- extensions) and a service application's build and start commands. An administrator gets them by default (reveal=true), and each such read is audited as application.env.read; with reveal=false the keys come with value_set and no value, the document masked (compose_masked) and the commands hidden (commands_hidden), unaudited, and so do the current and latest deployments' specs. Members get the keys and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).
@@ -5070,6 +11746,23 @@ func (c *ClientWithResponses) GetApplicationWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseGetApplicationResponse(rsp)
+}
+
+// ListApplicationDeploymentsWithResponse An application's deployments, newest first
+//
+// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/applications/{id}/deployments (the `ListApplicationDeployments` operationId).
+func (c *ClientWithResponses) ListApplicationDeploymentsWithResponse(ctx context.Context, id string, params *ListApplicationDeploymentsParams, reqEditors ...RequestEditorFn) (*ListApplicationDeploymentsResponse, error) {
+	rsp, err := c.ListApplicationDeployments(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListApplicationDeploymentsResponse(rsp)
 }
 
 // DeployApplicationWithBodyWithResponse Deploy an application
@@ -5104,6 +11797,108 @@ func (c *ClientWithResponses) DeployApplicationWithResponse(ctx context.Context,
 		return nil, err
 	}
 	return ParseDeployApplicationResponse(rsp)
+}
+
+// ChangeApplicationEnvWithBodyWithResponse Set or remove some environment variables, keeping the others' values
+//
+// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+func (c *ClientWithResponses) ChangeApplicationEnvWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ChangeApplicationEnvResponse, error) {
+	rsp, err := c.ChangeApplicationEnvWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChangeApplicationEnvResponse(rsp)
+}
+
+// ChangeApplicationEnvWithResponse Set or remove some environment variables, keeping the others' values
+//
+// Sets the variables in set (a new key is added at the end, an existing one keeps its place and gets the new value) and removes those in remove; the other variables keep their values, which the caller never reads: an editor of write-only values changes the env through this. Applies to the next deployment; nothing is redeployed. A key to remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The reply lists the environment's keys with value_set, not the values.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with PATCH /api/v1/applications/{id}/env (the `ChangeApplicationEnv` operationId).
+func (c *ClientWithResponses) ChangeApplicationEnvWithResponse(ctx context.Context, id string, body ChangeApplicationEnvJSONRequestBody, reqEditors ...RequestEditorFn) (*ChangeApplicationEnvResponse, error) {
+	rsp, err := c.ChangeApplicationEnv(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseChangeApplicationEnvResponse(rsp)
+}
+
+// ReadApplicationLogsWithBodyWithResponse Read the live container's log
+//
+// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+func (c *ClientWithResponses) ReadApplicationLogsWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReadApplicationLogsResponse, error) {
+	rsp, err := c.ReadApplicationLogsWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadApplicationLogsResponse(rsp)
+}
+
+// ReadApplicationLogsWithResponse Read the live container's log
+//
+// Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/applications/{id}/logs (the `ReadApplicationLogs` operationId).
+func (c *ClientWithResponses) ReadApplicationLogsWithResponse(ctx context.Context, id string, body ReadApplicationLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReadApplicationLogsResponse, error) {
+	rsp, err := c.ReadApplicationLogs(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadApplicationLogsResponse(rsp)
+}
+
+// GetApplicationLogsWithResponse Lines and container state of an application log read
+//
+// Log lines can carry secrets: administrators get the lines and the container's state; members get the read's status and error class only, with no lines and redacted true.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/applications/{id}/logs/{job_id} (the `GetApplicationLogs` operationId).
+func (c *ClientWithResponses) GetApplicationLogsWithResponse(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*GetApplicationLogsResponse, error) {
+	rsp, err := c.GetApplicationLogs(ctx, id, jobId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetApplicationLogsResponse(rsp)
+}
+
+// ListAuditLogsWithResponse Audit log, newest first
+//
+// Filters combine: action (exact, or a prefix such as auth.*), actor (e-mail or id), the object (target_type, target_id) and the time (since, until). A page's next_cursor, passed as before with the same filters, gives the next older page.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `admin` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/audit-logs (the `ListAuditLogs` operationId).
+func (c *ClientWithResponses) ListAuditLogsWithResponse(ctx context.Context, params *ListAuditLogsParams, reqEditors ...RequestEditorFn) (*ListAuditLogsResponse, error) {
+	rsp, err := c.ListAuditLogs(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListAuditLogsResponse(rsp)
 }
 
 // Verify2faWithBodyWithResponse Sign in, step 2: TOTP code
@@ -5206,6 +12001,295 @@ func (c *ClientWithResponses) RefreshWithResponse(ctx context.Context, reqEditor
 	return ParseRefreshResponse(rsp)
 }
 
+// ListBackupsWithResponse Backups, newest first
+//
+// Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/backups (the `ListBackups` operationId).
+func (c *ClientWithResponses) ListBackupsWithResponse(ctx context.Context, params *ListBackupsParams, reqEditors ...RequestEditorFn) (*ListBackupsResponse, error) {
+	rsp, err := c.ListBackups(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListBackupsResponse(rsp)
+}
+
+// GetBackupJobWithResponse The status of a backup job
+//
+// A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data, events or error text (redacted true).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/backups/jobs/{job_id} (the `GetBackupJob` operationId).
+func (c *ClientWithResponses) GetBackupJobWithResponse(ctx context.Context, jobId string, params *GetBackupJobParams, reqEditors ...RequestEditorFn) (*GetBackupJobResponse, error) {
+	rsp, err := c.GetBackupJob(ctx, jobId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBackupJobResponse(rsp)
+}
+
+// RunBackupWithBodyWithResponse Back up a database now
+//
+// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+func (c *ClientWithResponses) RunBackupWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RunBackupResponse, error) {
+	rsp, err := c.RunBackupWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRunBackupResponse(rsp)
+}
+
+// RunBackupWithResponse Back up a database now
+//
+// Queues backup.run (202) on the instance's server. Its agent takes a snapshot, counts and checksums every table in it (the manifest), dumps the database in that same snapshot (pg_dump --snapshot), compresses and encrypts the dump on the server (age, to the control plane's backup recipient), writes a local copy and uploads the object at once, then reads back its size and SHA-256 from the storage. The run is succeeded only when the read-back matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the instance is not ready or no storage is configured. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backups/run (the `RunBackup` operationId).
+func (c *ClientWithResponses) RunBackupWithResponse(ctx context.Context, body RunBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*RunBackupResponse, error) {
+	rsp, err := c.RunBackup(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRunBackupResponse(rsp)
+}
+
+// GetBackupWithResponse One backup
+//
+// The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members get a failed run's error (and delete_error) as its class only.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/backups/{run_id} (the `GetBackup` operationId).
+func (c *ClientWithResponses) GetBackupWithResponse(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*GetBackupResponse, error) {
+	rsp, err := c.GetBackup(ctx, runId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetBackupResponse(rsp)
+}
+
+// RestoreBackupWithBodyWithResponse Restore a backup into a new database or in place of one
+//
+// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+func (c *ClientWithResponses) RestoreBackupWithBodyWithResponse(ctx context.Context, runId string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*RestoreBackupResponse, error) {
+	rsp, err := c.RestoreBackupWithBody(ctx, runId, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestoreBackupResponse(rsp)
+}
+
+// RestoreBackupWithResponse Restore a backup into a new database or in place of one
+//
+// Queues backup.restore (202). mode new restores into a new database named into: 422 up front when the control plane knows the instance has it (its initial database, or one its agent listed in its newest metric sample); one created since then is found by the job, which fails saying so without touching it. mode replace restores into a temporary database first, compares it with the manifest, and only then swaps it in place of into (PostgreSQL: renaming both databases after ending the sessions connected to into; MariaDB/MySQL: one RENAME TABLE statement moving every table), so a failed restore never leaves the target half-written. The object is fetched from the storage and checked like a verification. A Redis/Valkey backup (a snapshot of every numbered database) is restored with mode replace and no into, in place of a managed instance's data: once the snapshot loaded in a throwaway server and matched the manifest, and was staged in the instance's volume, the server is stopped, its snapshot file and append-only directory are moved aside, and it starts on the restored snapshot (with the append-only file switched off for that start, then rewritten from the loaded data); if it does not come up with the manifest's number of keys, the previous data is put back. Writes since the backup are lost. 422 for an invalid mode or name, for mode new or an into with a Redis/Valkey backup, and for one of an external Redis/Valkey instance (restored by hand); 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys. Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backups/{run_id}/restore (the `RestoreBackup` operationId).
+func (c *ClientWithResponses) RestoreBackupWithResponse(ctx context.Context, runId string, body RestoreBackupJSONRequestBody, reqEditors ...RequestEditorFn) (*RestoreBackupResponse, error) {
+	rsp, err := c.RestoreBackup(ctx, runId, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRestoreBackupResponse(rsp)
+}
+
+// VerifyBackupWithResponse Test-restore a backup into a throwaway database
+//
+// Queues backup.verify (202) on the backup's server. Its agent fetches the object from the storage (not the local copy) to its disk, checks its size and SHA-256 against the run's record (never the storage's own sidecar), and only then decrypts it, with the identity of the backup's instance alone (it reaches the agent in this job's secrets only), restores it into a throwaway database on the same server, compares every table's rows and checksum with the manifest, and drops the throwaway database (Redis/Valkey: loads the snapshot into a throwaway server in a container of the engine's image and compares each database's keys). The run's verified becomes {at, ok, details} with what was compared; a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/backups/{run_id}/verify (the `VerifyBackup` operationId).
+func (c *ClientWithResponses) VerifyBackupWithResponse(ctx context.Context, runId string, reqEditors ...RequestEditorFn) (*VerifyBackupResponse, error) {
+	rsp, err := c.VerifyBackup(ctx, runId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseVerifyBackupResponse(rsp)
+}
+
+// ListDatabasesWithResponse Database instances
+//
+// With their logins' user names, never passwords. Members do not get last_error (a job's output).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/databases (the `ListDatabases` operationId).
+func (c *ClientWithResponses) ListDatabasesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListDatabasesResponse, error) {
+	rsp, err := c.ListDatabases(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListDatabasesResponse(rsp)
+}
+
+// GetDatabaseWithResponse A database instance
+//
+// State, engine, version, server, managed or external, and its logins' user names (never passwords). Members do not get last_error (a job's output).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/databases/{id} (the `GetDatabase` operationId).
+func (c *ClientWithResponses) GetDatabaseWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*GetDatabaseResponse, error) {
+	rsp, err := c.GetDatabase(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDatabaseResponse(rsp)
+}
+
+// ExportDatabaseWithBodyWithResponse Dump one database as .sql.gz
+//
+// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+func (c *ClientWithResponses) ExportDatabaseWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ExportDatabaseResponse, error) {
+	rsp, err := c.ExportDatabaseWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExportDatabaseResponse(rsp)
+}
+
+// ExportDatabaseWithResponse Dump one database as .sql.gz
+//
+// Queues db.export (202) on a ready SQL instance. The agent runs the engine's dump tool (pg_dump, mariadb-dump or mysqldump) inside a managed instance's container, so its version is the engine's; for an external instance a client of the same major version on the server, else the engine's image in a throwaway container (the job's data and events say which). It gzip-compresses the dump and streams it to the control plane, which encrypts it as it arrives; no plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/databases/{id}/export (the `ExportDatabase` operationId).
+func (c *ClientWithResponses) ExportDatabaseWithResponse(ctx context.Context, id string, body ExportDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*ExportDatabaseResponse, error) {
+	rsp, err := c.ExportDatabase(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseExportDatabaseResponse(rsp)
+}
+
+// DownloadDatabaseExportWithResponse Download a finished export
+//
+// Streams the export of a succeeded db.export job, decrypted, as application/gzip (a .sql.gz file), with its Content-Length and its SHA-256 in Repr-Digest. Each download is recorded in the audit log (database.export.downloaded) with who made it and from which address, before a byte is sent. 404 for a job that is not an export of this instance, 409 while it runs or when it failed, 410 once it expired.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/databases/{id}/exports/{job_id} (the `DownloadDatabaseExport` operationId).
+func (c *ClientWithResponses) DownloadDatabaseExportWithResponse(ctx context.Context, id string, jobId string, reqEditors ...RequestEditorFn) (*DownloadDatabaseExportResponse, error) {
+	rsp, err := c.DownloadDatabaseExport(ctx, id, jobId, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseDownloadDatabaseExportResponse(rsp)
+}
+
+// ImportDatabaseWithBodyWithResponse Load a file into a database
+//
+// The request body is the file: plain SQL (.sql), gzip-compressed SQL (.sql.gz) or, for PostgreSQL, a custom-format dump (pg_dump -Fc); the format is detected from its content. It is encrypted as it arrives and stored until the db.import job (202) that loads it ends. PostgreSQL loads plain SQL in one transaction with ON_ERROR_STOP and a custom-format dump with pg_restore --single-transaction: if anything fails, nothing is applied and the job fails with the engine's message. MySQL/MariaDB run the file statement by statement and stop at the first error: what ran before it stays (DDL commits implicitly there), so a failed load can be partial. The load runs in the instance's container (managed) or a throwaway container of the engine's image (external). 413 over the upload limit (10 GiB by default, --database-import-max-size), checked against Content-Length first and counted while the body arrives; 422 for an empty body, a bad database name, a key-value instance, or a custom-format dump for MySQL/MariaDB; 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/databases/{id}/import (the `ImportDatabase` operationId).
+func (c *ClientWithResponses) ImportDatabaseWithBodyWithResponse(ctx context.Context, id string, params *ImportDatabaseParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ImportDatabaseResponse, error) {
+	rsp, err := c.ImportDatabaseWithBody(ctx, id, params, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseImportDatabaseResponse(rsp)
+}
+
+// GetDatabaseJobWithResponse The result of a database job
+//
+// {status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error class, not its data or error text (redacted true).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/databases/{id}/jobs/{job_id} (the `GetDatabaseJob` operationId).
+func (c *ClientWithResponses) GetDatabaseJobWithResponse(ctx context.Context, id string, jobId string, params *GetDatabaseJobParams, reqEditors ...RequestEditorFn) (*GetDatabaseJobResponse, error) {
+	rsp, err := c.GetDatabaseJob(ctx, id, jobId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetDatabaseJobResponse(rsp)
+}
+
+// QueryDatabaseWithBodyWithResponse Run one SQL statement
+//
+// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+func (c *ClientWithResponses) QueryDatabaseWithBodyWithResponse(ctx context.Context, id string, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*QueryDatabaseResponse, error) {
+	rsp, err := c.QueryDatabaseWithBody(ctx, id, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseQueryDatabaseResponse(rsp)
+}
+
+// QueryDatabaseWithResponse Run one SQL statement
+//
+// Queues db.query (202) on a ready SQL instance; read the result at GET /api/v1/databases/{id}/jobs/{job_id}?wait=30: {columns: [{name, type}], rows, row_count, truncated, rows_affected, duration_ms, notices, ran_as (the login it ran as: read-only statements run as the read-only login capstan_console_ro the agent makes where the engine has such a role)}, or, for a failed job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `operate` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/databases/{id}/query (the `QueryDatabase` operationId).
+func (c *ClientWithResponses) QueryDatabaseWithResponse(ctx context.Context, id string, body QueryDatabaseJSONRequestBody, reqEditors ...RequestEditorFn) (*QueryDatabaseResponse, error) {
+	rsp, err := c.QueryDatabase(ctx, id, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseQueryDatabaseResponse(rsp)
+}
+
 // ListDeploymentsWithResponse Recent deployments of every application, newest first
 //
 // Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
@@ -5238,6 +12322,23 @@ func (c *ClientWithResponses) GetDeploymentWithResponse(ctx context.Context, id 
 		return nil, err
 	}
 	return ParseGetDeploymentResponse(rsp)
+}
+
+// CancelDeploymentWithResponse Cancel a queued deployment
+//
+// A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `deploy` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/deployments/{id}/cancel (the `CancelDeployment` operationId).
+func (c *ClientWithResponses) CancelDeploymentWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*CancelDeploymentResponse, error) {
+	rsp, err := c.CancelDeployment(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCancelDeploymentResponse(rsp)
 }
 
 // RollbackDeploymentWithResponse Roll back to a deployment
@@ -5308,6 +12409,72 @@ func (c *ClientWithResponses) CancelJobWithResponse(ctx context.Context, id stri
 	return ParseCancelJobResponse(rsp)
 }
 
+// ReadLogsWithBodyWithResponse Read a journal unit or a container log
+//
+// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+func (c *ClientWithResponses) ReadLogsWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReadLogsResponse, error) {
+	rsp, err := c.ReadLogsWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadLogsResponse(rsp)
+}
+
+// ReadLogsWithResponse Read a journal unit or a container log
+//
+// Queues a logs.read job (202). Get the lines and a cursor from GET /api/v1/logs/{job_id} (with wait, in one request once the read is done); pass the cursor to the next read to continue with no duplicates and no gaps.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `read:secrets` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/logs (the `ReadLogs` operationId).
+func (c *ClientWithResponses) ReadLogsWithResponse(ctx context.Context, body ReadLogsJSONRequestBody, reqEditors ...RequestEditorFn) (*ReadLogsResponse, error) {
+	rsp, err := c.ReadLogs(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReadLogsResponse(rsp)
+}
+
+// ListLogSourcesWithResponse Units and containers readable on a server (from its latest inventory)
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/logs/sources (the `ListLogSources` operationId).
+func (c *ClientWithResponses) ListLogSourcesWithResponse(ctx context.Context, params *ListLogSourcesParams, reqEditors ...RequestEditorFn) (*ListLogSourcesResponse, error) {
+	rsp, err := c.ListLogSources(ctx, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListLogSourcesResponse(rsp)
+}
+
+// GetLogReadWithResponse Lines and cursor of a log read
+//
+// Log lines can carry secrets: administrators get the lines and cursor; members get the read's status and error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or running, no lines yet): one request gets the lines of a read that ends in time, without polling.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/logs/{job_id} (the `GetLogRead` operationId).
+func (c *ClientWithResponses) GetLogReadWithResponse(ctx context.Context, jobId string, params *GetLogReadParams, reqEditors ...RequestEditorFn) (*GetLogReadResponse, error) {
+	rsp, err := c.GetLogRead(ctx, jobId, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetLogReadResponse(rsp)
+}
+
 // ListAlertsWithResponse Alerts, newest first
 //
 // Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
@@ -5357,6 +12524,40 @@ func (c *ClientWithResponses) ListServersWithResponse(ctx context.Context, reqEd
 	return ParseListServersResponse(rsp)
 }
 
+// CreateEnrollmentWithBodyWithResponse Enroll a new server
+//
+// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+func (c *ClientWithResponses) CreateEnrollmentWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateEnrollmentResponse, error) {
+	rsp, err := c.CreateEnrollmentWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnrollmentResponse(rsp)
+}
+
+// CreateEnrollmentWithResponse Enroll a new server
+//
+// Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/servers/enrollments (the `CreateEnrollment` operationId).
+func (c *ClientWithResponses) CreateEnrollmentWithResponse(ctx context.Context, body CreateEnrollmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateEnrollmentResponse, error) {
+	rsp, err := c.CreateEnrollment(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateEnrollmentResponse(rsp)
+}
+
 // GetServerWithResponse Server detail with latest metrics and inventory
 //
 // Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
@@ -5370,6 +12571,23 @@ func (c *ClientWithResponses) GetServerWithResponse(ctx context.Context, id stri
 		return nil, err
 	}
 	return ParseGetServerResponse(rsp)
+}
+
+// RevokeServerWithResponse Revoke the server's agent credential
+//
+// The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.
+//
+// Administrators only (403 admin-required for members). With an API token: scope `write` (403 token-scope without it).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/servers/{id}/revoke (the `RevokeServer` operationId).
+func (c *ClientWithResponses) RevokeServerWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RevokeServerResponse, error) {
+	rsp, err := c.RevokeServer(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeServerResponse(rsp)
 }
 
 // CreateStreamTicketWithResponse Take a single-use ticket that opens the live stream
@@ -5389,6 +12607,57 @@ func (c *ClientWithResponses) CreateStreamTicketWithResponse(ctx context.Context
 	return ParseCreateStreamTicketResponse(rsp)
 }
 
+// ListTokensWithResponse List API tokens
+//
+// An administrator sees everyone's tokens, a member their own; revoked and expired ones too. Never the tokens themselves.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /api/v1/tokens (the `ListTokens` operationId).
+func (c *ClientWithResponses) ListTokensWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTokensResponse, error) {
+	rsp, err := c.ListTokens(ctx, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseListTokensResponse(rsp)
+}
+
+// CreateTokenWithBodyWithResponse Make an API token
+//
+// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateTokenWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
+// CreateTokenWithResponse Make an API token
+//
+// The token (`cpt_…`) is in this answer only; it is stored as a hash. It acts as its owner with the rights of its scopes, never more than the owner's role at the moment of use: a member's token only reads, and demoting or disabling the owner narrows or stops their tokens at the next call. `resources` narrow it to applications, servers (with what runs on them), database instances or servers with a tag; such a token is refused operations that act on none of them. At most 100 live tokens per user (409 token-limit).
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/v1/tokens (the `CreateToken` operationId).
+func (c *ClientWithResponses) CreateTokenWithResponse(ctx context.Context, body CreateTokenJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateTokenResponse, error) {
+	rsp, err := c.CreateToken(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseCreateTokenResponse(rsp)
+}
+
 // CurrentTokenWithResponse What the presented API token may do
 //
 // For a token's own introspection: its scopes, resources, expiry and what is in effect now. 404 for a session.
@@ -5404,6 +12673,23 @@ func (c *ClientWithResponses) CurrentTokenWithResponse(ctx context.Context, reqE
 		return nil, err
 	}
 	return ParseCurrentTokenResponse(rsp)
+}
+
+// RevokeTokenWithResponse Revoke an API token
+//
+// A member revokes their own tokens, an administrator anyone's. The token is refused from its next call, on every control plane. 404 for a token that is not live.
+//
+// Any signed-in user (administrator or member); members never get secrets or job output. Not with an API token: a signed-in session only (403 session-required).
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with DELETE /api/v1/tokens/{id} (the `RevokeToken` operationId).
+func (c *ClientWithResponses) RevokeTokenWithResponse(ctx context.Context, id string, reqEditors ...RequestEditorFn) (*RevokeTokenResponse, error) {
+	rsp, err := c.RevokeToken(ctx, id, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseRevokeTokenResponse(rsp)
 }
 
 // ParseListApplicationsResponse parses an HTTP response from a ListApplicationsWithResponse call
@@ -5455,6 +12741,101 @@ func ParseListApplicationsResponse(rsp *http.Response) (*ListApplicationsRespons
 		}
 		response.ApplicationproblemJSON500 = &dest
 
+	}
+
+	return response, nil
+}
+
+// ParseCreateApplicationResponse parses an HTTP response from a CreateApplicationWithResponse call
+func ParseCreateApplicationResponse(rsp *http.Response) (*CreateApplicationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateApplicationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest ApplicationDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 201:
+		var headers CreateApplicationResponse201Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers201 = &headers
 	}
 
 	return response, nil
@@ -5529,6 +12910,67 @@ func ParseGetApplicationResponse(rsp *http.Response) (*GetApplicationResponse, e
 			headers.Location = &value
 		}
 		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListApplicationDeploymentsResponse parses an HTTP response from a ListApplicationDeploymentsWithResponse call
+func ParseListApplicationDeploymentsResponse(rsp *http.Response) (*ListApplicationDeploymentsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListApplicationDeploymentsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DeploymentListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
 	}
 
 	return response, nil
@@ -5631,6 +13073,325 @@ func ParseDeployApplicationResponse(rsp *http.Response) (*DeployApplicationRespo
 			headers.Location = &value
 		}
 		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseChangeApplicationEnvResponse parses an HTTP response from a ChangeApplicationEnvWithResponse call
+func ParseChangeApplicationEnvResponse(rsp *http.Response) (*ChangeApplicationEnvResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ChangeApplicationEnvResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ApplicationDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ChangeApplicationEnvResponse200Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers200 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReadApplicationLogsResponse parses an HTTP response from a ReadApplicationLogsWithResponse call
+func ParseReadApplicationLogsResponse(rsp *http.Response) (*ReadApplicationLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadApplicationLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ReadApplicationLogsResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetApplicationLogsResponse parses an HTTP response from a GetApplicationLogsWithResponse call
+func ParseGetApplicationLogsResponse(rsp *http.Response) (*GetApplicationLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetApplicationLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AppLogs
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseListAuditLogsResponse parses an HTTP response from a ListAuditLogsWithResponse call
+func ParseListAuditLogsResponse(rsp *http.Response) (*ListAuditLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListAuditLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest AuditListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
 	}
 
 	return response, nil
@@ -5892,6 +13653,996 @@ func ParseRefreshResponse(rsp *http.Response) (*RefreshResponse, error) {
 	return response, nil
 }
 
+// ParseListBackupsResponse parses an HTTP response from a ListBackupsWithResponse call
+func ParseListBackupsResponse(rsp *http.Response) (*ListBackupsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListBackupsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest BackupListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetBackupJobResponse parses an HTTP response from a GetBackupJobWithResponse call
+func ParseGetBackupJobResponse(rsp *http.Response) (*GetBackupJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBackupJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JobDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRunBackupResponse parses an HTTP response from a RunBackupWithResponse call
+func ParseRunBackupResponse(rsp *http.Response) (*RunBackupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RunBackupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest BackupRunOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers RunBackupResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetBackupResponse parses an HTTP response from a GetBackupWithResponse call
+func ParseGetBackupResponse(rsp *http.Response) (*GetBackupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetBackupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest RunView
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRestoreBackupResponse parses an HTTP response from a RestoreBackupWithResponse call
+func ParseRestoreBackupResponse(rsp *http.Response) (*RestoreBackupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RestoreBackupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers RestoreBackupResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseVerifyBackupResponse parses an HTTP response from a VerifyBackupWithResponse call
+func ParseVerifyBackupResponse(rsp *http.Response) (*VerifyBackupResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &VerifyBackupResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers VerifyBackupResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListDatabasesResponse parses an HTTP response from a ListDatabasesWithResponse call
+func ParseListDatabasesResponse(rsp *http.Response) (*ListDatabasesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListDatabasesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DatabaseListOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetDatabaseResponse parses an HTTP response from a GetDatabaseWithResponse call
+func ParseGetDatabaseResponse(rsp *http.Response) (*GetDatabaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDatabaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Detail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseExportDatabaseResponse parses an HTTP response from a ExportDatabaseWithResponse call
+func ParseExportDatabaseResponse(rsp *http.Response) (*ExportDatabaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ExportDatabaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ExportDatabaseResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseDownloadDatabaseExportResponse parses an HTTP response from a DownloadDatabaseExportWithResponse call
+func ParseDownloadDatabaseExportResponse(rsp *http.Response) (*DownloadDatabaseExportResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &DownloadDatabaseExportResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 410:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON410 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseImportDatabaseResponse parses an HTTP response from a ImportDatabaseWithResponse call
+func ParseImportDatabaseResponse(rsp *http.Response) (*ImportDatabaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ImportDatabaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ImportDatabaseResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetDatabaseJobResponse parses an HTTP response from a GetDatabaseJobWithResponse call
+func ParseGetDatabaseJobResponse(rsp *http.Response) (*GetDatabaseJobResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetDatabaseJobResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest JobResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseQueryDatabaseResponse parses an HTTP response from a QueryDatabaseWithResponse call
+func ParseQueryDatabaseResponse(rsp *http.Response) (*QueryDatabaseResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &QueryDatabaseResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers QueryDatabaseResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseListDeploymentsResponse parses an HTTP response from a ListDeploymentsWithResponse call
 func ParseListDeploymentsResponse(rsp *http.Response) (*ListDeploymentsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -5987,6 +14738,74 @@ func ParseGetDeploymentResponse(rsp *http.Response) (*GetDeploymentResponse, err
 			return nil, err
 		}
 		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCancelDeploymentResponse parses an HTTP response from a CancelDeploymentWithResponse call
+func ParseCancelDeploymentResponse(rsp *http.Response) (*CancelDeploymentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CancelDeploymentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest DeploymentDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
 		var dest Problem
@@ -6271,6 +15090,223 @@ func ParseCancelJobResponse(rsp *http.Response) (*CancelJobResponse, error) {
 	return response, nil
 }
 
+// ParseReadLogsResponse parses an HTTP response from a ReadLogsWithResponse call
+func ParseReadLogsResponse(rsp *http.Response) (*ReadLogsResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReadLogsResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 202:
+		var dest AcceptedBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON202 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 202:
+		var headers ReadLogsResponse202Headers
+		if values := rsp.Header.Values("Location"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Location", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.Location = &value
+		}
+		response.Headers202 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseListLogSourcesResponse parses an HTTP response from a ListLogSourcesWithResponse call
+func ParseListLogSourcesResponse(rsp *http.Response) (*ListLogSourcesResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListLogSourcesResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Sources
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseGetLogReadResponse parses an HTTP response from a GetLogReadWithResponse call
+func ParseGetLogReadResponse(rsp *http.Response) (*GetLogReadResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetLogReadResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Result
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseListAlertsResponse parses an HTTP response from a ListAlertsWithResponse call
 func ParseListAlertsResponse(rsp *http.Response) (*ListAlertsResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6447,6 +15483,88 @@ func ParseListServersResponse(rsp *http.Response) (*ListServersResponse, error) 
 	return response, nil
 }
 
+// ParseCreateEnrollmentResponse parses an HTTP response from a CreateEnrollmentWithResponse call
+func ParseCreateEnrollmentResponse(rsp *http.Response) (*CreateEnrollmentResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateEnrollmentResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest Enrollment
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseGetServerResponse parses an HTTP response from a GetServerWithResponse call
 func ParseGetServerResponse(rsp *http.Response) (*GetServerResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6463,6 +15581,67 @@ func ParseGetServerResponse(rsp *http.Response) (*GetServerResponse, error) {
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest ServerDetail
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeServerResponse parses an HTTP response from a RevokeServerWithResponse call
+func ParseRevokeServerResponse(rsp *http.Response) (*RevokeServerResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeServerResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Server
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -6562,6 +15741,142 @@ func ParseCreateStreamTicketResponse(rsp *http.Response) (*CreateStreamTicketRes
 	return response, nil
 }
 
+// ParseListTokensResponse parses an HTTP response from a ListTokensWithResponse call
+func ParseListTokensResponse(rsp *http.Response) (*ListTokensResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ListTokensResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest TokensOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseCreateTokenResponse parses an HTTP response from a CreateTokenWithResponse call
+func ParseCreateTokenResponse(rsp *http.Response) (*CreateTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &CreateTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 201:
+		var dest CreatedToken
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON201 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 409:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON409 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON413 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 415:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON415 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
 // ParseCurrentTokenResponse parses an HTTP response from a CurrentTokenWithResponse call
 func ParseCurrentTokenResponse(rsp *http.Response) (*CurrentTokenResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -6578,6 +15893,67 @@ func ParseCurrentTokenResponse(rsp *http.Response) (*CurrentTokenResponse, error
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
 		var dest CurrentTokenOutputBody
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 422:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON422 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Problem
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON500 = &dest
+
+	}
+
+	return response, nil
+}
+
+// ParseRevokeTokenResponse parses an HTTP response from a RevokeTokenWithResponse call
+func ParseRevokeTokenResponse(rsp *http.Response) (*RevokeTokenResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &RevokeTokenResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest APIToken
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
