@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agent/atomicfile"
@@ -247,6 +248,20 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// show prints a command's answer: doc as its one JSON document with
+// --json, else a table of header and rows for a person.
+func show(f ClientFlags, doc any, header []string, rows [][]string) error {
+	if f.JSON {
+		return printJSON(os.Stdout, doc)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
 }
 
 // ago is a time as a person reads it in a table.

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/term"
@@ -131,15 +130,11 @@ func (a appsLsCmd) Run(ctx context.Context) error {
 	if r.JSON200.Applications != nil {
 		list = *r.JSON200.Applications
 	}
-	if a.JSON {
-		return printJSON(os.Stdout, map[string]any{"applications": list})
-	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tID\tSTATUS\tSERVER\tCREATED")
+	rows := make([][]string, 0, len(list))
 	for _, app := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", app.Name, app.Id, app.Status, app.ServerId, ago(app.CreatedAt))
+		rows = append(rows, []string{app.Name, app.Id, string(app.Status), app.ServerId, ago(app.CreatedAt)})
 	}
-	return tw.Flush()
+	return show(a.ClientFlags, map[string]any{"applications": list}, []string{"NAME", "ID", "STATUS", "SERVER", "CREATED"}, rows)
 }
 
 // findApp resolves an application's id or name.
