@@ -347,7 +347,7 @@ func TestAccessByRole(t *testing.T) {
 	})
 
 	callers := []struct{ name, token string }{{"no token", ""}, {"member", memberToken}, {"admin", r.Token}}
-	tokens := accessTokens(t, r, memberToken, fx.otherAppID)
+	tokens := accessTokens(t, r, memberToken, fx)
 	for _, name := range names {
 		c := cases[name]
 		method, _, _ := strings.Cut(name, " ")
@@ -699,6 +699,11 @@ var tokenSessionOnly = []string{
 var tokenGlobal = []string{"GET /api/v1/auth/me", "GET /api/v1/tokens/current", "GET /api/v1/platform", "GET /api/v1/databases/engines",
 	"POST /api/v1/stream/tickets"}
 
+// tokenNarrowedLists are the lists a token narrowed to resources reads,
+// with only the items its resources cover.
+var tokenNarrowedLists = []string{"GET /api/v1/servers", "GET /api/v1/applications", "GET /api/v1/deployments", "GET /api/v1/jobs",
+	"GET /api/v1/databases", "GET /api/v1/backups", "GET /api/v1/monitoring/alerts"}
+
 // tokenPolicy is the scope an API token needs for an operation and
 // whether it needs a session instead.
 func tokenPolicy(name string, a access) (string, bool) {
@@ -732,11 +737,14 @@ type accessToken struct {
 	scope       string
 	member      bool // owned by a member
 	narrowed    bool // narrowed to an application no fixture is on
+	// hidden are ids of fixtures a narrowed token's lists never show.
+	hidden []string
+	own    string // the application it is narrowed to
 }
 
 // accessTokens makes an administrator's token of each scope, a member's
 // read token and an admin token narrowed to another application.
-func accessTokens(t *testing.T, r *appRig, memberSession, otherAppID string) []accessToken {
+func accessTokens(t *testing.T, r *appRig, memberSession string, fx accessFixtures) []accessToken {
 	t.Helper()
 	mk := func(session, scope string, resources ...string) string {
 		t.Helper()
@@ -754,8 +762,9 @@ func accessTokens(t *testing.T, r *appRig, memberSession, otherAppID string) []a
 		out = append(out, accessToken{name: "token " + scope, token: mk(r.Token, scope), scope: scope})
 	}
 	out = append(out, accessToken{name: "member's read token", token: mk(memberSession, "read"), scope: "read", member: true})
-	out = append(out, accessToken{name: "admin token for another app", token: mk(r.Token, "admin", "app:"+otherAppID),
-		scope: "admin", narrowed: true})
+	out = append(out, accessToken{name: "admin token for another app", token: mk(r.Token, "admin", "app:"+fx.otherAppID),
+		scope: "admin", narrowed: true, own: fx.otherAppID, hidden: []string{fx.appID, fx.failedDeployID, fx.appLogsJobID, fx.serviceJobID,
+			fx.databaseID, fx.exportDatabaseID, fx.backupRunID}})
 	return out
 }
 
@@ -781,6 +790,19 @@ func checkTokens(t *testing.T, r *appRig, name string, c routeCase, tokens []acc
 			want = "session-required"
 		case !slices.Contains(implies[tok.scope], scope) || (tok.member && scope != "read"):
 			want = "token-scope"
+		case tok.narrowed && slices.Contains(tokenNarrowedLists, name):
+			if resp.Status != http.StatusOK {
+				t.Errorf("%s: status %d, want 200 with the items of its application: %s", what, resp.Status, body)
+			}
+			for _, id := range tok.hidden {
+				if id != "" && strings.Contains(body, id) {
+					t.Errorf("%s: the list shows %s, which is not the token's application's: %s", what, id, body)
+				}
+			}
+			if name == "GET /api/v1/applications" && !strings.Contains(body, tok.own) {
+				t.Errorf("%s: the token's own application %s is not listed: %s", what, tok.own, body)
+			}
+			continue
 		case tok.narrowed && !slices.Contains(tokenGlobal, name):
 			want = "token-resource"
 		}

@@ -200,6 +200,9 @@ func (s *Server) registerApps() {
 			return nil, errNoApps
 		}
 		list, err := s.deps.Apps.List(ctx, in.ServerID, reader(ctx))
+		if err == nil {
+			list, err = narrowList(ctx, s, list, func(a apps.Application) target { return target{app: a.ID, server: a.ServerID} })
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -430,6 +433,9 @@ func (s *Server) registerApps() {
 			return nil, errNoApps
 		}
 		list, err := s.deps.Apps.ListDeployments(ctx, "", in.Limit, reader(ctx))
+		if err == nil {
+			list, err = narrowList(ctx, s, list, func(d apps.Deployment) target { return target{app: d.ApplicationID, server: d.ServerID} })
+		}
 		if err != nil {
 			return nil, err
 		}

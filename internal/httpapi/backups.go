@@ -279,11 +279,11 @@ func (s *Server) registerBackups() {
 			return nil, err
 		}
 		out := &backupListOutput{}
-		out.Body.Runs = list
 		if len(list) == in.Limit && len(list) > 0 {
 			out.Body.NextCursor = list[len(list)-1].ID
 		}
-		return out, nil
+		out.Body.Runs, err = narrowList(ctx, s, list, func(r backups.RunView) target { return target{db: r.InstanceID, server: r.ServerID} })
+		return out, err
 	})
 	op(s, huma.Operation{
 		OperationID: "get-backup", Method: http.MethodGet, Path: "/api/v1/backups/{run_id}", Tags: tags,

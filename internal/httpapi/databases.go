@@ -138,6 +138,9 @@ func (s *Server) registerDatabases() {
 			return nil, errNoDatabases
 		}
 		list, err := s.deps.Databases.List(ctx, reader(ctx))
+		if err == nil {
+			list, err = narrowList(ctx, s, list, func(d databases.Detail) target { return target{db: d.ID, server: d.ServerID} })
+		}
 		if err != nil {
 			return nil, err
 		}

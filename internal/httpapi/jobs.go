@@ -58,6 +58,9 @@ func (s *Server) registerJobs() {
 	}, SignedIn, func(ctx context.Context, in *jobListInput) (*jobListOutput, error) {
 		list, err := s.deps.Jobs.List(ctx, jobs.ListFilter{ServerID: in.ServerID, AppID: in.AppID, Type: in.Type,
 			Status: jobs.Status(in.Status), Actor: in.Actor}, in.Limit, reader(ctx))
+		if err == nil {
+			list, err = narrowList(ctx, s, list, func(j jobs.Job) target { return target{app: j.AppID, server: j.ServerID} })
+		}
 		if err != nil {
 			return nil, err
 		}

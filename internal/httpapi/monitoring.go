@@ -189,6 +189,9 @@ func (s *Server) registerMonitoring() {
 			list = list[:in.Limit]
 			out.Body.NextCursor = list[len(list)-1].ID
 		}
+		if list, err = narrowList(ctx, s, list, alertTarget); err != nil {
+			return nil, err
+		}
 		out.Body.Alerts = list
 		if out.Body.Alerts == nil {
 			out.Body.Alerts = []monitoring.Alert{}
@@ -226,4 +229,19 @@ func (s *Server) registerMonitoring() {
 		}
 		return &evaluateOutput{Body: out}, nil
 	})
+}
+
+// alertTarget is what an alert is about, for a narrowed token's list: a
+// server (its filesystems too), an application or a database instance. A
+// domain's alerts name no resource a token can be narrowed to.
+func alertTarget(a monitoring.Alert) target {
+	switch a.Subject.Type {
+	case "server", "filesystem":
+		return target{server: a.Subject.ID}
+	case "application":
+		return target{app: a.Subject.ID}
+	case "database":
+		return target{db: a.Subject.ID}
+	}
+	return target{}
 }

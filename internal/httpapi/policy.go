@@ -28,6 +28,9 @@ type policy struct {
 	// Global: tokens narrowed to resources may call it too (it reads
 	// nothing of any resource: the caller itself, the platform).
 	Global bool
+	// Narrowed: a list that a token narrowed to resources may read; it
+	// answers only what the token's resources cover (see narrowingOf).
+	Narrowed bool
 }
 
 const policyKey = "capstan-policy"
@@ -36,6 +39,7 @@ const policyKey = "capstan-policy"
 const (
 	resourceDeployment = "deployment"
 	resourceJob        = "job"
+	resourceBackup     = "backup"
 )
 
 // Problem codes of the token checks.
@@ -119,6 +123,18 @@ var global = map[string]bool{
 	"POST /api/v1/stream/tickets": true,
 }
 
+// narrowedLists are the lists a token narrowed to resources reads: each
+// keeps the items its resources cover.
+var narrowedLists = map[string]bool{
+	"GET /api/v1/servers":           true,
+	"GET /api/v1/applications":      true,
+	"GET /api/v1/deployments":       true,
+	"GET /api/v1/jobs":              true,
+	"GET /api/v1/databases":         true,
+	"GET /api/v1/backups":           true,
+	"GET /api/v1/monitoring/alerts": true,
+}
+
 // resourcePaths say where an operation's resource is in its path.
 var resourcePaths = []struct{ prefix, kind, param string }{
 	{"/api/v1/applications/{id}", auth.ResourceApp, "id"},
@@ -130,13 +146,14 @@ var resourcePaths = []struct{ prefix, kind, param string }{
 	{"/api/v1/jobs/{id}", resourceJob, "id"},
 	{"/api/v1/logs/{job_id}", resourceJob, "job_id"},
 	{"/api/v1/backups/jobs/{job_id}", resourceJob, "job_id"},
+	{"/api/v1/backups/{run_id}", resourceBackup, "run_id"},
 }
 
 // policyFor decides an operation's policy from its method, path and
 // access level.
 func policyFor(method, path string, access Access) policy {
 	name := method + " " + path
-	p := policy{Scope: auth.ScopeRead, SessionOnly: sessionOnly[name], Global: global[name]}
+	p := policy{Scope: auth.ScopeRead, SessionOnly: sessionOnly[name], Global: global[name], Narrowed: narrowedLists[name]}
 	if access == Admin {
 		p.Scope = auth.ScopeWrite
 		if method == http.MethodGet {
@@ -160,7 +177,11 @@ func (p policy) note() string {
 	if p.SessionOnly {
 		return "Not with an API token: a signed-in session only (403 session-required)."
 	}
-	return "With an API token: scope `" + p.Scope + "` (403 token-scope without it)."
+	n := "With an API token: scope `" + p.Scope + "` (403 token-scope without it)."
+	if p.Narrowed {
+		n += " A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit."
+	}
+	return n
 }
 
 // authorize decides whether p may call the operation: the one decision
@@ -184,7 +205,7 @@ func (s *Server) authorize(ctx huma.Context, access Access, pol policy, p auth.P
 		}
 		return newProblem(http.StatusForbidden, codeTokenScope, detail)
 	}
-	if len(p.Token.Resources) == 0 || pol.Global {
+	if len(p.Token.Resources) == 0 || pol.Global || pol.Narrowed {
 		return nil
 	}
 	if pol.Resource == "" {
@@ -204,7 +225,7 @@ func (s *Server) authorize(ctx huma.Context, access Access, pol policy, p auth.P
 
 var resourceNoun = map[string]string{
 	auth.ResourceApp: "application", auth.ResourceServer: "server", auth.ResourceDatabase: "database instance",
-	resourceDeployment: "deployment", resourceJob: "job",
+	resourceDeployment: "deployment", resourceJob: "job", resourceBackup: "backup",
 }
 
 // target is what an operation acts on: an application, a database
@@ -271,6 +292,12 @@ func (s *Server) targetOf(ctx context.Context, kind, id string) (target, error) 
 	case resourceJob:
 		j, _, err := s.deps.Jobs.Get(ctx, id)
 		return target{app: j.AppID, server: j.ServerID}, err
+	case resourceBackup:
+		if s.deps.Backups == nil {
+			return target{}, errNoBackups
+		}
+		r, err := s.deps.Backups.Run(ctx, id, jobs.MemberReader)
+		return target{db: r.InstanceID, server: r.ServerID}, err
 	}
 	return target{}, nil
 }
@@ -316,19 +343,39 @@ func canReadSecrets(ctx context.Context) bool {
 	return sr.ok
 }
 
-// streamCovers is what a narrowed token's stream carries: the jobs of its
-// applications, and every job of its servers (by id, or by a tag they
-// have when the stream opens). A database instance's jobs name only its
-// server, so db: resources open none.
-func (s *Server) streamCovers(ctx context.Context, resources []string) (func(serverID, appID string) bool, error) {
-	apps, servers := map[string]bool{}, map[string]bool{}
+// narrowing is what a token narrowed to resources covers: its
+// applications, its database instances, and its servers (by id, or by a
+// tag they have now) with everything on them.
+type narrowing struct{ apps, dbs, servers map[string]bool }
+
+// covers reports whether t is one of the resources, or on one of the
+// servers. A nil narrowing (every caller but a narrowed token) covers
+// everything.
+func (n *narrowing) covers(t target) bool {
+	return n == nil || (t.app != "" && n.apps[t.app]) || (t.db != "" && n.dbs[t.db]) || (t.server != "" && n.servers[t.server])
+}
+
+// narrowingOf is the caller's narrowing: nil unless it is a token
+// narrowed to resources.
+func (s *Server) narrowingOf(ctx context.Context) (*narrowing, error) {
+	p := principal(ctx)
+	if p.Token == nil || len(p.Token.Resources) == 0 {
+		return nil, nil
+	}
+	return s.narrowingFor(ctx, p.Token.Resources)
+}
+
+func (s *Server) narrowingFor(ctx context.Context, resources []string) (*narrowing, error) {
+	n := &narrowing{apps: map[string]bool{}, dbs: map[string]bool{}, servers: map[string]bool{}}
 	var tags []string
 	for _, r := range resources {
 		switch k, v := auth.ParseResource(r); k {
 		case auth.ResourceApp:
-			apps[v] = true
+			n.apps[v] = true
+		case auth.ResourceDatabase:
+			n.dbs[v] = true
 		case auth.ResourceServer:
-			servers[v] = true
+			n.servers[v] = true
 		case auth.ResourceServerTag:
 			tags = append(tags, v)
 		}
@@ -339,12 +386,32 @@ func (s *Server) streamCovers(ctx context.Context, resources []string) (func(ser
 			return nil, err
 		}
 		for _, srv := range list {
-			for _, t := range srv.Tags {
-				if slices.Contains(tags, t) {
-					servers[srv.ID] = true
-				}
+			if slices.ContainsFunc(srv.Tags, func(t string) bool { return slices.Contains(tags, t) }) {
+				n.servers[srv.ID] = true
 			}
 		}
 	}
-	return func(serverID, appID string) bool { return servers[serverID] || (appID != "" && apps[appID]) }, nil
+	return n, nil
+}
+
+// narrowList keeps the items of list that the caller's narrowing covers:
+// all of them for every caller but a narrowed token.
+func narrowList[T any](ctx context.Context, s *Server, list []T, of func(T) target) ([]T, error) {
+	n, err := s.narrowingOf(ctx)
+	if err != nil || n == nil {
+		return list, err
+	}
+	return slices.DeleteFunc(list, func(v T) bool { return !n.covers(of(v)) }), nil
+}
+
+// streamCovers is what a narrowed token's stream carries: the jobs of its
+// applications, and every job of its servers (by id, or by a tag they
+// have when the stream opens). A database instance's jobs name only its
+// server, so db: resources open none.
+func (s *Server) streamCovers(ctx context.Context, resources []string) (func(serverID, appID string) bool, error) {
+	n, err := s.narrowingFor(ctx, resources)
+	if err != nil {
+		return nil, err
+	}
+	return func(serverID, appID string) bool { return n.covers(target{app: appID, server: serverID}) }, nil
 }

@@ -319,7 +319,7 @@ func op[I, O any](s *Server, o huma.Operation, access Access, h func(context.Con
 		if o.Extensions == nil {
 			o.Extensions = map[string]any{}
 		}
-		o.Extensions["x-capstan-token"] = map[string]any{"scope": pol.Scope, "session_only": pol.SessionOnly, "resource": pol.Resource}
+		o.Extensions["x-capstan-token"] = map[string]any{"scope": pol.Scope, "session_only": pol.SessionOnly, "resource": pol.Resource, "narrowed_list": pol.Narrowed}
 	}
 	o.Metadata[boundsKey] = boundsOf(reflect.TypeFor[I]())
 	note := accessNote[access]

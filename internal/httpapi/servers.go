@@ -110,6 +110,9 @@ func (s *Server) registerServers() {
 		Summary: "Servers with status, facts and latest metrics",
 	}, SignedIn, func(ctx context.Context, _ *struct{}) (*serverListOutput, error) {
 		list, err := s.deps.Servers.List(ctx)
+		if err == nil {
+			list, err = narrowList(ctx, s, list, func(v servers.Server) target { return target{server: v.ID} })
+		}
 		if err != nil {
 			return nil, err
 		}

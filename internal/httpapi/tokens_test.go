@@ -159,12 +159,32 @@ func TestAPITokens(t *testing.T) {
 				t.Fatalf("the enrollment's audit record names no token: %+v, %v", created, err)
 			}
 
-			// Narrowed to a server: that server, not another, not lists.
+			// Narrowed to a server: that server, not another.
 			narrow := createToken(t, e, session, map[string]any{"name": "one server", "scopes": []string{"read"},
 				"resources": []string{"server:" + srv.Server.ID}})
 			expectStatus(t, e.request(t, http.MethodGet, "/api/v1/servers/"+srv.Server.ID, narrow.Token, nil), http.StatusOK)
 			expectProblem(t, e.request(t, http.MethodGet, "/api/v1/servers/srv_other", narrow.Token, nil), http.StatusForbidden, codeTokenResource)
-			expectProblem(t, e.request(t, http.MethodGet, "/api/v1/servers", narrow.Token, nil), http.StatusForbidden, codeTokenResource)
+			// Lists keep what the resources cover.
+			lst := e.request(t, http.MethodGet, "/api/v1/servers", narrow.Token, nil)
+			expectStatus(t, lst, http.StatusOK)
+			var listed struct {
+				Servers []struct {
+					ID string `json:"id"`
+				} `json:"servers"`
+			}
+			lst.decode(t, &listed)
+			if len(listed.Servers) != 1 || listed.Servers[0].ID != srv.Server.ID {
+				t.Fatalf("a token narrowed to %s lists %+v", srv.Server.ID, listed.Servers)
+			}
+			tagged := createToken(t, e, session, map[string]any{"name": "no such tag", "scopes": []string{"read"},
+				"resources": []string{"server-tag:nowhere"}})
+			lst = e.request(t, http.MethodGet, "/api/v1/servers", tagged.Token, nil)
+			expectStatus(t, lst, http.StatusOK)
+			lst.decode(t, &listed)
+			if len(listed.Servers) != 0 {
+				t.Fatalf("a token narrowed to a tag no server has lists %+v", listed.Servers)
+			}
+			expectProblem(t, e.request(t, http.MethodGet, "/api/v1/domains", narrow.Token, nil), http.StatusForbidden, codeTokenResource)
 			expectStatus(t, e.request(t, http.MethodGet, "/api/v1/tokens/current", narrow.Token, nil), http.StatusOK)
 
 			// Demoting the owner narrows the token at its next call;

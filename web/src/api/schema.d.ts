@@ -416,7 +416,7 @@ export interface paths {
          * Applications with their status (no environment values)
          * @description Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-applications"];
         put?: never;
@@ -856,7 +856,7 @@ export interface paths {
          * Backups, newest first
          * @description Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-backups"];
         put?: never;
@@ -1198,7 +1198,7 @@ export interface paths {
          * Database instances
          * @description With their logins' user names, never passwords. Members do not get last_error (a job's output).
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-databases"];
         put?: never;
@@ -1672,7 +1672,7 @@ export interface paths {
          * Recent deployments of every application, newest first
          * @description Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-deployments"];
         put?: never;
@@ -2078,7 +2078,7 @@ export interface paths {
          * Recent jobs, newest first
          * @description Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-jobs"];
         put?: never;
@@ -2208,7 +2208,7 @@ export interface paths {
          * Alerts, newest first
          * @description Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
          *
-         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         *     Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-alerts"];
         put?: never;
@@ -2652,7 +2652,7 @@ export interface paths {
         };
         /**
          * Servers with status, facts and latest metrics
-         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+         * @description Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
          */
         get: operations["list-servers"];
         put?: never;
