@@ -1,16 +1,11 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestCLIOnRealStack runs the capstan command line against a control
@@ -36,17 +31,9 @@ func TestCLIOnRealStack(t *testing.T) {
 		Token string `json:"token"`
 	}
 	resp.JSON(t, &tok)
-	config := filepath.Join(t.TempDir(), "config.json")
-	run := func(env []string, stdin string, timeout time.Duration, args ...string) CLIResult {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, capstanBin, args...)
-		cmd.Env = childEnv(append([]string{"CAPSTAN_CONFIG=" + config}, env...))
-		cmd.Stdin = strings.NewReader(stdin)
-		return testlab.RunCommand(t, ctx, cmd, "capstan "+strings.Join(args, " "))
-	}
-	pipeline := []string{"CAPSTAN_URL=" + s.URL, "CAPSTAN_TOKEN=" + tok.Token}
+	cli := newClientCLI(t, s.URL)
+	run := cli.Run
+	pipeline := cli.Token(tok.Token)
 
 	// A pipeline deploys v2 and waits: 0, and v2 is the live release.
 	res := run(pipeline, "", deployTimeout, "apps", "deploy", app.ID, "--image", v2.Ref, "--wait")
@@ -75,22 +62,27 @@ func TestCLIOnRealStack(t *testing.T) {
 	}
 
 	// A person signs in; the session serves later commands.
-	res = run(nil, testPassword+"\n"+totpCode(t, s.Admin.TOTPSecret)+"\n", cliTimeout, "login", "--url", s.URL, "--email", s.Admin.Email)
-	if res.ExitCode != 0 {
-		t.Fatalf("login: exit %d\n%s", res.ExitCode, res.Stderr)
-	}
+	cli.Login(s.Admin)
 	res = run(nil, "", cliTimeout, "apps", "ls", "--json")
 	var list struct {
 		Applications []struct {
 			Name string `json:"name"`
 		} `json:"applications"`
 	}
-	if err := json.Unmarshal([]byte(res.Stdout), &list); err != nil || res.ExitCode != 0 || len(list.Applications) != 1 ||
-		list.Applications[0].Name != "web" {
-		t.Fatalf("apps ls --json after login: exit %d, %v\n%s\n%s", res.ExitCode, err, res.Stdout, res.Stderr)
+	oneJSON(t, res, &list)
+	if res.ExitCode != 0 || len(list.Applications) != 1 || list.Applications[0].Name != "web" {
+		t.Fatalf("apps ls --json after login: exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 	if res := run(nil, "", cliTimeout, "apps", "ls"); res.ExitCode != 0 || !strings.Contains(res.Stdout, "web") {
 		t.Fatalf("apps ls: exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+
+	// The pipeline's token is narrowed to the application: it lists it,
+	// and names it by name.
+	res = run(pipeline, "", cliTimeout, "apps", "ls", "--json")
+	oneJSON(t, res, &list)
+	if res.ExitCode != 0 || len(list.Applications) != 1 || list.Applications[0].Name != "web" {
+		t.Fatalf("apps ls --json with the narrowed token: exit %d\n%s\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 
 	// `jobs wait` on a job cancelled meanwhile: a server whose agent
@@ -129,7 +121,6 @@ func TestCLIOnRealStack(t *testing.T) {
 		{nil, []string{"jobs", "wait", "job_none"}, 4},
 		{nil, []string{"apps", "deploy", "nothing-by-this-name"}, 4},
 		{[]string{"CAPSTAN_URL=" + s.URL, "CAPSTAN_TOKEN=cpt_unknown"}, []string{"apps", "ls"}, 3},
-		{pipeline, []string{"apps", "ls"}, 3}, // narrowed to one application
 		{nil, []string{"apps", "deploy"}, 2},
 	} {
 		if res := run(c.env, "", cliTimeout, c.args...); res.ExitCode != c.want {

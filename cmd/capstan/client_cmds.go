@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -145,9 +144,6 @@ func findApp(ctx context.Context, c *conn, ref string) (string, error) {
 	r, err := c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})
 	if err != nil {
 		return "", err
-	}
-	if r.StatusCode() == http.StatusForbidden {
-		return "", exitf(exitAuth, "this credential may not list applications (a token narrowed to one): name the application by its id (app_…)")
 	}
 	if err := check(r.HTTPResponse, r.Body, "finding application "+ref); err != nil {
 		return "", err
