@@ -141,6 +141,13 @@ describe("audit sentences", () => {
     expect(auditSentence(entry("server.action.queued", { type: "server", id: "srv_1" }, { type: "container.restart", container: "web", server: "web-1" },
       { ...alice, token_id: "tok_9" }))).toBe("alice@example.com restarted container web on server web-1 via token tok_9");
     expect(auditSentence(entry("future.thing", { type: "widget", id: "w_1" }, {}, viaCI))).toBe("alice@example.com: future.thing on widget w_1 via token ci");
+    // Capstan's own clients say which made the request.
+    expect(auditSentence({ ...entry("deployment.created", { type: "application", id: "app_1" }, { name: "shop" }, viaCI), user_agent: "capstan-mcp/1.2.0" })).toBe(
+      "alice@example.com deployed application shop via token ci through an assistant (MCP)");
+    expect(auditSentence({ ...entry("deployment.created", { type: "application", id: "app_1" }, { name: "shop" }), user_agent: "capstan-cli/dev" })).toBe(
+      "alice@example.com deployed application shop through the command line");
+    expect(auditSentence({ ...entry("deployment.created", { type: "application", id: "app_1" }, { name: "shop" }), user_agent: "Mozilla/5.0" })).toBe(
+      "alice@example.com deployed application shop");
     // A session's entry says nothing of tokens.
     expect(auditSentence(entry("deployment.created", { type: "application", id: "app_1" }, { name: "shop" }))).toBe(
       "alice@example.com deployed application shop");

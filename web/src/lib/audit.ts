@@ -9,7 +9,13 @@ export interface AuditEntryLike {
   actor: { type: string; id: string; email?: string; token_id?: string; token_name?: string };
   target: { type?: string; id?: string };
   details?: Record<string, unknown> | null;
+  // The client that made the request, as "capstan-mcp/1.2.0".
+  user_agent?: string;
 }
+
+// The clients that say who they are in their User-Agent: Capstan's own
+// command line and its MCP server for assistants.
+const clients: Record<string, string> = { "capstan-mcp": "an assistant (MCP)", "capstan-cli": "the command line" };
 
 // Names the console knows for ids (servers, say), to write a name where
 // the entry holds only an id.
@@ -261,6 +267,8 @@ export function auditSentence(e: AuditEntryLike, names: Names = {}): string {
   // What a user did through an API token says which.
   const token = e.actor.token_name || e.actor.token_id;
   if (token && !namesToken.has(e.action)) out += ` via token ${token}`;
+  const client = clients[(e.user_agent ?? "").split("/")[0]];
+  if (client) out += ` through ${client}`;
   // A sentence starts with a capital, but for an e-mail address.
   return /^(the|server) /.test(out) ? out[0].toUpperCase() + out.slice(1) : out;
 }
