@@ -79,12 +79,16 @@ test:
 	$(MAKE) --no-print-directory build
 	. ./.testenv/env && $(MAKE) --no-print-directory --output-sync=target -j3 test-go test-web fuzz lint
 
-# test-go runs the packages two at a time (go test's default on two
-# cores). ./e2e takes most of the time; its tests mostly wait on real
-# processes (agents, engines, browsers), so four of its parallel tests run
-# at once even on two cores: about 20 minutes there, against 28 with two.
+# test-go runs every package's tests (scripts/test-go.sh). ./e2e takes
+# most of the time, and many of its tests cannot run in parallel with the
+# rest of their package, so it runs as two go test processes beside the
+# other packages, its tests split between them by their measured
+# durations (scripts/e2e-durations.tsv; `scripts/test-go.sh --record`
+# measures them again). Its tests mostly wait on real processes (agents,
+# engines, browsers), so four parallel tests per process run at once even
+# on two cores.
 test-go:
-	$(GO) test -count=1 -timeout 45m -parallel 4 ./...
+	GO=$(GO) TEST_TIMEOUT=45m scripts/test-go.sh
 
 # test-web checks that the console's API types match the API, then runs
 # its type check and unit tests (Vitest). Its browser tests run against
