@@ -115,8 +115,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $$((25000 * $(FUZZX)))x ./internal/agent/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCursor$$' -fuzztime $$((50000 * $(FUZZX)))x ./internal/agent/container
 
+# lint checks the formatting, that go.mod says exactly what the code
+# imports (go mod tidy would change nothing), go vet, staticcheck and the
+# shell scripts.
 lint:
 	@out=$$(gofmt -l cmd internal e2e); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) mod tidy -diff
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	shellcheck scripts/*.sh .ci/run
