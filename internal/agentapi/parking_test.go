@@ -224,7 +224,7 @@ func TestParkedClaims(t *testing.T) {
 	// A queued job goes to its waiting claim at once, and the connection
 	// then serves the agent's next request.
 	ctx := context.Background()
-	j, _, err := r.jobs.Enqueue(ctx, jobs.NewJob{ServerID: ids[0], Type: "agent.ping", Payload: agentproto.PingPayload{Message: "wake"}})
+	j, _, err := r.jobs.Enqueue(ctx, jobs.NewJob{ServerID: ids[0], Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{Message: "wake"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestParkedClaims(t *testing.T) {
 	// An agent that hung up gets no job: it stays queued.
 	conns[1].Close()
 	out := r.returns.Out()
-	j1, _, err := r.jobs.Enqueue(ctx, jobs.NewJob{ServerID: ids[1], Type: "agent.ping", Payload: agentproto.PingPayload{Message: "gone"}})
+	j1, _, err := r.jobs.Enqueue(ctx, jobs.NewJob{ServerID: ids[1], Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{Message: "gone"})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -763,6 +763,27 @@ type ProxyApplyPayload struct {
 	Proxy ProxyConfig `json:"proxy"`
 }
 
+// RemoveResult is the data of a finished app.remove.
+type RemoveResult struct {
+	RemovedIDs []string `json:"removed_container_ids"`
+}
+
+// ProxyApplyResult is the data of a finished proxy.apply.
+type ProxyApplyResult struct {
+	Sites int `json:"sites"`
+	// Upstreams maps app ids to the address their sites proxy to.
+	Upstreams map[string]string `json:"upstreams"`
+	// NoUpstream lists the apps without a live container; their sites
+	// answer 503.
+	NoUpstream []string `json:"no_upstream,omitempty"`
+	// Revision is the payload's proxy state revision (0: unknown).
+	Revision int64 `json:"revision,omitempty"`
+	// Skipped says the state was not applied: the agent applied a newer
+	// revision (AppliedRevision) already.
+	Skipped         bool  `json:"skipped,omitempty"`
+	AppliedRevision int64 `json:"applied_revision,omitempty"`
+}
+
 // AppLogsPayload is the payload of app.logs.
 type AppLogsPayload struct {
 	AppID string `json:"app_id"`

@@ -559,7 +559,7 @@ func (s *Service) startJob(ctx context.Context, d DeploymentRecord) error {
 		return err
 	}
 	key := idempotencyKey(d.ID)
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.AppID, Type: agentproto.JobAppDeploy, Payload: payload,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.AppID, Work: jobs.Of(agentproto.AppDeploy, payload),
 		Secrets: secrets, IdempotencyKey: key, CreatedBy: d.CreatedBy})
 	if fe := fault.As(err); fe != nil && fe.Code == "idempotency-key-reused" {
 		// An interrupted dispatch made the job already, with the proxy

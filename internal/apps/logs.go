@@ -74,7 +74,7 @@ func (s *Service) QueueServiceLogs(ctx context.Context, actorID, appID, service 
 	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
 		return jobs.Job{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, Type: agentproto.JobAppLogs, Payload: p, CreatedBy: actorID})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, Work: jobs.Of(agentproto.AppLogs, p), CreatedBy: actorID})
 	return j, err
 }
 

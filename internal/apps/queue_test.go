@@ -552,8 +552,8 @@ func TestInterruptedDispatchIsRecovered(t *testing.T) {
 	if claimed, _, ok, err := r.st.ClaimDeployment(r.ctx, app.ID, r.clock.Now()); err != nil || !ok || claimed.ID != third.ID {
 		t.Fatalf("claim: %+v %v %v", claimed, ok, err)
 	}
-	made, _, err := r.jobs.Enqueue(r.ctx, jobs.NewJob{ServerID: r.serverID, Type: agentproto.JobAppDeploy, IdempotencyKey: "deployment:" + third.ID,
-		Payload: agentproto.DeployPayload{AppID: app.ID, DeploymentID: third.ID, Image: "stale"}})
+	made, _, err := r.jobs.Enqueue(r.ctx, jobs.NewJob{ServerID: r.serverID, IdempotencyKey: "deployment:" + third.ID,
+		Work: jobs.Of(agentproto.AppDeploy, agentproto.DeployPayload{AppID: app.ID, DeploymentID: third.ID, Image: "stale"})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +612,7 @@ func TestAppLogs(t *testing.T) {
 	if _, err := r.apps.Logs(r.ctx, other.ID, j.ID, jobs.MemberReader); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("another app's read: %v", err)
 	}
-	ping, _, err := r.jobs.Enqueue(r.ctx, jobs.NewJob{ServerID: r.serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+	ping, _, err := r.jobs.Enqueue(r.ctx, jobs.NewJob{ServerID: r.serverID, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -233,16 +233,16 @@ func (s *Service) ChangeEnv(ctx context.Context, actor audit.Actor, c audit.Entr
 	return s.Get(ctx, id, Reading{Reader: jobs.AdminReader})
 }
 
-// NewService returns an application service and registers its job
-// completion hooks (app.deploy, app.remove) with the job service.
+// NewService returns an application service and registers its job types
+// (app.deploy, app.remove, app.logs) with the job service.
 func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, now: now, log: logger}
-	j.OnComplete(agentproto.JobAppDeploy, s.deployFinished)
-	j.OnLateResult(agentproto.JobAppDeploy, s.deployLateResult)
-	j.OnComplete(agentproto.JobAppRemove, s.removeFinished)
+	j.Register(agentproto.AppDeploy, jobs.Spec{Timeout: 15 * time.Minute, OnComplete: s.deployFinished, OnLateResult: s.deployLateResult})
+	j.Register(agentproto.AppRemove, jobs.Spec{Timeout: 5 * time.Minute, OnComplete: s.removeFinished})
+	j.Register(agentproto.AppLogs, jobs.Spec{Timeout: time.Minute})
 	return s
 }
 
@@ -1052,9 +1052,9 @@ func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Ent
 		undo()
 		return Removal{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, Type: agentproto.JobAppRemove, CreatedBy: actor.ID,
-		Payload: agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge,
-			ProxySites: hostnames, Force: o.Force}})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, CreatedBy: actor.ID,
+		Work: jobs.Of(agentproto.AppRemove, agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge,
+			ProxySites: hostnames, Force: o.Force})})
 	if err != nil {
 		undo()
 		return Removal{}, err
@@ -1182,8 +1182,8 @@ func (s *Service) applyProxy(ctx context.Context, actor audit.Actor, serverID st
 	if err != nil {
 		return err
 	}
-	_, _, err = s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobProxyApply,
-		Payload: agentproto.ProxyApplyPayload{Proxy: cfg}, CreatedBy: actor.ID})
+	_, _, err = s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID,
+		Work: jobs.Of(agentproto.ProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}), CreatedBy: actor.ID})
 	return err
 }
 

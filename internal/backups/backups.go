@@ -59,14 +59,16 @@ type Service struct {
 // UseCloudDrive lets backups go to the connected cloud drive.
 func (s *Service) UseCloudDrive(d *clouddrive.Service) { s.drive = d }
 
-// NewService returns the service and registers the completion hooks of
-// its job types. ev (may be nil) receives backup.failed.
+// NewService returns the service and registers its job types. ev (may
+// be nil) receives backup.failed.
 func NewService(st Store, js *jobs.Service, srv *servers.Service, dbs *databases.Service, ev EventPublisher, log *audit.Log,
 	key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
 	s := &Service{store: st, jobs: js, servers: srv, dbs: dbs, events: ev, audit: log, key: key, now: now, log: logger}
-	js.OnComplete(agentproto.JobBackupRun, s.runFinished)
-	js.OnComplete(agentproto.JobBackupVerify, s.verifyFinished)
-	js.OnComplete(agentproto.JobBackupDelete, s.deleteFinished)
+	js.Register(agentproto.BackupStorageTest, jobs.Spec{Timeout: 5 * time.Minute})
+	js.Register(agentproto.BackupRun, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.runFinished})
+	js.Register(agentproto.BackupVerify, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.verifyFinished})
+	js.Register(agentproto.BackupRestore, jobs.Spec{Timeout: 6 * time.Hour})
+	js.Register(agentproto.BackupDelete, jobs.Spec{Timeout: 5 * time.Minute, OnComplete: s.deleteFinished})
 	return s
 }
 

@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
-	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/fault"
-	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 )
 
@@ -147,7 +145,7 @@ func TestStorageGrants(t *testing.T) {
 // enroll enrolls another server whose agent announces capabilities.
 func (r *rig) enroll(name string, capabilities []string) string {
 	r.t.Helper()
-	srvs := servers.NewService(r.st, r.jobs, audit.NewLog(r.st, r.clock.Now), r.clock.Now, "http://capstan.test", time.Hour)
+	srvs := r.servers
 	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, name, nil)
 	if err != nil {
 		r.t.Fatal(err)

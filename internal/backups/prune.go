@@ -131,8 +131,8 @@ func (s *Service) deleteRun(ctx context.Context, actor audit.Actor, run Run) (jo
 }
 
 func (s *Service) enqueueDelete(ctx context.Context, actor audit.Actor, run Run, jobID string, storage agentproto.BackupStorage) (jobs.Job, error) {
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupDelete,
-		Payload:   agentproto.BackupDeletePayload{RunID: run.ID, Storage: storage, Key: run.RemoteKey, Local: run.LocalPath},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID,
+		Work:      jobs.Of(agentproto.BackupDelete, agentproto.BackupDeletePayload{RunID: run.ID, Storage: storage, Key: run.RemoteKey, Local: run.LocalPath}),
 		CreatedBy: actor.ID})
 	if err != nil {
 		// The run stays delete_pending with a job that does not exist:

@@ -95,7 +95,7 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		// Deleted, or being deleted, since it was read.
 		return jobs.Job{}, fault.Conflictf("backup-deleted", "The backup is being deleted.")
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupVerify, Payload: p,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Work: jobs.Of(agentproto.BackupVerify, p),
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {
 		// Not queued: the run names its previous verification again,
@@ -155,7 +155,7 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 		}
 	}
 	p.Mode, p.Into = mode, into
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Type: agentproto.JobBackupRestore, Payload: p,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Work: jobs.Of(agentproto.BackupRestore, p),
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {
 		return jobs.Job{}, err

@@ -43,6 +43,7 @@ func (c *clock) Add(d time.Duration) {
 type plane struct {
 	st      *store.Store
 	jobs    *jobs.Service
+	servers *servers.Service
 	dbs     *databases.Service
 	backups *backups.Service
 }
@@ -74,7 +75,7 @@ func newRig(t *testing.T, d store.Dialect) *rig {
 	if _, err := r.st.Migrate(r.ctx); err != nil {
 		t.Fatal(err)
 	}
-	srvs := servers.NewService(r.st, r.jobs, audit.NewLog(r.st, r.clock.Now), r.clock.Now, "http://capstan.test", time.Hour)
+	srvs := r.servers
 	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, "db-host", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func (r *rig) open(dir string) *plane {
 	srvs := servers.NewService(st, js, log, r.clock.Now, "http://capstan.test", time.Hour)
 	dbs := databases.NewService(st, js, srvs, log, r.key, databases.DefaultCatalog(), r.clock.Now, logger)
 	b := backups.NewService(st, js, srvs, dbs, st, log, r.key, r.clock.Now, logger)
-	return &plane{st: st, jobs: js, dbs: dbs, backups: b}
+	return &plane{st: st, jobs: js, servers: srvs, dbs: dbs, backups: b}
 }
 
 // instance registers an external PostgreSQL instance and lets its

@@ -265,10 +265,10 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return RunView{}, jobs.Job{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: run.JobID, ServerID: run.ServerID, Type: agentproto.JobBackupRun,
-		Payload: agentproto.BackupRunPayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Database: src.Database,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: run.JobID, ServerID: run.ServerID,
+		Work: jobs.Of(agentproto.BackupRun, agentproto.BackupRunPayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Database: src.Database,
 			Storage: storage, Key: run.RemoteKey, Recipient: s.key.InstanceIdentity(instanceID).Recipient().String(),
-			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep, LocalProtect: protect},
+			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep, LocalProtect: protect}),
 		Secrets: secrets, CreatedBy: actor.ID})
 	if err != nil {
 		s.finish(context.WithoutCancel(ctx), run, RunFinish{Status: StatusFailed, Error: "the backup could not be queued",

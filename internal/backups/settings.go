@@ -421,8 +421,8 @@ func (s *Service) TestStorage(ctx context.Context, actor audit.Actor, c audit.En
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: serverID, Type: agentproto.JobBackupStorageTest,
-		Payload: agentproto.BackupStorageTestPayload{Storage: storage, Key: agentproto.BackupProbePrefix + jobID}, CreatedBy: actor.ID})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: serverID,
+		Work: jobs.Of(agentproto.BackupStorageTest, agentproto.BackupStorageTestPayload{Storage: storage, Key: agentproto.BackupProbePrefix + jobID}), CreatedBy: actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
 	}

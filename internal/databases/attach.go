@@ -191,9 +191,9 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.store.InsertAttachedLogin(ctx, cred, att); err != nil {
 		return AttachResult{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: cred.JobID, ServerID: inst.ServerID, Type: agentproto.JobDBUserCreate,
-		Payload: agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: database,
-			Access: agentproto.DBAccessReadWrite, KeyPattern: keyPattern},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: cred.JobID, ServerID: inst.ServerID,
+		Work: jobs.Of(agentproto.DBUserCreate, agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: database,
+			Access: agentproto.DBAccessReadWrite, KeyPattern: keyPattern}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
 		CreatedBy: actor.ID})
 	if err != nil {

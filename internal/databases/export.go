@@ -119,8 +119,14 @@ func (s *Service) UseArtifacts(o ArtifactOptions) {
 		o.MaxExportBytes = DefaultMaxExportBytes
 	}
 	s.artifacts = o
-	s.jobs.OnComplete(agentproto.JobDBExport, s.exportFinished)
-	s.jobs.OnComplete(agentproto.JobDBImport, s.importFinished)
+}
+
+// registerArtifacts registers the job types of exports and imports,
+// which stream the whole database. (Without UseArtifacts, none is
+// queued.)
+func (s *Service) registerArtifacts(j *jobs.Service) {
+	j.Register(agentproto.DBExport, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.exportFinished})
+	j.Register(agentproto.DBImport, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.importFinished})
 }
 
 // MaxImportBytes is the largest import upload taken.
@@ -217,8 +223,8 @@ func (s *Service) Export(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if p := artifactDatabaseProblem(inst.Engine, database); p != "" {
 		return jobs.Job{}, fault.Invalidf("database", "%s", p)
 	}
-	j, err := s.enqueue(ctx, inst, agentproto.JobDBExport, agentproto.DBExportPayload{Target: target(inst, cred), Source: s.source(inst),
-		Database: database}, password, actor.ID)
+	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBExport, agentproto.DBExportPayload{Target: target(inst, cred), Source: s.source(inst),
+		Database: database}), password, actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
@@ -448,9 +454,9 @@ func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		s.dropArtifact(context.WithoutCancel(ctx), a)
 		return jobs.Job{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBImport,
-		Payload: agentproto.DBImportPayload{Target: target(inst, cred), Source: s.loadSource(inst), Database: database, Format: format,
-			Bytes: w.Size, SHA256: w.SHA256},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
+		Work: jobs.Of(agentproto.DBImport, agentproto.DBImportPayload{Target: target(inst, cred), Source: s.loadSource(inst), Database: database, Format: format,
+			Bytes: w.Size, SHA256: w.SHA256}),
 		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
 	if err != nil {
 		s.dropArtifact(context.WithoutCancel(ctx), a)

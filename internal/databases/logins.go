@@ -63,16 +63,19 @@ type LoginStore interface {
 	FinishDatabaseLoginDrop(ctx context.Context, jobID string, ok bool, now time.Time) (bool, error)
 }
 
-func (s *Service) registerLoginHooks(j *jobs.Service) {
+// registerLogins registers the job types of databases and logins.
+func (s *Service) registerLogins(j *jobs.Service) {
 	finish := func(f func(context.Context, string, bool, time.Time) (bool, error)) jobs.CompletionHook {
 		return func(ctx context.Context, jb jobs.Job) error {
 			_, err := f(context.WithoutCancel(ctx), jb.ID, jb.Status == jobs.Succeeded, s.now().UTC())
 			return err
 		}
 	}
-	j.OnComplete(agentproto.JobDBUserCreate, s.loginHook(s.store.FinishDatabaseLogin))
-	j.OnComplete(agentproto.JobDBUserRotate, s.loginHook(s.store.FinishDatabaseRotation))
-	j.OnComplete(agentproto.JobDBUserDrop, finish(s.store.FinishDatabaseLoginDrop))
+	j.Register(agentproto.DBDatabaseCreate, jobs.Spec{Timeout: 2 * time.Minute})
+	j.Register(agentproto.DBDatabaseDrop, jobs.Spec{Timeout: 2 * time.Minute})
+	j.Register(agentproto.DBUserCreate, jobs.Spec{Timeout: 2 * time.Minute, OnComplete: s.loginHook(s.store.FinishDatabaseLogin)})
+	j.Register(agentproto.DBUserRotate, jobs.Spec{Timeout: time.Minute, OnComplete: s.loginHook(s.store.FinishDatabaseRotation)})
+	j.Register(agentproto.DBUserDrop, jobs.Spec{Timeout: 2 * time.Minute, OnComplete: finish(s.store.FinishDatabaseLoginDrop)})
 }
 
 // newPassword returns a random password.
@@ -137,8 +140,8 @@ func (s *Service) CreateDatabase(ctx context.Context, actor audit.Actor, c audit
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := s.enqueue(ctx, inst, agentproto.JobDBDatabaseCreate, agentproto.DBDatabasePayload{Target: target(inst, admin), Name: name,
-		Owner: owner}, password, actor.ID)
+	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBDatabaseCreate, agentproto.DBDatabasePayload{Target: target(inst, admin), Name: name,
+		Owner: owner}), password, actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
@@ -177,7 +180,7 @@ func (s *Service) DropDatabase(ctx context.Context, actor audit.Actor, c audit.E
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := s.enqueue(ctx, inst, agentproto.JobDBDatabaseDrop, agentproto.DBDatabasePayload{Target: target(inst, admin), Name: name},
+	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBDatabaseDrop, agentproto.DBDatabasePayload{Target: target(inst, admin), Name: name}),
 		password, actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
@@ -246,9 +249,9 @@ func (s *Service) CreateLogin(ctx context.Context, actor audit.Actor, c audit.En
 	if err := s.store.InsertDatabaseLogin(ctx, cred); err != nil {
 		return LoginSecret{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: cred.JobID, ServerID: inst.ServerID, Type: agentproto.JobDBUserCreate,
-		Payload: agentproto.DBUserPayload{Target: target(inst, admin), Username: n.Username, Database: n.Database, Access: n.Access,
-			KeyPattern: n.KeyPattern},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: cred.JobID, ServerID: inst.ServerID,
+		Work: jobs.Of(agentproto.DBUserCreate, agentproto.DBUserPayload{Target: target(inst, admin), Username: n.Username, Database: n.Database, Access: n.Access,
+			KeyPattern: n.KeyPattern}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
 		CreatedBy: actor.ID})
 	if err != nil {
@@ -313,8 +316,8 @@ func (s *Service) RotateLogin(ctx context.Context, actor audit.Actor, c audit.En
 	if err := s.store.StartDatabaseRotation(ctx, cred.ID, s.key.Seal(passwordContext(cred.ID), []byte(password)), jobID, now); err != nil {
 		return LoginSecret{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBUserRotate,
-		Payload:   agentproto.DBUserPayload{Target: target(inst, admin), Username: cred.Username},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
+		Work:      jobs.Of(agentproto.DBUserRotate, agentproto.DBUserPayload{Target: target(inst, admin), Username: cred.Username}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
 		CreatedBy: actor.ID})
 	if err != nil {
@@ -365,8 +368,8 @@ func (s *Service) DropLogin(ctx context.Context, actor audit.Actor, c audit.Entr
 			return jobs.Job{}, err
 		}
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBUserDrop,
-		Payload:   agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: cred.Database},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
+		Work:      jobs.Of(agentproto.DBUserDrop, agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: cred.Database}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW},
 		CreatedBy: actor.ID})
 	if err != nil {

@@ -194,10 +194,10 @@ func (s *Service) CreateManaged(ctx context.Context, actor audit.Actor, c audit.
 		}
 		return Registration{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: inst.CheckJobID, ServerID: inst.ServerID, Type: agentproto.JobDBCreate,
-		Payload: agentproto.DBCreatePayload{InstanceID: inst.ID, Engine: inst.Engine, Version: inst.Version, Image: version.Image,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: inst.CheckJobID, ServerID: inst.ServerID,
+		Work: jobs.Of(agentproto.DBCreate, agentproto.DBCreatePayload{InstanceID: inst.ID, Engine: inst.Engine, Version: inst.Version, Image: version.Image,
 			ContainerName: ContainerName(inst.Name), Network: agentproto.DBNetwork, Volume: VolumeName(inst.ID),
-			MemoryLimitBytes: memory, Database: inst.Database, Username: cred.Username},
+			MemoryLimitBytes: memory, Database: inst.Database, Username: cred.Username}),
 		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
 	if err != nil {
 		if derr := s.store.DeleteDatabaseInstance(context.WithoutCancel(ctx), inst.ID); derr != nil {
@@ -238,8 +238,8 @@ func (s *Service) Control(ctx context.Context, actor audit.Actor, c audit.Entry,
 		return Registration{}, err
 	}
 	inst.State, inst.CheckJobID, inst.LastError = state, jobID, ""
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBControl,
-		Payload: agentproto.DBControlPayload{Target: target(inst, cred), ContainerName: ContainerName(inst.Name), Action: action},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
+		Work:    jobs.Of(agentproto.DBControl, agentproto.DBControlPayload{Target: target(inst, cred), ContainerName: ContainerName(inst.Name), Action: action}),
 		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
 	if err != nil {
 		s.finishOperation(context.WithoutCancel(ctx), id, jobID, OperationResult{State: StateFailed, LastError: "the " + action + " could not be queued"})
@@ -288,8 +288,8 @@ func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.store.BeginDatabaseOperation(ctx, id, []string{StateReady, StateStopped, StateFailed}, StateRemoving, jobID, now); err != nil {
 		return DatabaseRemoval{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID, Type: agentproto.JobDBRemove,
-		Payload:   agentproto.DBRemovePayload{InstanceID: id, ContainerName: ContainerName(inst.Name), Volume: VolumeName(id), Purge: purge},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
+		Work:      jobs.Of(agentproto.DBRemove, agentproto.DBRemovePayload{InstanceID: id, ContainerName: ContainerName(inst.Name), Volume: VolumeName(id), Purge: purge}),
 		CreatedBy: actor.ID})
 	if err != nil {
 		s.finishOperation(context.WithoutCancel(ctx), id, jobID, OperationResult{State: StateFailed, LastError: "the removal could not be queued"})
@@ -314,12 +314,13 @@ func (s *Service) finishOperation(ctx context.Context, id, jobID string, r Opera
 	}
 }
 
-// registerManaged registers the completion hooks of the managed-instance
-// jobs.
+// registerManaged registers the job types of managed instances.
+// Creating may pull the image and waits for the engine's first start
+// (its data directory is made then).
 func (s *Service) registerManaged(j *jobs.Service) {
-	j.OnComplete(agentproto.JobDBCreate, s.createFinished)
-	j.OnComplete(agentproto.JobDBControl, s.controlFinished)
-	j.OnComplete(agentproto.JobDBRemove, s.removeFinished)
+	j.Register(agentproto.DBCreate, jobs.Spec{Timeout: 10 * time.Minute, OnComplete: s.createFinished})
+	j.Register(agentproto.DBControl, jobs.Spec{Timeout: 5 * time.Minute, OnComplete: s.controlFinished})
+	j.Register(agentproto.DBRemove, jobs.Spec{Timeout: 5 * time.Minute, OnComplete: s.removeFinished})
 }
 
 // failure is the error of a failed job as the instance's last_error.

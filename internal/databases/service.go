@@ -61,9 +61,14 @@ func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *sec
 		cat = DefaultCatalog()
 	}
 	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, catalog: cat, now: now, log: logger}
-	j.OnComplete(agentproto.JobDBConnect, s.connectFinished)
-	s.registerLoginHooks(j)
+	j.Register(agentproto.DBConnect, jobs.Spec{Timeout: time.Minute, OnComplete: s.connectFinished})
+	// A statement may run for up to 5 minutes; the job gets one more.
+	j.Register(agentproto.DBQuery, jobs.Spec{Timeout: 6 * time.Minute})
+	j.Register(agentproto.DBExplore, jobs.Spec{Timeout: 2 * time.Minute})
+	j.Register(agentproto.DBKV, jobs.Spec{Timeout: time.Minute})
+	s.registerLogins(j)
 	s.registerManaged(j)
+	s.registerArtifacts(j)
 	return s
 }
 
@@ -264,8 +269,8 @@ func target(inst Instance, cred Credential) agentproto.DBTarget {
 
 // queueCheck enqueues the db.connect job whose id inst.CheckJobID holds.
 func (s *Service) queueCheck(ctx context.Context, inst Instance, cred Credential, password, actorID string) (jobs.Job, error) {
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: inst.CheckJobID, ServerID: inst.ServerID, Type: agentproto.JobDBConnect,
-		Payload: agentproto.DBConnectPayload{Target: target(inst, cred)}, Secrets: map[string]string{agentproto.SecretDBPassword: password},
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: inst.CheckJobID, ServerID: inst.ServerID,
+		Work: jobs.Of(agentproto.DBConnect, agentproto.DBConnectPayload{Target: target(inst, cred)}), Secrets: map[string]string{agentproto.SecretDBPassword: password},
 		CreatedBy: actorID})
 	return j, err
 }
@@ -558,8 +563,8 @@ func (s *Service) ready(ctx context.Context, id string, errs fault.Fields, kind,
 	return inst, cred, password, err
 }
 
-func (s *Service) enqueue(ctx context.Context, inst Instance, jobType string, payload any, password, actorID string) (jobs.Job, error) {
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: inst.ServerID, Type: jobType, Payload: payload,
+func (s *Service) enqueue(ctx context.Context, inst Instance, w jobs.Work, password, actorID string) (jobs.Job, error) {
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: inst.ServerID, Work: w,
 		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actorID})
 	return j, err
 }
@@ -619,7 +624,7 @@ func (s *Service) Query(ctx context.Context, actor audit.Actor, c audit.Entry, i
 		pl.Reader = ConsoleReader
 		sec[agentproto.SecretDBReaderPassword] = s.key.DerivedPassword("db-console-reader:" + inst.ID)
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: inst.ServerID, Type: agentproto.JobDBQuery, Payload: pl,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: inst.ServerID, Work: jobs.Of(agentproto.DBQuery, pl),
 		Secrets: sec, CreatedBy: actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
@@ -670,8 +675,8 @@ func (s *Service) Explore(ctx context.Context, actorID, id string, q ExploreRequ
 	if q.Schema != "" && inst.Engine != agentproto.EnginePostgres {
 		return jobs.Job{}, fault.Invalidf("schema", "applies only to PostgreSQL; on %s a schema is a database", inst.Engine)
 	}
-	return s.enqueue(ctx, inst, agentproto.JobDBExplore, agentproto.DBExplorePayload{Target: target(inst, cred), What: q.What,
-		Database: q.Database, Schema: q.Schema, Table: q.Table}, password, actorID)
+	return s.enqueue(ctx, inst, jobs.Of(agentproto.DBExplore, agentproto.DBExplorePayload{Target: target(inst, cred), What: q.What,
+		Database: q.Database, Schema: q.Schema, Table: q.Table}), password, actorID)
 }
 
 // KVRequest is a key-value browser call. Nil pointers take the defaults.
@@ -746,7 +751,7 @@ func (s *Service) KV(ctx context.Context, actor audit.Actor, c audit.Entry, id s
 		return jobs.Job{}, err
 	}
 	p.Target = target(inst, cred)
-	j, err := s.enqueue(ctx, inst, agentproto.JobDBKV, p, password, actor.ID)
+	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBKV, p), password, actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}

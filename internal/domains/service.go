@@ -42,15 +42,15 @@ type Service struct {
 	log     *slog.Logger
 }
 
-// NewService returns a domain service and registers the completion hook
-// of domain.check.
+// NewService returns a domain service and registers its job types
+// (domain.check, proxy.apply) with the job service.
 func NewService(st Store, a *apps.Service, j *jobs.Service, srv Servers, log *audit.Log, now func() time.Time, logger *slog.Logger) *Service {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	s := &Service{store: st, apps: a, jobs: j, servers: srv, audit: log, now: now, log: logger}
-	j.OnComplete(agentproto.JobDomainCheck, s.checkFinished)
-	j.OnComplete(agentproto.JobProxyApply, s.proxyFinished)
+	j.Register(agentproto.DomainCheck, jobs.Spec{Timeout: time.Minute, OnComplete: s.checkFinished})
+	j.Register(agentproto.ProxyApply, jobs.Spec{Timeout: 2 * time.Minute, OnComplete: s.proxyFinished})
 	return s
 }
 
@@ -93,8 +93,8 @@ func (s *Service) applyProxy(ctx context.Context, serverID, actorID string) (job
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobProxyApply,
-		Payload: agentproto.ProxyApplyPayload{Proxy: cfg}, CreatedBy: actorID})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID,
+		Work: jobs.Of(agentproto.ProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}), CreatedBy: actorID})
 	return j, err
 }
 
@@ -273,8 +273,8 @@ func (s *Service) QueueCheck(ctx context.Context, actor audit.Actor, c audit.Ent
 	} else if !ok {
 		return jobs.Job{}, fault.Conflictf("server-not-enrolled", "The domain's server has no agent to check it.")
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.ApplicationID, Type: agentproto.JobDomainCheck, CreatedBy: actor.ID,
-		Payload: agentproto.DomainCheckPayload{Hostname: d.Hostname, TLSMode: d.TLSMode}})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.ApplicationID, CreatedBy: actor.ID,
+		Work: jobs.Of(agentproto.DomainCheck, agentproto.DomainCheckPayload{Hostname: d.Hostname, TLSMode: d.TLSMode})})
 	if err != nil {
 		return jobs.Job{}, err
 	}

@@ -293,7 +293,7 @@ func TestListLimits(t *testing.T) {
 	b := newBoundsEnv(t)
 	d := b.srv.deps
 	for range jobs.MaxListLimit + 1 {
-		if _, _, err := d.Jobs.Enqueue(b.ctx, jobs.NewJob{ServerID: b.serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}}); err != nil {
+		if _, _, err := d.Jobs.Enqueue(b.ctx, jobs.NewJob{ServerID: b.serverID, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -85,8 +85,8 @@ func (e *testEnv) runJob(t testing.TB, marker string) jobs.Job {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j, _, err := e.jobs.Enqueue(ctx, jobs.NewJob{ServerID: en.Server.ID, Type: agentproto.JobAgentPing,
-		Payload: map[string]string{"message": marker}})
+	j, _, err := e.jobs.Enqueue(ctx, jobs.NewJob{ServerID: en.Server.ID,
+		Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{Message: marker})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -281,8 +281,8 @@ func TestTokenStream(t *testing.T) {
 
 	// The job above was another server's; the next one is prod's, and it
 	// is the first the narrowed stream carries.
-	pj, _, err := e.jobs.Enqueue(t.Context(), jobs.NewJob{ServerID: prod.Server.ID, Type: agentproto.JobAgentPing,
-		Payload: map[string]string{"message": "prod"}})
+	pj, _, err := e.jobs.Enqueue(t.Context(), jobs.NewJob{ServerID: prod.Server.ID,
+		Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{Message: "prod"})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 	}()
 	testlab.Eventually(t, 10*time.Second, "the claim waiting on B", func() bool { return jobs.ClaimWaiters(b.jobs, serverID) == 1 })
 	queued := time.Now()
-	j, _, err := a.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+	j, _, err := a.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestWaitQueuedAcrossControlPlanes(t *testing.T) {
 	if _, ok, err := b.jobs.ClaimNow(ctx, serverID); ok || err != nil {
 		t.Fatalf("claim with nothing queued: %v %v", ok, err)
 	}
-	j, _, err := a.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+	j, _, err := a.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ func TestLateEvents(t *testing.T) {
 				return []agentproto.Event{{Level: agentproto.LevelInfo, Message: msg}}
 			}
 
-			queued, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: srv, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+			queued, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: srv, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,13 +45,13 @@ func TestQueuedJobsEndWithoutAnAgent(t *testing.T) {
 		rs := replicas(st, c, 3)
 		var hooks atomic.Int32
 		for _, r := range rs {
-			r.OnComplete(agentproto.JobAgentPing, func(ctx context.Context, j jobs.Job) error {
+			r.Register(agentproto.AgentPing, pingSpec(func(ctx context.Context, j jobs.Job) error {
 				if j.Status != jobs.Failed || j.Error == nil {
 					t.Errorf("hook of job %s: %s %v, want failed", j.ID, j.Status, j.Error)
 				}
 				hooks.Add(1)
 				return nil
-			})
+			}))
 		}
 		bus := &localBus{rs: rs}
 		for _, r := range rs {
@@ -116,7 +116,7 @@ func TestQueuedJobsEndWithoutAnAgent(t *testing.T) {
 
 		silent := onlineServer(t, st, "silent", c.now())
 		q := mustEnqueue(t, rs[1], silent)
-		spec, _ := jobs.Spec(agentproto.JobAgentPing)
+		spec, _ := rs[1].Spec(agentproto.JobAgentPing)
 		c.advance(spec.QueueTimeout() - time.Second)
 		if n := expire(); n != 0 {
 			t.Fatalf("%d jobs failed before the queue timeout", n)

@@ -40,10 +40,10 @@ func TestLostClaimRequeued(t *testing.T) {
 		rs := replicas(st, c, 3)
 		var hooks atomic.Int32
 		for _, r := range rs {
-			r.OnComplete(agentproto.JobAgentPing, func(ctx context.Context, j jobs.Job) error {
+			r.Register(agentproto.AgentPing, pingSpec(func(ctx context.Context, j jobs.Job) error {
 				hooks.Add(1)
 				return nil
-			})
+			}))
 		}
 		bus := &localBus{rs: rs}
 		for _, r := range rs {

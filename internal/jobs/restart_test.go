@@ -48,14 +48,20 @@ func mustClaim(t *testing.T, js *jobs.Service, serverID string) jobs.Job {
 	return j
 }
 
-func mustEnqueue(t *testing.T, js *jobs.Service, serverID string) jobs.Job {
-	t.Helper()
-	return mustEnqueueType(t, js, serverID, agentproto.JobAgentPing)
+// pingSpec is agent.ping's spec in these tests: the timeout the servers
+// capability gives it, with hook (nil: none).
+func pingSpec(hook jobs.CompletionHook) jobs.Spec {
+	return jobs.Spec{Timeout: 30 * time.Second, OnComplete: hook}
 }
 
-func mustEnqueueType(t *testing.T, js *jobs.Service, serverID, jobType string) jobs.Job {
+func mustEnqueue(t *testing.T, js *jobs.Service, serverID string) jobs.Job {
 	t.Helper()
-	j, _, err := js.Enqueue(context.Background(), jobs.NewJob{ServerID: serverID, Type: jobType, Payload: struct{}{}})
+	return mustEnqueueWork(t, js, serverID, jobs.Of(agentproto.AgentPing, agentproto.PingPayload{}))
+}
+
+func mustEnqueueWork(t *testing.T, js *jobs.Service, serverID string, w jobs.Work) jobs.Job {
+	t.Helper()
+	j, _, err := js.Enqueue(context.Background(), jobs.NewJob{ServerID: serverID, Work: w})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,11 +80,12 @@ func TestHookPendingSeenByEveryReplica(t *testing.T) {
 		rs := replicas(st, c, 2)
 		a, b := rs[0], rs[1]
 		entered, release := make(chan struct{}), make(chan struct{})
-		a.OnComplete(agentproto.JobAgentPing, func(ctx context.Context, j jobs.Job) error {
+		a.Register(agentproto.AgentPing, pingSpec(func(ctx context.Context, j jobs.Job) error {
 			close(entered)
 			<-release
 			return nil
-		})
+		}))
+		b.Register(agentproto.AgentPing, pingSpec(nil))
 		j := mustEnqueue(t, a, "srv_1")
 		mustClaim(t, a, "srv_1")
 		done := make(chan error, 1)
@@ -118,13 +125,13 @@ func TestStaleHookRunsOnce(t *testing.T) {
 		rs := replicas(st, c, 3)
 		var ran atomic.Int32
 		for _, r := range rs {
-			r.OnComplete(agentproto.JobAgentPing, func(ctx context.Context, j jobs.Job) error {
+			r.Register(agentproto.AgentPing, pingSpec(func(ctx context.Context, j jobs.Job) error {
 				if j.Status != jobs.Succeeded {
 					t.Errorf("hook got status %s, want succeeded", j.Status)
 				}
 				ran.Add(1)
 				return nil
-			})
+			}))
 		}
 		j := mustEnqueue(t, rs[0], "srv_1")
 		mustClaim(t, rs[0], "srv_1")
@@ -173,16 +180,17 @@ func TestRestartGraceAndLateResult(t *testing.T) {
 		c := &clock{t: time.Now().UTC()}
 		js := replicas(st, c, 1)[0]
 		var hooks, reconciles atomic.Int32
-		js.OnComplete(agentproto.JobAppDeploy, func(ctx context.Context, j jobs.Job) error { hooks.Add(1); return nil })
 		late := make(chan jobs.Job, 4)
-		js.OnLateResult(agentproto.JobAppDeploy, func(ctx context.Context, j jobs.Job) error {
-			reconciles.Add(1)
-			late <- j
-			return nil
-		})
+		js.Register(agentproto.AppDeploy, jobs.Spec{Timeout: 15 * time.Minute,
+			OnComplete: func(ctx context.Context, j jobs.Job) error { hooks.Add(1); return nil },
+			OnLateResult: func(ctx context.Context, j jobs.Job) error {
+				reconciles.Add(1)
+				late <- j
+				return nil
+			}})
 
 		// Down for five minutes (longer than a lease, shorter than the timeout), then started: the job gets its grace.
-		j := mustEnqueueType(t, js, "srv_1", agentproto.JobAppDeploy)
+		j := mustEnqueueWork(t, js, "srv_1", jobs.Of(agentproto.AppDeploy, agentproto.DeployPayload{}))
 		mustClaim(t, js, "srv_1")
 		c.advance(5 * time.Minute)
 		if n, err := js.Grace(ctx, time.Minute); err != nil || n != 1 {
@@ -199,7 +207,7 @@ func TestRestartGraceAndLateResult(t *testing.T) {
 
 		// An agent that had the job (its heartbeat named it) and does not
 		// come back within the grace loses it.
-		j = mustEnqueueType(t, js, "srv_1", agentproto.JobAppDeploy)
+		j = mustEnqueueWork(t, js, "srv_1", jobs.Of(agentproto.AppDeploy, agentproto.DeployPayload{}))
 		mustClaim(t, js, "srv_1")
 		if err := js.Heartbeat(ctx, "srv_1", []string{j.ID}); err != nil {
 			t.Fatal(err)

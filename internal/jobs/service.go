@@ -33,10 +33,8 @@ type Service struct {
 	// serverEndKey (every job of a revoked or deleted server).
 	ends   *notifier
 	lease  time.Duration
-	hookMu sync.RWMutex // guards hooks and reconciles
-	hooks  map[string]CompletionHook
-	// reconciles correct a job type's records from a late result.
-	reconciles map[string]CompletionHook
+	specMu sync.RWMutex // guards specs
+	specs  map[string]Spec
 
 	inflightMu sync.Mutex // guards inflight
 	inflight   map[string]struct{}
@@ -124,7 +122,7 @@ type CompletionHook func(ctx context.Context, j Job) error
 // NewService returns a job service.
 func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.Logger) *Service {
 	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), ends: newNotifier(), lease: DefaultLease,
-		hooks: map[string]CompletionHook{}, reconciles: map[string]CompletionHook{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
+		specs: map[string]Spec{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
 }
 
 // StopClaims ends the claims that wait for a job at once, with no job, and
@@ -149,24 +147,6 @@ func (s *Service) ClaimsStopped() bool {
 	}
 }
 
-// OnComplete registers the completion hook of a job type.
-func (s *Service) OnComplete(jobType string, h CompletionHook) {
-	s.hookMu.Lock()
-	s.hooks[jobType] = h
-	s.hookMu.Unlock()
-}
-
-// OnLateResult registers the reconcile step of a job type: it runs once
-// when an agent reports the result of a job that had been failed with
-// agent_lost (the job's LateResult is set), so that the records the type
-// owns say what really happened (a deployment that succeeded becomes
-// current). The job itself stays failed.
-func (s *Service) OnLateResult(jobType string, h CompletionHook) {
-	s.hookMu.Lock()
-	s.reconciles[jobType] = h
-	s.hookMu.Unlock()
-}
-
 // NewJob describes a job to enqueue.
 type NewJob struct {
 	// ID, when set, is the job's id, made with NewID: a caller that must
@@ -174,9 +154,9 @@ type NewJob struct {
 	// first. Empty: Enqueue makes one.
 	ID       string
 	ServerID string
-	Type     string
-	// Payload is marshalled to JSON; it must not hold secrets.
-	Payload any
+	// Work is the job's type and payload (made with Of); the payload is
+	// marshalled to JSON and must not hold secrets.
+	Work Work
 	// Secrets are sealed at rest and only handed to the agent holding the job.
 	Secrets        map[string]string
 	IdempotencyKey string
@@ -201,15 +181,15 @@ func requestHash(jobType string, payload []byte) string {
 // first job (created=false) if the request is the same, and a problem if it
 // differs or the first request is still being created.
 func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, err error) {
-	spec, ok := Spec(n.Type)
+	spec, ok := s.Spec(n.Work.jobType)
 	if !ok {
-		return Job{}, false, fault.Invalidf("type", "unknown job type %q", n.Type)
+		return Job{}, false, fault.Invalidf("type", "unknown job type %q", n.Work.jobType)
 	}
-	payload, err := json.Marshal(n.Payload)
+	payload, err := json.Marshal(n.Work.payload)
 	if err != nil {
 		return Job{}, false, err
 	}
-	hash := requestHash(n.Type, payload)
+	hash := requestHash(n.Work.jobType, payload)
 	if n.IdempotencyKey != "" {
 		flight := n.ServerID + "\x00" + n.IdempotencyKey
 		s.inflightMu.Lock()
@@ -237,7 +217,7 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 	}
 	queueDeadline := now.Add(spec.QueueTimeout())
 	j = Job{
-		ID: id, ServerID: n.ServerID, AppID: n.AppID, Type: n.Type, Status: Queued, Payload: payload,
+		ID: id, ServerID: n.ServerID, AppID: n.AppID, Type: n.Work.jobType, Status: Queued, Payload: payload,
 		HasSecrets: len(n.Secrets) > 0, IdempotencyKey: n.IdempotencyKey, CreatedBy: n.CreatedBy,
 		TimeoutSeconds: int(spec.Timeout / time.Second), LeaseSeconds: int(s.lease / time.Second),
 		CreatedAt: now, UpdatedAt: now, QueueDeadlineAt: &queueDeadline, RequestHash: hash,
@@ -331,7 +311,7 @@ func (s *Service) List(ctx context.Context, f ListFilter, limit int, r Reader) (
 	if f.AppID != "" && !validID(f.AppID, "app") {
 		errs.Add("app_id", "must be an application id (app_…)")
 	}
-	if _, ok := Spec(f.Type); f.Type != "" && !ok {
+	if _, ok := s.Spec(f.Type); f.Type != "" && !ok {
 		errs.Add("type", "must be a job type, such as app.deploy or logs.read")
 	}
 	switch f.Status {
@@ -697,9 +677,8 @@ func (s *Service) lateResult(ctx context.Context, j Job, late LateResult) (Job, 
 	}
 	j.LateResult = &late
 	s.log.InfoContext(ctx, "late job result recorded", "job_id", j.ID, "type", j.Type, "status", string(late.Status))
-	s.hookMu.RLock()
-	h := s.reconciles[j.Type]
-	s.hookMu.RUnlock()
+	spec, _ := s.Spec(j.Type)
+	h := spec.OnLateResult
 	if h != nil {
 		if err := h(context.WithoutCancel(ctx), j); err != nil {
 			s.log.ErrorContext(ctx, "job reconcile step failed", "job_id", j.ID, "type", j.Type, "err", err.Error())
@@ -736,9 +715,8 @@ func (s *Service) EndServerJobs(ctx context.Context, serverID string) error {
 // leaves the mark cleared: hooks log their own failures, and running one
 // again would not make it succeed.
 func (s *Service) runHook(ctx context.Context, j Job) {
-	s.hookMu.RLock()
-	h := s.hooks[j.Type]
-	s.hookMu.RUnlock()
+	spec, _ := s.Spec(j.Type)
+	h := spec.OnComplete
 	// The hook and the mark are for the job, not for the request that
 	// ended it: finish them if the caller hangs up.
 	ctx = context.WithoutCancel(ctx)

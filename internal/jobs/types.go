@@ -1,15 +1,28 @@
 package jobs
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
-// TypeSpec describes a job type.
-type TypeSpec struct {
-	// Timeout bounds how long a job of this type may run.
+// Spec says how the control plane runs one job type: how long a job may
+// run, and what the capability that owns the type does when one ends.
+type Spec struct {
+	// Timeout bounds how long a job of this type may run. Required.
 	Timeout time.Duration
+	// OnComplete, when set, runs after a job of the type finished
+	// (succeeded, failed or cancelled), for the owning capability to
+	// update its own records.
+	OnComplete CompletionHook
+	// OnLateResult, when set, runs once when an agent reports the result
+	// of a job that had been failed with agent_lost (the job's LateResult
+	// is set), so that the records the type owns say what really
+	// happened (a deployment that succeeded becomes current). The job
+	// itself stays failed.
+	OnLateResult CompletionHook
 }
 
 // Queue timeouts: a job still queued this long after it was queued fails
@@ -26,7 +39,7 @@ const (
 
 // QueueTimeout is how long a job of this type may stay queued:
 // QueueTimeoutRuns times its timeout, and at least MinQueueTimeout.
-func (s TypeSpec) QueueTimeout() time.Duration {
+func (s Spec) QueueTimeout() time.Duration {
 	return max(MinQueueTimeout, QueueTimeoutRuns*s.Timeout)
 }
 
@@ -41,56 +54,51 @@ const HeartbeatInterval = 10 * time.Second
 // server counts as offline: three heartbeat intervals.
 const OfflineAfter = 3 * HeartbeatInterval
 
-// types lists every job type the control plane queues.
-var types = map[string]TypeSpec{
-	agentproto.JobAgentPing:        {Timeout: 30 * time.Second},
-	agentproto.JobServiceStart:     {Timeout: 2 * time.Minute},
-	agentproto.JobServiceStop:      {Timeout: 2 * time.Minute},
-	agentproto.JobServiceRestart:   {Timeout: 2 * time.Minute},
-	agentproto.JobServiceLogs:      {Timeout: time.Minute},
-	agentproto.JobContainerStart:   {Timeout: 2 * time.Minute},
-	agentproto.JobContainerStop:    {Timeout: 2 * time.Minute},
-	agentproto.JobContainerRestart: {Timeout: 2 * time.Minute},
-	agentproto.JobContainerLogs:    {Timeout: time.Minute},
-	agentproto.JobContainerInspect: {Timeout: time.Minute},
-	// A prune's removal waits for the container deploys running (up to
-	// their own timeout) before it removes anything.
-	agentproto.JobDockerPrune: {Timeout: 20 * time.Minute},
-	agentproto.JobLogsRead:    {Timeout: time.Minute},
-	agentproto.JobAppDeploy:   {Timeout: 15 * time.Minute},
-	agentproto.JobAppRemove:   {Timeout: 5 * time.Minute},
-	agentproto.JobAppLogs:     {Timeout: time.Minute},
-	agentproto.JobProxyApply:  {Timeout: 2 * time.Minute},
-	agentproto.JobDomainCheck: {Timeout: time.Minute},
-	agentproto.JobDBConnect:   {Timeout: time.Minute},
-	// A statement may run for up to 5 minutes; the job gets one more.
-	agentproto.JobDBQuery:   {Timeout: 6 * time.Minute},
-	agentproto.JobDBExplore: {Timeout: 2 * time.Minute},
-	agentproto.JobDBKV:      {Timeout: time.Minute},
-	// Databases and logins.
-	agentproto.JobDBDatabaseCreate: {Timeout: 2 * time.Minute},
-	agentproto.JobDBDatabaseDrop:   {Timeout: 2 * time.Minute},
-	agentproto.JobDBUserCreate:     {Timeout: 2 * time.Minute},
-	agentproto.JobDBUserRotate:     {Timeout: time.Minute},
-	agentproto.JobDBUserDrop:       {Timeout: 2 * time.Minute},
-	// Managed instances. Creating may pull the image and waits for the
-	// engine's first start (its data directory is made then).
-	agentproto.JobDBCreate:  {Timeout: 10 * time.Minute},
-	agentproto.JobDBControl: {Timeout: 5 * time.Minute},
-	agentproto.JobDBRemove:  {Timeout: 5 * time.Minute},
-	// Exports and imports stream the whole database.
-	agentproto.JobDBExport: {Timeout: 6 * time.Hour},
-	agentproto.JobDBImport: {Timeout: 6 * time.Hour},
-	// Backups.
-	agentproto.JobBackupStorageTest: {Timeout: 5 * time.Minute},
-	agentproto.JobBackupRun:         {Timeout: 6 * time.Hour},
-	agentproto.JobBackupVerify:      {Timeout: 6 * time.Hour},
-	agentproto.JobBackupRestore:     {Timeout: 6 * time.Hour},
-	agentproto.JobBackupDelete:      {Timeout: 5 * time.Minute},
+// Work is what a job does: its type and payload. Of makes one, so that
+// the payload is always the one its type declares.
+type Work struct {
+	jobType string
+	payload any
 }
 
-// Spec returns the type's spec and whether the type exists.
-func Spec(jobType string) (TypeSpec, bool) {
-	s, ok := types[jobType]
-	return s, ok
+// Of is the work of a job of type t with payload p.
+func Of[P, R any](t agentproto.JobType[P, R], p P) Work {
+	return Work{jobType: t.Name, payload: p}
+}
+
+// Type is the work's job type.
+func (w Work) Type() string { return w.jobType }
+
+// Payload is the work's payload, of the type its job type declares.
+func (w Work) Payload() any { return w.payload }
+
+// Register declares a job type that this control plane queues, with its
+// spec. It panics when the type is registered twice or has no timeout:
+// both are programming errors, found when the control plane is built.
+func (s *Service) Register(t agentproto.Declared, spec Spec) {
+	name := t.JobName()
+	if spec.Timeout <= 0 {
+		panic("jobs: job type " + name + " registered without a timeout")
+	}
+	s.specMu.Lock()
+	defer s.specMu.Unlock()
+	if _, dup := s.specs[name]; dup {
+		panic("jobs: job type " + name + " registered twice")
+	}
+	s.specs[name] = spec
+}
+
+// Spec returns the spec of a registered job type.
+func (s *Service) Spec(jobType string) (Spec, bool) {
+	s.specMu.RLock()
+	defer s.specMu.RUnlock()
+	spec, ok := s.specs[jobType]
+	return spec, ok
+}
+
+// Types lists the registered job types.
+func (s *Service) Types() []string {
+	s.specMu.RLock()
+	defer s.specMu.RUnlock()
+	return slices.Sorted(maps.Keys(s.specs))
 }

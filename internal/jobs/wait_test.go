@@ -39,7 +39,7 @@ func TestWait(t *testing.T) {
 	serverID := res.ServerID
 	enqueue := func() jobs.Job {
 		t.Helper()
-		j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+		j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,13 +136,15 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A job type of this test's own, whose hook it holds.
+	hooked := agentproto.JobType[agentproto.PingPayload, agentproto.PingResult]{Name: "test.hooked"}
 	inHook, release := make(chan struct{}), make(chan struct{})
-	js.OnComplete(agentproto.JobAgentPing, func(context.Context, jobs.Job) error {
+	js.Register(hooked, pingSpec(func(context.Context, jobs.Job) error {
 		close(inHook)
 		<-release
 		return nil
-	})
-	j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: res.ServerID, Type: agentproto.JobAgentPing, Payload: agentproto.PingPayload{}})
+	}))
+	j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: res.ServerID, Work: jobs.Of(hooked, agentproto.PingPayload{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,8 +82,10 @@ type Service struct {
 	metrics *metrics.Service
 }
 
-// NewService returns a logs service.
+// NewService returns a logs service and registers logs.read with the job
+// service.
 func NewService(j *jobs.Service, s *servers.Service, m *metrics.Service) *Service {
+	j.Register(agentproto.LogsRead, jobs.Spec{Timeout: time.Minute})
 	return &Service{jobs: j, servers: s, metrics: m}
 }
 
@@ -173,7 +175,7 @@ func (s *Service) Queue(ctx context.Context, r Read) (jobs.Job, error) {
 	if srv.Status == servers.Revoked || srv.Status == servers.Pending {
 		return jobs.Job{}, fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to read logs.", srv.Status)
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: r.ServerID, Type: agentproto.JobLogsRead, Payload: p, CreatedBy: r.Actor})
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: r.ServerID, Work: jobs.Of(agentproto.LogsRead, p), CreatedBy: r.Actor})
 	return j, err
 }
 

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
@@ -77,73 +78,107 @@ func lines(n *int) (int, error) {
 	return *n, nil
 }
 
+// The actions that share a payload, by type.
+var (
+	serviceActions = map[string]agentproto.JobType[agentproto.ServicePayload, agentproto.UnitState]{
+		agentproto.JobServiceStart: agentproto.ServiceStart, agentproto.JobServiceStop: agentproto.ServiceStop,
+		agentproto.JobServiceRestart: agentproto.ServiceRestart}
+	containerActions = map[string]agentproto.JobType[agentproto.ContainerPayload, agentproto.ContainerState]{
+		agentproto.JobContainerStart: agentproto.ContainerStart, agentproto.JobContainerStop: agentproto.ContainerStop,
+		agentproto.JobContainerRestart: agentproto.ContainerRestart}
+)
+
 // ValidateAction checks an action's type and payload and returns the
-// normalized payload to queue.
-func ValidateAction(actionType string, raw json.RawMessage) (any, error) {
+// work to queue, with its payload normalized.
+func ValidateAction(actionType string, raw json.RawMessage) (jobs.Work, error) {
 	switch actionType {
 	case agentproto.JobAgentPing:
 		var p agentproto.PingPayload
 		if err := decodeStrict(raw, &p); err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
 		if len(p.Message) > 256 {
-			return nil, fault.Invalidf("payload.message", "at most 256 characters")
+			return jobs.Work{}, fault.Invalidf("payload.message", "at most 256 characters")
 		}
-		return p, nil
+		return jobs.Of(agentproto.AgentPing, p), nil
 	case agentproto.JobServiceStart, agentproto.JobServiceStop, agentproto.JobServiceRestart:
 		var p agentproto.ServicePayload
 		if err := decodeStrict(raw, &p); err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
 		if !ValidUnit(p.Unit) {
-			return nil, fault.Invalidf("payload.unit", "must be a systemd unit name ending in .service")
+			return jobs.Work{}, fault.Invalidf("payload.unit", "must be a systemd unit name ending in .service")
 		}
-		return p, nil
+		return jobs.Of(serviceActions[actionType], p), nil
 	case agentproto.JobServiceLogs:
 		var p struct {
 			Unit  string `json:"unit"`
 			Lines *int   `json:"lines"`
 		}
 		if err := decodeStrict(raw, &p); err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
 		if !ValidUnit(p.Unit) {
-			return nil, fault.Invalidf("payload.unit", "must be a systemd unit name ending in .service")
+			return jobs.Work{}, fault.Invalidf("payload.unit", "must be a systemd unit name ending in .service")
 		}
 		n, err := lines(p.Lines)
 		if err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
-		return agentproto.ServiceLogsPayload{Unit: p.Unit, Lines: n}, nil
+		return jobs.Of(agentproto.ServiceLogs, agentproto.ServiceLogsPayload{Unit: p.Unit, Lines: n}), nil
 	case agentproto.JobContainerStart, agentproto.JobContainerStop, agentproto.JobContainerRestart, agentproto.JobContainerInspect:
 		var p agentproto.ContainerPayload
 		if err := decodeStrict(raw, &p); err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
 		if !ValidContainer(p.Container) {
-			return nil, fault.Invalidf("payload.container", "must be a Docker container name or id")
+			return jobs.Work{}, fault.Invalidf("payload.container", "must be a Docker container name or id")
 		}
-		return p, nil
+		if actionType == agentproto.JobContainerInspect {
+			return jobs.Of(agentproto.ContainerInspect, p), nil
+		}
+		return jobs.Of(containerActions[actionType], p), nil
 	case agentproto.JobContainerLogs:
 		var p struct {
 			Container string `json:"container"`
 			Lines     *int   `json:"lines"`
 		}
 		if err := decodeStrict(raw, &p); err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
 		if !ValidContainer(p.Container) {
-			return nil, fault.Invalidf("payload.container", "must be a Docker container name or id")
+			return jobs.Work{}, fault.Invalidf("payload.container", "must be a Docker container name or id")
 		}
 		n, err := lines(p.Lines)
 		if err != nil {
-			return nil, err
+			return jobs.Work{}, err
 		}
-		return agentproto.ContainerLogsPayload{Container: p.Container, Lines: n}, nil
+		return jobs.Of(agentproto.ContainerLogs, agentproto.ContainerLogsPayload{Container: p.Container, Lines: n}), nil
 	case agentproto.JobDockerPrune:
-		return validatePrune(raw)
+		p, err := validatePrune(raw)
+		if err != nil {
+			return jobs.Work{}, err
+		}
+		return jobs.Of(agentproto.DockerPrune, p), nil
 	}
-	return nil, fault.Invalidf("type", "must be one of %s", strings.Join(ActionTypes, ", "))
+	return jobs.Work{}, fault.Invalidf("type", "must be one of %s", strings.Join(ActionTypes, ", "))
+}
+
+// registerActions registers the job types of server actions.
+func registerActions(j *jobs.Service) {
+	j.Register(agentproto.AgentPing, jobs.Spec{Timeout: 30 * time.Second})
+	for _, t := range serviceActions {
+		j.Register(t, jobs.Spec{Timeout: 2 * time.Minute})
+	}
+	for _, t := range containerActions {
+		j.Register(t, jobs.Spec{Timeout: 2 * time.Minute})
+	}
+	j.Register(agentproto.ServiceLogs, jobs.Spec{Timeout: time.Minute})
+	j.Register(agentproto.ContainerLogs, jobs.Spec{Timeout: time.Minute})
+	j.Register(agentproto.ContainerInspect, jobs.Spec{Timeout: time.Minute})
+	// A prune's removal waits for the container deploys running (up to
+	// their own timeout) before it removes anything.
+	j.Register(agentproto.DockerPrune, jobs.Spec{Timeout: 20 * time.Minute})
 }
 
 // ActionTypes are the job types a server action may have.
@@ -208,7 +243,7 @@ func (s *Service) UseImageKeeper(kept func(ctx context.Context, serverID string)
 // QueueAction validates and queues an action on a server. created is false
 // when an earlier request with the same idempotency key is returned.
 func (s *Service) QueueAction(ctx context.Context, actor audit.Actor, c audit.Entry, serverID, actionType string, payload json.RawMessage, key string) (jobs.Job, bool, error) {
-	p, err := ValidateAction(actionType, payload)
+	w, err := ValidateAction(actionType, payload)
 	if err != nil {
 		return jobs.Job{}, false, err
 	}
@@ -229,20 +264,20 @@ func (s *Service) QueueAction(ctx context.Context, actor audit.Actor, c audit.En
 				srv.Name, cmp.Or(srv.AgentVersion, "unknown"), actionType)
 		}
 	}
-	if pp, ok := p.(agentproto.DockerPrunePayload); ok {
+	if pp, ok := w.Payload().(agentproto.DockerPrunePayload); ok {
 		if s.keptImages == nil {
 			return jobs.Job{}, false, errors.New("no image keeper is set: a prune would not know what the applications keep")
 		}
 		if pp.KeepImageIDs, err = s.keptImages(ctx, serverID); err != nil {
 			return jobs.Job{}, false, err
 		}
-		p = pp
+		w = jobs.Of(agentproto.DockerPrune, pp)
 	}
-	j, created, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Type: actionType, Payload: p, IdempotencyKey: key, CreatedBy: actor.ID})
+	j, created, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: w, IdempotencyKey: key, CreatedBy: actor.ID})
 	if err != nil || !created {
 		return j, created, err
 	}
-	return j, true, s.record(ctx, actor, c, ActionQueued, serverID, actionDetails(j.ID, actionType, srv.Name, p))
+	return j, true, s.record(ctx, actor, c, ActionQueued, serverID, actionDetails(j.ID, actionType, srv.Name, w.Payload()))
 }
 
 // actionDetails are the audit details of a queued action: its job and

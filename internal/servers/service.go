@@ -102,11 +102,14 @@ func (s *Service) revoked(ctx context.Context, id string) {
 	_ = s.bus.Notify(context.WithoutCancel(ctx), msgAgentRevoked+id)
 }
 
-// NewService returns a server service. publicURL goes into install commands.
+// NewService returns a server service and registers the job types of
+// server actions with the job service. publicURL goes into install
+// commands.
 func NewService(store Store, j *jobs.Service, log *audit.Log, now func() time.Time, publicURL string, enrollmentTTL time.Duration) *Service {
 	if enrollmentTTL <= 0 {
 		enrollmentTTL = time.Hour
 	}
+	registerActions(j)
 	return &Service{store: store, jobs: j, audit: log, now: now, publicURL: strings.TrimRight(publicURL, "/"), enrollmentTTL: enrollmentTTL,
 		auth: newAuthCache(now, AgentAuthTTL)}
 }

@@ -127,7 +127,7 @@ func New(opts Options) *Deployer {
 func (d *Deployer) Deploy() agent.Executor { return agent.ExecutorFunc(d.runDeploy) }
 
 // Remove is the executor of app.remove (agentproto.RemovePayload →
-// RemoveResult).
+// agentproto.RemoveResult).
 func (d *Deployer) Remove() agent.Executor { return agent.ExecutorFunc(d.runRemove) }
 
 // Logs is the executor of app.logs (agentproto.AppLogsPayload →

@@ -653,7 +653,7 @@ func TestReleases(t *testing.T) {
 		if err != nil {
 			t.Fatalf("app.remove: %v (%q)", err, rec.events)
 		}
-		if got := data.(RemoveResult).RemovedIDs; !slices.Equal(got, []string{cur.ContainerID}) {
+		if got := data.(agentproto.RemoveResult).RemovedIDs; !slices.Equal(got, []string{cur.ContainerID}) {
 			t.Errorf("removed %q, want %q", got, cur.ContainerID)
 		}
 		if list := containersOf(t, cli, app); len(list) != 0 {
@@ -664,7 +664,7 @@ func TestReleases(t *testing.T) {
 			t.Errorf("proxy calls %+v", got)
 		}
 		data, _, err = runJob(t, d.Remove(), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: app, Proxy: rest}, nil)
-		if err != nil || len(data.(RemoveResult).RemovedIDs) != 0 {
+		if err != nil || len(data.(agentproto.RemoveResult).RemovedIDs) != 0 {
 			t.Errorf("second app.remove: %+v, %v", data, err)
 		}
 		_, _, err = runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app}, nil)

@@ -112,14 +112,14 @@ func (r *proxyRig) wantState(t *testing.T, rev int64, what string) {
 	}
 }
 
-func proxyApply(t *testing.T, px *proxy.Proxy, cfg agentproto.ProxyConfig) proxy.ApplyResult {
+func proxyApply(t *testing.T, px *proxy.Proxy, cfg agentproto.ProxyConfig) agentproto.ProxyApplyResult {
 	t.Helper()
 	data, _, err := runJob(t, px.ApplyExecutor(), agentproto.JobProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}, nil)
 	if err != nil {
 		t.Errorf("proxy.apply of revision %d: %v", cfg.Revision, err)
-		return proxy.ApplyResult{}
+		return agentproto.ProxyApplyResult{}
 	}
-	return data.(proxy.ApplyResult)
+	return data.(agentproto.ProxyApplyResult)
 }
 
 // TestSwitchAppliesCurrentState: a release's switch applies the control

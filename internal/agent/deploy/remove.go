@@ -10,12 +10,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
-// RemoveResult is the data of a finished app.remove. (agentproto has no
-// type for it yet.)
-type RemoveResult struct {
-	RemovedIDs []string `json:"removed_container_ids"`
-}
-
 // runRemove stops and removes every container of the application, then
 // applies the server's current desired proxy state (which no longer has
 // its sites; see applyDesired). Removing an
@@ -47,7 +41,7 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 		if err := d.serviceRemove(ctx, p, name, events); err != nil {
 			return nil, nil, err
 		}
-		return d.removeFinish(ctx, p, RemoveResult{RemovedIDs: []string{}}, events)
+		return d.removeFinish(ctx, p, agentproto.RemoveResult{RemovedIDs: []string{}}, events)
 	}
 	cli, err := d.client()
 	if err != nil {
@@ -63,7 +57,7 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 	if err != nil {
 		return nil, nil, err
 	}
-	res := RemoveResult{RemovedIDs: []string{}}
+	res := agentproto.RemoveResult{RemovedIDs: []string{}}
 	if len(list) == 0 {
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("application %s has no container on this server", p.AppID), nil)
 	}
@@ -87,7 +81,7 @@ func (d *Deployer) runRemove(ctx context.Context, job agentproto.Job, _ map[stri
 }
 
 // removeFinish applies the proxy state without the removed application.
-func (d *Deployer) removeFinish(ctx context.Context, p agentproto.RemovePayload, res RemoveResult, events agent.EventSink) (any, any, error) {
+func (d *Deployer) removeFinish(ctx context.Context, p agentproto.RemovePayload, res agentproto.RemoveResult, events agent.EventSink) (any, any, error) {
 	if d.opts.Proxy == nil {
 		events.Emit(agentproto.LevelInfo, "this agent has no proxy; nothing to apply", nil)
 		return res, nil, nil

@@ -12,22 +12,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
-// ApplyResult is the data of a finished proxy.apply.
-type ApplyResult struct {
-	Sites int `json:"sites"`
-	// Upstreams maps app ids to the address their sites proxy to.
-	Upstreams map[string]string `json:"upstreams"`
-	// NoUpstream lists the apps without a live container; their sites
-	// answer 503.
-	NoUpstream []string `json:"no_upstream,omitempty"`
-	// Revision is the payload's proxy state revision (0: unknown).
-	Revision int64 `json:"revision,omitempty"`
-	// Skipped says the state was not applied: the agent applied a newer
-	// revision (AppliedRevision) already.
-	Skipped         bool  `json:"skipped,omitempty"`
-	AppliedRevision int64 `json:"applied_revision,omitempty"`
-}
-
 // ApplyExecutor is the executor of proxy.apply: it applies the payload's
 // configuration with every upstream found from the live containers. A
 // payload older than a revision applied already is skipped, and the job
@@ -41,7 +25,7 @@ func (p *Proxy) ApplyExecutor() agent.Executor {
 		ups, err := p.apply(ctx, pl.Proxy, nil)
 		var stale *StaleError
 		if errors.As(err, &stale) {
-			res := ApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: map[string]string{}, Revision: stale.Revision,
+			res := agentproto.ProxyApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: map[string]string{}, Revision: stale.Revision,
 				Skipped: true, AppliedRevision: stale.Applied}
 			events.Emit(agentproto.LevelInfo, fmt.Sprintf("not applied: %v", err), res)
 			return res, nil, nil
@@ -49,7 +33,7 @@ func (p *Proxy) ApplyExecutor() agent.Executor {
 		if err != nil {
 			return nil, nil, err
 		}
-		res := ApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: ups, Revision: pl.Proxy.Revision}
+		res := agentproto.ProxyApplyResult{Sites: len(pl.Proxy.Sites), Upstreams: ups, Revision: pl.Proxy.Revision}
 		for _, s := range pl.Proxy.Sites {
 			if ups[s.AppID] == "" && !slices.Contains(res.NoUpstream, s.AppID) {
 				res.NoUpstream = append(res.NoUpstream, s.AppID)

@@ -104,7 +104,7 @@ func TestRevisionNeverGoesBack(t *testing.T) {
 	if err != nil {
 		t.Fatalf("proxy.apply of revision 6: %v", err)
 	}
-	if res := data.(proxy.ApplyResult); !res.Skipped || res.Revision != 6 || res.AppliedRevision != 7 {
+	if res := data.(agentproto.ProxyApplyResult); !res.Skipped || res.Revision != 6 || res.AppliedRevision != 7 {
 		t.Fatalf("proxy.apply of revision 6: result %+v, want skipped for revision 7", res)
 	}
 	if len(ev.events) != 1 || !strings.Contains(ev.events[0], "older than revision 7") {
