@@ -12,7 +12,8 @@ import (
 // plane, an enrolled agent, Caddy and Docker, as a pipeline and as a
 // person: a deploy with a deploy token follows the deployment live and
 // exits 0 once the new release serves; a broken release exits 1 with the
-// health check's failure; `jobs wait` on a job cancelled meanwhile exits
+// health check's failure; a rollback releases the one before the live
+// release again; `jobs wait` on a job cancelled meanwhile exits
 // 1; --json prints one document on stdout; `capstan login` keeps a
 // session that later commands use; wrong names, credentials and command
 // lines get their own exit codes.
@@ -59,6 +60,20 @@ func TestCLIOnRealStack(t *testing.T) {
 	if res.ExitCode != 1 || failed.Status != "failed" || !strings.Contains(res.Stderr, "health check failed") ||
 		!strings.Contains(res.Stderr, "version v3 is broken") {
 		t.Fatalf("deploy v3: exit %d, status %q\nstderr: %s", res.ExitCode, failed.Status, res.Stderr)
+	}
+
+	// The pipeline rolls back: v3 never went live, so the release before
+	// the live v2 is v1, and v1 serves again.
+	res = run(pipeline, "", deployTimeout, "apps", "rollback", "web", "--wait")
+	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "succeeded") {
+		t.Fatalf("rollback: exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	s.Get(t, "/api/v1/applications/"+app.ID, s.Token).JSON(t, &live)
+	if live.Current == nil || live.Current.ImageID != s.Images["v1"].ID || live.Current.RollbackOf == nil || *live.Current.RollbackOf != app.Latest.ID {
+		t.Fatalf("the live release after the rollback: %+v, want v1 (image %s) rolled back from %s", live.Current, s.Images["v1"].ID, app.Latest.ID)
+	}
+	if strings.TrimSpace(res.Stdout) != "" {
+		t.Fatalf("rollback --wait printed on stdout: %s", res.Stdout)
 	}
 
 	// A person signs in; the session serves later commands.

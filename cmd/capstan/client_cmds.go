@@ -105,8 +105,12 @@ func asAuth(err error) error {
 }
 
 type appsCmd struct {
-	Ls     appsLsCmd     `cmd:"" help:"List applications."`
-	Deploy appsDeployCmd `cmd:"" help:"Deploy an application, and follow the deployment to its end with --wait."`
+	Ls       appsLsCmd       `cmd:"" help:"List applications."`
+	Deploy   appsDeployCmd   `cmd:"" help:"Deploy an application, and follow the deployment to its end with --wait."`
+	Show     appsShowCmd     `cmd:"" help:"Show an application: its settings, environment keys, addresses and deployments."`
+	Create   appsCreateCmd   `cmd:"" help:"Create a container application from a Docker image (git, compose and service applications: the console or the API)."`
+	Rollback appsRollbackCmd `cmd:"" help:"Release an earlier deployment again (default: the last succeeded one before the live one)."`
+	Env      appsEnvCmd      `cmd:"" help:"Change an application's environment variables; values are never printed."`
 }
 
 type appsLsCmd struct {
@@ -138,24 +142,7 @@ func (a appsLsCmd) Run(ctx context.Context) error {
 
 // findApp resolves an application's id or name.
 func findApp(ctx context.Context, c *conn, ref string) (string, error) {
-	if strings.HasPrefix(ref, "app_") {
-		return ref, nil
-	}
-	r, err := c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})
-	if err != nil {
-		return "", err
-	}
-	if err := check(r.HTTPResponse, r.Body, "finding application "+ref); err != nil {
-		return "", err
-	}
-	if r.JSON200.Applications != nil {
-		for _, a := range *r.JSON200.Applications {
-			if a.Name == ref {
-				return a.Id, nil
-			}
-		}
-	}
-	return "", exitf(exitNotFound, "no application named %q", ref)
+	return resolve(ctx, c, appKind, ref)
 }
 
 type appsDeployCmd struct {
@@ -190,44 +177,15 @@ func (d appsDeployCmd) Run(parent context.Context) error {
 	if err := check(r.HTTPResponse, r.Body, "deploying "+d.App); err != nil {
 		return err
 	}
-	dep := r.JSON202
-	fmt.Fprintf(os.Stderr, "Deployment %s of %s queued.\n", dep.DeploymentId, d.App)
-	if !d.Wait {
-		if d.JSON {
-			return printJSON(os.Stdout, dep)
-		}
-		fmt.Println(dep.DeploymentId)
-		return nil
-	}
-	ctx, cancel := withTimeout(parent, d.Timeout)
-	defer cancel()
-	f := &follower{c: c, log: os.Stderr, jobID: dep.JobId, appID: appID}
-	var last *apiclient.DeploymentDetail
-	err = f.run(ctx, func(ctx context.Context) (bool, error) {
-		g, err := c.api.GetDeploymentWithResponse(ctx, dep.DeploymentId)
-		if err != nil {
-			return false, err
-		}
-		if err := check(g.HTTPResponse, g.Body, "reading deployment "+dep.DeploymentId); err != nil {
-			return false, err
-		}
-		last = g.JSON200
-		if last.JobId != nil {
-			f.jobID = *last.JobId
-		}
-		if last.Events != nil {
-			f.printEvents(*last.Events)
-		}
-		return terminal(string(last.Status)), nil
-	})
-	if err != nil {
-		return stopped(ctx, parent, err, "capstan jobs wait "+f.jobID)
-	}
-	return finished(d.JSON, last, "deployment "+dep.DeploymentId, string(last.Status), last.Error)
+	fmt.Fprintf(os.Stderr, "Deployment %s of %s queued.\n", r.JSON202.DeploymentId, d.App)
+	return deploymentQueued(parent, c, d.ClientFlags, d.Wait, d.Timeout, appID, r.JSON202)
 }
 
 type jobsCmd struct {
-	Wait jobsWaitCmd `cmd:"" help:"Follow a job live to its end; exit 0 only when it succeeded."`
+	Wait   jobsWaitCmd   `cmd:"" help:"Follow a job live to its end; exit 0 only when it succeeded."`
+	Ls     jobsLsCmd     `cmd:"" help:"List jobs, newest first."`
+	Show   jobsShowCmd   `cmd:"" help:"Show a job and its progress events."`
+	Cancel jobsCancelCmd `cmd:"" help:"Cancel a queued job."`
 }
 
 type jobsWaitCmd struct {

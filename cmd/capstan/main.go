@@ -36,6 +36,13 @@ type cli struct {
 	Apps  appsCmd  `cmd:"" group:"client" help:"Applications."`
 	Jobs  jobsCmd  `cmd:"" group:"client" help:"Jobs."`
 	MCP   mcpCmd   `cmd:"" name:"mcp" group:"client" help:"Serve the Model Context Protocol on stdin and stdout for an assistant, with an API token's rights."`
+
+	// Fleet, applications and access.
+	Servers     serversCmd     `cmd:"" group:"client" help:"Servers: list, show, enroll and revoke."`
+	Deployments deploymentsCmd `cmd:"" group:"client" help:"Deployments of applications."`
+	Alerts      alertsCmd      `cmd:"" group:"client" help:"Alerts: list and acknowledge."`
+	Tokens      tokensCmd      `cmd:"" group:"client" help:"API tokens: list, make and revoke."`
+	Audit       auditCmd       `cmd:"" group:"client" help:"The audit log."`
 }
 
 type versionCmd struct{}
