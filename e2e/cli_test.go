@@ -16,7 +16,8 @@ import (
 // release again; `jobs wait` on a job cancelled meanwhile exits
 // 1; --json prints one document on stdout; `capstan login` keeps a
 // session that later commands use; wrong names, credentials and command
-// lines get their own exit codes.
+// lines get their own exit codes; `capstan logs` prints the application's
+// lines.
 func TestCLIOnRealStack(t *testing.T) {
 	t.Parallel()
 	s := newAppStack(t, appStackOptions{Images: map[string]int{"v1": 0, "v2": 0, "v3": http.StatusInternalServerError}})
@@ -141,5 +142,10 @@ func TestCLIOnRealStack(t *testing.T) {
 		if res := run(c.env, "", cliTimeout, c.args...); res.ExitCode != c.want {
 			t.Errorf("capstan %s: exit %d, want %d\n%s", strings.Join(c.args, " "), res.ExitCode, c.want, res.Stderr)
 		}
+	}
+
+	// `capstan logs` prints the live release's lines.
+	if res := run(nil, "", cliTimeout, "logs", "web"); res.ExitCode != 0 || !strings.Contains(res.Stdout, "version v2 listening on") {
+		t.Errorf("logs web: exit %d\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }

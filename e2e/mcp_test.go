@@ -17,7 +17,9 @@ import (
 
 // TestMCPServer: an assistant's MCP client session (the official SDK's
 // client) talks to `capstan mcp` with a token's rights: a read token
-// lists the reading tools, reads a server, and has no deploy; a deploy
+// lists the reading tools, reads a server and the database instances,
+// and has no deploy or query (an operate token has the query, a
+// read:secrets token the log reads); a deploy
 // token deploys through the API, audited as the token's with the MCP
 // server's user agent; a call the API refuses is a tool error.
 func TestMCPServer(t *testing.T) {
@@ -78,7 +80,7 @@ func TestMCPServer(t *testing.T) {
 	}
 
 	reader := session("read")
-	if got := strings.Join(toolNames(reader), " "); got != "get_application get_deployment get_job get_server list_alerts list_applications list_deployments list_servers" {
+	if got := strings.Join(toolNames(reader), " "); got != "get_application get_deployment get_job get_server list_alerts list_applications list_databases list_deployments list_servers" {
 		t.Fatalf("a read token's tools: %s", got)
 	}
 	text, failed := call(reader, "get_server", map[string]any{"id": r.serverID})
@@ -90,6 +92,20 @@ func TestMCPServer(t *testing.T) {
 	}
 	if text, failed := call(reader, "deploy", map[string]any{"application_id": app.ID}); !failed {
 		t.Fatalf("a read token deployed: %s", text)
+	}
+	text, failed = call(reader, "list_databases", nil)
+	var dbs struct {
+		Databases []any `json:"databases"`
+	}
+	if failed || json.Unmarshal([]byte(text), &dbs) != nil || dbs.Databases == nil {
+		t.Fatalf("list_databases: %v %s", failed, text)
+	}
+	// The query tool needs operate, the log tool read:secrets.
+	if names := toolNames(session("operate")); !slices.Contains(names, "query_database") || slices.Contains(names, "read_logs") {
+		t.Fatalf("an operate token's tools: %v", names)
+	}
+	if names := toolNames(session("read:secrets")); !slices.Contains(names, "read_logs") || slices.Contains(names, "query_database") {
+		t.Fatalf("a read:secrets token's tools: %v", names)
 	}
 
 	deployer := session("deploy")

@@ -199,32 +199,7 @@ func (w jobsWaitCmd) Run(parent context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := withTimeout(parent, w.Timeout)
-	defer cancel()
-	f := &follower{c: c, log: os.Stderr, jobID: w.ID}
-	var last *apiclient.JobDetail
-	err = f.run(ctx, func(ctx context.Context) (bool, error) {
-		g, err := c.api.GetJobWithResponse(ctx, w.ID, &apiclient.GetJobParams{})
-		if err != nil {
-			return false, err
-		}
-		if err := check(g.HTTPResponse, g.Body, "reading job "+w.ID); err != nil {
-			return false, err
-		}
-		last = g.JSON200
-		if last.Events != nil {
-			f.printEvents(*last.Events)
-		}
-		return terminal(string(last.Status)), nil
-	})
-	if err != nil {
-		return stopped(ctx, parent, err, "capstan jobs wait "+w.ID)
-	}
-	why := last.Error
-	if why == nil {
-		why = last.ErrorClass
-	}
-	return finished(w.JSON, last, "job "+w.ID+" ("+last.Type+")", string(last.Status), why)
+	return followJob(parent, c, w.ClientFlags, w.ID, w.Timeout)
 }
 
 // finished reports the end of what was followed: its document with

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -227,4 +228,63 @@ func stopped(ctx, parent context.Context, err error, again string) error {
 		return exitf(exitTimeout, "--timeout passed; the job goes on: follow it again with `%s`", again)
 	}
 	return err
+}
+
+// waitJob follows the job jobID live to its end, printing its progress
+// events to log, and returns the job as it ended.
+func waitJob(ctx context.Context, c *conn, jobID string, log io.Writer) (*apiclient.JobDetail, error) {
+	f := &follower{c: c, log: log, jobID: jobID}
+	var last *apiclient.JobDetail
+	err := f.run(ctx, func(ctx context.Context) (bool, error) {
+		g, err := c.api.GetJobWithResponse(ctx, jobID, &apiclient.GetJobParams{})
+		if err != nil {
+			return false, err
+		}
+		if err := check(g.HTTPResponse, g.Body, "reading job "+jobID); err != nil {
+			return false, err
+		}
+		last = g.JSON200
+		if last.Events != nil {
+			f.printEvents(*last.Events)
+		}
+		return terminal(string(last.Status)), nil
+	})
+	return last, err
+}
+
+// followJob follows the job jobID to its end within timeout and reports
+// it: its document with --json, and exit 0 only when it succeeded.
+func followJob(parent context.Context, c *conn, flags ClientFlags, jobID string, timeout time.Duration) error {
+	ctx, cancel := withTimeout(parent, timeout)
+	defer cancel()
+	j, err := waitJob(ctx, c, jobID, os.Stderr)
+	if err != nil {
+		return stopped(ctx, parent, err, "capstan jobs wait "+jobID)
+	}
+	return jobFinished(flags.JSON, j)
+}
+
+// jobFinished is finished for a job: a failure names the step that failed
+// (its last error event) besides the job's error.
+func jobFinished(asJSON bool, j *apiclient.JobDetail) error {
+	why := j.Error
+	if why == nil {
+		why = j.ErrorClass
+	}
+	if j.Status != "succeeded" && j.Events != nil {
+		evs := *j.Events
+		for i := len(evs) - 1; i >= 0; i-- {
+			if evs[i].Level == "error" {
+				if why == nil || !strings.Contains(*why, evs[i].Message) {
+					step := "at " + evs[i].Message
+					if why != nil {
+						step = *why + " (" + step + ")"
+					}
+					why = &step
+				}
+				break
+			}
+		}
+	}
+	return finished(asJSON, j, "job "+j.Id+" ("+j.Type+")", string(j.Status), why)
 }

@@ -32,17 +32,18 @@ type cli struct {
 	OpenAPI     openapiCmd     `cmd:"" name:"openapi" help:"Print the OpenAPI document of the API (the one served at /openapi.json)."`
 
 	// The client: the same binary talks to a control plane's API.
-	Login loginCmd `cmd:"" group:"client" help:"Sign in to a control plane with a password and a code; later commands use the session."`
-	Apps  appsCmd  `cmd:"" group:"client" help:"Applications."`
-	Jobs  jobsCmd  `cmd:"" group:"client" help:"Jobs."`
-	MCP   mcpCmd   `cmd:"" name:"mcp" group:"client" help:"Serve the Model Context Protocol on stdin and stdout for an assistant, with an API token's rights."`
-
-	// Fleet, applications and access.
+	Login       loginCmd       `cmd:"" group:"client" help:"Sign in to a control plane with a password and a code; later commands use the session."`
 	Servers     serversCmd     `cmd:"" group:"client" help:"Servers: list, show, enroll and revoke."`
+	Apps        appsCmd        `cmd:"" group:"client" help:"Applications."`
 	Deployments deploymentsCmd `cmd:"" group:"client" help:"Deployments of applications."`
+	Jobs        jobsCmd        `cmd:"" group:"client" help:"Jobs."`
+	Logs        logsCmd        `cmd:"" group:"client" help:"Print an application's log lines (or a unit's or container's on a server); --follow for new ones."`
+	DB          dbCmd          `cmd:"" name:"db" group:"client" help:"Database instances: queries, exports and imports."`
+	Backups     backupsCmd     `cmd:"" group:"client" help:"Database backups: run, verify and restore."`
 	Alerts      alertsCmd      `cmd:"" group:"client" help:"Alerts: list and acknowledge."`
 	Tokens      tokensCmd      `cmd:"" group:"client" help:"API tokens: list, make and revoke."`
 	Audit       auditCmd       `cmd:"" group:"client" help:"The audit log."`
+	MCP         mcpCmd         `cmd:"" name:"mcp" group:"client" help:"Serve the Model Context Protocol on stdin and stdout for an assistant, with an API token's rights."`
 }
 
 type versionCmd struct{}

@@ -36,6 +36,19 @@ type listAlertsArg struct {
 	State string `json:"state,omitempty" jsonschema:"open (default), resolved or all"`
 }
 
+type readLogsArg struct {
+	ApplicationID string `json:"application_id" jsonschema:"the application (app_…)"`
+	Lines         int64  `json:"lines,omitempty" jsonschema:"how many of the latest lines: 1 to 1000 (default 200)"`
+	Since         string `json:"since,omitempty" jsonschema:"only lines at or after this RFC 3339 time"`
+}
+
+type queryArg struct {
+	InstanceID string `json:"instance_id" jsonschema:"the database instance (its id from list_databases)"`
+	SQL        string `json:"sql" jsonschema:"one SQL statement"`
+	Database   string `json:"database,omitempty" jsonschema:"the database to run it in; default the instance's initial one"`
+	MaxRows    int64  `json:"max_rows,omitempty" jsonschema:"at most this many rows: 1 to 1000 (default 100)"`
+}
+
 type deployArg struct {
 	ApplicationID string `json:"application_id" jsonschema:"the application (app_…)"`
 	Ref           string `json:"ref,omitempty" jsonschema:"an image reference, or for git sources a branch, tag or commit; default the application's"`
@@ -108,6 +121,32 @@ func (m mcpCmd) Run(ctx context.Context) error {
 			}
 			return answer(c.api.ListAlertsWithResponse(ctx, p))
 		})
+	mcp.AddTool(s, read("list_databases", "List the database instances: engine, version, state, server and logins (never passwords)."),
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			return answer(c.api.ListDatabasesWithResponse(ctx))
+		})
+	// Log lines are job output, which may hold secrets: the read needs
+	// read:secrets.
+	if slices.Contains(allowed, "read:secrets") {
+		mcp.AddTool(s, read("read_logs", "Read an application's latest log lines (its live container's, or its live unit's journal), with the container's state and restart count."),
+			func(ctx context.Context, _ *mcp.CallToolRequest, in readLogsArg) (*mcp.CallToolResult, any, error) {
+				body := apiclient.ReadApplicationLogsJSONRequestBody{}
+				if in.Lines != 0 {
+					body.Lines = &in.Lines
+				}
+				if in.Since != "" {
+					body.Since = &in.Since
+				}
+				r, err := c.api.ReadApplicationLogsWithResponse(ctx, in.ApplicationID, body)
+				if err != nil || r.JSON202 == nil {
+					return answer(r, err)
+				}
+				if res, err := jobEnd(ctx, c, r.JSON202.JobId); res != nil || err != nil {
+					return res, nil, err
+				}
+				return answer(c.api.GetApplicationLogsWithResponse(ctx, in.ApplicationID, r.JSON202.JobId))
+			})
+	}
 	// Changes only where the token has their scope.
 	if slices.Contains(allowed, "deploy") {
 		mcp.AddTool(s, &mcp.Tool{Name: "deploy", Description: "Deploy an application: its configured source, or the given ref. Answers the queued deployment; follow it with get_deployment."},
@@ -124,12 +163,52 @@ func (m mcpCmd) Run(ctx context.Context) error {
 			})
 	}
 	if slices.Contains(allowed, "operate") {
+		// The query endpoint needs operate, as it can write; this tool
+		// asks it for a read-only transaction, which the engine enforces.
+		mcp.AddTool(s, read("query_database", "Run one read-only SQL statement on a database instance and answer its columns and rows: the engine itself keeps the transaction read-only, so a statement that writes fails with the engine's error."),
+			func(ctx context.Context, _ *mcp.CallToolRequest, in queryArg) (*mcp.CallToolResult, any, error) {
+				readonly := true
+				body := apiclient.QueryDatabaseJSONRequestBody{Sql: in.SQL, Readonly: &readonly}
+				if in.Database != "" {
+					body.Database = &in.Database
+				}
+				if in.MaxRows != 0 {
+					body.MaxRows = &in.MaxRows
+				}
+				r, err := c.api.QueryDatabaseWithResponse(ctx, in.InstanceID, body)
+				if err != nil || r.JSON202 == nil {
+					return answer(r, err)
+				}
+				wait := int64(30)
+				for {
+					g, err := c.api.GetDatabaseJobWithResponse(ctx, in.InstanceID, r.JSON202.JobId, &apiclient.GetDatabaseJobParams{Wait: &wait})
+					if err != nil || g.JSON200 == nil || terminal(string(g.JSON200.Status)) {
+						return answer(g, err)
+					}
+				}
+			})
 		mcp.AddTool(s, &mcp.Tool{Name: "acknowledge_alert", Description: "Acknowledge an open alert (its id)."},
 			func(ctx context.Context, _ *mcp.CallToolRequest, in idArg) (*mcp.CallToolResult, any, error) {
 				return answer(c.api.AcknowledgeAlertWithResponse(ctx, in.ID))
 			})
 	}
 	return s.Run(ctx, &mcp.StdioTransport{})
+}
+
+// jobEnd waits, with the API's own wait, until the job jobID ended; a
+// result when the wait itself failed (the job ended otherwise).
+func jobEnd(ctx context.Context, c *conn, jobID string) (*mcp.CallToolResult, error) {
+	wait := int64(30)
+	for {
+		g, err := c.api.GetJobWithResponse(ctx, jobID, &apiclient.GetJobParams{Wait: &wait})
+		if err != nil || g.JSON200 == nil {
+			res, _, err := answer(g, err)
+			return res, err
+		}
+		if terminal(string(g.JSON200.Status)) {
+			return nil, nil
+		}
+	}
 }
 
 // apiAnswer is what every generated response has.
