@@ -398,7 +398,10 @@ type loadGen struct {
 
 // loadCounts is what a loadGen counted in one phase.
 type loadCounts struct {
-	Bodies   map[string]int64
+	Bodies map[string]int64
+	// LastSeen is when the last request answered with each body was
+	// sent: one sent before a switch may be answered by the old release
+	// after it, and that is no downtime.
 	LastSeen map[string]time.Time
 	Failures int64
 	Errors   []string // the first few
@@ -433,8 +436,9 @@ func startLoad(t testing.TB, hc *http.Client, url string, clients int, pause tim
 	for range clients {
 		g.wg.Go(func() {
 			for !g.stop.Load() {
+				sent := time.Now()
 				a, err := fetch(hc, url)
-				g.record(a, err)
+				g.record(a, err, sent)
 				if pause > 0 {
 					time.Sleep(pause)
 				}
@@ -445,7 +449,7 @@ func startLoad(t testing.TB, hc *http.Client, url string, clients int, pause tim
 	return g
 }
 
-func (g *loadGen) record(a siteAnswer, err error) {
+func (g *loadGen) record(a siteAnswer, err error, sent time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err == nil && (a.Status != http.StatusOK || !g.valid(a.Body)) {
@@ -459,7 +463,9 @@ func (g *loadGen) record(a siteAnswer, err error) {
 		return
 	}
 	g.bodies[a.Body]++
-	g.lastSeen[a.Body] = time.Now()
+	if sent.After(g.lastSeen[a.Body]) {
+		g.lastSeen[a.Body] = sent
+	}
 }
 
 // Take returns the counts since the last Take (or the start) and starts a

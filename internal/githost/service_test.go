@@ -55,6 +55,7 @@ const publicURL = "https://capstan.example.test"
 func newRig(t *testing.T, st *store.Store) *rig {
 	host := testlab.StartGitHost(t)
 	c := &clock{t: time.Now().UTC()}
+	host.UseClock(c.Now)
 	p, err := githost.NewGitHubClient(host.APIURL, host.URL, host.Client, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -62,6 +62,7 @@ type GitHost struct {
 	gitRepos      map[int64]*gitRepo
 	tokens        map[string]hostedToken
 	tokenTTL      time.Duration
+	now           func() time.Time // the time of token expiry (UseClock)
 }
 
 type hostedApp struct {
@@ -130,7 +131,7 @@ func StartGitHost(t testing.TB) *GitHost {
 	g := &GitHost{
 		URL: "https://" + hs.Addr(), CA: hs.CA, CAFile: hs.CAFile, Client: hs.Client(),
 		nextID: 1000, codes: map[string]*hostedApp{}, installations: map[int64]*hostedInstallation{},
-		repos: map[int64]*HostedRepo{}, gitRepos: map[int64]*gitRepo{}, tokens: map[string]hostedToken{}, tokenTTL: time.Hour,
+		repos: map[int64]*HostedRepo{}, gitRepos: map[int64]*gitRepo{}, tokens: map[string]hostedToken{}, tokenTTL: time.Hour, now: time.Now,
 	}
 	g.APIURL = g.URL + "/api/v3"
 	hs.Serve(t, g)
@@ -143,6 +144,15 @@ func (g *GitHost) SetTokenTTL(d time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.tokenTTL = d
+}
+
+// UseClock makes the stand-in read the time from now, for the expiry of
+// the installation tokens it mints and checks: a test that moves its own
+// clock moves the provider's with it.
+func (g *GitHost) UseClock(now func() time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.now = now
 }
 
 // Mints is how many installation tokens were minted.
@@ -245,7 +255,7 @@ func (g *GitHost) TokenAllows(token string, repoID int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	tok, ok := g.tokens[token]
-	if !ok || time.Now().After(tok.expires) {
+	if !ok || g.now().After(tok.expires) {
 		return false
 	}
 	return g.tokenSees(tok, repoID)
@@ -533,7 +543,7 @@ func (g *GitHost) tokenAuth(w http.ResponseWriter, r *http.Request) (hostedToken
 	g.mu.Lock()
 	tok, found := g.tokens[raw]
 	g.mu.Unlock()
-	if !ok || !found || time.Now().After(tok.expires) {
+	if !ok || !found || g.now().After(tok.expires) {
 		ghError(w, http.StatusUnauthorized, "Bad credentials")
 		return hostedToken{}, false
 	}
@@ -604,7 +614,7 @@ func (g *GitHost) mintToken(w http.ResponseWriter, r *http.Request, rawID string
 		}
 		repos = append(repos, g.repoJSON(g.repos[rid]))
 	}
-	tok := hostedToken{installation: id, repos: body.RepositoryIDs, expires: time.Now().Add(g.tokenTTL).Truncate(time.Second)}
+	tok := hostedToken{installation: id, repos: body.RepositoryIDs, expires: g.now().Add(g.tokenTTL).Truncate(time.Second)}
 	value := "ghs_" + randomHex(18)
 	g.tokens[value] = tok
 	g.mints.Add(1)
