@@ -3,6 +3,7 @@ package agentproto
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 )
 
 // JobType declares one job type: its name on the wire, the payload the
@@ -42,9 +43,16 @@ func (t JobType[P, R]) DecodeResult(raw json.RawMessage) (R, error) {
 	return r, nil
 }
 
+// Shape is the Go types of the payload and the data, for documentation
+// and tests that read every declared type.
+func (t JobType[P, R]) Shape() (payload, result reflect.Type) {
+	return reflect.TypeFor[P](), reflect.TypeFor[R]()
+}
+
 // Declared is any declared job type, whatever its payload and result.
 type Declared interface {
 	JobName() string
+	Shape() (payload, result reflect.Type)
 }
 
 // The declared job types.
