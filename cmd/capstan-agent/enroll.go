@@ -55,7 +55,9 @@ func (e *enrollCmd) Run(ctx context.Context, io stdio) error {
 	if err != nil {
 		return err
 	}
-	resp, err := client.Enroll(ctx, agentproto.EnrollRequest{Token: e.Token, Facts: agent.CollectFacts(version)})
+	facts := agent.CollectFacts(version)
+	facts.JobTypes = executors().Types()
+	resp, err := client.Enroll(ctx, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
 	if err != nil {
 		var ae *agent.APIError
 		if errors.As(err, &ae) && ae.Problem.Type == agentproto.ProblemInvalidEnrollmentToken {

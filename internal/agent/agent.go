@@ -376,6 +376,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		if !factsSent {
 			// Facts may have changed since enrollment (upgrade, reboot).
 			f := CollectFacts(a.opts.Version)
+			f.JobTypes = a.opts.Executors.Types()
 			req.Facts = &f
 		}
 		resp, err := a.client.Heartbeat(ctx, req)

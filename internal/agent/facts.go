@@ -30,6 +30,7 @@ func CollectFacts(version string) agentproto.Facts {
 		PublicAddresses:  []string{},
 		PrivateAddresses: []string{},
 		Capabilities:     []string{agentproto.CapabilityStorageGrants, agentproto.CapabilityBuildSecrets, agentproto.CapabilityDockerHousekeeping},
+		Protocol:         agentproto.ProtocolVersion,
 	}
 	f.Hostname, _ = os.Hostname()
 	for _, p := range osReleasePaths {

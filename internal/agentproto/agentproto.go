@@ -189,7 +189,19 @@ type Facts struct {
 	// Capabilities are what the agent can do beyond the job types it
 	// runs (Capability*); nil from agents older than the field.
 	Capabilities []string `json:"capabilities,omitempty" doc:"What the agent can do beyond its job types, e.g. storage_grants (backups without a storage credential on the server)"`
+	// JobTypes are the job types the agent runs, from its registry; the
+	// control plane queues no other type for it. Nil from agents older
+	// than the field, which are sent any type.
+	JobTypes []string `json:"job_types,omitempty" doc:"The job types the agent runs; the control plane queues no other for it (409 agent-upgrade-required)"`
+	// Protocol is the agent protocol version the agent speaks
+	// (ProtocolVersion when it was built); 0 from older agents.
+	Protocol int `json:"protocol,omitempty" doc:"The agent protocol version the agent speaks"`
 }
+
+// ProtocolVersion is the version of the agent protocol this build speaks.
+// It goes up when the agent calls change in a way an older control plane
+// or agent must know about.
+const ProtocolVersion = 1
 
 // EnrollRequest redeems a one-time enrollment token: POST /agent/v1/enroll.
 type EnrollRequest struct {

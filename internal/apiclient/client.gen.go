@@ -1940,8 +1940,11 @@ type Facts struct {
 	Capabilities *[]string `json:"capabilities,omitempty"`
 	CpuCount     int64     `json:"cpu_count"`
 	Hostname     string    `json:"hostname"`
-	Kernel       string    `json:"kernel"`
-	MemoryBytes  int64     `json:"memory_bytes"`
+
+	// JobTypes The job types the agent runs; the control plane queues no other for it (409 agent-upgrade-required)
+	JobTypes    *[]string `json:"job_types,omitempty"`
+	Kernel      string    `json:"kernel"`
+	MemoryBytes int64     `json:"memory_bytes"`
 
 	// Os Operating system id, e.g. debian
 	Os        string `json:"os"`
@@ -1949,6 +1952,9 @@ type Facts struct {
 
 	// PrivateAddresses Private and loopback-excluded local addresses
 	PrivateAddresses *[]string `json:"private_addresses"`
+
+	// Protocol The agent protocol version the agent speaks
+	Protocol *int64 `json:"protocol,omitempty"`
 
 	// PublicAddresses Globally routable addresses of the host's interfaces
 	PublicAddresses *[]string `json:"public_addresses"`
@@ -3059,7 +3065,7 @@ type ClientInterface interface {
 	//
 	// Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/applications (the `ListApplications` operationId).
 	ListApplications(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3252,7 +3258,7 @@ type ClientInterface interface {
 	//
 	// Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/backups (the `ListBackups` operationId).
 	ListBackups(ctx context.Context, params *ListBackupsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3332,7 +3338,7 @@ type ClientInterface interface {
 	//
 	// With their logins' user names, never passwords. Members do not get last_error (a job's output).
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/databases (the `ListDatabases` operationId).
 	ListDatabases(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3423,7 +3429,7 @@ type ClientInterface interface {
 	//
 	// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/deployments (the `ListDeployments` operationId).
 	ListDeployments(ctx context.Context, params *ListDeploymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3459,7 +3465,7 @@ type ClientInterface interface {
 	//
 	// Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/jobs (the `ListJobs` operationId).
 	ListJobs(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3524,7 +3530,7 @@ type ClientInterface interface {
 	//
 	// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/monitoring/alerts (the `ListAlerts` operationId).
 	ListAlerts(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3540,7 +3546,7 @@ type ClientInterface interface {
 
 	// ListServers Servers with status, facts and latest metrics
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Corresponds with GET /api/v1/servers (the `ListServers` operationId).
 	ListServers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3646,7 +3652,7 @@ type ClientInterface interface {
 //
 // Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/applications (the `ListApplications` operationId).
 func (c *Client) ListApplications(ctx context.Context, params *ListApplicationsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4029,7 +4035,7 @@ func (c *Client) Refresh(ctx context.Context, reqEditors ...RequestEditorFn) (*h
 //
 // Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/backups (the `ListBackups` operationId).
 func (c *Client) ListBackups(ctx context.Context, params *ListBackupsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4189,7 +4195,7 @@ func (c *Client) VerifyBackup(ctx context.Context, runId string, reqEditors ...R
 //
 // With their logins' user names, never passwords. Members do not get last_error (a job's output).
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/databases (the `ListDatabases` operationId).
 func (c *Client) ListDatabases(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4370,7 +4376,7 @@ func (c *Client) QueryDatabase(ctx context.Context, id string, body QueryDatabas
 //
 // Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/deployments (the `ListDeployments` operationId).
 func (c *Client) ListDeployments(ctx context.Context, params *ListDeploymentsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4446,7 +4452,7 @@ func (c *Client) RollbackDeployment(ctx context.Context, id string, reqEditors .
 //
 // Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/jobs (the `ListJobs` operationId).
 func (c *Client) ListJobs(ctx context.Context, params *ListJobsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4581,7 +4587,7 @@ func (c *Client) GetLogRead(ctx context.Context, jobId string, params *GetLogRea
 //
 // Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/monitoring/alerts (the `ListAlerts` operationId).
 func (c *Client) ListAlerts(ctx context.Context, params *ListAlertsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4617,7 +4623,7 @@ func (c *Client) AcknowledgeAlert(ctx context.Context, id string, reqEditors ...
 
 // ListServers Servers with status, facts and latest metrics
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Corresponds with GET /api/v1/servers (the `ListServers` operationId).
 func (c *Client) ListServers(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7109,7 +7115,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7316,7 +7322,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7404,7 +7410,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// With their logins' user names, never passwords. Members do not get last_error (a job's output).
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7503,7 +7509,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7547,7 +7553,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7622,7 +7628,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7642,7 +7648,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListServersWithResponse Servers with status, facts and latest metrics
 	//
-	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+	// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -11684,7 +11690,7 @@ func (r RevokeTokenResponse) ContentType() string {
 //
 // Lists carry no secrets: environment keys without values, every compose document masked (every value of an environment, build argument, label, command and x- extension is ********, compose_masked true) and service applications' commands hidden (commands_hidden true), for administrators as for members.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12005,7 +12011,7 @@ func (c *ClientWithResponses) RefreshWithResponse(ctx context.Context, reqEditor
 //
 // Each run: id, instance_id, database, trigger (schedule or manual), started_at, finished_at, size, sha256, key_id, manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error (and delete_error) as its class only.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12141,7 +12147,7 @@ func (c *ClientWithResponses) VerifyBackupWithResponse(ctx context.Context, runI
 //
 // With their logins' user names, never passwords. Members do not get last_error (a job's output).
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12294,7 +12300,7 @@ func (c *ClientWithResponses) QueryDatabaseWithResponse(ctx context.Context, id 
 //
 // Each spec's compose document is masked and a service's commands are hidden, for administrators as for members; an administrator reads them in the deployment's detail.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12362,7 +12368,7 @@ func (c *ClientWithResponses) RollbackDeploymentWithResponse(ctx context.Context
 //
 // Filters combine: server_id, app_id, type, status and actor each keep only the jobs that match; a value that cannot match anything (an unknown type or state, an id of the wrong kind) is a 422 problem naming the field. Each job carries the names of what its ids point at, so that a list needs no further requests: server_name, app_name (for an application's jobs) and actor (who queued it: a user with their e-mail, or system). Administrators get each job whole. Members get metadata only: id, type, server, status, times and the error class (error_class; error holds the class too), with payload, data and output null and redacted true.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12479,7 +12485,7 @@ func (c *ClientWithResponses) GetLogReadWithResponse(ctx context.Context, jobId 
 //
 // Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened and resolved, and who acknowledged it.
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12511,7 +12517,7 @@ func (c *ClientWithResponses) AcknowledgeAlertWithResponse(ctx context.Context, 
 
 // ListServersWithResponse Servers with status, facts and latest metrics
 //
-// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it).
+// Any signed-in user (administrator or member); members never get secrets or job output. With an API token: scope `read` (403 token-scope without it). A token narrowed to resources lists only what they cover (the items of its applications, database instances and servers); a page may then hold fewer items than the limit.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -186,6 +186,10 @@ type Event struct {
 
 // Store persists jobs and their events.
 type Store interface {
+	// ServerAgent returns a server's name, its agent's version and the job
+	// types the agent reported it runs (nil: it reported none, as agents
+	// older than the report do); fault.NotFound for no such server.
+	ServerAgent(ctx context.Context, serverID string) (name, version string, jobTypes []string, err error)
 	// InsertJob stores a queued job; a duplicate (server, idempotency key)
 	// is a fault.Conflict with code "idempotency-key".
 	InsertJob(ctx context.Context, j Job, sealedSecrets string) error

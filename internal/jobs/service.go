@@ -1,11 +1,13 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -165,6 +167,25 @@ type NewJob struct {
 	AppID string
 }
 
+// requireRunner refuses a job type that the server's agent reported it
+// does not run, rather than let the agent claim it and fail it. An agent
+// that reported no job types (older than the report) is sent any type.
+func (s *Service) requireRunner(ctx context.Context, serverID, jobType string) error {
+	name, version, types, err := s.store.ServerAgent(ctx, serverID)
+	if fault.Is(err, fault.NotFound) {
+		return nil // no such server: what queues the job says so
+	}
+	if err != nil {
+		return err
+	}
+	if types == nil || slices.Contains(types, jobType) {
+		return nil
+	}
+	return fault.Conflictf("agent-upgrade-required",
+		"The agent of server %s (version %s) does not run %s jobs; upgrade the agent on the server to the control plane's version, then try again.",
+		name, cmp.Or(version, "unknown"), jobType)
+}
+
 // NewID returns a new job id, for NewJob.ID.
 func NewID(now time.Time) string { return ids.NewAt(ids.Job, now) }
 
@@ -184,6 +205,9 @@ func (s *Service) Enqueue(ctx context.Context, n NewJob) (j Job, created bool, e
 	spec, ok := s.Spec(n.Work.jobType)
 	if !ok {
 		return Job{}, false, fault.Invalidf("type", "unknown job type %q", n.Work.jobType)
+	}
+	if err := s.requireRunner(ctx, n.ServerID, n.Work.jobType); err != nil {
+		return Job{}, false, err
 	}
 	payload, err := json.Marshal(n.Work.payload)
 	if err != nil {

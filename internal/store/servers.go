@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -74,6 +75,32 @@ func (s *Store) serverWhere(ctx context.Context, q sqlx.QueryerContext, where st
 		return servers.Server{}, err
 	}
 	return r.server()
+}
+
+// ServerAgent returns a server's name, its agent's version and the job
+// types the agent reported it runs.
+func (s *Store) ServerAgent(ctx context.Context, id string) (name, version string, jobTypes []string, err error) {
+	var row struct {
+		Name         string `db:"name"`
+		Facts        string `db:"facts"`
+		AgentVersion string `db:"agent_version"`
+	}
+	err = s.r.GetContext(ctx, &row, s.rebind(`SELECT name, facts, agent_version FROM servers WHERE id = ?`), id)
+	if notFound(err) {
+		return "", "", nil, fault.NotFoundf("No such server.")
+	}
+	if err != nil {
+		return "", "", nil, err
+	}
+	var f struct {
+		JobTypes []string `json:"job_types"`
+	}
+	if row.Facts != "" {
+		if err := json.Unmarshal([]byte(row.Facts), &f); err != nil {
+			return "", "", nil, fmt.Errorf("server %s: reading its facts: %w", id, err)
+		}
+	}
+	return row.Name, row.AgentVersion, f.JobTypes, nil
 }
 
 // Server returns a server.

@@ -4511,6 +4511,8 @@ export interface components {
             /** Format: int64 */
             cpu_count: number;
             hostname: string;
+            /** @description The job types the agent runs; the control plane queues no other for it (409 agent-upgrade-required) */
+            job_types?: string[] | null;
             kernel: string;
             /** Format: int64 */
             memory_bytes: number;
@@ -4519,6 +4521,11 @@ export interface components {
             os_version: string;
             /** @description Private and loopback-excluded local addresses */
             private_addresses: string[] | null;
+            /**
+             * Format: int64
+             * @description The agent protocol version the agent speaks
+             */
+            protocol?: number;
             /** @description Globally routable addresses of the host's interfaces */
             public_addresses: string[] | null;
         };
