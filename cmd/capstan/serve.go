@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -88,39 +89,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		ln.Close()
 		return err
 	}
-	if c.EnrollmentTTL < time.Minute || c.EnrollmentTTL > 30*24*time.Hour {
-		ln.Close()
-		return fmt.Errorf("--enrollment-ttl must be between 1m and 720h")
-	}
-	if c.AgentInFlight < 16 || c.AgentInFlight > 1_000_000 {
-		ln.Close()
-		return fmt.Errorf("--agent-max-in-flight must be between 16 and 1000000")
-	}
-	if c.MetricsEvery < time.Second || c.MetricsEvery > time.Hour {
-		ln.Close()
-		return fmt.Errorf("--metrics-rollup-interval must be between 1s and 1h")
-	}
-	if c.EvaluateEvery < time.Second || c.EvaluateEvery > 10*time.Minute {
-		ln.Close()
-		return fmt.Errorf("--alert-evaluation-interval must be between 1s and 10m")
-	}
-	if c.DomainChecks < time.Second || c.DomainChecks > 7*24*time.Hour {
-		ln.Close()
-		return fmt.Errorf("--domain-check-interval must be between 1s and 168h")
-	}
-	guard := notify.Guard{}
-	for _, a := range c.NotifyAllow {
-		p, err := netip.ParsePrefix(strings.TrimSpace(a))
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("--notify-allow-destinations: %q is not a CIDR range (e.g. 127.0.0.0/8)", a)
-		}
-		guard.Allowed = append(guard.Allowed, p)
-	}
-	if c.NotifyRetry < 10*time.Millisecond || c.NotifyTimeout < 100*time.Millisecond {
-		ln.Close()
-		return fmt.Errorf("--notify-retry-base must be at least 10ms and --notify-attempt-timeout at least 100ms")
-	}
 	mailer, err := c.smtp(publicURL)
 	if err != nil {
 		ln.Close()
@@ -135,10 +103,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if err != nil {
 		ln.Close()
 		return err
-	}
-	if c.JobRetention < time.Hour {
-		ln.Close()
-		return fmt.Errorf("--job-output-retention must be at least 1h")
 	}
 	agentDir := c.AgentDir
 	if agentDir == "" {
@@ -192,22 +156,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		return err
 	}
 	a.backups.UseCloudDrive(a.clouddrive)
-	if c.BackupLocalKeep < 0 || c.BackupLocalKeep > 100 {
-		return fmt.Errorf("--backup-local-keep must be between 0 and 100")
-	}
-	if c.BackupLocalDir != "" && !filepath.IsAbs(c.BackupLocalDir) {
-		return fmt.Errorf("--backup-local-dir must be an absolute path")
-	}
 	a.backups.UseRunOptions(backups.RunOptions{LocalDir: c.BackupLocalDir, LocalKeep: c.BackupLocalKeep})
-	if c.BackupSchedule < time.Second || c.BackupSchedule > time.Hour {
-		return fmt.Errorf("--backup-schedule-interval must be between 1s and 1h")
-	}
-	if c.BackupJitter < 0 || c.BackupJitter > 24*time.Hour {
-		return fmt.Errorf("--backup-schedule-jitter must be between 0 and 24h")
-	}
-	if c.BackupRetry < time.Second || c.BackupRetry > time.Hour {
-		return fmt.Errorf("--backup-delete-retry must be between 1s and 1h")
-	}
 	a.backups.UseSchedule(backups.ScheduleOptions{Jitter: c.BackupJitter, DeleteRetry: c.BackupRetry})
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
@@ -215,7 +164,7 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 
 	a.events.Register(notify.NewEmail(mailer, a.store, a.auth))
-	a.channels = notify.NewChannels(a.store, a.key, a.audit, guard, time.Now, log)
+	a.channels = notify.NewChannels(a.store, a.key, a.audit, c.notifyGuard(), time.Now, log)
 	a.events.Register(a.channels)
 	a.events.RetryBase, a.events.AttemptTimeout, a.events.Lease = c.NotifyRetry, c.NotifyTimeout, 4*c.NotifyTimeout
 	// Waiting claim long polls are taken out of the HTTP server while they
@@ -241,9 +190,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			log.Error("writing the last heartbeats", "err", err.Error())
 		}
 	}()
-	if c.RestartGrace < 0 || c.RestartGrace > time.Hour {
-		return fmt.Errorf("--restart-lease-grace must be between 0s and 1h")
-	}
 	if n, err := a.jobs.Grace(ctx, c.RestartGrace); err != nil {
 		return fmt.Errorf("extending running jobs' leases: %w", err)
 	} else if n > 0 {
@@ -284,77 +230,12 @@ func (c *serveCmd) Run(ctx context.Context) error {
 			})
 		})
 	}
-	// Every background loop that must not run twice at once runs as a
-	// singleton.Task: in one control plane of those sharing the database.
-	// (The event dispatcher claims each delivery in the store instead, so
-	// every control plane delivers.)
+	// The event dispatcher runs in every control plane (it claims each
+	// delivery in the store); the other background work runs in one.
 	loops.Go(func() { a.events.Run(bg, time.Second) })
-	holder := singleton.Holder()
-	reaper := &singleton.Task{Leases: a.store, Name: "job-reaper", Holder: holder, Interval: 2 * time.Second,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			_, err := a.jobs.Expire(ctx)
-			return err
-		}}
-	loops.Go(func() { reaper.Loop(bg) })
-	retention := &singleton.Task{Leases: a.store, Name: "job-output-retention", Holder: holder, Interval: 10 * time.Minute,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			n, err := a.jobs.PurgeResults(ctx, c.JobRetention)
-			if n > 0 {
-				log.Info("job output past its retention removed", "jobs", n, "retention", c.JobRetention.String())
-			}
-			return err
-		}}
-	loops.Go(func() { retention.Loop(bg) })
-	rollups := &singleton.Task{Leases: a.store, Name: "metrics-maintenance", Holder: holder, Interval: c.MetricsEvery,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			st, err := a.metrics.Maintain(ctx)
-			if err == nil && (st.HoursRolledUp > 0 || st.RowsPruned > 0) {
-				log.Debug("metrics maintenance", "hours_rolled_up", st.HoursRolledUp, "rows_pruned", st.RowsPruned)
-			}
-			return err
-		}}
-	loops.Go(func() { rollups.Loop(bg) })
-	artifactReaper := &singleton.Task{Leases: a.store, Name: "artifact-reaper", Holder: holder, Interval: c.ReapEvery,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			n, err := a.dbs.ReapArtifacts(ctx)
-			if n > 0 {
-				log.Info("deleted expired database artifacts", "files", n)
-			}
-			return err
-		}}
-	loops.Go(func() { artifactReaper.Loop(bg) })
-	throttlePrune := &singleton.Task{Leases: a.store, Name: "login-throttle-prune", Holder: holder, Interval: 10 * time.Minute,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			_, err := a.auth.PruneThrottles(ctx)
-			return err
-		}}
-	loops.Go(func() { throttlePrune.Loop(bg) })
-	presence := &singleton.Task{Leases: a.store, Name: "server-presence", Holder: holder, Interval: 5 * time.Second,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			_, err := a.presence.Check(ctx)
-			return err
-		}}
-	loops.Go(func() { presence.Loop(bg) })
-	evaluation := &singleton.Task{Leases: a.store, Name: "alert-evaluation", Holder: holder, Interval: c.EvaluateEvery,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			_, err := a.monitor.Evaluate(ctx)
-			return err
-		}}
-	loops.Go(func() { evaluation.Loop(bg) })
-	checks := &monitoring.DomainChecks{Due: a.store, Domains: a.domains, Every: c.DomainChecks, Now: time.Now}
-	domainChecks := &singleton.Task{Leases: a.store, Name: "domain-checks", Holder: holder,
-		Interval: min(max(c.DomainChecks/4, time.Second), 10*time.Minute), Now: time.Now, Log: log,
-		Run: func(ctx context.Context) error {
-			_, err := checks.Run(ctx)
-			return err
-		}}
-	loops.Go(func() { domainChecks.Loop(bg) })
-	backupScheduler := &singleton.Task{Leases: a.store, Name: "backup-scheduler", Holder: holder, Interval: c.BackupSchedule,
-		Now: time.Now, Log: log, Run: func(ctx context.Context) error {
-			_, err := a.backups.Tick(ctx)
-			return err
-		}}
-	loops.Go(func() { backupScheduler.Loop(bg) })
+	for _, t := range a.backgroundTasks(c, log) {
+		loops.Go(func() { t.Loop(bg) })
+	}
 	srv := &http.Server{
 		Handler:           api,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -410,6 +291,131 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// Validate checks the flags that need no listener, store or network
+// before anything starts: a wrong one is a usage error.
+func (c *serveCmd) Validate() error {
+	type bound struct {
+		flag      string
+		v, lo, hi time.Duration
+		say       string
+	}
+	for _, b := range []bound{
+		{"--enrollment-ttl", c.EnrollmentTTL, time.Minute, 30 * 24 * time.Hour, "between 1m and 720h"},
+		{"--metrics-rollup-interval", c.MetricsEvery, time.Second, time.Hour, "between 1s and 1h"},
+		{"--alert-evaluation-interval", c.EvaluateEvery, time.Second, 10 * time.Minute, "between 1s and 10m"},
+		{"--domain-check-interval", c.DomainChecks, time.Second, 7 * 24 * time.Hour, "between 1s and 168h"},
+		{"--notify-retry-base", c.NotifyRetry, 10 * time.Millisecond, time.Hour, "between 10ms and 1h"},
+		{"--notify-attempt-timeout", c.NotifyTimeout, 100 * time.Millisecond, time.Hour, "between 100ms and 1h"},
+		{"--job-output-retention", c.JobRetention, time.Hour, 100 * 365 * 24 * time.Hour, "at least 1h"},
+		{"--database-export-ttl", c.ExportTTL, time.Minute, 365 * 24 * time.Hour, "between 1m and 8760h"},
+		{"--artifact-reap-interval", c.ReapEvery, time.Second, time.Hour, "between 1s and 1h"},
+		{"--backup-schedule-interval", c.BackupSchedule, time.Second, time.Hour, "between 1s and 1h"},
+		{"--backup-schedule-jitter", c.BackupJitter, 0, 24 * time.Hour, "between 0 and 24h"},
+		{"--backup-delete-retry", c.BackupRetry, time.Second, time.Hour, "between 1s and 1h"},
+		{"--restart-lease-grace", c.RestartGrace, 0, time.Hour, "between 0s and 1h"},
+	} {
+		if b.v < b.lo || b.v > b.hi {
+			return fmt.Errorf("%s must be %s", b.flag, b.say)
+		}
+	}
+	if c.AgentInFlight < 16 || c.AgentInFlight > 1_000_000 {
+		return fmt.Errorf("--agent-max-in-flight must be between 16 and 1000000")
+	}
+	if c.BackupLocalKeep < 0 || c.BackupLocalKeep > 100 {
+		return fmt.Errorf("--backup-local-keep must be between 0 and 100")
+	}
+	if c.BackupLocalDir != "" && !filepath.IsAbs(c.BackupLocalDir) {
+		return fmt.Errorf("--backup-local-dir must be an absolute path")
+	}
+	for _, a := range c.NotifyAllow {
+		if _, err := netip.ParsePrefix(strings.TrimSpace(a)); err != nil {
+			return fmt.Errorf("--notify-allow-destinations: %q is not a CIDR range (e.g. 127.0.0.0/8)", a)
+		}
+	}
+	if _, err := c.artifactOptions(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// notifyGuard is where notification deliveries may go: every public
+// address, and the internal ranges --notify-allow-destinations names
+// (checked by Validate).
+func (c *serveCmd) notifyGuard() notify.Guard {
+	g := notify.Guard{}
+	for _, a := range c.NotifyAllow {
+		if p, err := netip.ParsePrefix(strings.TrimSpace(a)); err == nil {
+			g.Allowed = append(g.Allowed, p)
+		}
+	}
+	return g
+}
+
+// backgroundTasks are the loops that must not run twice at once: each is
+// a singleton.Task, run in one control plane of those sharing the
+// database. (The event dispatcher claims each delivery in the store
+// instead, so every control plane delivers.)
+func (a *app) backgroundTasks(c *serveCmd, log *slog.Logger) []*singleton.Task {
+	checks := &monitoring.DomainChecks{Due: a.store, Domains: a.domains, Every: c.DomainChecks, Now: time.Now}
+	logged := func(what string, n int, err error, args ...any) error {
+		if n > 0 {
+			log.Info(what, append([]any{"count", n}, args...)...)
+		}
+		return err
+	}
+	tasks := []struct {
+		name  string
+		every time.Duration
+		run   func(ctx context.Context) error
+	}{
+		{"job-reaper", 2 * time.Second, func(ctx context.Context) error {
+			_, err := a.jobs.Expire(ctx)
+			return err
+		}},
+		{"job-output-retention", 10 * time.Minute, func(ctx context.Context) error {
+			n, err := a.jobs.PurgeResults(ctx, c.JobRetention)
+			return logged("job output past its retention removed", n, err, "retention", c.JobRetention.String())
+		}},
+		{"metrics-maintenance", c.MetricsEvery, func(ctx context.Context) error {
+			st, err := a.metrics.Maintain(ctx)
+			if err == nil && (st.HoursRolledUp > 0 || st.RowsPruned > 0) {
+				log.Debug("metrics maintenance", "hours_rolled_up", st.HoursRolledUp, "rows_pruned", st.RowsPruned)
+			}
+			return err
+		}},
+		{"artifact-reaper", c.ReapEvery, func(ctx context.Context) error {
+			n, err := a.dbs.ReapArtifacts(ctx)
+			return logged("deleted expired database artifacts", n, err)
+		}},
+		{"login-throttle-prune", 10 * time.Minute, func(ctx context.Context) error {
+			_, err := a.auth.PruneThrottles(ctx)
+			return err
+		}},
+		{"server-presence", 5 * time.Second, func(ctx context.Context) error {
+			_, err := a.presence.Check(ctx)
+			return err
+		}},
+		{"alert-evaluation", c.EvaluateEvery, func(ctx context.Context) error {
+			_, err := a.monitor.Evaluate(ctx)
+			return err
+		}},
+		{"domain-checks", min(max(c.DomainChecks/4, time.Second), 10*time.Minute), func(ctx context.Context) error {
+			_, err := checks.Run(ctx)
+			return err
+		}},
+		{"backup-scheduler", c.BackupSchedule, func(ctx context.Context) error {
+			_, err := a.backups.Tick(ctx)
+			return err
+		}},
+	}
+	holder := singleton.Holder()
+	out := make([]*singleton.Task, len(tasks))
+	for i, t := range tasks {
+		out[i] = &singleton.Task{Leases: a.store, Name: t.name, Holder: holder, Interval: t.every, Now: time.Now, Log: log, Run: t.run}
+	}
+	return out
 }
 
 // derivePublicURL validates an explicit public URL or derives one from the
