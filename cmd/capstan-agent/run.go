@@ -155,22 +155,15 @@ type controlPlaneMover interface {
 // storage grants.
 func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(), arts controlPlaneMover) agent.Registry {
 	r := agent.Registry{}
-	r.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: version})
+	agent.Ping{Version: version}.Register(r)
 
 	systemd := &service.Systemd{}
-	r.Register(agentproto.JobServiceStart, systemd.Start())
-	r.Register(agentproto.JobServiceStop, systemd.Stop())
-	r.Register(agentproto.JobServiceRestart, systemd.Restart())
-	r.Register(agentproto.JobServiceLogs, systemd.Logs())
+	systemd.Register(r)
 
 	docker := &container.Docker{}
-	r.Register(agentproto.JobContainerStart, docker.Start())
-	r.Register(agentproto.JobContainerStop, docker.Stop())
-	r.Register(agentproto.JobContainerRestart, docker.Restart())
-	r.Register(agentproto.JobContainerLogs, docker.Logs())
-	r.Register(agentproto.JobContainerInspect, docker.Inspect())
+	docker.Register(r)
 
-	r.Register(agentproto.JobLogsRead, logs.ReadExecutor{Journal: systemd, Container: docker})
+	logs.Readers{Journal: systemd, Container: docker}.Register(r)
 
 	// One proxy for every job that applies it (app.*, proxy.apply): its
 	// applies are serialized.
@@ -180,16 +173,12 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	}
 	px := proxy.New(ps, proxyDocker)
 	px.OnLoad(onLoad)
-	r.Register(agentproto.JobProxyApply, px.ApplyExecutor())
-	r.Register(agentproto.JobDomainCheck, px.CheckExecutor())
+	px.Register(r)
 	// Service applications keep their checkouts and live slots in the
 	// agent's state directory; the proxy finds their upstreams there.
 	apps := deploy.New(deploy.Options{Proxy: px, Desired: desired, StateDir: ps.StateDir, Journal: systemd})
 	px.OtherUpstreams(apps.LiveServiceUpstreams)
-	r.Register(agentproto.JobAppDeploy, apps.Deploy())
-	r.Register(agentproto.JobAppRemove, apps.Remove())
-	r.Register(agentproto.JobAppLogs, apps.Logs())
-	r.Register(agentproto.JobDockerPrune, apps.Prune())
+	apps.Register(r)
 
 	database.Executors{}.Register(r)
 	managed := &database.Managed{}

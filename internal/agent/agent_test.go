@@ -101,7 +101,7 @@ func start(t *testing.T, cp *agenttest.ControlPlane, reg agent.Registry, mut ...
 	t.Helper()
 	if reg == nil {
 		reg = agent.Registry{}
-		reg.Register(agentproto.JobAgentPing, agent.PingExecutor{Version: "test"})
+		agent.Ping{Version: "test"}.Register(reg)
 	}
 	logs := &syncBuffer{}
 	opts := agent.Options{

@@ -8,7 +8,9 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
-// Executor runs jobs of one type.
+// Executor runs jobs of one type. A declared job type gets its executor
+// from Handle, which decodes the payload as the declaration says; an
+// Executor written by hand is for tests.
 //
 // Run gets a context that ends at the job's deadline (timeout_seconds) or
 // when the agent shuts down; it must return promptly once ctx is done. The
@@ -42,7 +44,8 @@ type EventSink interface {
 type Registry map[string]Executor
 
 // Register adds the executor of jobType. It panics if jobType already has
-// one or e is nil (both are programming errors).
+// one or e is nil (both are programming errors). Handle registers the
+// handler of a declared job type through it.
 func (r Registry) Register(jobType string, e Executor) {
 	if e == nil {
 		panic("agent: nil executor for " + jobType)

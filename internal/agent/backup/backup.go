@@ -10,7 +10,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -36,32 +35,29 @@ type Executors struct {
 
 // Register adds the storage test to r.
 func (e Executors) Register(r agent.Registry) {
-	r.Register(agentproto.JobBackupStorageTest, agent.ExecutorFunc(e.storageTest))
-	r.Register(agentproto.JobBackupDelete, agent.ExecutorFunc(e.delete))
+	agent.Handle(r, agentproto.BackupStorageTest, e.storageTest)
+	agent.Handle(r, agentproto.BackupDelete, e.delete)
 }
 
-func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.BackupStorageTestPayload
-	if err := json.Unmarshal(job.Payload, &p); err != nil {
-		return nil, nil, fmt.Errorf("invalid %s payload: %w", job.Type, err)
-	}
+func (e Executors) storageTest(ctx context.Context, c agent.Call[agentproto.BackupStorageTestPayload]) (agentproto.BackupStorageTestResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
 	open := e.Open
 	if open == nil {
 		open = objstore.Open
 	}
 	st, err := open(ctx, p.Storage, secrets)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.BackupStorageTestResult{}, err
 	}
 	probe := make([]byte, probeSize)
 	if _, err := rand.Read(probe); err != nil {
-		return nil, nil, err
+		return agentproto.BackupStorageTestResult{}, err
 	}
 	sum := sha256.Sum256(probe)
 	want := hex.EncodeToString(sum[:])
 	res := agentproto.BackupStorageTestResult{Key: p.Key, Bytes: probeSize}
 	if res.Key == "" {
-		res.Key = ProbePrefix + job.ID
+		res.Key = ProbePrefix + c.Job.ID
 	}
 	step := func(name string, fn func() error) error {
 		start := time.Now()
@@ -143,8 +139,5 @@ func (e Executors) storageTest(ctx context.Context, job agentproto.Job, secrets 
 			err = derr
 		}
 	}
-	if err != nil {
-		return res, nil, err
-	}
-	return res, nil, nil
+	return res, err
 }

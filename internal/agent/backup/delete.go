@@ -2,7 +2,6 @@ package backup
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -18,11 +17,8 @@ import (
 // delete runs backup.delete: the local copy, then the object in the
 // storage, each reported; the object is stated afterwards so that a
 // storage that answers a delete without deleting is not believed.
-func (e Executors) delete(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.BackupDeletePayload
-	if err := json.Unmarshal(job.Payload, &p); err != nil {
-		return nil, nil, fmt.Errorf("invalid %s payload: %w", job.Type, err)
-	}
+func (e Executors) delete(ctx context.Context, c agent.Call[agentproto.BackupDeletePayload]) (agentproto.BackupDeleteResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
 	var res agentproto.BackupDeleteResult
 	res.Local = deleteLocal(p)
 	if res.Local.OK {
@@ -38,11 +34,11 @@ func (e Executors) delete(ctx context.Context, job agentproto.Job, secrets map[s
 	}
 	switch {
 	case !res.Remote.OK:
-		return res, nil, fmt.Errorf("deleting the stored object: %s", res.Remote.Error)
+		return res, fmt.Errorf("deleting the stored object: %s", res.Remote.Error)
 	case !res.Local.OK:
-		return res, nil, fmt.Errorf("deleting the local copy: %s", res.Local.Error)
+		return res, fmt.Errorf("deleting the local copy: %s", res.Local.Error)
 	}
-	return res, nil, nil
+	return res, nil
 }
 
 // deleteLocal removes the run's local copy: only a regular file whose

@@ -19,7 +19,6 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
-	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -74,16 +73,16 @@ func (d *Docker) Close() error {
 	return nil
 }
 
-// Start is the executor of container.start.
-func (d *Docker) Start() agent.Executor { return d.action("start") }
-
-// Stop is the executor of container.stop. The engine sends the
-// container's stop signal and kills it after its stop timeout (10 s by
-// default).
-func (d *Docker) Stop() agent.Executor { return d.action("stop") }
-
-// Restart is the executor of container.restart.
-func (d *Docker) Restart() agent.Executor { return d.action("restart") }
+// Register adds the container.* job types to r. On container.stop the
+// engine sends the container's stop signal and kills it after its stop
+// timeout (10 s by default).
+func (d *Docker) Register(r agent.Registry) {
+	agent.Handle(r, agentproto.ContainerStart, d.action("start"))
+	agent.Handle(r, agentproto.ContainerStop, d.action("stop"))
+	agent.Handle(r, agentproto.ContainerRestart, d.action("restart"))
+	agent.Handle(r, agentproto.ContainerLogs, d.logs)
+	agent.Handle(r, agentproto.ContainerInspect, d.runInspect)
+}
 
 // engineError words an engine error for a job's result.
 func engineError(name, doing string, err error) error {
@@ -93,32 +92,28 @@ func engineError(name, doing string, err error) error {
 	return fmt.Errorf("%s %s: %w", doing, name, err)
 }
 
-// target decodes and checks the container a job names, and returns the
-// engine's client.
-func (d *Docker) target(job agentproto.Job) (agentproto.ContainerPayload, *client.Client, error) {
-	var p agentproto.ContainerPayload
-	if err := logs.DecodePayload(job, &p); err != nil {
-		return p, nil, err
-	}
+// target checks the container a job names, and returns the engine's
+// client.
+func (d *Docker) target(p agentproto.ContainerPayload) (*client.Client, error) {
 	if err := checkContainer(p.Container); err != nil {
-		return p, nil, err
+		return nil, err
 	}
-	cli, err := d.client()
-	return p, cli, err
+	return d.client()
 }
 
-// action returns the executor of container.<verb>: it inspects the
+// action returns the handler of container.<verb>: it inspects the
 // container, acts on it, and returns its state afterwards
 // (agentproto.ContainerState).
-func (d *Docker) action(verb string) agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		p, cli, err := d.target(job)
+func (d *Docker) action(verb string) func(context.Context, agent.Call[agentproto.ContainerPayload]) (agentproto.ContainerState, error) {
+	return func(ctx context.Context, c agent.Call[agentproto.ContainerPayload]) (agentproto.ContainerState, error) {
+		p, events := c.Payload, c.Events
+		cli, err := d.target(p)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.ContainerState{}, err
 		}
 		before, err := state(ctx, cli, p.Container)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.ContainerState{}, err
 		}
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("container %s (%s) is %s; %s it", before.Container, shortID(before.ID), before.State, verbing(verb)), before)
 		// Act on the id inspected, not on a name that may change hands.
@@ -131,17 +126,17 @@ func (d *Docker) action(verb string) agent.Executor {
 			_, err = cli.ContainerRestart(ctx, before.ID, client.ContainerRestartOptions{})
 		}
 		if err != nil {
-			return nil, nil, engineError(p.Container, verbing(verb), err)
+			return agentproto.ContainerState{}, engineError(p.Container, verbing(verb), err)
 		}
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("the engine %s container %s", pastTense(verb), before.Container), nil)
 		after, err := state(ctx, cli, before.ID)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.ContainerState{}, err
 		}
 		after.Container = before.Container
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("container %s is %s (%s)", after.Container, after.State, after.Status), after)
-		return after, nil, nil
-	})
+		return after, nil
+	}
 }
 
 func verbing(verb string) string {
@@ -212,28 +207,26 @@ func state(ctx context.Context, cli *client.Client, name string) (agentproto.Con
 	return st, nil
 }
 
-// Inspect is the executor of container.inspect (agentproto.ContainerPayload
-// → agentproto.ContainerInspectResult): the engine's inspect document,
+// runInspect runs container.inspect: the engine's inspect document,
 // with every environment value hidden (they hold the applications'
 // secrets).
-func (d *Docker) Inspect() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		p, cli, err := d.target(job)
-		if err != nil {
-			return nil, nil, err
-		}
-		res, err := cli.ContainerInspect(ctx, p.Container, client.ContainerInspectOptions{})
-		if err != nil {
-			return nil, nil, engineError(p.Container, "inspecting container", err)
-		}
-		doc, err := hideEnv(res.Raw)
-		if err != nil {
-			return nil, nil, fmt.Errorf("inspecting container %s: %w", p.Container, err)
-		}
-		name := strings.TrimPrefix(res.Container.Name, "/")
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("inspected container %s (%s)", name, shortID(res.Container.ID)), nil)
-		return agentproto.ContainerInspectResult{Container: name, ID: res.Container.ID, Inspect: doc}, nil, nil
-	})
+func (d *Docker) runInspect(ctx context.Context, c agent.Call[agentproto.ContainerPayload]) (agentproto.ContainerInspectResult, error) {
+	p := c.Payload
+	cli, err := d.target(p)
+	if err != nil {
+		return agentproto.ContainerInspectResult{}, err
+	}
+	res, err := cli.ContainerInspect(ctx, p.Container, client.ContainerInspectOptions{})
+	if err != nil {
+		return agentproto.ContainerInspectResult{}, engineError(p.Container, "inspecting container", err)
+	}
+	doc, err := hideEnv(res.Raw)
+	if err != nil {
+		return agentproto.ContainerInspectResult{}, fmt.Errorf("inspecting container %s: %w", p.Container, err)
+	}
+	name := strings.TrimPrefix(res.Container.Name, "/")
+	c.Events.Emit(agentproto.LevelInfo, fmt.Sprintf("inspected container %s (%s)", name, shortID(res.Container.ID)), nil)
+	return agentproto.ContainerInspectResult{Container: name, ID: res.Container.ID, Inspect: doc}, nil
 }
 
 // hideEnv decodes an inspect document and replaces the value of every

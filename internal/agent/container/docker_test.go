@@ -80,7 +80,7 @@ func mustState(t *testing.T, ex agent.Executor, jobType, name string) agentproto
 func readLogs(t *testing.T, d *Docker, p agentproto.LogsReadPayload) agentproto.LogsResult {
 	t.Helper()
 	p.Source = agentproto.LogSourceContainer
-	data, events, err := run(t, logs.ReadExecutor{Container: d}, agentproto.JobLogsRead, p)
+	data, events, err := run(t, executor(d, agentproto.JobLogsRead), agentproto.JobLogsRead, p)
 	if err != nil {
 		t.Fatalf("logs.read %+v: %v (events %q)", p, err, events)
 	}
@@ -132,7 +132,7 @@ const logTimeout = time.Minute
 func waitLines(t *testing.T, d *Docker, name string, n int) {
 	t.Helper()
 	testlab.EventuallyReport(t, logTimeout, fmt.Sprintf("container %s logs %d lines", name, n), func() (bool, string) {
-		data, _, err := run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 500})
+		data, _, err := run(t, executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 500})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func waitLines(t *testing.T, d *Docker, name string, n int) {
 func waitLogsAfter(t *testing.T, d *Docker, name string, after time.Time) {
 	t.Helper()
 	testlab.Eventually(t, logTimeout, fmt.Sprintf("container %s logs a line after %v", name, after), func() bool {
-		data, _, err := run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 1})
+		data, _, err := run(t, executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestDocker(t *testing.T) {
 		t.Parallel()
 		name := newContainer(t, cli, image, false, "-interval", "100ms")
 
-		st := mustState(t, d.Start(), agentproto.JobContainerStart, name)
+		st := mustState(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, name)
 		if st.Container != name || len(st.ID) != 64 || st.State != "running" || !strings.HasPrefix(st.Status, "Up ") || st.StartedAt.IsZero() {
 			t.Fatalf("after start: %+v", st)
 		}
@@ -174,7 +174,7 @@ func TestDocker(t *testing.T) {
 		started := st.StartedAt
 
 		// By id, the state still names the container.
-		st = mustState(t, d.Restart(), agentproto.JobContainerRestart, st.ID)
+		st = mustState(t, executor(d, agentproto.JobContainerRestart), agentproto.JobContainerRestart, st.ID)
 		if st.Container != name || st.State != "running" || !st.StartedAt.After(started) {
 			t.Fatalf("after restart: %+v (started before at %v)", st, started)
 		}
@@ -187,15 +187,15 @@ func TestDocker(t *testing.T) {
 			t.Errorf("RestartCount = %d after a manual restart", st.RestartCount)
 		}
 
-		st = mustState(t, d.Stop(), agentproto.JobContainerStop, name)
+		st = mustState(t, executor(d, agentproto.JobContainerStop), agentproto.JobContainerStop, name)
 		if st.State != "exited" || !strings.HasPrefix(st.Status, "Exited (0)") {
 			t.Fatalf("after stop: %+v", st)
 		}
 		// Stopping a stopped container is no error.
-		if st = mustState(t, d.Stop(), agentproto.JobContainerStop, name); st.State != "exited" {
+		if st = mustState(t, executor(d, agentproto.JobContainerStop), agentproto.JobContainerStop, name); st.State != "exited" {
 			t.Fatalf("after a second stop: %+v", st)
 		}
-		st = mustState(t, d.Start(), agentproto.JobContainerStart, name)
+		st = mustState(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, name)
 		if st.State != "running" {
 			t.Fatalf("after start again: %+v", st)
 		}
@@ -204,10 +204,10 @@ func TestDocker(t *testing.T) {
 	t.Run("Logs", func(t *testing.T) {
 		t.Parallel()
 		name := newContainer(t, cli, image, false, "-interval", "5ms")
-		mustState(t, d.Start(), agentproto.JobContainerStart, name)
+		mustState(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, name)
 		waitLines(t, d, name, 40)
 
-		data, events, err := run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 10})
+		data, events, err := run(t, executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +230,7 @@ func TestDocker(t *testing.T) {
 		}
 		// All lines so far (at least 40, fewer than the 500 asked for
 		// only if the program is slow) hold both streams.
-		data, _, err = run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 500})
+		data, _, err = run(t, executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 500})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +247,7 @@ func TestDocker(t *testing.T) {
 		if len(events) < 2 {
 			t.Errorf("events %q", events)
 		}
-		if _, _, err := run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 501}); err == nil {
+		if _, _, err := run(t, executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 501}); err == nil {
 			t.Error("lines=501 accepted")
 		}
 	})
@@ -255,9 +255,9 @@ func TestDocker(t *testing.T) {
 	t.Run("LogsTTY", func(t *testing.T) {
 		t.Parallel()
 		name := newContainer(t, cli, image, true, "-interval", "5ms")
-		mustState(t, d.Start(), agentproto.JobContainerStart, name)
+		mustState(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, name)
 		waitLines(t, d, name, 10)
-		data, _, err := run(t, d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 6})
+		data, _, err := run(t, executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 6})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestDocker(t *testing.T) {
 	t.Run("ReadCursor", func(t *testing.T) {
 		t.Parallel()
 		name := newContainer(t, cli, image, false, "-interval", "2ms")
-		mustState(t, d.Start(), agentproto.JobContainerStart, name)
+		mustState(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, name)
 		waitLines(t, d, name, 20)
 
 		// The newest lines, then everything after them in reads of
@@ -326,7 +326,7 @@ func TestDocker(t *testing.T) {
 			cursor = res.Cursor
 			reads++
 		}
-		mustState(t, d.Stop(), agentproto.JobContainerStop, name)
+		mustState(t, executor(d, agentproto.JobContainerStop), agentproto.JobContainerStop, name)
 		for {
 			res = readLogs(t, d, agentproto.LogsReadPayload{Container: name, Lines: 50, Cursor: cursor})
 			if len(res.Lines) == 0 {
@@ -395,7 +395,7 @@ func TestDocker(t *testing.T) {
 		// The engine splits a line into entries of 16 KiB, and they all
 		// have the line's time: a cursor must count them.
 		name := newContainer(t, cli, image, false, "-long", "40000")
-		mustState(t, d.Start(), agentproto.JobContainerStart, name)
+		mustState(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, name)
 		waitLines(t, d, name, 3)
 		all := readLogs(t, d, agentproto.LogsReadPayload{Container: name, Lines: 10})
 		total := 0
@@ -445,11 +445,11 @@ func TestDocker(t *testing.T) {
 			typ     string
 			payload any
 		}{
-			{d.Start(), agentproto.JobContainerStart, agentproto.ContainerPayload{Container: name}},
-			{d.Stop(), agentproto.JobContainerStop, agentproto.ContainerPayload{Container: name}},
-			{d.Restart(), agentproto.JobContainerRestart, agentproto.ContainerPayload{Container: name}},
-			{d.Logs(), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 5}},
-			{logs.ReadExecutor{Container: d}, agentproto.JobLogsRead, agentproto.LogsReadPayload{Source: "container", Container: name, Lines: 5}},
+			{executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, agentproto.ContainerPayload{Container: name}},
+			{executor(d, agentproto.JobContainerStop), agentproto.JobContainerStop, agentproto.ContainerPayload{Container: name}},
+			{executor(d, agentproto.JobContainerRestart), agentproto.JobContainerRestart, agentproto.ContainerPayload{Container: name}},
+			{executor(d, agentproto.JobContainerLogs), agentproto.JobContainerLogs, agentproto.ContainerLogsPayload{Container: name, Lines: 5}},
+			{executor(d, agentproto.JobLogsRead), agentproto.JobLogsRead, agentproto.LogsReadPayload{Source: "container", Container: name, Lines: 5}},
 		} {
 			data, _, err := run(t, c.ex, c.typ, c.payload)
 			if err == nil || err.Error() != want || data != nil {
@@ -461,18 +461,18 @@ func TestDocker(t *testing.T) {
 	t.Run("Invalid", func(t *testing.T) {
 		t.Parallel()
 		for _, name := range []string{"", "-rm", "a/b", "web;reboot", "../etc", strings.Repeat("a", 129)} {
-			_, _, err := run(t, d.Start(), agentproto.JobContainerStart, agentproto.ContainerPayload{Container: name})
+			_, _, err := run(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, agentproto.ContainerPayload{Container: name})
 			if err == nil || !strings.Contains(err.Error(), "invalid container name") {
 				t.Errorf("container %q: %v", name, err)
 			}
 		}
 		p := 3
-		_, _, err := run(t, logs.ReadExecutor{Container: d}, agentproto.JobLogsRead,
+		_, _, err := run(t, executor(d, agentproto.JobLogsRead), agentproto.JobLogsRead,
 			agentproto.LogsReadPayload{Source: "container", Container: "web", Lines: 5, Priority: &p})
 		if err == nil || !strings.Contains(err.Error(), "journal logs only") {
 			t.Errorf("priority on a container read: %v", err)
 		}
-		_, _, err = run(t, logs.ReadExecutor{Container: d}, agentproto.JobLogsRead,
+		_, _, err = run(t, executor(d, agentproto.JobLogsRead), agentproto.JobLogsRead,
 			agentproto.LogsReadPayload{Source: "container", Container: "web", Lines: 5, Cursor: "s=1;i=2"})
 		if err == nil || !strings.Contains(err.Error(), "invalid container log cursor") {
 			t.Errorf("a journal cursor on a container read: %v", err)
@@ -482,7 +482,7 @@ func TestDocker(t *testing.T) {
 
 func TestDockerUnreachable(t *testing.T) {
 	d := &Docker{Host: "unix://" + filepath.Join(t.TempDir(), "nothing.sock")}
-	_, _, err := run(t, d.Start(), agentproto.JobContainerStart, agentproto.ContainerPayload{Container: "web"})
+	_, _, err := run(t, executor(d, agentproto.JobContainerStart), agentproto.JobContainerStart, agentproto.ContainerPayload{Container: "web"})
 	if !client.IsErrConnectionFailed(err) || !strings.Contains(err.Error(), "failed to connect to the docker API at unix://") {
 		t.Errorf("err = %v", err)
 	}
@@ -495,4 +495,12 @@ func streamPriority(msg string) int {
 		return 3
 	}
 	return 6
+}
+
+// executor is the agent's executor of jobType with d's handlers.
+func executor(d *Docker, jobType string) agent.Executor {
+	r := agent.Registry{}
+	d.Register(r)
+	logs.Readers{Container: d}.Register(r)
+	return r[jobType]
 }

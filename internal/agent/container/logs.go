@@ -345,36 +345,31 @@ func readAfter(ctx context.Context, src logSource, c Cursor, n int) ([]agentprot
 	return lines, next, nil
 }
 
-// Logs is the executor of container.logs: the last lines of a container's
+// logs runs container.logs: the last lines of a container's
 // log (agentproto.LogsResult, without a cursor), stdout at priority 6 and
 // stderr at 3.
-func (d *Docker) Logs() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		var p agentproto.ContainerLogsPayload
-		if err := logs.DecodePayload(job, &p); err != nil {
-			return nil, nil, err
-		}
-		if err := checkContainer(p.Container); err != nil {
-			return nil, nil, err
-		}
-		n, err := logs.Lines(p.Lines)
-		if err != nil {
-			return nil, nil, fmt.Errorf("invalid container.logs payload: %w", err)
-		}
-		src, err := d.engineLog(ctx, p.Container)
-		if err != nil {
-			return nil, nil, err
-		}
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("reading the last %d lines of the log of container %s", n, src.name), nil)
-		lines, err := lastLines(ctx, src, n)
-		if err != nil {
-			return nil, nil, err
-		}
-		kept := logs.Fit(lines, true)
-		logs.SortByTime(kept)
-		events.Emit(agentproto.LevelInfo, readMessage(len(kept), len(lines)), nil)
-		return agentproto.LogsResult{Lines: nonNil(kept)}, nil, nil
-	})
+func (d *Docker) logs(ctx context.Context, c agent.Call[agentproto.ContainerLogsPayload]) (agentproto.LogsResult, error) {
+	p, events := c.Payload, c.Events
+	if err := checkContainer(p.Container); err != nil {
+		return agentproto.LogsResult{}, err
+	}
+	n, err := logs.Lines(p.Lines)
+	if err != nil {
+		return agentproto.LogsResult{}, fmt.Errorf("invalid container.logs payload: %w", err)
+	}
+	src, err := d.engineLog(ctx, p.Container)
+	if err != nil {
+		return agentproto.LogsResult{}, err
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("reading the last %d lines of the log of container %s", n, src.name), nil)
+	lines, err := lastLines(ctx, src, n)
+	if err != nil {
+		return agentproto.LogsResult{}, err
+	}
+	kept := logs.Fit(lines, true)
+	logs.SortByTime(kept)
+	events.Emit(agentproto.LevelInfo, readMessage(len(kept), len(lines)), nil)
+	return agentproto.LogsResult{Lines: nonNil(kept)}, nil
 }
 
 // ReadLogs reads a container's log for logs.read (logs.Reader): the

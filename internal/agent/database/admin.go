@@ -32,7 +32,7 @@ type adminConn interface {
 }
 
 func (e Executors) registerAdmin(r agent.Registry) {
-	r.Register(agentproto.JobDBDatabaseCreate, adminExecutor(func(ctx context.Context, c adminConn, p agentproto.DBDatabasePayload, _ map[string]string) (agentproto.DBAdminResult, error) {
+	handle(r, agentproto.DBDatabaseCreate, adminHandler(func(ctx context.Context, c adminConn, p agentproto.DBDatabasePayload, _ map[string]string) (agentproto.DBAdminResult, error) {
 		if err := checkIdent(p.Target.Engine, agentproto.DBIdentDatabase, "name", p.Name); err != nil {
 			return agentproto.DBAdminResult{}, err
 		}
@@ -44,14 +44,14 @@ func (e Executors) registerAdmin(r agent.Registry) {
 		st, err := c.createDatabase(ctx, p.Name, p.Owner)
 		return agentproto.DBAdminResult{Statements: st}, err
 	}))
-	r.Register(agentproto.JobDBDatabaseDrop, adminExecutor(func(ctx context.Context, c adminConn, p agentproto.DBDatabasePayload, _ map[string]string) (agentproto.DBAdminResult, error) {
+	handle(r, agentproto.DBDatabaseDrop, adminHandler(func(ctx context.Context, c adminConn, p agentproto.DBDatabasePayload, _ map[string]string) (agentproto.DBAdminResult, error) {
 		if err := checkIdent(p.Target.Engine, agentproto.DBIdentDatabase, "name", p.Name); err != nil {
 			return agentproto.DBAdminResult{}, err
 		}
 		st, existed, err := c.dropDatabase(ctx, p.Name)
 		return agentproto.DBAdminResult{Statements: st, Existed: &existed}, err
 	}))
-	r.Register(agentproto.JobDBUserCreate, adminExecutor(func(ctx context.Context, c adminConn, p agentproto.DBUserPayload, secrets map[string]string) (agentproto.DBAdminResult, error) {
+	handle(r, agentproto.DBUserCreate, adminHandler(func(ctx context.Context, c adminConn, p agentproto.DBUserPayload, secrets map[string]string) (agentproto.DBAdminResult, error) {
 		if err := checkUser(p); err != nil {
 			return agentproto.DBAdminResult{}, err
 		}
@@ -62,7 +62,7 @@ func (e Executors) registerAdmin(r agent.Registry) {
 		st, err := c.createUser(ctx, p, pw)
 		return agentproto.DBAdminResult{Statements: st}, err
 	}))
-	r.Register(agentproto.JobDBUserRotate, adminExecutor(func(ctx context.Context, c adminConn, p agentproto.DBUserPayload, secrets map[string]string) (agentproto.DBAdminResult, error) {
+	handle(r, agentproto.DBUserRotate, adminHandler(func(ctx context.Context, c adminConn, p agentproto.DBUserPayload, secrets map[string]string) (agentproto.DBAdminResult, error) {
 		if err := checkIdent(p.Target.Engine, agentproto.DBIdentUser, "username", p.Username); err != nil {
 			return agentproto.DBAdminResult{}, err
 		}
@@ -73,7 +73,7 @@ func (e Executors) registerAdmin(r agent.Registry) {
 		st, err := c.rotateUser(ctx, p.Username, pw)
 		return agentproto.DBAdminResult{Statements: st}, err
 	}))
-	r.Register(agentproto.JobDBUserDrop, adminExecutor(func(ctx context.Context, c adminConn, p agentproto.DBUserPayload, _ map[string]string) (agentproto.DBAdminResult, error) {
+	handle(r, agentproto.DBUserDrop, adminHandler(func(ctx context.Context, c adminConn, p agentproto.DBUserPayload, _ map[string]string) (agentproto.DBAdminResult, error) {
 		if err := checkIdent(p.Target.Engine, agentproto.DBIdentUser, "username", p.Username); err != nil {
 			return agentproto.DBAdminResult{}, err
 		}
@@ -102,31 +102,26 @@ func targetOf(p any) agentproto.DBTarget {
 	return agentproto.DBTarget{}
 }
 
-// adminExecutor decodes the payload, connects as the admin login and runs
-// fn.
-func adminExecutor[P targeted](fn func(context.Context, adminConn, P, map[string]string) (agentproto.DBAdminResult, error)) agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-		var pl P
-		return run(job, &pl, func() (any, error) {
-			target := targetOf(&pl)
-			conn, err := connect(ctx, target, secrets, "")
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close()
-			res, err := fn(ctx, conn.(adminConn), pl, secrets)
-			for _, s := range res.Statements {
-				events.Emit(agentproto.LevelInfo, s, nil)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if res.Statements == nil {
-				res.Statements = []string{}
-			}
-			return res, nil
-		})
-	})
+// adminHandler connects as the admin login and runs fn.
+func adminHandler[P targeted](fn func(context.Context, adminConn, P, map[string]string) (agentproto.DBAdminResult, error)) func(context.Context, agent.Call[P]) (agentproto.DBAdminResult, error) {
+	return func(ctx context.Context, c agent.Call[P]) (agentproto.DBAdminResult, error) {
+		conn, err := connect(ctx, targetOf(&c.Payload), c.Secrets, "")
+		if err != nil {
+			return agentproto.DBAdminResult{}, err
+		}
+		defer conn.Close()
+		res, err := fn(ctx, conn.(adminConn), c.Payload, c.Secrets)
+		for _, s := range res.Statements {
+			c.Events.Emit(agentproto.LevelInfo, s, nil)
+		}
+		if err != nil {
+			return agentproto.DBAdminResult{}, err
+		}
+		if res.Statements == nil {
+			res.Statements = []string{}
+		}
+		return res, nil
+	}
 }
 
 func checkIdent(engine, kind, field, name string) error {

@@ -3,7 +3,6 @@ package database
 import (
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -50,7 +49,7 @@ const DefaultBackupDir = "/var/lib/capstan-agent/backups"
 
 // Register adds backup.run to r.
 func (b *Backups) Register(r agent.Registry) {
-	r.Register(agentproto.JobBackupRun, agent.ExecutorFunc(b.run))
+	agent.Handle(r, agentproto.BackupRun, b.run, agent.PayloadFailure(agentproto.BackupRunResult{Step: backupStepDump}))
 }
 
 // Steps of a backup, named in a failed run's result.
@@ -60,13 +59,11 @@ const (
 	backupStepReadBack = "read_back"
 )
 
-func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.BackupRunPayload
+// run runs backup.run. A failed run reports the step it failed at.
+func (b *Backups) run(ctx context.Context, c agent.Call[agentproto.BackupRunPayload]) (agentproto.BackupRunResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
 	res := agentproto.BackupRunResult{Step: backupStepDump}
-	fail := func(err error) (any, any, error) { return res, nil, err }
-	if err := jsonPayload(job, &p); err != nil {
-		return fail(err)
-	}
+	fail := func(err error) (agentproto.BackupRunResult, error) { return res, err }
 	recipient, err := age.ParseX25519Recipient(p.Recipient)
 	if err != nil {
 		return fail(fmt.Errorf("invalid recipient: %w", err))
@@ -199,7 +196,7 @@ func (b *Backups) run(ctx context.Context, job agentproto.Job, secrets map[strin
 		}
 	}
 	res.Step = ""
-	return res, nil, nil
+	return res, nil
 }
 
 // dumpSource is what a backup dumps: dump writes the dump, manifest
@@ -447,15 +444,4 @@ func postgresManifest(ctx context.Context, q pgQuerier) (agentproto.BackupManife
 		m.Tables = append(m.Tables, t)
 	}
 	return m, nil
-}
-
-// jsonPayload decodes a job's payload.
-func jsonPayload(job agentproto.Job, v any) error {
-	if len(job.Payload) == 0 || string(job.Payload) == "null" {
-		return fmt.Errorf("invalid %s payload: missing", job.Type)
-	}
-	if err := json.Unmarshal(job.Payload, v); err != nil {
-		return fmt.Errorf("invalid %s payload: %w", job.Type, err)
-	}
-	return nil
 }

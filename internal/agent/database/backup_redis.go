@@ -695,7 +695,7 @@ func tallyDB(ctx context.Context, c *redis.Client, db int, t *kvTally) error {
 // verifyKV loads a Redis/Valkey backup into a throwaway server and
 // compares its keys with the manifest.
 func (b *Backups) verifyKV(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
-	res *agentproto.BackupVerifyResult) (any, any, error) {
+	res *agentproto.BackupVerifyResult) (agentproto.BackupVerifyResult, error) {
 	srv, err := b.kvServer(ctx, p)
 	if err != nil {
 		return b.failed(res, err)
@@ -708,7 +708,7 @@ func (b *Backups) verifyKV(ctx context.Context, p agentproto.BackupRestorePayloa
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loaded the snapshot into %s %s and matched the manifest's %d databases",
 		p.Target.Engine, res.EngineVersion, len(res.Tables)), nil)
-	return res, nil, nil
+	return *res, nil
 }
 
 // snapshotTee is how a caller of loadThrowawayKV sees the snapshot the

@@ -82,7 +82,7 @@ type kvInstance struct {
 // restoreKV restores a Redis/Valkey backup in place of a managed
 // instance's data (see above).
 func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePayload, secrets map[string]string, events agent.EventSink,
-	res *agentproto.BackupVerifyResult) (any, any, error) {
+	res *agentproto.BackupVerifyResult) (agentproto.BackupVerifyResult, error) {
 	switch {
 	case p.Mode != agentproto.BackupRestoreReplace:
 		return b.failed(res, fmt.Errorf("a %s backup is restored with mode replace only: it is a snapshot of the whole instance",
@@ -147,7 +147,7 @@ func (b *Backups) restoreKV(ctx context.Context, p agentproto.BackupRestorePaylo
 	res.OK = true
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s runs on the restored snapshot: %d keys loaded, as the manifest counts", inst.name,
 		loaded), nil)
-	return res, nil, nil
+	return *res, nil
 }
 
 // manifestKeys is the number of keys a kv manifest counts.

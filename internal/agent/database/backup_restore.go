@@ -19,8 +19,11 @@ import (
 
 // RegisterRestores adds backup.verify and backup.restore to r.
 func (b *Backups) RegisterRestores(r agent.Registry) {
-	r.Register(agentproto.JobBackupVerify, agent.ExecutorFunc(b.verify))
-	r.Register(agentproto.JobBackupRestore, agent.ExecutorFunc(b.restore))
+	// A job whose payload is invalid reports the result of a restore
+	// that compared nothing.
+	invalid := agent.PayloadFailure(agentproto.BackupVerifyResult{Tables: []agentproto.BackupCompared{}})
+	agent.Handle(r, agentproto.BackupVerify, b.verify, invalid)
+	agent.Handle(r, agentproto.BackupRestore, b.restore, invalid)
 }
 
 // errChecksum is a fetched object that is not the backup's.
@@ -36,12 +39,9 @@ func scratchName(kind, runID string) string {
 	return "capstan_" + kind + "_" + strings.ToLower(id)
 }
 
-func (b *Backups) verify(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.BackupRestorePayload
+func (b *Backups) verify(ctx context.Context, c agent.Call[agentproto.BackupRestorePayload]) (agentproto.BackupVerifyResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
 	res := &agentproto.BackupVerifyResult{Tables: []agentproto.BackupCompared{}}
-	if err := jsonPayload(job, &p); err != nil {
-		return res, nil, err
-	}
 	if agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
 		return b.verifyKV(ctx, p, secrets, events, res)
 	}
@@ -70,15 +70,12 @@ func (b *Backups) verify(ctx context.Context, job agentproto.Job, secrets map[st
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("restored into %s and matched the manifest's %d tables; dropping it", res.Database,
 		len(res.Tables)), nil)
-	return res, nil, nil
+	return *res, nil
 }
 
-func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.BackupRestorePayload
+func (b *Backups) restore(ctx context.Context, c agent.Call[agentproto.BackupRestorePayload]) (agentproto.BackupVerifyResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
 	res := &agentproto.BackupVerifyResult{Tables: []agentproto.BackupCompared{}}
-	if err := jsonPayload(job, &p); err != nil {
-		return res, nil, err
-	}
 	if agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
 		return b.restoreKV(ctx, p, secrets, events, res)
 	}
@@ -143,7 +140,7 @@ func (b *Backups) restore(ctx context.Context, job agentproto.Job, secrets map[s
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("replaced %s with the restored backup", p.Into), nil)
 	}
 	done = true
-	return res, nil, nil
+	return *res, nil
 }
 
 // exists says whether a database exists.
@@ -184,10 +181,12 @@ func (c *postgresConn) swap(ctx context.Context, target, restored, old string) e
 	return err
 }
 
-func (b *Backups) failed(res *agentproto.BackupVerifyResult, err error) (any, any, error) {
+// failed records err in res and returns res as the data of the failed
+// job.
+func (b *Backups) failed(res *agentproto.BackupVerifyResult, err error) (agentproto.BackupVerifyResult, error) {
 	res.OK = false
 	res.Error = err.Error()
-	return res, nil, err
+	return *res, err
 }
 
 // restoreAdmin makes, drops and swaps the databases of a restore.

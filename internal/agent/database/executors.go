@@ -2,7 +2,6 @@ package database
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -18,32 +17,32 @@ type Executors struct{}
 
 // Register adds the database job types to r.
 func (e Executors) Register(r agent.Registry) {
-	r.Register(agentproto.JobDBConnect, e.Connect())
-	r.Register(agentproto.JobDBQuery, e.Query())
-	r.Register(agentproto.JobDBExplore, e.Explore())
-	r.Register(agentproto.JobDBKV, e.KV())
+	handle(r, agentproto.DBConnect, e.runConnect)
+	handle(r, agentproto.DBQuery, e.runQuery)
+	handle(r, agentproto.DBExplore, e.runExplore)
+	handle(r, agentproto.DBKV, e.runKV)
 	e.registerAdmin(r)
 }
 
-// run decodes the job's payload into pl and runs fn; an error of fn
-// becomes the job's error with its DBFailure as data.
-func run[P any](job agentproto.Job, pl *P, fn func() (any, error)) (any, any, error) {
-	if len(job.Payload) == 0 || string(job.Payload) == "null" {
-		return failed(fmt.Errorf("invalid %s payload: missing", job.Type))
-	}
-	if err := json.Unmarshal(job.Payload, pl); err != nil {
-		return failed(fmt.Errorf("invalid %s payload: %w", job.Type, err))
-	}
-	data, err := fn()
-	if err != nil {
-		return failed(err)
-	}
-	return data, nil, nil
+// handle registers h as the handler of t. A job that fails, an invalid
+// payload's too, carries its DBFailure as data and the failure's message
+// as its error; whatever else h returned is not sent.
+func handle[P, R any](r agent.Registry, t agentproto.JobType[P, R], h func(context.Context, agent.Call[P]) (R, error)) {
+	agent.Handle(r, t, h, agent.FailWith(dbFailure))
 }
 
-func failed(err error) (any, any, error) {
+func dbFailure(err error) *agent.Failure {
 	f := Failure(err)
-	return f, nil, errors.New(f.Error.Message)
+	return &agent.Failure{Err: errors.New(f.Error.Message), Data: f}
+}
+
+// value is the result a connection returned, nil as the zero value.
+func value[R any](res *R, err error) (R, error) {
+	if res == nil {
+		var zero R
+		return zero, err
+	}
+	return *res, err
 }
 
 // connect opens the connection of a job to target, in database ("":
@@ -52,48 +51,40 @@ func connect(ctx context.Context, target agentproto.DBTarget, secrets map[string
 	return Connect(ctx, target, secrets[agentproto.SecretDBPassword], database)
 }
 
-// Connect is the executor of db.connect: it connects, authenticates and
+// runConnect runs db.connect: it connects, authenticates and
 // reports the server's version and whether TLS is used.
-func (Executors) Connect() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-		var pl agentproto.DBConnectPayload
-		return run(job, &pl, func() (any, error) {
-			conn, err := connect(ctx, pl.Target, secrets, "")
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close()
-			res := agentproto.DBConnectResult{ServerVersion: conn.ServerVersion(), TLS: conn.TLS()}
-			events.Emit(agentproto.LevelInfo, fmt.Sprintf("connected to %s %s (tls: %t)", pl.Target.Engine, res.ServerVersion, res.TLS), nil)
-			return res, nil
-		})
-	})
+func (Executors) runConnect(ctx context.Context, c agent.Call[agentproto.DBConnectPayload]) (agentproto.DBConnectResult, error) {
+	pl, secrets, events := c.Payload, c.Secrets, c.Events
+	conn, err := connect(ctx, pl.Target, secrets, "")
+	if err != nil {
+		return agentproto.DBConnectResult{}, err
+	}
+	defer conn.Close()
+	res := agentproto.DBConnectResult{ServerVersion: conn.ServerVersion(), TLS: conn.TLS()}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("connected to %s %s (tls: %t)", pl.Target.Engine, res.ServerVersion, res.TLS), nil)
+	return res, nil
 }
 
-// Query is the executor of db.query.
-func (Executors) Query() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, secrets map[string]string, _ agent.EventSink) (any, any, error) {
-		var pl agentproto.DBQueryPayload
-		return run(job, &pl, func() (any, error) {
-			q, err := checkQuery(pl)
-			if err != nil {
-				return nil, err
-			}
-			conn, ranAs, notices, err := queryConn(ctx, pl, secrets)
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close()
-			res, err := conn.Query(ctx, q)
-			if res != nil {
-				res.RanAs = ranAs
-				if len(notices) > 0 {
-					res.Notices = append(notices, res.Notices...)
-				}
-			}
-			return res, err
-		})
-	})
+// runQuery runs db.query.
+func (Executors) runQuery(ctx context.Context, c agent.Call[agentproto.DBQueryPayload]) (agentproto.DBQueryResult, error) {
+	pl, secrets := c.Payload, c.Secrets
+	q, err := checkQuery(pl)
+	if err != nil {
+		return agentproto.DBQueryResult{}, err
+	}
+	conn, ranAs, notices, err := queryConn(ctx, pl, secrets)
+	if err != nil {
+		return agentproto.DBQueryResult{}, err
+	}
+	defer conn.Close()
+	res, err := conn.Query(ctx, q)
+	if res != nil {
+		res.RanAs = ranAs
+		if len(notices) > 0 {
+			res.Notices = append(notices, res.Notices...)
+		}
+	}
+	return value(res, err)
 }
 
 // checkQuery checks a db.query payload and fills its defaults.
@@ -117,19 +108,15 @@ func checkQuery(pl agentproto.DBQueryPayload) (Query, error) {
 	return q, nil
 }
 
-// Explore is the executor of db.explore.
-func (Executors) Explore() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, secrets map[string]string, _ agent.EventSink) (any, any, error) {
-		var pl agentproto.DBExplorePayload
-		return run(job, &pl, func() (any, error) {
-			conn, err := sqlConnect(ctx, pl.Target, secrets, pl.Database)
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close()
-			return conn.Explore(ctx, pl)
-		})
-	})
+// runExplore runs db.explore.
+func (Executors) runExplore(ctx context.Context, c agent.Call[agentproto.DBExplorePayload]) (agentproto.DBExploreResult, error) {
+	pl, secrets := c.Payload, c.Secrets
+	conn, err := sqlConnect(ctx, pl.Target, secrets, pl.Database)
+	if err != nil {
+		return agentproto.DBExploreResult{}, err
+	}
+	defer conn.Close()
+	return value(conn.Explore(ctx, pl))
 }
 
 // sqlConnect connects to a SQL engine; a key-value one is refused before
@@ -145,20 +132,16 @@ func sqlConnect(ctx context.Context, target agentproto.DBTarget, secrets map[str
 	return conn.(SQLConn), nil
 }
 
-// KV is the executor of db.kv.
-func (Executors) KV() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, secrets map[string]string, _ agent.EventSink) (any, any, error) {
-		var pl agentproto.DBKVPayload
-		return run(job, &pl, func() (any, error) {
-			if agentproto.EngineKind(pl.Target.Engine) != agentproto.EngineKindKV {
-				return nil, fmt.Errorf("%s is not a key-value engine: db.kv works on redis and valkey", pl.Target.Engine)
-			}
-			conn, err := connect(ctx, pl.Target, secrets, "")
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close()
-			return conn.(KVConn).KV(ctx, pl)
-		})
-	})
+// runKV runs db.kv.
+func (Executors) runKV(ctx context.Context, c agent.Call[agentproto.DBKVPayload]) (agentproto.DBKVResult, error) {
+	pl, secrets := c.Payload, c.Secrets
+	if agentproto.EngineKind(pl.Target.Engine) != agentproto.EngineKindKV {
+		return agentproto.DBKVResult{}, fmt.Errorf("%s is not a key-value engine: db.kv works on redis and valkey", pl.Target.Engine)
+	}
+	conn, err := connect(ctx, pl.Target, secrets, "")
+	if err != nil {
+		return agentproto.DBKVResult{}, err
+	}
+	defer conn.Close()
+	return value(conn.(KVConn).KV(ctx, pl))
 }

@@ -49,9 +49,9 @@ type Managed struct {
 
 // Register adds the managed-instance job types to r.
 func (m *Managed) Register(r agent.Registry) {
-	r.Register(agentproto.JobDBCreate, agent.ExecutorFunc(m.create))
-	r.Register(agentproto.JobDBControl, agent.ExecutorFunc(m.control))
-	r.Register(agentproto.JobDBRemove, agent.ExecutorFunc(m.remove))
+	handle(r, agentproto.DBCreate, m.create)
+	handle(r, agentproto.DBControl, m.control)
+	handle(r, agentproto.DBRemove, m.remove)
 }
 
 func (m *Managed) client() (*client.Client, error) {
@@ -150,75 +150,73 @@ func checkCreate(p agentproto.DBCreatePayload) (engineSpec, error) {
 	return spec, nil
 }
 
-func (m *Managed) create(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DBCreatePayload
-	return run(job, &p, func() (any, error) {
-		spec, err := checkCreate(p)
-		if err != nil {
-			return nil, err
+func (m *Managed) create(ctx context.Context, c agent.Call[agentproto.DBCreatePayload]) (agentproto.DBCreateResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
+	spec, err := checkCreate(p)
+	if err != nil {
+		return agentproto.DBCreateResult{}, err
+	}
+	password := secrets[agentproto.SecretDBPassword]
+	if password == "" {
+		return agentproto.DBCreateResult{}, errors.New("the job has no db_password secret")
+	}
+	cli, err := m.client()
+	if err != nil {
+		return agentproto.DBCreateResult{}, err
+	}
+	netRef, err := ensureNetwork(ctx, cli, p.Network, events)
+	if err != nil {
+		return agentproto.DBCreateResult{}, err
+	}
+	p.Network = netRef
+	labels := map[string]string{agentproto.LabelDBInstance: p.InstanceID, agentproto.LabelDBEngine: p.Engine}
+	if _, err := cli.VolumeInspect(ctx, p.Volume, client.VolumeInspectOptions{}); cerrdefs.IsNotFound(err) {
+		if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: p.Volume, Labels: labels}); err != nil {
+			return agentproto.DBCreateResult{}, fmt.Errorf("creating volume %s: %w", p.Volume, err)
 		}
-		password := secrets[agentproto.SecretDBPassword]
-		if password == "" {
-			return nil, errors.New("the job has no db_password secret")
+		events.Emit(agentproto.LevelInfo, "created volume "+p.Volume, nil)
+	} else if err != nil {
+		return agentproto.DBCreateResult{}, fmt.Errorf("inspecting volume %s: %w", p.Volume, err)
+	} else {
+		events.Emit(agentproto.LevelInfo, "volume "+p.Volume+" exists; reusing it", nil)
+	}
+	id, err := existingContainer(ctx, cli, p.ContainerName, p.InstanceID)
+	if err != nil {
+		return agentproto.DBCreateResult{}, err
+	}
+	if id == "" {
+		if id, err = createContainer(ctx, cli, p, spec, password, labels, events); err != nil {
+			return agentproto.DBCreateResult{}, err
 		}
-		cli, err := m.client()
-		if err != nil {
-			return nil, err
-		}
-		netRef, err := ensureNetwork(ctx, cli, p.Network, events)
-		if err != nil {
-			return nil, err
-		}
-		p.Network = netRef
-		labels := map[string]string{agentproto.LabelDBInstance: p.InstanceID, agentproto.LabelDBEngine: p.Engine}
-		if _, err := cli.VolumeInspect(ctx, p.Volume, client.VolumeInspectOptions{}); cerrdefs.IsNotFound(err) {
-			if _, err := cli.VolumeCreate(ctx, client.VolumeCreateOptions{Name: p.Volume, Labels: labels}); err != nil {
-				return nil, fmt.Errorf("creating volume %s: %w", p.Volume, err)
+	} else {
+		events.Emit(agentproto.LevelInfo, "container "+p.ContainerName+" exists; reusing it", nil)
+		if agentproto.EngineKind(p.Engine) == agentproto.EngineKindKV {
+			port, err := hostPort(ctx, cli, id, spec.port)
+			if err != nil {
+				return agentproto.DBCreateResult{}, err
 			}
-			events.Emit(agentproto.LevelInfo, "created volume "+p.Volume, nil)
-		} else if err != nil {
-			return nil, fmt.Errorf("inspecting volume %s: %w", p.Volume, err)
-		} else {
-			events.Emit(agentproto.LevelInfo, "volume "+p.Volume+" exists; reusing it", nil)
-		}
-		id, err := existingContainer(ctx, cli, p.ContainerName, p.InstanceID)
-		if err != nil {
-			return nil, err
-		}
-		if id == "" {
-			if id, err = createContainer(ctx, cli, p, spec, password, labels, events); err != nil {
-				return nil, err
-			}
-		} else {
-			events.Emit(agentproto.LevelInfo, "container "+p.ContainerName+" exists; reusing it", nil)
-			if agentproto.EngineKind(p.Engine) == agentproto.EngineKindKV {
-				port, err := hostPort(ctx, cli, id, spec.port)
-				if err != nil {
-					return nil, err
-				}
-				target := agentproto.DBTarget{InstanceID: p.InstanceID, Engine: p.Engine, Host: "127.0.0.1", Port: port, Username: p.Username}
-				if _, err := ensureACLFile(ctx, cli, id, spec.dataDir, target, password, events); err != nil {
-					events.Emit(agentproto.LevelWarn, "giving the instance its ACL file: "+err.Error(), nil)
-				}
+			target := agentproto.DBTarget{InstanceID: p.InstanceID, Engine: p.Engine, Host: "127.0.0.1", Port: port, Username: p.Username}
+			if _, err := ensureACLFile(ctx, cli, id, spec.dataDir, target, password, events); err != nil {
+				events.Emit(agentproto.LevelWarn, "giving the instance its ACL file: "+err.Error(), nil)
 			}
 		}
-		if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-			return nil, fmt.Errorf("starting container %s: %w", p.ContainerName, err)
-		}
-		port, err := hostPort(ctx, cli, id, spec.port)
-		if err != nil {
-			return nil, err
-		}
-		target := agentproto.DBTarget{InstanceID: p.InstanceID, Engine: p.Engine, Host: "127.0.0.1", Port: port,
-			Username: p.Username, Database: p.Database}
-		version, err := waitReady(ctx, cli, id, target, password, events)
-		if err != nil {
-			return nil, err
-		}
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s %s accepts connections on 127.0.0.1:%d", p.Engine, version, port),
-			map[string]any{"container_id": id, "host_port": port})
-		return agentproto.DBCreateResult{ContainerID: id, HostPort: port, ServerVersion: version}, nil
-	})
+	}
+	if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return agentproto.DBCreateResult{}, fmt.Errorf("starting container %s: %w", p.ContainerName, err)
+	}
+	port, err := hostPort(ctx, cli, id, spec.port)
+	if err != nil {
+		return agentproto.DBCreateResult{}, err
+	}
+	target := agentproto.DBTarget{InstanceID: p.InstanceID, Engine: p.Engine, Host: "127.0.0.1", Port: port,
+		Username: p.Username, Database: p.Database}
+	version, err := waitReady(ctx, cli, id, target, password, events)
+	if err != nil {
+		return agentproto.DBCreateResult{}, err
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s %s accepts connections on 127.0.0.1:%d", p.Engine, version, port),
+		map[string]any{"container_id": id, "host_port": port})
+	return agentproto.DBCreateResult{ContainerID: id, HostPort: port, ServerVersion: version}, nil
 }
 
 // ensureNetwork creates the user-defined bridge network name if the
@@ -443,106 +441,102 @@ func waitReady(ctx context.Context, cli *client.Client, id string, target agentp
 	}
 }
 
-func (m *Managed) control(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DBControlPayload
-	return run(job, &p, func() (any, error) {
-		if p.ContainerName == "" {
-			return nil, errors.New("invalid db.control payload: no container_name")
+func (m *Managed) control(ctx context.Context, c agent.Call[agentproto.DBControlPayload]) (agentproto.DBControlResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
+	if p.ContainerName == "" {
+		return agentproto.DBControlResult{}, errors.New("invalid db.control payload: no container_name")
+	}
+	cli, err := m.client()
+	if err != nil {
+		return agentproto.DBControlResult{}, err
+	}
+	id, err := existingContainer(ctx, cli, p.ContainerName, p.Target.InstanceID)
+	if err != nil {
+		return agentproto.DBControlResult{}, err
+	}
+	if id == "" {
+		return agentproto.DBControlResult{}, fmt.Errorf("the instance's container %s does not exist", p.ContainerName)
+	}
+	if spec, ok := engineSpecs[p.Target.Engine]; ok && agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
+		// Before a stop or restart, while the server still holds
+		// its users. A server that does not answer is restarted all
+		// the same (its file is made the next time).
+		if _, err := ensureACLFile(ctx, cli, id, spec.dataDir, p.Target, secrets[agentproto.SecretDBPassword], events); err != nil {
+			events.Emit(agentproto.LevelWarn, "giving the instance its ACL file: "+err.Error(), nil)
 		}
-		cli, err := m.client()
-		if err != nil {
-			return nil, err
+	}
+	stop := stopSeconds
+	switch p.Action {
+	case agentproto.DBControlStop:
+		if _, err := cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop}); err != nil {
+			return agentproto.DBControlResult{}, fmt.Errorf("stopping %s: %w", p.ContainerName, err)
 		}
-		id, err := existingContainer(ctx, cli, p.ContainerName, p.Target.InstanceID)
-		if err != nil {
-			return nil, err
-		}
-		if id == "" {
-			return nil, fmt.Errorf("the instance's container %s does not exist", p.ContainerName)
-		}
-		if spec, ok := engineSpecs[p.Target.Engine]; ok && agentproto.EngineKind(p.Target.Engine) == agentproto.EngineKindKV {
-			// Before a stop or restart, while the server still holds
-			// its users. A server that does not answer is restarted all
-			// the same (its file is made the next time).
-			if _, err := ensureACLFile(ctx, cli, id, spec.dataDir, p.Target, secrets[agentproto.SecretDBPassword], events); err != nil {
-				events.Emit(agentproto.LevelWarn, "giving the instance its ACL file: "+err.Error(), nil)
-			}
-		}
-		stop := stopSeconds
-		switch p.Action {
-		case agentproto.DBControlStop:
-			if _, err := cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop}); err != nil {
-				return nil, fmt.Errorf("stopping %s: %w", p.ContainerName, err)
-			}
-			events.Emit(agentproto.LevelInfo, "stopped "+p.ContainerName, nil)
-			return agentproto.DBControlResult{Action: p.Action}, nil
-		case agentproto.DBControlStart:
-			_, err = cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
-		case agentproto.DBControlRestart:
-			_, err = cli.ContainerRestart(ctx, id, client.ContainerRestartOptions{Timeout: &stop})
-		default:
-			return nil, fmt.Errorf("invalid db.control payload: action %q (start, stop or restart)", p.Action)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", p.Action, p.ContainerName, err)
-		}
-		version, err := waitReady(ctx, cli, id, p.Target, secrets[agentproto.SecretDBPassword], events)
-		if err != nil {
-			return nil, err
-		}
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s: %s accepts connections", p.Action, p.ContainerName), nil)
-		return agentproto.DBControlResult{Action: p.Action, Running: true, ServerVersion: version}, nil
-	})
+		events.Emit(agentproto.LevelInfo, "stopped "+p.ContainerName, nil)
+		return agentproto.DBControlResult{Action: p.Action}, nil
+	case agentproto.DBControlStart:
+		_, err = cli.ContainerStart(ctx, id, client.ContainerStartOptions{})
+	case agentproto.DBControlRestart:
+		_, err = cli.ContainerRestart(ctx, id, client.ContainerRestartOptions{Timeout: &stop})
+	default:
+		return agentproto.DBControlResult{}, fmt.Errorf("invalid db.control payload: action %q (start, stop or restart)", p.Action)
+	}
+	if err != nil {
+		return agentproto.DBControlResult{}, fmt.Errorf("%s %s: %w", p.Action, p.ContainerName, err)
+	}
+	version, err := waitReady(ctx, cli, id, p.Target, secrets[agentproto.SecretDBPassword], events)
+	if err != nil {
+		return agentproto.DBControlResult{}, err
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s: %s accepts connections", p.Action, p.ContainerName), nil)
+	return agentproto.DBControlResult{Action: p.Action, Running: true, ServerVersion: version}, nil
 }
 
-func (m *Managed) remove(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DBRemovePayload
-	return run(job, &p, func() (any, error) {
-		if p.ContainerName == "" || p.Volume == "" || p.InstanceID == "" {
-			return nil, errors.New("invalid db.remove payload: instance_id, container_name and volume are required")
+func (m *Managed) remove(ctx context.Context, c agent.Call[agentproto.DBRemovePayload]) (agentproto.DBRemoveResult, error) {
+	p, events := c.Payload, c.Events
+	if p.ContainerName == "" || p.Volume == "" || p.InstanceID == "" {
+		return agentproto.DBRemoveResult{}, errors.New("invalid db.remove payload: instance_id, container_name and volume are required")
+	}
+	cli, err := m.client()
+	if err != nil {
+		return agentproto.DBRemoveResult{}, err
+	}
+	var res agentproto.DBRemoveResult
+	id, err := existingContainer(ctx, cli, p.ContainerName, p.InstanceID)
+	if err != nil {
+		return agentproto.DBRemoveResult{}, err
+	}
+	if id != "" {
+		stop := stopSeconds
+		if _, err := cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop}); err != nil && !cerrdefs.IsNotFound(err) {
+			return agentproto.DBRemoveResult{}, fmt.Errorf("stopping %s: %w", p.ContainerName, err)
 		}
-		cli, err := m.client()
-		if err != nil {
-			return nil, err
+		if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return agentproto.DBRemoveResult{}, fmt.Errorf("removing %s: %w", p.ContainerName, err)
 		}
-		var res agentproto.DBRemoveResult
-		id, err := existingContainer(ctx, cli, p.ContainerName, p.InstanceID)
-		if err != nil {
-			return nil, err
-		}
-		if id != "" {
-			stop := stopSeconds
-			if _, err := cli.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &stop}); err != nil && !cerrdefs.IsNotFound(err) {
-				return nil, fmt.Errorf("stopping %s: %w", p.ContainerName, err)
-			}
-			if _, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-				return nil, fmt.Errorf("removing %s: %w", p.ContainerName, err)
-			}
-			res.ContainerRemoved = true
-			events.Emit(agentproto.LevelInfo, "removed container "+p.ContainerName, nil)
-		}
-		if !p.Purge {
-			events.Emit(agentproto.LevelInfo, "kept volume "+p.Volume, nil)
-			return res, nil
-		}
-		insp, err := cli.VolumeInspect(ctx, p.Volume, client.VolumeInspectOptions{})
-		if cerrdefs.IsNotFound(err) {
-			res.VolumeRemoved = true // by an earlier try
-			return res, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("inspecting volume %s: %w", p.Volume, err)
-		}
-		if insp.Volume.Labels[agentproto.LabelDBInstance] != p.InstanceID {
-			return nil, fmt.Errorf("volume %s is not this instance's; left alone", p.Volume)
-		}
-		if _, err := cli.VolumeRemove(ctx, p.Volume, client.VolumeRemoveOptions{}); err != nil {
-			return nil, fmt.Errorf("removing volume %s: %w", p.Volume, err)
-		}
-		res.VolumeRemoved = true
-		events.Emit(agentproto.LevelInfo, "removed volume "+p.Volume, nil)
+		res.ContainerRemoved = true
+		events.Emit(agentproto.LevelInfo, "removed container "+p.ContainerName, nil)
+	}
+	if !p.Purge {
+		events.Emit(agentproto.LevelInfo, "kept volume "+p.Volume, nil)
 		return res, nil
-	})
+	}
+	insp, err := cli.VolumeInspect(ctx, p.Volume, client.VolumeInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		res.VolumeRemoved = true // by an earlier try
+		return res, nil
+	}
+	if err != nil {
+		return agentproto.DBRemoveResult{}, fmt.Errorf("inspecting volume %s: %w", p.Volume, err)
+	}
+	if insp.Volume.Labels[agentproto.LabelDBInstance] != p.InstanceID {
+		return agentproto.DBRemoveResult{}, fmt.Errorf("volume %s is not this instance's; left alone", p.Volume)
+	}
+	if _, err := cli.VolumeRemove(ctx, p.Volume, client.VolumeRemoveOptions{}); err != nil {
+		return agentproto.DBRemoveResult{}, fmt.Errorf("removing volume %s: %w", p.Volume, err)
+	}
+	res.VolumeRemoved = true
+	events.Emit(agentproto.LevelInfo, "removed volume "+p.Volume, nil)
+	return res, nil
 }
 
 // EnsureNetwork creates the user-defined bridge network name if the

@@ -60,8 +60,8 @@ type Transfer struct {
 
 // Register adds db.export and db.import to r.
 func (t *Transfer) Register(r agent.Registry) {
-	r.Register(agentproto.JobDBExport, agent.ExecutorFunc(t.export))
-	r.Register(agentproto.JobDBImport, agent.ExecutorFunc(t.load))
+	handle(r, agentproto.DBExport, t.export)
+	handle(r, agentproto.DBImport, t.load)
 }
 
 // exportGzipLevel trades size for speed: the dump streams through one
@@ -241,60 +241,58 @@ func (t *Transfer) loader(ctx context.Context, p agentproto.DBImportPayload, pas
 	return r, externalConn(p.Target, password, caPath), err
 }
 
-func (t *Transfer) export(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DBExportPayload
-	return run(job, &p, func() (any, error) {
-		if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
-			return nil, err
-		}
-		if t.Artifacts == nil {
-			return nil, errors.New("this agent cannot upload artifacts")
-		}
-		r, c, cleanup, err := t.dumper(ctx, p, secrets[agentproto.SecretDBPassword], events)
-		if err != nil {
-			return nil, err
-		}
-		defer cleanup()
-		call := dumpCall(p.Target.Engine, p.Database, c)
-		version := toolVersion(ctx, r, p.Target.Engine)
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s", p.Database, call.Args[0], r),
-			map[string]any{"tool": r.kind(), "tool_version": version})
+func (t *Transfer) export(ctx context.Context, jc agent.Call[agentproto.DBExportPayload]) (agentproto.DBExportResult, error) {
+	p, secrets, events, job := jc.Payload, jc.Secrets, jc.Events, jc.Job
+	if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
+		return agentproto.DBExportResult{}, err
+	}
+	if t.Artifacts == nil {
+		return agentproto.DBExportResult{}, errors.New("this agent cannot upload artifacts")
+	}
+	r, c, cleanup, err := t.dumper(ctx, p, secrets[agentproto.SecretDBPassword], events)
+	if err != nil {
+		return agentproto.DBExportResult{}, err
+	}
+	defer cleanup()
+	call := dumpCall(p.Target.Engine, p.Database, c)
+	version := toolVersion(ctx, r, p.Target.Engine)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("dumping %s with %s %s", p.Database, call.Args[0], r),
+		map[string]any{"tool": r.kind(), "tool_version": version})
 
-		pr, pipe := io.Pipe()
-		pw := &cutWriter{w: pipe}
-		dumped := &byteCounter{}
-		done := make(chan error, 1)
-		go func() {
-			gz, _ := gzip.NewWriterLevel(pw, exportGzipLevel)
-			err := r.run(ctx, call, nil, io.MultiWriter(gz, dumped))
-			if err == nil {
-				err = gz.Close()
-			}
-			// An error reaches the upload as a broken body: the control
-			// plane keeps nothing of it.
-			pipe.CloseWithError(err)
-			done <- err
-		}()
-		sent := newHasher(pr)
-		receipt, uerr := t.Artifacts.UploadArtifact(ctx, job.ID, sent)
-		// Ends a dump still writing (the upload stopped reading).
-		pr.CloseWithError(errUploadEnded)
-		derr := <-done
-		switch {
-		case derr != nil && !pw.cut:
-			return nil, derr // the dump failed on its own: its error says why
-		case uerr != nil:
-			return nil, fmt.Errorf("uploading the export: %w", uerr)
-		case derr != nil:
-			return nil, derr
+	pr, pipe := io.Pipe()
+	pw := &cutWriter{w: pipe}
+	dumped := &byteCounter{}
+	done := make(chan error, 1)
+	go func() {
+		gz, _ := gzip.NewWriterLevel(pw, exportGzipLevel)
+		err := r.run(ctx, call, nil, io.MultiWriter(gz, dumped))
+		if err == nil {
+			err = gz.Close()
 		}
-		if receipt.Bytes != sent.n || receipt.SHA256 != sent.sum() {
-			return nil, fmt.Errorf("the control plane stored %d bytes (sha256 %s) of the %d sent (sha256 %s)", receipt.Bytes,
-				receipt.SHA256, sent.n, sent.sum())
-		}
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("uploaded %d bytes (%d before compression)", sent.n, dumped.n), nil)
-		return agentproto.DBExportResult{Tool: r.kind(), ToolVersion: version, Bytes: sent.n, SHA256: sent.sum(), DumpBytes: dumped.n}, nil
-	})
+		// An error reaches the upload as a broken body: the control
+		// plane keeps nothing of it.
+		pipe.CloseWithError(err)
+		done <- err
+	}()
+	sent := newHasher(pr)
+	receipt, uerr := t.Artifacts.UploadArtifact(ctx, job.ID, sent)
+	// Ends a dump still writing (the upload stopped reading).
+	pr.CloseWithError(errUploadEnded)
+	derr := <-done
+	switch {
+	case derr != nil && !pw.cut:
+		return agentproto.DBExportResult{}, derr // the dump failed on its own: its error says why
+	case uerr != nil:
+		return agentproto.DBExportResult{}, fmt.Errorf("uploading the export: %w", uerr)
+	case derr != nil:
+		return agentproto.DBExportResult{}, derr
+	}
+	if receipt.Bytes != sent.n || receipt.SHA256 != sent.sum() {
+		return agentproto.DBExportResult{}, fmt.Errorf("the control plane stored %d bytes (sha256 %s) of the %d sent (sha256 %s)", receipt.Bytes,
+			receipt.SHA256, sent.n, sent.sum())
+	}
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("uploaded %d bytes (%d before compression)", sent.n, dumped.n), nil)
+	return agentproto.DBExportResult{Tool: r.kind(), ToolVersion: version, Bytes: sent.n, SHA256: sent.sum(), DumpBytes: dumped.n}, nil
 }
 
 // toolVersion is what the dump tool says of its version; for a throwaway
@@ -315,79 +313,77 @@ func toolVersion(ctx context.Context, r runner, engine string) string {
 	return strings.TrimSpace(out.String())
 }
 
-func (t *Transfer) load(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DBImportPayload
-	return run(job, &p, func() (any, error) {
-		if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
-			return nil, err
-		}
-		if t.Artifacts == nil {
-			return nil, errors.New("this agent cannot download artifacts")
-		}
-		r, c, err := t.loader(ctx, p, secrets[agentproto.SecretDBPassword], events)
+func (t *Transfer) load(ctx context.Context, jc agent.Call[agentproto.DBImportPayload]) (agentproto.DBImportResult, error) {
+	p, secrets, events, job := jc.Payload, jc.Secrets, jc.Events, jc.Job
+	if err := checkArtifactJob(p.Target.Engine, p.Database); err != nil {
+		return agentproto.DBImportResult{}, err
+	}
+	if t.Artifacts == nil {
+		return agentproto.DBImportResult{}, errors.New("this agent cannot download artifacts")
+	}
+	r, c, err := t.loader(ctx, p, secrets[agentproto.SecretDBPassword], events)
+	if err != nil {
+		return agentproto.DBImportResult{}, err
+	}
+	body, _, err := t.Artifacts.DownloadArtifact(ctx, job.ID)
+	if err != nil {
+		return agentproto.DBImportResult{}, fmt.Errorf("downloading the file: %w", err)
+	}
+	defer body.Close()
+	file := &verifier{hasher: newHasher(body), size: p.Bytes, sha: p.SHA256}
+	src := &sourceReader{r: bufio.NewReaderSize(file, 256<<10)}
+	var in io.Reader = src
+	unzipped := &sourceReader{}
+	if p.Format == agentproto.DBFormatSQLGzip {
+		gz, err := gzip.NewReader(src)
 		if err != nil {
-			return nil, err
+			return agentproto.DBImportResult{}, fmt.Errorf("the file is not valid gzip: %w", err)
 		}
-		body, _, err := t.Artifacts.DownloadArtifact(ctx, job.ID)
-		if err != nil {
-			return nil, fmt.Errorf("downloading the file: %w", err)
-		}
-		defer body.Close()
-		file := &verifier{hasher: newHasher(body), size: p.Bytes, sha: p.SHA256}
-		src := &sourceReader{r: bufio.NewReaderSize(file, 256<<10)}
-		var in io.Reader = src
-		unzipped := &sourceReader{}
-		if p.Format == agentproto.DBFormatSQLGzip {
-			gz, err := gzip.NewReader(src)
-			if err != nil {
-				return nil, fmt.Errorf("the file is not valid gzip: %w", err)
+		unzipped.r = gz
+		in = unzipped
+	}
+	br := bufio.NewReaderSize(in, 256<<10)
+	format := agentproto.DBFormatSQL
+	if head, _ := br.Peek(5); string(head) == "PGDMP" {
+		format = agentproto.DBFormatPGCustom
+	}
+	if format == agentproto.DBFormatPGCustom && p.Target.Engine != agentproto.EnginePostgres {
+		return agentproto.DBImportResult{}, fmt.Errorf("the file is a PostgreSQL custom-format dump; %s loads SQL", p.Target.Engine)
+	}
+	if p.Target.Engine == agentproto.EngineMySQL {
+		if head, _ := br.Peek(len(mariadbSandbox)); string(head) == mariadbSandbox {
+			if _, err := br.ReadString('\n'); err != nil && !errors.Is(err, io.EOF) {
+				return agentproto.DBImportResult{}, err
 			}
-			unzipped.r = gz
-			in = unzipped
+			events.Emit(agentproto.LevelInfo, "left out the MariaDB sandbox-mode line MySQL's client rejects", nil)
 		}
-		br := bufio.NewReaderSize(in, 256<<10)
-		format := agentproto.DBFormatSQL
-		if head, _ := br.Peek(5); string(head) == "PGDMP" {
-			format = agentproto.DBFormatPGCustom
-		}
-		if format == agentproto.DBFormatPGCustom && p.Target.Engine != agentproto.EnginePostgres {
-			return nil, fmt.Errorf("the file is a PostgreSQL custom-format dump; %s loads SQL", p.Target.Engine)
-		}
-		if p.Target.Engine == agentproto.EngineMySQL {
-			if head, _ := br.Peek(len(mariadbSandbox)); string(head) == mariadbSandbox {
-				if _, err := br.ReadString('\n'); err != nil && !errors.Is(err, io.EOF) {
-					return nil, err
-				}
-				events.Emit(agentproto.LevelInfo, "left out the MariaDB sandbox-mode line MySQL's client rejects", nil)
-			}
-		}
-		var stdin io.Reader = br
-		atomic := p.Target.Engine == agentproto.EnginePostgres
-		if format == agentproto.DBFormatSQL && atomic {
-			// One transaction: COMMIT is sent only after the whole file
-			// arrived intact, so a broken download commits nothing.
-			stdin = io.MultiReader(strings.NewReader("BEGIN;\n"), br, strings.NewReader("\n;\nCOMMIT;\n"))
-		}
-		call := loadCall(p.Target.Engine, format, p.Database, c)
-		events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading %s (%s) into %s with %s %s", agent.HumanBytes(p.Bytes), format, p.Database,
-			call.Args[0], r), map[string]any{"tool": r.kind(), "atomic": atomic})
-		out := newTail(stderrKeep)
-		err = r.run(ctx, call, stdin, out)
-		if src.err != nil {
-			return nil, fmt.Errorf("reading the file: %w", src.err)
-		}
-		if unzipped.err != nil {
-			return nil, fmt.Errorf("the file is not valid gzip: %w", unzipped.err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if file.n != p.Bytes {
-			return nil, fmt.Errorf("the load tool stopped after %d of the file's %d bytes", file.n, p.Bytes)
-		}
-		return agentproto.DBImportResult{Format: format, Tool: r.kind(), Atomic: atomic, Bytes: file.n,
-			Output: strings.TrimSpace(out.String())}, nil
-	})
+	}
+	var stdin io.Reader = br
+	atomic := p.Target.Engine == agentproto.EnginePostgres
+	if format == agentproto.DBFormatSQL && atomic {
+		// One transaction: COMMIT is sent only after the whole file
+		// arrived intact, so a broken download commits nothing.
+		stdin = io.MultiReader(strings.NewReader("BEGIN;\n"), br, strings.NewReader("\n;\nCOMMIT;\n"))
+	}
+	call := loadCall(p.Target.Engine, format, p.Database, c)
+	events.Emit(agentproto.LevelInfo, fmt.Sprintf("loading %s (%s) into %s with %s %s", agent.HumanBytes(p.Bytes), format, p.Database,
+		call.Args[0], r), map[string]any{"tool": r.kind(), "atomic": atomic})
+	out := newTail(stderrKeep)
+	err = r.run(ctx, call, stdin, out)
+	if src.err != nil {
+		return agentproto.DBImportResult{}, fmt.Errorf("reading the file: %w", src.err)
+	}
+	if unzipped.err != nil {
+		return agentproto.DBImportResult{}, fmt.Errorf("the file is not valid gzip: %w", unzipped.err)
+	}
+	if err != nil {
+		return agentproto.DBImportResult{}, err
+	}
+	if file.n != p.Bytes {
+		return agentproto.DBImportResult{}, fmt.Errorf("the load tool stopped after %d of the file's %d bytes", file.n, p.Bytes)
+	}
+	return agentproto.DBImportResult{Format: format, Tool: r.kind(), Atomic: atomic, Bytes: file.n,
+		Output: strings.TrimSpace(out.String())}, nil
 }
 
 // containerRunner runs tools in a running container with docker exec.

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -67,7 +68,9 @@ func exportJob(t *testing.T, tr *Transfer, version string) (agentproto.DBExportR
 	p := agentproto.DBExportPayload{Target: agentproto.DBTarget{InstanceID: "db_1", Engine: agentproto.EnginePostgres, Host: "127.0.0.1",
 		Port: 5432, Username: "app", Database: "app"}, Source: agentproto.DBArtifactSource{Version: version}, Database: "app"}
 	b, _ := json.Marshal(p)
-	data, _, err := tr.export(context.Background(), agentproto.Job{ID: "job_1", Type: agentproto.JobDBExport, Payload: b},
+	r := agent.Registry{}
+	tr.Register(r)
+	data, _, err := r[agentproto.JobDBExport].Run(context.Background(), agentproto.Job{ID: "job_1", Type: agentproto.JobDBExport, Payload: b},
 		map[string]string{agentproto.SecretDBPassword: "s3cret pw"}, nopEvents{})
 	var res agentproto.DBExportResult
 	var fail agentproto.DBFailure

@@ -122,17 +122,13 @@ func New(opts Options) *Deployer {
 	return &Deployer{opts: opts, sw: switchboard{proxy: opts.Proxy, pending: map[string]string{}}}
 }
 
-// Deploy is the executor of app.deploy (agentproto.DeployPayload →
-// agentproto.DeployResult).
-func (d *Deployer) Deploy() agent.Executor { return agent.ExecutorFunc(d.runDeploy) }
-
-// Remove is the executor of app.remove (agentproto.RemovePayload →
-// agentproto.RemoveResult).
-func (d *Deployer) Remove() agent.Executor { return agent.ExecutorFunc(d.runRemove) }
-
-// Logs is the executor of app.logs (agentproto.AppLogsPayload →
-// agentproto.AppLogsResult).
-func (d *Deployer) Logs() agent.Executor { return agent.ExecutorFunc(d.runLogs) }
+// Register adds app.deploy, app.remove, app.logs and docker.prune to r.
+func (d *Deployer) Register(r agent.Registry) {
+	agent.Handle(r, agentproto.AppDeploy, d.runDeploy)
+	agent.Handle(r, agentproto.AppRemove, d.runRemove)
+	agent.Handle(r, agentproto.AppLogs, d.runLogs)
+	agent.Handle(r, agentproto.DockerPrune, d.runPrune)
+}
 
 // client returns the engine's API client, made on first use. Making it
 // does not connect; the API version is negotiated on the first request.

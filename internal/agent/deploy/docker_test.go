@@ -177,7 +177,7 @@ func runJobTo(t *testing.T, ex agent.Executor, jobType string, payload any, secr
 func deployOK(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map[string]string) (agentproto.DeployResult, *recorder) {
 	t.Helper()
 	start := time.Now()
-	data, rec, err := runJob(t, d.Deploy(), agentproto.JobAppDeploy, p, secrets)
+	data, rec, err := runJob(t, executor(d, agentproto.JobAppDeploy), agentproto.JobAppDeploy, p, secrets)
 	if err != nil {
 		t.Fatalf("app.deploy %s: %v\nevents:\n%s", p.DeploymentID, err, strings.Join(rec.events, "\n"))
 	}
@@ -189,7 +189,7 @@ func deployOK(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map
 func deployFails(t *testing.T, d *Deployer, p agentproto.DeployPayload, secrets map[string]string, want ...string) (*recorder, error) {
 	t.Helper()
 	start := time.Now()
-	data, rec, err := runJob(t, d.Deploy(), agentproto.JobAppDeploy, p, secrets)
+	data, rec, err := runJob(t, executor(d, agentproto.JobAppDeploy), agentproto.JobAppDeploy, p, secrets)
 	if err == nil {
 		t.Fatalf("app.deploy %s succeeded (%+v), want a failure", p.DeploymentID, data)
 	}
@@ -560,7 +560,7 @@ func TestReleases(t *testing.T) {
 		// own time: wait for the lines the program printed at start.
 		var res agentproto.AppLogsResult
 		testlab.EventuallyReport(t, time.Minute, "app.logs holds the program's first lines", func() (bool, string) {
-			data, rec, err := runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 50}, nil)
+			data, rec, err := runJob(t, executor(d, agentproto.JobAppLogs), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 50}, nil)
 			if err != nil {
 				t.Fatalf("app.logs: %v (%q)", err, rec.events)
 			}
@@ -581,16 +581,16 @@ func TestReleases(t *testing.T) {
 			}
 		}
 
-		data, _, err := runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 1}, nil)
+		data, _, err := runJob(t, executor(d, agentproto.JobAppLogs), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 1}, nil)
 		if err != nil || len(data.(agentproto.AppLogsResult).Lines) != 1 {
 			t.Errorf("lines 1: %+v, %v", data, err)
 		}
 		future := time.Now().Add(time.Hour)
-		data, _, err = runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 10, Since: &future}, nil)
+		data, _, err = runJob(t, executor(d, agentproto.JobAppLogs), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 10, Since: &future}, nil)
 		if err != nil || len(data.(agentproto.AppLogsResult).Lines) != 0 {
 			t.Errorf("since an hour from now: %+v, %v", data, err)
 		}
-		if _, _, err := runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 1001}, nil); err == nil {
+		if _, _, err := runJob(t, executor(d, agentproto.JobAppLogs), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app, Lines: 1001}, nil); err == nil {
 			t.Error("lines 1001 accepted")
 		}
 	})
@@ -623,7 +623,7 @@ func TestReleases(t *testing.T) {
 		for i := range 2 {
 			wg.Go(func() {
 				var data any
-				data, errs[i] = runJobTo(t, d.Deploy(), agentproto.JobAppDeploy, ps[i], secrets, recs[i])
+				data, errs[i] = runJobTo(t, executor(d, agentproto.JobAppDeploy), agentproto.JobAppDeploy, ps[i], secrets, recs[i])
 				if errs[i] == nil {
 					results[i] = data.(agentproto.DeployResult)
 				}
@@ -649,7 +649,7 @@ func TestReleases(t *testing.T) {
 	step("app.remove", func(t *testing.T) {
 		calls := fake.callCount()
 		rest := agentproto.ProxyConfig{Sites: cfg.Sites[1:]}
-		data, rec, err := runJob(t, d.Remove(), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: app, Proxy: rest}, nil)
+		data, rec, err := runJob(t, executor(d, agentproto.JobAppRemove), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: app, Proxy: rest}, nil)
 		if err != nil {
 			t.Fatalf("app.remove: %v (%q)", err, rec.events)
 		}
@@ -663,11 +663,11 @@ func TestReleases(t *testing.T) {
 		if len(got) != 1 || len(got[0].Upstreams) != 0 || len(got[0].Cfg.Sites) != 1 {
 			t.Errorf("proxy calls %+v", got)
 		}
-		data, _, err = runJob(t, d.Remove(), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: app, Proxy: rest}, nil)
+		data, _, err = runJob(t, executor(d, agentproto.JobAppRemove), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: app, Proxy: rest}, nil)
 		if err != nil || len(data.(agentproto.RemoveResult).RemovedIDs) != 0 {
 			t.Errorf("second app.remove: %+v, %v", data, err)
 		}
-		_, _, err = runJob(t, d.Logs(), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app}, nil)
+		_, _, err = runJob(t, executor(d, agentproto.JobAppLogs), agentproto.JobAppLogs, agentproto.AppLogsPayload{AppID: app}, nil)
 		if err == nil || err.Error() != "application "+app+" has no container on this server" {
 			t.Errorf("app.logs after app.remove: %v", err)
 		}
@@ -684,7 +684,7 @@ func TestReleases(t *testing.T) {
 			t.Errorf("events %q", rec.events)
 		}
 		onlyContainer(t, cli, other, res.ContainerID)
-		if _, _, err := runJob(t, d.Remove(), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: other, Proxy: cfg}, nil); err != nil {
+		if _, _, err := runJob(t, executor(d, agentproto.JobAppRemove), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: other, Proxy: cfg}, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -701,9 +701,16 @@ func TestReleases(t *testing.T) {
 		if !rec.has("info: this agent has no proxy") {
 			t.Errorf("events %q", rec.events)
 		}
-		if _, _, err := runJob(t, bare.Remove(), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: other}, nil); err != nil {
+		if _, _, err := runJob(t, executor(bare, agentproto.JobAppRemove), agentproto.JobAppRemove, agentproto.RemovePayload{AppID: other}, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
 	t.Logf("TestReleases took %s", time.Since(begin).Round(time.Millisecond))
+}
+
+// executor is the agent's executor of jobType with d's handlers.
+func executor(d *Deployer, jobType string) agent.Executor {
+	r := agent.Registry{}
+	d.Register(r)
+	return r[jobType]
 }

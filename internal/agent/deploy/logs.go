@@ -15,49 +15,46 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
-func (d *Deployer) runLogs(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.AppLogsPayload
-	if err := logs.DecodePayload(job, &p); err != nil {
-		return nil, nil, err
-	}
+func (d *Deployer) runLogs(ctx context.Context, call agent.Call[agentproto.AppLogsPayload]) (agentproto.AppLogsResult, error) {
+	p, events := call.Payload, call.Events
 	if err := checkAppID(p.AppID); err != nil {
-		return nil, nil, fmt.Errorf("invalid app.logs payload: %w", err)
+		return agentproto.AppLogsResult{}, fmt.Errorf("invalid app.logs payload: %w", err)
 	}
 	n, err := logs.ReadLines(p.Lines)
 	if err != nil {
-		return nil, nil, fmt.Errorf("invalid app.logs payload: %w", err)
+		return agentproto.AppLogsResult{}, fmt.Errorf("invalid app.logs payload: %w", err)
 	}
 	if live, ok := d.serviceApp(p.AppID); ok {
 		return d.serviceLogs(ctx, live, p, n, events)
 	}
 	cli, err := d.client()
 	if err != nil {
-		return nil, nil, err
+		return agentproto.AppLogsResult{}, err
 	}
 	list, err := appContainers(ctx, cli, p.AppID)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.AppLogsResult{}, err
 	}
 	if p.Service != "" {
 		// A compose application's service: its web service's containers
 		// are the application's, the others' carry LabelComposeApp.
 		others, err := serviceContainers(ctx, cli, p.AppID)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.AppLogsResult{}, err
 		}
 		list = serviceContainersOf(append(list, others...), p.Service)
 		slices.SortStableFunc(list, func(a, b containerSummary) int { return cmp.Compare(b.Created, a.Created) })
 	}
 	live, ok := liveContainer(list)
 	if !ok && p.Service != "" {
-		return nil, nil, fmt.Errorf("service %s of application %s has no container on this server", p.Service, p.AppID)
+		return agentproto.AppLogsResult{}, fmt.Errorf("service %s of application %s has no container on this server", p.Service, p.AppID)
 	}
 	if !ok {
-		return nil, nil, fmt.Errorf("application %s has no container on this server", p.AppID)
+		return agentproto.AppLogsResult{}, fmt.Errorf("application %s has no container on this server", p.AppID)
 	}
 	insp, err := cli.ContainerInspect(ctx, live.ID, client.ContainerInspectOptions{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("inspecting container %s: %w", containerName(live), err)
+		return agentproto.AppLogsResult{}, fmt.Errorf("inspecting container %s: %w", containerName(live), err)
 	}
 	c := insp.Container
 	res := agentproto.AppLogsResult{ContainerID: c.ID, RestartCount: c.RestartCount, State: string(live.State)}
@@ -80,7 +77,7 @@ func (d *Deployer) runLogs(ctx context.Context, job agentproto.Job, _ map[string
 	}
 	lines, err := readLog(ctx, cli, c.ID, tty, opts)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading the log of container %s: %w", containerName(live), err)
+		return agentproto.AppLogsResult{}, fmt.Errorf("reading the log of container %s: %w", containerName(live), err)
 	}
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
@@ -96,7 +93,7 @@ func (d *Deployer) runLogs(ctx context.Context, job agentproto.Job, _ map[string
 	if res.Lines == nil {
 		res.Lines = []agentproto.LogLine{}
 	}
-	return res, nil, nil
+	return res, nil
 }
 
 // logTail emits the last lines of a failed release's container, for the

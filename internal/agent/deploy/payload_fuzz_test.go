@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -35,9 +34,7 @@ func FuzzDeployPayload(f *testing.F) {
 	secrets := map[string]string{"A": "a", "B": "b", agentproto.SecretGitToken: "t", agentproto.SecretBuildSecretPrefix + "NPM": "n",
 		agentproto.SecretBuildSecretPrefix + "../x": "x", agentproto.SecretBuildSecretPrefix + ".x": "x"}
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		var p agentproto.DeployPayload
-		if logs.DecodePayload(agentproto.Job{Type: agentproto.JobAppDeploy, Payload: payload}, &p) == nil {
-			var err error
+		if p, err := agentproto.AppDeploy.DecodePayload(payload); err == nil {
 			if p.Service != nil {
 				err = checkService(&p)
 			} else {

@@ -114,7 +114,7 @@ func (r *proxyRig) wantState(t *testing.T, rev int64, what string) {
 
 func proxyApply(t *testing.T, px *proxy.Proxy, cfg agentproto.ProxyConfig) agentproto.ProxyApplyResult {
 	t.Helper()
-	data, _, err := runJob(t, px.ApplyExecutor(), agentproto.JobProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}, nil)
+	data, _, err := runJob(t, proxyExecutor(px), agentproto.JobProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}, nil)
 	if err != nil {
 		t.Errorf("proxy.apply of revision %d: %v", cfg.Revision, err)
 		return agentproto.ProxyApplyResult{}
@@ -218,4 +218,11 @@ func fetchBody(hc *http.Client, url string) (string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return string(b), err
+}
+
+// proxyExecutor is the agent's executor of proxy.apply on px.
+func proxyExecutor(px *proxy.Proxy) agent.Executor {
+	r := agent.Registry{}
+	px.Register(r)
+	return r[agentproto.JobProxyApply]
 }

@@ -12,19 +12,8 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
-	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
-
-// Prune is the executor of docker.prune (agentproto.DockerPrunePayload →
-// agentproto.DockerPruneResult). A dry run lists the images no container
-// uses and no application keeps, and the networks no container is
-// attached to; a removal removes those of the ids it is given that are
-// still such, and nothing else. Volumes are never pruned: they hold data.
-// A removal waits for the container deploys running on this agent, and
-// holds new ones back while it removes, so that it never takes an image a
-// release is about to run.
-func (d *Deployer) Prune() agent.Executor { return agent.ExecutorFunc(d.runPrune) }
 
 // pruneIDPattern is a full image or network id as a dry run lists it.
 var pruneIDPattern = regexp.MustCompile(`^(sha256:)?[0-9a-f]{64}$`)
@@ -44,37 +33,41 @@ func checkPrune(p agentproto.DockerPrunePayload) error {
 	return nil
 }
 
-func (d *Deployer) runPrune(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DockerPrunePayload
-	if err := logs.DecodePayload(job, &p); err != nil {
-		return nil, nil, err
-	}
+// runPrune runs docker.prune. A dry run lists the images no container
+// uses and no application keeps, and the networks no container is
+// attached to; a removal removes those of the ids it is given that are
+// still such, and nothing else. Volumes are never pruned: they hold data.
+// A removal waits for the container deploys running on this agent, and
+// holds new ones back while it removes, so that it never takes an image a
+// release is about to run.
+func (d *Deployer) runPrune(ctx context.Context, c agent.Call[agentproto.DockerPrunePayload]) (agentproto.DockerPruneResult, error) {
+	p, events := c.Payload, c.Events
 	if err := checkPrune(p); err != nil {
-		return nil, nil, fmt.Errorf("invalid docker.prune payload: %w", err)
+		return agentproto.DockerPruneResult{}, fmt.Errorf("invalid docker.prune payload: %w", err)
 	}
 	cli, err := d.client()
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DockerPruneResult{}, err
 	}
 	if !p.DryRun {
 		if !d.images.TryLock() {
 			events.Emit(agentproto.LevelInfo, "waiting for the deploys running on this server to finish", nil)
 			if err := lockCtx(ctx, &d.images); err != nil {
-				return nil, nil, err
+				return agentproto.DockerPruneResult{}, err
 			}
 		}
 		defer d.images.Unlock()
 	}
 	engine, err := readEngine(ctx, cli)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DockerPruneResult{}, err
 	}
 	plan := planPrune(engine, p.KeepImageIDs)
 	if p.DryRun {
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("%d images (%s) and %d networks can be removed; %d images are kept",
 			len(plan.Images), agent.HumanBytes(plan.ReclaimBytes), len(plan.Networks), len(plan.Kept)), nil)
 		plan.DryRun = true
-		return plan, nil, nil
+		return plan, nil
 	}
 	res := agentproto.DockerPruneResult{Images: []agentproto.PruneImage{}, Networks: []agentproto.PruneNetwork{},
 		Kept: plan.Kept, Skipped: []agentproto.PruneSkipped{}}
@@ -111,7 +104,7 @@ func (d *Deployer) runPrune(ctx context.Context, job agentproto.Job, _ map[strin
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("removed %d images (%s) and %d networks; %d skipped",
 		len(res.Images), agent.HumanBytes(res.ReclaimBytes), len(res.Networks), len(res.Skipped)), nil)
-	return res, nil, nil
+	return res, nil
 }
 
 // lockCtx takes mu, or gives up when ctx ends.

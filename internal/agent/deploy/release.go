@@ -12,7 +12,6 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
-	"github.com/capstan-dev/capstan/internal/agent/logs"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
@@ -20,34 +19,31 @@ import (
 // MaxHealthTimeout bounds DeployPayload.HealthTimeoutSeconds.
 const MaxHealthTimeout = time.Hour
 
-func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.DeployPayload
-	if err := logs.DecodePayload(job, &p); err != nil {
-		return nil, nil, err
-	}
+func (d *Deployer) runDeploy(ctx context.Context, c agent.Call[agentproto.DeployPayload]) (agentproto.DeployResult, error) {
+	p, secrets, events := c.Payload, c.Secrets, c.Events
 	if p.Service != nil {
 		return d.runServiceDeploy(ctx, p, secrets, events)
 	}
 	if err := checkDeploy(&p); err != nil {
-		return nil, nil, fmt.Errorf("invalid app.deploy payload: %w", err)
+		return agentproto.DeployResult{}, fmt.Errorf("invalid app.deploy payload: %w", err)
 	}
 	env, err := environment(p.EnvKeys, secrets)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
 	var in buildInputs
 	if p.Build != nil && p.ImageID == "" {
 		if in, err = checkBuild(p, secrets); err != nil {
-			return nil, nil, fmt.Errorf("invalid app.deploy payload: %w", err)
+			return agentproto.DeployResult{}, fmt.Errorf("invalid app.deploy payload: %w", err)
 		}
 	}
 	cli, err := d.client()
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
 	unlock, err := d.locks.lock(ctx, p.AppID, events)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
 	lk := &heldLock{unlock: unlock}
 	defer lk.release()
@@ -56,15 +52,15 @@ func (d *Deployer) runDeploy(ctx context.Context, job agentproto.Job, secrets ma
 	if p.Compose != nil {
 		res, err := d.runCompose(ctx, cli, p, secrets, events)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.DeployResult{}, err
 		}
-		return res, nil, nil
+		return res, nil
 	}
 	res, err := d.release(ctx, cli, p, env, in, events, lk)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
-	return res, nil, nil
+	return res, nil
 }
 
 // checkDeploy checks p and fills in its defaults.

@@ -127,41 +127,41 @@ func checkService(p *agentproto.DeployPayload) error {
 	return nil
 }
 
-func (d *Deployer) runServiceDeploy(ctx context.Context, p agentproto.DeployPayload, secrets map[string]string, events agent.EventSink) (any, any, error) {
+func (d *Deployer) runServiceDeploy(ctx context.Context, p agentproto.DeployPayload, secrets map[string]string, events agent.EventSink) (agentproto.DeployResult, error) {
 	if d.opts.StateDir == "" {
-		return nil, nil, errors.New("this agent has no state directory for service applications")
+		return agentproto.DeployResult{}, errors.New("this agent has no state directory for service applications")
 	}
 	if err := checkService(&p); err != nil {
-		return nil, nil, fmt.Errorf("invalid app.deploy payload: %w", err)
+		return agentproto.DeployResult{}, fmt.Errorf("invalid app.deploy payload: %w", err)
 	}
 	env, err := environment(p.EnvKeys, secrets)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
 	token := ""
 	if p.Service.Release == "" {
 		if token = secrets[agentproto.SecretGitToken]; token == "" {
-			return nil, nil, fmt.Errorf("the job's secrets have no %s to fetch the repository with", agentproto.SecretGitToken)
+			return agentproto.DeployResult{}, fmt.Errorf("the job's secrets have no %s to fetch the repository with", agentproto.SecretGitToken)
 		}
 		if _, err := checkBuild(agentproto.DeployPayload{Build: p.Build, Image: "service"}, secrets); err != nil {
-			return nil, nil, fmt.Errorf("invalid app.deploy payload: %w", err)
+			return agentproto.DeployResult{}, fmt.Errorf("invalid app.deploy payload: %w", err)
 		}
 	}
 	unlock, err := d.locks.lock(ctx, p.AppID, events)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
 	defer unlock()
 	conn, err := d.systemd(ctx)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
 	defer conn.Close()
 	res, err := d.releaseService(ctx, conn, p, env, token, events)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.DeployResult{}, err
 	}
-	return res, nil, nil
+	return res, nil
 }
 
 func (d *Deployer) releaseService(ctx context.Context, conn *sddbus.Conn, p agentproto.DeployPayload, env []string, token string, events agent.EventSink) (agentproto.DeployResult, error) {
@@ -625,19 +625,19 @@ func (d *Deployer) serviceSlots(ctx context.Context, conn *sddbus.Conn, name str
 
 // serviceLogs reads the journal of the live slot of a service
 // application.
-func (d *Deployer) serviceLogs(ctx context.Context, live liveSlot, p agentproto.AppLogsPayload, n int, events agent.EventSink) (any, any, error) {
+func (d *Deployer) serviceLogs(ctx context.Context, live liveSlot, p agentproto.AppLogsPayload, n int, events agent.EventSink) (agentproto.AppLogsResult, error) {
 	if d.opts.Journal == nil {
-		return nil, nil, errors.New("this agent cannot read the journal")
+		return agentproto.AppLogsResult{}, errors.New("this agent cannot read the journal")
 	}
 	conn, err := d.systemd(ctx)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.AppLogsResult{}, err
 	}
 	defer conn.Close()
 	unit := SlotUnit(live.Name, live.Port)
 	res := agentproto.AppLogsResult{Unit: unit}
 	if res.Slots, err = d.serviceSlots(ctx, conn, live.Name, live); err != nil {
-		return nil, nil, err
+		return agentproto.AppLogsResult{}, err
 	}
 	for _, s := range res.Slots {
 		if s.Live {
@@ -656,7 +656,7 @@ func (d *Deployer) serviceLogs(ctx context.Context, live liveSlot, p agentproto.
 	}
 	lr, err := d.opts.Journal.ReadLogs(ctx, agentproto.LogsReadPayload{Source: agentproto.LogSourceJournal, Unit: unit, Lines: n}, events)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.AppLogsResult{}, err
 	}
 	var lines []agentproto.LogLine
 	for _, l := range lr.Lines {
@@ -668,7 +668,7 @@ func (d *Deployer) serviceLogs(ctx context.Context, live liveSlot, p agentproto.
 	if res.Lines == nil {
 		res.Lines = []agentproto.LogLine{}
 	}
-	return res, nil, nil
+	return res, nil
 }
 
 // serviceRemove has the helper remove every slot and release of

@@ -36,8 +36,8 @@ func FuzzReadPayload(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, payload []byte) {
 		var j, c agentproto.LogsReadPayload
-		x := ReadExecutor{Journal: recorder{&j}, Container: recorder{&c}}
-		_, _, err := x.Run(context.Background(), agentproto.Job{Type: agentproto.JobLogsRead, Payload: payload}, nil, noEvents{})
+		x := Readers{Journal: recorder{&j}, Container: recorder{&c}}
+		_, _, err := executor(x).Run(context.Background(), agentproto.Job{Type: agentproto.JobLogsRead, Payload: payload}, nil, noEvents{})
 		if err == nil {
 			got := j
 			if got.Source == "" {

@@ -5,7 +5,6 @@ package logs
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -100,22 +99,23 @@ type Reader interface {
 	ReadLogs(ctx context.Context, p agentproto.LogsReadPayload, events agent.EventSink) (agentproto.LogsResult, error)
 }
 
-// ReadExecutor runs logs.read: it checks the payload and passes it to the
+// Readers run logs.read: the payload is checked and passed to the
 // reader of its source. A nil reader fails the jobs of its source.
-type ReadExecutor struct {
+type Readers struct {
 	Journal   Reader
 	Container Reader
 }
 
-// Run implements agent.Executor.
-func (x ReadExecutor) Run(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-	var p agentproto.LogsReadPayload
-	if err := DecodePayload(job, &p); err != nil {
-		return nil, nil, err
-	}
+// Register adds logs.read to r.
+func (x Readers) Register(r agent.Registry) {
+	agent.Handle(r, agentproto.LogsRead, x.read)
+}
+
+func (x Readers) read(ctx context.Context, c agent.Call[agentproto.LogsReadPayload]) (agentproto.LogsResult, error) {
+	p := c.Payload
 	n, err := ReadLines(p.Lines)
 	if err != nil {
-		return nil, nil, fmt.Errorf("invalid logs.read payload: %w", err)
+		return agentproto.LogsResult{}, fmt.Errorf("invalid logs.read payload: %w", err)
 	}
 	p.Lines = n
 	var r Reader
@@ -125,31 +125,19 @@ func (x ReadExecutor) Run(ctx context.Context, job agentproto.Job, _ map[string]
 	case agentproto.LogSourceContainer:
 		r = x.Container
 	case "":
-		return nil, nil, errors.New("invalid logs.read payload: source is required (journal or container)")
+		return agentproto.LogsResult{}, errors.New("invalid logs.read payload: source is required (journal or container)")
 	default:
-		return nil, nil, fmt.Errorf("invalid logs.read payload: unknown source %q (journal or container)", p.Source)
+		return agentproto.LogsResult{}, fmt.Errorf("invalid logs.read payload: unknown source %q (journal or container)", p.Source)
 	}
 	if r == nil {
-		return nil, nil, fmt.Errorf("this agent cannot read %s logs", p.Source)
+		return agentproto.LogsResult{}, fmt.Errorf("this agent cannot read %s logs", p.Source)
 	}
-	res, err := r.ReadLogs(ctx, p, events)
+	res, err := r.ReadLogs(ctx, p, c.Events)
 	if err != nil {
-		return nil, nil, err
+		return agentproto.LogsResult{}, err
 	}
 	if res.Lines == nil {
 		res.Lines = []agentproto.LogLine{}
 	}
-	return res, nil, nil
-}
-
-// DecodePayload decodes a job's payload into v. Unknown fields are ignored
-// (a newer control plane may send fields this agent does not know).
-func DecodePayload(job agentproto.Job, v any) error {
-	if len(job.Payload) == 0 || string(job.Payload) == "null" {
-		return fmt.Errorf("invalid %s payload: missing", job.Type)
-	}
-	if err := json.Unmarshal(job.Payload, v); err != nil {
-		return fmt.Errorf("invalid %s payload: %w", job.Type, err)
-	}
-	return nil
+	return res, nil
 }

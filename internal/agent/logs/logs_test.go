@@ -77,11 +77,11 @@ func (f *fakeReader) ReadLogs(_ context.Context, p agentproto.LogsReadPayload, _
 	return agentproto.LogsResult{Cursor: "c-" + p.Source}, nil
 }
 
-func TestReadExecutor(t *testing.T) {
+func TestReaders(t *testing.T) {
 	j, c := &fakeReader{}, &fakeReader{}
-	x := ReadExecutor{Journal: j, Container: c}
+	x := Readers{Journal: j, Container: c}
 	run := func(payload string) (agentproto.LogsResult, error) {
-		data, _, err := x.Run(context.Background(), agentproto.Job{Type: agentproto.JobLogsRead, Payload: json.RawMessage(payload)}, nil, nopSink{})
+		data, _, err := executor(x).Run(context.Background(), agentproto.Job{Type: agentproto.JobLogsRead, Payload: json.RawMessage(payload)}, nil, nopSink{})
 		if err != nil {
 			return agentproto.LogsResult{}, err
 		}
@@ -106,9 +106,16 @@ func TestReadExecutor(t *testing.T) {
 			t.Errorf("payload %q: error %v, want it to mention %q", payload, err, want)
 		}
 	}
-	_, _, err = ReadExecutor{}.Run(context.Background(), agentproto.Job{Type: agentproto.JobLogsRead,
+	_, _, err = executor(Readers{}).Run(context.Background(), agentproto.Job{Type: agentproto.JobLogsRead,
 		Payload: json.RawMessage(`{"source":"container","container":"x"}`)}, nil, nopSink{})
 	if err == nil || !strings.Contains(err.Error(), "cannot read container logs") {
 		t.Errorf("no container reader: %v", err)
 	}
+}
+
+// executor is the agent's executor of logs.read with x's readers.
+func executor(x Readers) agent.Executor {
+	r := agent.Registry{}
+	x.Register(r)
+	return r[agentproto.JobLogsRead]
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/testlab"
@@ -434,4 +435,11 @@ func serverStarts(t *testing.T, c *testlab.Caddy) int {
 		t.Fatal(err)
 	}
 	return strings.Count(string(b), `"msg":"server running"`)
+}
+
+// executor is the agent's executor of jobType with p's handlers.
+func executor(p *proxy.Proxy, jobType string) agent.Executor {
+	r := agent.Registry{}
+	p.Register(r)
+	return r[jobType]
 }

@@ -116,7 +116,7 @@ func TestDomainCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	check := p.CheckExecutor()
+	check := executor(p, agentproto.JobDomainCheck)
 	run := func(host, mode string) agentproto.DomainCheckResult {
 		t.Helper()
 		payload, _ := json.Marshal(agentproto.DomainCheckPayload{Hostname: host, TLSMode: mode})
@@ -185,7 +185,7 @@ func TestApplyExecutor(t *testing.T) {
 		{Hostname: "b.test", AppID: "app_1", TLSMode: agentproto.TLSInternal},
 	}}})
 	ev := &sink{}
-	data, _, err := p.ApplyExecutor().Run(context.Background(), agentproto.Job{Type: agentproto.JobProxyApply, Payload: payload}, nil, ev)
+	data, _, err := executor(p, agentproto.JobProxyApply).Run(context.Background(), agentproto.Job{Type: agentproto.JobProxyApply, Payload: payload}, nil, ev)
 	if err != nil {
 		t.Fatal(err)
 	}

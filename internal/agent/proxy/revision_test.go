@@ -100,7 +100,7 @@ func TestRevisionNeverGoesBack(t *testing.T) {
 	// The ProxyApply executor skips an old state and succeeds.
 	payload, _ := json.Marshal(agentproto.ProxyApplyPayload{Proxy: revisionConfig(6)})
 	ev := &sink{}
-	data, _, err := p.ApplyExecutor().Run(ctx, agentproto.Job{Type: agentproto.JobProxyApply, Payload: payload}, nil, ev)
+	data, _, err := executor(p, agentproto.JobProxyApply).Run(ctx, agentproto.Job{Type: agentproto.JobProxyApply, Payload: payload}, nil, ev)
 	if err != nil {
 		t.Fatalf("proxy.apply of revision 6: %v", err)
 	}

@@ -50,14 +50,13 @@ type Systemd struct {
 	Connect func(ctx context.Context) (*sddbus.Conn, error)
 }
 
-// Start is the executor of service.start.
-func (s *Systemd) Start() agent.Executor { return s.action("start") }
-
-// Stop is the executor of service.stop.
-func (s *Systemd) Stop() agent.Executor { return s.action("stop") }
-
-// Restart is the executor of service.restart.
-func (s *Systemd) Restart() agent.Executor { return s.action("restart") }
+// Register adds the service.* job types to r.
+func (s *Systemd) Register(r agent.Registry) {
+	agent.Handle(r, agentproto.ServiceStart, s.action("start"))
+	agent.Handle(r, agentproto.ServiceStop, s.action("stop"))
+	agent.Handle(r, agentproto.ServiceRestart, s.action("restart"))
+	agent.Handle(r, agentproto.ServiceLogs, s.logs)
+}
 
 func (s *Systemd) connect(ctx context.Context) (*sddbus.Conn, error) {
 	connect := s.Connect
@@ -71,33 +70,30 @@ func (s *Systemd) connect(ctx context.Context) (*sddbus.Conn, error) {
 	return c, nil
 }
 
-// action returns the executor of service.<verb>: it enqueues the job with
+// action returns the handler of service.<verb>: it enqueues the job with
 // mode "replace", waits for its result and returns the unit's state after
 // it (agentproto.UnitState). A unit systemd does not know fails the job
 // without any action.
-func (s *Systemd) action(verb string) agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		var p agentproto.ServicePayload
-		if err := logs.DecodePayload(job, &p); err != nil {
-			return nil, nil, err
-		}
+func (s *Systemd) action(verb string) func(context.Context, agent.Call[agentproto.ServicePayload]) (agentproto.UnitState, error) {
+	return func(ctx context.Context, c agent.Call[agentproto.ServicePayload]) (agentproto.UnitState, error) {
+		p, events := c.Payload, c.Events
 		if err := checkUnit(p.Unit); err != nil {
-			return nil, nil, err
+			return agentproto.UnitState{}, err
 		}
 		conn, err := s.connect(ctx)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.UnitState{}, err
 		}
 		defer conn.Close()
 
 		before, err := unitState(ctx, conn, p.Unit)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.UnitState{}, err
 		}
 		// A unit whose file is gone may still run; it can be stopped.
 		if before.LoadState == "not-found" && (verb != "stop" || before.ActiveState == "inactive") {
 			events.Emit(agentproto.LevelError, "no such unit: "+p.Unit, before)
-			return nil, nil, fmt.Errorf("no such unit: %s (systemd has no unit file for it)", p.Unit)
+			return agentproto.UnitState{}, fmt.Errorf("no such unit: %s (systemd has no unit file for it)", p.Unit)
 		}
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s is %s (%s); %s it", p.Unit, before.ActiveState, before.SubState, verbing(verb)), before)
 
@@ -112,14 +108,14 @@ func (s *Systemd) action(verb string) agent.Executor {
 			id, err = conn.RestartUnitContext(ctx, p.Unit, "replace", done)
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s %s: %w", verb, p.Unit, err)
+			return agentproto.UnitState{}, fmt.Errorf("%s %s: %w", verb, p.Unit, err)
 		}
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("systemd job %d queued: %s %s (mode replace)", id, verb, p.Unit), nil)
 		var result string
 		select {
 		case result = <-done:
 		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("waiting for systemd job %d (%s %s): %w", id, verb, p.Unit, ctx.Err())
+			return agentproto.UnitState{}, fmt.Errorf("waiting for systemd job %d (%s %s): %w", id, verb, p.Unit, ctx.Err())
 		}
 		level := agentproto.LevelInfo
 		if result != "done" {
@@ -129,14 +125,14 @@ func (s *Systemd) action(verb string) agent.Executor {
 
 		after, err := unitState(ctx, conn, p.Unit)
 		if err != nil {
-			return nil, nil, err
+			return agentproto.UnitState{}, err
 		}
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("%s is %s (%s)", p.Unit, after.ActiveState, after.SubState), after)
 		if result != "done" {
-			return after, nil, fmt.Errorf("%s %s: the systemd job ended %q (see service.logs for %s)", verb, p.Unit, result, p.Unit)
+			return after, fmt.Errorf("%s %s: the systemd job ended %q (see service.logs for %s)", verb, p.Unit, result, p.Unit)
 		}
-		return after, nil, nil
-	})
+		return after, nil
+	}
 }
 
 func verbing(verb string) string {
@@ -167,28 +163,23 @@ func unitState(ctx context.Context, conn *sddbus.Conn, unit string) (agentproto.
 	return st, nil
 }
 
-// Logs is the executor of service.logs: the last lines of a unit's
-// journal (agentproto.LogsResult, without a cursor).
-func (s *Systemd) Logs() agent.Executor {
-	return agent.ExecutorFunc(func(ctx context.Context, job agentproto.Job, _ map[string]string, events agent.EventSink) (any, any, error) {
-		var p agentproto.ServiceLogsPayload
-		if err := logs.DecodePayload(job, &p); err != nil {
-			return nil, nil, err
-		}
-		if err := checkUnit(p.Unit); err != nil {
-			return nil, nil, err
-		}
-		n, err := logs.Lines(p.Lines)
-		if err != nil {
-			return nil, nil, fmt.Errorf("invalid service.logs payload: %w", err)
-		}
-		res, err := s.read(ctx, journalQuery{unit: p.Unit, lines: n}, events)
-		if err != nil {
-			return nil, nil, err
-		}
-		res.Cursor = ""
-		return res, nil, nil
-	})
+// logs runs service.logs: the last lines of a unit's journal, without a
+// cursor.
+func (s *Systemd) logs(ctx context.Context, c agent.Call[agentproto.ServiceLogsPayload]) (agentproto.LogsResult, error) {
+	p := c.Payload
+	if err := checkUnit(p.Unit); err != nil {
+		return agentproto.LogsResult{}, err
+	}
+	n, err := logs.Lines(p.Lines)
+	if err != nil {
+		return agentproto.LogsResult{}, fmt.Errorf("invalid service.logs payload: %w", err)
+	}
+	res, err := s.read(ctx, journalQuery{unit: p.Unit, lines: n}, c.Events)
+	if err != nil {
+		return agentproto.LogsResult{}, err
+	}
+	res.Cursor = ""
+	return res, nil
 }
 
 // ReadLogs reads a unit's journal for logs.read (logs.Reader): the newest

@@ -82,9 +82,7 @@ func main() {
 		px.OtherUpstreams(d.LiveServiceUpstreams)
 	}
 	r := agent.Registry{}
-	r.Register(agentproto.JobAppDeploy, d.Deploy())
-	r.Register(agentproto.JobAppLogs, d.Logs())
-	r.Register(agentproto.JobAppRemove, d.Remove())
+	d.Register(r)
 	ex, ok := r[job.Type]
 	if !ok {
 		fmt.Fprintln(os.Stderr, "svcappjob: unknown job type", job.Type)

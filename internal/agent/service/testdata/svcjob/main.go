@@ -55,11 +55,8 @@ func main() {
 	}
 	sd := &service.Systemd{}
 	r := agent.Registry{}
-	r.Register(agentproto.JobServiceStart, sd.Start())
-	r.Register(agentproto.JobServiceStop, sd.Stop())
-	r.Register(agentproto.JobServiceRestart, sd.Restart())
-	r.Register(agentproto.JobServiceLogs, sd.Logs())
-	r.Register(agentproto.JobLogsRead, logs.ReadExecutor{Journal: sd})
+	sd.Register(r)
+	logs.Readers{Journal: sd}.Register(r)
 	ex, ok := r[job.Type]
 	if !ok {
 		fmt.Fprintln(os.Stderr, "svcjob: unknown job type", job.Type)
