@@ -101,7 +101,8 @@ test-web: web-deps
 # fuzz runs each fuzz target briefly from its seeds and its regression
 # corpus (testdata/fuzz): every request body decoder of /api/v1 and
 # /agent/v1, the sign-in endpoints, the agent's job payload checks, the
-# proxy configuration renderer and the log cursor parser. About a minute.
+# proxy configuration renderer, the log cursor parser and the Redis
+# snapshot reader. About a minute.
 # The budgets are counts of inputs, not durations: Go's fuzzing (up to
 # 1.26) can report a run that ends on a deadline as a failure when the
 # machine is busy (golang/go#75804); a count has no deadline. Each is
@@ -114,6 +115,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadPayload$$' -fuzztime $$((100000 * $(FUZZX)))x ./internal/agent/logs
 	$(GO) test -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $$((25000 * $(FUZZX)))x ./internal/agent/proxy
 	$(GO) test -run '^$$' -fuzz '^FuzzParseCursor$$' -fuzztime $$((50000 * $(FUZZX)))x ./internal/agent/container
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $$((20000 * $(FUZZX)))x ./internal/agent/rdb
 
 # lint checks the formatting, that go.mod says exactly what the code
 # imports (go mod tidy would change nothing), go vet, staticcheck and the

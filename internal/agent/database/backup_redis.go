@@ -3,14 +3,10 @@ package database
 import (
 	"bufio"
 	"context"
-	"crypto/md5"
 	"crypto/tls"
-	byteorder "encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -22,13 +18,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/rdb"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
 // A Redis/Valkey backup is an RDB snapshot of the whole instance, taken
 // the way a replica takes one: the agent sends SYNC, the server forks,
 // writes the snapshot and streams it; the agent compresses, encrypts and
-// uploads it as it arrives, and reads it on the way (parseRDB) for the
+// uploads it as it arrives, and reads it on the way (rdb.Parse) for the
 // manifest: per database ("db0", …) the number of keys and a checksum of
 // their names and types, and the keys of each type. The manifest is of
 // the snapshot itself, so it is exactly what the backup holds.
@@ -49,7 +46,7 @@ func redisSource(ctx context.Context, p agentproto.BackupRunPayload, password st
 	pr, pw := io.Pipe()
 	parsed := make(chan rdbResult, 1)
 	go func() {
-		m, err := parseRDB(bufio.NewReaderSize(pr, 64<<10))
+		m, err := rdb.Parse(bufio.NewReaderSize(pr, 64<<10))
 		if err != nil {
 			// The dump goes on: the backup fails on the manifest.
 			_, _ = io.Copy(io.Discard, pr)
@@ -166,480 +163,7 @@ func respCommand(w io.Writer, args ...string) error {
 	return err
 }
 
-// kvTally counts keys as the manifest does.
-type kvTally struct {
-	dbs   map[int]*agentproto.BackupTable
-	sums  map[int]uint64
-	types map[string]int64
-}
-
-func newKVTally() *kvTally {
-	return &kvTally{dbs: map[int]*agentproto.BackupTable{}, sums: map[int]uint64{}, types: map[string]int64{}}
-}
-
-// add counts a key of a type in db: the database's checksum is the sum
-// (mod 2^64) of the first 64 bits of MD5(type ":" key).
-func (t *kvTally) add(db int, typ string, key []byte) {
-	tb := t.dbs[db]
-	if tb == nil {
-		tb = &agentproto.BackupTable{Name: "db" + strconv.Itoa(db)}
-		t.dbs[db] = tb
-	}
-	tb.Rows++
-	h := md5.New()
-	h.Write([]byte(typ + ":"))
-	h.Write(key)
-	t.sums[db] += byteorder.BigEndian.Uint64(h.Sum(nil)[:8])
-	t.types[typ]++
-}
-
-func (t *kvTally) manifest() agentproto.BackupManifest {
-	m := agentproto.BackupManifest{Kind: agentproto.BackupManifestKV, Tables: []agentproto.BackupTable{}, Keys: t.types}
-	var dbs []int
-	for db := range t.dbs {
-		dbs = append(dbs, db)
-	}
-	sort.Ints(dbs)
-	for _, db := range dbs {
-		tb := *t.dbs[db]
-		tb.Checksum = strconv.FormatUint(t.sums[db], 10)
-		m.Tables = append(m.Tables, tb)
-	}
-	return m
-}
-
-// RDB opcodes and value types (Redis 7.2's rdb.h).
-const (
-	rdbOpFunction2    = 0xF5
-	rdbOpFunction     = 0xF6
-	rdbOpModuleAux    = 0xF7
-	rdbOpIdle         = 0xF8
-	rdbOpFreq         = 0xF9
-	rdbOpAux          = 0xFA
-	rdbOpResizeDB     = 0xFB
-	rdbOpExpireTimeMS = 0xFC
-	rdbOpExpireTime   = 0xFD
-	rdbOpSelectDB     = 0xFE
-	rdbOpEOF          = 0xFF
-)
-
-// rdbTypes names the value types Redis reports with TYPE.
-var rdbTypes = map[byte]string{0: "string", 1: "list", 2: "set", 3: "zset", 4: "hash", 5: "zset", 9: "hash", 10: "list", 11: "set",
-	12: "zset", 13: "hash", 14: "list", 15: "stream", 16: "hash", 17: "zset", 18: "list", 19: "stream", 20: "set", 21: "stream"}
-
-// errRDB is an RDB file this agent cannot read.
-var errRDB = errors.New("rdb")
-
-// parseRDB reads an RDB snapshot and counts its keys.
-func parseRDB(r *bufio.Reader) (agentproto.BackupManifest, error) {
-	p := &rdbReader{r: r}
-	head := make([]byte, 9)
-	if _, err := io.ReadFull(r, head); err != nil {
-		return agentproto.BackupManifest{}, fmt.Errorf("%w: %v", errRDB, err)
-	}
-	if string(head[:5]) != "REDIS" {
-		return agentproto.BackupManifest{}, fmt.Errorf("%w: not an RDB snapshot", errRDB)
-	}
-	t := newKVTally()
-	db := 0
-	for {
-		op, err := r.ReadByte()
-		if err != nil {
-			return agentproto.BackupManifest{}, fmt.Errorf("%w: %v", errRDB, err)
-		}
-		switch op {
-		case rdbOpEOF:
-			return t.manifest(), nil
-		case rdbOpSelectDB:
-			n, err := p.length()
-			if err != nil {
-				return agentproto.BackupManifest{}, err
-			}
-			db = int(n)
-		case rdbOpResizeDB:
-			if _, err = p.length(); err == nil {
-				_, err = p.length()
-			}
-		case rdbOpAux:
-			if err := p.skipStrings(2); err != nil {
-				return agentproto.BackupManifest{}, err
-			}
-		case rdbOpExpireTimeMS:
-			err = p.skip(8)
-		case rdbOpExpireTime:
-			err = p.skip(4)
-		case rdbOpIdle:
-			_, err = p.length()
-		case rdbOpFreq:
-			err = p.skip(1)
-		case rdbOpFunction2:
-			err = p.skipStrings(1)
-		case rdbOpFunction, rdbOpModuleAux:
-			return agentproto.BackupManifest{}, fmt.Errorf("%w: opcode %#x (modules or pre-release functions) is not supported", errRDB, op)
-		default:
-			typ, ok := rdbTypes[op]
-			if !ok {
-				return agentproto.BackupManifest{}, fmt.Errorf("%w: value type %d is not supported", errRDB, op)
-			}
-			key, err := p.str()
-			if err != nil {
-				return agentproto.BackupManifest{}, err
-			}
-			if err := p.skipValue(op); err != nil {
-				return agentproto.BackupManifest{}, err
-			}
-			t.add(db, typ, key)
-		}
-		if err != nil {
-			return agentproto.BackupManifest{}, err
-		}
-	}
-}
-
-type rdbReader struct{ r *bufio.Reader }
-
-func (p *rdbReader) skip(n int64) error {
-	_, err := p.r.Discard(int(n))
-	if err != nil {
-		return fmt.Errorf("%w: %v", errRDB, err)
-	}
-	return nil
-}
-
-// lengthOrEnc reads a length; enc says it is a special string encoding
-// (an integer or LZF) whose kind is n.
-func (p *rdbReader) lengthOrEnc() (n uint64, enc bool, err error) {
-	b, err := p.r.ReadByte()
-	if err != nil {
-		return 0, false, fmt.Errorf("%w: %v", errRDB, err)
-	}
-	switch b >> 6 {
-	case 0:
-		return uint64(b & 0x3F), false, nil
-	case 1:
-		b2, err := p.r.ReadByte()
-		if err != nil {
-			return 0, false, fmt.Errorf("%w: %v", errRDB, err)
-		}
-		return uint64(b&0x3F)<<8 | uint64(b2), false, nil
-	case 2:
-		var buf [8]byte
-		switch b {
-		case 0x80:
-			if _, err := io.ReadFull(p.r, buf[:4]); err != nil {
-				return 0, false, fmt.Errorf("%w: %v", errRDB, err)
-			}
-			return uint64(byteorder.BigEndian.Uint32(buf[:4])), false, nil
-		case 0x81:
-			if _, err := io.ReadFull(p.r, buf[:]); err != nil {
-				return 0, false, fmt.Errorf("%w: %v", errRDB, err)
-			}
-			return byteorder.BigEndian.Uint64(buf[:]), false, nil
-		}
-		return 0, false, fmt.Errorf("%w: length byte %#x", errRDB, b)
-	}
-	return uint64(b & 0x3F), true, nil
-}
-
-func (p *rdbReader) length() (uint64, error) {
-	n, enc, err := p.lengthOrEnc()
-	if err == nil && enc {
-		err = fmt.Errorf("%w: an encoded string where a length belongs", errRDB)
-	}
-	return n, err
-}
-
-// maxRDBString bounds a string the parser keeps in memory (keys); values
-// are skipped without being kept.
-const maxRDBString = 512 << 20
-
-// str reads a string (keys are kept whole).
-func (p *rdbReader) str() ([]byte, error) {
-	n, enc, err := p.lengthOrEnc()
-	if err != nil {
-		return nil, err
-	}
-	if enc {
-		switch n {
-		case 0:
-			b, err := p.r.ReadByte()
-			return []byte(strconv.Itoa(int(int8(b)))), wrapRDB(err)
-		case 1:
-			var buf [2]byte
-			_, err := io.ReadFull(p.r, buf[:])
-			return []byte(strconv.Itoa(int(int16(byteorder.LittleEndian.Uint16(buf[:]))))), wrapRDB(err)
-		case 2:
-			var buf [4]byte
-			_, err := io.ReadFull(p.r, buf[:])
-			return []byte(strconv.Itoa(int(int32(byteorder.LittleEndian.Uint32(buf[:]))))), wrapRDB(err)
-		case 3:
-			clen, err := p.length()
-			if err != nil {
-				return nil, err
-			}
-			ulen, err := p.length()
-			if err != nil {
-				return nil, err
-			}
-			if clen > maxRDBString || ulen > maxRDBString {
-				return nil, fmt.Errorf("%w: a compressed string of %d bytes", errRDB, ulen)
-			}
-			in := make([]byte, clen)
-			if _, err := io.ReadFull(p.r, in); err != nil {
-				return nil, wrapRDB(err)
-			}
-			return lzfDecompress(in, int(ulen))
-		}
-		return nil, fmt.Errorf("%w: string encoding %d", errRDB, n)
-	}
-	if n > maxRDBString {
-		return nil, fmt.Errorf("%w: a string of %d bytes", errRDB, n)
-	}
-	b := make([]byte, n)
-	_, err = io.ReadFull(p.r, b)
-	return b, wrapRDB(err)
-}
-
-// skipStr passes over a string without keeping it.
-func (p *rdbReader) skipStr() error {
-	n, enc, err := p.lengthOrEnc()
-	if err != nil {
-		return err
-	}
-	if !enc {
-		return p.skip(int64(n))
-	}
-	switch n {
-	case 0:
-		return p.skip(1)
-	case 1:
-		return p.skip(2)
-	case 2:
-		return p.skip(4)
-	case 3:
-		clen, err := p.length()
-		if err == nil {
-			_, err = p.length()
-		}
-		if err != nil {
-			return err
-		}
-		return p.skip(int64(clen))
-	}
-	return fmt.Errorf("%w: string encoding %d", errRDB, n)
-}
-
-func (p *rdbReader) skipStrings(n uint64) error {
-	for range n {
-		if err := p.skipStr(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (p *rdbReader) skipLengths(n int) error {
-	for range n {
-		if _, err := p.length(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// skipValue passes over a value of type typ.
-func (p *rdbReader) skipValue(typ byte) error {
-	switch typ {
-	case 0, 9, 10, 11, 12, 13, 16, 17, 20: // a string, or one encoded blob
-		return p.skipStr()
-	case 1, 2, 14: // list, set, quicklist of ziplists
-		n, err := p.length()
-		if err != nil {
-			return err
-		}
-		return p.skipStrings(n)
-	case 4: // hash: field and value
-		n, err := p.length()
-		if err != nil {
-			return err
-		}
-		return p.skipStrings(2 * n)
-	case 3: // zset: member and a double as text
-		n, err := p.length()
-		if err != nil {
-			return err
-		}
-		for range n {
-			if err := p.skipStr(); err != nil {
-				return err
-			}
-			l, err := p.r.ReadByte()
-			if err != nil {
-				return wrapRDB(err)
-			}
-			if l < 253 {
-				if err := p.skip(int64(l)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	case 5: // zset: member and a binary double
-		n, err := p.length()
-		if err != nil {
-			return err
-		}
-		for range n {
-			if err := p.skipStr(); err != nil {
-				return err
-			}
-			if err := p.skip(8); err != nil {
-				return err
-			}
-		}
-		return nil
-	case 18: // quicklist of listpacks: container kind and listpack
-		n, err := p.length()
-		if err != nil {
-			return err
-		}
-		for range n {
-			if _, err := p.length(); err != nil {
-				return err
-			}
-			if err := p.skipStr(); err != nil {
-				return err
-			}
-		}
-		return nil
-	case 15, 19, 21:
-		return p.skipStream(typ)
-	}
-	return fmt.Errorf("%w: value type %d is not supported", errRDB, typ)
-}
-
-// skipStream passes over a stream (rdb.c's rdbLoadObject for streams).
-func (p *rdbReader) skipStream(typ byte) error {
-	n, err := p.length() // listpacks: node key and listpack
-	if err != nil {
-		return err
-	}
-	if err := p.skipStrings(2 * n); err != nil {
-		return err
-	}
-	// length, last id; for v2 and later: first id, max deleted id,
-	// entries added.
-	lengths := 3
-	if typ >= 19 {
-		lengths += 5
-	}
-	if err := p.skipLengths(lengths); err != nil {
-		return err
-	}
-	groups, err := p.length()
-	if err != nil {
-		return err
-	}
-	for range groups {
-		if err := p.skipStr(); err != nil { // name
-			return err
-		}
-		last := 2
-		if typ >= 19 {
-			last++ // entries read
-		}
-		if err := p.skipLengths(last); err != nil {
-			return err
-		}
-		pel, err := p.length()
-		if err != nil {
-			return err
-		}
-		for range pel { // id, delivery time, delivery count
-			if err := p.skip(16 + 8); err != nil {
-				return err
-			}
-			if _, err := p.length(); err != nil {
-				return err
-			}
-		}
-		consumers, err := p.length()
-		if err != nil {
-			return err
-		}
-		for range consumers {
-			if err := p.skipStr(); err != nil { // name
-				return err
-			}
-			times := int64(8) // seen time
-			if typ >= 21 {
-				times += 8 // active time
-			}
-			if err := p.skip(times); err != nil {
-				return err
-			}
-			cpel, err := p.length()
-			if err != nil {
-				return err
-			}
-			if err := p.skip(int64(cpel) * 16); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func wrapRDB(err error) error {
-	if err == nil {
-		return nil
-	}
-	return fmt.Errorf("%w: %v", errRDB, err)
-}
-
-// lzfDecompress expands LZF data (liblzf's format) of ulen bytes.
-func lzfDecompress(in []byte, ulen int) ([]byte, error) {
-	out := make([]byte, 0, ulen)
-	for i := 0; i < len(in); {
-		ctrl := int(in[i])
-		i++
-		if ctrl < 32 { // a literal run of ctrl+1 bytes
-			n := ctrl + 1
-			if i+n > len(in) || len(out)+n > ulen {
-				return nil, fmt.Errorf("%w: bad LZF data", errRDB)
-			}
-			out = append(out, in[i:i+n]...)
-			i += n
-			continue
-		}
-		n := ctrl >> 5
-		if n == 7 {
-			if i >= len(in) {
-				return nil, fmt.Errorf("%w: bad LZF data", errRDB)
-			}
-			n += int(in[i])
-			i++
-		}
-		if i >= len(in) {
-			return nil, fmt.Errorf("%w: bad LZF data", errRDB)
-		}
-		ref := len(out) - (ctrl&0x1f)<<8 - int(in[i]) - 1
-		i++
-		n += 2
-		if ref < 0 || len(out)+n > ulen {
-			return nil, fmt.Errorf("%w: bad LZF data", errRDB)
-		}
-		for k := range n {
-			out = append(out, out[ref+k])
-		}
-	}
-	if len(out) != ulen {
-		return nil, fmt.Errorf("%w: LZF data of %d bytes, want %d", errRDB, len(out), ulen)
-	}
-	return out, nil
-}
-
-// redisManifest counts the keys of a running server as parseRDB does.
+// redisManifest counts the keys of a running server as rdb.Parse does.
 func redisManifest(ctx context.Context, addr string) (agentproto.BackupManifest, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1, PoolSize: 1})
 	defer c.Close()
@@ -647,7 +171,7 @@ func redisManifest(ctx context.Context, addr string) (agentproto.BackupManifest,
 	if err != nil {
 		return agentproto.BackupManifest{}, err
 	}
-	t := newKVTally()
+	t := rdb.NewTally()
 	for db := range parseInfo(info)["keyspace"] {
 		n, err := strconv.Atoi(strings.TrimPrefix(db, "db"))
 		if err != nil {
@@ -657,10 +181,10 @@ func redisManifest(ctx context.Context, addr string) (agentproto.BackupManifest,
 			return agentproto.BackupManifest{}, fmt.Errorf("db%d: %w", n, err)
 		}
 	}
-	return t.manifest(), nil
+	return t.Manifest(), nil
 }
 
-func tallyDB(ctx context.Context, c *redis.Client, db int, t *kvTally) error {
+func tallyDB(ctx context.Context, c *redis.Client, db int, t *rdb.Tally) error {
 	conn := c.Conn()
 	defer conn.Close()
 	if err := conn.Select(ctx, db).Err(); err != nil {
@@ -683,7 +207,7 @@ func tallyDB(ctx context.Context, c *redis.Client, db int, t *kvTally) error {
 			}
 		}
 		for i, k := range keys {
-			t.add(db, types[i].Val(), []byte(k))
+			t.Add(db, types[i].Val(), []byte(k))
 		}
 		if next == 0 {
 			return nil
