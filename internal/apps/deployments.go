@@ -11,7 +11,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 	"github.com/capstan-dev/capstan/internal/jobs"
-	"github.com/capstan-dev/capstan/internal/servers"
 )
 
 // dispatchGrace is how long a deployment may hold its application's slot
@@ -551,7 +550,7 @@ func (s *Service) startJob(ctx context.Context, d DeploymentRecord) error {
 	if err != nil {
 		return err
 	}
-	if srv.Status == servers.Revoked || srv.Status == servers.Pending {
+	if !srv.HasAgent() {
 		return &cannotStart{reason: "the server is " + srv.Status}
 	}
 	payload, secrets, err := s.deployPayload(ctx, d)

@@ -471,17 +471,11 @@ func envKeys(env []EnvVar) []string {
 
 // enrolledServer returns the server if it has an agent to run jobs.
 func (s *Service) enrolledServer(ctx context.Context, id string) (servers.Server, error) {
-	srv, err := s.servers.Get(ctx, id)
+	srv, err := servers.RequireAgent(ctx, s.servers, "", id, "run the job")
 	if fault.Is(err, fault.NotFound) {
 		return servers.Server{}, fault.Conflictf("server-not-enrolled", "The application's server no longer exists.")
 	}
-	if err != nil {
-		return servers.Server{}, err
-	}
-	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
-		return servers.Server{}, fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to run the job.", srv.Status)
-	}
-	return srv, nil
+	return srv, err
 }
 
 func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, targetType, id string, details map[string]any) error {
@@ -563,7 +557,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		errs.Add("server_id", "no such server")
 	} else if err != nil {
 		return ApplicationDetail{}, err
-	} else if srv.Status == servers.Pending || srv.Status == servers.Revoked {
+	} else if !srv.HasAgent() {
 		errs.Add("server_id", "the server is %s; only an enrolled server runs applications", srv.Status)
 	}
 	if len(errs) == 0 && n.Source.Type == SourceGit {
@@ -1038,7 +1032,7 @@ func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Ent
 		undo()
 		return Removal{}, err
 	}
-	if err != nil || srv.Status == servers.Revoked || srv.Status == servers.Pending {
+	if err != nil || !srv.HasAgent() {
 		// Nothing can be removed on a server without an agent.
 		if err := s.deleteApp(ctx, id); err != nil {
 			undo()
@@ -1175,7 +1169,7 @@ func (s *Service) applyProxy(ctx context.Context, actor audit.Actor, serverID st
 	if err != nil {
 		return err
 	}
-	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
+	if !srv.HasAgent() {
 		return nil
 	}
 	cfg, err := s.ProxyConfig(ctx, serverID)

@@ -89,17 +89,8 @@ func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, 
 // enrolled checks that a server has an agent to run jobs: an unknown
 // server is a field error on field, a pending or revoked one a conflict.
 func (s *Service) enrolled(ctx context.Context, field, serverID string) error {
-	srv, err := s.servers.Get(ctx, serverID)
-	if fault.Is(err, fault.NotFound) {
-		return fault.Invalidf(field, "no such server")
-	}
-	if err != nil {
-		return err
-	}
-	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
-		return fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to run the job.", srv.Status)
-	}
-	return nil
+	_, err := servers.RequireAgent(ctx, s.servers, field, serverID, "run the job")
+	return err
 }
 
 // Job returns a backup job ("backup." types), waiting up to wait for it

@@ -143,17 +143,8 @@ func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, 
 // server is a field error on server_id, a pending or revoked one a
 // conflict.
 func (s *Service) enrolled(ctx context.Context, serverID string) error {
-	srv, err := s.servers.Get(ctx, serverID)
-	if fault.Is(err, fault.NotFound) {
-		return fault.Invalidf("server_id", "no such server")
-	}
-	if err != nil {
-		return err
-	}
-	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
-		return fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to reach the database.", srv.Status)
-	}
-	return nil
+	_, err := servers.RequireAgent(ctx, s.servers, "server_id", serverID, "reach the database")
+	return err
 }
 
 // NewExternal is a request to register an external instance.

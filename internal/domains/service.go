@@ -84,7 +84,7 @@ func (s *Service) enrolled(ctx context.Context, serverID string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return srv.Status != servers.Pending && srv.Status != servers.Revoked, nil
+	return srv.HasAgent(), nil
 }
 
 // applyProxy queues proxy.apply with the server's whole desired state.
@@ -241,12 +241,8 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 
 // Apply queues proxy.apply with a server's whole desired proxy state.
 func (s *Service) Apply(ctx context.Context, actor audit.Actor, c audit.Entry, serverID string) (jobs.Job, error) {
-	srv, err := s.servers.Get(ctx, serverID)
-	if err != nil {
+	if _, err := servers.RequireAgent(ctx, s.servers, "", serverID, "apply the proxy state"); err != nil {
 		return jobs.Job{}, err
-	}
-	if srv.Status == servers.Pending || srv.Status == servers.Revoked {
-		return jobs.Job{}, fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to apply the proxy state.", srv.Status)
 	}
 	j, err := s.applyProxy(ctx, serverID, actor.ID)
 	if err != nil {

@@ -165,15 +165,8 @@ func (s *Service) Queue(ctx context.Context, r Read) (jobs.Job, error) {
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	srv, err := s.servers.Get(ctx, r.ServerID)
-	if fault.Is(err, fault.NotFound) {
-		return jobs.Job{}, fault.Invalidf("server_id", "no such server")
-	}
-	if err != nil {
+	if _, err := servers.RequireAgent(ctx, s.servers, "server_id", r.ServerID, "read logs"); err != nil {
 		return jobs.Job{}, err
-	}
-	if srv.Status == servers.Revoked || srv.Status == servers.Pending {
-		return jobs.Job{}, fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to read logs.", srv.Status)
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: r.ServerID, Work: jobs.Of(agentproto.LogsRead, p), CreatedBy: r.Actor})
 	return j, err

@@ -226,6 +226,34 @@ func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		IP: c.IP, UserAgent: c.UserAgent, Details: details})
 }
 
+// Getter reads a server: the Service is one, and so is what each
+// capability keeps of it.
+type Getter interface {
+	Get(ctx context.Context, id string) (Server, error)
+}
+
+// HasAgent reports whether the server has an agent to run jobs: it is
+// enrolled and not revoked.
+func (s Server) HasAgent() bool { return s.Status != Pending && s.Status != Revoked }
+
+// RequireAgent returns the server when it has an agent to run a job for
+// purpose ("read logs"). An unknown server is a field error on field (or
+// fault.NotFound when field is ""); a pending or revoked one is 409
+// server-not-enrolled, saying what it cannot do.
+func RequireAgent(ctx context.Context, g Getter, field, id, purpose string) (Server, error) {
+	srv, err := g.Get(ctx, id)
+	if fault.Is(err, fault.NotFound) && field != "" {
+		return Server{}, fault.Invalidf(field, "no such server")
+	}
+	if err != nil {
+		return Server{}, err
+	}
+	if !srv.HasAgent() {
+		return Server{}, fault.Conflictf("server-not-enrolled", "The server is %s; it has no agent to %s.", srv.Status, purpose)
+	}
+	return srv, nil
+}
+
 // Get returns a server.
 func (s *Service) Get(ctx context.Context, id string) (Server, error) {
 	srv, err := s.store.Server(ctx, id)

@@ -308,7 +308,7 @@ func publishServerTx(ctx context.Context, tx *sqlx.Tx, typ events.Type, srv serv
 // server publishes server.revoked.
 func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Time) error {
 	id := srv.ID
-	if srv.Status != servers.Revoked && srv.Status != servers.Pending {
+	if srv.HasAgent() {
 		if err := publishServerTx(ctx, tx, events.ServerRevoked, srv, now); err != nil {
 			return err
 		}
