@@ -253,7 +253,7 @@ type snapshotTee func(snapshot io.Reader) (through io.Reader, finish func(readEr
 // Verification and in-place restore both load a snapshot this way.
 func (b *Backups) loadThrowawayKV(ctx context.Context, srv throwawayKV, p agentproto.BackupRestorePayload, secrets map[string]string,
 	events agent.EventSink, res *agentproto.BackupVerifyResult, started func(addr string), tee snapshotTee) error {
-	port, err := freeLoopbackPort()
+	port, err := agent.FreeLoopbackPort()
 	if err != nil {
 		return err
 	}

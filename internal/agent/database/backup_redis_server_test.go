@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
@@ -102,7 +103,7 @@ func TestHostKV(t *testing.T) {
 		t.Helper()
 		srv := &hostKV{path: path, version: version}
 		t.Cleanup(func() { srv.remove(context.Background()) })
-		port, err := freeLoopbackPort()
+		port, err := agent.FreeLoopbackPort()
 		if err != nil {
 			t.Fatal(err)
 		}

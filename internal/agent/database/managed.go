@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -303,7 +302,7 @@ func createContainer(ctx context.Context, cli *client.Client, p agentproto.DBCre
 		}
 		cfg.Cmd = []string{server, spec.dataDir + "/" + redisConf}
 	}
-	hostPort, err := freeLoopbackPort()
+	hostPort, err := agent.FreeLoopbackPort()
 	if err != nil {
 		return "", fmt.Errorf("choosing a loopback port: %w", err)
 	}
@@ -373,16 +372,6 @@ func copyFile(ctx context.Context, cli *client.Client, id, dir, name string, con
 		return fmt.Errorf("writing %s into the container: %w", name, err)
 	}
 	return nil
-}
-
-// freeLoopbackPort returns a TCP port free on 127.0.0.1 now.
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // hostPort returns the loopback port the container's port is published

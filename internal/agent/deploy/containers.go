@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -226,7 +225,7 @@ func (d *Deployer) startContainer(ctx context.Context, cli *client.Client, p age
 	// the pick and the start is retried with another.
 	var s started
 	for attempt := 1; ; attempt++ {
-		hostPort, err := freeLoopbackPort()
+		hostPort, err := agent.FreeLoopbackPort()
 		if err != nil {
 			return started{}, fmt.Errorf("choosing a loopback port: %w", err)
 		}
@@ -353,16 +352,6 @@ func (d *Deployer) removeContainer(ctx context.Context, cli *client.Client, c co
 		return fmt.Errorf("removing container %s: %w", containerName(c), err)
 	}
 	return nil
-}
-
-// freeLoopbackPort returns a TCP port on 127.0.0.1 that is free right now.
-func freeLoopbackPort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // portTaken reports whether a start failed because the host port is in use.

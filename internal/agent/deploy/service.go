@@ -203,7 +203,7 @@ func (d *Deployer) releaseService(ctx context.Context, conn *sddbus.Conn, p agen
 	}
 
 	// 2. The new slot.
-	port, err := freePort()
+	port, err := agent.FreeLoopbackPort()
 	if err != nil {
 		return agentproto.DeployResult{}, err
 	}
@@ -537,16 +537,6 @@ func (d *Deployer) journalTail(ctx context.Context, unit string, events agent.Ev
 type noEvents struct{}
 
 func (noEvents) Emit(string, string, any) {}
-
-// freePort is a loopback port free now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // liveSlot is the recorded live slot of application name.
 func (d *Deployer) liveSlot(name string) (liveSlot, bool) {
