@@ -107,7 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Grace, "grace", 15*time.Second, "after the run, how long to wait for queued jobs to be completed")
 	fs.Uint64Var(&c.Seed, "seed", 0, "random seed (0: random)")
 	fs.DurationVar(&c.EvalEvery, "evaluate-every", 0, "as the administrator, run an alert evaluation cycle (POST /api/v1/monitoring/evaluate) this often and report its duration as the evaluate call (0: never)")
-	fs.DurationVar(&c.KillAfter, "kill-after", 0, "restart storm: this long into the run, kill the control plane (--pid) with SIGKILL and run --restart-cmd; the report has the curve of agents cut off and back (0: no kill)")
+	fs.DurationVar(&c.KillAfter, "kill-after", 0, "restart storm: this long into the run (and once every agent enrolled; the run is longer by the wait), kill the control plane (--pid) with SIGKILL and run --restart-cmd; the report has the curve of agents cut off and back (0: no kill)")
 	fs.IntVar(&c.KillIndex, "kill-index", 0, "with several --url, which control plane --kill-after kills and --restart-cmd starts again, counted from 0 in --url order")
 	fs.StringVar(&c.RestartCmd, "restart-cmd", "", "shell command (sh -c) that starts the control plane again after --kill-after; it should exec it, so that its process id is the control plane's")
 	fs.StringVar(&c.PprofListen, "debug-pprof-listen", "", "serve the simulator's own net/http/pprof on this loopback address (host:port), to tell its stalls from the control plane's (empty: off)")
@@ -446,6 +446,17 @@ loop:
 		case <-steadyTimer.C:
 			s.rec.setSteady()
 		case <-killTimer:
+			if s.enrolled.Load() < int64(cfg.Agents) {
+				// A storm is of the whole fleet: on a machine slow to
+				// enroll it, the kill waits until every agent enrolled,
+				// and the run after it keeps its length.
+				killTimer = time.After(100 * time.Millisecond)
+				continue
+			}
+			if late := time.Since(start.Add(cfg.KillAfter)); late > 0 {
+				end = end.Add(late)
+				endTimer.Reset(time.Until(end))
+			}
 			victim := cfg.PIDs[cfg.KillIndex]
 			if err := restart.killAndRestart(ctx, victim); err != nil {
 				fmt.Fprintln(stderr, "capstan-fleetsim:", err)
