@@ -7,32 +7,16 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestLimiterBucket(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := testlab.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var limits [numReports]Limit
 	for r := range limits {
 		limits[r] = Limit{Burst: 10, PerSecond: 2}
 	}
-	l := newLimiter(limits, clock.now)
+	l := newLimiter(limits, clock.Now)
 	if err := l.take("srv_a", ReportMetrics, 10); err != nil {
 		t.Fatalf("a full bucket refused 10: %v", err)
 	}
@@ -52,18 +36,18 @@ func TestLimiterBucket(t *testing.T) {
 		t.Fatalf("another server refused: %v", err)
 	}
 	// A refused take took nothing: after the wait it passes.
-	clock.add(1500 * time.Millisecond)
+	clock.Advance(1500 * time.Millisecond)
 	if err := l.take("srv_a", ReportMetrics, 3); err != nil {
 		t.Fatalf("after Retry-After: %v", err)
 	}
 	// A report larger than the bucket costs the whole bucket, so it can
 	// pass once the bucket is full.
-	clock.add(time.Hour)
+	clock.Advance(time.Hour)
 	if err := l.take("srv_a", ReportMetrics, 1000); err != nil {
 		t.Fatalf("an oversized report on a full bucket: %v", err)
 	}
 	// Empty reports cost one.
-	clock.add(time.Hour)
+	clock.Advance(time.Hour)
 	for i := range 10 {
 		if err := l.take("srv_a", ReportInventory, 0); err != nil {
 			t.Fatalf("empty report %d: %v", i, err)
@@ -73,7 +57,7 @@ func TestLimiterBucket(t *testing.T) {
 		t.Fatal("the 11th empty report passed a bucket of 10")
 	}
 	// Buckets that filled up again are forgotten.
-	clock.add(time.Hour)
+	clock.Advance(time.Hour)
 	_ = l.take("srv_c", ReportMetrics, 1)
 	l.mu.Lock()
 	n := len(l.buckets)
@@ -85,8 +69,8 @@ func TestLimiterBucket(t *testing.T) {
 
 // Parallel takes never hand out more than the bucket holds.
 func TestLimiterParallel(t *testing.T) {
-	clock := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
-	l := newLimiter(DefaultLimits, clock.now)
+	clock := testlab.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	l := newLimiter(DefaultLimits, clock.Now)
 	var ok atomic.Int64
 	var wg sync.WaitGroup
 	for range 200 {

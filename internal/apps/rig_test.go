@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +18,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-// fakeClock moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // rig is the control plane's application side on a real SQLite store and
 // a fake clock, with one enrolled server whose agent the test plays.
@@ -45,7 +27,7 @@ type rig struct {
 	t        *testing.T
 	ctx      context.Context
 	st       *store.Store
-	clock    *fakeClock
+	clock    *testlab.Clock
 	jobs     *jobs.Service
 	servers  *servers.Service
 	apps     *apps.Service
@@ -63,7 +45,7 @@ func newRig(t *testing.T) *rig {
 // newRigOn is newRig on st.
 func newRigOn(t *testing.T, st *store.Store) *rig {
 	t.Helper()
-	clock := &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+	clock := testlab.NewClock(time.Now().UTC().Truncate(time.Second))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()
 	log := audit.NewLog(st, clock.Now)

@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,35 +12,18 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// clock is a fake clock that moves only when told to.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-func newLog(t *testing.T, s *store.Store) (*audit.Log, *clock) {
+func newLog(t *testing.T, s *store.Store) (*audit.Log, *testlab.Clock) {
 	t.Helper()
 	// Not UTC on purpose: Record must store UTC.
-	clk := &clock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.FixedZone("UTC+2", 2*3600))}
+	clk := testlab.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.FixedZone("UTC+2", 2*3600)))
 	return audit.NewLog(s, clk.Now), clk
 }
 
 // record appends n entries with the given action, one second apart.
-func record(t *testing.T, l *audit.Log, clk *clock, action string, n int) {
+func record(t *testing.T, l *audit.Log, clk *testlab.Clock, action string, n int) {
 	t.Helper()
 	for i := range n {
 		clk.Advance(time.Second)

@@ -19,24 +19,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// clock is a fake clock that moves only when told to.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 const password = "a long and unusual passphrase"
 
 var (
@@ -46,7 +28,7 @@ var (
 
 type fixture struct {
 	t     *testing.T
-	clock *clock
+	clock *testlab.Clock
 	store *store.Store
 	log   *audit.Log
 	svc   *auth.Service
@@ -56,7 +38,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	st := storetest.Open(t, store.SQLite)
 	// On a TOTP step boundary, so every step lasts 30 seconds from here.
-	clk := &clock{now: time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testlab.NewClock(time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC))
 	log := audit.NewLog(st, clk.Now)
 	return &fixture{t: t, clock: clk, store: st, log: log,
 		svc: auth.NewService(st, secrets.GenerateKey(), log, clk.Now, "Capstan test")}

@@ -90,7 +90,7 @@ func TestPolicies(t *testing.T) {
 			t.Fatalf("listed policy %+v, saved %+v", got, v)
 		}
 		// Saving it again unchanged keeps the schedule; disabling drops it.
-		r.clock.Add(time.Minute)
+		r.clock.Advance(time.Minute)
 		if again := r.mustPut(pg.ID, in); !again.NextDueAt.Equal(*v.NextDueAt) {
 			t.Fatalf("next_due_at moved from %s to %s on an unchanged save", v.NextDueAt, again.NextDueAt)
 		}
@@ -155,7 +155,7 @@ func TestSchedulerTick(t *testing.T) {
 			t.Fatalf("next due %v, want %s", next, want)
 		}
 		// Six hours on, the first backup has not run: skipped.
-		r.clock.Add(6 * time.Hour)
+		r.clock.Advance(6 * time.Hour)
 		if res := r.tick(); len(res.Queued) != 0 || !slices.Equal(res.Skipped, []string{pg.ID + "/app"}) {
 			t.Fatalf("tick while the scheduled backup is queued: %+v", res)
 		}
@@ -169,16 +169,16 @@ func TestSchedulerTick(t *testing.T) {
 
 		// Nothing verified yet: not stale before twice the interval since
 		// the policy was enabled.
-		r.clock.Add(6*time.Hour - time.Minute)
+		r.clock.Advance(6*time.Hour - time.Minute)
 		if res := r.tick(); len(res.Stale) != 0 {
 			t.Fatalf("tick at 11:59 h: %+v", res)
 		}
-		r.clock.Add(time.Minute)
+		r.clock.Advance(time.Minute)
 		stale := r.tick()
 		if len(stale.Stale) != 1 || stale.Stale[0].Database != "app" || len(stale.Queued) != 1 {
 			t.Fatalf("tick at 12 h without a verified backup: %+v", stale)
 		}
-		r.clock.Add(time.Minute)
+		r.clock.Advance(time.Minute)
 		if again := r.tick(); len(again.Stale) != 0 {
 			t.Fatalf("stale published again: %+v", again)
 		}
@@ -203,7 +203,7 @@ func TestSchedulerTick(t *testing.T) {
 				r.complete(j, agentproto.StatusFailed, agentproto.BackupRunResult{Step: "upload"}, "uploading the backup: refused")
 			}
 		}
-		r.clock.Add(6 * time.Hour)
+		r.clock.Advance(6 * time.Hour)
 		if res := r.tick(); len(res.Stale) != 1 {
 			t.Fatalf("tick 12 h after the last verified backup: %+v", res)
 		}
@@ -262,7 +262,7 @@ func TestSchedulerConcurrentTicks(t *testing.T) {
 			for _, j := range r.claimAll() {
 				r.backedUp(j)
 			}
-			r.clock.Add(time.Hour)
+			r.clock.Advance(time.Hour)
 		}
 	})
 }
@@ -299,7 +299,7 @@ func TestSchedulerPutRacesTick(t *testing.T) {
 				t.Fatalf("%d backups of a policy disabled while ticks ran, want at most 1", n)
 			}
 			before := len(r.runs(inst.ID))
-			r.clock.Add(2 * time.Hour)
+			r.clock.Advance(2 * time.Hour)
 			r.tick()
 			if n := len(r.runs(inst.ID)); n != before {
 				t.Fatalf("a tick after the policy was disabled queued a backup")

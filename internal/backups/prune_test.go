@@ -23,7 +23,7 @@ func (r *rig) manual(instanceID string) backups.RunView {
 		r.t.Fatal(err)
 	}
 	r.backedUp(r.claim(agentproto.JobBackupRun))
-	r.clock.Add(time.Second) // run ids sort by time
+	r.clock.Advance(time.Second) // run ids sort by time
 	return run
 }
 
@@ -93,7 +93,7 @@ func TestPrune(t *testing.T) {
 			t.Fatalf("pruned under a disabled policy: %+v", res)
 		}
 		r.mustPut(pg.ID, backups.PolicyInput{Enabled: true, EveryHours: 24, Keep: 2})
-		r.clock.Add(time.Minute)
+		r.clock.Advance(time.Minute)
 		res := r.tick()
 		// The policy was due too: its backup is queued.
 		if want := []string{runs[2].ID, runs[0].ID}; !slices.Equal(res.Pruned, want) || len(res.Queued) != 1 {
@@ -135,11 +135,11 @@ func TestPrune(t *testing.T) {
 		wantConflict(t, err, "backup-deleted")
 
 		// Not before the backoff (1 minute, then 2).
-		r.clock.Add(30 * time.Second)
+		r.clock.Advance(30 * time.Second)
 		if res := r.tick(); len(res.Pruned) != 0 || len(r.deleteJobs()) != 0 {
 			t.Fatalf("a deletion was retried before its backoff")
 		}
-		r.clock.Add(31 * time.Second)
+		r.clock.Advance(31 * time.Second)
 		r.tick()
 		again := r.deleteJobs()
 		if len(again) != 1 || again[runs[0].ID].ID == "" {
@@ -147,11 +147,11 @@ func TestPrune(t *testing.T) {
 		}
 		r.complete(again[runs[0].ID], agentproto.StatusFailed, agentproto.BackupDeleteResult{Remote: agentproto.BackupDeleteStep{Error: "refused"}},
 			"deleting the stored object: refused")
-		r.clock.Add(90 * time.Second)
+		r.clock.Advance(90 * time.Second)
 		if r.tick(); len(r.deleteJobs()) != 0 {
 			t.Fatal("the second retry came before its doubled backoff")
 		}
-		r.clock.Add(31 * time.Second)
+		r.clock.Advance(31 * time.Second)
 		r.tick()
 		third := r.deleteJobs()
 		r.complete(third[runs[0].ID], agentproto.StatusSucceeded, agentproto.BackupDeleteResult{Local: agentproto.BackupDeleteStep{OK: true, Gone: true},
@@ -243,7 +243,7 @@ func (r *rig) failedRun(instanceID string) backups.RunView {
 	}
 	r.complete(r.claim(agentproto.JobBackupRun), agentproto.StatusFailed, agentproto.BackupRunResult{Step: "upload"},
 		"uploading the backup: 503 SlowDown")
-	r.clock.Add(time.Second) // run ids sort by time
+	r.clock.Advance(time.Second) // run ids sort by time
 	return run
 }
 
@@ -397,7 +397,7 @@ func (r *rig) localRun(instanceID string, removed ...string) (backups.RunView, a
 	r.complete(j, agentproto.StatusSucceeded, agentproto.BackupRunResult{Bytes: 100, SHA256: sum,
 		Remote: &agentproto.BackupObject{Size: 100, SHA256: sum}, Local: "/var/backups/" + run.ID + ".sql.gz.age", LocalRemoved: removed,
 		Manifest: &agentproto.BackupManifest{Kind: agentproto.BackupManifestSQL, Tables: []agentproto.BackupTable{}}}, "")
-	r.clock.Add(time.Second)
+	r.clock.Advance(time.Second)
 	return run, p
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,25 +18,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-// clock moves only when told to.
-type clock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // plane is one control plane's backups side on a store.
 type plane struct {
@@ -56,7 +38,7 @@ type rig struct {
 	url      string
 	dir      string
 	key      *secrets.Key
-	clock    *clock
+	clock    *testlab.Clock
 	serverID string
 	admin    audit.Actor
 	client   audit.Entry
@@ -68,7 +50,7 @@ var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 func newRig(t *testing.T, d store.Dialect) *rig {
 	t.Helper()
 	r := &rig{t: t, ctx: context.Background(), url: storetest.DatabaseURL(t, d), key: secrets.GenerateKey(),
-		clock: &clock{t: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)},
+		clock: testlab.NewClock(time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)),
 		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "192.0.2.9"}}
 	r.dir = t.TempDir()
 	r.plane = r.open(r.dir)

@@ -182,9 +182,7 @@ func TestExport(t *testing.T) {
 	if n, err := r.dbs.ReapArtifacts(r.ctx); err != nil || n != 0 {
 		t.Fatalf("reaped %d (%v) before expiry", n, err)
 	}
-	r.clock.mu.Lock()
-	r.clock.t = r.clock.t.Add(databases.DefaultArtifactTTL + time.Second)
-	r.clock.mu.Unlock()
+	r.clock.Advance(databases.DefaultArtifactTTL + time.Second)
 	_, err = r.dbs.Download(r.ctx, r.admin, r.client, inst.ID, j.ID)
 	wantKind(t, err, fault.Gone, "export-expired")
 	if n, err := r.dbs.ReapArtifacts(r.ctx); err != nil || n != 1 || len(files(t, dir)) != 0 {

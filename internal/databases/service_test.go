@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,18 +23,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// fakeClock moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
 // rig is the control plane's database side on a real SQLite store, with
 // one enrolled server whose agent the test plays.
 type rig struct {
@@ -48,14 +35,14 @@ type rig struct {
 	serverID string
 	admin    audit.Actor
 	client   audit.Entry
-	clock    *fakeClock
+	clock    *testlab.Clock
 	key      *secrets.Key
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	st := storetest.Open(t, store.SQLite)
-	clock := &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
+	clock := testlab.NewClock(time.Now().UTC().Truncate(time.Second))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()
 	log := audit.NewLog(st, clock.Now)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,29 +21,13 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 type rig struct {
 	t       *testing.T
 	ctx     context.Context
-	clock   *fakeClock
+	clock   *testlab.Clock
 	jobs    *jobs.Service
 	servers *servers.Service
 	apps    *apps.Service
@@ -56,7 +39,7 @@ type rig struct {
 func newRig(t *testing.T) *rig {
 	t.Helper()
 	st := storetest.Open(t, store.SQLite)
-	clock := &fakeClock{t: time.Date(2030, 6, 1, 12, 30, 15, 0, time.UTC)}
+	clock := testlab.NewClock(time.Date(2030, 6, 1, 12, 30, 15, 0, time.UTC))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()
 	log := audit.NewLog(st, clock.Now)

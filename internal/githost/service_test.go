@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,30 +21,12 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
-// clock moves only when told to.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 type rig struct {
 	t      *testing.T
 	ctx    context.Context
 	st     *store.Store
 	host   *testlab.GitHost
-	clock  *clock
+	clock  *testlab.Clock
 	svc    *githost.Service
 	caller githost.Caller
 }
@@ -54,7 +35,7 @@ const publicURL = "https://capstan.example.test"
 
 func newRig(t *testing.T, st *store.Store) *rig {
 	host := testlab.StartGitHost(t)
-	c := &clock{t: time.Now().UTC()}
+	c := testlab.NewClock(time.Now().UTC())
 	host.UseClock(c.Now)
 	p, err := githost.NewGitHubClient(host.APIURL, host.URL, host.Client, nil)
 	if err != nil {

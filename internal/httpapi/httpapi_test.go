@@ -34,28 +34,9 @@ import (
 // testPassword passes the password rules.
 const testPassword = "correct horse battery staple"
 
-// fakeClock is a clock that moves only when told to.
-type fakeClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock {
-	// Start at the real time: cookie Max-Age is computed from the wall clock.
-	return &fakeClock{t: time.Now().UTC().Truncate(time.Second)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+// newFakeClock starts at the real time: cookie Max-Age is computed from
+// the wall clock.
+func newFakeClock() *testlab.Clock { return testlab.NewClock(time.Now().UTC().Truncate(time.Second)) }
 
 // syncBuffer is a log destination safe for concurrent writers.
 type syncBuffer struct {
@@ -85,7 +66,7 @@ type envOptions struct {
 type testEnv struct {
 	srv   *Server
 	ts    *httptest.Server // nil until serve is called
-	clock *fakeClock
+	clock *testlab.Clock
 	auth  *auth.Service
 	store *store.Store
 	logs  *syncBuffer

@@ -14,6 +14,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // onlineServer stores a server whose agent was last heard from at seen.
@@ -41,7 +42,7 @@ func onlineServer(t *testing.T, st *store.Store, name string, seen time.Time) st
 func TestQueuedJobsEndWithoutAnAgent(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: time.Now().UTC()}
+		c := testlab.NewClock(time.Now().UTC())
 		rs := replicas(st, c, 3)
 		var hooks atomic.Int32
 		for _, r := range rs {
@@ -74,7 +75,7 @@ func TestQueuedJobsEndWithoutAnAgent(t *testing.T) {
 			return int(n.Load())
 		}
 
-		frozen := onlineServer(t, st, "frozen", c.now())
+		frozen := onlineServer(t, st, "frozen", c.Now())
 		j := mustEnqueue(t, rs[0], frozen)
 		mustClaim(t, rs[0], frozen)
 		waited := make(chan jobs.Job, 1)
@@ -85,14 +86,14 @@ func TestQueuedJobsEndWithoutAnAgent(t *testing.T) {
 			}
 			waited <- got
 		}()
-		c.advance(jobs.DefaultLease + time.Second)
+		c.Advance(jobs.DefaultLease + time.Second)
 		if n := expire(); n != 0 {
 			t.Fatalf("%d jobs failed when the lease lapsed; the claim never acknowledged should be queued again", n)
 		}
 		if got, _, _ := rs[1].Read(ctx, j.ID, jobs.AdminReader); got.Status != jobs.Queued || got.Requeues != 1 {
 			t.Fatalf("after the lease lapsed: %s, %d requeues; want queued again", got.Status, got.Requeues)
 		}
-		c.advance(jobs.OfflineAfter)
+		c.Advance(jobs.OfflineAfter)
 		if n := expire(); n != 1 {
 			t.Fatalf("%d jobs failed once the server was offline past the lease, want 1", n)
 		}
@@ -114,14 +115,14 @@ func TestQueuedJobsEndWithoutAnAgent(t *testing.T) {
 			t.Fatalf("a failed job was handed out again: %v %v", ok, err)
 		}
 
-		silent := onlineServer(t, st, "silent", c.now())
+		silent := onlineServer(t, st, "silent", c.Now())
 		q := mustEnqueue(t, rs[1], silent)
 		spec, _ := rs[1].Spec(agentproto.JobAgentPing)
-		c.advance(spec.QueueTimeout() - time.Second)
+		c.Advance(spec.QueueTimeout() - time.Second)
 		if n := expire(); n != 0 {
 			t.Fatalf("%d jobs failed before the queue timeout", n)
 		}
-		c.advance(2 * time.Second)
+		c.Advance(2 * time.Second)
 		if n := expire(); n != 1 {
 			t.Fatalf("%d jobs failed past the queue timeout, want 1", n)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // localBus carries the messages of control planes in one process, as
@@ -36,7 +37,7 @@ func (b *localBus) Notify(_ context.Context, msg string) error {
 func TestLostClaimRequeued(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: time.Now().UTC()}
+		c := testlab.NewClock(time.Now().UTC())
 		rs := replicas(st, c, 3)
 		var hooks atomic.Int32
 		for _, r := range rs {
@@ -66,7 +67,7 @@ func TestLostClaimRequeued(t *testing.T) {
 			j, ok, err := a.Claim(ctx, "srv_1", 30*time.Second)
 			waiting <- claimed{j, ok, err}
 		}()
-		c.advance(jobs.DefaultLease + time.Second)
+		c.Advance(jobs.DefaultLease + time.Second)
 		var wg sync.WaitGroup
 		var failed atomic.Int32
 		for _, r := range []*jobs.Service{a, b, a, b} {
@@ -110,7 +111,7 @@ func TestLostClaimRequeued(t *testing.T) {
 		// before the job is claimed again, ends it.
 		k := mustEnqueue(t, dying, "srv_2")
 		mustClaim(t, dying, "srv_2")
-		c.advance(jobs.DefaultLease + time.Second)
+		c.Advance(jobs.DefaultLease + time.Second)
 		if n, err := a.Expire(ctx); err != nil || n != 0 {
 			t.Fatalf("expire: %d failed (%v), want 0", n, err)
 		}
@@ -130,7 +131,7 @@ func TestLostClaimRequeued(t *testing.T) {
 		if _, err := a.Secrets(ctx, "srv_3", l.ID); err != nil {
 			t.Fatal(err)
 		}
-		c.advance(jobs.DefaultLease + time.Second)
+		c.Advance(jobs.DefaultLease + time.Second)
 		if n, err := b.Expire(ctx); err != nil || n != 1 {
 			t.Fatalf("expire: %d failed (%v), want 1", n, err)
 		}

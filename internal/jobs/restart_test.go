@@ -15,26 +15,17 @@ import (
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-// clock is a time source a test moves by hand.
-type clock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
 // replicas returns n job services on one store, as n control planes
 // sharing a database run them.
-func replicas(st *store.Store, c *clock, n int) []*jobs.Service {
+func replicas(st *store.Store, c *testlab.Clock, n int) []*jobs.Service {
 	key := secrets.GenerateKey()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	out := make([]*jobs.Service, n)
 	for i := range out {
-		out[i] = jobs.NewService(st, key, c.now, log)
+		out[i] = jobs.NewService(st, key, c.Now, log)
 	}
 	return out
 }
@@ -76,7 +67,7 @@ var succeeded = agentproto.CompleteRequest{Status: agentproto.StatusSucceeded, D
 func TestHookPendingSeenByEveryReplica(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: time.Now().UTC()}
+		c := testlab.NewClock(time.Now().UTC())
 		rs := replicas(st, c, 2)
 		a, b := rs[0], rs[1]
 		entered, release := make(chan struct{}), make(chan struct{})
@@ -121,7 +112,7 @@ func TestHookPendingSeenByEveryReplica(t *testing.T) {
 func TestStaleHookRunsOnce(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: time.Now().UTC()}
+		c := testlab.NewClock(time.Now().UTC())
 		rs := replicas(st, c, 3)
 		var ran atomic.Int32
 		for _, r := range rs {
@@ -136,7 +127,7 @@ func TestStaleHookRunsOnce(t *testing.T) {
 		j := mustEnqueue(t, rs[0], "srv_1")
 		mustClaim(t, rs[0], "srv_1")
 		// The job ends in the store; the process that ended it dies.
-		if ok, err := st.FinishJob(ctx, j.ID, jobs.Succeeded, nil, json.RawMessage(`{}`), nil, c.now()); err != nil || !ok {
+		if ok, err := st.FinishJob(ctx, j.ID, jobs.Succeeded, nil, json.RawMessage(`{}`), nil, c.Now()); err != nil || !ok {
 			t.Fatalf("finish: %v %v", ok, err)
 		}
 		if got, _, _ := rs[1].Read(ctx, j.ID, jobs.AdminReader); got.Status != jobs.Running {
@@ -150,7 +141,7 @@ func TestStaleHookRunsOnce(t *testing.T) {
 		if n := ran.Load(); n != 0 {
 			t.Fatalf("hook ran %d times before it was stale", n)
 		}
-		c.advance(jobs.StaleHookAfter + time.Second)
+		c.Advance(jobs.StaleHookAfter + time.Second)
 		var wg sync.WaitGroup
 		for _, r := range rs {
 			wg.Go(func() {
@@ -177,7 +168,7 @@ func TestStaleHookRunsOnce(t *testing.T) {
 func TestRestartGraceAndLateResult(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: time.Now().UTC()}
+		c := testlab.NewClock(time.Now().UTC())
 		js := replicas(st, c, 1)[0]
 		var hooks, reconciles atomic.Int32
 		late := make(chan jobs.Job, 4)
@@ -192,7 +183,7 @@ func TestRestartGraceAndLateResult(t *testing.T) {
 		// Down for five minutes (longer than a lease, shorter than the timeout), then started: the job gets its grace.
 		j := mustEnqueueWork(t, js, "srv_1", jobs.Of(agentproto.AppDeploy, agentproto.DeployPayload{}))
 		mustClaim(t, js, "srv_1")
-		c.advance(5 * time.Minute)
+		c.Advance(5 * time.Minute)
 		if n, err := js.Grace(ctx, time.Minute); err != nil || n != 1 {
 			t.Fatalf("grace: moved %d leases (%v), want 1", n, err)
 		}
@@ -200,7 +191,7 @@ func TestRestartGraceAndLateResult(t *testing.T) {
 			t.Fatalf("expired %d jobs within the grace (%v), want 0", n, err)
 		}
 		// The agent comes back in time and completes the job.
-		c.advance(50 * time.Second)
+		c.Advance(50 * time.Second)
 		if got, err := js.Complete(ctx, "srv_1", j.ID, succeeded); err != nil || got.Status != jobs.Succeeded {
 			t.Fatalf("completion within the grace: %s %v, want succeeded", got.Status, err)
 		}
@@ -212,11 +203,11 @@ func TestRestartGraceAndLateResult(t *testing.T) {
 		if err := js.Heartbeat(ctx, "srv_1", []string{j.ID}); err != nil {
 			t.Fatal(err)
 		}
-		c.advance(5 * time.Minute)
+		c.Advance(5 * time.Minute)
 		if _, err := js.Grace(ctx, time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		c.advance(time.Minute + time.Second)
+		c.Advance(time.Minute + time.Second)
 		if n, err := js.Expire(ctx); err != nil || n != 1 {
 			t.Fatalf("expired %d jobs after the grace (%v), want 1", n, err)
 		}

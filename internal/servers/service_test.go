@@ -18,24 +18,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // countingStore counts agent token lookups and can hold one up.
 type countingStore struct {
@@ -56,14 +40,14 @@ func (c *countingStore) ServerByAgentToken(ctx context.Context, hash string) (se
 
 type env struct {
 	st    *countingStore
-	clock *clock
+	clock *testlab.Clock
 	svc   *servers.Service
 }
 
 func newEnv(t *testing.T, d store.Dialect) *env {
 	t.Helper()
 	st := &countingStore{Store: storetest.Open(t, d)}
-	c := &clock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := testlab.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	js := jobs.NewService(st.Store, secrets.GenerateKey(), c.Now, logger)
 	svc := servers.NewService(st, js, audit.NewLog(st.Store, c.Now), c.Now, "http://capstan.test", time.Hour)

@@ -18,6 +18,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // mustEnroll creates a server and redeems its enrollment.
@@ -167,19 +168,6 @@ func (r *recorder) Deliver(_ context.Context, key string, d events.Delivery, ev 
 	return events.Result{Code: 200}, nil
 }
 
-// clock is a test clock.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func publishN(t *testing.T, s *store.Store, n int, at time.Time) []events.Event {
 	t.Helper()
 	var out []events.Event
@@ -200,14 +188,14 @@ func publishN(t *testing.T, s *store.Store, n int, at time.Time) []events.Event 
 func TestDispatcherDeliversOncePerDestination(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: t0}
+		c := testlab.NewClock(t0)
 		evs := publishN(t, s, 40, t0)
 		inbox, chans := newRecorder("inbox", "all"), newRecorder("channel", "chn_a", "chn_b")
 		// Three dispatchers (three control planes) share the store and
 		// run at once.
 		var ds []*events.Dispatcher
 		for range 3 {
-			d := events.NewDispatcher(s, c.now, quiet)
+			d := events.NewDispatcher(s, c.Now, quiet)
 			d.Register(inbox)
 			d.Register(chans)
 			ds = append(ds, d)
@@ -255,16 +243,16 @@ func TestDispatcherDeliversOncePerDestination(t *testing.T) {
 func TestDispatcherRetriesWithBackoffThenGivesUp(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: t0}
+		c := testlab.NewClock(t0)
 		publishN(t, s, 1, t0)
 		hook := newRecorder("channel", "chn_a")
 		hook.failing = 2
-		d := events.NewDispatcher(s, c.now, quiet)
+		d := events.NewDispatcher(s, c.Now, quiet)
 		d.Register(hook)
 		pass := func(want int) {
 			t.Helper()
 			if n, err := d.Pass(ctx); n != want || err != nil {
-				t.Fatalf("pass at %s: %d attempts, %v; want %d", c.now().Sub(t0), n, err, want)
+				t.Fatalf("pass at %s: %d attempts, %v; want %d", c.Now().Sub(t0), n, err, want)
 			}
 		}
 		pass(1)
@@ -277,13 +265,13 @@ func TestDispatcherRetriesWithBackoffThenGivesUp(t *testing.T) {
 			t.Fatalf("first backoff: %s, want about %s", wait, events.DefaultRetryBase)
 		}
 		pass(0) // not due yet
-		c.add(12 * time.Second)
+		c.Advance(12 * time.Second)
 		pass(1)
 		list, _ = s.Deliveries(ctx, "channel:chn_a", 10)
-		if wait := list[0].NextAttemptAt.Sub(c.now()); wait < 16*time.Second || wait > 24*time.Second {
+		if wait := list[0].NextAttemptAt.Sub(c.Now()); wait < 16*time.Second || wait > 24*time.Second {
 			t.Fatalf("second backoff: %s, want about 20s", wait)
 		}
-		c.add(24 * time.Second)
+		c.Advance(24 * time.Second)
 		pass(1)
 		list, _ = s.Deliveries(ctx, "channel:chn_a", 10)
 		if got := list[0]; got.Status != events.Delivered || got.Attempts != 3 || got.LastError != "" || got.ResponseCode != 200 {
@@ -294,9 +282,9 @@ func TestDispatcherRetriesWithBackoffThenGivesUp(t *testing.T) {
 		}
 
 		// A destination that never answers is retried for a day, no more.
-		publishN(t, s, 1, c.now())
+		publishN(t, s, 1, c.Now())
 		hook.failing = 1 << 30
-		start := c.now()
+		start := c.Now()
 		attempts := 0
 		for range 200 {
 			n, err := d.Pass(ctx)
@@ -304,7 +292,7 @@ func TestDispatcherRetriesWithBackoffThenGivesUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			attempts += n
-			c.add(10 * time.Minute)
+			c.Advance(10 * time.Minute)
 		}
 		list, _ = s.Deliveries(ctx, "channel:chn_a", 1)
 		if got := list[0]; got.Status != events.Failed || got.NextAttemptAt != nil || got.LastAttemptAt.Sub(start) > events.DefaultMaxAge {
@@ -319,17 +307,17 @@ func TestDispatcherRetriesWithBackoffThenGivesUp(t *testing.T) {
 func TestDeliveryOfACrashedDispatcherIsMadeAgainWithTheSameID(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		c := &clock{t: t0}
+		c := testlab.NewClock(t0)
 		evs := publishN(t, s, 1, t0)
 		hook := newRecorder("channel", "chn_a")
-		d := events.NewDispatcher(s, c.now, quiet)
+		d := events.NewDispatcher(s, c.Now, quiet)
 		d.Register(hook)
 		// A dispatcher routes and claims, then dies before it records
 		// the outcome.
-		if err := s.RouteEvent(ctx, evs[0].ID, []string{"channel:chn_a"}, c.now()); err != nil {
+		if err := s.RouteEvent(ctx, evs[0].ID, []string{"channel:chn_a"}, c.Now()); err != nil {
 			t.Fatal(err)
 		}
-		claimed, err := s.ClaimDeliveries(ctx, c.now(), c.now().Add(d.Lease), 10)
+		claimed, err := s.ClaimDeliveries(ctx, c.Now(), c.Now().Add(d.Lease), 10)
 		if err != nil || len(claimed) != 1 {
 			t.Fatalf("claim: %v %v", claimed, err)
 		}
@@ -337,7 +325,7 @@ func TestDeliveryOfACrashedDispatcherIsMadeAgainWithTheSameID(t *testing.T) {
 		if n, err := d.Pass(ctx); n != 0 || err != nil {
 			t.Fatalf("pass while the claim holds: %d %v", n, err)
 		}
-		c.add(d.Lease)
+		c.Advance(d.Lease)
 		if n, err := d.Pass(ctx); n != 1 || err != nil {
 			t.Fatalf("pass after the claim lapsed: %d %v", n, err)
 		}
@@ -345,7 +333,7 @@ func TestDeliveryOfACrashedDispatcherIsMadeAgainWithTheSameID(t *testing.T) {
 			t.Fatalf("delivered under %s: %v", claimed[0].ID, got)
 		}
 		// The dead dispatcher's late outcome changes nothing.
-		if err := s.FinishDelivery(ctx, claimed[0].ID, events.Outcome{Status: events.Failed, Attempt: 1, At: c.now()}); err != nil {
+		if err := s.FinishDelivery(ctx, claimed[0].ID, events.Outcome{Status: events.Failed, Attempt: 1, At: c.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		got, _ := s.Delivery(ctx, claimed[0].ID)

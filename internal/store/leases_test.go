@@ -11,6 +11,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/singleton"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // openTwice opens two stores on one database, as two control planes do.
@@ -40,10 +41,10 @@ func TestSingletonTaskRunsInOneControlPlane(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
 			a, b := openTwice(t, d)
-			c := &clock{t: t0}
+			c := testlab.NewClock(t0)
 			var runs [2]atomic.Int32
 			task := func(i int, s *store.Store, holder string) *singleton.Task {
-				return &singleton.Task{Leases: s, Name: "evaluate", Holder: holder, Interval: 30 * time.Second, Now: c.now, Log: quiet,
+				return &singleton.Task{Leases: s, Name: "evaluate", Holder: holder, Interval: 30 * time.Second, Now: c.Now, Log: quiet,
 					Run: func(context.Context) error { runs[i].Add(1); return nil }}
 			}
 			tasks := []*singleton.Task{task(0, a, "cp-a"), task(1, b, "cp-b")}
@@ -62,9 +63,9 @@ func TestSingletonTaskRunsInOneControlPlane(t *testing.T) {
 				}
 				wg.Wait()
 				if ran[0] == ran[1] {
-					t.Fatalf("at %s: ran in a: %v, in b: %v; want exactly one", c.now().Sub(t0), ran[0], ran[1])
+					t.Fatalf("at %s: ran in a: %v, in b: %v; want exactly one", c.Now().Sub(t0), ran[0], ran[1])
 				}
-				c.add(30 * time.Second)
+				c.Advance(30 * time.Second)
 				return ran
 			}
 			first := round()
@@ -95,7 +96,7 @@ func TestSingletonTaskRunsInOneControlPlane(t *testing.T) {
 				if got, want := ok, i == 2; got != want {
 					t.Fatalf("%d intervals after the holder stopped: ran %v, want %v", i+1, got, want)
 				}
-				c.add(30 * time.Second)
+				c.Advance(30 * time.Second)
 			}
 			// A holder that releases hands over at once.
 			if err := a.ReleaseLease(ctx, "evaluate", other.Holder); err != nil {

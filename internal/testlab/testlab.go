@@ -10,6 +10,7 @@
 //   - testlab.go: Require (a missing component skips the test, or fails it
 //     when CI=true), Eventually and EventuallyReport (a condition with a
 //     deadline), FreePort, Tail.
+//   - clock.go: Clock, a time source the test moves by hand.
 //   - docker.go: Docker (a client of the engine under test, DockerHost),
 //     GoProgram (a static Linux build of a Go main package), BuildImage and
 //     ProgramImage (FROM scratch images, legacy builder, no registry),
