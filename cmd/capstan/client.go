@@ -277,3 +277,25 @@ func ago(t time.Time) string {
 	}
 	return t.Format("2006-01-02")
 }
+
+// apiAnswer is what every generated response has.
+type apiAnswer interface{ StatusCode() int }
+
+// called is an API call's result on its way to being checked.
+type called[R apiAnswer] struct {
+	r   R
+	err error
+}
+
+// answered takes an API call's two results, to check them with or.
+func answered[R apiAnswer](r R, err error) called[R] { return called[R]{r, err} }
+
+// or is the call's response, or the exit error of its transport failure
+// or of a status that is not a success, saying what was being done.
+func (a called[R]) or(what string) (R, error) {
+	if a.err != nil {
+		return a.r, a.err
+	}
+	body, resp := responseOf(a.r)
+	return a.r, check(resp, body, what)
+}

@@ -122,11 +122,8 @@ func (a appsLsCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})
+	r, err := answered(c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})).or("listing applications")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing applications"); err != nil {
 		return err
 	}
 	list := []apiclient.Application{}
@@ -170,11 +167,8 @@ func (d appsDeployCmd) Run(parent context.Context) error {
 	if ref := d.Image + d.Ref; ref != "" {
 		body.Ref = &ref
 	}
-	r, err := c.api.DeployApplicationWithResponse(parent, appID, body)
+	r, err := answered(c.api.DeployApplicationWithResponse(parent, appID, body)).or("deploying " + d.App)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "deploying "+d.App); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "Deployment %s of %s queued.\n", r.JSON202.DeploymentId, d.App)

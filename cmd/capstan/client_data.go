@@ -124,11 +124,8 @@ func (l logsCmd) appLogs(ctx context.Context, c *conn, since time.Time) (*apicli
 		s := since.UTC().Format(time.RFC3339)
 		body.Since = &s
 	}
-	r, err := c.api.ReadApplicationLogsWithResponse(ctx, appID, body)
+	r, err := answered(c.api.ReadApplicationLogsWithResponse(ctx, appID, body)).or("reading the logs of " + l.App)
 	if err != nil {
-		return nil, err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading the logs of "+l.App); err != nil {
 		return nil, err
 	}
 	// The read's progress is not the log: only its lines are printed.
@@ -136,11 +133,8 @@ func (l logsCmd) appLogs(ctx context.Context, c *conn, since time.Time) (*apicli
 	if err != nil {
 		return nil, err
 	}
-	g, err := c.api.GetApplicationLogsWithResponse(ctx, appID, j.Id)
+	g, err := answered(c.api.GetApplicationLogsWithResponse(ctx, appID, j.Id)).or("reading the logs of " + l.App)
 	if err != nil {
-		return nil, err
-	}
-	if err := check(g.HTTPResponse, g.Body, "reading the logs of "+l.App); err != nil {
 		return nil, err
 	}
 	res := g.JSON200
@@ -170,11 +164,8 @@ func (l logsCmd) appSource(ctx context.Context, c *conn, res *apiclient.AppLogs)
 	if err != nil {
 		return read, err
 	}
-	a, err := c.api.GetApplicationWithResponse(ctx, appID, &apiclient.GetApplicationParams{})
+	a, err := answered(c.api.GetApplicationWithResponse(ctx, appID, &apiclient.GetApplicationParams{})).or("reading application " + l.App)
 	if err != nil {
-		return read, err
-	}
-	if err := check(a.HTTPResponse, a.Body, "reading application "+l.App); err != nil {
 		return read, err
 	}
 	read.ServerId = a.JSON200.ServerId
@@ -213,20 +204,14 @@ func readLog(ctx context.Context, c *conn, body apiclient.LogReadInputBody) (*ap
 	} else if body.Container != nil {
 		what = "reading the log of container " + *body.Container
 	}
-	r, err := c.api.ReadLogsWithResponse(ctx, body)
+	r, err := answered(c.api.ReadLogsWithResponse(ctx, body)).or(what)
 	if err != nil {
-		return nil, err
-	}
-	if err := check(r.HTTPResponse, r.Body, what); err != nil {
 		return nil, err
 	}
 	wait := int64(30)
 	for {
-		g, err := c.api.GetLogReadWithResponse(ctx, r.JSON202.JobId, &apiclient.GetLogReadParams{Wait: &wait})
+		g, err := answered(c.api.GetLogReadWithResponse(ctx, r.JSON202.JobId, &apiclient.GetLogReadParams{Wait: &wait})).or(what)
 		if err != nil {
-			return nil, err
-		}
-		if err := check(g.HTTPResponse, g.Body, what); err != nil {
 			return nil, err
 		}
 		res := g.JSON200
@@ -273,11 +258,8 @@ type dbCmd struct {
 
 // findDatabase resolves a database instance's name or id.
 func findDatabase(ctx context.Context, c *conn, ref string) (apiclient.Detail, error) {
-	r, err := c.api.ListDatabasesWithResponse(ctx)
+	r, err := answered(c.api.ListDatabasesWithResponse(ctx)).or("finding database instance " + ref)
 	if err != nil {
-		return apiclient.Detail{}, err
-	}
-	if err := check(r.HTTPResponse, r.Body, "finding database instance "+ref); err != nil {
 		return apiclient.Detail{}, err
 	}
 	if r.JSON200.Databases != nil {
@@ -299,11 +281,8 @@ func (d dbLsCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.ListDatabasesWithResponse(ctx)
+	r, err := answered(c.api.ListDatabasesWithResponse(ctx)).or("listing database instances")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing database instances"); err != nil {
 		return err
 	}
 	list := []apiclient.Detail{}
@@ -345,11 +324,8 @@ func (q dbQueryCmd) Run(parent context.Context) error {
 	if q.Database != "" {
 		body.Database = &q.Database
 	}
-	r, err := c.api.QueryDatabaseWithResponse(parent, db.Id, body)
+	r, err := answered(c.api.QueryDatabaseWithResponse(parent, db.Id, body)).or("querying " + q.DB)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "querying "+q.DB); err != nil {
 		return err
 	}
 	res, err := q.result(parent, c, db.Id, r.JSON202.JobId)
@@ -405,11 +381,8 @@ func (q dbQueryCmd) result(parent context.Context, c *conn, dbID, jobID string) 
 	if _, err := waitJob(ctx, c, jobID, os.Stderr); err != nil {
 		return nil, stopped(ctx, parent, err, "capstan jobs wait "+jobID)
 	}
-	g, err := c.api.GetDatabaseJobWithResponse(parent, dbID, jobID, &apiclient.GetDatabaseJobParams{})
+	g, err := answered(c.api.GetDatabaseJobWithResponse(parent, dbID, jobID, &apiclient.GetDatabaseJobParams{})).or("reading query " + jobID)
 	if err != nil {
-		return nil, err
-	}
-	if err := check(g.HTTPResponse, g.Body, "reading query "+jobID); err != nil {
 		return nil, err
 	}
 	return g.JSON200, nil
@@ -450,11 +423,8 @@ func (e dbExportCmd) Run(parent context.Context) error {
 	if e.Database != "" {
 		body.Database = &e.Database
 	}
-	r, err := c.api.ExportDatabaseWithResponse(parent, db.Id, body)
+	r, err := answered(c.api.ExportDatabaseWithResponse(parent, db.Id, body)).or("exporting " + e.DB)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "exporting "+e.DB); err != nil {
 		return err
 	}
 	jobID := r.JSON202.JobId
@@ -559,11 +529,8 @@ func (i dbImportCmd) Run(parent context.Context) error {
 		r.ContentLength = st.Size()
 		return nil
 	}
-	r, err := c.api.ImportDatabaseWithBodyWithResponse(parent, db.Id, params, "application/octet-stream", f, withLength)
+	r, err := answered(c.api.ImportDatabaseWithBodyWithResponse(parent, db.Id, params, "application/octet-stream", f, withLength)).or("importing " + i.File + " into " + i.DB)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "importing "+i.File+" into "+i.DB); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "Uploaded %s (%s); import %s queued.\n", i.File, size(st.Size()), r.JSON202.JobId)
@@ -579,11 +546,8 @@ type backupsCmd struct {
 
 // findBackup reads a backup by its id.
 func findBackup(ctx context.Context, c *conn, id string) (*apiclient.RunView, error) {
-	r, err := c.api.GetBackupWithResponse(ctx, id)
+	r, err := answered(c.api.GetBackupWithResponse(ctx, id)).or("reading backup " + id)
 	if err != nil {
-		return nil, err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading backup "+id); err != nil {
 		return nil, err
 	}
 	return r.JSON200, nil
@@ -608,11 +572,8 @@ func (b backupsLsCmd) Run(ctx context.Context) error {
 		}
 		p.InstanceId = &db.Id
 	}
-	r, err := c.api.ListBackupsWithResponse(ctx, p)
+	r, err := answered(c.api.ListBackupsWithResponse(ctx, p)).or("listing backups")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing backups"); err != nil {
 		return err
 	}
 	var runs []apiclient.RunView
@@ -654,11 +615,8 @@ func (b backupsRunCmd) Run(parent context.Context) error {
 	if b.Database != "" {
 		body.Database = &b.Database
 	}
-	r, err := c.api.RunBackupWithResponse(parent, body)
+	r, err := answered(c.api.RunBackupWithResponse(parent, body)).or("backing up " + b.DB)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "backing up "+b.DB); err != nil {
 		return err
 	}
 	runID, jobID := r.JSON202.Run.Id, r.JSON202.JobId
@@ -704,11 +662,8 @@ func (v backupsVerifyCmd) Run(parent context.Context) error {
 	if _, err := findBackup(parent, c, v.ID); err != nil {
 		return err
 	}
-	r, err := c.api.VerifyBackupWithResponse(parent, v.ID)
+	r, err := answered(c.api.VerifyBackupWithResponse(parent, v.ID)).or("verifying backup " + v.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "verifying backup "+v.ID); err != nil {
 		return err
 	}
 	ctx, cancel := withTimeout(parent, v.Timeout)
@@ -766,11 +721,8 @@ func (b backupsRestoreCmd) Run(parent context.Context) error {
 			"since is lost. Give --yes to restore over it, or --into NAME to restore into a new database",
 			b.ID, target, instanceName(parent, c, run.InstanceId), run.CreatedAt.Local().Format("2006-01-02 15:04"))
 	}
-	r, err := c.api.RestoreBackupWithResponse(parent, b.ID, body)
+	r, err := answered(c.api.RestoreBackupWithResponse(parent, b.ID, body)).or("restoring backup " + b.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "restoring backup "+b.ID); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "Restore of %s queued.\n", b.ID)

@@ -66,11 +66,8 @@ func findServer(ctx context.Context, c *conn, ref string) (string, error) {
 }
 
 func serverNames(ctx context.Context, c *conn) ([]named, error) {
-	r, err := c.api.ListServersWithResponse(ctx)
+	r, err := answered(c.api.ListServersWithResponse(ctx)).or("listing servers")
 	if err != nil {
-		return nil, err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing servers"); err != nil {
 		return nil, err
 	}
 	var out []named
@@ -81,11 +78,8 @@ func serverNames(ctx context.Context, c *conn) ([]named, error) {
 }
 
 func appNames(ctx context.Context, c *conn) ([]named, error) {
-	r, err := c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})
+	r, err := answered(c.api.ListApplicationsWithResponse(ctx, &apiclient.ListApplicationsParams{})).or("listing applications")
 	if err != nil {
-		return nil, err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing applications"); err != nil {
 		return nil, err
 	}
 	var out []named
@@ -175,11 +169,8 @@ func (s serversLsCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.ListServersWithResponse(ctx)
+	r, err := answered(c.api.ListServersWithResponse(ctx)).or("listing servers")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing servers"); err != nil {
 		return err
 	}
 	var rows [][]string
@@ -204,11 +195,8 @@ func (s serversShowCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.GetServerWithResponse(ctx, id)
+	r, err := answered(c.api.GetServerWithResponse(ctx, id)).or("reading server " + s.Server)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading server "+s.Server); err != nil {
 		return err
 	}
 	sv := r.JSON200
@@ -245,11 +233,8 @@ func (s serversEnrollCmd) Run(ctx context.Context) error {
 	if len(s.Tags) > 0 {
 		body.Tags = &s.Tags
 	}
-	r, err := c.api.CreateEnrollmentWithResponse(ctx, body)
+	r, err := answered(c.api.CreateEnrollmentWithResponse(ctx, body)).or("enrolling " + s.Name)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "enrolling "+s.Name); err != nil {
 		return err
 	}
 	e := r.JSON201
@@ -281,11 +266,8 @@ func (s serversRevokeCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.RevokeServerWithResponse(ctx, id)
+	r, err := answered(c.api.RevokeServerWithResponse(ctx, id)).or("revoking " + s.Server)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "revoking "+s.Server); err != nil {
 		return err
 	}
 	return done(s.ClientFlags, r.JSON200, "Server %s (%s) revoked.", r.JSON200.Name, r.JSON200.Id)
@@ -324,11 +306,8 @@ func (j jobsLsCmd) Run(ctx context.Context) error {
 		p.AppId = &id
 	}
 	p.Type, p.Status, p.Actor, p.Limit = optional(j.Type), optional(j.State), optional(j.Actor), optionalInt(j.Limit)
-	r, err := c.api.ListJobsWithResponse(ctx, &p)
+	r, err := answered(c.api.ListJobsWithResponse(ctx, &p)).or("listing jobs")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing jobs"); err != nil {
 		return err
 	}
 	var rows [][]string
@@ -367,11 +346,8 @@ func (j jobsShowCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.GetJobWithResponse(ctx, j.ID, &apiclient.GetJobParams{})
+	r, err := answered(c.api.GetJobWithResponse(ctx, j.ID, &apiclient.GetJobParams{})).or("reading job " + j.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading job "+j.ID); err != nil {
 		return err
 	}
 	job := r.JSON200
@@ -402,11 +378,8 @@ func (j jobsCancelCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.CancelJobWithResponse(ctx, j.ID)
+	r, err := answered(c.api.CancelJobWithResponse(ctx, j.ID)).or("cancelling job " + j.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "cancelling job "+j.ID); err != nil {
 		return err
 	}
 	return done(j.ClientFlags, r.JSON200, "Job %s (%s) cancelled.", j.ID, r.JSON200.Type)
@@ -430,11 +403,8 @@ func (a appsShowCmd) Run(ctx context.Context) error {
 	}
 	// Never the environment's values: the command shows its keys.
 	reveal := false
-	r, err := c.api.GetApplicationWithResponse(ctx, id, &apiclient.GetApplicationParams{Reveal: &reveal})
+	r, err := answered(c.api.GetApplicationWithResponse(ctx, id, &apiclient.GetApplicationParams{Reveal: &reveal})).or("reading application " + a.App)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading application "+a.App); err != nil {
 		return err
 	}
 	app := r.JSON200
@@ -512,11 +482,8 @@ func (a appsCreateCmd) Run(parent context.Context) error {
 		deploy := false
 		body.Deploy = &deploy
 	}
-	r, err := c.api.CreateApplicationWithResponse(parent, body)
+	r, err := answered(c.api.CreateApplicationWithResponse(parent, body)).or("creating " + a.Name)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "creating "+a.Name); err != nil {
 		return err
 	}
 	app := r.JSON201
@@ -553,11 +520,8 @@ func followDeployment(parent context.Context, c *conn, asJSON bool, timeout time
 	f := &follower{c: c, log: os.Stderr, jobID: jobID, appID: appID}
 	var last *apiclient.DeploymentDetail
 	err := f.run(ctx, func(ctx context.Context) (bool, error) {
-		g, err := c.api.GetDeploymentWithResponse(ctx, depID)
+		g, err := answered(c.api.GetDeploymentWithResponse(ctx, depID)).or("reading deployment " + depID)
 		if err != nil {
-			return false, err
-		}
-		if err := check(g.HTTPResponse, g.Body, "reading deployment "+depID); err != nil {
 			return false, err
 		}
 		last = g.JSON200
@@ -598,11 +562,8 @@ func (a appsRollbackCmd) Run(parent context.Context) error {
 	}
 	var target apiclient.Deployment
 	if a.To != "" {
-		g, err := c.api.GetDeploymentWithResponse(parent, a.To)
+		g, err := answered(c.api.GetDeploymentWithResponse(parent, a.To)).or("reading deployment " + a.To)
 		if err != nil {
-			return err
-		}
-		if err := check(g.HTTPResponse, g.Body, "reading deployment "+a.To); err != nil {
 			return err
 		}
 		if g.JSON200.ApplicationId != appID {
@@ -612,11 +573,8 @@ func (a appsRollbackCmd) Run(parent context.Context) error {
 	} else if target, err = previousDeployment(parent, c, a.App, appID); err != nil {
 		return err
 	}
-	r, err := c.api.RollbackDeploymentWithResponse(parent, target.Id)
+	r, err := answered(c.api.RollbackDeploymentWithResponse(parent, target.Id)).or("rolling " + a.App + " back to " + target.Id)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "rolling "+a.App+" back to "+target.Id); err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "Rollback of %s to %s (%s): deployment %s queued.\n", a.App, target.Id, target.Spec.Image, r.JSON202.DeploymentId)
@@ -630,11 +588,8 @@ func (a appsRollbackCmd) Run(parent context.Context) error {
 func previousDeployment(ctx context.Context, c *conn, name, appID string) (apiclient.Deployment, error) {
 	var none apiclient.Deployment
 	reveal := false
-	g, err := c.api.GetApplicationWithResponse(ctx, appID, &apiclient.GetApplicationParams{Reveal: &reveal})
+	g, err := answered(c.api.GetApplicationWithResponse(ctx, appID, &apiclient.GetApplicationParams{Reveal: &reveal})).or("reading application " + name)
 	if err != nil {
-		return none, err
-	}
-	if err := check(g.HTTPResponse, g.Body, "reading application "+name); err != nil {
 		return none, err
 	}
 	current := str(g.JSON200.CurrentDeploymentId)
@@ -642,11 +597,8 @@ func previousDeployment(ctx context.Context, c *conn, name, appID string) (apicl
 		return none, exitf(exitFailed, "%s has no live deployment to roll back from", name)
 	}
 	limit := int64(100)
-	l, err := c.api.ListApplicationDeploymentsWithResponse(ctx, appID, &apiclient.ListApplicationDeploymentsParams{Limit: &limit})
+	l, err := answered(c.api.ListApplicationDeploymentsWithResponse(ctx, appID, &apiclient.ListApplicationDeploymentsParams{Limit: &limit})).or("listing the deployments of " + name)
 	if err != nil {
-		return none, err
-	}
-	if err := check(l.HTTPResponse, l.Body, "listing the deployments of "+name); err != nil {
 		return none, err
 	}
 	seen := false
@@ -736,11 +688,8 @@ func changeEnv(ctx context.Context, f ClientFlags, ref string, body apiclient.Ch
 	if err != nil {
 		return err
 	}
-	r, err := c.api.ChangeApplicationEnvWithResponse(ctx, id, body)
+	r, err := answered(c.api.ChangeApplicationEnvWithResponse(ctx, id, body)).or("changing the environment of " + ref)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "changing the environment of "+ref); err != nil {
 		return err
 	}
 	for i := range deref(r.JSON200.Env) {
@@ -773,20 +722,14 @@ func (d deploymentsLsCmd) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r, err := c.api.ListApplicationDeploymentsWithResponse(ctx, id, &apiclient.ListApplicationDeploymentsParams{Limit: optionalInt(d.Limit)})
+		r, err := answered(c.api.ListApplicationDeploymentsWithResponse(ctx, id, &apiclient.ListApplicationDeploymentsParams{Limit: optionalInt(d.Limit)})).or("listing the deployments of " + d.App)
 		if err != nil {
-			return err
-		}
-		if err := check(r.HTTPResponse, r.Body, "listing the deployments of "+d.App); err != nil {
 			return err
 		}
 		list = r.JSON200
 	} else {
-		r, err := c.api.ListDeploymentsWithResponse(ctx, &apiclient.ListDeploymentsParams{Limit: optionalInt(d.Limit)})
+		r, err := answered(c.api.ListDeploymentsWithResponse(ctx, &apiclient.ListDeploymentsParams{Limit: optionalInt(d.Limit)})).or("listing deployments")
 		if err != nil {
-			return err
-		}
-		if err := check(r.HTTPResponse, r.Body, "listing deployments"); err != nil {
 			return err
 		}
 		list = r.JSON200
@@ -812,11 +755,8 @@ func (d deploymentsShowCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.GetDeploymentWithResponse(ctx, d.ID)
+	r, err := answered(c.api.GetDeploymentWithResponse(ctx, d.ID)).or("reading deployment " + d.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading deployment "+d.ID); err != nil {
 		return err
 	}
 	dep := r.JSON200
@@ -849,11 +789,8 @@ func (a alertsLsCmd) Run(ctx context.Context) error {
 		return err
 	}
 	state := apiclient.ListAlertsParamsState(a.State)
-	r, err := c.api.ListAlertsWithResponse(ctx, &apiclient.ListAlertsParams{State: &state, Limit: optionalInt(a.Limit), Before: optional(a.Before)})
+	r, err := answered(c.api.ListAlertsWithResponse(ctx, &apiclient.ListAlertsParams{State: &state, Limit: optionalInt(a.Limit), Before: optional(a.Before)})).or("listing alerts")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing alerts"); err != nil {
 		return err
 	}
 	var rows [][]string
@@ -886,11 +823,8 @@ func (a alertsAckCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.AcknowledgeAlertWithResponse(ctx, a.ID)
+	r, err := answered(c.api.AcknowledgeAlertWithResponse(ctx, a.ID)).or("acknowledging alert " + a.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "acknowledging alert "+a.ID); err != nil {
 		return err
 	}
 	return done(a.ClientFlags, r.JSON200, "Alert %s (%s on %s) acknowledged.", a.ID, r.JSON200.Kind, r.JSON200.Subject.Name)
@@ -913,11 +847,8 @@ func (t tokensLsCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.ListTokensWithResponse(ctx)
+	r, err := answered(c.api.ListTokensWithResponse(ctx)).or("listing tokens")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "listing tokens"); err != nil {
 		return err
 	}
 	var rows [][]string
@@ -967,11 +898,8 @@ func (t tokensCreateCmd) Run(ctx context.Context) error {
 		}
 		body.Resources = &res
 	}
-	r, err := c.api.CreateTokenWithResponse(ctx, body)
+	r, err := answered(c.api.CreateTokenWithResponse(ctx, body)).or("making token " + t.Name)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "making token "+t.Name); err != nil {
 		return err
 	}
 	tok := r.JSON201
@@ -1010,11 +938,8 @@ func (t tokensRevokeCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.RevokeTokenWithResponse(ctx, t.ID)
+	r, err := answered(c.api.RevokeTokenWithResponse(ctx, t.ID)).or("revoking token " + t.ID)
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "revoking token "+t.ID); err != nil {
 		return err
 	}
 	return done(t.ClientFlags, r.JSON200, "Token %s (%s) revoked.", r.JSON200.Name, t.ID)
@@ -1052,11 +977,8 @@ func (a auditLsCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r, err := c.api.ListAuditLogsWithResponse(ctx, &p)
+	r, err := answered(c.api.ListAuditLogsWithResponse(ctx, &p)).or("reading the audit log")
 	if err != nil {
-		return err
-	}
-	if err := check(r.HTTPResponse, r.Body, "reading the audit log"); err != nil {
 		return err
 	}
 	var rows [][]string

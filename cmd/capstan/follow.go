@@ -236,11 +236,8 @@ func waitJob(ctx context.Context, c *conn, jobID string, log io.Writer) (*apicli
 	f := &follower{c: c, log: log, jobID: jobID}
 	var last *apiclient.JobDetail
 	err := f.run(ctx, func(ctx context.Context) (bool, error) {
-		g, err := c.api.GetJobWithResponse(ctx, jobID, &apiclient.GetJobParams{})
+		g, err := answered(c.api.GetJobWithResponse(ctx, jobID, &apiclient.GetJobParams{})).or("reading job " + jobID)
 		if err != nil {
-			return false, err
-		}
-		if err := check(g.HTTPResponse, g.Body, "reading job "+jobID); err != nil {
 			return false, err
 		}
 		last = g.JSON200

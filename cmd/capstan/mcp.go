@@ -211,9 +211,6 @@ func jobEnd(ctx context.Context, c *conn, jobID string) (*mcp.CallToolResult, er
 	}
 }
 
-// apiAnswer is what every generated response has.
-type apiAnswer interface{ StatusCode() int }
-
 // answer is a tool's result: the API's JSON answer, or its problem as a
 // tool error the assistant reads.
 func answer[R apiAnswer](r R, err error) (*mcp.CallToolResult, any, error) {
