@@ -90,6 +90,30 @@ func (r *backupRig) post(t *testing.T, path string, body any) JobInfo {
 	return r.backupJob(t, a.JobID)
 }
 
+// restoreIntoExisting restores a backup in mode new into a database that
+// exists, which must be refused: by the control plane (422 on into) when
+// the agent's listing of the instance's databases has reached it since the
+// database was made, or else by the agent, failing the job. Either way
+// the refusal says the database exists.
+func (r *backupRig) restoreIntoExisting(t *testing.T, runID, into string) {
+	t.Helper()
+	resp := r.Post(t, "/api/v1/backups/"+runID+"/restore", r.Token, map[string]any{"mode": "new", "into": into})
+	switch resp.Status {
+	case http.StatusUnprocessableEntity:
+		if !strings.Contains(string(resp.Body), `"field":"into"`) || !strings.Contains(string(resp.Body), "exists") {
+			t.Fatalf("restore new into an existing database: 422 without saying so: %s", resp.Body)
+		}
+	case http.StatusAccepted:
+		var a Accepted
+		resp.JSON(t, &a)
+		if rj := r.backupJob(t, a.JobID); rj.Status != "failed" || !strings.Contains(deref(rj.Error), "exists") {
+			t.Fatalf("restore new into an existing database: %s: %s", rj.Status, deref(rj.Error))
+		}
+	default:
+		t.Fatalf("restore new into an existing database: %d %s", resp.Status, resp.Body)
+	}
+}
+
 func (r *backupRig) verified(t *testing.T, runID string) Verified {
 	t.Helper()
 	run := r.run(t, runID)
@@ -184,10 +208,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 		t.Fatalf("restore new: %s: %s", rj.Status, deref(rj.Error))
 	}
 	same(copyDB)
-	if rj := r.post(t, "/api/v1/backups/"+run.ID+"/restore", map[string]any{"mode": "new", "into": copyDB}); rj.Status != "failed" ||
-		!strings.Contains(deref(rj.Error), "exists") {
-		t.Fatalf("restore new into an existing database: %s: %s", rj.Status, deref(rj.Error))
-	}
+	r.restoreIntoExisting(t, run.ID, copyDB)
 	same(copyDB)
 	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + pg.ID + "/databases/" + copyDB, Token: r.Token})
 	expectStatus(t, resp, http.StatusAccepted)
