@@ -5,7 +5,8 @@
 # processes (agents, engines, browsers), so it runs as E2E_SHARDS go test
 # processes (default 2) beside the other packages. Each shard gets a share
 # of the tests balanced by their durations in scripts/e2e-durations.tsv
-# (a test not listed there counts as the median); within a shard, tests
+# (a test not listed there counts as the median; one that runs in
+# parallel counts for its share of the parallel slots); within a shard, tests
 # run as go test runs them, E2E_PARALLEL (default 4) of the parallel ones
 # at a time. Every process's output is printed when it ends, and the
 # script fails when any of them failed.
@@ -39,11 +40,21 @@ shards() {
 	}
 	local median
 	median=$(cut -f2 "$DURATIONS" | sort -n | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 1 }')
-	awk -v n="$SHARDS" -v median="$median" -F '\t' '
+	# The tests that call t.Parallel() first thing share their shard's
+	# PARALLEL slots: each weighs its duration over PARALLEL. The others
+	# run one at a time and weigh their whole duration.
+	local parallel
+	parallel=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing.T\) \{/ { name = $2; sub(/\(.*/, "", name); n = 0; next }
+		name != "" && n < 3 { n++; if ($0 ~ /t\.Parallel\(\)/) { print name; name = "" } else if (n == 3) name = "" }' e2e/*_test.go)
+	awk -v n="$SHARDS" -v median="$median" -v slots="$PARALLEL" -F '\t' '
 		FILENAME == ARGV[1] { known[$1] = $2; next }
+		FILENAME == ARGV[2] { par[$1] = 1; next }
 		{ names[++m] = $1 }
 		END {
-			for (i = 1; i <= m; i++) w[i] = (names[i] in known) ? known[names[i]] : median
+			for (i = 1; i <= m; i++) {
+				w[i] = (names[i] in known) ? known[names[i]] : median
+				if (names[i] in par) w[i] /= slots
+			}
 			# Longest first (a selection sort: a few hundred tests).
 			for (i = 1; i <= m; i++) order[i] = i
 			for (i = 1; i <= m; i++)
@@ -57,7 +68,7 @@ shards() {
 				run[best] = run[best] (run[best] == "" ? "" : "|") names[order[i]]
 			}
 			for (s = 1; s <= n; s++) printf "%d\t%.0f\t^(%s)$\n", s, load[s], run[s]
-		}' "$DURATIONS" <(printf '%s\n' "$tests")
+		}' "$DURATIONS" <(printf '%s\n' "$parallel") <(printf '%s\n' "$tests")
 }
 
 record=
