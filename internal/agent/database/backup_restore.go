@@ -134,13 +134,32 @@ func (b *Backups) restore(ctx context.Context, c agent.Call[agentproto.BackupRes
 			return b.failed(res, fmt.Errorf("swapping the restored database in: %w", err))
 		}
 		res.Database = p.Into
-		if _, _, err := admin.dropDatabase(context.WithoutCancel(ctx), old); err != nil {
+		if err := dropReplaced(ctx, admin, old); err != nil {
 			events.Emit(agentproto.LevelWarn, "dropping the replaced database "+old+": "+err.Error(), nil)
 		}
 		events.Emit(agentproto.LevelInfo, fmt.Sprintf("replaced %s with the restored backup", p.Into), nil)
 	}
 	done = true
 	return *res, nil
+}
+
+// dropReplaced drops the database a restore replaced. The drop ends the
+// database's sessions first, but on a loaded server they may not have
+// gone by the time the engine gives up (PostgreSQL's DROP … WITH (FORCE)
+// waits 5 s for them): it is tried again a few times rather than leave a
+// whole copy of the old data behind.
+func dropReplaced(ctx context.Context, admin restoreAdmin, name string) error {
+	var err error
+	for try := 1; ; try++ {
+		if _, _, err = admin.dropDatabase(context.WithoutCancel(ctx), name); err == nil || try == 5 {
+			return err
+		}
+		select {
+		case <-time.After(time.Duration(try) * time.Second):
+		case <-ctx.Done():
+			return err
+		}
+	}
 }
 
 // exists says whether a database exists.
