@@ -6,7 +6,8 @@
 # processes (default 2) beside the other packages. Each shard gets a share
 # of the tests balanced by their durations in scripts/e2e-durations.tsv
 # (a test not listed there counts as the median; one that runs in
-# parallel counts for its share of the parallel slots); within a shard, tests
+# parallel counts for its share of the parallel slots or the cores);
+# within a shard, tests
 # run as go test runs them, E2E_PARALLEL (default 4) of the parallel ones
 # at a time. Every process's output is printed when it ends, and the
 # script fails when any of them failed.
@@ -40,13 +41,17 @@ shards() {
 	}
 	local median
 	median=$(cut -f2 "$DURATIONS" | sort -n | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : 1 }')
-	# The tests that call t.Parallel() first thing share their shard's
-	# PARALLEL slots: each weighs its duration over PARALLEL. The others
-	# run one at a time and weigh their whole duration.
+	# The tests that call t.Parallel() first thing overlap with each other:
+	# each weighs its duration over the slots they share, PARALLEL or the
+	# machine's cores if fewer (their waits overlap, their work does not).
+	# The others run one at a time and weigh their whole duration.
+	local slots
+	slots=$(nproc 2>/dev/null || echo 1)
+	[ "$slots" -gt "$PARALLEL" ] && slots=$PARALLEL
 	local parallel
 	parallel=$(awk '/^func Test[A-Za-z0-9_]*\(t \*testing.T\) \{/ { name = $2; sub(/\(.*/, "", name); n = 0; next }
 		name != "" && n < 3 { n++; if ($0 ~ /t\.Parallel\(\)/) { print name; name = "" } else if (n == 3) name = "" }' e2e/*_test.go)
-	awk -v n="$SHARDS" -v median="$median" -v slots="$PARALLEL" -F '\t' '
+	awk -v n="$SHARDS" -v median="$median" -v slots="$slots" -F '\t' '
 		FILENAME == ARGV[1] { known[$1] = $2; next }
 		FILENAME == ARGV[2] { par[$1] = 1; next }
 		{ names[++m] = $1 }
