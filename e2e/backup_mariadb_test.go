@@ -148,9 +148,11 @@ func TestBackupMariaDB(t *testing.T) {
 		r.call(t, m.ID, "query", map[string]any{"sql": q, "database": db}).result(t, &res)
 		return jsonString(res.Rows[0][0])
 	}
-	leftovers := func() string {
+	// leftovers counts the scratch databases of this test's backup runs
+	// (other tests may verify and restore on the same server meanwhile).
+	leftovers := func(runIDs ...string) string {
 		t.Helper()
-		return count(database, `SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name REGEXP '^capstan_(verify|restore|replaced)_'`)
+		return count(database, `SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name REGEXP '`+scratchPattern(runIDs)+`'`)
 	}
 
 	// Inserts go on while the backup runs.
@@ -194,7 +196,7 @@ func TestBackupMariaDB(t *testing.T) {
 	if v := r.verified(t, run.ID); !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 3 {
 		t.Fatalf("verified: %+v", v)
 	}
-	if n := leftovers(); n != "0" {
+	if n := leftovers(run.ID); n != "0" {
 		t.Fatalf("%s scratch databases left after the verification", n)
 	}
 
@@ -221,7 +223,7 @@ func TestBackupMariaDB(t *testing.T) {
 	if got := count(database, "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"); got != "3" {
 		t.Fatalf("%s tables after restore replace, want the backup's 3", got)
 	}
-	if n := leftovers(); n != "0" {
+	if n := leftovers(run.ID); n != "0" {
 		t.Fatalf("%s scratch databases left after the restore", n)
 	}
 
@@ -235,7 +237,7 @@ func TestBackupMariaDB(t *testing.T) {
 	if got := count(database, "SELECT COUNT(*) FROM notes"); got != "999" {
 		t.Fatalf("notes after a refused replace: %s, want the 999 left before it", got)
 	}
-	if n := leftovers(); n != "0" {
+	if n := leftovers(run.ID); n != "0" {
 		t.Fatalf("%s scratch databases left after a refused restore", n)
 	}
 

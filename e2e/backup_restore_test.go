@@ -90,6 +90,18 @@ func (r *backupRig) post(t *testing.T, path string, body any) JobInfo {
 	return r.backupJob(t, a.JobID)
 }
 
+// scratchPattern matches the names of the scratch databases that
+// verifying and restoring the runs make: capstan_verify_<id>, and so on,
+// with the run id's first 26 characters after run_, lowercased.
+func scratchPattern(runIDs []string) string {
+	ids := make([]string, len(runIDs))
+	for i, id := range runIDs {
+		id = strings.TrimPrefix(id, "run_")
+		ids[i] = strings.ToLower(id[:min(len(id), 26)])
+	}
+	return "^capstan_(verify|restore|replaced)_(" + strings.Join(ids, "|") + ")$"
+}
+
 // restoreIntoExisting restores a backup in mode new into a database that
 // exists, which must be refused: by the control plane (422 on into) when
 // the agent's listing of the instance's databases has reached it since the
@@ -166,12 +178,14 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 			}
 		}
 	}
-	leftovers := func() string {
+	// leftovers counts the scratch databases of this test's backup runs
+	// (other tests verify and restore on the same server meanwhile).
+	leftovers := func(runIDs ...string) string {
 		t.Helper()
 		var res struct {
 			Rows [][]any `json:"rows"`
 		}
-		r.call(t, pg.ID, "query", map[string]any{"sql": `SELECT count(*) FROM pg_database WHERE datname ~ '^capstan_(verify|restore|replaced)_'`}).result(t, &res)
+		r.call(t, pg.ID, "query", map[string]any{"sql": `SELECT count(*) FROM pg_database WHERE datname ~ '` + scratchPattern(runIDs) + `'`}).result(t, &res)
 		return jsonString(res.Rows[0][0])
 	}
 
@@ -193,7 +207,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 		t.Fatalf("loaded into %q with %s %s %s, want PostgreSQL 15 with the image of 15", d.EngineVersion, d.Loader, d.LoaderVersion,
 			d.LoaderRef)
 	}
-	if n := leftovers(); n != "0" {
+	if n := leftovers(run.ID); n != "0" {
 		t.Fatalf("%s scratch databases left after the verification", n)
 	}
 	var sum BackupSummary
@@ -226,7 +240,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 		t.Fatalf("restore replace: %s: %s\n%s", rj.Status, deref(rj.Error), r.agent.Logs())
 	}
 	same(database)
-	if n := leftovers(); n != "0" {
+	if n := leftovers(run.ID); n != "0" {
 		t.Fatalf("%s scratch databases left after the restore", n)
 	}
 
@@ -266,7 +280,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 		!strings.Contains(v.Details.Error, "a_checked") {
 		t.Fatalf("verify of a backup that does not load: %s: %+v", vj.Status, v)
 	}
-	if n := leftovers(); n != "0" {
+	if n := leftovers(run.ID, bad.ID); n != "0" {
 		t.Fatalf("%s scratch databases left after failed verifications", n)
 	}
 	resp = r.Get(t, "/api/v1/events?type=backup.verify_failed", r.Token)

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -123,6 +125,9 @@ func (s *ContainerStats) Sample(ctx context.Context) ([]agentproto.ContainerSamp
 	for i, c := range list.Items {
 		r := results[i]
 		if r.err != nil {
+			if vanished(r.err) {
+				continue // removed or stopped since the list: it is not sampled this time
+			}
 			errs = append(errs, fmt.Errorf("stats of %s: %w", containerName(c.Names), r.err))
 			continue
 		}
@@ -144,6 +149,13 @@ func (s *ContainerStats) Sample(ctx context.Context) ([]agentproto.ContainerSamp
 		errs = append(errs, ctx.Err())
 	}
 	return out, errors.Join(errs...)
+}
+
+// vanished reports whether a stats read failed because its container went
+// away after the list: the engine no longer knows it, or ended its stats
+// before they were written.
+func vanished(err error) bool {
+	return cerrdefs.IsNotFound(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // read takes one container's one-shot stats.
