@@ -68,7 +68,7 @@ func newFuzzPlane(t testing.TB) *fuzzPlane {
 		httpapi.CloudDrive(nil))
 	p := &fuzzPlane{api: api}
 
-	system := audit.Actor{Type: audit.ActorSystem, ID: "fuzz"}
+	system := audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "fuzz"}}
 	const email, password = "fuzz@example.com", "a long enough fuzz password"
 	_, en, err := a.auth.CreateUser(ctx, system, email, password, true)
 	if err != nil {
@@ -88,11 +88,11 @@ func newFuzzPlane(t testing.TB) *fuzzPlane {
 	p.mustCall(t, http.MethodPost, "/api/v1/auth/2fa/verify", "", map[string]any{"challenge_id": login.ChallengeID, "code": code}, &tokens)
 	p.adminToken = tokens.AccessToken
 
-	enr, err := a.servers.CreateEnrollment(ctx, system, audit.Entry{}, "fuzz-host", nil)
+	enr, err := a.servers.CreateEnrollment(ctx, system, "fuzz-host", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := a.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: enr.Token})
+	res, err := a.servers.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: enr.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

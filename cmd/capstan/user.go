@@ -27,8 +27,8 @@ type userCmd struct {
 	Unlock   userUnlockCmd   `cmd:"" help:"Lift, before it passes, the delay that strangers' failed sign-in attempts put on a user."`
 }
 
-// cliActor is the audit actor of commands run on the control plane host.
-var cliActor = audit.Actor{Type: audit.ActorSystem, ID: "cli"}
+// onHost is the caller of commands run on the control plane host.
+var onHost = audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "cli"}}
 
 type userCreateCmd struct {
 	StoreFlags
@@ -98,7 +98,7 @@ func (c *userCreateCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.Close()
-	u, en, err := a.auth.CreateUser(ctx, cliActor, c.Email, pw, c.Admin)
+	u, en, err := a.auth.CreateUser(ctx, onHost, c.Email, pw, c.Admin)
 	if err != nil {
 		return explain(err)
 	}
@@ -146,7 +146,7 @@ func (c *userReset2FACmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.Close()
-	u, en, err := a.auth.ResetTOTP(ctx, cliActor, c.Email)
+	u, en, err := a.auth.ResetTOTP(ctx, onHost, c.Email)
 	if err != nil {
 		return explain(err)
 	}
@@ -164,7 +164,7 @@ func (c *userDisableCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.Close()
-	u, err := a.auth.DisableUser(ctx, cliActor, c.Email)
+	u, err := a.auth.DisableUser(ctx, onHost, c.Email)
 	if err != nil {
 		return explain(err)
 	}
@@ -183,7 +183,7 @@ func (c *userUnlockCmd) Run(ctx context.Context) error {
 		return err
 	}
 	defer a.Close()
-	u, delayed, err := a.auth.UnlockUser(ctx, cliActor, c.Email)
+	u, delayed, err := a.auth.UnlockUser(ctx, onHost, c.Email)
 	if err != nil {
 		return explain(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
-	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -118,8 +117,7 @@ func register(s *httpapi.Server, d Deps) {
 		Errors:           []int{http.StatusUnauthorized},
 		SkipValidateBody: true, // agents of any version enroll
 	}, httpapi.Public, func(ctx context.Context, in *enrollInput) (*enrollOutput, error) {
-		c := httpapi.Client(ctx)
-		res, err := d.Servers.Enroll(ctx, audit.Entry{IP: c.IP, UserAgent: c.UserAgent}, in.Body)
+		res, err := d.Servers.Enroll(ctx, httpapi.Client(ctx), in.Body)
 		if err != nil {
 			return nil, err
 		}

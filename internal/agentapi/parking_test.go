@@ -78,11 +78,11 @@ func newClaimRigIn(t *testing.T, detach bool, inFlight int) *claimRig {
 func (r *claimRig) enroll(t *testing.T, name string) (string, string) {
 	t.Helper()
 	ctx := context.Background()
-	e, err := r.servers.CreateEnrollment(ctx, audit.Actor{Type: audit.ActorSystem, ID: "test"}, audit.Entry{}, name, nil)
+	e, err := r.servers.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "test"}}, name, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := r.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: name}})
+	res, err := r.servers.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: name}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,13 +33,13 @@ func TestEnvValuesOnRead(t *testing.T) {
 
 	// An administrator's read with reveal returns the values and is audited.
 	member := audit.Actor{Type: audit.ActorUser, ID: "usr_member", Email: "member@example.com"}
-	d, err := r.apps.Get(r.ctx, created.ID, apps.Reading{Reader: jobs.AdminReader, Reveal: true, Actor: r.admin, Client: r.client})
+	d, err := r.apps.Get(r.ctx, created.ID, apps.Reading{Reader: jobs.AdminReader, Reveal: true, By: r.admin})
 	if err != nil || len(d.Env) != 2 || deref(d.Env[0].Value) != "postgres://u:hunter2@db/app" || d.Env[1].Value == nil ||
 		*d.Env[1].Value != "" || !d.Env[0].ValueSet {
 		t.Fatalf("revealed env: %+v %v", d.Env, err)
 	}
 	reads := r.envReads()
-	if len(reads) != 1 || reads[0].Actor.ID != r.admin.ID || reads[0].Target.ID != created.ID || reads[0].IP != r.client.IP {
+	if len(reads) != 1 || reads[0].Actor.ID != r.admin.Actor.ID || reads[0].Target.ID != created.ID || reads[0].IP != r.admin.IP {
 		t.Fatalf("env read audit entries: %+v", reads)
 	}
 	if b, _ := json.Marshal(reads[0]); strings.Contains(string(b), "hunter2") || !strings.Contains(string(b), "DATABASE_URL") {
@@ -47,12 +47,12 @@ func TestEnvValuesOnRead(t *testing.T) {
 	}
 
 	// Without reveal: keys and value_set, nothing audited.
-	d, err = r.apps.Get(r.ctx, created.ID, apps.Reading{Reader: jobs.AdminReader, Reveal: false, Actor: r.admin, Client: r.client})
+	d, err = r.apps.Get(r.ctx, created.ID, apps.Reading{Reader: jobs.AdminReader, Reveal: false, By: r.admin})
 	if err != nil || len(d.Env) != 2 || d.Env[0].Value != nil || d.Env[1].Value != nil || !d.Env[0].ValueSet || !d.Env[1].ValueSet {
 		t.Fatalf("unrevealed env: %+v %v", d.Env, err)
 	}
 	// A member asking for values gets none, and nothing is audited.
-	d, err = r.apps.Get(r.ctx, created.ID, apps.Reading{Reader: jobs.MemberReader, Reveal: true, Actor: member, Client: r.client})
+	d, err = r.apps.Get(r.ctx, created.ID, apps.Reading{Reader: jobs.MemberReader, Reveal: true, By: audit.Caller{Actor: member, IP: r.admin.IP}})
 	if err != nil || len(d.Env) != 2 || d.Env[0].Value != nil || d.Env[0].Key != "DATABASE_URL" || !d.Env[0].ValueSet {
 		t.Fatalf("member's env: %+v %v", d.Env, err)
 	}
@@ -113,7 +113,7 @@ func TestDeploymentForMember(t *testing.T) {
 func TestRemovalErrorForMember(t *testing.T) {
 	r := newRig(t)
 	app := r.createApp("web", nil, false)
-	if _, err := r.apps.Delete(r.ctx, r.admin, r.client, app.ID); err != nil {
+	if _, err := r.apps.Delete(r.ctx, r.admin, app.ID); err != nil {
 		t.Fatal(err)
 	}
 	r.complete(r.claim(agentproto.JobAppRemove), agentproto.StatusFailed, nil, "rm: token=hunter2 busy")

@@ -40,7 +40,7 @@ func TestBuildSecrets(t *testing.T) {
 		BuildArgs: []apps.EnvVar{{Key: "VERSION", Value: "1"}}, BuildSecrets: []apps.BuildSecret{{Key: "NPM_TOKEN", Value: value}}}
 
 	// The agent has not said it builds with secrets.
-	_, err := r.apps.Create(r.ctx, r.admin, r.client, n)
+	_, err := r.apps.Create(r.ctx, r.admin, n)
 	wantConflict(t, err, "agent-upgrade-required")
 	r.announce(agentproto.CapabilityStorageGrants, agentproto.CapabilityBuildSecrets)
 
@@ -60,23 +60,23 @@ func TestBuildSecrets(t *testing.T) {
 	} {
 		bad := n
 		bad.BuildSecrets = tc.secrets
-		_, err := r.apps.Create(r.ctx, r.admin, r.client, bad)
+		_, err := r.apps.Create(r.ctx, r.admin, bad)
 		wantInvalid(t, err, tc.field)
 	}
 	img := n
 	img.Source = apps.Source{Type: apps.SourceImage, Image: "nginx"}
 	img.BuildArgs = nil
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, img)
+	_, err = r.apps.Create(r.ctx, r.admin, img)
 	wantInvalid(t, err, "build_secrets")
 	svc := n
 	svc.Kind, svc.BuildArgs, svc.Service = apps.KindService, nil, &apps.ServiceSettings{StartCommand: "./run"}
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, svc)
+	_, err = r.apps.Create(r.ctx, r.admin, svc)
 	wantInvalid(t, err, "build_secrets")
 	if list, _ := r.apps.List(r.ctx, "", jobs.AdminReader); len(list) != 0 {
 		t.Fatalf("refused creations stored %d applications", len(list))
 	}
 
-	created, err := r.apps.Create(r.ctx, r.admin, r.client, n)
+	created, err := r.apps.Create(r.ctx, r.admin, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestBuildSecrets(t *testing.T) {
 
 	// No read shows the value: an administrator's revealing one, a
 	// member's, the deployment, the audit log.
-	for _, reading := range []apps.Reading{{Reader: jobs.AdminReader, Reveal: true, Actor: r.admin, Client: r.client}, {Reader: jobs.MemberReader}} {
+	for _, reading := range []apps.Reading{{Reader: jobs.AdminReader, Reveal: true, By: r.admin}, {Reader: jobs.MemberReader}} {
 		d, err := r.apps.Get(r.ctx, created.ID, reading)
 		if err != nil {
 			t.Fatal(err)
@@ -120,11 +120,11 @@ func TestBuildSecrets(t *testing.T) {
 
 	// A patch replaces the list for the next deployment; an empty list
 	// removes them.
-	d, err := r.apps.Update(r.ctx, r.admin, r.client, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "pip.conf", Value: "index"}, {Key: "B", Value: "2"}}})
+	d, err := r.apps.Update(r.ctx, r.admin, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "pip.conf", Value: "index"}, {Key: "B", Value: "2"}}})
 	if err != nil || strings.Join(d.BuildSecretKeys, ",") != "pip.conf,B" {
 		t.Fatalf("after the patch: %v %v", d.BuildSecretKeys, err)
 	}
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "x/y", Value: "v"}}})
+	_, err = r.apps.Update(r.ctx, r.admin, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "x/y", Value: "v"}}})
 	wantInvalid(t, err, "build_secrets[0].key")
 	r.deploy(created.ID, "")
 	j = r.claim(agentproto.JobAppDeploy)
@@ -132,7 +132,7 @@ func TestBuildSecrets(t *testing.T) {
 		t.Fatalf("build secrets in the job's secrets: %v", keys(s))
 	}
 	r.succeed(j, "sha256:built2")
-	if d, err = r.apps.Update(r.ctx, r.admin, r.client, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{}}); err != nil || d.BuildSecretKeys != nil {
+	if d, err = r.apps.Update(r.ctx, r.admin, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{}}); err != nil || d.BuildSecretKeys != nil {
 		t.Fatalf("after removing them: %v %v", d.BuildSecretKeys, err)
 	}
 	r.deploy(created.ID, "")
@@ -159,11 +159,11 @@ func TestBuildSecrets(t *testing.T) {
 
 	// An agent that no longer builds with secrets: the deployment fails,
 	// saying why, and no job is queued.
-	if _, err := r.apps.Update(r.ctx, r.admin, r.client, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "A", Value: "1"}}}); err != nil {
+	if _, err := r.apps.Update(r.ctx, r.admin, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "A", Value: "1"}}}); err != nil {
 		t.Fatal(err)
 	}
 	r.announce(agentproto.CapabilityStorageGrants)
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "B", Value: "1"}}})
+	_, err = r.apps.Update(r.ctx, r.admin, created.ID, apps.Patch{BuildSecrets: &[]apps.BuildSecret{{Key: "B", Value: "1"}}})
 	wantConflict(t, err, "agent-upgrade-required")
 	failed := r.deploy(created.ID, "")
 	if failed.Status != apps.Failed || failed.Error == nil || !strings.Contains(*failed.Error, "does not build with build secrets") {

@@ -19,7 +19,7 @@ func TestComposeApplicationFromGit(t *testing.T) {
 		if n.WebService == "" {
 			n.WebService = "web"
 		}
-		return r.apps.Create(r.ctx, r.admin, r.client, n)
+		return r.apps.Create(r.ctx, r.admin, n)
 	}
 	_, err := create(apps.NewApp{Source: src, Compose: stackDoc})
 	wantInvalid(t, err, "compose")
@@ -56,7 +56,7 @@ func TestComposeApplicationFromGit(t *testing.T) {
 
 	// A ref deploys another commit; the default compose file.
 	empty := ""
-	if _, err := r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{ComposeFile: &empty}); err != nil {
+	if _, err := r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{ComposeFile: &empty}); err != nil {
 		t.Fatal(err)
 	}
 	second := r.deploy(a.ID, "v1.0.0")
@@ -69,7 +69,7 @@ func TestComposeApplicationFromGit(t *testing.T) {
 
 	// The rollback runs the first release: the document it read and its
 	// built image, nothing fetched or built.
-	rb, err := r.apps.Rollback(r.ctx, r.admin, r.client, first)
+	rb, err := r.apps.Rollback(r.ctx, r.admin, first)
 	if err != nil {
 		t.Fatal(err)
 	}

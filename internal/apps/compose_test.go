@@ -34,7 +34,7 @@ volumes:
 `
 
 func (r *rig) createStack(name, doc string) (apps.ApplicationDetail, error) {
-	return r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID, Kind: apps.KindCompose,
+	return r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: name, ServerID: r.serverID, Kind: apps.KindCompose,
 		Source: apps.Source{Type: apps.SourceInline}, ContainerPort: 8080, HealthPath: ptr("/healthz"),
 		Env: []apps.EnvVar{{Key: "TOKEN", Value: "s3cret"}}, Compose: doc, WebService: "web", Deploy: true})
 }
@@ -64,17 +64,17 @@ func TestComposeApplicationUnsupportedKeys(t *testing.T) {
 			doc = strings.Replace(doc, "    image: redis:7", "    image: redis:7\n    depends_on: [worker]", 1)
 			doc = strings.Replace(doc, "      cache:\n        condition: service_healthy", "      worker:\n        condition: service_started", 1)
 		}
-		_, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "shop", ServerID: r.serverID, Kind: apps.KindCompose,
+		_, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "shop", ServerID: r.serverID, Kind: apps.KindCompose,
 			Source: apps.Source{Type: apps.SourceInline}, ContainerPort: 8080, Compose: doc, WebService: tc.web})
 		if fe := fault.As(err); fe == nil || fe.Kind != fault.Invalid {
 			t.Fatalf("%s: got %v, want 422", tc.name, err)
 		}
 	}
 	// An image source, or compose fields on a container application.
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "shop", ServerID: r.serverID, Kind: apps.KindCompose,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "shop", ServerID: r.serverID, Kind: apps.KindCompose,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 8080, Compose: stackDoc, WebService: "web"})
 	wantInvalid(t, err, "source.type")
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "shop", ServerID: r.serverID,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "shop", ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 8080, Compose: stackDoc, WebService: "web"})
 	wantInvalid(t, err, "compose")
 	r.noJob()
@@ -108,10 +108,10 @@ func TestComposeDeployKeepsAReleaseAndRollsBackToIt(t *testing.T) {
 
 	// A new document deploys; a ref does not.
 	doc2 := strings.ReplaceAll(stackDoc, "web:v1", "web:v2")
-	if _, err := r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Compose: &doc2}); err != nil {
+	if _, err := r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{Compose: &doc2}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "ghcr.io/acme/web:v3")
+	_, err = r.apps.Deploy(r.ctx, r.admin, a.ID, "ghcr.io/acme/web:v3")
 	wantInvalid(t, err, "ref")
 	second := r.deploy(a.ID, "")
 	j = r.claim(agentproto.JobAppDeploy)
@@ -124,7 +124,7 @@ func TestComposeDeployKeepsAReleaseAndRollsBackToIt(t *testing.T) {
 
 	// The rollback re-creates the first release: its document and every
 	// service's image.
-	rb, err := r.apps.Rollback(r.ctx, r.admin, r.client, first)
+	rb, err := r.apps.Rollback(r.ctx, r.admin, first)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +138,12 @@ func TestComposeDeployKeepsAReleaseAndRollsBackToIt(t *testing.T) {
 	}
 
 	// Logs of a service of the document; not of another.
-	if _, err := r.apps.QueueServiceLogs(r.ctx, r.admin.ID, a.ID, "nope", nil, ""); err == nil {
+	if _, err := r.apps.QueueServiceLogs(r.ctx, r.admin.Actor.ID, a.ID, "nope", nil, ""); err == nil {
 		t.Fatal("logs of a service the document does not have")
 	} else {
 		wantInvalid(t, err, "service")
 	}
-	lj, err := r.apps.QueueServiceLogs(r.ctx, r.admin.ID, a.ID, "cache", nil, "")
+	lj, err := r.apps.QueueServiceLogs(r.ctx, r.admin.Actor.ID, a.ID, "cache", nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestComposeDeployKeepsAReleaseAndRollsBackToIt(t *testing.T) {
 
 	// The kind stays.
 	kind := apps.KindContainer
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Kind: &kind})
+	_, err = r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{Kind: &kind})
 	wantInvalid(t, err, "kind")
 	if got := r.app(a.ID); got.Kind != apps.KindCompose || got.Services == nil {
 		t.Fatalf("detail %+v services %v", got.Application, got.Services)
@@ -217,10 +217,10 @@ func TestComposeDeployNamesImagesToPrune(t *testing.T) {
 	// server's inventory no longer lists one of its images.
 	r.clock.Advance(time.Minute)
 	r.putImages("sha256:web0", "sha256:redis")
-	_, err = r.apps.Rollback(r.ctx, r.admin, r.client, first)
+	_, err = r.apps.Rollback(r.ctx, r.admin, first)
 	wantConflict(t, err, "image-gone")
 	r.putImages("sha256:web0", "sha256:worker0", "sha256:redis")
-	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, first); err != nil {
+	if _, err := r.apps.Rollback(r.ctx, r.admin, first); err != nil {
 		t.Fatal(err)
 	}
 	p := payloadOf(t, r.claim(agentproto.JobAppDeploy))

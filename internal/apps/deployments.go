@@ -136,8 +136,8 @@ func specOf(a App, ref string) (Spec, error) {
 // when set, overrides the image reference for this deployment only. The
 // deployment's job is enqueued at once unless another deployment of the
 // application holds its slot.
-func (s *Service) Deploy(ctx context.Context, actor audit.Actor, c audit.Entry, appID, ref string) (DeploymentDetail, error) {
-	return s.deploy(ctx, actor, c, appID, ref, nil)
+func (s *Service) Deploy(ctx context.Context, c audit.Caller, appID, ref string) (DeploymentDetail, error) {
+	return s.deploy(ctx, c, appID, ref, nil)
 }
 
 // errDeploymentsChanged is deploy's answer when its condition failed:
@@ -147,7 +147,7 @@ var errDeploymentsChanged = errors.New("another deployment of the application wa
 // deploy is Deploy; after, when set, queues the deployment only if the
 // application's newest deployment is still *after ("": it has none), and
 // is errDeploymentsChanged otherwise.
-func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, appID, ref string, after *string) (DeploymentDetail, error) {
+func (s *Service) deploy(ctx context.Context, c audit.Caller, appID, ref string, after *string) (DeploymentDetail, error) {
 	a, err := s.store.App(ctx, appID)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -199,7 +199,7 @@ func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	d, err := s.queue(ctx, a, spec, env, build, ref, "", actor.ID, after)
+	d, err := s.queue(ctx, a, spec, env, build, ref, "", c.Actor.ID, after)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -207,7 +207,7 @@ func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if spec.Git != nil {
 		details["commit"] = spec.Git.CommitSHA
 	}
-	if err := s.record(ctx, actor, c, ActionDeploymentCreated, "application", appID, details); err != nil {
+	if err := s.audit.Record(ctx, c, ActionDeploymentCreated, audit.Target{Type: "application", ID: appID}, details); err != nil {
 		return DeploymentDetail{}, err
 	}
 	return s.settleAndGet(ctx, d)
@@ -220,7 +220,7 @@ func (s *Service) deploy(ctx context.Context, actor audit.Actor, c audit.Entry, 
 // the rollback is a fault.Conflict "image-gone" and nothing is queued; if
 // the image goes after the inventory was collected, the agent fails the
 // job, and so the deployment, saying so.
-func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry, deploymentID string) (DeploymentDetail, error) {
+func (s *Service) Rollback(ctx context.Context, c audit.Caller, deploymentID string) (DeploymentDetail, error) {
 	old, err := s.store.Deployment(ctx, deploymentID)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -273,11 +273,11 @@ func (s *Service) Rollback(ctx context.Context, actor audit.Actor, c audit.Entry
 		sv.Release = releaseOf(old)
 		spec.Service = &sv
 	}
-	d, err := s.queue(ctx, a, spec, env, buildValues{}, old.Ref, old.ID, actor.ID, nil)
+	d, err := s.queue(ctx, a, spec, env, buildValues{}, old.Ref, old.ID, c.Actor.ID, nil)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionRollback, "application", a.ID, map[string]any{
+	if err := s.audit.Record(ctx, c, ActionRollback, audit.Target{Type: "application", ID: a.ID}, map[string]any{
 		"deployment_id": d.ID, "rollback_of": old.ID, "image": spec.Image, "image_id": spec.ImageID}); err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -426,7 +426,7 @@ func (s *Service) ListDeployments(ctx context.Context, appID string, limit int, 
 // CancelDeployment cancels a queued deployment: one that waits for the
 // application's previous deployment, or whose job the agent has not taken
 // yet (the job is cancelled with it). 409 otherwise.
-func (s *Service) CancelDeployment(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (DeploymentDetail, error) {
+func (s *Service) CancelDeployment(ctx context.Context, c audit.Caller, id string) (DeploymentDetail, error) {
 	d, err := s.store.Deployment(ctx, id)
 	if err != nil {
 		return DeploymentDetail{}, err
@@ -459,7 +459,7 @@ func (s *Service) CancelDeployment(ctx context.Context, actor audit.Actor, c aud
 	default:
 		return DeploymentDetail{}, notQueued(d.status())
 	}
-	if err := s.record(ctx, actor, c, ActionDeploymentCancelled, "application", d.AppID, map[string]any{"deployment_id": d.ID}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionDeploymentCancelled, audit.Target{Type: "application", ID: d.AppID}, map[string]any{"deployment_id": d.ID}); err != nil {
 		return DeploymentDetail{}, err
 	}
 	return s.deploymentDetail(ctx, id, jobs.AdminReader)

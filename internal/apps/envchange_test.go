@@ -14,7 +14,7 @@ import (
 // revealed returns an application's env with its values, as key=value.
 func (r *rig) revealed(id string) []string {
 	r.t.Helper()
-	d, err := r.apps.Get(r.ctx, id, apps.Reading{Reader: jobs.AdminReader, Reveal: true, Actor: r.admin, Client: r.client})
+	d, err := r.apps.Get(r.ctx, id, apps.Reading{Reader: jobs.AdminReader, Reveal: true, By: r.admin})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestChangeEnvKeepsTheOtherValues(t *testing.T) {
 	r := newRig(t)
 	a := r.createApp("web", []apps.EnvVar{{Key: "A", Value: "one"}, {Key: "SECRET", Value: "hunter2"}, {Key: "C", Value: "three"}}, false)
 
-	d, err := r.apps.ChangeEnv(r.ctx, r.admin, r.client, a.ID, apps.EnvChange{
+	d, err := r.apps.ChangeEnv(r.ctx, r.admin, a.ID, apps.EnvChange{
 		Set: []apps.EnvVar{{Key: "C", Value: "3"}, {Key: "NEW", Value: "new"}}, Remove: []string{"A"},
 	})
 	if err != nil {
@@ -55,7 +55,7 @@ func TestChangeEnvKeepsTheOtherValues(t *testing.T) {
 		"removed twice":   {Remove: []string{"C", "C"}},
 		"NUL value":       {Set: []apps.EnvVar{{Key: "X", Value: "a\x00b"}}},
 	} {
-		_, err := r.apps.ChangeEnv(r.ctx, r.admin, r.client, a.ID, ch)
+		_, err := r.apps.ChangeEnv(r.ctx, r.admin, a.ID, ch)
 		if fe := fault.As(err); fe == nil || fe.Kind != fault.Invalid || len(fe.Fields) == 0 {
 			t.Errorf("%s: %v, want a validation problem naming the field", name, err)
 		}
@@ -63,7 +63,7 @@ func TestChangeEnvKeepsTheOtherValues(t *testing.T) {
 	if got, want := r.revealed(a.ID), []string{"SECRET=hunter2", "C=3", "NEW=new"}; !slices.Equal(got, want) {
 		t.Fatalf("env after refused changes: %v, want %v", got, want)
 	}
-	if _, err := r.apps.ChangeEnv(r.ctx, r.admin, r.client, "app_none", apps.EnvChange{Remove: []string{"A"}}); !fault.Is(err, fault.NotFound) {
+	if _, err := r.apps.ChangeEnv(r.ctx, r.admin, "app_none", apps.EnvChange{Remove: []string{"A"}}); !fault.Is(err, fault.NotFound) {
 		t.Errorf("unknown application: %v", err)
 	}
 }
@@ -78,7 +78,7 @@ func TestChangeEnvConcurrently(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		wg.Go(func() {
-			_, err := r.apps.ChangeEnv(r.ctx, r.admin, r.client, a.ID, apps.EnvChange{Set: []apps.EnvVar{{Key: fmt.Sprintf("K%d", i), Value: fmt.Sprint(i)}}})
+			_, err := r.apps.ChangeEnv(r.ctx, r.admin, a.ID, apps.EnvChange{Set: []apps.EnvVar{{Key: fmt.Sprintf("K%d", i), Value: fmt.Sprint(i)}}})
 			errs <- err
 		})
 	}

@@ -534,7 +534,7 @@ func (s *Service) autoDeploy(ctx context.Context, a App, p githost.Push) (id, sk
 		if len(recent) > 0 {
 			after = recent[0].ID
 		}
-		d, err := s.deploy(ctx, systemActor, audit.Entry{}, a.ID, p.CommitSHA, &after)
+		d, err := s.deploy(ctx, audit.System, a.ID, p.CommitSHA, &after)
 		if errors.Is(err, errDeploymentsChanged) {
 			if err := ctx.Err(); err != nil {
 				return "", "", err

@@ -37,7 +37,7 @@ func newGitRig(t *testing.T) *gitRig {
 	}
 	gh := githost.NewService(r.st, p, secrets.GenerateKey(), audit.NewLog(r.st, r.clock.Now), "https://capstan.test", r.clock.Now, nil)
 	r.apps.UseGitHost(gh)
-	caller := githost.Caller{Actor: r.admin, SessionID: "ses_1"}
+	caller := audit.Caller{Actor: r.admin.Actor, SessionID: "ses_1"}
 	m, err := gh.StartManifest(r.ctx, caller, "")
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,7 @@ func newGitRig(t *testing.T) *gitRig {
 
 func (r *gitRig) gitApp(name string, deploy bool) apps.ApplicationDetail {
 	r.t.Helper()
-	d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID,
+	d, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: name, ServerID: r.serverID,
 		Source:        apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"},
 		ContainerPort: 8080, Env: []apps.EnvVar{{Key: "MODE", Value: "production"}},
 		BuildArgs: []apps.EnvVar{{Key: "NPM_TOKEN", Value: "npm-s3cret-build-arg"}}, Deploy: deploy})
@@ -83,22 +83,22 @@ func TestGitApplications(t *testing.T) {
 
 	bad := base
 	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: other.ID, Branch: "main"}
-	_, err := r.apps.Create(r.ctx, r.admin, r.client, bad)
+	_, err := r.apps.Create(r.ctx, r.admin, bad)
 	wantInvalid(t, err, "source.repo_id")
 	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: 999, RepoID: r.repo.ID, Branch: "main"}
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, bad)
+	_, err = r.apps.Create(r.ctx, r.admin, bad)
 	wantInvalid(t, err, "source.installation_id")
 	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "nope"}
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, bad)
+	_, err = r.apps.Create(r.ctx, r.admin, bad)
 	wantInvalid(t, err, "source.branch")
 	bad.Source = apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"}
 	bad.Dockerfile, bad.BuildContext = ptr("../Dockerfile"), ptr("/abs")
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, bad)
+	_, err = r.apps.Create(r.ctx, r.admin, bad)
 	wantInvalid(t, err, "dockerfile", "build_context")
 	img := base
 	img.Source = apps.Source{Type: apps.SourceImage, Image: "nginx"}
 	img.BuildArgs = []apps.EnvVar{{Key: "X", Value: "y"}}
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, img)
+	_, err = r.apps.Create(r.ctx, r.admin, img)
 	wantInvalid(t, err, "dockerfile")
 	if list, _ := r.apps.List(r.ctx, "", jobs.AdminReader); len(list) != 0 {
 		t.Fatalf("refused creations stored %d applications", len(list))
@@ -143,9 +143,9 @@ func TestGitApplications(t *testing.T) {
 	}
 	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:built2")
 	before, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader)
-	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "no-such-branch")
+	_, err = r.apps.Deploy(r.ctx, r.admin, a.ID, "no-such-branch")
 	wantInvalid(t, err, "ref")
-	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "bad..ref")
+	_, err = r.apps.Deploy(r.ctx, r.admin, a.ID, "bad..ref")
 	wantInvalid(t, err, "ref")
 	after, _ := r.apps.ListDeployments(r.ctx, a.ID, 100, jobs.AdminReader)
 	if len(after) != len(before) {
@@ -153,7 +153,7 @@ func TestGitApplications(t *testing.T) {
 	}
 
 	// Rollback to the first: its image, no build, no token.
-	rb, err := r.apps.Rollback(r.ctx, r.admin, r.client, a.Latest.ID)
+	rb, err := r.apps.Rollback(r.ctx, r.admin, a.Latest.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,10 +168,10 @@ func TestGitApplications(t *testing.T) {
 	r.succeed(j, "sha256:built1")
 
 	// Disconnected: the application keeps running; new deploys are refused.
-	if _, err := r.gh.Disconnect(r.ctx, githost.Caller{Actor: r.admin}); err != nil {
+	if _, err := r.gh.Disconnect(r.ctx, r.admin); err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, a.ID, "")
+	_, err = r.apps.Deploy(r.ctx, r.admin, a.ID, "")
 	wantConflict(t, err, "repository-unavailable")
 	if got := r.app(a.ID); got.Status != apps.AppRunning {
 		t.Fatalf("status after disconnecting %s, want running", got.Status)
@@ -199,7 +199,7 @@ func TestAutoDeployCoalesces(t *testing.T) {
 		hr.Branches["next"] = shaB
 	})
 	mk := func(name, branch string, auto bool) apps.ApplicationDetail {
-		d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID, ContainerPort: 8080,
+		d, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: name, ServerID: r.serverID, ContainerPort: 8080,
 			Source:     apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: branch},
 			AutoDeploy: auto, Deploy: name == "web"})
 		if err != nil {
@@ -260,7 +260,7 @@ func TestAutoDeployOlderPush(t *testing.T) {
 		hr.Commits[sha('x')] = testlab.HostedCommit{SHA: sha('x'), Message: "x", AuthorName: "Ada", Parents: []string{shaMain}}
 	})
 	head := func(s string) { r.host.UpdateRepo(r.repo, func(hr *testlab.HostedRepo) { hr.Branches["main"] = s }) }
-	a, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: r.serverID, ContainerPort: 8080,
+	a, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "web", ServerID: r.serverID, ContainerPort: 8080,
 		Source: apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"}, AutoDeploy: true, Deploy: true})
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +301,7 @@ func TestAutoDeployOlderPush(t *testing.T) {
 	skipped(shaMain, "is older than commit "+sha('b')[:12])
 	skipped(sha('b'), "is the commit of deployment "+idB)
 	// A rollback to v1 does not make v2 new again.
-	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, a.Latest.ID); err != nil {
+	if _, err := r.apps.Rollback(r.ctx, r.admin, a.Latest.ID); err != nil {
 		t.Fatal(err)
 	}
 	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:one")
@@ -355,7 +355,7 @@ func TestAutoDeployOlderPush(t *testing.T) {
 func TestGitApplicationUpdate(t *testing.T) {
 	r := newGitRig(t)
 	a := r.gitApp("web", false)
-	d, err := r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Dockerfile: ptr("deploy/Dockerfile"), BuildContext: ptr("services/web"),
+	d, err := r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{Dockerfile: ptr("deploy/Dockerfile"), BuildContext: ptr("services/web"),
 		BuildArgs: &[]apps.EnvVar{{Key: "A", Value: "1"}, {Key: "B", Value: "2"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -374,22 +374,22 @@ func TestGitApplicationUpdate(t *testing.T) {
 	}
 	r.succeed(j, "sha256:x")
 
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{BuildContext: ptr("../up"), Dockerfile: ptr("a//b")})
+	_, err = r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{BuildContext: ptr("../up"), Dockerfile: ptr("a//b")})
 	wantInvalid(t, err, "build_context", "dockerfile")
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Source: &apps.Source{Type: apps.SourceGit, InstallationID: r.inst,
+	_, err = r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{Source: &apps.Source{Type: apps.SourceGit, InstallationID: r.inst,
 		RepoID: r.repo.ID, Branch: "gone"}})
 	wantInvalid(t, err, "source.branch")
 	if got := r.app(a.ID); got.Source.Branch != "main" || got.BuildContext != "services/web" {
 		t.Fatalf("refused patches changed the application: %+v", got.Application)
 	}
 
-	d, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Image: ptr("nginx:1.27")})
+	d, err = r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{Image: ptr("nginx:1.27")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Source.Type != apps.SourceImage || d.Dockerfile != "" || d.BuildArgKeys != nil {
 		t.Fatalf("after switching to an image: %+v", d.Application)
 	}
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, a.ID, apps.Patch{Dockerfile: ptr("Dockerfile")})
+	_, err = r.apps.Update(r.ctx, r.admin, a.ID, apps.Patch{Dockerfile: ptr("Dockerfile")})
 	wantInvalid(t, err, "dockerfile")
 }

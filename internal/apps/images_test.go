@@ -43,7 +43,7 @@ func TestRollbackToAPrunedImageIsAConflict(t *testing.T) {
 	// Collected after the first deployment finished, without its image.
 	r.clock.Advance(time.Minute)
 	r.putImages("sha256:two", "sha256:other")
-	_, err := r.apps.Rollback(r.ctx, r.admin, r.client, first.ID)
+	_, err := r.apps.Rollback(r.ctx, r.admin, first.ID)
 	wantConflict(t, err, "image-gone")
 	r.noJob()
 	if got := len(r.deployments(app.ID)); got != before {
@@ -55,12 +55,12 @@ func TestRollbackToAPrunedImageIsAConflict(t *testing.T) {
 	if err := r.st.PutInventory(r.ctx, r.serverID, metrics.Inventory{CollectedAt: r.clock.Now(), ReceivedAt: r.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, first.ID); err != nil {
+	if _, err := r.apps.Rollback(r.ctx, r.admin, first.ID); err != nil {
 		t.Fatalf("rollback without images in the inventory: %v", err)
 	}
 	r.succeed(r.claim(agentproto.JobAppDeploy), "sha256:one")
 	r.putImages("sha256:one", "sha256:two")
-	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, first.ID); err != nil {
+	if _, err := r.apps.Rollback(r.ctx, r.admin, first.ID); err != nil {
 		t.Fatalf("rollback to a listed image: %v", err)
 	}
 	r.complete(r.claim(agentproto.JobAppDeploy), agentproto.StatusFailed, nil, "test")
@@ -79,7 +79,7 @@ func TestRollbackToAPrunedImageIsAConflict(t *testing.T) {
 		Images: []agentproto.ImageInfo{{ID: "sha256:two", Tags: []string{}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, third.ID); err != nil {
+	if _, err := r.apps.Rollback(r.ctx, r.admin, third.ID); err != nil {
 		t.Fatalf("rollback with an inventory older than the deployment: %v", err)
 	}
 }

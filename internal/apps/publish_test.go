@@ -45,7 +45,7 @@ func TestPublishProblems(t *testing.T) {
 // createPublishing creates (without deploying) an application that
 // publishes p.
 func (r *rig) createPublishing(name string, p *apps.Publish) (apps.ApplicationDetail, error) {
-	return r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID,
+	return r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: name, ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "ghcr.io/acme/" + name + ":v1"}, ContainerPort: 8080, Publish: p})
 }
 
@@ -82,7 +82,7 @@ func TestPublishStoredAndInProxyState(t *testing.T) {
 
 	// Another address: the state's revision moves, and the live release
 	// takes it at once.
-	d, err = r.apps.Update(r.ctx, r.admin, r.client, d.ID, apps.Patch{Publish: &apps.Publish{HostPort: 9090, Bind: "::"}})
+	d, err = r.apps.Update(r.ctx, r.admin, d.ID, apps.Patch{Publish: &apps.Publish{HostPort: 9090, Bind: "::"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestPublishStoredAndInProxyState(t *testing.T) {
 	}
 
 	// Unpublished: out of the state.
-	d, err = r.apps.Update(r.ctx, r.admin, r.client, d.ID, apps.Patch{Publish: &apps.Publish{}})
+	d, err = r.apps.Update(r.ctx, r.admin, d.ID, apps.Patch{Publish: &apps.Publish{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestPublishPortTakenOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.apps.Update(r.ctx, r.admin, r.client, two.ID, apps.Patch{Publish: &apps.Publish{HostPort: 8081}})
+		_, err = r.apps.Update(r.ctx, r.admin, two.ID, apps.Patch{Publish: &apps.Publish{HostPort: 8081}})
 		wantConflict(t, err, "port-published")
 		if a := r.app(two.ID); a.Publish != nil {
 			t.Fatalf("the refused update stored %+v", a.Publish)
@@ -158,7 +158,7 @@ func TestPublishPortTakenOnce(t *testing.T) {
 				if i%2 == 0 {
 					_, errs[i] = r.createPublishing(fmt.Sprintf("racer-%d", i), &apps.Publish{HostPort: 9000})
 				} else {
-					_, errs[i] = r.apps.Update(r.ctx, r.admin, r.client, ids[i/2], apps.Patch{Publish: &apps.Publish{HostPort: 9000}})
+					_, errs[i] = r.apps.Update(r.ctx, r.admin, ids[i/2], apps.Patch{Publish: &apps.Publish{HostPort: 9000}})
 				}
 			}()
 		}
@@ -185,7 +185,7 @@ func TestPublishPortTakenOnce(t *testing.T) {
 
 		// Another server may publish the same port.
 		other := r.enroll("web-2", agentproto.Facts{Hostname: "web-2"})
-		if _, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "one", ServerID: other,
+		if _, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "one", ServerID: other,
 			Source: apps.Source{Type: apps.SourceImage, Image: "ghcr.io/acme/one:v1"}, ContainerPort: 8080,
 			Publish: &apps.Publish{HostPort: 8081}}); err != nil {
 			t.Errorf("port 8081 on another server: %v", err)

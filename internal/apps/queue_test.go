@@ -147,17 +147,17 @@ func TestCancelDeployments(t *testing.T) {
 	j1 := r.claim(agentproto.JobAppDeploy)
 
 	// A running deployment cannot be cancelled.
-	_, err := r.apps.CancelDeployment(r.ctx, r.admin, r.client, first.ID)
+	_, err := r.apps.CancelDeployment(r.ctx, r.admin, first.ID)
 	wantConflict(t, err, "deployment-not-queued")
 
 	// A queued deployment without a job is cancelled directly.
 	waiting := r.deploy(app.ID, "")
-	got, err := r.apps.CancelDeployment(r.ctx, r.admin, r.client, waiting.ID)
+	got, err := r.apps.CancelDeployment(r.ctx, r.admin, waiting.ID)
 	if err != nil {
 		t.Fatalf("cancel a waiting deployment: %v", err)
 	}
 	wantStatus(t, got, apps.Cancelled)
-	_, err = r.apps.CancelDeployment(r.ctx, r.admin, r.client, waiting.ID)
+	_, err = r.apps.CancelDeployment(r.ctx, r.admin, waiting.ID)
 	wantConflict(t, err, "deployment-not-queued")
 
 	// The cancelled one is not dispatched when the first ends.
@@ -185,7 +185,7 @@ func TestCancelDeployments(t *testing.T) {
 	}
 	// POST /deployments/{id}/cancel on a dispatched, unclaimed one
 	// cancels its job too.
-	got, err = r.apps.CancelDeployment(r.ctx, r.admin, r.client, after.ID)
+	got, err = r.apps.CancelDeployment(r.ctx, r.admin, after.ID)
 	if err != nil {
 		t.Fatalf("cancel dispatched deployment: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestRollbackCreatesADeploymentWithTheOldImageID(t *testing.T) {
 	// Change the settings, deploy them, and fail one more.
 	v2 := []apps.EnvVar{{Key: "SECRET", Value: "new"}, {Key: "EXTRA", Value: "x"}}
 	img := "ghcr.io/acme/web:v2"
-	if _, err := r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Image: &img, Env: &v2}); err != nil {
+	if _, err := r.apps.Update(r.ctx, r.admin, app.ID, apps.Patch{Image: &img, Env: &v2}); err != nil {
 		t.Fatal(err)
 	}
 	second := r.deploy(app.ID, "")
@@ -216,13 +216,13 @@ func TestRollbackCreatesADeploymentWithTheOldImageID(t *testing.T) {
 	third := r.deploy(app.ID, "")
 	r.complete(r.claim(agentproto.JobAppDeploy), agentproto.StatusFailed, nil, "boom")
 
-	_, err := r.apps.Rollback(r.ctx, r.admin, r.client, third.ID)
+	_, err := r.apps.Rollback(r.ctx, r.admin, third.ID)
 	wantConflict(t, err, "deployment-not-succeeded")
-	if _, err := r.apps.Rollback(r.ctx, r.admin, r.client, "dep_nope"); fault.KindOf(err) != fault.NotFound {
+	if _, err := r.apps.Rollback(r.ctx, r.admin, "dep_nope"); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("rollback of an unknown deployment: %v", err)
 	}
 
-	rb, err := r.apps.Rollback(r.ctx, r.admin, r.client, first.ID)
+	rb, err := r.apps.Rollback(r.ctx, r.admin, first.ID)
 	if err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
@@ -253,7 +253,7 @@ func TestRollbackCreatesADeploymentWithTheOldImageID(t *testing.T) {
 		t.Fatalf("current after a failed rollback: %+v", a.Current)
 	}
 	// Rolling back again succeeds: it becomes current.
-	rb2, err := r.apps.Rollback(r.ctx, r.admin, r.client, first.ID)
+	rb2, err := r.apps.Rollback(r.ctx, r.admin, first.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestSettingsApplyToTheNextDeployment(t *testing.T) {
 	// frozen even when the app changes before the agent takes it.
 	newEnv := []apps.EnvVar{{Key: "TOKEN", Value: "v2"}}
 	port, mem := 9000, ""
-	d, err := r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Env: &newEnv, ContainerPort: &port, MemoryLimit: &mem})
+	d, err := r.apps.Update(r.ctx, r.admin, app.ID, apps.Patch{Env: &newEnv, ContainerPort: &port, MemoryLimit: &mem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,37 +318,37 @@ func TestSettingsApplyToTheNextDeployment(t *testing.T) {
 
 func TestCreateAndUpdateValidation(t *testing.T) {
 	r := newRig(t)
-	_, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "Bad_Name", ServerID: r.serverID,
+	_, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "Bad_Name", ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "Nginx"}, ContainerPort: 70000, HealthPath: ptr("health"),
 		Env: []apps.EnvVar{{Key: "OK", Value: "1"}, {Key: "OK", Value: "2"}, {Key: "9X", Value: ""}}, MemoryLimit: "1m"})
 	wantInvalid(t, err, "name", "source.image", "container_port", "health_path", "env[1].key", "env[2].key", "memory_limit")
 
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: r.serverID,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "web", ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceGit, InstallationID: 1, RepoID: 2, Branch: "main"}, ContainerPort: 80})
 	wantInvalid(t, err, "source.type")
 	if !strings.Contains(fault.As(err).Fields[0].Message, "need the git host integration") {
 		t.Fatalf("git source: %v", fault.As(err).Fields)
 	}
 
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: "srv_nope",
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "web", ServerID: "srv_nope",
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
 	wantInvalid(t, err, "server_id")
 
-	pending, err := r.servers.CreateEnrollment(r.ctx, r.admin, r.client, "pending-1", nil)
+	pending, err := r.servers.CreateEnrollment(r.ctx, r.admin, "pending-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: pending.Server.ID,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "web", ServerID: pending.Server.ID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
 	wantInvalid(t, err, "server_id")
 
 	app := r.createApp("web", nil, false)
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: r.serverID,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "web", ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
 	wantConflict(t, err, "application-name-taken")
 	// The same name on another server is fine.
 	other := r.enroll("web-2", agentproto.Facts{})
-	if _, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "web", ServerID: other,
+	if _, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "web", ServerID: other,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80}); err != nil {
 		t.Fatalf("same name on another server: %v", err)
 	}
@@ -358,32 +358,32 @@ func TestCreateAndUpdateValidation(t *testing.T) {
 	}
 	// A service application is built from git and needs a start command;
 	// the other kinds take no service settings.
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-svc", ServerID: r.serverID, Kind: apps.KindService,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "k-svc", ServerID: r.serverID, Kind: apps.KindService,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, Service: &apps.ServiceSettings{BuildCommand: "make\nrm -rf /", BuildTimeoutSeconds: 9000}})
 	wantInvalid(t, err, "source.type", "start_command", "build_command", "build_timeout_seconds")
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-img", ServerID: r.serverID,
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "k-img", ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80, Service: &apps.ServiceSettings{StartCommand: "./run"}})
 	wantInvalid(t, err, "build_command")
-	_, err = r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "k-vm", ServerID: r.serverID, Kind: "vm",
+	_, err = r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "k-vm", ServerID: r.serverID, Kind: "vm",
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx"}, ContainerPort: 80})
 	wantInvalid(t, err, "kind")
 	same, otherKind := apps.KindContainer, apps.KindCompose
-	if _, err := r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Kind: &same}); err != nil {
+	if _, err := r.apps.Update(r.ctx, r.admin, app.ID, apps.Patch{Kind: &same}); err != nil {
 		t.Fatalf("patch with the same kind: %v", err)
 	}
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Kind: &otherKind})
+	_, err = r.apps.Update(r.ctx, r.admin, app.ID, apps.Patch{Kind: &otherKind})
 	wantInvalid(t, err, "kind")
 
 	bad, port, path, mem, img := "-x", 0, "/a b", "10x", "UPPER"
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, app.ID, apps.Patch{Name: &bad, ContainerPort: &port, HealthPath: &path,
+	_, err = r.apps.Update(r.ctx, r.admin, app.ID, apps.Patch{Name: &bad, ContainerPort: &port, HealthPath: &path,
 		MemoryLimit: &mem, Image: &img, Env: &[]apps.EnvVar{{Key: "A-B"}}})
 	wantInvalid(t, err, "name", "container_port", "health_path", "memory_limit", "image", "env[0].key")
 	other2 := r.createApp("api", nil, false)
 	name := "web"
-	_, err = r.apps.Update(r.ctx, r.admin, r.client, other2.ID, apps.Patch{Name: &name})
+	_, err = r.apps.Update(r.ctx, r.admin, other2.ID, apps.Patch{Name: &name})
 	wantConflict(t, err, "application-name-taken")
 
-	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, app.ID, "not a ref")
+	_, err = r.apps.Deploy(r.ctx, r.admin, app.ID, "not a ref")
 	wantInvalid(t, err, "ref")
 	r.noJob()
 	if list, _ := r.apps.ListDeployments(r.ctx, app.ID, 0, jobs.AdminReader); len(list) != 0 {
@@ -399,7 +399,7 @@ func TestDeleteApplication(t *testing.T) {
 		{Hostname: "web.example.com", ApplicationID: app.ID, TLSMode: "auto"},
 		{Hostname: "api.example.com", ApplicationID: other.ID, TLSMode: "internal", RedirectWWW: true},
 	} {
-		if _, err := r.domains.Create(r.ctx, r.admin, r.client, d); err != nil {
+		if _, err := r.domains.Create(r.ctx, r.admin, d); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -409,13 +409,13 @@ func TestDeleteApplication(t *testing.T) {
 	waiting := r.deploy(app.ID, "")
 
 	// Refused while a deployment runs; nothing changes.
-	_, err := r.apps.Delete(r.ctx, r.admin, r.client, app.ID)
+	_, err := r.apps.Delete(r.ctx, r.admin, app.ID)
 	wantConflict(t, err, "deployment-running")
 	wantStatus(t, r.deployment(waiting.ID), apps.Queued)
 	r.succeed(j, "sha256:1")
 	// The waiting deployment got the slot; deleting cancels it and its
 	// unclaimed job.
-	rm, err := r.apps.Delete(r.ctx, r.admin, r.client, app.ID)
+	rm, err := r.apps.Delete(r.ctx, r.admin, app.ID)
 	if err != nil {
 		t.Fatalf("delete: %v", err)
 	}
@@ -426,9 +426,9 @@ func TestDeleteApplication(t *testing.T) {
 	if a := r.app(app.ID); a.Status != apps.AppRemoving || deref(a.RemoveJobID) != rm.Job.ID {
 		t.Fatalf("app while removing: %+v", a.Application)
 	}
-	_, err = r.apps.Deploy(r.ctx, r.admin, r.client, app.ID, "")
+	_, err = r.apps.Deploy(r.ctx, r.admin, app.ID, "")
 	wantConflict(t, err, "application-removing")
-	_, err = r.apps.Delete(r.ctx, r.admin, r.client, app.ID)
+	_, err = r.apps.Delete(r.ctx, r.admin, app.ID)
 	wantConflict(t, err, "application-removing")
 
 	rj := r.claim(agentproto.JobAppRemove)
@@ -454,7 +454,7 @@ func TestDeleteApplication(t *testing.T) {
 		t.Fatalf("proxy sites after a failed removal: %+v", cfg.Sites)
 	}
 	// Retry, and succeed: the application, its deployments and domains go.
-	rm, err = r.apps.Delete(r.ctx, r.admin, r.client, app.ID)
+	rm, err = r.apps.Delete(r.ctx, r.admin, app.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,12 +470,12 @@ func TestDeleteApplication(t *testing.T) {
 		t.Fatalf("domains after delete: %+v %v", list, err)
 	}
 	// Its hostname is free again.
-	if _, err := r.domains.Create(r.ctx, r.admin, r.client, domains.NewDomain{Hostname: "web.example.com", ApplicationID: other.ID, TLSMode: "off"}); err != nil {
+	if _, err := r.domains.Create(r.ctx, r.admin, domains.NewDomain{Hostname: "web.example.com", ApplicationID: other.ID, TLSMode: "off"}); err != nil {
 		t.Fatalf("reuse a deleted app's hostname: %v", err)
 	}
 
 	// A removal cancelled before the agent takes it leaves the app active.
-	rm, err = r.apps.Delete(r.ctx, r.admin, r.client, other.ID)
+	rm, err = r.apps.Delete(r.ctx, r.admin, other.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +491,7 @@ func TestDeleteOnRevokedServerIsImmediate(t *testing.T) {
 	r := newRig(t)
 	app := r.createApp("web", nil, true)
 	r.claim(agentproto.JobAppDeploy)
-	if _, err := r.servers.Revoke(r.ctx, r.admin, r.client, r.serverID); err != nil {
+	if _, err := r.servers.Revoke(r.ctx, r.admin, r.serverID); err != nil {
 		t.Fatal(err)
 	}
 	// Revocation fails the running job without its hook; reads settle
@@ -500,9 +500,9 @@ func TestDeleteOnRevokedServerIsImmediate(t *testing.T) {
 	if d.Latest == nil || d.Latest.Status != apps.Failed || deref(d.Latest.Error) != jobs.ErrServerRevoked {
 		t.Fatalf("deployment after revoke: %+v", d.Latest)
 	}
-	_, err := r.apps.Deploy(r.ctx, r.admin, r.client, app.ID, "")
+	_, err := r.apps.Deploy(r.ctx, r.admin, app.ID, "")
 	wantConflict(t, err, "server-not-enrolled")
-	rm, err := r.apps.Delete(r.ctx, r.admin, r.client, app.ID)
+	rm, err := r.apps.Delete(r.ctx, r.admin, app.ID)
 	if err != nil || rm.Status != "deleted" || rm.Job != nil {
 		t.Fatalf("delete on a revoked server: %+v %v", rm, err)
 	}

@@ -33,8 +33,7 @@ type rig struct {
 	apps     *apps.Service
 	domains  *domains.Service
 	serverID string
-	admin    audit.Actor
-	client   audit.Entry
+	admin    audit.Caller
 }
 
 func newRig(t *testing.T) *rig {
@@ -54,7 +53,7 @@ func newRigOn(t *testing.T, st *store.Store) *rig {
 	as := apps.NewService(st, js, srvs, log, key, clock.Now, logger)
 	ds := domains.NewService(st, as, js, srvs, log, clock.Now, logger)
 	r := &rig{t: t, ctx: context.Background(), st: st, clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
-		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "127.0.0.1"}}
+		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "127.0.0.1"}}
 	r.serverID = r.enroll("web-1", agentproto.Facts{Hostname: "web-1", PublicAddresses: []string{"203.0.113.10"}})
 	return r
 }
@@ -62,11 +61,11 @@ func newRigOn(t *testing.T, st *store.Store) *rig {
 // enroll creates and enrolls a server.
 func (r *rig) enroll(name string, facts agentproto.Facts) string {
 	r.t.Helper()
-	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, r.client, name, nil)
+	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, name, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res, err := r.servers.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
+	res, err := r.servers.Enroll(r.ctx, r.admin, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func (r *rig) enroll(name string, facts agentproto.Facts) string {
 
 func (r *rig) createApp(name string, env []apps.EnvVar, deploy bool) apps.ApplicationDetail {
 	r.t.Helper()
-	d, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: name, ServerID: r.serverID,
+	d, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: name, ServerID: r.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "ghcr.io/acme/" + name + ":v1"}, ContainerPort: 8080,
 		HealthPath: ptr("/healthz"), Env: env, MemoryLimit: "512m", Deploy: deploy})
 	if err != nil {
@@ -86,7 +85,7 @@ func (r *rig) createApp(name string, env []apps.EnvVar, deploy bool) apps.Applic
 
 func (r *rig) deploy(appID, ref string) apps.DeploymentDetail {
 	r.t.Helper()
-	d, err := r.apps.Deploy(r.ctx, r.admin, r.client, appID, ref)
+	d, err := r.apps.Deploy(r.ctx, r.admin, appID, ref)
 	if err != nil {
 		r.t.Fatalf("deploy: %v", err)
 	}
@@ -153,7 +152,7 @@ func (r *rig) deployment(id string) apps.DeploymentDetail {
 
 func (r *rig) app(id string) apps.ApplicationDetail {
 	r.t.Helper()
-	d, err := r.apps.Get(r.ctx, id, apps.Reading{Reader: jobs.AdminReader, Reveal: true, Actor: r.admin, Client: r.client})
+	d, err := r.apps.Get(r.ctx, id, apps.Reading{Reader: jobs.AdminReader, Reveal: true, By: r.admin})
 	if err != nil {
 		r.t.Fatalf("get application %s: %v", id, err)
 	}

@@ -135,7 +135,7 @@ type EnvChange struct {
 // (they are write-only) changes the env. A removed key must be in the env.
 // Concurrent changes are not lost: the sealed env is replaced only if it
 // did not change since it was read, and read again otherwise.
-func (s *Service) ChangeEnv(ctx context.Context, actor audit.Actor, c audit.Entry, id string, ch EnvChange) (ApplicationDetail, error) {
+func (s *Service) ChangeEnv(ctx context.Context, c audit.Caller, id string, ch EnvChange) (ApplicationDetail, error) {
 	var errs fault.Fields
 	if len(ch.Set) == 0 && len(ch.Remove) == 0 {
 		errs.Add("set", "name at least one variable to set or remove")
@@ -227,7 +227,7 @@ func (s *Service) ChangeEnv(ctx context.Context, actor audit.Actor, c audit.Entr
 		break
 	}
 	details := map[string]any{"fields": []string{"env"}, "env_keys": keys, "env_set": envKeys(ch.Set), "env_removed": nonNilKeys(ch.Remove)}
-	if err := s.record(ctx, actor, c, ActionUpdated, "application", id, details); err != nil {
+	if err := s.audit.Record(ctx, c, ActionUpdated, audit.Target{Type: "application", ID: id}, details); err != nil {
 		return ApplicationDetail{}, err
 	}
 	return s.Get(ctx, id, Reading{Reader: jobs.AdminReader})
@@ -478,16 +478,9 @@ func (s *Service) enrolledServer(ctx context.Context, id string) (servers.Server
 	return srv, err
 }
 
-func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, targetType, id string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: targetType, ID: id},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
-}
-
-var systemActor = audit.Actor{Type: audit.ActorSystem}
-
 // Create validates and stores an application and, unless n.Deploy is
 // false, queues its first deployment.
-func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, n NewApp) (ApplicationDetail, error) {
+func (s *Service) Create(ctx context.Context, c audit.Caller, n NewApp) (ApplicationDetail, error) {
 	var errs fault.Fields
 	if p := NameProblem(n.Name); p != "" {
 		errs.Add("name", "%s", p)
@@ -576,7 +569,7 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	now := s.now().UTC()
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
-		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now, Build: build,
+		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: c.Actor.ID, CreatedAt: now, UpdatedAt: now, Build: build,
 		Service: svc, Publish: publish}
 	if a.Kind == KindCompose {
 		a.Build, a.Compose = BuildSettings{}, stack
@@ -601,11 +594,11 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if len(a.Build.SecretKeys) > 0 {
 		details["build_secret_keys"] = a.Build.SecretKeys
 	}
-	if err := s.record(ctx, actor, c, ActionCreated, "application", a.ID, details); err != nil {
+	if err := s.audit.Record(ctx, c, ActionCreated, audit.Target{Type: "application", ID: a.ID}, details); err != nil {
 		return ApplicationDetail{}, err
 	}
 	if n.Deploy {
-		if _, err := s.Deploy(ctx, actor, c, a.ID, ""); err != nil {
+		if _, err := s.Deploy(ctx, c, a.ID, ""); err != nil {
 			return ApplicationDetail{}, err
 		}
 	}
@@ -629,10 +622,9 @@ type Reading struct {
 	// Reveal asks for the environment values, the compose document
 	// unmasked and a service's commands. It is honoured for
 	// administrators only, and each read that reveals them is audited
-	// (ActionEnvRead) under Actor and Client.
+	// (ActionEnvRead) as By.
 	Reveal bool
-	Actor  audit.Actor
-	Client audit.Entry
+	By     audit.Caller
 }
 
 // Get returns an application's detail as rd says: environment keys always;
@@ -675,7 +667,7 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 		if a.Kind == KindService {
 			details["service_commands"] = true
 		}
-		if err := s.record(ctx, rd.Actor, rd.Client, ActionEnvRead, "application", id, details); err != nil {
+		if err := s.audit.Record(ctx, rd.By, ActionEnvRead, audit.Target{Type: "application", ID: id}, details); err != nil {
 			return ApplicationDetail{}, err
 		}
 		for _, e := range env {
@@ -743,7 +735,7 @@ func (s *Service) App(ctx context.Context, id string) (App, error) { return s.st
 
 // Update changes settings for the next deployment; the running container
 // is untouched.
-func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, id string, p Patch) (ApplicationDetail, error) {
+func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch) (ApplicationDetail, error) {
 	a, err := s.store.App(ctx, id)
 	if err != nil {
 		return ApplicationDetail{}, err
@@ -917,13 +909,13 @@ func (s *Service) Update(ctx context.Context, actor audit.Actor, c audit.Entry, 
 			details["publish"] = a.Publish.Address()
 		}
 	}
-	if err := s.record(ctx, actor, c, ActionUpdated, "application", a.ID, details); err != nil {
+	if err := s.audit.Record(ctx, c, ActionUpdated, audit.Target{Type: "application", ID: a.ID}, details); err != nil {
 		return ApplicationDetail{}, err
 	}
 	if publishChanged && a.CurrentDeploymentID != "" {
 		// The live release is served on the new port (or no longer on
 		// the old one) now, not at the next deployment.
-		if err := s.applyProxy(ctx, actor, a.ServerID); err != nil {
+		if err := s.applyProxy(ctx, c, a.ServerID); err != nil {
 			return ApplicationDetail{}, err
 		}
 	}
@@ -948,8 +940,8 @@ type Removal struct {
 // deleted when the job succeeds. Queued deployments are cancelled. While a
 // deployment runs it is refused (409): wait for it or cancel it first.
 // An application whose server is gone or revoked is deleted at once.
-func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Removal, error) {
-	return s.DeleteWith(ctx, actor, c, id, RemoveOptions{})
+func (s *Service) Delete(ctx context.Context, c audit.Caller, id string) (Removal, error) {
+	return s.DeleteWith(ctx, c, id, RemoveOptions{})
 }
 
 // RemoveOptions are the choices of a removal.
@@ -963,7 +955,7 @@ type RemoveOptions struct {
 }
 
 // DeleteWith is Delete with the removal's options.
-func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Entry, id string, o RemoveOptions) (Removal, error) {
+func (s *Service) DeleteWith(ctx context.Context, c audit.Caller, id string, o RemoveOptions) (Removal, error) {
 	purge := o.Purge
 	if err := s.reconcile(ctx, id); err != nil && !fault.Is(err, fault.NotFound) {
 		s.log.WarnContext(ctx, "settling deployments", "app_id", id, "err", err.Error())
@@ -1038,15 +1030,14 @@ func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Ent
 			undo()
 			return Removal{}, err
 		}
-		return Removal{ApplicationID: id, Status: "deleted"}, s.record(ctx, actor, c, ActionDeleted, "application", id,
-			map[string]any{"name": a.Name, "server_id": a.ServerID, "removed_on_server": false})
+		return Removal{ApplicationID: id, Status: "deleted"}, s.audit.Record(ctx, c, ActionDeleted, audit.Target{Type: "application", ID: id}, map[string]any{"name": a.Name, "server_id": a.ServerID, "removed_on_server": false})
 	}
 	proxy, err := s.ProxyConfig(ctx, a.ServerID) // without this application's: it is removing
 	if err != nil {
 		undo()
 		return Removal{}, err
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, CreatedBy: actor.ID,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: a.ServerID, AppID: a.ID, CreatedBy: c.Actor.ID,
 		Work: jobs.Of(agentproto.AppRemove, agentproto.RemovePayload{AppID: id, AppName: serviceName(a), Proxy: proxy, PurgeVolumes: purge,
 			ProxySites: hostnames, Force: o.Force})})
 	if err != nil {
@@ -1056,8 +1047,7 @@ func (s *Service) DeleteWith(ctx context.Context, actor audit.Actor, c audit.Ent
 	if err := s.store.SetAppState(ctx, id, []string{StateRemoving}, StateRemoving, j.ID, "", s.now().UTC()); err != nil {
 		return Removal{}, err
 	}
-	return Removal{ApplicationID: id, Status: "removing", Job: &j}, s.record(ctx, actor, c, ActionDeleted, "application", id,
-		map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID, "purge": purge, "force": o.Force})
+	return Removal{ApplicationID: id, Status: "removing", Job: &j}, s.audit.Record(ctx, c, ActionDeleted, audit.Target{Type: "application", ID: id}, map[string]any{"name": a.Name, "server_id": a.ServerID, "job_id": j.ID, "purge": purge, "force": o.Force})
 }
 
 // refuseRunning is a 409 when a deployment's job of the application is
@@ -1092,7 +1082,7 @@ func (s *Service) removeFinished(ctx context.Context, j jobs.Job) error {
 		if err := s.deleteApp(ctx, a.ID); err != nil {
 			return err
 		}
-		return s.record(ctx, systemActor, audit.Entry{}, ActionRemoved, "application", a.ID, map[string]any{"name": a.Name, "job_id": j.ID})
+		return s.audit.Record(ctx, audit.System, ActionRemoved, audit.Target{Type: "application", ID: a.ID}, map[string]any{"name": a.Name, "job_id": j.ID})
 	case jobs.Cancelled:
 		// The removal was called off before the agent took it.
 		return s.store.SetAppState(ctx, a.ID, []string{StateRemoving}, StateActive, "", "", now)
@@ -1104,7 +1094,7 @@ func (s *Service) removeFinished(ctx context.Context, j jobs.Job) error {
 		if err := s.store.SetAppState(ctx, a.ID, []string{StateRemoving}, StateRemovalFailed, j.ID, msg, now); err != nil {
 			return err
 		}
-		return s.record(ctx, systemActor, audit.Entry{}, ActionRemovalFailed, "application", a.ID, map[string]any{"job_id": j.ID, "error": msg})
+		return s.audit.Record(ctx, audit.System, ActionRemovalFailed, audit.Target{Type: "application", ID: a.ID}, map[string]any{"job_id": j.ID, "error": msg})
 	}
 }
 
@@ -1161,7 +1151,7 @@ func (s *Service) addresses(ctx context.Context, a App) ([]Address, error) {
 
 // applyProxy queues proxy.apply with the server's whole desired state,
 // when the server has an agent.
-func (s *Service) applyProxy(ctx context.Context, actor audit.Actor, serverID string) error {
+func (s *Service) applyProxy(ctx context.Context, c audit.Caller, serverID string) error {
 	srv, err := s.servers.Get(ctx, serverID)
 	if fault.Is(err, fault.NotFound) {
 		return nil
@@ -1177,7 +1167,7 @@ func (s *Service) applyProxy(ctx context.Context, actor audit.Actor, serverID st
 		return err
 	}
 	_, _, err = s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID,
-		Work: jobs.Of(agentproto.ProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}), CreatedBy: actor.ID})
+		Work: jobs.Of(agentproto.ProxyApply, agentproto.ProxyApplyPayload{Proxy: cfg}), CreatedBy: c.Actor.ID})
 	return err
 }
 

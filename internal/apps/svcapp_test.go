@@ -13,7 +13,7 @@ import (
 // inventory lists: unit, port, release, state, and which one is live.
 func TestServiceApplicationSlotStates(t *testing.T) {
 	r := newGitRig(t)
-	a, err := r.apps.Create(r.ctx, r.admin, r.client, apps.NewApp{Name: "svc", ServerID: r.serverID, Kind: apps.KindService,
+	a, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: "svc", ServerID: r.serverID, Kind: apps.KindService,
 		Source:  apps.Source{Type: apps.SourceGit, InstallationID: r.inst, RepoID: r.repo.ID, Branch: "main"},
 		Service: &apps.ServiceSettings{StartCommand: "./run"}, Deploy: true})
 	if err != nil {

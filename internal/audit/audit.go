@@ -60,6 +60,26 @@ type Actor struct {
 	TokenName string `json:"token_name,omitempty"`
 }
 
+// Caller is who asks for an operation and from where: the actor, the
+// client's address and user agent, and the session the request came with
+// (empty for tokens, agents and the control plane itself). Every operation
+// that changes something takes one, and its audit entry is made from it.
+type Caller struct {
+	Actor     Actor
+	IP        string
+	UserAgent string
+	SessionID string
+}
+
+// System is the caller of the work the control plane starts by itself
+// (schedules, reapers, completion hooks).
+var System = Caller{Actor: Actor{Type: ActorSystem}}
+
+// Entry returns the audit entry of c performing action on target.
+func (c Caller) Entry(action string, target Target, details map[string]any) Entry {
+	return Entry{Actor: c.Actor, Action: action, Target: target, IP: c.IP, UserAgent: c.UserAgent, Details: details}
+}
+
 // Target is what an action was performed on. Both fields may be empty.
 type Target struct {
 	Type string `json:"type,omitempty"`
@@ -121,8 +141,13 @@ func NewLog(store Store, now func() time.Time) *Log {
 	return &Log{store: store, now: now}
 }
 
-// Record appends an entry, filling in its id and time.
-func (l *Log) Record(ctx context.Context, e Entry) error {
+// Record appends the entry of c performing action on target.
+func (l *Log) Record(ctx context.Context, c Caller, action string, target Target, details map[string]any) error {
+	return l.Append(ctx, c.Entry(action, target, details))
+}
+
+// Append appends an entry, filling in its id and time.
+func (l *Log) Append(ctx context.Context, e Entry) error {
 	at := l.now().UTC()
 	e.ID = ids.NewAt(ids.Audit, at)
 	e.At = at

@@ -28,7 +28,7 @@ func record(t *testing.T, l *audit.Log, clk *testlab.Clock, action string, n int
 	for i := range n {
 		clk.Advance(time.Second)
 		e := audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: action, Details: map[string]any{"i": float64(i)}}
-		if err := l.Record(context.Background(), e); err != nil {
+		if err := l.Append(context.Background(), e); err != nil {
 			t.Fatalf("record %s: %v", action, err)
 		}
 	}
@@ -51,7 +51,7 @@ func wantInvalidField(t *testing.T, what string, err error, field string) {
 func TestRecordFillsIDAndTime(t *testing.T) {
 	l, clk := newLog(t, storetest.Open(t, store.SQLite))
 	ctx := context.Background()
-	if err := l.Record(ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: audit.UserCreated, ID: "forged", At: time.Unix(0, 0)}); err != nil {
+	if err := l.Append(ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: audit.UserCreated, ID: "forged", At: time.Unix(0, 0)}); err != nil {
 		t.Fatalf("record: %v", err)
 	}
 	es, next, err := l.List(ctx, 0, "", "")

@@ -113,7 +113,7 @@ type Deliver func(ctx context.Context, inv Invitation, token string) error
 // fails, the invitation is deleted again and the error is a fault.Upstream
 // email-failed. c is the audit entry's actor, address and user agent;
 // delivery names how the token went out, for the audit log.
-func (s *Service) Invite(ctx context.Context, c audit.Entry, email string, admin bool, delivery string, deliver Deliver) (Invitation, string, error) {
+func (s *Service) Invite(ctx context.Context, c audit.Caller, email string, admin bool, delivery string, deliver Deliver) (Invitation, string, error) {
 	email = NormalizeEmail(email)
 	if err := ValidateEmail("email", email); err != nil {
 		return Invitation{}, "", err
@@ -135,9 +135,8 @@ func (s *Service) Invite(ctx context.Context, c audit.Entry, email string, admin
 		}
 	}
 	inv.Status = InvitationPending
-	c.Action, c.Target = audit.UserInvited, audit.Target{Type: "invitation", ID: inv.ID}
-	c.Details = map[string]any{"email": email, "admin": admin, "delivery": delivery}
-	return inv, token, s.audit.Record(ctx, c)
+	return inv, token, s.audit.Record(ctx, c, audit.UserInvited, audit.Target{Type: "invitation", ID: inv.ID},
+		map[string]any{"email": email, "admin": admin, "delivery": delivery})
 }
 
 // ListInvitations returns the pending invitations and those closed within
@@ -153,21 +152,19 @@ func (s *Service) ListInvitations(ctx context.Context) ([]Invitation, error) {
 
 // RevokeInvitation revokes an invitation that was not accepted; its link
 // stops working at once.
-func (s *Service) RevokeInvitation(ctx context.Context, c audit.Entry, id string) error {
+func (s *Service) RevokeInvitation(ctx context.Context, c audit.Caller, id string) error {
 	inv, err := s.store.RevokeInvitation(ctx, id, s.now())
 	if err != nil {
 		return err
 	}
-	c.Action, c.Target = audit.InvitationRevoked, audit.Target{Type: "invitation", ID: inv.ID}
-	c.Details = map[string]any{"email": inv.Email}
-	return s.audit.Record(ctx, c)
+	return s.audit.Record(ctx, c, audit.InvitationRevoked, audit.Target{Type: "invitation", ID: inv.ID}, map[string]any{"email": inv.Email})
 }
 
 // openInvitation looks up the open invitation of token. Every lookup takes
 // a token of the client address's sign-in throttle first, given back when
 // the invitation is open: wrong, expired and used tokens cost the address
 // as wrong passwords do, and are all told apart from nothing.
-func (s *Service) openInvitation(ctx context.Context, c Client, token string, now time.Time) (Invitation, error) {
+func (s *Service) openInvitation(ctx context.Context, c audit.Caller, token string, now time.Time) (Invitation, error) {
 	claims := []claim{{s.perAddress, throttledAddress(c.IP)}}
 	if err := s.take(ctx, claims, now); err != nil {
 		return Invitation{}, err
@@ -198,7 +195,7 @@ func (s *Service) lookupInvitation(ctx context.Context, token string, now time.T
 
 // LookupInvitation returns the pending invitation of token, for the
 // invitee to read whom it is for; throttled per client address.
-func (s *Service) LookupInvitation(ctx context.Context, c Client, token string) (Invitation, error) {
+func (s *Service) LookupInvitation(ctx context.Context, c audit.Caller, token string) (Invitation, error) {
 	return s.openInvitation(ctx, c, token, s.now())
 }
 
@@ -210,7 +207,7 @@ func (s *Service) sealInvitationTOTP(invitationID, secret string) string {
 // secret, kept sealed on the invitation until AcceptInvitation proves it.
 // Each call issues another secret and the earlier one stops counting, so
 // a secret is shown once.
-func (s *Service) InvitationEnrollment(ctx context.Context, c Client, token string) (Invitation, Enrollment, error) {
+func (s *Service) InvitationEnrollment(ctx context.Context, c audit.Caller, token string) (Invitation, Enrollment, error) {
 	now := s.now()
 	inv, err := s.openInvitation(ctx, c, token, now)
 	if err != nil {
@@ -237,7 +234,7 @@ func (s *Service) InvitationEnrollment(ctx context.Context, c Client, token stri
 // Of parallel acceptances of one invitation exactly one creates the
 // account; the others find the invitation used. device is the device
 // cookie the client sent ("" for none).
-func (s *Service) AcceptInvitation(ctx context.Context, c Client, token, password, code, device string) (Tokens, error) {
+func (s *Service) AcceptInvitation(ctx context.Context, c audit.Caller, token, password, code, device string) (Tokens, error) {
 	now := s.now().UTC()
 	inv, err := s.openInvitation(ctx, c, token, now)
 	if err != nil {
@@ -266,7 +263,7 @@ func (s *Service) AcceptInvitation(ctx context.Context, c Client, token, passwor
 
 // acceptInvitation is AcceptInvitation after the throttle tokens are
 // taken; keep reports whether the code was wrong and they must be kept.
-func (s *Service) acceptInvitation(ctx context.Context, c Client, inv Invitation, secret, password, code, device string,
+func (s *Service) acceptInvitation(ctx context.Context, c audit.Caller, inv Invitation, secret, password, code, device string,
 	now time.Time) (_ Tokens, keep bool, _ error) {
 	step := matchTOTP(secret, code, now)
 	if step == 0 {
@@ -289,7 +286,7 @@ func (s *Service) acceptInvitation(ctx context.Context, c Client, inv Invitation
 	if !ok {
 		return Tokens{}, false, errBadInvitation
 	}
-	if err := s.audit.Record(ctx, audit.Entry{
+	if err := s.audit.Append(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.InvitationAccepted,
 		Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 		Details: map[string]any{"invitation_id": inv.ID, "email": a.Email, "admin": a.Admin, "invited_by": inv.InvitedBy},

@@ -55,12 +55,6 @@ const (
 	CodeWrongCode          = "wrong-code"
 )
 
-// Client describes where a request came from, for throttling and audit.
-type Client struct {
-	IP        string
-	UserAgent string
-}
-
 // Service implements sign-in and account management.
 type Service struct {
 	store  Store
@@ -181,7 +175,7 @@ func (s *Service) openTOTP(a Account) (string, error) {
 }
 
 // CreateUser creates an account and returns it with its TOTP enrollment.
-func (s *Service) CreateUser(ctx context.Context, actor audit.Actor, email, password string, admin bool) (User, Enrollment, error) {
+func (s *Service) CreateUser(ctx context.Context, c audit.Caller, email, password string, admin bool) (User, Enrollment, error) {
 	email = NormalizeEmail(email)
 	if err := ValidateEmail("email", email); err != nil {
 		return User{}, Enrollment{}, err
@@ -203,8 +197,7 @@ func (s *Service) CreateUser(ctx context.Context, actor audit.Actor, email, pass
 	if err := s.store.CreateAccount(ctx, a); err != nil {
 		return User{}, Enrollment{}, err
 	}
-	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserCreated,
-		Target: audit.Target{Type: "user", ID: a.ID}, Details: map[string]any{"email": email, "admin": admin}})
+	err = s.audit.Record(ctx, c, audit.UserCreated, audit.Target{Type: "user", ID: a.ID}, map[string]any{"email": email, "admin": admin})
 	return a.User, en, err
 }
 
@@ -214,17 +207,16 @@ func (s *Service) ListUsers(ctx context.Context) ([]User, error) { return s.stor
 // ResetTOTP gives the user a new TOTP secret; the old one stops working.
 // Every session of the user ends and every device it signed in from is
 // forgotten: whoever held the old secret may have signed in with it.
-func (s *Service) ResetTOTP(ctx context.Context, actor audit.Actor, email string) (User, Enrollment, error) {
+func (s *Service) ResetTOTP(ctx context.Context, c audit.Caller, email string) (User, Enrollment, error) {
 	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
 	if err != nil {
 		return User{}, Enrollment{}, err
 	}
-	return s.resetTOTP(ctx, audit.Entry{Actor: actor}, a)
+	return s.resetTOTP(ctx, c, a)
 }
 
-// ResetTOTPByID is ResetTOTP of the user with that id; c is the audit
-// entry's actor, address and user agent.
-func (s *Service) ResetTOTPByID(ctx context.Context, c audit.Entry, id string) (User, Enrollment, error) {
+// ResetTOTPByID is ResetTOTP of the user with that id, by c.
+func (s *Service) ResetTOTPByID(ctx context.Context, c audit.Caller, id string) (User, Enrollment, error) {
 	a, err := s.store.AccountByID(ctx, id)
 	if err != nil {
 		return User{}, Enrollment{}, err
@@ -232,7 +224,7 @@ func (s *Service) ResetTOTPByID(ctx context.Context, c audit.Entry, id string) (
 	return s.resetTOTP(ctx, c, a)
 }
 
-func (s *Service) resetTOTP(ctx context.Context, c audit.Entry, a Account) (User, Enrollment, error) {
+func (s *Service) resetTOTP(ctx context.Context, c audit.Caller, a Account) (User, Enrollment, error) {
 	en, err := newEnrollment(s.issuer, a.Email)
 	if err != nil {
 		return User{}, Enrollment{}, err
@@ -248,13 +240,12 @@ func (s *Service) resetTOTP(ctx context.Context, c audit.Entry, a Account) (User
 	if err := s.store.RevokeDevices(ctx, a.ID, "", now); err != nil {
 		return User{}, Enrollment{}, err
 	}
-	c.Action, c.Target, c.Details = audit.UserTOTPReset, audit.Target{Type: "user", ID: a.ID}, map[string]any{"sessions_revoked": n}
-	err = s.audit.Record(ctx, c)
+	err = s.audit.Record(ctx, c, audit.UserTOTPReset, audit.Target{Type: "user", ID: a.ID}, map[string]any{"sessions_revoked": n})
 	return a.User, en, err
 }
 
 // DisableUser disables an account and ends its sessions at once.
-func (s *Service) DisableUser(ctx context.Context, actor audit.Actor, email string) (User, error) {
+func (s *Service) DisableUser(ctx context.Context, c audit.Caller, email string) (User, error) {
 	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
 	if err != nil {
 		return User{}, err
@@ -267,7 +258,7 @@ func (s *Service) DisableUser(ctx context.Context, actor audit.Actor, email stri
 		return User{}, err
 	}
 	a.Disabled = true
-	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserDisabled, Target: audit.Target{Type: "user", ID: a.ID}})
+	err = s.audit.Record(ctx, c, audit.UserDisabled, audit.Target{Type: "user", ID: a.ID}, nil)
 	return a.User, err
 }
 
@@ -282,8 +273,8 @@ type UserChange struct {
 // The last enabled administrator can be neither made a member nor
 // disabled (409 last-admin). Disabling ends the user's sessions at once
 // (its live streams close on their next check) and forgets its devices.
-// c is the audit entry's actor, address and user agent.
-func (s *Service) ChangeUser(ctx context.Context, c audit.Entry, id string, ch UserChange) (User, error) {
+// c is who changes it.
+func (s *Service) ChangeUser(ctx context.Context, c audit.Caller, id string, ch UserChange) (User, error) {
 	before, err := s.store.AccountByID(ctx, id)
 	if err != nil {
 		return User{}, err
@@ -292,19 +283,18 @@ func (s *Service) ChangeUser(ctx context.Context, c audit.Entry, id string, ch U
 	if err != nil {
 		return User{}, err
 	}
-	c.Target = audit.Target{Type: "user", ID: id}
+	target := audit.Target{Type: "user", ID: id}
 	if before.Admin != u.Admin {
-		c.Action, c.Details = audit.UserRoleChanged, map[string]any{"email": u.Email, "admin": u.Admin}
-		if err := s.audit.Record(ctx, c); err != nil {
+		if err := s.audit.Record(ctx, c, audit.UserRoleChanged, target, map[string]any{"email": u.Email, "admin": u.Admin}); err != nil {
 			return User{}, err
 		}
 	}
 	if before.Disabled != u.Disabled {
-		c.Action, c.Details = audit.UserEnabled, map[string]any{"email": u.Email}
+		action := audit.UserEnabled
 		if u.Disabled {
-			c.Action = audit.UserDisabled
+			action = audit.UserDisabled
 		}
-		if err := s.audit.Record(ctx, c); err != nil {
+		if err := s.audit.Record(ctx, c, action, target, map[string]any{"email": u.Email}); err != nil {
 			return User{}, err
 		}
 	}
@@ -313,13 +303,12 @@ func (s *Service) ChangeUser(ctx context.Context, c audit.Entry, id string, ch U
 
 // DeleteUser deletes a user, audited; the last enabled administrator
 // cannot be deleted (409 last-admin).
-func (s *Service) DeleteUser(ctx context.Context, c audit.Entry, id string) error {
+func (s *Service) DeleteUser(ctx context.Context, c audit.Caller, id string) error {
 	u, err := s.store.DeleteUser(ctx, id)
 	if err != nil {
 		return err
 	}
-	c.Action, c.Target, c.Details = audit.UserDeleted, audit.Target{Type: "user", ID: id}, map[string]any{"email": u.Email, "admin": u.Admin}
-	return s.audit.Record(ctx, c)
+	return s.audit.Record(ctx, c, audit.UserDeleted, audit.Target{Type: "user", ID: id}, map[string]any{"email": u.Email, "admin": u.Admin})
 }
 
 func throttledFor(wait time.Duration) error {
@@ -380,7 +369,7 @@ func (s *Service) PruneThrottles(ctx context.Context) (int, error) {
 // UnlockUser lifts the delay that strangers' failed sign-ins put on an
 // account before it passes by itself. It reports whether strangers had
 // failed on it within ThrottleIdle.
-func (s *Service) UnlockUser(ctx context.Context, actor audit.Actor, email string) (User, bool, error) {
+func (s *Service) UnlockUser(ctx context.Context, c audit.Caller, email string) (User, bool, error) {
 	a, err := s.store.AccountByEmail(ctx, NormalizeEmail(email))
 	if err != nil {
 		return User{}, false, err
@@ -389,8 +378,7 @@ func (s *Service) UnlockUser(ctx context.Context, actor audit.Actor, email strin
 	if err != nil {
 		return User{}, false, err
 	}
-	err = s.audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.UserUnlocked,
-		Target: audit.Target{Type: "user", ID: a.ID}, Details: map[string]any{"email": a.Email, "had_failures": delayed}})
+	err = s.audit.Record(ctx, c, audit.UserUnlocked, audit.Target{Type: "user", ID: a.ID}, map[string]any{"email": a.Email, "had_failures": delayed})
 	return a.User, delayed, err
 }
 
@@ -417,7 +405,7 @@ var errBadCredentials = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInva
 // Throttle tokens are taken before the hash is computed and given back
 // when the password is right, so parallel wrong passwords get no more
 // checks than sequential ones.
-func (s *Service) Login(ctx context.Context, c Client, email, password, device string) (LoginResult, error) {
+func (s *Service) Login(ctx context.Context, c audit.Caller, email, password, device string) (LoginResult, error) {
 	email = NormalizeEmail(email)
 	now := s.now()
 	var a Account
@@ -452,7 +440,7 @@ func (s *Service) Login(ctx context.Context, c Client, email, password, device s
 
 // login is Login after the throttle tokens are taken; keep reports whether
 // the attempt failed and must keep them.
-func (s *Service) login(ctx context.Context, c Client, a Account, known, owner bool, email, password string, now time.Time) (_ LoginResult, keep bool, _ error) {
+func (s *Service) login(ctx context.Context, c audit.Caller, a Account, known, owner bool, email, password string, now time.Time) (_ LoginResult, keep bool, _ error) {
 	hash := dummyHash()
 	if known {
 		hash = a.PasswordHash
@@ -469,7 +457,7 @@ func (s *Service) login(ctx context.Context, c Client, a Account, known, owner b
 		case a.DisabledAt != nil && ok:
 			reason = "disabled"
 		}
-		if err := s.audit.Record(ctx, audit.Entry{
+		if err := s.audit.Append(ctx, audit.Entry{
 			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: storable(email)}, Action: audit.LoginFailed,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 			Details: map[string]any{"reason": reason, "known_device": owner},
@@ -508,7 +496,7 @@ var errBadChallenge = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvali
 // used is refused. A challenge allows MaxCodeFailures wrong codes, counted
 // before each code is checked, so parallel guesses get no more. device is
 // the device cookie the client sent ("" for none).
-func (s *Service) Verify(ctx context.Context, c Client, challengeID, code, device string) (Tokens, error) {
+func (s *Service) Verify(ctx context.Context, c audit.Caller, challengeID, code, device string) (Tokens, error) {
 	now := s.now()
 	hash := ids.Hash(challengeID)
 	ch, err := s.store.ChallengeByHash(ctx, hash)
@@ -566,7 +554,7 @@ func (s *Service) triesLeft(ctx context.Context, hash string) string {
 
 // verify is Verify after the throttle tokens are taken; keep reports
 // whether the attempt failed and must keep them.
-func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice, hash, code string, now time.Time) (_ Tokens, keep bool, _ error) {
+func (s *Service) verify(ctx context.Context, c audit.Caller, a Account, d knownDevice, hash, code string, now time.Time) (_ Tokens, keep bool, _ error) {
 	if ok, err := s.store.TakeChallengeAttempt(ctx, hash, MaxCodeFailures, now); err != nil || !ok {
 		if err == nil {
 			err = errBadChallenge
@@ -583,7 +571,7 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice
 			codeName, msg = CodeCodeReused, "This code was already used. Wait for the next code."
 		}
 		msg += " " + s.triesLeft(ctx, hash)
-		if err := s.audit.Record(ctx, audit.Entry{
+		if err := s.audit.Append(ctx, audit.Entry{
 			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.SecondFactorFailed,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 			Details: map[string]any{"reason": reason, "known_device": d.known},
@@ -603,7 +591,7 @@ func (s *Service) verify(ctx context.Context, c Client, a Account, d knownDevice
 
 // startSession starts a session of a completed sign-in by method ("totp",
 // or "invitation" for an invitee's first), remembering the device d.
-func (s *Service) startSession(ctx context.Context, c Client, a Account, d knownDevice, method string, now time.Time) (Tokens, error) {
+func (s *Service) startSession(ctx context.Context, c audit.Caller, a Account, d knownDevice, method string, now time.Time) (Tokens, error) {
 	device, deviceEnd, err := s.rememberDevice(ctx, a.ID, d, now)
 	if err != nil {
 		return Tokens{}, err
@@ -616,7 +604,7 @@ func (s *Service) startSession(ctx context.Context, c Client, a Account, d known
 	if err := s.store.CreateSession(ctx, sess, rt, at); err != nil {
 		return Tokens{}, err
 	}
-	if err := s.audit.Record(ctx, audit.Entry{
+	if err := s.audit.Append(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.LoginSucceeded,
 		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
 		Details: map[string]any{"method": method, "known_device": d.known},
@@ -668,7 +656,7 @@ var errBadRefresh = &fault.Error{Kind: fault.Unauthenticated, Code: CodeInvalidR
 // token. Presenting a refresh token again within RefreshGrace of its first
 // use (two tabs refreshing at once) gets another new pair; presenting it
 // later revokes its whole session: one of the two holders is not the user.
-func (s *Service) Refresh(ctx context.Context, c Client, refreshToken string) (Tokens, error) {
+func (s *Service) Refresh(ctx context.Context, c audit.Caller, refreshToken string) (Tokens, error) {
 	now := s.now()
 	if refreshToken == "" {
 		return Tokens{}, errBadRefresh
@@ -708,11 +696,11 @@ func (s *Service) Refresh(ctx context.Context, c Client, refreshToken string) (T
 		RefreshExpiresAt: sess.ExpiresAt, User: a.User}, nil
 }
 
-func (s *Service) refreshReused(ctx context.Context, c Client, sess Session, now time.Time) error {
+func (s *Service) refreshReused(ctx context.Context, c audit.Caller, sess Session, now time.Time) error {
 	if err := s.store.RevokeSession(ctx, sess.ID, "refresh_reused", now); err != nil {
 		return err
 	}
-	if err := s.audit.Record(ctx, audit.Entry{
+	if err := s.audit.Append(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: sess.UserID}, Action: audit.RefreshReused,
 		Target: audit.Target{Type: "session", ID: sess.ID}, IP: c.IP, UserAgent: c.UserAgent,
 		Details: map[string]any{"session_revoked": true},
@@ -723,11 +711,11 @@ func (s *Service) refreshReused(ctx context.Context, c Client, sess Session, now
 }
 
 // Logout ends the caller's session: every refresh and access token of it.
-func (s *Service) Logout(ctx context.Context, c Client, p Principal) error {
+func (s *Service) Logout(ctx context.Context, c audit.Caller, p Principal) error {
 	if err := s.store.RevokeSession(ctx, p.SessionID, "logout", s.now()); err != nil {
 		return err
 	}
-	return s.audit.Record(ctx, audit.Entry{
+	return s.audit.Append(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}, Action: audit.Logout,
 		Target: audit.Target{Type: "session", ID: p.SessionID}, IP: c.IP, UserAgent: c.UserAgent,
 	})
@@ -752,7 +740,7 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Principal, er
 // sensitive operation. It is throttled per session (the caller already
 // signed in, so strangers' failures do not count here): the token is taken
 // before the hash.
-func (s *Service) CheckOwnPassword(ctx context.Context, c Client, p Principal, password string) (bool, error) {
+func (s *Service) CheckOwnPassword(ctx context.Context, c audit.Caller, p Principal, password string) (bool, error) {
 	claims := []claim{{s.perSession, p.SessionID}}
 	if err := s.takeForHash(ctx, claims, true, s.now()); err != nil {
 		return false, err

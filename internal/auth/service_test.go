@@ -22,8 +22,8 @@ import (
 const password = "a long and unusual passphrase"
 
 var (
-	client   = auth.Client{IP: "198.51.100.7", UserAgent: "capstan-test/1"}
-	operator = audit.Actor{Type: audit.ActorSystem, ID: "cli"}
+	client   = audit.Caller{IP: "198.51.100.7", UserAgent: "capstan-test/1"}
+	operator = audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "cli"}}
 )
 
 type fixture struct {
@@ -88,7 +88,7 @@ func (f *fixture) wrongCode(secret string) string {
 	}
 }
 
-func (f *fixture) login(c auth.Client, email string) auth.LoginResult {
+func (f *fixture) login(c audit.Caller, email string) auth.LoginResult {
 	f.t.Helper()
 	r, err := f.svc.Login(context.Background(), c, email, password, "")
 	if err != nil {
@@ -231,7 +231,7 @@ func TestCreateUser(t *testing.T) {
 	if got, want := created[0].Target.ID, u.ID; got != want {
 		t.Fatalf("user.created target: got %q, want %q", got, want)
 	}
-	if got, want := created[0].Actor, operator; got != want {
+	if got, want := created[0].Actor, operator.Actor; got != want {
 		t.Fatalf("user.created actor: got %+v, want %+v", got, want)
 	}
 }
@@ -428,7 +428,7 @@ func TestLoginThrottledPerClient(t *testing.T) {
 		t.Fatalf("retry after: got %v, want %v", got, want)
 	}
 	// The owner at another address signs in, password and code.
-	other := auth.Client{IP: "203.0.113.9"}
+	other := audit.Caller{IP: "203.0.113.9"}
 	f.clock.Advance(30 * time.Second)
 	r := f.login(other, "alice@example.com")
 	if _, err := f.svc.Verify(ctx, other, r.ChallengeID, f.code(en.Secret), ""); err != nil {
@@ -540,7 +540,7 @@ func TestParallelWrongCodesOnOneChallenge(t *testing.T) {
 	const n = 40
 	var out outcomes
 	testlab.InParallel(n, func(i int) {
-		c := auth.Client{IP: fmt.Sprintf("198.51.100.%d", 100+i)}
+		c := audit.Caller{IP: fmt.Sprintf("198.51.100.%d", 100+i)}
 		_, err := f.svc.Verify(context.Background(), c, r.ChallengeID, wrong, "")
 		out.add(t, err)
 	})
@@ -571,7 +571,7 @@ func TestOwnerSignsInWhileAttacked(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := auth.Client{IP: fmt.Sprintf("203.0.113.%d", i+1)}
+			c := audit.Caller{IP: fmt.Sprintf("203.0.113.%d", i+1)}
 			for n := 0; ctx.Err() == nil; n++ {
 				_, err := f.svc.Login(ctx, c, "alice@example.com", "guess number "+strconv.Itoa(n), "")
 				if n < auth.ClientBurst {
@@ -584,7 +584,7 @@ func TestOwnerSignsInWhileAttacked(t *testing.T) {
 		}()
 	}
 	attempts.Wait()
-	owner := auth.Client{IP: "192.0.2.50"}
+	owner := audit.Caller{IP: "192.0.2.50"}
 	f.clock.Advance(30 * time.Second)
 	r, err := f.svc.Login(context.Background(), owner, "alice@example.com", password, "")
 	if err != nil {
@@ -621,7 +621,7 @@ func TestAccountDelayForStrangers(t *testing.T) {
 		var out outcomes
 		addresses := auth.AccountBurst / auth.ClientBurst
 		testlab.InParallel(addresses, func(a int) {
-			c := auth.Client{IP: fmt.Sprintf("10.%d.%d.1", base, a)}
+			c := audit.Caller{IP: fmt.Sprintf("10.%d.%d.1", base, a)}
 			for range auth.ClientBurst {
 				_, err := f.svc.Login(ctx, c, email, "a wrong password", "")
 				out.add(t, err)
@@ -634,7 +634,7 @@ func TestAccountDelayForStrangers(t *testing.T) {
 	fail("alice@example.com", 1)
 	fail("nobody@example.com", 2)
 
-	stranger := auth.Client{IP: "192.0.2.51"}
+	stranger := audit.Caller{IP: "192.0.2.51"}
 	checks := f.svc.PasswordChecks()
 	_, errKnown := f.svc.Login(ctx, stranger, "alice@example.com", password, "")
 	_, errUnknown := f.svc.Login(ctx, stranger, "nobody@example.com", password, "")
@@ -651,7 +651,7 @@ func TestAccountDelayForStrangers(t *testing.T) {
 	}
 
 	// The owner's known device signs in, the wrong password first.
-	owner := auth.Client{IP: "192.0.2.50"}
+	owner := audit.Caller{IP: "192.0.2.50"}
 	f.clock.Advance(time.Second)
 	_, err = f.svc.Login(ctx, owner, "alice@example.com", "a slip of the finger", device)
 	wantFault(t, "owner's wrong password from the known device", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
@@ -670,13 +670,13 @@ func TestAccountDelayForStrangers(t *testing.T) {
 
 	// The delay passes: 30 s give strangers one more attempt.
 	f.clock.Advance(30 * time.Second)
-	f.login(auth.Client{IP: "192.0.2.52"}, "alice@example.com")
-	_, err = f.svc.Login(ctx, auth.Client{IP: "192.0.2.53"}, "nobody@example.com", "a wrong password", "")
+	f.login(audit.Caller{IP: "192.0.2.52"}, "alice@example.com")
+	_, err = f.svc.Login(ctx, audit.Caller{IP: "192.0.2.53"}, "nobody@example.com", "a wrong password", "")
 	wantFault(t, "unknown account after 30 s", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 
 	// capstan user unlock lifts it at once.
 	for i := 0; ; i++ {
-		_, err := f.svc.Login(ctx, auth.Client{IP: fmt.Sprintf("10.3.%d.1", i)}, "alice@example.com", "a wrong password", "")
+		_, err := f.svc.Login(ctx, audit.Caller{IP: fmt.Sprintf("10.3.%d.1", i)}, "alice@example.com", "a wrong password", "")
 		if fault.Is(err, fault.TooManyRequests) {
 			break
 		}
@@ -687,10 +687,10 @@ func TestAccountDelayForStrangers(t *testing.T) {
 		t.Fatalf("unlock: got %+v, %v, %v, want alice, true, nil", got, was, err)
 	}
 	unlocked := f.audit(audit.UserUnlocked)
-	if len(unlocked) != 1 || unlocked[0].Target.ID != u.ID || unlocked[0].Actor != operator || unlocked[0].Details["had_failures"] != true {
+	if len(unlocked) != 1 || unlocked[0].Target.ID != u.ID || unlocked[0].Actor != operator.Actor || unlocked[0].Details["had_failures"] != true {
 		t.Fatalf("user.unlocked entries: got %+v, want one for alice by the operator", unlocked)
 	}
-	f.login(auth.Client{IP: "192.0.2.54"}, "alice@example.com")
+	f.login(audit.Caller{IP: "192.0.2.54"}, "alice@example.com")
 	_, _, err = f.svc.UnlockUser(ctx, operator, "nobody@example.com")
 	wantFault(t, "unlock an unknown user", err, fault.NotFound, "")
 }
@@ -705,7 +705,7 @@ func TestKnownDeviceBudget(t *testing.T) {
 	device := f.signIn("alice@example.com", en.Secret).Device
 	var out outcomes
 	testlab.InParallel(3*auth.DeviceBurst, func(i int) {
-		_, err := f.svc.Login(ctx, auth.Client{IP: fmt.Sprintf("10.9.%d.1", i)}, "alice@example.com", "a wrong password", device)
+		_, err := f.svc.Login(ctx, audit.Caller{IP: fmt.Sprintf("10.9.%d.1", i)}, "alice@example.com", "a wrong password", device)
 		out.add(t, err)
 	})
 	if got, want := out.counts[auth.CodeInvalidCredentials], auth.DeviceBurst; got != want {
@@ -725,13 +725,13 @@ func TestIPv6ThrottledPer64(t *testing.T) {
 	ctx := context.Background()
 	f.createUser("alice@example.com")
 	for i := range auth.ClientBurst {
-		c := auth.Client{IP: fmt.Sprintf("2001:db8:1:2::%x", i+1)}
+		c := audit.Caller{IP: fmt.Sprintf("2001:db8:1:2::%x", i+1)}
 		_, err := f.svc.Login(ctx, c, "alice@example.com", "a wrong password", "")
 		wantFault(t, "wrong password", err, fault.Unauthenticated, auth.CodeInvalidCredentials)
 	}
-	_, err := f.svc.Login(ctx, auth.Client{IP: "2001:db8:1:2:ffff::1"}, "alice@example.com", password, "")
+	_, err := f.svc.Login(ctx, audit.Caller{IP: "2001:db8:1:2:ffff::1"}, "alice@example.com", password, "")
 	wantFault(t, "another address of the /64", err, fault.TooManyRequests, auth.CodeThrottled)
-	f.login(auth.Client{IP: "2001:db8:1:3::1"}, "alice@example.com")
+	f.login(audit.Caller{IP: "2001:db8:1:3::1"}, "alice@example.com")
 }
 
 func TestLoginThrottledPerAddress(t *testing.T) {
@@ -749,7 +749,7 @@ func TestLoginThrottledPerAddress(t *testing.T) {
 	if got, want := fe.RetryAfter, 15*time.Second; got != want {
 		t.Fatalf("retry after: got %v, want %v", got, want)
 	}
-	f.login(auth.Client{IP: "203.0.113.9"}, "alice@example.com")
+	f.login(audit.Caller{IP: "203.0.113.9"}, "alice@example.com")
 	f.clock.Advance(fe.RetryAfter)
 	f.login(client, "alice@example.com")
 }

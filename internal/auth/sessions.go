@@ -36,7 +36,7 @@ func (s *Service) Sessions(ctx context.Context, p Principal) ([]SessionInfo, err
 // RevokeSession ends one of the caller's sessions: its access token and
 // every refresh token of it. Another user's session, or one that ended,
 // is not found.
-func (s *Service) RevokeSession(ctx context.Context, c Client, p Principal, id string) error {
+func (s *Service) RevokeSession(ctx context.Context, c audit.Caller, p Principal, id string) error {
 	ok, err := s.store.RevokeUserSession(ctx, p.User.ID, id, "revoked", s.now())
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (s *Service) RevokeSession(ctx context.Context, c Client, p Principal, id s
 	if !ok {
 		return fault.NotFoundf("No such session.")
 	}
-	return s.audit.Record(ctx, audit.Entry{
+	return s.audit.Append(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}, Action: audit.SessionRevoked,
 		Target: audit.Target{Type: "session", ID: id}, IP: c.IP, UserAgent: c.UserAgent,
 		Details: map[string]any{"current": id == p.SessionID},
@@ -63,7 +63,7 @@ func (s *Service) SessionsEnded(ctx context.Context, ids []string) ([]string, er
 // device cookie, kept when it is the account's. Both checks are throttled
 // per session, taken before they run; a wrong password or code changes
 // nothing.
-func (s *Service) ChangePassword(ctx context.Context, c Client, p Principal, device, current, code, next string) error {
+func (s *Service) ChangePassword(ctx context.Context, c audit.Caller, p Principal, device, current, code, next string) error {
 	if err := ValidatePassword("new_password", next, p.User.Email); err != nil {
 		return err
 	}
@@ -79,13 +79,13 @@ func (s *Service) ChangePassword(ctx context.Context, c Client, p Principal, dev
 	return err
 }
 
-func (s *Service) changePassword(ctx context.Context, c Client, p Principal, device, current, code, next string, now time.Time) (keep bool, _ error) {
+func (s *Service) changePassword(ctx context.Context, c audit.Caller, p Principal, device, current, code, next string, now time.Time) (keep bool, _ error) {
 	a, err := s.store.AccountByID(ctx, p.User.ID)
 	if err != nil {
 		return false, err
 	}
 	refuse := func(reason string, err error) (bool, error) {
-		if aerr := s.audit.Record(ctx, audit.Entry{
+		if aerr := s.audit.Append(ctx, audit.Entry{
 			Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.PasswordChangeRefused,
 			Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 			Details: map[string]any{"reason": reason},
@@ -122,7 +122,7 @@ func (s *Service) changePassword(ctx context.Context, c Client, p Principal, dev
 	if err := s.store.RevokeDevices(ctx, a.ID, d.hash, now); err != nil {
 		return false, err
 	}
-	return false, s.audit.Record(ctx, audit.Entry{
+	return false, s.audit.Append(ctx, audit.Entry{
 		Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID, Email: a.Email}, Action: audit.PasswordChanged,
 		Target: audit.Target{Type: "user", ID: a.ID}, IP: c.IP, UserAgent: c.UserAgent,
 		Details: map[string]any{"sessions_revoked": n},

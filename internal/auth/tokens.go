@@ -157,7 +157,7 @@ func ParseResource(r string) (kind, value string) {
 
 // CreateToken makes an API token for the signed-in user p. Only a
 // session may call it: a token cannot make tokens.
-func (s *Service) CreateToken(ctx context.Context, c Client, p Principal, n NewToken) (CreatedToken, error) {
+func (s *Service) CreateToken(ctx context.Context, c audit.Caller, p Principal, n NewToken) (CreatedToken, error) {
 	if p.Token != nil {
 		return CreatedToken{}, fault.Forbiddenf(CodeSessionRequired, "Tokens are made from a signed-in session, not with a token.")
 	}
@@ -220,7 +220,7 @@ func (s *Service) CreateToken(ctx context.Context, c Client, p Principal, n NewT
 	if err := s.store.CreateAPIToken(ctx, t, MaxTokensPerUser, now); err != nil {
 		return CreatedToken{}, err
 	}
-	err := s.audit.Record(ctx, audit.Entry{Actor: userActor(p.User), Action: audit.TokenCreated, IP: c.IP, UserAgent: c.UserAgent,
+	err := s.audit.Append(ctx, audit.Entry{Actor: userActor(p.User), Action: audit.TokenCreated, IP: c.IP, UserAgent: c.UserAgent,
 		Target:  audit.Target{Type: "token", ID: t.ID},
 		Details: map[string]any{"name": t.Name, "scopes": t.Scopes, "resources": t.Resources, "expires_at": t.ExpiresAt}})
 	if err != nil {
@@ -241,7 +241,7 @@ func (s *Service) Tokens(ctx context.Context, p Principal) ([]APIToken, error) {
 
 // RevokeToken revokes a token: a member their own, an administrator
 // anyone's. It takes effect at the token's next use, on every replica.
-func (s *Service) RevokeToken(ctx context.Context, c Client, p Principal, id string) (APIToken, error) {
+func (s *Service) RevokeToken(ctx context.Context, c audit.Caller, p Principal, id string) (APIToken, error) {
 	owner := p.User.ID
 	if p.User.Admin {
 		owner = ""
@@ -250,14 +250,14 @@ func (s *Service) RevokeToken(ctx context.Context, c Client, p Principal, id str
 	if err != nil {
 		return APIToken{}, err
 	}
-	err = s.audit.Record(ctx, audit.Entry{Actor: userActor(p.User), Action: audit.TokenRevoked, IP: c.IP, UserAgent: c.UserAgent,
+	err = s.audit.Append(ctx, audit.Entry{Actor: userActor(p.User), Action: audit.TokenRevoked, IP: c.IP, UserAgent: c.UserAgent,
 		Target: audit.Target{Type: "token", ID: t.ID}, Details: map[string]any{"name": t.Name, "owner": t.UserEmail}})
 	return t, err
 }
 
 // AuthenticateToken resolves an API token presented from c. A use from
 // an address other than the token's last one is audited, once.
-func (s *Service) AuthenticateToken(ctx context.Context, c Client, token string) (Principal, error) {
+func (s *Service) AuthenticateToken(ctx context.Context, c audit.Caller, token string) (Principal, error) {
 	if !IsAPIToken(token) || len(token) > 100 {
 		return Principal{}, errBadToken
 	}
@@ -278,7 +278,7 @@ func (s *Service) AuthenticateToken(ctx context.Context, c Client, token string)
 		return Principal{}, err
 	}
 	if fresh {
-		err := s.audit.Record(ctx, audit.Entry{Actor: TokenActor(p), Action: audit.TokenNewAddress, IP: c.IP, UserAgent: c.UserAgent,
+		err := s.audit.Append(ctx, audit.Entry{Actor: TokenActor(p), Action: audit.TokenNewAddress, IP: c.IP, UserAgent: c.UserAgent,
 			Target: audit.Target{Type: "token", ID: p.Token.ID}, Details: map[string]any{"previous_ip": p.Token.LastUsedIP}})
 		if err != nil {
 			return Principal{}, err

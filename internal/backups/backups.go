@@ -81,11 +81,6 @@ const (
 	ActionStorageTested   = "backup.settings.tested"
 )
 
-func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, targetType, id string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: targetType, ID: id},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
-}
-
 // enrolled checks that a server has an agent to run jobs: an unknown
 // server is a field error on field, a pending or revoked one a conflict.
 func (s *Service) enrolled(ctx context.Context, field, serverID string) error {

@@ -29,7 +29,7 @@ func TestStorageGrants(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d store.Dialect) {
 		r := newRig(t, d)
 		pg := r.instance("main")
-		run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, pg.ID, "", backups.TriggerManual)
+		run, _, err := r.backups.Backup(r.ctx, r.admin, pg.ID, "", backups.TriggerManual)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestStorageGrants(t *testing.T) {
 		wantForbidden(t, err, "job-not-running")
 
 		// A verification reads; it neither writes nor deletes.
-		if _, err := r.backups.Verify(r.ctx, r.admin, r.client, run.ID); err != nil {
+		if _, err := r.backups.Verify(r.ctx, r.admin, run.ID); err != nil {
 			t.Fatal(err)
 		}
 		vj := r.claim(agentproto.JobBackupVerify)
@@ -131,7 +131,7 @@ func TestStorageGrants(t *testing.T) {
 		// An agent that does not announce grants gets no backup job.
 		old := r.enroll("old-host", nil)
 		before := len(r.runs(""))
-		_, err = r.backups.TestStorage(r.ctx, r.admin, r.client, old)
+		_, err = r.backups.TestStorage(r.ctx, r.admin, old)
 		wantConflict(t, err, "agent-upgrade-required")
 		if got := len(r.runs("")); got != before {
 			t.Fatalf("%d runs after the refusal, want %d", got, before)
@@ -146,11 +146,11 @@ func TestStorageGrants(t *testing.T) {
 func (r *rig) enroll(name string, capabilities []string) string {
 	r.t.Helper()
 	srvs := r.servers
-	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, name, nil)
+	e, err := srvs.CreateEnrollment(r.ctx, r.admin, name, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res, err := srvs.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token,
+	res, err := srvs.Enroll(r.ctx, r.admin, agentproto.EnrollRequest{Token: e.Token,
 		Facts: agentproto.Facts{Hostname: name, AgentVersion: "0.9", Capabilities: capabilities}})
 	if err != nil {
 		r.t.Fatal(err)

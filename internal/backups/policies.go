@@ -161,7 +161,7 @@ func (s *Service) Policies(ctx context.Context) ([]PolicyView, error) {
 // PutPolicy replaces an instance's policy. Every database must be one
 // the control plane knows the instance has: its initial database, or one
 // its agent listed in the newest metric sample that lists them.
-func (s *Service) PutPolicy(ctx context.Context, actor audit.Actor, c audit.Entry, instanceID string, in PolicyInput) (PolicyView, error) {
+func (s *Service) PutPolicy(ctx context.Context, c audit.Caller, instanceID string, in PolicyInput) (PolicyView, error) {
 	if s.dbs == nil {
 		return PolicyView{}, fault.Conflictf("backups-unavailable", "Database instances are not available on this control plane.")
 	}
@@ -195,7 +195,7 @@ func (s *Service) PutPolicy(ctx context.Context, actor audit.Actor, c audit.Entr
 	}
 	now := s.now().UTC()
 	p := Policy{InstanceID: instanceID, Enabled: in.Enabled, EveryHours: in.EveryHours, Keep: in.Keep, Databases: dbs,
-		Verify: in.Verify, UpdatedBy: actor.ID, UpdatedAt: now}
+		Verify: in.Verify, UpdatedBy: c.Actor.ID, UpdatedAt: now}
 	if in.Enabled {
 		// The first backups of a newly enabled (or re-timed) policy come
 		// within the jitter; a running schedule keeps its times.
@@ -210,7 +210,7 @@ func (s *Service) PutPolicy(ctx context.Context, actor audit.Actor, c audit.Entr
 	if err != nil {
 		return PolicyView{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionPolicyUpdated, "database", instanceID, map[string]any{"enabled": p.Enabled,
+	if err := s.audit.Record(ctx, c, ActionPolicyUpdated, audit.Target{Type: "database", ID: instanceID}, map[string]any{"enabled": p.Enabled,
 		"every_hours": p.EveryHours, "keep": p.Keep, "databases": p.Databases, "verify": p.Verify}); err != nil {
 		return PolicyView{}, err
 	}

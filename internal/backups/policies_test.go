@@ -83,7 +83,7 @@ func TestPolicies(t *testing.T) {
 		in.Databases = []string{"shop", "app"}
 		v := r.mustPut(pg.ID, in)
 		if !v.Enabled || v.EveryHours != 6 || v.Keep != 3 || !slices.Equal(v.Databases, []string{"app", "shop"}) ||
-			v.NextDueAt == nil || v.UpdatedBy != r.admin.ID {
+			v.NextDueAt == nil || v.UpdatedBy != r.admin.Actor.ID {
 			t.Fatalf("saved policy: %+v", v)
 		}
 		if got := r.policy(pg.ID); got.NextDueAt == nil || !got.NextDueAt.Equal(*v.NextDueAt) || !slices.Equal(got.Databases, v.Databases) {

@@ -76,16 +76,16 @@ func (s *Service) retryAfter(attempt int) time.Duration {
 // verified or restored; it is gone from the list once both copies are; a
 // storage that refuses leaves it delete_pending, and the scheduler tries
 // again. 409 for a backup still running or being verified.
-func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, runID string) (jobs.Job, error) {
+func (s *Service) Delete(ctx context.Context, c audit.Caller, runID string) (jobs.Job, error) {
 	run, err := s.store.BackupRun(ctx, runID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := s.deleteRun(ctx, actor, run)
+	j, err := s.deleteRun(ctx, c, run)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionDeleteQueued, "backup", run.ID, map[string]any{"job_id": j.ID,
+	if err := s.audit.Record(ctx, c, ActionDeleteQueued, audit.Target{Type: "backup", ID: run.ID}, map[string]any{"job_id": j.ID,
 		"instance_id": run.InstanceID, "database": run.Database}); err != nil {
 		return jobs.Job{}, err
 	}
@@ -93,7 +93,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 }
 
 // deleteRun marks a run as being deleted and queues its deletion.
-func (s *Service) deleteRun(ctx context.Context, actor audit.Actor, run Run) (jobs.Job, error) {
+func (s *Service) deleteRun(ctx context.Context, c audit.Caller, run Run) (jobs.Job, error) {
 	switch {
 	case run.Status == StatusQueued:
 		return jobs.Job{}, fault.Conflictf("backup-running", "The backup is still running; delete it once it ended.")
@@ -127,13 +127,13 @@ func (s *Service) deleteRun(ctx context.Context, actor audit.Actor, run Run) (jo
 		// or another deletion.
 		return jobs.Job{}, fault.Conflictf("backup-busy", "The backup changed meanwhile (a verification or a deletion started); try again.")
 	}
-	return s.enqueueDelete(ctx, actor, run, jobID, storage)
+	return s.enqueueDelete(ctx, c, run, jobID, storage)
 }
 
-func (s *Service) enqueueDelete(ctx context.Context, actor audit.Actor, run Run, jobID string, storage agentproto.BackupStorage) (jobs.Job, error) {
+func (s *Service) enqueueDelete(ctx context.Context, c audit.Caller, run Run, jobID string, storage agentproto.BackupStorage) (jobs.Job, error) {
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID,
 		Work:      jobs.Of(agentproto.BackupDelete, agentproto.BackupDeletePayload{RunID: run.ID, Storage: storage, Key: run.RemoteKey, Local: run.LocalPath}),
-		CreatedBy: actor.ID})
+		CreatedBy: c.Actor.ID})
 	if err != nil {
 		// The run stays delete_pending with a job that does not exist:
 		// the scheduler queues another.
@@ -206,7 +206,7 @@ func (s *Service) retryDeletes(ctx context.Context, now time.Time) error {
 		if !ok {
 			continue
 		}
-		if _, err := s.enqueueDelete(ctx, schedulerActor, run, jobID, storage); err != nil {
+		if _, err := s.enqueueDelete(ctx, audit.System, run, jobID, storage); err != nil {
 			return err
 		}
 	}
@@ -245,13 +245,13 @@ func (s *Service) pruneFailed(ctx context.Context, res *TickResult) error {
 // pruneRun queues the deletion of a run and audits it; a run that is
 // being verified or deleted is left for a later round.
 func (s *Service) pruneRun(ctx context.Context, r Run, details map[string]any, res *TickResult) error {
-	if _, err := s.deleteRun(ctx, schedulerActor, r); err != nil {
+	if _, err := s.deleteRun(ctx, audit.System, r); err != nil {
 		if fault.Is(err, fault.Conflict) {
 			return nil // being verified or deleted: a later round
 		}
 		return err
 	}
-	if err := s.audit.Record(ctx, audit.Entry{Actor: schedulerActor, Action: ActionPruned,
+	if err := s.audit.Append(ctx, audit.Entry{Actor: audit.System.Actor, Action: ActionPruned,
 		Target: audit.Target{Type: "backup", ID: r.ID}, Details: details}); err != nil {
 		return err
 	}

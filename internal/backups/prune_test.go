@@ -18,7 +18,7 @@ import (
 // manual backs a database up and lets it succeed.
 func (r *rig) manual(instanceID string) backups.RunView {
 	r.t.Helper()
-	run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, instanceID, "", backups.TriggerManual)
+	run, _, err := r.backups.Backup(r.ctx, r.admin, instanceID, "", backups.TriggerManual)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func (r *rig) manual(instanceID string) backups.RunView {
 
 func (r *rig) verify(runID string, ok bool) {
 	r.t.Helper()
-	if _, err := r.backups.Verify(r.ctx, r.admin, r.client, runID); err != nil {
+	if _, err := r.backups.Verify(r.ctx, r.admin, runID); err != nil {
 		r.t.Fatal(err)
 	}
 	r.verified(r.claim(agentproto.JobBackupVerify), ok)
@@ -127,11 +127,11 @@ func TestPrune(t *testing.T) {
 		if pending.ID != runs[0].ID || !pending.DeletePending || !strings.Contains(pending.DeleteError, "503 SlowDown") {
 			t.Fatalf("run whose deletion failed: %+v", pending)
 		}
-		_, err := r.backups.Verify(r.ctx, r.admin, r.client, runs[0].ID)
+		_, err := r.backups.Verify(r.ctx, r.admin, runs[0].ID)
 		wantConflict(t, err, "backup-deleted")
-		_, err = r.backups.Restore(r.ctx, r.admin, r.client, runs[0].ID, agentproto.BackupRestoreNew, "copy")
+		_, err = r.backups.Restore(r.ctx, r.admin, runs[0].ID, agentproto.BackupRestoreNew, "copy")
 		wantConflict(t, err, "backup-deleted")
-		_, err = r.backups.Delete(r.ctx, r.admin, r.client, runs[0].ID)
+		_, err = r.backups.Delete(r.ctx, r.admin, runs[0].ID)
 		wantConflict(t, err, "backup-deleted")
 
 		// Not before the backoff (1 minute, then 2).
@@ -187,8 +187,8 @@ func TestDeleteRacesVerify(t *testing.T) {
 			if i%2 == 1 {
 				vp, dp = other, r.plane
 			}
-			wg.Go(func() { _, verr = vp.backups.Verify(r.ctx, r.admin, r.client, run.ID) })
-			wg.Go(func() { _, derr = dp.backups.Delete(r.ctx, r.admin, r.client, run.ID) })
+			wg.Go(func() { _, verr = vp.backups.Verify(r.ctx, r.admin, run.ID) })
+			wg.Go(func() { _, derr = dp.backups.Delete(r.ctx, r.admin, run.ID) })
 			wg.Wait()
 			if (verr == nil) == (derr == nil) {
 				t.Fatalf("round %d: verify %v, delete %v: want exactly one to go ahead", i, verr, derr)
@@ -215,20 +215,20 @@ func TestDeleteRacesVerify(t *testing.T) {
 		}
 		// Being verified: no deletion.
 		run := r.manual(pg.ID)
-		if _, err := r.backups.Verify(r.ctx, r.admin, r.client, run.ID); err != nil {
+		if _, err := r.backups.Verify(r.ctx, r.admin, run.ID); err != nil {
 			t.Fatal(err)
 		}
-		_, err := r.backups.Delete(r.ctx, r.admin, r.client, run.ID)
+		_, err := r.backups.Delete(r.ctx, r.admin, run.ID)
 		wantConflict(t, err, "backup-verifying")
 		r.verified(r.claim(agentproto.JobBackupVerify), true)
 		// Still running: no deletion.
-		queued, _, err := r.backups.Backup(r.ctx, r.admin, r.client, pg.ID, "", backups.TriggerManual)
+		queued, _, err := r.backups.Backup(r.ctx, r.admin, pg.ID, "", backups.TriggerManual)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = r.backups.Delete(r.ctx, r.admin, r.client, queued.ID)
+		_, err = r.backups.Delete(r.ctx, r.admin, queued.ID)
 		wantConflict(t, err, "backup-running")
-		if _, err := r.backups.Delete(r.ctx, r.admin, r.client, "run_none"); !fault.Is(err, fault.NotFound) {
+		if _, err := r.backups.Delete(r.ctx, r.admin, "run_none"); !fault.Is(err, fault.NotFound) {
 			t.Fatalf("delete of an unknown backup: %v", err)
 		}
 	})
@@ -237,7 +237,7 @@ func TestDeleteRacesVerify(t *testing.T) {
 // failedRun backs a database up and lets the backup fail.
 func (r *rig) failedRun(instanceID string) backups.RunView {
 	r.t.Helper()
-	run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, instanceID, "", backups.TriggerManual)
+	run, _, err := r.backups.Backup(r.ctx, r.admin, instanceID, "", backups.TriggerManual)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestSummaryLeavesOutDeletions(t *testing.T) {
 			t.Fatalf("summary before the deletions: %+v", sum)
 		}
 		for _, id := range []string{newer.ID, failed.ID} {
-			if _, err := r.backups.Delete(r.ctx, r.admin, r.client, id); err != nil {
+			if _, err := r.backups.Delete(r.ctx, r.admin, id); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -370,7 +370,7 @@ func TestSummaryLeavesOutDeletions(t *testing.T) {
 		if sum = summary(); sum.Count != 1 || sum.DeletePendingCount != 0 || sum.DeletePendingSize != 0 {
 			t.Fatalf("summary after the deletions: %+v", sum)
 		}
-		if _, err := r.backups.Delete(r.ctx, r.admin, r.client, older.ID); err != nil {
+		if _, err := r.backups.Delete(r.ctx, r.admin, older.ID); err != nil {
 			t.Fatal(err)
 		}
 		if sum = summary(); sum.Count != 0 || sum.TotalSize != 0 || sum.Instances[0].LastSuccessAt != nil {
@@ -384,7 +384,7 @@ func TestSummaryLeavesOutDeletions(t *testing.T) {
 // and the job's payload.
 func (r *rig) localRun(instanceID string, removed ...string) (backups.RunView, agentproto.BackupRunPayload) {
 	r.t.Helper()
-	run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, instanceID, "", backups.TriggerManual)
+	run, _, err := r.backups.Backup(r.ctx, r.admin, instanceID, "", backups.TriggerManual)
 	if err != nil {
 		r.t.Fatal(err)
 	}

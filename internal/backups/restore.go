@@ -81,7 +81,7 @@ func (s *Service) runIdentity(run Run) (string, error) {
 // Verify queues backup.verify of a run that succeeded: its agent fetches
 // it from the storage, checks it, restores it into a throwaway database,
 // compares it with the manifest and drops the database.
-func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, runID string) (jobs.Job, error) {
+func (s *Service) Verify(ctx context.Context, c audit.Caller, runID string) (jobs.Job, error) {
 	jobID := jobs.NewID(s.now())
 	run, p, secrets, err := s.restorable(ctx, runID, jobID)
 	if err != nil {
@@ -96,7 +96,7 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return jobs.Job{}, fault.Conflictf("backup-deleted", "The backup is being deleted.")
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Work: jobs.Of(agentproto.BackupVerify, p),
-		Secrets: secrets, CreatedBy: actor.ID})
+		Secrets: secrets, CreatedBy: c.Actor.ID})
 	if err != nil {
 		// Not queued: the run names its previous verification again,
 		// so that a deletion does not wait for this one.
@@ -105,10 +105,10 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		}
 		return jobs.Job{}, err
 	}
-	if actor.ID == "" {
+	if c.Actor.ID == "" {
 		return j, nil
 	}
-	return j, s.record(ctx, actor, c, ActionVerifyQueued, "backup", run.ID, map[string]any{"job_id": j.ID})
+	return j, s.audit.Record(ctx, c, ActionVerifyQueued, audit.Target{Type: "backup", ID: run.ID}, map[string]any{"job_id": j.ID})
 }
 
 // Restore queues backup.restore of a run that succeeded into a new
@@ -116,7 +116,7 @@ func (s *Service) Verify(ctx context.Context, actor audit.Actor, c audit.Entry, 
 // database; mode replace), which is swapped only after the restore
 // succeeded. A Redis/Valkey backup replaces the whole instance's data
 // (mode replace only).
-func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry, runID, mode, into string) (jobs.Job, error) {
+func (s *Service) Restore(ctx context.Context, c audit.Caller, runID, mode, into string) (jobs.Job, error) {
 	if mode != agentproto.BackupRestoreNew && mode != agentproto.BackupRestoreReplace {
 		return jobs.Job{}, fault.Invalidf("mode", "must be new or replace")
 	}
@@ -156,11 +156,11 @@ func (s *Service) Restore(ctx context.Context, actor audit.Actor, c audit.Entry,
 	}
 	p.Mode, p.Into = mode, into
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: run.ServerID, Work: jobs.Of(agentproto.BackupRestore, p),
-		Secrets: secrets, CreatedBy: actor.ID})
+		Secrets: secrets, CreatedBy: c.Actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionRestoreQueued, "backup", run.ID, map[string]any{"job_id": j.ID, "mode": mode,
+	return j, s.audit.Record(ctx, c, ActionRestoreQueued, audit.Target{Type: "backup", ID: run.ID}, map[string]any{"job_id": j.ID, "mode": mode,
 		"into": into, "instance_id": run.InstanceID})
 }
 

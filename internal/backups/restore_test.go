@@ -20,13 +20,13 @@ import (
 func TestRestoreKVRefusals(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d store.Dialect) {
 		r := newRig(t, d)
-		reg, err := r.dbs.RegisterExternal(r.ctx, r.admin, r.client, databases.NewExternal{Name: "cache", ServerID: r.serverID,
+		reg, err := r.dbs.RegisterExternal(r.ctx, r.admin, databases.NewExternal{Name: "cache", ServerID: r.serverID,
 			Engine: agentproto.EngineRedis, Host: "127.0.0.1", Username: "default", Password: "pw", TLSMode: agentproto.DBTLSDisable})
 		if err != nil {
 			t.Fatal(err)
 		}
 		r.complete(r.claim(agentproto.JobDBConnect), agentproto.StatusSucceeded, agentproto.DBConnectResult{ServerVersion: "7.2.4"}, "")
-		run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, reg.Instance.ID, "", backups.TriggerManual)
+		run, _, err := r.backups.Backup(r.ctx, r.admin, reg.Instance.ID, "", backups.TriggerManual)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,13 +37,13 @@ func TestRestoreKVRefusals(t *testing.T) {
 		if v := r.runs(reg.Instance.ID); len(v) != 1 || v[0].Status != backups.StatusSucceeded {
 			t.Fatalf("runs: %+v", v)
 		}
-		_, err = r.backups.Restore(r.ctx, r.admin, r.client, run.ID, agentproto.BackupRestoreNew, "copy")
+		_, err = r.backups.Restore(r.ctx, r.admin, run.ID, agentproto.BackupRestoreNew, "copy")
 		wantInvalid(t, err, "mode", "whole instance")
-		_, err = r.backups.Restore(r.ctx, r.admin, r.client, run.ID, agentproto.BackupRestoreReplace, "1")
+		_, err = r.backups.Restore(r.ctx, r.admin, run.ID, agentproto.BackupRestoreReplace, "1")
 		wantInvalid(t, err, "into", "must be left out")
-		_, err = r.backups.Restore(r.ctx, r.admin, r.client, run.ID, agentproto.BackupRestoreReplace, "")
+		_, err = r.backups.Restore(r.ctx, r.admin, run.ID, agentproto.BackupRestoreReplace, "")
 		wantInvalid(t, err, "run_id", "external")
-		_, err = r.backups.Restore(r.ctx, r.admin, r.client, run.ID, "sideways", "")
+		_, err = r.backups.Restore(r.ctx, r.admin, run.ID, "sideways", "")
 		wantInvalid(t, err, "mode", "new or replace")
 		if queued := r.claimAll(); len(queued) != 0 {
 			t.Fatalf("%d jobs queued by refused restores (first %s)", len(queued), queued[0].Type)
@@ -65,7 +65,7 @@ func TestRunKeys(t *testing.T) {
 		a, b := r.instance("a"), r.instance("b")
 		runs := map[string]backups.RunView{}
 		for _, inst := range []databases.Detail{a, b} {
-			run, _, err := r.backups.Backup(r.ctx, r.admin, r.client, inst.ID, "", backups.TriggerManual)
+			run, _, err := r.backups.Backup(r.ctx, r.admin, inst.ID, "", backups.TriggerManual)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,11 +94,11 @@ func TestRunKeys(t *testing.T) {
 			}
 			return sec[agentproto.SecretBackupIdentity]
 		}
-		if _, err := r.backups.Verify(r.ctx, r.admin, r.client, runs[a.ID].ID); err != nil {
+		if _, err := r.backups.Verify(r.ctx, r.admin, runs[a.ID].ID); err != nil {
 			t.Fatal(err)
 		}
 		verify := r.claim(agentproto.JobBackupVerify)
-		if _, err := r.backups.Restore(r.ctx, r.admin, r.client, runs[a.ID].ID, agentproto.BackupRestoreNew, "copy"); err != nil {
+		if _, err := r.backups.Restore(r.ctx, r.admin, runs[a.ID].ID, agentproto.BackupRestoreNew, "copy"); err != nil {
 			t.Fatal(err)
 		}
 		restore := r.claim(agentproto.JobBackupRestore)
@@ -119,7 +119,7 @@ func TestRunKeys(t *testing.T) {
 		now := r.clock.Now()
 		legacy := backups.Run{ID: "run_legacy", InstanceID: a.ID, ServerID: r.serverID, Engine: agentproto.EnginePostgres, Database: "app",
 			Trigger: backups.TriggerManual, JobID: "job_legacy", Status: backups.StatusQueued, RemoteKey: a.ID + "/app/run_legacy.sql.gz.age",
-			KeyID: secrets.KeyIDFleet, CreatedBy: r.admin.ID, CreatedAt: now}
+			KeyID: secrets.KeyIDFleet, CreatedBy: r.admin.Actor.ID, CreatedAt: now}
 		if err := r.st.InsertBackupRun(r.ctx, legacy); err != nil {
 			t.Fatal(err)
 		}
@@ -131,9 +131,9 @@ func TestRunKeys(t *testing.T) {
 		if v, err := r.backups.Run(r.ctx, legacy.ID, jobs.AdminReader); err != nil || v.KeyID != secrets.KeyIDFleet {
 			t.Fatalf("legacy run: %+v, %v", v, err)
 		}
-		_, err := r.backups.Verify(r.ctx, r.admin, r.client, legacy.ID)
+		_, err := r.backups.Verify(r.ctx, r.admin, legacy.ID)
 		wantConflict(t, err, "backup-fleet-key")
-		_, err = r.backups.Restore(r.ctx, r.admin, r.client, legacy.ID, agentproto.BackupRestoreReplace, "")
+		_, err = r.backups.Restore(r.ctx, r.admin, legacy.ID, agentproto.BackupRestoreReplace, "")
 		wantConflict(t, err, "backup-fleet-key")
 		if queued := r.claimAll(); len(queued) != 0 {
 			t.Fatalf("%d jobs queued for a backup of the fleet-wide key (first %s)", len(queued), queued[0].Type)

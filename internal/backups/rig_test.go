@@ -40,8 +40,7 @@ type rig struct {
 	key      *secrets.Key
 	clock    *testlab.Clock
 	serverID string
-	admin    audit.Actor
-	client   audit.Entry
+	admin    audit.Caller
 	*plane
 }
 
@@ -51,24 +50,24 @@ func newRig(t *testing.T, d store.Dialect) *rig {
 	t.Helper()
 	r := &rig{t: t, ctx: context.Background(), url: storetest.DatabaseURL(t, d), key: secrets.GenerateKey(),
 		clock: testlab.NewClock(time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)),
-		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "192.0.2.9"}}
+		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "192.0.2.9"}}
 	r.dir = t.TempDir()
 	r.plane = r.open(r.dir)
 	if _, err := r.st.Migrate(r.ctx); err != nil {
 		t.Fatal(err)
 	}
 	srvs := r.servers
-	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, "db-host", nil)
+	e, err := srvs.CreateEnrollment(r.ctx, r.admin, "db-host", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := srvs.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host",
+	res, err := srvs.Enroll(r.ctx, r.admin, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host",
 		Capabilities: []string{agentproto.CapabilityStorageGrants}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.serverID = res.ServerID
-	if _, err := r.backups.PutSettings(r.ctx, r.admin, r.client, backups.SettingsInput{Provider: "s3", Endpoint: "127.0.0.1:9000",
+	if _, err := r.backups.PutSettings(r.ctx, r.admin, backups.SettingsInput{Provider: "s3", Endpoint: "127.0.0.1:9000",
 		Bucket: "capstan-backups", AccessKeyID: "AKTEST", SecretAccessKey: "secret-of-the-test", PathStyle: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +96,7 @@ func (r *rig) open(dir string) *plane {
 // connection test succeed.
 func (r *rig) instance(name string) databases.Detail {
 	r.t.Helper()
-	reg, err := r.dbs.RegisterExternal(r.ctx, r.admin, r.client, databases.NewExternal{Name: name, ServerID: r.serverID,
+	reg, err := r.dbs.RegisterExternal(r.ctx, r.admin, databases.NewExternal{Name: name, ServerID: r.serverID,
 		Engine: agentproto.EnginePostgres, Host: "127.0.0.1", Username: "app", Password: "pw", Database: "app",
 		TLSMode: agentproto.DBTLSDisable})
 	if err != nil {
@@ -198,7 +197,7 @@ func (r *rig) policy(instanceID string) backups.PolicyView {
 }
 
 func (r *rig) put(instanceID string, in backups.PolicyInput) (backups.PolicyView, error) {
-	return r.backups.PutPolicy(r.ctx, r.admin, r.client, instanceID, in)
+	return r.backups.PutPolicy(r.ctx, r.admin, instanceID, in)
 }
 
 func (r *rig) mustPut(instanceID string, in backups.PolicyInput) backups.PolicyView {

@@ -218,7 +218,7 @@ func (s *Service) view(ctx context.Context, r Run, reader jobs.Reader) RunView {
 
 // Backup queues a backup of database ("": the initial one) of a ready
 // instance.
-func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, instanceID, database, trigger string) (RunView, jobs.Job, error) {
+func (s *Service) Backup(ctx context.Context, c audit.Caller, instanceID, database, trigger string) (RunView, jobs.Job, error) {
 	if instanceID == "" {
 		return RunView{}, jobs.Job{}, fault.Invalidf("instance_id", "is required")
 	}
@@ -248,7 +248,7 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	now := s.now().UTC()
 	run := Run{ID: ids.NewAt(RunIDPrefix, now), InstanceID: instanceID, ServerID: src.Instance.ServerID, Engine: src.Instance.Engine,
 		Database: src.Database, Trigger: trigger, JobID: jobs.NewID(now), Status: StatusQueued, KeyID: secrets.InstanceKeyID(instanceID),
-		CreatedBy: actor.ID, CreatedAt: now}
+		CreatedBy: c.Actor.ID, CreatedAt: now}
 	storage, err := s.storage(ctx, run.ServerID, run.JobID)
 	if err != nil {
 		return RunView{}, jobs.Job{}, err
@@ -269,14 +269,14 @@ func (s *Service) Backup(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		Work: jobs.Of(agentproto.BackupRun, agentproto.BackupRunPayload{RunID: run.ID, Target: src.Target, Source: src.Tools, Database: src.Database,
 			Storage: storage, Key: run.RemoteKey, Recipient: s.key.InstanceIdentity(instanceID).Recipient().String(),
 			LocalDir: s.runOpts.LocalDir, LocalKeep: s.runOpts.LocalKeep, LocalProtect: protect}),
-		Secrets: secrets, CreatedBy: actor.ID})
+		Secrets: secrets, CreatedBy: c.Actor.ID})
 	if err != nil {
 		s.finish(context.WithoutCancel(ctx), run, RunFinish{Status: StatusFailed, Error: "the backup could not be queued",
 			FinishedAt: s.now().UTC()})
 		return RunView{}, jobs.Job{}, err
 	}
 	if trigger == TriggerManual {
-		if err := s.record(ctx, actor, c, ActionRunQueued, "database", instanceID, map[string]any{"run_id": run.ID, "job_id": j.ID,
+		if err := s.audit.Record(ctx, c, ActionRunQueued, audit.Target{Type: "database", ID: instanceID}, map[string]any{"run_id": run.ID, "job_id": j.ID,
 			"database": run.Database}); err != nil {
 			return RunView{}, jobs.Job{}, err
 		}

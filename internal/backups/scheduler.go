@@ -83,9 +83,6 @@ type TickResult struct {
 	Pruned []string
 }
 
-// schedulerActor is the actor of what the scheduler queues.
-var schedulerActor = audit.Actor{Type: audit.ActorSystem}
-
 // Tick is one round of the scheduler: it queues a backup of every
 // database of each due policy (unless a scheduled backup of it is still
 // queued or running), publishes backup.stale for the databases newly
@@ -154,7 +151,7 @@ func (s *Service) queueScheduled(ctx context.Context, p Policy, res *TickResult)
 			res.Skipped = append(res.Skipped, p.InstanceID+"/"+db)
 			continue
 		}
-		run, _, err := s.Backup(ctx, schedulerActor, audit.Entry{}, p.InstanceID, db, TriggerSchedule)
+		run, _, err := s.Backup(ctx, audit.System, p.InstanceID, db, TriggerSchedule)
 		if err != nil {
 			// Not queued (no storage, the instance not ready, …): the
 			// database goes stale and backup.stale says so.
@@ -234,7 +231,7 @@ func (s *Service) backedUp(ctx context.Context, run Run, f RunFinish) error {
 	if !p.covers(run.Database, inst.Database) {
 		return nil
 	}
-	if _, err := s.Verify(ctx, schedulerActor, audit.Entry{}, run.ID); err != nil {
+	if _, err := s.Verify(ctx, audit.System, run.ID); err != nil {
 		s.log.Warn("verification after the backup not queued", "run_id", run.ID, "err", err.Error())
 	}
 	return nil

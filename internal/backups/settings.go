@@ -111,7 +111,7 @@ func (s *Service) Settings(ctx context.Context) (SettingsView, error) {
 
 // PutSettings validates and saves the storage settings. Invalid input
 // changes nothing. Concurrent saves each apply whole, one after another.
-func (s *Service) PutSettings(ctx context.Context, actor audit.Actor, c audit.Entry, in SettingsInput) (SettingsView, error) {
+func (s *Service) PutSettings(ctx context.Context, c audit.Caller, in SettingsInput) (SettingsView, error) {
 	for {
 		prev, err := s.store.BackupSettings(ctx)
 		stored := err == nil
@@ -123,7 +123,7 @@ func (s *Service) PutSettings(ctx context.Context, actor audit.Actor, c audit.En
 			return SettingsView{}, err
 		}
 		next.Revision = prev.Revision + 1
-		next.UpdatedBy = actor.ID
+		next.UpdatedBy = c.Actor.ID
 		next.UpdatedAt = s.now().UTC()
 		ok, err := s.store.PutBackupSettings(ctx, next, prev.Revision)
 		if err != nil {
@@ -132,7 +132,7 @@ func (s *Service) PutSettings(ctx context.Context, actor audit.Actor, c audit.En
 		if !ok {
 			continue // another save came first; apply this one on top of it
 		}
-		if err := s.record(ctx, actor, c, ActionSettingsUpdated, "backup_settings", "", map[string]any{
+		if err := s.audit.Record(ctx, c, ActionSettingsUpdated, audit.Target{Type: "backup_settings", ID: ""}, map[string]any{
 			"provider": next.Provider, "endpoint": next.Endpoint, "bucket": next.Bucket, "prefix": next.Prefix, "folder": next.Folder,
 			"credentials_changed": changed}); err != nil {
 			return SettingsView{}, err
@@ -409,7 +409,7 @@ func (s *Service) storage(ctx context.Context, serverID, jobID string) (agentpro
 
 // TestStorage queues backup.storage_test on serverID: its agent writes,
 // reads back, lists and deletes a probe object in the storage.
-func (s *Service) TestStorage(ctx context.Context, actor audit.Actor, c audit.Entry, serverID string) (jobs.Job, error) {
+func (s *Service) TestStorage(ctx context.Context, c audit.Caller, serverID string) (jobs.Job, error) {
 	if serverID == "" {
 		return jobs.Job{}, fault.Invalidf("server_id", "is required: the server whose agent tests the storage")
 	}
@@ -422,9 +422,9 @@ func (s *Service) TestStorage(ctx context.Context, actor audit.Actor, c audit.En
 		return jobs.Job{}, err
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: serverID,
-		Work: jobs.Of(agentproto.BackupStorageTest, agentproto.BackupStorageTestPayload{Storage: storage, Key: agentproto.BackupProbePrefix + jobID}), CreatedBy: actor.ID})
+		Work: jobs.Of(agentproto.BackupStorageTest, agentproto.BackupStorageTestPayload{Storage: storage, Key: agentproto.BackupProbePrefix + jobID}), CreatedBy: c.Actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionStorageTested, "server", serverID, map[string]any{"job_id": j.ID})
+	return j, s.audit.Record(ctx, c, ActionStorageTested, audit.Target{Type: "server", ID: serverID}, map[string]any{"job_id": j.ID})
 }

@@ -151,14 +151,6 @@ func (s *Service) Status(ctx context.Context) (DriveStatus, error) {
 	return st, nil
 }
 
-// Caller is who runs an operation: the audit actor, the client, and the
-// session a sign-in's state is bound to.
-type Caller struct {
-	Actor     audit.Actor
-	Client    audit.Entry
-	SessionID string
-}
-
 // DriveConsent is the start of the sign-in.
 type DriveConsent struct {
 	ConsentURL string    `json:"consent_url" doc:"The provider's consent page: open it in the browser that holds the cookie this answer sets. It returns to the callback."`
@@ -195,7 +187,7 @@ func random() (string, error) {
 // PKCE verifier kept sealed with it, and a browser value the caller sets
 // as the BrowserCookie, which the callback must carry. 409 when no OAuth
 // client is configured or a drive is connected.
-func (s *Service) Connect(ctx context.Context, c Caller) (consent DriveConsent, browser string, _ error) {
+func (s *Service) Connect(ctx context.Context, c audit.Caller) (consent DriveConsent, browser string, _ error) {
 	if !s.Configured() {
 		return DriveConsent{}, "", errNotConfigured()
 	}
@@ -278,7 +270,7 @@ func retrieveMessage(err error) error {
 // and its session still an administrator's), exchanges the code with the
 // PKCE verifier, and stores the refresh token sealed. client is the
 // browser's address and user agent, for the audit log.
-func (s *Service) Complete(ctx context.Context, cb Callback, browser string, client audit.Entry) (DriveStatus, error) {
+func (s *Service) Complete(ctx context.Context, cb Callback, browser string, client audit.Caller) (DriveStatus, error) {
 	if !s.Configured() {
 		return DriveStatus{}, errNotConfigured()
 	}
@@ -335,7 +327,7 @@ func (s *Service) Complete(ctx context.Context, cb Callback, browser string, cli
 	s.mu.Lock()
 	s.cached = cachedToken{grantID: c.GrantID, token: tok.AccessToken, expiry: tok.Expiry}
 	s.mu.Unlock()
-	if err := s.audit.Record(ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorUser, ID: st.UserID}, Action: ActionConnected,
+	if err := s.audit.Append(ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorUser, ID: st.UserID}, Action: ActionConnected,
 		Target: audit.Target{Type: "clouddrive", ID: c.GrantID}, IP: client.IP, UserAgent: client.UserAgent,
 		Details: map[string]any{"provider": c.Provider, "account_email": email, "scope": scope}}); err != nil {
 		return DriveStatus{}, err
@@ -429,7 +421,7 @@ type DriveDisconnection struct {
 // error returned (502), unless force: then it is forgotten anyway and the
 // answer says the grant may still be live at the provider. 404 when none
 // is connected.
-func (s *Service) Disconnect(ctx context.Context, c Caller, force bool) (DriveDisconnection, error) {
+func (s *Service) Disconnect(ctx context.Context, c audit.Caller, force bool) (DriveDisconnection, error) {
 	conn, err := s.store.CloudDriveConnection(ctx)
 	if fault.Is(err, fault.NotFound) {
 		return DriveDisconnection{}, fault.NotFoundf("No cloud drive is connected.")
@@ -463,9 +455,8 @@ func (s *Service) Disconnect(ctx context.Context, c Caller, force bool) (DriveDi
 	s.mu.Lock()
 	s.cached = cachedToken{}
 	s.mu.Unlock()
-	if err := s.audit.Record(ctx, audit.Entry{Actor: c.Actor, Action: ActionDisconnected, Target: audit.Target{Type: "clouddrive", ID: conn.GrantID},
-		IP: c.Client.IP, UserAgent: c.Client.UserAgent,
-		Details: map[string]any{"account_email": conn.AccountEmail, "revoked": d.Revoked, "forced": force}}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionDisconnected, audit.Target{Type: "clouddrive", ID: conn.GrantID},
+		map[string]any{"account_email": conn.AccountEmail, "revoked": d.Revoked, "forced": force}); err != nil {
 		return DriveDisconnection{}, err
 	}
 	return d, nil

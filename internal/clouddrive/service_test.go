@@ -23,7 +23,7 @@ import (
 type rig struct {
 	svc    *clouddrive.Service
 	drive  *testlab.CloudDrive
-	caller clouddrive.Caller
+	caller audit.Caller
 }
 
 func newRig(t *testing.T) *rig {
@@ -49,7 +49,7 @@ func newRig(t *testing.T) *rig {
 		auth.AccessToken{Hash: ids.Hash(ids.Token("cat")), SessionID: sess.ID, UserID: a.ID, CreatedAt: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	return &rig{svc: svc, drive: drive, caller: clouddrive.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID}, SessionID: sess.ID}}
+	return &rig{svc: svc, drive: drive, caller: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: a.ID}, SessionID: sess.ID}}
 }
 
 // connect goes through the sign-in as a browser would.
@@ -70,7 +70,7 @@ func (r *rig) connect(t *testing.T) {
 		t.Fatalf("consent page: %d, %v", resp.StatusCode, err)
 	}
 	q := loc.Query()
-	if _, err := r.svc.Complete(ctx, clouddrive.Callback{Code: q.Get("code"), State: q.Get("state")}, browser, audit.Entry{}); err != nil {
+	if _, err := r.svc.Complete(ctx, clouddrive.Callback{Code: q.Get("code"), State: q.Get("state")}, browser, audit.Caller{}); err != nil {
 		t.Fatal(err)
 	}
 }

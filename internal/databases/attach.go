@@ -111,7 +111,7 @@ func AttachKeyPattern(appName string) string { return appName + ":*" }
 // a SQL instance the login is for one database; on a key-value instance
 // it is an ACL user whose keys are AttachKeyPattern of the application's
 // name, with the read-write command set.
-func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, id string, r AttachRequest) (AttachResult, error) {
+func (s *Service) Attach(ctx context.Context, c audit.Caller, id string, r AttachRequest) (AttachResult, error) {
 	if s.apps == nil {
 		return AttachResult{}, fault.Conflictf("applications-unavailable", "Applications are not available on this control plane.")
 	}
@@ -187,7 +187,7 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		UpdatedAt: now}
 	cred.SealedPassword = s.key.Seal(passwordContext(cred.ID), []byte(password))
 	att := Attachment{ID: ids.NewAt(AttachmentIDPrefix, now), InstanceID: id, CredentialID: cred.ID, ApplicationID: app.ID,
-		EnvKey: r.EnvKey, CreatedBy: actor.ID, CreatedAt: now}
+		EnvKey: r.EnvKey, CreatedBy: c.Actor.ID, CreatedAt: now}
 	if err := s.store.InsertAttachedLogin(ctx, cred, att); err != nil {
 		return AttachResult{}, err
 	}
@@ -195,14 +195,14 @@ func (s *Service) Attach(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		Work: jobs.Of(agentproto.DBUserCreate, agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: database,
 			Access: agentproto.DBAccessReadWrite, KeyPattern: keyPattern}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
-		CreatedBy: actor.ID})
+		CreatedBy: c.Actor.ID})
 	if err != nil {
 		if _, ferr := s.store.FinishDatabaseLogin(context.WithoutCancel(ctx), cred.JobID, false, now); ferr != nil {
 			s.log.ErrorContext(ctx, "forgetting a login whose job could not be queued", "credential_id", cred.ID, "err", ferr.Error())
 		}
 		return AttachResult{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionAttach, id, map[string]any{"job_id": j.ID, "application_id": app.ID,
+	if err := s.audit.Record(ctx, c, ActionAttach, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "application_id": app.ID,
 		"env_key": r.EnvKey, "credential_id": cred.ID, "username": username, "database": database, "key_pattern": keyPattern}); err != nil {
 		return AttachResult{}, err
 	}
@@ -273,11 +273,10 @@ func (s *Service) appDeleting(ctx context.Context, appID string) {
 		s.log.ErrorContext(ctx, "listing an application's attachments", "app_id", appID, "err", err.Error())
 		return
 	}
-	system := audit.Actor{Type: audit.ActorSystem}
 	for _, a := range atts {
 		cred, found, _, err := s.stored(ctx, a.InstanceID, func(c Credential) bool { return c.ID == a.CredentialID })
 		if err == nil && found {
-			_, err = s.DropLogin(ctx, system, audit.Entry{}, a.InstanceID, cred.Username)
+			_, err = s.DropLogin(ctx, audit.System, a.InstanceID, cred.Username)
 		}
 		if err != nil {
 			s.log.ErrorContext(ctx, "dropping a deleted application's login", "app_id", appID, "credential_id", a.CredentialID,

@@ -203,7 +203,7 @@ func (s *Service) loadSource(inst Instance) agentproto.DBArtifactSource {
 
 // Export queues db.export of one database ("": the initial one) of a
 // ready SQL instance.
-func (s *Service) Export(ctx context.Context, actor audit.Actor, c audit.Entry, id, database string) (jobs.Job, error) {
+func (s *Service) Export(ctx context.Context, c audit.Caller, id, database string) (jobs.Job, error) {
 	if s.artifacts.Dir == nil {
 		return jobs.Job{}, errNoArtifacts
 	}
@@ -224,11 +224,11 @@ func (s *Service) Export(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return jobs.Job{}, fault.Invalidf("database", "%s", p)
 	}
 	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBExport, agentproto.DBExportPayload{Target: target(inst, cred), Source: s.source(inst),
-		Database: database}), password, actor.ID)
+		Database: database}), password, c.Actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionExportQueued, id, map[string]any{"job_id": j.ID, "database": database})
+	return j, s.audit.Record(ctx, c, ActionExportQueued, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "database": database})
 }
 
 // agentJob returns the running job jobID of type jobType if it is
@@ -341,7 +341,7 @@ type Download struct {
 
 // Download opens the export of job jobID of instance id, decrypted, and
 // records who downloads it from where before a byte is read.
-func (s *Service) Download(ctx context.Context, actor audit.Actor, c audit.Entry, id, jobID string) (Download, error) {
+func (s *Service) Download(ctx context.Context, c audit.Caller, id, jobID string) (Download, error) {
 	if s.artifacts.Dir == nil {
 		return Download{}, errNoArtifacts
 	}
@@ -378,7 +378,7 @@ func (s *Service) Download(ctx context.Context, actor audit.Actor, c audit.Entry
 	}
 	// Recorded before a byte is sent: a download that cannot be audited
 	// does not happen.
-	if err := s.record(ctx, actor, c, ActionExportDownloaded, id, map[string]any{"job_id": jobID, "database": a.Database,
+	if err := s.audit.Record(ctx, c, ActionExportDownloaded, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": jobID, "database": a.Database,
 		"bytes": a.Size, "sha256": a.SHA256}); err != nil {
 		rc.Close()
 		return Download{}, err
@@ -400,7 +400,7 @@ type ImportRequest struct {
 // Import stores an upload, encrypted as it arrives, and queues db.import
 // of it on a ready SQL instance. Its format is detected from its first
 // bytes: gzip, PostgreSQL's custom format, or plain SQL.
-func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, id string, q ImportRequest) (jobs.Job, error) {
+func (s *Service) Import(ctx context.Context, c audit.Caller, id string, q ImportRequest) (jobs.Job, error) {
 	if s.artifacts.Dir == nil {
 		return jobs.Job{}, errNoArtifacts
 	}
@@ -449,7 +449,7 @@ func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		return jobs.Job{}, err
 	}
 	a := Artifact{JobID: jobID, InstanceID: id, Kind: ArtifactImport, Database: database, Format: format, File: w.File, Size: w.Size,
-		SHA256: w.SHA256, KeyID: secrets.InstanceKeyID(id), CreatedBy: actor.ID, CreatedAt: now, ExpiresAt: now.Add(s.artifacts.TTL)}
+		SHA256: w.SHA256, KeyID: secrets.InstanceKeyID(id), CreatedBy: c.Actor.ID, CreatedAt: now, ExpiresAt: now.Add(s.artifacts.TTL)}
 	if err := s.store.InsertDatabaseArtifact(ctx, a); err != nil {
 		s.dropArtifact(context.WithoutCancel(ctx), a)
 		return jobs.Job{}, err
@@ -457,12 +457,12 @@ func (s *Service) Import(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
 		Work: jobs.Of(agentproto.DBImport, agentproto.DBImportPayload{Target: target(inst, cred), Source: s.loadSource(inst), Database: database, Format: format,
 			Bytes: w.Size, SHA256: w.SHA256}),
-		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
+		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: c.Actor.ID})
 	if err != nil {
 		s.dropArtifact(context.WithoutCancel(ctx), a)
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionImportQueued, id, map[string]any{"job_id": j.ID, "database": database, "format": format,
+	return j, s.audit.Record(ctx, c, ActionImportQueued, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "database": database, "format": format,
 		"bytes": w.Size, "sha256": w.SHA256})
 }
 

@@ -71,13 +71,13 @@ func TestExport(t *testing.T) {
 	dir := r.useArtifacts(0)
 	inst := r.ready("main", agentproto.EnginePostgres, "15.4")
 
-	_, err := r.dbs.Export(r.ctx, r.admin, r.client, inst.ID, "-Fc")
+	_, err := r.dbs.Export(r.ctx, r.admin, inst.ID, "-Fc")
 	wantInvalid(t, err, "database")
-	_, err = r.dbs.Export(r.ctx, r.admin, r.client, inst.ID, "app db")
+	_, err = r.dbs.Export(r.ctx, r.admin, inst.ID, "app db")
 	wantInvalid(t, err, "database")
 	r.noJob()
 
-	queued, err := r.dbs.Export(r.ctx, r.admin, r.client, inst.ID, "")
+	queued, err := r.dbs.Export(r.ctx, r.admin, inst.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestExport(t *testing.T) {
 	dump := []byte("-- a dump\n")
 	_, err = r.dbs.ReceiveExport(r.ctx, r.serverID, queued.ID, bytes.NewReader(dump))
 	wantKind(t, err, fault.Forbidden, "job-not-running")
-	_, err = r.dbs.Download(r.ctx, r.admin, r.client, inst.ID, queued.ID)
+	_, err = r.dbs.Download(r.ctx, r.admin, inst.ID, queued.ID)
 	wantConflict(t, err, "export-running")
 	j := r.claim(agentproto.JobDBExport)
 	_, err = r.dbs.ReceiveExport(r.ctx, "srv_other", j.ID, bytes.NewReader(dump))
@@ -125,7 +125,7 @@ func TestExport(t *testing.T) {
 	}
 	r.complete(j, agentproto.StatusSucceeded, agentproto.DBExportResult{Tool: agentproto.DBToolHost, Bytes: int64(len(dump)),
 		SHA256: sum(dump)}, "")
-	d, err := r.dbs.Download(r.ctx, r.admin, r.client, inst.ID, j.ID)
+	d, err := r.dbs.Download(r.ctx, r.admin, inst.ID, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,14 +137,14 @@ func TestExport(t *testing.T) {
 	if want := secrets.InstanceKeyID(inst.ID); d.Artifact.KeyID != want {
 		t.Fatalf("export key id %q, want %q", d.Artifact.KeyID, want)
 	}
-	if e := r.auditActions(databases.ActionExportDownloaded); len(e) != 1 || e[0].IP != r.client.IP || e[0].Actor.ID != r.admin.ID {
+	if e := r.auditActions(databases.ActionExportDownloaded); len(e) != 1 || e[0].IP != r.admin.IP || e[0].Actor.ID != r.admin.Actor.ID {
 		t.Fatalf("audit entries of the download: %+v", e)
 	}
 	// A job of another instance, or not an export, is not found.
 	other := r.ready("other", agentproto.EnginePostgres, "15.4")
-	_, err = r.dbs.Download(r.ctx, r.admin, r.client, other.ID, j.ID)
+	_, err = r.dbs.Download(r.ctx, r.admin, other.ID, j.ID)
 	wantKind(t, err, fault.NotFound, "")
-	_, err = r.dbs.Download(r.ctx, r.admin, r.client, inst.ID, inst.CheckJobID)
+	_, err = r.dbs.Download(r.ctx, r.admin, inst.ID, inst.CheckJobID)
 	wantKind(t, err, fault.NotFound, "")
 
 	// An export whose agent reports other bytes than were stored keeps
@@ -157,7 +157,7 @@ func TestExport(t *testing.T) {
 		{agentproto.StatusSucceeded, agentproto.DBExportResult{Bytes: int64(len(dump)), SHA256: sum([]byte("other"))}, "export-expired"},
 		{agentproto.StatusFailed, agentproto.DBExportResult{}, "export-failed"},
 	} {
-		if _, err := r.dbs.Export(r.ctx, r.admin, r.client, inst.ID, "app"); err != nil {
+		if _, err := r.dbs.Export(r.ctx, r.admin, inst.ID, "app"); err != nil {
 			t.Fatal(err)
 		}
 		j := r.claim(agentproto.JobDBExport)
@@ -165,7 +165,7 @@ func TestExport(t *testing.T) {
 			t.Fatal(err)
 		}
 		r.complete(j, c.status, c.res, map[string]string{agentproto.StatusFailed: "pg_dump: error"}[c.status])
-		_, err := r.dbs.Download(r.ctx, r.admin, r.client, inst.ID, j.ID)
+		_, err := r.dbs.Download(r.ctx, r.admin, inst.ID, j.ID)
 		if c.code == "export-expired" {
 			wantKind(t, err, fault.Gone, c.code)
 		} else {
@@ -183,7 +183,7 @@ func TestExport(t *testing.T) {
 		t.Fatalf("reaped %d (%v) before expiry", n, err)
 	}
 	r.clock.Advance(databases.DefaultArtifactTTL + time.Second)
-	_, err = r.dbs.Download(r.ctx, r.admin, r.client, inst.ID, j.ID)
+	_, err = r.dbs.Download(r.ctx, r.admin, inst.ID, j.ID)
 	wantKind(t, err, fault.Gone, "export-expired")
 	if n, err := r.dbs.ReapArtifacts(r.ctx); err != nil || n != 1 || len(files(t, dir)) != 0 {
 		t.Fatalf("reaped %d (%v); files %v", n, err, files(t, dir))
@@ -233,7 +233,7 @@ func TestLoadSource(t *testing.T) {
 		if agentproto.EngineKind(c.engine) != agentproto.EngineKindSQL {
 			continue
 		}
-		j, err := r.dbs.Import(r.ctx, r.admin, r.client, inst.ID, databases.ImportRequest{Body: strings.NewReader("SELECT 1;"), DeclaredSize: -1})
+		j, err := r.dbs.Import(r.ctx, r.admin, inst.ID, databases.ImportRequest{Body: strings.NewReader("SELECT 1;"), DeclaredSize: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +260,7 @@ func TestImport(t *testing.T) {
 	kv := r.ready("kv", agentproto.EngineRedis, "7.2.4")
 
 	imp := func(id string, body []byte, declared int64) (jobs.Job, error) {
-		return r.dbs.Import(r.ctx, r.admin, r.client, id, databases.ImportRequest{Body: bytes.NewReader(body), DeclaredSize: declared})
+		return r.dbs.Import(r.ctx, r.admin, id, databases.ImportRequest{Body: bytes.NewReader(body), DeclaredSize: declared})
 	}
 	_, err := imp(pg.ID, make([]byte, 10), 1001)
 	wantKind(t, err, fault.TooLarge, "upload-too-large")
@@ -272,7 +272,7 @@ func TestImport(t *testing.T) {
 	wantInvalid(t, err, "body")
 	_, err = imp(kv.ID, []byte("SET a 1"), -1)
 	wantInvalid(t, err, "id")
-	_, err = r.dbs.Import(r.ctx, r.admin, r.client, pg.ID, databases.ImportRequest{Database: "a;b", Body: strings.NewReader("SELECT 1;"), DeclaredSize: -1})
+	_, err = r.dbs.Import(r.ctx, r.admin, pg.ID, databases.ImportRequest{Database: "a;b", Body: strings.NewReader("SELECT 1;"), DeclaredSize: -1})
 	wantInvalid(t, err, "database")
 	r.noJob()
 	if f := files(t, dir); len(f) != 0 {

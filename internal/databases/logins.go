@@ -123,7 +123,7 @@ func sqlOnly(inst Instance) error {
 }
 
 // CreateDatabase queues db.database.create on a ready SQL instance.
-func (s *Service) CreateDatabase(ctx context.Context, actor audit.Actor, c audit.Entry, id, name, owner string) (jobs.Job, error) {
+func (s *Service) CreateDatabase(ctx context.Context, c audit.Caller, id, name, owner string) (jobs.Job, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return jobs.Job{}, err
@@ -141,17 +141,17 @@ func (s *Service) CreateDatabase(ctx context.Context, actor audit.Actor, c audit
 		return jobs.Job{}, err
 	}
 	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBDatabaseCreate, agentproto.DBDatabasePayload{Target: target(inst, admin), Name: name,
-		Owner: owner}), password, actor.ID)
+		Owner: owner}), password, c.Actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionDatabaseCreate, id, map[string]any{"job_id": j.ID, "database": name, "owner": owner})
+	return j, s.audit.Record(ctx, c, ActionDatabaseCreate, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "database": name, "owner": owner})
 }
 
 // DropDatabase queues db.database.drop on a ready SQL instance. The
 // instance's initial database and a database with stored logins are not
 // dropped (409).
-func (s *Service) DropDatabase(ctx context.Context, actor audit.Actor, c audit.Entry, id, name string) (jobs.Job, error) {
+func (s *Service) DropDatabase(ctx context.Context, c audit.Caller, id, name string) (jobs.Job, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return jobs.Job{}, err
@@ -181,11 +181,11 @@ func (s *Service) DropDatabase(ctx context.Context, actor audit.Actor, c audit.E
 		return jobs.Job{}, err
 	}
 	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBDatabaseDrop, agentproto.DBDatabasePayload{Target: target(inst, admin), Name: name}),
-		password, actor.ID)
+		password, c.Actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionDatabaseDrop, id, map[string]any{"job_id": j.ID, "database": name})
+	return j, s.audit.Record(ctx, c, ActionDatabaseDrop, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "database": name})
 }
 
 // NewLogin is a request to create a login.
@@ -209,7 +209,7 @@ type LoginSecret struct {
 
 // CreateLogin stores a login in state creating with a new password and
 // queues db.user.create.
-func (s *Service) CreateLogin(ctx context.Context, actor audit.Actor, c audit.Entry, id string, n NewLogin) (LoginSecret, error) {
+func (s *Service) CreateLogin(ctx context.Context, c audit.Caller, id string, n NewLogin) (LoginSecret, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return LoginSecret{}, err
@@ -253,14 +253,14 @@ func (s *Service) CreateLogin(ctx context.Context, actor audit.Actor, c audit.En
 		Work: jobs.Of(agentproto.DBUserCreate, agentproto.DBUserPayload{Target: target(inst, admin), Username: n.Username, Database: n.Database, Access: n.Access,
 			KeyPattern: n.KeyPattern}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
-		CreatedBy: actor.ID})
+		CreatedBy: c.Actor.ID})
 	if err != nil {
 		if _, ferr := s.store.FinishDatabaseLogin(context.WithoutCancel(ctx), cred.JobID, false, now); ferr != nil {
 			s.log.ErrorContext(ctx, "forgetting a login whose job could not be queued", "credential_id", cred.ID, "err", ferr.Error())
 		}
 		return LoginSecret{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionLoginCreate, id, map[string]any{"job_id": j.ID, "credential_id": cred.ID,
+	if err := s.audit.Record(ctx, c, ActionLoginCreate, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "credential_id": cred.ID,
 		"username": n.Username, "database": n.Database, "access": n.Access, "key_pattern": n.KeyPattern}); err != nil {
 		return LoginSecret{}, err
 	}
@@ -292,7 +292,7 @@ func (s *Service) stored(ctx context.Context, id string, match func(Credential) 
 
 // RotateLogin gives a login a new password by db.user.rotate; the stored
 // password is replaced when the job succeeds.
-func (s *Service) RotateLogin(ctx context.Context, actor audit.Actor, c audit.Entry, id, credID string) (LoginSecret, error) {
+func (s *Service) RotateLogin(ctx context.Context, c audit.Caller, id, credID string) (LoginSecret, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return LoginSecret{}, err
@@ -319,14 +319,14 @@ func (s *Service) RotateLogin(ctx context.Context, actor audit.Actor, c audit.En
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
 		Work:      jobs.Of(agentproto.DBUserRotate, agentproto.DBUserPayload{Target: target(inst, admin), Username: cred.Username}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW, agentproto.SecretDBNewPassword: password},
-		CreatedBy: actor.ID})
+		CreatedBy: c.Actor.ID})
 	if err != nil {
 		if _, ferr := s.store.FinishDatabaseRotation(context.WithoutCancel(ctx), jobID, false, now); ferr != nil {
 			s.log.ErrorContext(ctx, "ending a rotation whose job could not be queued", "credential_id", cred.ID, "err", ferr.Error())
 		}
 		return LoginSecret{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionLoginRotate, id, map[string]any{"job_id": j.ID, "credential_id": cred.ID,
+	if err := s.audit.Record(ctx, c, ActionLoginRotate, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "credential_id": cred.ID,
 		"username": cred.Username}); err != nil {
 		return LoginSecret{}, err
 	}
@@ -338,7 +338,7 @@ func (s *Service) RotateLogin(ctx context.Context, actor audit.Actor, c audit.En
 // DropLogin queues db.user.drop. A stored login is forgotten when the
 // job succeeds; a login Capstan did not make is dropped on the engine
 // only. The instance's admin login is not dropped (409).
-func (s *Service) DropLogin(ctx context.Context, actor audit.Actor, c audit.Entry, id, username string) (jobs.Job, error) {
+func (s *Service) DropLogin(ctx context.Context, c audit.Caller, id, username string) (jobs.Job, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return jobs.Job{}, err
@@ -371,7 +371,7 @@ func (s *Service) DropLogin(ctx context.Context, actor audit.Actor, c audit.Entr
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
 		Work:      jobs.Of(agentproto.DBUserDrop, agentproto.DBUserPayload{Target: target(inst, admin), Username: username, Database: cred.Database}),
 		Secrets:   map[string]string{agentproto.SecretDBPassword: adminPW},
-		CreatedBy: actor.ID})
+		CreatedBy: c.Actor.ID})
 	if err != nil {
 		if found {
 			if _, ferr := s.store.FinishDatabaseLoginDrop(context.WithoutCancel(ctx), jobID, false, now); ferr != nil {
@@ -380,5 +380,5 @@ func (s *Service) DropLogin(ctx context.Context, actor audit.Actor, c audit.Entr
 		}
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionLoginDrop, id, map[string]any{"job_id": j.ID, "username": username, "stored": found})
+	return j, s.audit.Record(ctx, c, ActionLoginDrop, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "username": username, "stored": found})
 }

@@ -128,7 +128,7 @@ type NewManaged struct {
 
 // CreateManaged stores a managed instance in state creating with a
 // generated admin password and queues db.create on its server.
-func (s *Service) CreateManaged(ctx context.Context, actor audit.Actor, c audit.Entry, n NewManaged) (Registration, error) {
+func (s *Service) CreateManaged(ctx context.Context, c audit.Caller, n NewManaged) (Registration, error) {
 	var errs fault.Fields
 	if p := nameProblem(n.Name); p != "" {
 		errs.Add("name", "%s", p)
@@ -181,7 +181,7 @@ func (s *Service) CreateManaged(ctx context.Context, actor audit.Actor, c audit.
 	now := s.now().UTC()
 	inst := Instance{ID: ids.NewAt(IDPrefix, now), Name: n.Name, ServerID: n.ServerID, Engine: n.Engine, Version: version.Version,
 		Managed: true, Host: "127.0.0.1", Port: engine.DefaultPort, Database: n.Database, TLSMode: agentproto.DBTLSDisable,
-		State: StateCreating, CheckJobID: jobs.NewID(now), CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}
+		State: StateCreating, CheckJobID: jobs.NewID(now), CreatedBy: c.Actor.ID, CreatedAt: now, UpdatedAt: now}
 	cred := Credential{ID: ids.NewAt(CredentialIDPrefix, now), InstanceID: inst.ID, Username: adminUsername(n.Engine),
 		Database: n.Database, Access: AccessAdmin, CreatedAt: now, UpdatedAt: now}
 	cred.SealedPassword = s.key.Seal(passwordContext(cred.ID), []byte(password))
@@ -198,14 +198,14 @@ func (s *Service) CreateManaged(ctx context.Context, actor audit.Actor, c audit.
 		Work: jobs.Of(agentproto.DBCreate, agentproto.DBCreatePayload{InstanceID: inst.ID, Engine: inst.Engine, Version: inst.Version, Image: version.Image,
 			ContainerName: ContainerName(inst.Name), Network: agentproto.DBNetwork, Volume: VolumeName(inst.ID),
 			MemoryLimitBytes: memory, Database: inst.Database, Username: cred.Username}),
-		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
+		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: c.Actor.ID})
 	if err != nil {
 		if derr := s.store.DeleteDatabaseInstance(context.WithoutCancel(ctx), inst.ID); derr != nil {
 			s.log.ErrorContext(ctx, "forgetting an instance whose creation could not be queued", "instance_id", inst.ID, "err", derr.Error())
 		}
 		return Registration{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionCreated, inst.ID, map[string]any{"name": inst.Name, "engine": inst.Engine,
+	if err := s.audit.Record(ctx, c, ActionCreated, audit.Target{Type: "database", ID: inst.ID}, map[string]any{"name": inst.Name, "engine": inst.Engine,
 		"version": inst.Version, "image": version.Image, "server_id": inst.ServerID, "memory_limit": memory, "job_id": j.ID}); err != nil {
 		return Registration{}, err
 	}
@@ -214,7 +214,7 @@ func (s *Service) CreateManaged(ctx context.Context, actor audit.Actor, c audit.
 
 // Control queues db.control (start, stop or restart) on a managed
 // instance.
-func (s *Service) Control(ctx context.Context, actor audit.Actor, c audit.Entry, id, action string) (Registration, error) {
+func (s *Service) Control(ctx context.Context, c audit.Caller, id, action string) (Registration, error) {
 	states := map[string]string{agentproto.DBControlStart: StateStarting, agentproto.DBControlStop: StateStopping,
 		agentproto.DBControlRestart: StateRestarting}
 	state, ok := states[action]
@@ -240,12 +240,12 @@ func (s *Service) Control(ctx context.Context, actor audit.Actor, c audit.Entry,
 	inst.State, inst.CheckJobID, inst.LastError = state, jobID, ""
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
 		Work:    jobs.Of(agentproto.DBControl, agentproto.DBControlPayload{Target: target(inst, cred), ContainerName: ContainerName(inst.Name), Action: action}),
-		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: actor.ID})
+		Secrets: map[string]string{agentproto.SecretDBPassword: password}, CreatedBy: c.Actor.ID})
 	if err != nil {
 		s.finishOperation(context.WithoutCancel(ctx), id, jobID, OperationResult{State: StateFailed, LastError: "the " + action + " could not be queued"})
 		return Registration{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionControlQueued, id, map[string]any{"action": action, "job_id": j.ID}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionControlQueued, audit.Target{Type: "database", ID: id}, map[string]any{"action": action, "job_id": j.ID}); err != nil {
 		return Registration{}, err
 	}
 	creds, err := s.store.DatabaseCredentials(ctx, id)
@@ -271,7 +271,7 @@ type DatabaseRemoval struct {
 // (see Delete); for a managed one it queues db.remove, which removes the
 // container and, with purge, the data volume. The record goes when the
 // job succeeded.
-func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, id string, purge bool) (DatabaseRemoval, error) {
+func (s *Service) Remove(ctx context.Context, c audit.Caller, id string, purge bool) (DatabaseRemoval, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return DatabaseRemoval{}, err
@@ -280,7 +280,7 @@ func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, 
 		if purge {
 			return DatabaseRemoval{}, fault.Invalidf("purge", "applies only to managed instances: an external instance's data is not Capstan's")
 		}
-		d, err := s.Delete(ctx, actor, c, id)
+		d, err := s.Delete(ctx, c, id)
 		return DatabaseRemoval{Deletion: d}, err
 	}
 	now := s.now().UTC()
@@ -290,7 +290,7 @@ func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ID: jobID, ServerID: inst.ServerID,
 		Work:      jobs.Of(agentproto.DBRemove, agentproto.DBRemovePayload{InstanceID: id, ContainerName: ContainerName(inst.Name), Volume: VolumeName(id), Purge: purge}),
-		CreatedBy: actor.ID})
+		CreatedBy: c.Actor.ID})
 	if err != nil {
 		s.finishOperation(context.WithoutCancel(ctx), id, jobID, OperationResult{State: StateFailed, LastError: "the removal could not be queued"})
 		return DatabaseRemoval{}, err
@@ -301,7 +301,7 @@ func (s *Service) Remove(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if purge {
 		detail = fmt.Sprintf("Removing the container %s and the volume %s with its data.", ContainerName(inst.Name), VolumeName(id))
 	}
-	if err := s.record(ctx, actor, c, ActionRemovalQueued, id, map[string]any{"name": inst.Name, "purge": purge, "job_id": j.ID}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionRemovalQueued, audit.Target{Type: "database", ID: id}, map[string]any{"name": inst.Name, "purge": purge, "job_id": j.ID}); err != nil {
 		return DatabaseRemoval{}, err
 	}
 	return DatabaseRemoval{Deletion: Deletion{ID: id, Name: inst.Name, Managed: true, Forgotten: []string{}, Detail: detail},
@@ -390,7 +390,7 @@ func (s *Service) removeFinished(ctx context.Context, j jobs.Job) error {
 	}
 	var res agentproto.DBRemoveResult
 	_ = json.Unmarshal(j.Data, &res)
-	return s.audit.Record(ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: ActionRemoved,
+	return s.audit.Append(ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: ActionRemoved,
 		Target: audit.Target{Type: "database", ID: p.InstanceID}, Details: map[string]any{"job_id": j.ID, "requested_by": j.CreatedBy,
 			"volume_removed": res.VolumeRemoved, "volume": p.Volume}})
 }

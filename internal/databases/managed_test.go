@@ -15,7 +15,7 @@ import (
 // managed creates a managed instance and lets db.create succeed.
 func (r *rig) managed(name string) (databases.Detail, jobs.Job) {
 	r.t.Helper()
-	reg, err := r.dbs.CreateManaged(r.ctx, r.admin, r.client, databases.NewManaged{Name: name, ServerID: r.serverID,
+	reg, err := r.dbs.CreateManaged(r.ctx, r.admin, databases.NewManaged{Name: name, ServerID: r.serverID,
 		Engine: agentproto.EnginePostgres, Version: "16", Database: "app"})
 	if err != nil {
 		r.t.Fatal(err)
@@ -35,7 +35,7 @@ func (r *rig) managed(name string) (databases.Detail, jobs.Job) {
 // connection read gives.
 func TestCreateManaged(t *testing.T) {
 	r := newRig(t)
-	reg, err := r.dbs.CreateManaged(r.ctx, r.admin, r.client, databases.NewManaged{Name: "pg", ServerID: r.serverID,
+	reg, err := r.dbs.CreateManaged(r.ctx, r.admin, databases.NewManaged{Name: "pg", ServerID: r.serverID,
 		Engine: agentproto.EnginePostgres, Database: "app"})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestCreateManaged(t *testing.T) {
 	if d.State != databases.StateReady || d.Host != "127.0.0.1" || d.Port != 40123 || d.ServerVersion != "17.2" {
 		t.Fatalf("after db.create: %+v", d)
 	}
-	conn, err := r.dbs.Connection(r.ctx, r.admin, r.client, d.ID)
+	conn, err := r.dbs.Connection(r.ctx, r.admin, d.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestCreateManaged(t *testing.T) {
 	}
 
 	// A failed creation leaves the instance failed with the error.
-	reg, err = r.dbs.CreateManaged(r.ctx, r.admin, r.client, databases.NewManaged{Name: "bad", ServerID: r.serverID,
+	reg, err = r.dbs.CreateManaged(r.ctx, r.admin, databases.NewManaged{Name: "bad", ServerID: r.serverID,
 		Engine: agentproto.EngineRedis})
 	if err != nil {
 		t.Fatal(err)
@@ -109,11 +109,11 @@ func TestCreateManagedBadInput(t *testing.T) {
 		"name":         {Name: "E E", Engine: agentproto.EnginePostgres, Database: "app"},
 	} {
 		n.ServerID = r.serverID
-		_, err := r.dbs.CreateManaged(r.ctx, r.admin, r.client, n)
+		_, err := r.dbs.CreateManaged(r.ctx, r.admin, n)
 		wantInvalid(t, err, field)
 	}
 	r.managed("taken")
-	_, err := r.dbs.CreateManaged(r.ctx, r.admin, r.client, databases.NewManaged{Name: "taken", ServerID: r.serverID,
+	_, err := r.dbs.CreateManaged(r.ctx, r.admin, databases.NewManaged{Name: "taken", ServerID: r.serverID,
 		Engine: agentproto.EnginePostgres, Database: "app"})
 	wantInvalid(t, err, "name")
 	r.noJob()
@@ -135,7 +135,7 @@ func TestManagedControlConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = r.dbs.Control(r.ctx, r.admin, r.client, d.ID, agentproto.DBControlStop)
+			_, errs[i] = r.dbs.Control(r.ctx, r.admin, d.ID, agentproto.DBControlStop)
 		}()
 	}
 	wg.Wait()
@@ -155,14 +155,14 @@ func TestManagedControlConcurrent(t *testing.T) {
 	j := r.claim(agentproto.JobDBControl)
 	r.noJob()
 	// Removal waits for the stop, too.
-	if _, err := r.dbs.Remove(r.ctx, r.admin, r.client, d.ID, false); !fault.Is(err, fault.Conflict) {
+	if _, err := r.dbs.Remove(r.ctx, r.admin, d.ID, false); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("delete while stopping: %v", err)
 	}
 	r.complete(j, agentproto.StatusSucceeded, agentproto.DBControlResult{Action: agentproto.DBControlStop}, "")
 	if got, _ := r.dbs.Get(r.ctx, d.ID, jobs.AdminReader); got.State != databases.StateStopped {
 		t.Fatalf("after stop: %s", got.State)
 	}
-	rm, err := r.dbs.Remove(r.ctx, r.admin, r.client, d.ID, true)
+	rm, err := r.dbs.Remove(r.ctx, r.admin, d.ID, true)
 	if err != nil || rm.VolumeKept == nil || *rm.VolumeKept || rm.JobID == "" {
 		t.Fatalf("remove with purge: %+v, %v", rm, err)
 	}
@@ -177,10 +177,10 @@ func TestManagedControlConcurrent(t *testing.T) {
 func TestControlExternal(t *testing.T) {
 	r := newRig(t)
 	d := r.ready("ext", agentproto.EnginePostgres, "16.4")
-	if _, err := r.dbs.Control(r.ctx, r.admin, r.client, d.ID, agentproto.DBControlRestart); !fault.Is(err, fault.Conflict) {
+	if _, err := r.dbs.Control(r.ctx, r.admin, d.ID, agentproto.DBControlRestart); !fault.Is(err, fault.Conflict) {
 		t.Fatalf("control of an external instance: %v", err)
 	}
-	if _, err := r.dbs.Remove(r.ctx, r.admin, r.client, d.ID, true); !fault.Is(err, fault.Invalid) {
+	if _, err := r.dbs.Remove(r.ctx, r.admin, d.ID, true); !fault.Is(err, fault.Invalid) {
 		t.Fatalf("purge of an external instance: %v", err)
 	}
 }

@@ -134,11 +134,6 @@ func (s *Service) detail(inst Instance, creds []Credential, r jobs.Reader) Detai
 	return d
 }
 
-func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, id string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: "database", ID: id},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
-}
-
 // enrolled returns the server if it has an agent to run jobs: an unknown
 // server is a field error on server_id, a pending or revoked one a
 // conflict.
@@ -172,7 +167,7 @@ type Registration struct {
 
 // RegisterExternal stores an external instance in state checking with its
 // login, and queues db.connect on its server.
-func (s *Service) RegisterExternal(ctx context.Context, actor audit.Actor, c audit.Entry, n NewExternal) (Registration, error) {
+func (s *Service) RegisterExternal(ctx context.Context, c audit.Caller, n NewExternal) (Registration, error) {
 	var errs fault.Fields
 	if p := nameProblem(n.Name); p != "" {
 		errs.Add("name", "%s", p)
@@ -226,7 +221,7 @@ func (s *Service) RegisterExternal(ctx context.Context, actor audit.Actor, c aud
 	now := s.now().UTC()
 	inst := Instance{ID: ids.NewAt(IDPrefix, now), Name: n.Name, ServerID: n.ServerID, Engine: n.Engine, Host: n.Host, Port: port,
 		Database: n.Database, TLSMode: n.TLSMode, CA: n.CA, State: StateChecking, CheckJobID: jobs.NewID(now),
-		CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}
+		CreatedBy: c.Actor.ID, CreatedAt: now, UpdatedAt: now}
 	cred := Credential{ID: ids.NewAt(CredentialIDPrefix, now), InstanceID: inst.ID, Username: n.Username, Database: n.Database,
 		Access: AccessAdmin, CreatedAt: now, UpdatedAt: now}
 	cred.SealedPassword = s.key.Seal(passwordContext(cred.ID), []byte(n.Password))
@@ -236,7 +231,7 @@ func (s *Service) RegisterExternal(ctx context.Context, actor audit.Actor, c aud
 		}
 		return Registration{}, err
 	}
-	j, err := s.queueCheck(ctx, inst, cred, n.Password, actor.ID)
+	j, err := s.queueCheck(ctx, inst, cred, n.Password, c.Actor.ID)
 	if err != nil {
 		// Nothing usable was stored without its test: forget it.
 		if derr := s.store.DeleteDatabaseInstance(context.WithoutCancel(ctx), inst.ID); derr != nil {
@@ -244,7 +239,7 @@ func (s *Service) RegisterExternal(ctx context.Context, actor audit.Actor, c aud
 		}
 		return Registration{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionRegistered, inst.ID, map[string]any{"name": inst.Name, "engine": inst.Engine,
+	if err := s.audit.Record(ctx, c, ActionRegistered, audit.Target{Type: "database", ID: inst.ID}, map[string]any{"name": inst.Name, "engine": inst.Engine,
 		"server_id": inst.ServerID, "host": inst.Host, "port": inst.Port, "username": cred.Username, "tls_mode": inst.TLSMode,
 		"job_id": j.ID}); err != nil {
 		return Registration{}, err
@@ -283,7 +278,7 @@ func (s *Service) adminLogin(ctx context.Context, id string) (Credential, string
 
 // UpdateTLS sets an external instance's TLS mode and CA and tests the
 // connection again (also when they are unchanged).
-func (s *Service) UpdateTLS(ctx context.Context, actor audit.Actor, c audit.Entry, id, mode, ca string) (Registration, error) {
+func (s *Service) UpdateTLS(ctx context.Context, c audit.Caller, id, mode, ca string) (Registration, error) {
 	var errs fault.Fields
 	tlsProblem(errs.Add, mode, ca)
 	if err := errs.Err(); err != nil {
@@ -317,7 +312,7 @@ func (s *Service) UpdateTLS(ctx context.Context, actor audit.Actor, c audit.Entr
 	if inst.CheckJobID != jobID {
 		return Registration{}, fault.Conflictf("check-superseded", "Another change of the instance's TLS settings came in at the same time; read the instance.")
 	}
-	j, err := s.queueCheck(ctx, inst, cred, password, actor.ID)
+	j, err := s.queueCheck(ctx, inst, cred, password, c.Actor.ID)
 	if err != nil {
 		msg := "the connection test could not be queued"
 		if _, ferr := s.store.FinishDatabaseCheck(context.WithoutCancel(ctx), id, jobID, CheckResult{State: StateUnreachable, LastError: msg}, s.now().UTC()); ferr != nil {
@@ -329,7 +324,7 @@ func (s *Service) UpdateTLS(ctx context.Context, actor audit.Actor, c audit.Entr
 	if err != nil {
 		return Registration{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionTLSUpdated, id, map[string]any{"tls_mode": mode, "ca_set": ca != "", "job_id": j.ID}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionTLSUpdated, audit.Target{Type: "database", ID: id}, map[string]any{"tls_mode": mode, "ca_set": ca != "", "job_id": j.ID}); err != nil {
 		return Registration{}, err
 	}
 	return Registration{Instance: s.detail(inst, creds, jobs.AdminReader), JobID: j.ID, Job: j}, nil
@@ -417,7 +412,7 @@ type Deletion struct {
 
 // Delete deletes an external instance's registration and its stored
 // logins. The database server is not touched.
-func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Deletion, error) {
+func (s *Service) Delete(ctx context.Context, c audit.Caller, id string) (Deletion, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return Deletion{}, err
@@ -435,7 +430,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	d := Deletion{ID: id, Name: inst.Name, Forgotten: []string{"registration", fmt.Sprintf("logins (%d)", len(creds))},
 		Detail: fmt.Sprintf("Forgot the external instance %s and its %d stored login(s); the database server at %s and its data were not touched.",
 			inst.Name, len(creds), net.JoinHostPort(inst.Host, strconv.Itoa(inst.Port)))}
-	return d, s.record(ctx, actor, c, ActionDeleted, id, map[string]any{"name": inst.Name, "managed": false, "logins": len(creds)})
+	return d, s.audit.Record(ctx, c, ActionDeleted, audit.Target{Type: "database", ID: id}, map[string]any{"name": inst.Name, "managed": false, "logins": len(creds)})
 }
 
 // Connection is how to connect to an instance, with passwords.
@@ -461,7 +456,7 @@ type ConnectionLogin struct {
 
 // Connection returns every login of an instance with its password, and
 // records who read them, from where.
-func (s *Service) Connection(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Connection, error) {
+func (s *Service) Connection(ctx context.Context, c audit.Caller, id string) (Connection, error) {
 	inst, err := s.store.DatabaseInstance(ctx, id)
 	if err != nil {
 		return Connection{}, err
@@ -488,7 +483,7 @@ func (s *Service) Connection(ctx context.Context, actor audit.Actor, c audit.Ent
 	}
 	// Recorded before the passwords are returned: a read that cannot be
 	// audited does not happen.
-	if err := s.record(ctx, actor, c, ActionConnectionRead, id, map[string]any{"name": inst.Name, "logins": len(creds)}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionConnectionRead, audit.Target{Type: "database", ID: id}, map[string]any{"name": inst.Name, "logins": len(creds)}); err != nil {
 		return Connection{}, err
 	}
 	return out, nil
@@ -577,7 +572,7 @@ type QueryRequest struct {
 }
 
 // Query queues db.query on a ready SQL instance.
-func (s *Service) Query(ctx context.Context, actor audit.Actor, c audit.Entry, id string, q QueryRequest) (jobs.Job, error) {
+func (s *Service) Query(ctx context.Context, c audit.Caller, id string, q QueryRequest) (jobs.Job, error) {
 	var errs fault.Fields
 	switch {
 	case strings.TrimSpace(q.SQL) == "":
@@ -616,12 +611,12 @@ func (s *Service) Query(ctx context.Context, actor audit.Actor, c audit.Entry, i
 		sec[agentproto.SecretDBReaderPassword] = s.key.DerivedPassword("db-console-reader:" + inst.ID)
 	}
 	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: inst.ServerID, Work: jobs.Of(agentproto.DBQuery, pl),
-		Secrets: sec, CreatedBy: actor.ID})
+		Secrets: sec, CreatedBy: c.Actor.ID})
 	if err != nil {
 		return jobs.Job{}, err
 	}
 	// The statement is not recorded: it may carry secrets of its own.
-	return j, s.record(ctx, actor, c, ActionQueryQueued, id, map[string]any{"job_id": j.ID, "readonly": readOnly,
+	return j, s.audit.Record(ctx, c, ActionQueryQueued, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "readonly": readOnly,
 		"database": q.Database})
 }
 
@@ -684,7 +679,7 @@ type KVRequest struct {
 }
 
 // KV queues db.kv on a ready key-value instance.
-func (s *Service) KV(ctx context.Context, actor audit.Actor, c audit.Entry, id string, q KVRequest) (jobs.Job, error) {
+func (s *Service) KV(ctx context.Context, c audit.Caller, id string, q KVRequest) (jobs.Job, error) {
 	var errs fault.Fields
 	p := agentproto.DBKVPayload{Action: q.Action}
 	bounded := func(field string, v *int, def, lo, hi int) int {
@@ -742,12 +737,12 @@ func (s *Service) KV(ctx context.Context, actor audit.Actor, c audit.Entry, id s
 		return jobs.Job{}, err
 	}
 	p.Target = target(inst, cred)
-	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBKV, p), password, actor.ID)
+	j, err := s.enqueue(ctx, inst, jobs.Of(agentproto.DBKV, p), password, c.Actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
 	// Keys are not recorded: they may be data.
-	return j, s.record(ctx, actor, c, ActionKVQueued, id, map[string]any{"job_id": j.ID, "action": q.Action, "keys": len(q.Keys)})
+	return j, s.audit.Record(ctx, c, ActionKVQueued, audit.Target{Type: "database", ID: id}, map[string]any{"job_id": j.ID, "action": q.Action, "keys": len(q.Keys)})
 }
 
 // JobResult is a database job as its instance's job path shows it.

@@ -33,8 +33,7 @@ type rig struct {
 	dbs      *databases.Service
 	audit    *audit.Log
 	serverID string
-	admin    audit.Actor
-	client   audit.Entry
+	admin    audit.Caller
 	clock    *testlab.Clock
 	key      *secrets.Key
 }
@@ -50,12 +49,12 @@ func newRig(t *testing.T) *rig {
 	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
 	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log, clock: clock, key: key,
 		dbs:   databases.NewService(st, js, srvs, log, key, databases.DefaultCatalog(), clock.Now, logger),
-		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, client: audit.Entry{IP: "192.0.2.9", UserAgent: "test"}}
-	e, err := srvs.CreateEnrollment(r.ctx, r.admin, r.client, "db-host", nil)
+		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "192.0.2.9", UserAgent: "test"}}
+	e, err := srvs.CreateEnrollment(r.ctx, r.admin, "db-host", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := srvs.Enroll(r.ctx, r.client, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host"}})
+	res, err := srvs.Enroll(r.ctx, r.admin, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func (r *rig) external(name, engine string, mut ...func(*databases.NewExternal))
 	for _, m := range mut {
 		m(&n)
 	}
-	reg, err := r.dbs.RegisterExternal(r.ctx, r.admin, r.client, n)
+	reg, err := r.dbs.RegisterExternal(r.ctx, r.admin, n)
 	return n, reg, err
 }
 
@@ -176,7 +175,7 @@ func TestRegisterExternalReady(t *testing.T) {
 	}
 
 	// Nothing works until the test passed.
-	_, err := r.dbs.Query(r.ctx, r.admin, r.client, reg.Instance.ID, databases.QueryRequest{SQL: "SELECT 1"})
+	_, err := r.dbs.Query(r.ctx, r.admin, reg.Instance.ID, databases.QueryRequest{SQL: "SELECT 1"})
 	wantConflict(t, err, "instance-not-ready")
 
 	j := r.claim(agentproto.JobDBConnect)
@@ -211,7 +210,7 @@ func TestRegisterExternalReady(t *testing.T) {
 	}
 
 	// A query takes the defaults and sends the password only as a secret.
-	qj, err := r.dbs.Query(r.ctx, r.admin, r.client, d.ID, databases.QueryRequest{SQL: "SELECT 1"})
+	qj, err := r.dbs.Query(r.ctx, r.admin, d.ID, databases.QueryRequest{SQL: "SELECT 1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +264,12 @@ func TestUnreachableAndRetest(t *testing.T) {
 	if m, _ := r.dbs.Get(r.ctx, reg.Instance.ID, jobs.MemberReader); m.LastError != nil || !m.Redacted || m.State != databases.StateUnreachable {
 		t.Fatalf("member view: %+v", m)
 	}
-	_, err = r.dbs.Explore(r.ctx, r.admin.ID, d.ID, databases.ExploreRequest{What: "databases"})
+	_, err = r.dbs.Explore(r.ctx, r.admin.Actor.ID, d.ID, databases.ExploreRequest{What: "databases"})
 	wantConflict(t, err, "instance-not-ready")
 
 	// Test again with the same mode, then again: the first retest's late
 	// end changes nothing.
-	re1, err := r.dbs.UpdateTLS(r.ctx, r.admin, r.client, d.ID, agentproto.DBTLSDisable, "")
+	re1, err := r.dbs.UpdateTLS(r.ctx, r.admin, d.ID, agentproto.DBTLSDisable, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +277,7 @@ func TestUnreachableAndRetest(t *testing.T) {
 		t.Fatalf("after retest: %+v", re1.Instance)
 	}
 	j1 := r.claim(agentproto.JobDBConnect)
-	re2, err := r.dbs.UpdateTLS(r.ctx, r.admin, r.client, d.ID, agentproto.DBTLSRequire, "")
+	re2, err := r.dbs.UpdateTLS(r.ctx, r.admin, d.ID, agentproto.DBTLSRequire, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,28 +365,28 @@ func TestRefusals(t *testing.T) {
 		{"no sql", databases.QueryRequest{SQL: "  "}, "sql"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := r.dbs.Query(r.ctx, r.admin, r.client, sql.ID, c.q)
+			_, err := r.dbs.Query(r.ctx, r.admin, sql.ID, c.q)
 			wantInvalid(t, err, c.field)
 		})
 	}
 	t.Run("query on kv", func(t *testing.T) {
-		_, err := r.dbs.Query(r.ctx, r.admin, r.client, kv.ID, databases.QueryRequest{SQL: "SELECT 1"})
+		_, err := r.dbs.Query(r.ctx, r.admin, kv.ID, databases.QueryRequest{SQL: "SELECT 1"})
 		wantInvalid(t, err, "id")
 	})
 	t.Run("explore on kv", func(t *testing.T) {
-		_, err := r.dbs.Explore(r.ctx, r.admin.ID, kv.ID, databases.ExploreRequest{What: "tables"})
+		_, err := r.dbs.Explore(r.ctx, r.admin.Actor.ID, kv.ID, databases.ExploreRequest{What: "tables"})
 		wantInvalid(t, err, "id")
 	})
 	t.Run("kv on sql", func(t *testing.T) {
-		_, err := r.dbs.KV(r.ctx, r.admin, r.client, sql.ID, databases.KVRequest{Action: "info"})
+		_, err := r.dbs.KV(r.ctx, r.admin, sql.ID, databases.KVRequest{Action: "info"})
 		wantInvalid(t, err, "id")
 	})
 	t.Run("explore columns without table", func(t *testing.T) {
-		_, err := r.dbs.Explore(r.ctx, r.admin.ID, sql.ID, databases.ExploreRequest{What: "columns"})
+		_, err := r.dbs.Explore(r.ctx, r.admin.Actor.ID, sql.ID, databases.ExploreRequest{What: "columns"})
 		wantInvalid(t, err, "table")
 	})
 	t.Run("explore unknown what", func(t *testing.T) {
-		_, err := r.dbs.Explore(r.ctx, r.admin.ID, sql.ID, databases.ExploreRequest{What: "indexes"})
+		_, err := r.dbs.Explore(r.ctx, r.admin.Actor.ID, sql.ID, databases.ExploreRequest{What: "indexes"})
 		wantInvalid(t, err, "what")
 	})
 	for _, c := range []struct {
@@ -404,11 +403,11 @@ func TestRefusals(t *testing.T) {
 		{"keys with get", databases.KVRequest{Action: "get", Key: "a", Keys: []string{"b"}}, "keys"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := r.dbs.KV(r.ctx, r.admin, r.client, kv.ID, c.q)
+			_, err := r.dbs.KV(r.ctx, r.admin, kv.ID, c.q)
 			wantInvalid(t, err, c.field)
 		})
 	}
-	_, err = r.dbs.UpdateTLS(r.ctx, r.admin, r.client, sql.ID, "allow", "")
+	_, err = r.dbs.UpdateTLS(r.ctx, r.admin, sql.ID, "allow", "")
 	wantInvalid(t, err, "tls_mode")
 
 	list, err := r.dbs.List(r.ctx, jobs.AdminReader)
@@ -433,7 +432,7 @@ func TestKVAndExplorePayloads(t *testing.T) {
 	if kv.Version != "8" || kv.Logins[0].Username != "default" {
 		t.Fatalf("valkey instance: version %q, login %q; want 8, default", kv.Version, kv.Logins[0].Username)
 	}
-	j, err := r.dbs.KV(r.ctx, r.admin, r.client, kv.ID, databases.KVRequest{Action: "scan", Match: "user:*"})
+	j, err := r.dbs.KV(r.ctx, r.admin, kv.ID, databases.KVRequest{Action: "scan", Match: "user:*"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +443,7 @@ func TestKVAndExplorePayloads(t *testing.T) {
 	if p.Action != "scan" || p.Count != 100 || p.Match != "user:*" || p.Target.Username != "default" {
 		t.Fatalf("scan payload: %+v", p)
 	}
-	j, err = r.dbs.KV(r.ctx, r.admin, r.client, kv.ID, databases.KVRequest{Action: "delete", Keys: []string{"secret-key-name"}})
+	j, err = r.dbs.KV(r.ctx, r.admin, kv.ID, databases.KVRequest{Action: "delete", Keys: []string{"secret-key-name"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,12 +453,12 @@ func TestKVAndExplorePayloads(t *testing.T) {
 	if sql.Version != "8.4" {
 		t.Fatalf("mysql version: %q, want 8.4", sql.Version)
 	}
-	if _, err := r.dbs.Explore(r.ctx, r.admin.ID, sql.ID, databases.ExploreRequest{What: "tables", Schema: "public"}); err == nil {
+	if _, err := r.dbs.Explore(r.ctx, r.admin.Actor.ID, sql.ID, databases.ExploreRequest{What: "tables", Schema: "public"}); err == nil {
 		t.Fatal("schema on MySQL was accepted")
 	} else {
 		wantInvalid(t, err, "schema")
 	}
-	j, err = r.dbs.Explore(r.ctx, r.admin.ID, sql.ID, databases.ExploreRequest{What: "columns", Database: "shop", Table: "orders"})
+	j, err = r.dbs.Explore(r.ctx, r.admin.Actor.ID, sql.ID, databases.ExploreRequest{What: "columns", Database: "shop", Table: "orders"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +474,7 @@ func TestKVAndExplorePayloads(t *testing.T) {
 func TestConnectionAudited(t *testing.T) {
 	r := newRig(t)
 	d := r.ready("main", agentproto.EnginePostgres, "16.4")
-	conn, err := r.dbs.Connection(r.ctx, r.admin, r.client, d.ID)
+	conn, err := r.dbs.Connection(r.ctx, r.admin, d.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +494,7 @@ func TestConnectionAudited(t *testing.T) {
 		t.Fatalf("connection read entries: %d, want 1", len(entries))
 	}
 	e := entries[0]
-	if e.Actor.ID != r.admin.ID || e.IP != r.client.IP || e.UserAgent != r.client.UserAgent || e.Target.ID != d.ID {
+	if e.Actor.ID != r.admin.Actor.ID || e.IP != r.admin.IP || e.UserAgent != r.admin.UserAgent || e.Target.ID != d.ID {
 		t.Fatalf("audit entry: %+v", e)
 	}
 	if strings.Contains(mustJSON(t, e), password) {
@@ -528,7 +527,7 @@ func TestJobOfInstance(t *testing.T) {
 	r := newRig(t)
 	a := r.ready("a", agentproto.EnginePostgres, "16.4")
 	b := r.ready("b", agentproto.EnginePostgres, "15.8")
-	qa, err := r.dbs.Query(r.ctx, r.admin, r.client, a.ID, databases.QueryRequest{SQL: "SELECT 1"})
+	qa, err := r.dbs.Query(r.ctx, r.admin, a.ID, databases.QueryRequest{SQL: "SELECT 1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,7 +585,7 @@ func TestJobOfInstance(t *testing.T) {
 func TestDeleteExternal(t *testing.T) {
 	r := newRig(t)
 	d := r.ready("main", agentproto.EnginePostgres, "16.4")
-	del, err := r.dbs.Delete(r.ctx, r.admin, r.client, d.ID)
+	del, err := r.dbs.Delete(r.ctx, r.admin, d.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,7 +595,7 @@ func TestDeleteExternal(t *testing.T) {
 	if _, err := r.dbs.Get(r.ctx, d.ID, jobs.AdminReader); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("after delete: %v, want not found", err)
 	}
-	if _, err := r.dbs.Delete(r.ctx, r.admin, r.client, d.ID); !fault.Is(err, fault.NotFound) {
+	if _, err := r.dbs.Delete(r.ctx, r.admin, d.ID); !fault.Is(err, fault.NotFound) {
 		t.Fatalf("delete twice: %v, want not found", err)
 	}
 	// The name is free again.
@@ -666,7 +665,7 @@ func TestConcurrentRetests(t *testing.T) {
 	regs := make([]databases.Registration, n)
 	errs := make([]error, n)
 	testlab.InParallel(n, func(i int) {
-		regs[i], errs[i] = r.dbs.UpdateTLS(r.ctx, r.admin, r.client, d.ID, agentproto.DBTLSRequire, "")
+		regs[i], errs[i] = r.dbs.UpdateTLS(r.ctx, r.admin, d.ID, agentproto.DBTLSRequire, "")
 	})
 	queued := map[string]bool{}
 	for i, err := range errs {

@@ -70,11 +70,6 @@ type DomainChange struct {
 	Job    *jobs.Job `json:"job"`
 }
 
-func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, targetType, id string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: targetType, ID: id},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
-}
-
 // enrolled reports whether the server has an agent to run jobs.
 func (s *Service) enrolled(ctx context.Context, serverID string) (bool, error) {
 	srv, err := s.servers.Get(ctx, serverID)
@@ -133,7 +128,7 @@ func (s *Service) proxyFinished(ctx context.Context, j jobs.Job) error {
 }
 
 // Create adds a domain to an application and queues proxy.apply.
-func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, n NewDomain) (DomainChange, error) {
+func (s *Service) Create(ctx context.Context, c audit.Caller, n NewDomain) (DomainChange, error) {
 	var errs fault.Fields
 	if p := HostnameProblem(n.Hostname); p != "" {
 		errs.Add("hostname", "%s", p)
@@ -170,15 +165,15 @@ func (s *Service) Create(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	}
 	now := s.now().UTC()
 	d := Domain{ID: ids.NewAt(IDPrefix, now), Hostname: n.Hostname, ApplicationID: app.ID, ServerID: app.ServerID,
-		TLSMode: n.TLSMode, RedirectWWW: n.RedirectWWW, CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}
+		TLSMode: n.TLSMode, RedirectWWW: n.RedirectWWW, CreatedBy: c.Actor.ID, CreatedAt: now, UpdatedAt: now}
 	if err := s.store.InsertDomain(ctx, d, names(d.Hostname, d.RedirectWWW)); err != nil {
 		return DomainChange{}, err
 	}
-	ch, err := s.change(ctx, d, actor.ID)
+	ch, err := s.change(ctx, d, c.Actor.ID)
 	if err != nil {
 		return DomainChange{}, err
 	}
-	return ch, s.record(ctx, actor, c, ActionCreated, "domain", d.ID, map[string]any{"hostname": d.Hostname,
+	return ch, s.audit.Record(ctx, c, ActionCreated, audit.Target{Type: "domain", ID: d.ID}, map[string]any{"hostname": d.Hostname,
 		"application_id": d.ApplicationID, "tls_mode": d.TLSMode, "redirect_www": d.RedirectWWW, "job_id": ch.JobID})
 }
 
@@ -202,7 +197,7 @@ func (s *Service) List(ctx context.Context, appID string) ([]Domain, error) {
 }
 
 // UpdateTLS changes a domain's TLS mode and queues proxy.apply.
-func (s *Service) UpdateTLS(ctx context.Context, actor audit.Actor, c audit.Entry, id, mode string) (DomainChange, error) {
+func (s *Service) UpdateTLS(ctx context.Context, c audit.Caller, id, mode string) (DomainChange, error) {
 	if p := TLSModeProblem(mode); p != "" {
 		return DomainChange{}, fault.Invalidf("tls_mode", "%s", p)
 	}
@@ -216,15 +211,15 @@ func (s *Service) UpdateTLS(ctx context.Context, actor audit.Actor, c audit.Entr
 	if err != nil {
 		return DomainChange{}, err
 	}
-	ch, err := s.change(ctx, d, actor.ID)
+	ch, err := s.change(ctx, d, c.Actor.ID)
 	if err != nil {
 		return DomainChange{}, err
 	}
-	return ch, s.record(ctx, actor, c, ActionUpdated, "domain", id, map[string]any{"hostname": d.Hostname, "tls_mode": mode, "job_id": ch.JobID})
+	return ch, s.audit.Record(ctx, c, ActionUpdated, audit.Target{Type: "domain", ID: id}, map[string]any{"hostname": d.Hostname, "tls_mode": mode, "job_id": ch.JobID})
 }
 
 // Delete removes a domain and queues proxy.apply without it.
-func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (DomainChange, error) {
+func (s *Service) Delete(ctx context.Context, c audit.Caller, id string) (DomainChange, error) {
 	d, err := s.store.Domain(ctx, id)
 	if err != nil {
 		return DomainChange{}, err
@@ -232,23 +227,23 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.store.DeleteDomain(ctx, id); err != nil {
 		return DomainChange{}, err
 	}
-	ch, err := s.change(ctx, d, actor.ID)
+	ch, err := s.change(ctx, d, c.Actor.ID)
 	if err != nil {
 		return DomainChange{}, err
 	}
-	return ch, s.record(ctx, actor, c, ActionDeleted, "domain", id, map[string]any{"hostname": d.Hostname, "application_id": d.ApplicationID, "job_id": ch.JobID})
+	return ch, s.audit.Record(ctx, c, ActionDeleted, audit.Target{Type: "domain", ID: id}, map[string]any{"hostname": d.Hostname, "application_id": d.ApplicationID, "job_id": ch.JobID})
 }
 
 // Apply queues proxy.apply with a server's whole desired proxy state.
-func (s *Service) Apply(ctx context.Context, actor audit.Actor, c audit.Entry, serverID string) (jobs.Job, error) {
+func (s *Service) Apply(ctx context.Context, c audit.Caller, serverID string) (jobs.Job, error) {
 	if _, err := servers.RequireAgent(ctx, s.servers, "", serverID, "apply the proxy state"); err != nil {
 		return jobs.Job{}, err
 	}
-	j, err := s.applyProxy(ctx, serverID, actor.ID)
+	j, err := s.applyProxy(ctx, serverID, c.Actor.ID)
 	if err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionProxyApplied, "server", serverID, map[string]any{"job_id": j.ID})
+	return j, s.audit.Record(ctx, c, ActionProxyApplied, audit.Target{Type: "server", ID: serverID}, map[string]any{"job_id": j.ID})
 }
 
 // DesiredProxy returns a server's current desired proxy state with its
@@ -259,7 +254,7 @@ func (s *Service) DesiredProxy(ctx context.Context, serverID string) (agentproto
 }
 
 // QueueCheck queues domain.check on the domain's server.
-func (s *Service) QueueCheck(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (jobs.Job, error) {
+func (s *Service) QueueCheck(ctx context.Context, c audit.Caller, id string) (jobs.Job, error) {
 	d, err := s.store.Domain(ctx, id)
 	if err != nil {
 		return jobs.Job{}, err
@@ -269,7 +264,7 @@ func (s *Service) QueueCheck(ctx context.Context, actor audit.Actor, c audit.Ent
 	} else if !ok {
 		return jobs.Job{}, fault.Conflictf("server-not-enrolled", "The domain's server has no agent to check it.")
 	}
-	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.ApplicationID, CreatedBy: actor.ID,
+	j, _, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: d.ServerID, AppID: d.ApplicationID, CreatedBy: c.Actor.ID,
 		Work: jobs.Of(agentproto.DomainCheck, agentproto.DomainCheckPayload{Hostname: d.Hostname, TLSMode: d.TLSMode})})
 	if err != nil {
 		return jobs.Job{}, err
@@ -277,7 +272,7 @@ func (s *Service) QueueCheck(ctx context.Context, actor audit.Actor, c audit.Ent
 	if err := s.store.SetDomainCheckJob(ctx, id, j.ID, s.now().UTC()); err != nil {
 		return jobs.Job{}, err
 	}
-	return j, s.record(ctx, actor, c, ActionCheckQueued, "domain", id, map[string]any{"hostname": d.Hostname, "job_id": j.ID})
+	return j, s.audit.Record(ctx, c, ActionCheckQueued, audit.Target{Type: "domain", ID: id}, map[string]any{"hostname": d.Hostname, "job_id": j.ID})
 }
 
 // checkFinished is the completion hook of domain.check: it stores what

@@ -32,7 +32,7 @@ type rig struct {
 	servers *servers.Service
 	apps    *apps.Service
 	domains *domains.Service
-	admin   audit.Actor
+	admin   audit.Caller
 	st      *store.Store
 }
 
@@ -48,16 +48,16 @@ func newRig(t *testing.T) *rig {
 	as := apps.NewService(st, js, srvs, log, key, clock.Now, logger)
 	ds := domains.NewService(st, as, js, srvs, log, clock.Now, logger)
 	return &rig{t: t, ctx: context.Background(), clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
-		admin: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, st: st}
+		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, st: st}
 }
 
 func (r *rig) enroll(name string, facts agentproto.Facts) string {
 	r.t.Helper()
-	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, audit.Entry{}, name, nil)
+	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, name, nil)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	res, err := r.servers.Enroll(r.ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
+	res, err := r.servers.Enroll(r.ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func (r *rig) enroll(name string, facts agentproto.Facts) string {
 
 func (r *rig) app(serverID, name string) string {
 	r.t.Helper()
-	a, err := r.apps.Create(r.ctx, r.admin, audit.Entry{}, apps.NewApp{Name: name, ServerID: serverID,
+	a, err := r.apps.Create(r.ctx, r.admin, apps.NewApp{Name: name, ServerID: serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx:1.27"}, ContainerPort: 80, Deploy: true})
 	if err != nil {
 		r.t.Fatal(err)
@@ -75,7 +75,7 @@ func (r *rig) app(serverID, name string) string {
 }
 
 func (r *rig) create(host, appID, mode string, www bool) (domains.DomainChange, error) {
-	return r.domains.Create(r.ctx, r.admin, audit.Entry{}, domains.NewDomain{Hostname: host, ApplicationID: appID, TLSMode: mode, RedirectWWW: www})
+	return r.domains.Create(r.ctx, r.admin, domains.NewDomain{Hostname: host, ApplicationID: appID, TLSMode: mode, RedirectWWW: www})
 }
 
 // claim takes the server's next job, which must be of type typ.
@@ -185,7 +185,7 @@ func TestDomainsQueueTheServersWholeProxyState(t *testing.T) {
 	}
 
 	// TLS mode changes and deletes queue the whole state too.
-	up, err := r.domains.UpdateTLS(r.ctx, r.admin, audit.Entry{}, ch.Domain.ID, "off")
+	up, err := r.domains.UpdateTLS(r.ctx, r.admin, ch.Domain.ID, "off")
 	if err != nil || up.Domain.TLSMode != "off" {
 		t.Fatalf("update: %+v %v", up, err)
 	}
@@ -193,9 +193,9 @@ func TestDomainsQueueTheServersWholeProxyState(t *testing.T) {
 	if hostnames(sites) != "api.example.com,example.com,www.shop.example.com" || sites[1].TLSMode != "off" {
 		t.Fatalf("after update: %+v", sites)
 	}
-	_, err = r.domains.UpdateTLS(r.ctx, r.admin, audit.Entry{}, ch.Domain.ID, "manual")
+	_, err = r.domains.UpdateTLS(r.ctx, r.admin, ch.Domain.ID, "manual")
 	wantCode(t, err, fault.Invalid, "")
-	if _, err := r.domains.Delete(r.ctx, r.admin, audit.Entry{}, ch.Domain.ID); err != nil {
+	if _, err := r.domains.Delete(r.ctx, r.admin, ch.Domain.ID); err != nil {
 		t.Fatal(err)
 	}
 	if got := hostnames(proxyOf(t, r.claim(srv, agentproto.JobProxyApply))); got != "api.example.com,www.shop.example.com" {
@@ -220,14 +220,14 @@ func TestDomainsQueueTheServersWholeProxyState(t *testing.T) {
 	if got := hostnames(proxyOf(t, r.claim(other, agentproto.JobProxyApply))); got != "other.example.net" {
 		t.Fatalf("other server's state: %s", got)
 	}
-	j, err := r.domains.Apply(r.ctx, r.admin, audit.Entry{}, srv)
+	j, err := r.domains.Apply(r.ctx, r.admin, srv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := hostnames(proxyOf(t, j)); got != "api.example.com,www.example.com,www.shop.example.com" {
 		t.Fatalf("apply: %s", got)
 	}
-	if _, err := r.domains.Apply(r.ctx, r.admin, audit.Entry{}, "srv_nope"); fault.KindOf(err) != fault.NotFound {
+	if _, err := r.domains.Apply(r.ctx, r.admin, "srv_nope"); fault.KindOf(err) != fault.NotFound {
 		t.Fatalf("apply on an unknown server: %v", err)
 	}
 
@@ -260,7 +260,7 @@ func TestDomainCheckStoresTheResult(t *testing.T) {
 
 	check := func(server, domainID string, res agentproto.DomainCheckResult) domains.Domain {
 		t.Helper()
-		q, err := r.domains.QueueCheck(r.ctx, r.admin, audit.Entry{}, domainID)
+		q, err := r.domains.QueueCheck(r.ctx, r.admin, domainID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +306,7 @@ func TestDomainCheckStoresTheResult(t *testing.T) {
 	}
 
 	// A failed check job is stored as such.
-	q, err := r.domains.QueueCheck(r.ctx, r.admin, audit.Entry{}, da.Domain.ID)
+	q, err := r.domains.QueueCheck(r.ctx, r.admin, da.Domain.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +328,7 @@ func TestDomainsOfARemovingApplication(t *testing.T) {
 	if _, err := r.jobs.Complete(r.ctx, srv, r.mustLatestJob(a), agentproto.CompleteRequest{Status: agentproto.StatusFailed, Error: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.apps.Delete(r.ctx, r.admin, audit.Entry{}, a); err != nil {
+	if _, err := r.apps.Delete(r.ctx, r.admin, a); err != nil {
 		t.Fatal(err)
 	}
 	_, err := r.create("example.com", a, "auto", false)

@@ -149,19 +149,6 @@ type Manifest struct {
 	State    string         `json:"state" doc:"Single-use, bound to this session, valid 30 minutes; the provider returns it with the code"`
 }
 
-// Caller is who runs an operation: the audit actor, the client, and the
-// session a manifest state is bound to.
-type Caller struct {
-	Actor     audit.Actor
-	Client    audit.Entry
-	SessionID string
-}
-
-func (s *Service) record(ctx context.Context, c Caller, action string, target audit.Target, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: c.Actor, Action: action, Target: target, IP: c.Client.IP,
-		UserAgent: c.Client.UserAgent, Details: details})
-}
-
 func hashState(state string) string {
 	sum := sha256.Sum256([]byte(state))
 	return hex.EncodeToString(sum[:])
@@ -169,7 +156,7 @@ func hashState(state string) string {
 
 // StartManifest starts the manifest flow for an organization or ("") the
 // admin's own account. 409 app-connected when an app is connected.
-func (s *Service) StartManifest(ctx context.Context, c Caller, organization string) (Manifest, error) {
+func (s *Service) StartManifest(ctx context.Context, c audit.Caller, organization string) (Manifest, error) {
 	if organization != "" && !loginPattern.MatchString(organization) {
 		return Manifest{}, fault.Invalidf("organization", "must be an account name: letters, digits and single hyphens, at most 39")
 	}
@@ -230,7 +217,7 @@ func errNotConnected() error {
 // CompleteManifest finishes the manifest flow: it uses the state up (it
 // must be unused, unexpired and this session's), exchanges the code for
 // the app's credentials and stores them sealed.
-func (s *Service) CompleteManifest(ctx context.Context, c Caller, code, state string) (Status, error) {
+func (s *Service) CompleteManifest(ctx context.Context, c audit.Caller, code, state string) (Status, error) {
 	var errs fault.Fields
 	if !codePattern.MatchString(code) {
 		errs.Add("code", "must be the code the provider returned (letters, digits, '-' and '_')")
@@ -272,8 +259,7 @@ func (s *Service) CompleteManifest(ctx context.Context, c Caller, code, state st
 	if err := s.store.InsertGitHostApp(ctx, a); err != nil {
 		return Status{}, err
 	}
-	if err := s.record(ctx, c, ActionAppConnected, audit.Target{Type: "githost_app", ID: strconv.FormatInt(a.AppID, 10)},
-		map[string]any{"slug": a.Slug, "owner": a.OwnerLogin, "provider": a.Provider}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionAppConnected, audit.Target{Type: "githost_app", ID: strconv.FormatInt(a.AppID, 10)}, map[string]any{"slug": a.Slug, "owner": a.OwnerLogin, "provider": a.Provider}); err != nil {
 		return Status{}, err
 	}
 	return s.Status(ctx)
@@ -326,7 +312,7 @@ const (
 // AddInstallation records an installation after the provider sent the
 // browser back, once the provider confirms it is an installation of this
 // app.
-func (s *Service) AddInstallation(ctx context.Context, c Caller, id int64, setupAction string) (Status, error) {
+func (s *Service) AddInstallation(ctx context.Context, c audit.Caller, id int64, setupAction string) (Status, error) {
 	if id < 1 {
 		return Status{}, fault.Invalidf("installation_id", "must be at least 1")
 	}
@@ -350,8 +336,7 @@ func (s *Service) AddInstallation(ctx context.Context, c Caller, id int64, setup
 	if err := s.recordInstallation(ctx, in); err != nil {
 		return Status{}, err
 	}
-	if err := s.record(ctx, c, ActionInstallationRecorded, audit.Target{Type: "githost_installation", ID: strconv.FormatInt(id, 10)},
-		map[string]any{"account": in.Account, "repository_selection": in.RepositorySelection, "setup_action": setupAction}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionInstallationRecorded, audit.Target{Type: "githost_installation", ID: strconv.FormatInt(id, 10)}, map[string]any{"account": in.Account, "repository_selection": in.RepositorySelection, "setup_action": setupAction}); err != nil {
 		return Status{}, err
 	}
 	return s.Status(ctx)
@@ -560,7 +545,7 @@ type Disconnection struct {
 // Disconnect forgets the app, its secrets and installations. The app
 // itself stays on the provider until deleted there. 404 when none is
 // connected.
-func (s *Service) Disconnect(ctx context.Context, c Caller) (Disconnection, error) {
+func (s *Service) Disconnect(ctx context.Context, c audit.Caller) (Disconnection, error) {
 	a, err := s.store.GitHostApp(ctx)
 	if fault.Is(err, fault.NotFound) {
 		return Disconnection{}, fault.NotFoundf("No git host app is connected.")
@@ -576,8 +561,7 @@ func (s *Service) Disconnect(ctx context.Context, c Caller) (Disconnection, erro
 		return Disconnection{}, fault.NotFoundf("No git host app is connected.")
 	}
 	s.forgetTokens(0)
-	if err := s.record(ctx, c, ActionAppDisconnected, audit.Target{Type: "githost_app", ID: strconv.FormatInt(a.AppID, 10)},
-		map[string]any{"slug": a.Slug}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionAppDisconnected, audit.Target{Type: "githost_app", ID: strconv.FormatInt(a.AppID, 10)}, map[string]any{"slug": a.Slug}); err != nil {
 		return Disconnection{}, err
 	}
 	settings := s.provider.SettingsURL(a)
@@ -625,6 +609,5 @@ func (s *Service) forgetInstallation(ctx context.Context, id int64, by string) e
 		return err
 	}
 	s.forgetTokens(id)
-	return s.record(ctx, Caller{Actor: audit.Actor{Type: audit.ActorSystem}}, ActionInstallationRemoved,
-		audit.Target{Type: "githost_installation", ID: strconv.FormatInt(id, 10)}, map[string]any{"by": by})
+	return s.audit.Record(ctx, audit.System, ActionInstallationRemoved, audit.Target{Type: "githost_installation", ID: strconv.FormatInt(id, 10)}, map[string]any{"by": by})
 }

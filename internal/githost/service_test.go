@@ -28,7 +28,7 @@ type rig struct {
 	host   *testlab.GitHost
 	clock  *testlab.Clock
 	svc    *githost.Service
-	caller githost.Caller
+	caller audit.Caller
 }
 
 const publicURL = "https://capstan.example.test"
@@ -43,7 +43,7 @@ func newRig(t *testing.T, st *store.Store) *rig {
 	}
 	svc := githost.NewService(st, p, secrets.GenerateKey(), audit.NewLog(st, c.Now), publicURL, c.Now, nil)
 	return &rig{t: t, ctx: context.Background(), st: st, host: host, clock: c, svc: svc,
-		caller: githost.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, SessionID: "ses_one"}}
+		caller: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, SessionID: "ses_one"}}
 }
 
 // browse posts the manifest to the provider's page as a browser does and

@@ -246,7 +246,7 @@ func (s *Service) handleInstallation(ctx context.Context, name string, ev event,
 	if in.AppID != 0 && in.AppID != a.AppID {
 		return nil
 	}
-	system := Caller{Actor: audit.Actor{Type: audit.ActorSystem}}
+
 	target := audit.Target{Type: "githost_installation", ID: strconv.FormatInt(in.ID, 10)}
 	if name == "installation" && ev.Action == "deleted" {
 		if _, err := s.store.GitHostInstallation(ctx, in.ID); err != nil {
@@ -276,6 +276,6 @@ func (s *Service) handleInstallation(ctx context.Context, name string, ev event,
 	}
 	s.forgetTokens(in.ID) // its repositories may have changed
 	res.Result = WebhookHandled
-	return s.record(ctx, system, ActionInstallationRecorded, target, map[string]any{"by": "webhook", "action": name + "." + ev.Action,
+	return s.audit.Record(ctx, audit.System, ActionInstallationRecorded, target, map[string]any{"by": "webhook", "action": name + "." + ev.Action,
 		"account": rec.Account, "repository_selection": rec.RepositorySelection})
 }

@@ -222,9 +222,9 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		d, err := s.deps.Apps.Create(ctx, a, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
+		d, err := s.deps.Apps.Create(ctx, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy,
 			MemoryLimit: b.MemoryLimit, Deploy: b.Deploy == nil || *b.Deploy,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, BuildSecrets: b.BuildSecrets,
@@ -250,8 +250,7 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
-		d, err := s.deps.Apps.Get(ctx, in.ID, apps.Reading{Reader: reader(ctx), Reveal: in.Reveal, Actor: a, Client: c})
+		d, err := s.deps.Apps.Get(ctx, in.ID, apps.Reading{Reader: reader(ctx), Reveal: in.Reveal, By: caller(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -269,9 +268,9 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		d, err := s.deps.Apps.Update(ctx, a, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
+		d, err := s.deps.Apps.Update(ctx, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
 			ContainerPort: b.ContainerPort, HealthPath: b.HealthPath, Env: b.Env, AutoDeploy: b.AutoDeploy, MemoryLimit: b.MemoryLimit,
 			Dockerfile: b.Dockerfile, BuildContext: b.BuildContext, BuildArgs: b.BuildArgs, BuildSecrets: b.BuildSecrets,
 			Compose: b.Compose, WebService: b.WebService, ComposeFile: b.ComposeFile, Service: apps.ServicePatch{BuildCommand: b.BuildCommand, StartCommand: b.StartCommand, BuildTimeoutSeconds: b.BuildTimeoutSeconds},
@@ -294,8 +293,8 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
-		d, err := s.deps.Apps.ChangeEnv(ctx, a, c, in.ID, apps.EnvChange{Set: in.Body.Set, Remove: in.Body.Remove})
+		c := caller(ctx)
+		d, err := s.deps.Apps.ChangeEnv(ctx, c, in.ID, apps.EnvChange{Set: in.Body.Set, Remove: in.Body.Remove})
 		if err != nil {
 			return nil, err
 		}
@@ -316,8 +315,8 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
-		r, err := s.deps.Apps.DeleteWith(ctx, a, c, in.ID, apps.RemoveOptions{Purge: in.Purge, Force: in.Force})
+		c := caller(ctx)
+		r, err := s.deps.Apps.DeleteWith(ctx, c, in.ID, apps.RemoveOptions{Purge: in.Purge, Force: in.Force})
 		if err != nil {
 			return nil, err
 		}
@@ -339,12 +338,12 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		ref := ""
 		if in.Body != nil {
 			ref = in.Body.Ref
 		}
-		d, err := s.deps.Apps.Deploy(ctx, a, c, in.ID, ref)
+		d, err := s.deps.Apps.Deploy(ctx, c, in.ID, ref)
 		if err != nil {
 			return nil, err
 		}
@@ -470,8 +469,8 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
-		d, err := s.deps.Apps.CancelDeployment(ctx, a, c, in.ID)
+		c := caller(ctx)
+		d, err := s.deps.Apps.CancelDeployment(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -488,8 +487,8 @@ func (s *Server) registerApps() {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		a, c := actor(ctx)
-		d, err := s.deps.Apps.Rollback(ctx, a, c, in.ID)
+		c := caller(ctx)
+		d, err := s.deps.Apps.Rollback(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}

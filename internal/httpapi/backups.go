@@ -149,10 +149,10 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
 		verify := b.Verify == nil || *b.Verify
-		v, err := s.deps.Backups.PutPolicy(ctx, a, c, in.InstanceID, backups.PolicyInput{Enabled: b.Enabled, EveryHours: b.EveryHours,
+		v, err := s.deps.Backups.PutPolicy(ctx, c, in.InstanceID, backups.PolicyInput{Enabled: b.Enabled, EveryHours: b.EveryHours,
 			Keep: b.Keep, Databases: b.Databases, Verify: verify})
 		if err != nil {
 			return nil, err
@@ -176,8 +176,8 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Backups.Verify(ctx, a, c, in.RunID)
+		c := caller(ctx)
+		j, err := s.deps.Backups.Verify(ctx, c, in.RunID)
 		if err != nil {
 			return nil, err
 		}
@@ -207,8 +207,8 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Backups.Restore(ctx, a, c, in.RunID, in.Body.Mode, in.Body.Into)
+		c := caller(ctx)
+		j, err := s.deps.Backups.Restore(ctx, c, in.RunID, in.Body.Mode, in.Body.Into)
 		if err != nil {
 			return nil, err
 		}
@@ -228,8 +228,8 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Backups.Delete(ctx, a, c, in.RunID)
+		c := caller(ctx)
+		j, err := s.deps.Backups.Delete(ctx, c, in.RunID)
 		if err != nil {
 			return nil, err
 		}
@@ -249,8 +249,8 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
-		run, j, err := s.deps.Backups.Backup(ctx, a, c, in.Body.InstanceID, in.Body.Database, backups.TriggerManual)
+		c := caller(ctx)
+		run, j, err := s.deps.Backups.Backup(ctx, c, in.Body.InstanceID, in.Body.Database, backups.TriggerManual)
 		if err != nil {
 			return nil, err
 		}
@@ -344,9 +344,9 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		v, err := s.deps.Backups.PutSettings(ctx, a, c, backups.SettingsInput{Provider: b.Provider, Endpoint: b.Endpoint,
+		v, err := s.deps.Backups.PutSettings(ctx, c, backups.SettingsInput{Provider: b.Provider, Endpoint: b.Endpoint,
 			Region: b.Region, Bucket: b.Bucket, Prefix: b.Prefix, AccessKeyID: b.AccessKeyID, SecretAccessKey: b.SecretAccessKey,
 			PathStyle: b.PathStyle, TLS: b.TLS, CA: b.CA, Folder: b.Folder})
 		if err != nil {
@@ -366,8 +366,8 @@ func (s *Server) registerBackups() {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Backups.TestStorage(ctx, a, c, in.ServerID)
+		c := caller(ctx)
+		j, err := s.deps.Backups.TestStorage(ctx, c, in.ServerID)
 		if err != nil {
 			return nil, err
 		}

@@ -36,7 +36,7 @@ func BenchmarkSignIn(b *testing.B) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			email := fmt.Sprintf("bench%d@example.com", i)
-			_, en, err := e.auth.CreateUser(context.Background(), audit.Actor{Type: audit.ActorSystem, ID: "bench"}, email, testPassword, false)
+			_, en, err := e.auth.CreateUser(context.Background(), audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "bench"}}, email, testPassword, false)
 			users[i] = user{email, en.Secret}
 			errs <- err
 		}()

@@ -45,18 +45,18 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 	admin, secret := e.createUser(t, "admin@example.com", true)
 	b.token, _ = e.signIn(t, admin.Email, secret)
 
-	actor, client := audit.Actor{Type: audit.ActorUser, ID: admin.ID, Email: admin.Email}, audit.Entry{IP: "127.0.0.1"}
-	en, err := d.Servers.CreateEnrollment(b.ctx, actor, client, "web-1", nil)
+	c := audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: admin.ID, Email: admin.Email}, IP: "127.0.0.1"}
+	en, err := d.Servers.CreateEnrollment(b.ctx, c, "web-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := d.Servers.Enroll(b.ctx, client, agentproto.EnrollRequest{Token: en.Token,
+	res, err := d.Servers.Enroll(b.ctx, c, agentproto.EnrollRequest{Token: en.Token,
 		Facts: agentproto.Facts{Hostname: "web-1", PublicAddresses: []string{"203.0.113.10"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.serverID = res.ServerID
-	app, err := d.Apps.Create(b.ctx, actor, client, apps.NewApp{Name: "web", ServerID: b.serverID,
+	app, err := d.Apps.Create(b.ctx, c, apps.NewApp{Name: "web", ServerID: b.serverID,
 		Source: apps.Source{Type: apps.SourceImage, Image: "nginx:1.27"}, ContainerPort: 8080})
 	if err != nil {
 		t.Fatal(err)
@@ -298,13 +298,13 @@ func TestListLimits(t *testing.T) {
 		}
 	}
 	for range audit.MaxLimit + 1 {
-		if err := d.Audit.Record(b.ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: "test.bounds"}); err != nil {
+		if err := d.Audit.Append(b.ctx, audit.Entry{Actor: audit.Actor{Type: audit.ActorSystem}, Action: "test.bounds"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	actor := audit.Actor{Type: audit.ActorSystem}
 	for range apps.DefaultDeploymentLimit + 1 {
-		if _, err := d.Apps.Deploy(b.ctx, actor, audit.Entry{}, b.appID, ""); err != nil {
+		if _, err := d.Apps.Deploy(b.ctx, audit.Caller{Actor: actor}, b.appID, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -88,8 +88,8 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			"configured or a drive is connected already.",
 		Errors: []int{http.StatusConflict},
 	}, Admin, func(ctx context.Context, _ *struct{}) (*cloudDriveConnectOutput, error) {
-		a, c := actor(ctx)
-		consent, browser, err := svc.Connect(ctx, clouddrive.Caller{Actor: a, Client: c, SessionID: principal(ctx).SessionID})
+		c := caller(ctx)
+		consent, browser, err := svc.Connect(ctx, c)
 		if err != nil {
 			return nil, err
 		}
@@ -110,9 +110,8 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 		if ck, err := requestFrom(ctx).Cookie(s.cloudDriveCookie("", 0).Name); err == nil {
 			browser = ck.Value
 		}
-		_, client := actor(ctx)
 		st, err := svc.Complete(ctx, clouddrive.Callback{Code: in.Code, State: in.State, Error: in.Error, ErrorDescription: in.ErrorDescription},
-			browser, client)
+			browser, caller(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -137,8 +136,8 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			"can be removed in the account's settings. Backups already in the drive stay there. 404 when none is connected.",
 		Errors: []int{http.StatusNotFound, http.StatusBadGateway},
 	}, Admin, func(ctx context.Context, in *cloudDriveDisconnectInput) (*cloudDriveDisconnectOutput, error) {
-		a, c := actor(ctx)
-		d, err := svc.Disconnect(ctx, clouddrive.Caller{Actor: a, Client: c, SessionID: principal(ctx).SessionID}, in.Force)
+		c := caller(ctx)
+		d, err := svc.Disconnect(ctx, c, in.Force)
 		if err != nil {
 			return nil, err
 		}

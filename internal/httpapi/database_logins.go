@@ -74,8 +74,8 @@ func (s *Server) registerDatabaseLogins() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Databases.CreateDatabase(ctx, a, c, in.ID, in.Body.Name, in.Body.Owner)
+		c := caller(ctx)
+		j, err := s.deps.Databases.CreateDatabase(ctx, c, in.ID, in.Body.Name, in.Body.Owner)
 		if err != nil {
 			return nil, err
 		}
@@ -91,8 +91,8 @@ func (s *Server) registerDatabaseLogins() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Databases.DropDatabase(ctx, a, c, in.ID, in.Name)
+		c := caller(ctx)
+		j, err := s.deps.Databases.DropDatabase(ctx, c, in.ID, in.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -110,9 +110,9 @@ func (s *Server) registerDatabaseLogins() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		out, err := s.deps.Databases.CreateLogin(ctx, a, c, in.ID, databases.NewLogin{Username: b.Username, Database: b.Database,
+		out, err := s.deps.Databases.CreateLogin(ctx, c, in.ID, databases.NewLogin{Username: b.Username, Database: b.Database,
 			Access: b.Access, KeyPattern: b.KeyPattern})
 		if err != nil {
 			return nil, err
@@ -136,9 +136,9 @@ func (s *Server) registerDatabaseLogins() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		out, err := s.deps.Databases.Attach(ctx, a, c, in.ID, databases.AttachRequest{ApplicationID: b.ApplicationID, EnvKey: b.EnvKey,
+		out, err := s.deps.Databases.Attach(ctx, c, in.ID, databases.AttachRequest{ApplicationID: b.ApplicationID, EnvKey: b.EnvKey,
 			Database: b.Database})
 		if err != nil {
 			return nil, err
@@ -156,8 +156,8 @@ func (s *Server) registerDatabaseLogins() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		out, err := s.deps.Databases.RotateLogin(ctx, a, c, in.ID, in.CredentialID)
+		c := caller(ctx)
+		out, err := s.deps.Databases.RotateLogin(ctx, c, in.ID, in.CredentialID)
 		if err != nil {
 			return nil, err
 		}
@@ -174,8 +174,8 @@ func (s *Server) registerDatabaseLogins() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Databases.DropLogin(ctx, a, c, in.ID, in.Username)
+		c := caller(ctx)
+		j, err := s.deps.Databases.DropLogin(ctx, c, in.ID, in.Username)
 		if err != nil {
 			return nil, err
 		}

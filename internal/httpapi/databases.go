@@ -160,9 +160,9 @@ func (s *Server) registerDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		reg, err := s.deps.Databases.RegisterExternal(ctx, a, c, databases.NewExternal{Name: b.Name, ServerID: b.ServerID, Engine: b.Engine,
+		reg, err := s.deps.Databases.RegisterExternal(ctx, c, databases.NewExternal{Name: b.Name, ServerID: b.ServerID, Engine: b.Engine,
 			Host: b.Host, Port: b.Port, Username: b.Username, Password: b.Password, Database: b.Database, TLSMode: b.TLSMode, CA: b.CA})
 		if err != nil {
 			return nil, err
@@ -195,8 +195,8 @@ func (s *Server) registerDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		d, err := s.deps.Databases.Remove(ctx, a, c, in.ID, in.Purge)
+		c := caller(ctx)
+		d, err := s.deps.Databases.Remove(ctx, c, in.ID, in.Purge)
 		if err != nil {
 			return nil, err
 		}
@@ -216,8 +216,8 @@ func (s *Server) registerDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		reg, err := s.deps.Databases.UpdateTLS(ctx, a, c, in.ID, in.Body.TLSMode, in.Body.CA)
+		c := caller(ctx)
+		reg, err := s.deps.Databases.UpdateTLS(ctx, c, in.ID, in.Body.TLSMode, in.Body.CA)
 		if err != nil {
 			return nil, err
 		}
@@ -232,8 +232,8 @@ func (s *Server) registerDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		conn, err := s.deps.Databases.Connection(ctx, a, c, in.ID)
+		c := caller(ctx)
+		conn, err := s.deps.Databases.Connection(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -251,9 +251,9 @@ func (s *Server) registerDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		j, err := s.deps.Databases.Query(ctx, a, c, in.ID, databases.QueryRequest{SQL: b.SQL, Database: b.Database, ReadOnly: b.ReadOnly,
+		j, err := s.deps.Databases.Query(ctx, c, in.ID, databases.QueryRequest{SQL: b.SQL, Database: b.Database, ReadOnly: b.ReadOnly,
 			MaxRows: b.MaxRows, TimeoutSeconds: b.TimeoutSeconds})
 		if err != nil {
 			return nil, err
@@ -290,9 +290,9 @@ func (s *Server) registerDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		j, err := s.deps.Databases.KV(ctx, a, c, in.ID, databases.KVRequest{Action: b.Action, DB: b.DB, Cursor: b.Cursor, Match: b.Match,
+		j, err := s.deps.Databases.KV(ctx, c, in.ID, databases.KVRequest{Action: b.Action, DB: b.DB, Cursor: b.Cursor, Match: b.Match,
 			Count: b.Count, Key: b.Key, MaxItems: b.MaxItems, MaxBytes: b.MaxBytes, Keys: b.Keys})
 		if err != nil {
 			return nil, err

@@ -126,8 +126,8 @@ func (s *Server) registerDatabaseExports() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Databases.Export(ctx, a, c, in.ID, in.Body.Database)
+		c := caller(ctx)
+		j, err := s.deps.Databases.Export(ctx, c, in.ID, in.Body.Database)
 		if err != nil {
 			return nil, err
 		}
@@ -147,8 +147,8 @@ func (s *Server) registerDatabaseExports() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		d, err := s.deps.Databases.Download(ctx, a, c, in.ID, in.JobID)
+		c := caller(ctx)
+		d, err := s.deps.Databases.Download(ctx, c, in.ID, in.JobID)
 		if err != nil {
 			return nil, err
 		}
@@ -183,8 +183,8 @@ func (s *Server) registerDatabaseExports() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Databases.Import(ctx, a, c, in.ID, databases.ImportRequest{Database: in.Database, Body: in.Reader(),
+		c := caller(ctx)
+		j, err := s.deps.Databases.Import(ctx, c, in.ID, databases.ImportRequest{Database: in.Database, Body: in.Reader(),
 			DeclaredSize: in.Length()})
 		if err != nil {
 			return nil, err

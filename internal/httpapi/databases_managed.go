@@ -53,9 +53,9 @@ func (s *Server) registerManagedDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
-		reg, err := s.deps.Databases.CreateManaged(ctx, a, c, databases.NewManaged{Name: b.Name, ServerID: b.ServerID, Engine: b.Engine,
+		reg, err := s.deps.Databases.CreateManaged(ctx, c, databases.NewManaged{Name: b.Name, ServerID: b.ServerID, Engine: b.Engine,
 			Version: b.Version, Database: b.Database, MemoryLimit: b.MemoryLimit})
 		if err != nil {
 			return nil, err
@@ -73,8 +73,8 @@ func (s *Server) registerManagedDatabases() {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		a, c := actor(ctx)
-		reg, err := s.deps.Databases.Control(ctx, a, c, in.ID, in.Body.Action)
+		c := caller(ctx)
+		reg, err := s.deps.Databases.Control(ctx, c, in.ID, in.Body.Action)
 		if err != nil {
 			return nil, err
 		}

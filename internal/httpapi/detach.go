@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/httpconn"
 )
 
@@ -182,7 +182,7 @@ func (d *Detached) RespondJSON(status int, v any, keepAlive bool) {
 // RespondError answers with the problem err maps to, as the handler's
 // error would have been, and closes the connection.
 func (d *Detached) RespondError(err error) {
-	ri := &requestInfo{id: d.id, client: auth.Client{IP: d.ip}, req: &http.Request{URL: &url.URL{Path: d.path}}}
+	ri := &requestInfo{id: d.id, client: audit.Caller{IP: d.ip}, req: &http.Request{URL: &url.URL{Path: d.path}}}
 	ctx := context.WithValue(context.Background(), requestKey{}, ri)
 	p := problemFor(ctx, d.srv.log, err)
 	if p.Status == http.StatusUnauthorized {

@@ -84,12 +84,12 @@ func (s *Server) registerDomains() {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		a, c := actor(ctx)
+		c := caller(ctx)
 		b := in.Body
 		if b.TLSMode == "" {
 			b.TLSMode = "auto"
 		}
-		ch, err := s.deps.Domains.Create(ctx, a, c, domains.NewDomain{Hostname: b.Hostname, ApplicationID: b.ApplicationID,
+		ch, err := s.deps.Domains.Create(ctx, c, domains.NewDomain{Hostname: b.Hostname, ApplicationID: b.ApplicationID,
 			TLSMode: b.TLSMode, RedirectWWW: b.RedirectWWW})
 		if err != nil {
 			return nil, err
@@ -117,8 +117,8 @@ func (s *Server) registerDomains() {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		a, c := actor(ctx)
-		ch, err := s.deps.Domains.UpdateTLS(ctx, a, c, in.ID, in.Body.TLSMode)
+		c := caller(ctx)
+		ch, err := s.deps.Domains.UpdateTLS(ctx, c, in.ID, in.Body.TLSMode)
 		if err != nil {
 			return nil, err
 		}
@@ -132,8 +132,8 @@ func (s *Server) registerDomains() {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		a, c := actor(ctx)
-		ch, err := s.deps.Domains.Delete(ctx, a, c, in.ID)
+		c := caller(ctx)
+		ch, err := s.deps.Domains.Delete(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -150,8 +150,8 @@ func (s *Server) registerDomains() {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Domains.QueueCheck(ctx, a, c, in.ID)
+		c := caller(ctx)
+		j, err := s.deps.Domains.QueueCheck(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -166,8 +166,8 @@ func (s *Server) registerDomains() {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		a, c := actor(ctx)
-		j, err := s.deps.Domains.Apply(ctx, a, c, in.ServerID)
+		c := caller(ctx)
+		j, err := s.deps.Domains.Apply(ctx, c, in.ServerID)
 		if err != nil {
 			return nil, err
 		}

@@ -39,14 +39,14 @@ func fleetEnvAt(t *testing.T, n int, offset time.Duration) (*testEnv, string, []
 	token, _ := e.signIn(t, admin.Email, secret)
 	d := e.srv.deps
 	ctx := context.Background()
-	actor, client := audit.Actor{Type: audit.ActorUser, ID: admin.ID, Email: admin.Email}, audit.Entry{IP: "127.0.0.1"}
+	c := audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: admin.ID, Email: admin.Email}, IP: "127.0.0.1"}
 	var ids []string
 	for i := range n {
-		en, err := d.Servers.CreateEnrollment(ctx, actor, client, fmt.Sprintf("web-%d", i), []string{"web", fmt.Sprintf("rack-%d", i%3)})
+		en, err := d.Servers.CreateEnrollment(ctx, c, fmt.Sprintf("web-%d", i), []string{"web", fmt.Sprintf("rack-%d", i%3)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := d.Servers.Enroll(ctx, client, agentproto.EnrollRequest{Token: en.Token,
+		res, err := d.Servers.Enroll(ctx, c, agentproto.EnrollRequest{Token: en.Token,
 			Facts: agentproto.Facts{Hostname: fmt.Sprintf("web-%d.example", i), OS: "debian", OSVersion: "12", AgentVersion: "1.2.3"}})
 		if err != nil {
 			t.Fatal(err)

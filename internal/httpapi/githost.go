@@ -12,11 +12,6 @@ import (
 
 var errNoGitHost = fault.Conflictf("githost-unavailable", "The git host integration is not configured on this control plane.")
 
-func caller(ctx context.Context) githost.Caller {
-	a, c := actor(ctx)
-	return githost.Caller{Actor: a, Client: c, SessionID: principal(ctx).SessionID}
-}
-
 type gitHostStatusOutput struct {
 	Body githost.Status
 }

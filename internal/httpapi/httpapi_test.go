@@ -140,7 +140,7 @@ func (e *testEnv) serve(t testing.TB) *testEnv {
 // createUser creates a user and returns it with its TOTP secret.
 func (e *testEnv) createUser(t testing.TB, email string, admin bool) (auth.User, string) {
 	t.Helper()
-	u, en, err := e.auth.CreateUser(context.Background(), audit.Actor{Type: audit.ActorSystem, ID: "test"}, email, testPassword, admin)
+	u, en, err := e.auth.CreateUser(context.Background(), audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "test"}}, email, testPassword, admin)
 	if err != nil {
 		t.Fatalf("create user %s: %v", email, err)
 	}

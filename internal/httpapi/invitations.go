@@ -86,8 +86,7 @@ func (s *Server) registerInvitations() {
 			"`invitation-pending` when it has a pending invitation (revoke it to invite again). Audited (`user.invited`).",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict, http.StatusBadGateway},
 	}, Admin, func(ctx context.Context, in *inviteInput) (*inviteOutput, error) {
-		a, c := actor(ctx)
-		c.Actor = a
+		c := caller(ctx)
 		delivery, deliver := "link", auth.Deliver(nil)
 		if smtp := s.deps.SMTP; smtp.Enabled() {
 			delivery = "email"
@@ -132,8 +131,7 @@ func (s *Server) registerInvitations() {
 			"`invitation-accepted` when it was accepted (manage the user instead). Audited (`user.invitation_revoked`).",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *userIDInput) (*struct{}, error) {
-		a, c := actor(ctx)
-		c.Actor = a
+		c := caller(ctx)
 		return nil, s.deps.Auth.RevokeInvitation(ctx, c, in.ID)
 	})
 

@@ -20,7 +20,7 @@ func TestSignInSecretSealedWithAnotherKey(t *testing.T) {
 	e := newTestEnv(t, envOptions{}).serve(t)
 	other := secrets.GenerateKey()
 	stranger := auth.NewService(e.store, other, audit.NewLog(e.store, e.clock.Now), e.clock.Now, platform.Name)
-	u, en, err := stranger.CreateUser(context.Background(), audit.Actor{Type: audit.ActorSystem, ID: "test"},
+	u, en, err := stranger.CreateUser(context.Background(), audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "test"}},
 		"alice@example.com", testPassword, false)
 	if err != nil {
 		t.Fatal(err)

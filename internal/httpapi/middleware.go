@@ -15,14 +15,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capstan-dev/capstan/internal/auth"
+	"github.com/capstan-dev/capstan/internal/audit"
 )
 
 type requestKey struct{}
 
 type requestInfo struct {
 	id     string
-	client auth.Client
+	client audit.Caller
 	req    *http.Request
 	// srv and w are the server and the response writer under the
 	// middleware, for Detach; detach is what the handler asked to have
@@ -44,7 +44,7 @@ func info(ctx context.Context) *requestInfo {
 func requestID(ctx context.Context) string { return info(ctx).id }
 
 // clientOf returns the address and user agent of the request's client.
-func clientOf(ctx context.Context) auth.Client { return info(ctx).client }
+func clientOf(ctx context.Context) audit.Caller { return info(ctx).client }
 
 // requestFrom returns the request being served, for cookies.
 func requestFrom(ctx context.Context) *http.Request { return info(ctx).req }
@@ -105,7 +105,7 @@ func (s *Server) withRequestContext(next http.Handler) http.Handler {
 			id = newRequestID()
 		}
 		w.Header().Set("X-Request-ID", id)
-		ri := &requestInfo{id: id, client: auth.Client{IP: s.clientIP(r), UserAgent: r.UserAgent()}, srv: s, w: w}
+		ri := &requestInfo{id: id, client: audit.Caller{IP: s.clientIP(r), UserAgent: r.UserAgent()}, srv: s, w: w}
 		r = r.WithContext(context.WithValue(r.Context(), requestKey{}, ri))
 		ri.req = r
 		sw := &statusWriter{ResponseWriter: w, ri: ri}

@@ -135,8 +135,8 @@ func (s *Server) registerMonitoring() {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
-		a, c := actor(ctx)
-		r, err := s.deps.Monitoring.CreateRule(ctx, a, c, in.Body)
+		c := caller(ctx)
+		r, err := s.deps.Monitoring.CreateRule(ctx, c, in.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -152,8 +152,8 @@ func (s *Server) registerMonitoring() {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
-		a, c := actor(ctx)
-		r, err := s.deps.Monitoring.UpdateRule(ctx, a, c, in.ID, in.Body)
+		c := caller(ctx)
+		r, err := s.deps.Monitoring.UpdateRule(ctx, c, in.ID, in.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -168,8 +168,8 @@ func (s *Server) registerMonitoring() {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
-		a, c := actor(ctx)
-		return &struct{}{}, s.deps.Monitoring.DeleteRule(ctx, a, c, in.ID)
+		c := caller(ctx)
+		return &struct{}{}, s.deps.Monitoring.DeleteRule(ctx, c, in.ID)
 	})
 	op(s, huma.Operation{
 		OperationID: "list-alerts", Method: http.MethodGet, Path: "/api/v1/monitoring/alerts", Tags: tags,
@@ -208,8 +208,8 @@ func (s *Server) registerMonitoring() {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
-		a, c := actor(ctx)
-		al, err := s.deps.Monitoring.Acknowledge(ctx, a, c, in.ID)
+		c := caller(ctx)
+		al, err := s.deps.Monitoring.Acknowledge(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}

@@ -176,8 +176,8 @@ func (s *Server) registerChannels() {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
-		a, c := actor(ctx)
-		ch, secret, err := s.deps.Channels.Create(ctx, a, c, in.Body)
+		c := caller(ctx)
+		ch, secret, err := s.deps.Channels.Create(ctx, c, in.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -208,8 +208,8 @@ func (s *Server) registerChannels() {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
-		a, c := actor(ctx)
-		ch, secret, err := s.deps.Channels.Update(ctx, a, c, in.ID, in.Body)
+		c := caller(ctx)
+		ch, secret, err := s.deps.Channels.Update(ctx, c, in.ID, in.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -223,8 +223,8 @@ func (s *Server) registerChannels() {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
-		a, c := actor(ctx)
-		return &struct{}{}, s.deps.Channels.Delete(ctx, a, c, in.ID)
+		c := caller(ctx)
+		return &struct{}{}, s.deps.Channels.Delete(ctx, c, in.ID)
 	})
 	op(s, huma.Operation{
 		OperationID: "test-notification-channel", Method: http.MethodPost, Path: "/api/v1/notifications/channels/{id}/test", Tags: tags,
@@ -319,10 +319,8 @@ func (s *Server) registerEmail() {
 		if err != nil {
 			return nil, err
 		}
-		a, c := actor(ctx)
-		c.Actor, c.Action, c.Target = a, "notification.email.tested", audit.Target{Type: "email"}
-		c.Details = map[string]any{"to": r.To, "delivered": r.Delivered}
-		if err := s.deps.Audit.Record(ctx, c); err != nil {
+		if err := s.deps.Audit.Record(ctx, caller(ctx), "notification.email.tested", audit.Target{Type: "email"},
+			map[string]any{"to": r.To, "delivered": r.Delivered}); err != nil {
 			return nil, err
 		}
 		return &mailTestOutput{Body: r}, nil

@@ -123,16 +123,14 @@ func (s *Server) registerPlatform() {
 			"(5, then 1 a minute: 429 with Retry-After). Open a kit with `capstan recovery-kit open`.",
 		Errors: []int{http.StatusTooManyRequests},
 	}, Admin, func(ctx context.Context, in *recoveryKitInput) (*recoveryKitOutput, error) {
-		p, c := principal(ctx), clientOf(ctx)
-		actor := audit.Actor{Type: audit.ActorUser, ID: p.User.ID, Email: p.User.Email}
+		p, c := principal(ctx), caller(ctx)
 		ok, err := s.deps.Auth.CheckOwnPassword(ctx, c, p, in.Body.Password)
 		if err != nil {
 			return nil, err
 		}
 		if !ok {
-			if err := s.deps.Audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.RecoveryKitRefused,
-				Target: audit.Target{Type: "platform"}, IP: c.IP, UserAgent: c.UserAgent,
-				Details: map[string]any{"reason": "wrong_password"}}); err != nil {
+			if err := s.deps.Audit.Record(ctx, c, audit.RecoveryKitRefused, audit.Target{Type: "platform"},
+				map[string]any{"reason": "wrong_password"}); err != nil {
 				return nil, err
 			}
 			return nil, fault.Forbiddenf("wrong-password", "The password is not this account's password.")
@@ -141,8 +139,7 @@ func (s *Server) registerPlatform() {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.deps.Audit.Record(ctx, audit.Entry{Actor: actor, Action: audit.RecoveryKitDownloaded,
-			Target: audit.Target{Type: "platform"}, IP: c.IP, UserAgent: c.UserAgent}); err != nil {
+		if err := s.deps.Audit.Record(ctx, c, audit.RecoveryKitDownloaded, audit.Target{Type: "platform"}, nil); err != nil {
 			return nil, err
 		}
 		name := fmt.Sprintf("capstan-recovery-kit-%s.age", time.Now().UTC().Format("20060102-150405"))

@@ -329,12 +329,9 @@ func canReadSecrets(ctx context.Context) bool {
 		return false
 	}
 	sr.once.Do(func() {
-		a, e := actor(ctx)
 		r := requestFrom(ctx)
-		e.Actor, e.Action = a, audit.TokenSecretsRead
-		e.Target = audit.Target{Type: "token", ID: p.Token.ID}
-		e.Details = map[string]any{"operation": r.Method + " " + r.URL.Path}
-		err := sr.s.deps.Audit.Record(ctx, e)
+		err := sr.s.deps.Audit.Record(ctx, caller(ctx), audit.TokenSecretsRead, audit.Target{Type: "token", ID: p.Token.ID},
+			map[string]any{"operation": r.Method + " " + r.URL.Path})
 		if err != nil {
 			sr.s.log.Error("recording a token's secret read", "err", err)
 		}

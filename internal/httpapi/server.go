@@ -406,7 +406,7 @@ func AgentServer(ctx context.Context) servers.Server {
 }
 
 // Client returns the address and user agent of the request's client.
-func Client(ctx context.Context) auth.Client { return clientOf(ctx) }
+func Client(ctx context.Context) audit.Caller { return clientOf(ctx) }
 
 // principal returns the authenticated caller; only valid in operations
 // registered as SignedIn or Admin.

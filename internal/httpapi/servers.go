@@ -72,9 +72,12 @@ func accepted(j jobs.Job, created bool) *acceptedOutput {
 	return &acceptedOutput{Status: status, Location: "/api/v1/jobs/" + j.ID, Body: acceptedBody{JobID: j.ID, Status: j.Status, Job: j}}
 }
 
-func actor(ctx context.Context) (audit.Actor, audit.Entry) {
+// caller is who makes the request: the signed-in user or token, the
+// client's address and user agent, and the session.
+func caller(ctx context.Context) audit.Caller {
 	p, c := principal(ctx), clientOf(ctx)
-	return auth.TokenActor(p), audit.Entry{IP: c.IP, UserAgent: c.UserAgent}
+	c.Actor, c.SessionID = auth.TokenActor(p), p.SessionID
+	return c
 }
 
 func (s *Server) registerServers() {
@@ -85,8 +88,8 @@ func (s *Server) registerServers() {
 		Description:   "Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *enrollmentInput) (*enrollmentOutput, error) {
-		a, c := actor(ctx)
-		e, err := s.deps.Servers.CreateEnrollment(ctx, a, c, in.Body.Name, in.Body.Tags)
+		c := caller(ctx)
+		e, err := s.deps.Servers.CreateEnrollment(ctx, c, in.Body.Name, in.Body.Tags)
 		if err != nil {
 			return nil, err
 		}
@@ -98,8 +101,8 @@ func (s *Server) registerServers() {
 		Description:   "Invalidates the previous token. 409 for a server that already enrolled.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*enrollmentOutput, error) {
-		a, c := actor(ctx)
-		e, err := s.deps.Servers.ReissueEnrollment(ctx, a, c, in.ID)
+		c := caller(ctx)
+		e, err := s.deps.Servers.ReissueEnrollment(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -140,8 +143,8 @@ func (s *Server) registerServers() {
 		Description: "The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.",
 		Errors:      []int{http.StatusNotFound},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*serverOutput, error) {
-		a, c := actor(ctx)
-		srv, err := s.deps.Servers.Revoke(ctx, a, c, in.ID)
+		c := caller(ctx)
+		srv, err := s.deps.Servers.Revoke(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -153,8 +156,8 @@ func (s *Server) registerServers() {
 			"instances are registered on it: delete them first; the server is then left as it was.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*struct{}, error) {
-		a, c := actor(ctx)
-		return &struct{}{}, s.deps.Servers.Delete(ctx, a, c, in.ID)
+		c := caller(ctx)
+		return &struct{}{}, s.deps.Servers.Delete(ctx, c, in.ID)
 	})
 	op(s, huma.Operation{
 		OperationID: "queue-server-action", Method: http.MethodPost, Path: "/api/v1/servers/{id}/actions", Tags: tags,
@@ -162,8 +165,8 @@ func (s *Server) registerServers() {
 		Description:   "Returns 202 with the queued job (Location: the job). With an idempotency key seen before: 200 and the first job.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *actionInput) (*acceptedOutput, error) {
-		a, c := actor(ctx)
-		j, created, err := s.deps.Servers.QueueAction(ctx, a, c, in.ID, in.Body.Type, in.Body.Payload, in.Body.IdempotencyKey)
+		c := caller(ctx)
+		j, created, err := s.deps.Servers.QueueAction(ctx, c, in.ID, in.Body.Type, in.Body.Payload, in.Body.IdempotencyKey)
 		if err != nil {
 			return nil, err
 		}

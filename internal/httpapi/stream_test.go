@@ -80,7 +80,7 @@ func (c *sseClient) until(t testing.TB, done func(sseMessage) bool) []sseMessage
 func (e *testEnv) runJob(t testing.TB, marker string) jobs.Job {
 	t.Helper()
 	ctx := context.Background()
-	en, err := e.srv.deps.Servers.CreateEnrollment(ctx, audit.Actor{Type: audit.ActorSystem, ID: "test"}, audit.Entry{},
+	en, err := e.srv.deps.Servers.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "test"}},
 		"stream-"+strconv.FormatInt(time.Now().UnixNano(), 36), nil)
 	if err != nil {
 		t.Fatal(err)

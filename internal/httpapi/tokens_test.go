@@ -257,7 +257,7 @@ func TestTokenStream(t *testing.T) {
 	reader := createToken(t, e, session, map[string]any{"name": "reader", "scopes": []string{"read"}})
 	secrets := createToken(t, e, session, map[string]any{"name": "secrets", "scopes": []string{"read:secrets"}})
 	narrow := createToken(t, e, session, map[string]any{"name": "narrow", "scopes": []string{"read"}, "resources": []string{"server-tag:prod"}})
-	prod, err := e.srv.deps.Servers.CreateEnrollment(t.Context(), audit.Actor{Type: audit.ActorSystem, ID: "test"}, audit.Entry{}, "prod-1", []string{"prod"})
+	prod, err := e.srv.deps.Servers.CreateEnrollment(t.Context(), audit.Caller{Actor: audit.Actor{Type: audit.ActorSystem, ID: "test"}}, "prod-1", []string{"prod"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,8 +70,7 @@ func (s *Server) registerUsers() {
 		if in.Body.Admin == nil && in.Body.Disabled == nil {
 			return nil, fault.Invalidf("body", "give admin, disabled or both")
 		}
-		a, c := actor(ctx)
-		c.Actor = a
+		c := caller(ctx)
 		u, err := s.deps.Auth.ChangeUser(ctx, c, in.ID, auth.UserChange{Admin: in.Body.Admin, Disabled: in.Body.Disabled})
 		if err != nil {
 			return nil, err
@@ -86,8 +85,7 @@ func (s *Server) registerUsers() {
 			"is in this answer only: hand it to the user to add to their authenticator app. Audited (`user.2fa.reset`).",
 		Errors: []int{http.StatusNotFound},
 	}, Admin, func(ctx context.Context, in *userIDInput) (*userTOTPOutput, error) {
-		a, c := actor(ctx)
-		c.Actor = a
+		c := caller(ctx)
 		u, en, err := s.deps.Auth.ResetTOTPByID(ctx, c, in.ID)
 		if err != nil {
 			return nil, err
@@ -104,8 +102,7 @@ func (s *Server) registerUsers() {
 			"administrator cannot be deleted: 409 last-admin. Audited (`user.deleted`).",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *userIDInput) (*struct{}, error) {
-		a, c := actor(ctx)
-		c.Actor = a
+		c := caller(ctx)
 		return nil, s.deps.Auth.DeleteUser(ctx, c, in.ID)
 	})
 }

@@ -131,7 +131,7 @@ func TestWebhookBodiesBounded(t *testing.T) {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, nil))
 	gh := githost.NewService(st, provider, secrets.GenerateKey(), audit.NewLog(st, time.Now), "https://capstan.test", time.Now, logger)
-	caller := githost.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, SessionID: "ses_1"}
+	caller := audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, SessionID: "ses_1"}
 	m, err := gh.StartManifest(ctx, caller, "")
 	if err != nil {
 		t.Fatal(err)

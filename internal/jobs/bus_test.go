@@ -80,11 +80,11 @@ func twoControlPlanes(t *testing.T) (a, b controlPlane, enrolled agentproto.Enro
 	migrated.Close()
 	key := secrets.GenerateKey()
 	a, b = startControlPlane(t, url, key), startControlPlane(t, url, key)
-	e, err := a.servers.CreateEnrollment(ctx, busAdmin, audit.Entry{}, "web-1", nil)
+	e, err := a.servers.CreateEnrollment(ctx, audit.Caller{Actor: busAdmin}, "web-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	enrolled, err = a.servers.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	enrolled, err = a.servers.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestBusAcrossControlPlanes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.servers.Revoke(ctx, busAdmin, audit.Entry{}, serverID); err != nil {
+	if _, err := a.servers.Revoke(ctx, audit.Caller{Actor: busAdmin}, serverID); err != nil {
 		t.Fatal(err)
 	}
 	testlab.Eventually(t, 5*time.Second, "B refusing the revoked agent's token", func() bool {
@@ -196,7 +196,7 @@ func TestWaitQueuedAcrossControlPlanes(t *testing.T) {
 	if got, ok, err := b.jobs.ClaimNow(ctx, serverID); !ok || err != nil || got.ID != j.ID {
 		t.Fatalf("claim on B after the wake: %v %v %s, want job %s", ok, err, got.ID, j.ID)
 	}
-	if _, err := a.servers.Revoke(ctx, busAdmin, audit.Entry{}, serverID); err != nil {
+	if _, err := a.servers.Revoke(ctx, audit.Caller{Actor: busAdmin}, serverID); err != nil {
 		t.Fatal(err)
 	}
 	wake("the revocation on A")

@@ -32,11 +32,11 @@ func TestLateEvents(t *testing.T) {
 			advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
 			js := jobs.NewService(st, secrets.GenerateKey(), now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
-			e, err := srvs.CreateEnrollment(ctx, audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, audit.Entry{}, "web-1", nil)
+			e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, "web-1", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := srvs.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+			res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
 			if err != nil {
 				t.Fatal(err)
 			}

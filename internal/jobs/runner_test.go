@@ -31,11 +31,11 @@ func TestJobTypeTheAgentDoesNotRun(t *testing.T) {
 		admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
 		enroll := func(name string, types []string) string {
 			t.Helper()
-			e, err := srvs.CreateEnrollment(ctx, admin, audit.Entry{}, name, nil)
+			e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: admin}, name, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := srvs.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token,
+			res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token,
 				Facts: agentproto.Facts{Hostname: name, AgentVersion: "0.9", JobTypes: types}})
 			if err != nil {
 				t.Fatal(err)

@@ -28,11 +28,11 @@ func TestWait(t *testing.T) {
 	js := jobs.NewService(st, key, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
 	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
-	e, err := srvs.CreateEnrollment(ctx, admin, audit.Entry{}, "web-1", nil)
+	e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: admin}, "web-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := srvs.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,11 +128,11 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 	now := func() time.Time { return time.Now().UTC() }
 	js := jobs.NewService(st, secrets.GenerateKey(), now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
-	e, err := srvs.CreateEnrollment(ctx, audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, audit.Entry{}, "web-1", nil)
+	e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, "web-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := srvs.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: e.Token})
+	res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,32 +75,27 @@ func (s *Service) Rules(ctx context.Context) ([]Rule, error) {
 	return list, err
 }
 
-func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, typ, id string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: typ, ID: id},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
-}
-
 func ruleDetails(r Rule) map[string]any {
 	return map[string]any{"kind": r.Kind, "scope": r.Scope, "scope_id": r.ScopeID, "threshold": r.Threshold, "duration": r.Duration,
 		"severity": r.Severity, "enabled": r.Enabled}
 }
 
 // CreateRule validates and stores a new rule.
-func (s *Service) CreateRule(ctx context.Context, actor audit.Actor, c audit.Entry, n NewRule) (Rule, error) {
+func (s *Service) CreateRule(ctx context.Context, c audit.Caller, n NewRule) (Rule, error) {
 	now := s.now().UTC()
-	r, err := ruleOf(n, ids.NewAt(RuleIDPrefix, now), actor.ID, now)
+	r, err := ruleOf(n, ids.NewAt(RuleIDPrefix, now), c.Actor.ID, now)
 	if err != nil {
 		return Rule{}, err
 	}
 	if err := s.store.InsertRule(ctx, r); err != nil {
 		return Rule{}, err
 	}
-	return r, s.record(ctx, actor, c, ActionRuleCreated, "alert_rule", r.ID, ruleDetails(r))
+	return r, s.audit.Record(ctx, c, ActionRuleCreated, audit.Target{Type: "alert_rule", ID: r.ID}, ruleDetails(r))
 }
 
 // UpdateRule changes a rule's name, threshold, duration, severity or
 // enabled flag.
-func (s *Service) UpdateRule(ctx context.Context, actor audit.Actor, c audit.Entry, id string, p RulePatch) (Rule, error) {
+func (s *Service) UpdateRule(ctx context.Context, c audit.Caller, id string, p RulePatch) (Rule, error) {
 	cur, err := s.store.Rule(ctx, id)
 	if err != nil {
 		return Rule{}, err
@@ -112,12 +107,12 @@ func (s *Service) UpdateRule(ctx context.Context, actor audit.Actor, c audit.Ent
 	if err := s.store.UpdateRule(ctx, r, cur.UpdatedAt); err != nil {
 		return Rule{}, err
 	}
-	return r, s.record(ctx, actor, c, ActionRuleUpdated, "alert_rule", r.ID, ruleDetails(r))
+	return r, s.audit.Record(ctx, c, ActionRuleUpdated, audit.Target{Type: "alert_rule", ID: r.ID}, ruleDetails(r))
 }
 
 // DeleteRule deletes a rule; its open alerts resolve at the next
 // evaluation.
-func (s *Service) DeleteRule(ctx context.Context, actor audit.Actor, c audit.Entry, id string) error {
+func (s *Service) DeleteRule(ctx context.Context, c audit.Caller, id string) error {
 	r, err := s.store.Rule(ctx, id)
 	if err != nil {
 		return err
@@ -125,7 +120,7 @@ func (s *Service) DeleteRule(ctx context.Context, actor audit.Actor, c audit.Ent
 	if err := s.store.DeleteRule(ctx, id); err != nil {
 		return err
 	}
-	return s.record(ctx, actor, c, ActionRuleDeleted, "alert_rule", id, ruleDetails(r))
+	return s.audit.Record(ctx, c, ActionRuleDeleted, audit.Target{Type: "alert_rule", ID: id}, ruleDetails(r))
 }
 
 // Alerts lists alerts in a state ("open", "resolved" or "all"), newest
@@ -149,13 +144,12 @@ func alertWithUnit(a Alert) Alert {
 }
 
 // Acknowledge records that a user has seen an open alert.
-func (s *Service) Acknowledge(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Alert, error) {
-	a, changed, err := s.store.AcknowledgeAlert(ctx, id, actor.ID, s.now().UTC())
+func (s *Service) Acknowledge(ctx context.Context, c audit.Caller, id string) (Alert, error) {
+	a, changed, err := s.store.AcknowledgeAlert(ctx, id, c.Actor.ID, s.now().UTC())
 	if err != nil || !changed {
 		return alertWithUnit(a), err
 	}
-	return alertWithUnit(a), s.record(ctx, actor, c, ActionAlertAcknowleged, "alert", id,
-		map[string]any{"kind": a.Kind, "subject_id": a.Subject.ID})
+	return alertWithUnit(a), s.audit.Record(ctx, c, ActionAlertAcknowleged, audit.Target{Type: "alert", ID: id}, map[string]any{"kind": a.Kind, "subject_id": a.Subject.ID})
 }
 
 // Evaluate evaluates every enabled rule now: it opens alerts whose

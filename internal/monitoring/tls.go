@@ -18,7 +18,7 @@ type DomainChecks struct {
 		DomainsDueForCheck(ctx context.Context, before time.Time, limit int) ([]string, error)
 	}
 	Domains interface {
-		QueueCheck(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (jobs.Job, error)
+		QueueCheck(ctx context.Context, c audit.Caller, id string) (jobs.Job, error)
 	}
 	Every time.Duration
 	Now   func() time.Time
@@ -36,7 +36,7 @@ func (d *DomainChecks) Run(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, id := range ids {
-		_, err := d.Domains.QueueCheck(ctx, audit.Actor{Type: audit.ActorSystem}, audit.Entry{}, id)
+		_, err := d.Domains.QueueCheck(ctx, audit.System, id)
 		switch {
 		case err == nil:
 			n++

@@ -216,14 +216,9 @@ func newSecret() string {
 	return "whsec_" + base64.StdEncoding.EncodeToString(b[:])
 }
 
-func (s *Channels) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, id string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: "notification_channel", ID: id},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
-}
-
 // Create validates and stores a channel. A webhook's signing secret is in
 // the answer, and never again.
-func (s *Channels) Create(ctx context.Context, actor audit.Actor, c audit.Entry, n NewChannel) (Channel, string, error) {
+func (s *Channels) Create(ctx context.Context, c audit.Caller, n NewChannel) (Channel, string, error) {
 	var errs fault.Fields
 	if !slices.Contains([]string{TeamChat, Messenger, Webhook}, n.Kind) {
 		errs.Add("kind", "must be team_chat, messenger or webhook")
@@ -242,7 +237,7 @@ func (s *Channels) Create(ctx context.Context, actor audit.Actor, c audit.Entry,
 	}
 	now := s.now().UTC()
 	ch := StoredChannel{Channel: Channel{ID: ids.NewAt(ChannelIDPrefix, now), Kind: n.Kind, Name: n.Name, Events: n.Events, Enabled: true,
-		ConfigFields: n.Config.fields(), CreatedBy: actor.ID, CreatedAt: now, UpdatedAt: now}}
+		ConfigFields: n.Config.fields(), CreatedBy: c.Actor.ID, CreatedAt: now, UpdatedAt: now}}
 	if n.Enabled != nil {
 		ch.Enabled = *n.Enabled
 	}
@@ -259,8 +254,7 @@ func (s *Channels) Create(ctx context.Context, actor audit.Actor, c audit.Entry,
 	if err := s.store.InsertChannel(ctx, ch); err != nil {
 		return Channel{}, "", err
 	}
-	return ch.Channel, secret, s.record(ctx, actor, c, ActionChannelCreated, ch.ID,
-		map[string]any{"kind": ch.Kind, "name": ch.Name, "events": ch.Events})
+	return ch.Channel, secret, s.audit.Record(ctx, c, ActionChannelCreated, audit.Target{Type: "notification_channel", ID: ch.ID}, map[string]any{"kind": ch.Kind, "name": ch.Name, "events": ch.Events})
 }
 
 // List returns every channel.
@@ -294,7 +288,7 @@ func (s *Channels) Get(ctx context.Context, id string) (ChannelDetail, error) {
 
 // Update changes a channel; a rotation's new secret is in the answer, and
 // never again.
-func (s *Channels) Update(ctx context.Context, actor audit.Actor, c audit.Entry, id string, p ChannelPatch) (Channel, string, error) {
+func (s *Channels) Update(ctx context.Context, c audit.Caller, id string, p ChannelPatch) (Channel, string, error) {
 	cur, err := s.store.Channel(ctx, id)
 	if err != nil {
 		return Channel{}, "", err
@@ -359,15 +353,15 @@ func (s *Channels) Update(ctx context.Context, actor audit.Actor, c audit.Entry,
 	if p.RotateSecret {
 		action = ActionSecretRotated
 	}
-	return ch.Channel, secret, s.record(ctx, actor, c, action, id, details)
+	return ch.Channel, secret, s.audit.Record(ctx, c, action, audit.Target{Type: "notification_channel", ID: id}, details)
 }
 
 // Delete deletes a channel; its pending deliveries fail.
-func (s *Channels) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) error {
+func (s *Channels) Delete(ctx context.Context, c audit.Caller, id string) error {
 	if err := s.store.DeleteChannel(ctx, id); err != nil {
 		return err
 	}
-	return s.record(ctx, actor, c, ActionChannelDeleted, id, nil)
+	return s.audit.Record(ctx, c, ActionChannelDeleted, audit.Target{Type: "notification_channel", ID: id}, nil)
 }
 
 // Kind implements events.Destination.

@@ -242,7 +242,7 @@ func (s *Service) UseImageKeeper(kept func(ctx context.Context, serverID string)
 
 // QueueAction validates and queues an action on a server. created is false
 // when an earlier request with the same idempotency key is returned.
-func (s *Service) QueueAction(ctx context.Context, actor audit.Actor, c audit.Entry, serverID, actionType string, payload json.RawMessage, key string) (jobs.Job, bool, error) {
+func (s *Service) QueueAction(ctx context.Context, c audit.Caller, serverID, actionType string, payload json.RawMessage, key string) (jobs.Job, bool, error) {
 	w, err := ValidateAction(actionType, payload)
 	if err != nil {
 		return jobs.Job{}, false, err
@@ -273,11 +273,11 @@ func (s *Service) QueueAction(ctx context.Context, actor audit.Actor, c audit.En
 		}
 		w = jobs.Of(agentproto.DockerPrune, pp)
 	}
-	j, created, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: w, IdempotencyKey: key, CreatedBy: actor.ID})
+	j, created, err := s.jobs.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: w, IdempotencyKey: key, CreatedBy: c.Actor.ID})
 	if err != nil || !created {
 		return j, created, err
 	}
-	return j, true, s.record(ctx, actor, c, ActionQueued, serverID, actionDetails(j.ID, actionType, srv.Name, w.Payload()))
+	return j, true, s.audit.Record(ctx, c, ActionQueued, audit.Target{Type: "server", ID: serverID}, actionDetails(j.ID, actionType, srv.Name, w.Payload()))
 }
 
 // actionDetails are the audit details of a queued action: its job and

@@ -186,7 +186,7 @@ func (s *Service) withStatus(srv Server) Server {
 }
 
 // CreateEnrollment creates a pending server and its one-time token.
-func (s *Service) CreateEnrollment(ctx context.Context, actor audit.Actor, c audit.Entry, name string, tags []string) (Enrollment, error) {
+func (s *Service) CreateEnrollment(ctx context.Context, c audit.Caller, name string, tags []string) (Enrollment, error) {
 	if tags == nil {
 		tags = []string{}
 	}
@@ -200,14 +200,14 @@ func (s *Service) CreateEnrollment(ctx context.Context, actor audit.Actor, c aud
 	if err := s.store.CreateServer(ctx, srv, ids.Hash(token), expires); err != nil {
 		return Enrollment{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionEnrollmentCreated, srv.ID, map[string]any{"name": name}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionEnrollmentCreated, audit.Target{Type: "server", ID: srv.ID}, map[string]any{"name": name}); err != nil {
 		return Enrollment{}, err
 	}
 	return s.enrollment(s.withStatus(srv), token, expires), nil
 }
 
 // ReissueEnrollment replaces the token of a server that has not enrolled.
-func (s *Service) ReissueEnrollment(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Enrollment, error) {
+func (s *Service) ReissueEnrollment(ctx context.Context, c audit.Caller, id string) (Enrollment, error) {
 	now := s.now().UTC()
 	token := ids.Token(strings.TrimSuffix(agentproto.EnrollmentTokenPrefix, "_"))
 	expires := now.Add(s.enrollmentTTL)
@@ -215,15 +215,10 @@ func (s *Service) ReissueEnrollment(ctx context.Context, actor audit.Actor, c au
 	if err != nil {
 		return Enrollment{}, err
 	}
-	if err := s.record(ctx, actor, c, ActionEnrollmentCreated, srv.ID, map[string]any{"reissued": true}); err != nil {
+	if err := s.audit.Record(ctx, c, ActionEnrollmentCreated, audit.Target{Type: "server", ID: srv.ID}, map[string]any{"reissued": true}); err != nil {
 		return Enrollment{}, err
 	}
 	return s.enrollment(s.withStatus(srv), token, expires), nil
-}
-
-func (s *Service) record(ctx context.Context, actor audit.Actor, c audit.Entry, action, serverID string, details map[string]any) error {
-	return s.audit.Record(ctx, audit.Entry{Actor: actor, Action: action, Target: audit.Target{Type: "server", ID: serverID},
-		IP: c.IP, UserAgent: c.UserAgent, Details: details})
 }
 
 // Getter reads a server: the Service is one, and so is what each
@@ -291,7 +286,7 @@ func (s *Service) List(ctx context.Context) ([]Server, error) {
 
 // Revoke invalidates the server's agent credential at once, cancels its
 // queued jobs and fails its running ones.
-func (s *Service) Revoke(ctx context.Context, actor audit.Actor, c audit.Entry, id string) (Server, error) {
+func (s *Service) Revoke(ctx context.Context, c audit.Caller, id string) (Server, error) {
 	srv, err := s.store.RevokeServer(ctx, id, s.now())
 	if err != nil {
 		return Server{}, err
@@ -300,11 +295,11 @@ func (s *Service) Revoke(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
 		return Server{}, err
 	}
-	return s.withStatus(srv), s.record(ctx, actor, c, ActionRevoked, id, nil)
+	return s.withStatus(srv), s.audit.Record(ctx, c, ActionRevoked, audit.Target{Type: "server", ID: id}, nil)
 }
 
 // Delete revokes the server and deletes its record; its jobs stay readable.
-func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, id string) error {
+func (s *Service) Delete(ctx context.Context, c audit.Caller, id string) error {
 	if err := s.store.DeleteServer(ctx, id, s.now()); err != nil {
 		return err
 	}
@@ -312,7 +307,7 @@ func (s *Service) Delete(ctx context.Context, actor audit.Actor, c audit.Entry, 
 	if err := s.jobs.EndServerJobs(ctx, id); err != nil {
 		return err
 	}
-	return s.record(ctx, actor, c, ActionDeleted, id, nil)
+	return s.audit.Record(ctx, c, ActionDeleted, audit.Target{Type: "server", ID: id}, nil)
 }
 
 // AgentConfig is the configuration every agent gets.
@@ -322,7 +317,7 @@ func AgentConfig() agentproto.Config {
 }
 
 // Enroll redeems an enrollment token for an agent token.
-func (s *Service) Enroll(ctx context.Context, c audit.Entry, req agentproto.EnrollRequest) (agentproto.EnrollResponse, error) {
+func (s *Service) Enroll(ctx context.Context, c audit.Caller, req agentproto.EnrollRequest) (agentproto.EnrollResponse, error) {
 	if !strings.HasPrefix(req.Token, agentproto.EnrollmentTokenPrefix) || len(req.Token) > 100 {
 		return agentproto.EnrollResponse{}, errBadEnrollment
 	}
@@ -334,8 +329,8 @@ func (s *Service) Enroll(ctx context.Context, c audit.Entry, req agentproto.Enro
 	if err != nil {
 		return agentproto.EnrollResponse{}, err
 	}
-	if err := s.record(ctx, audit.Actor{Type: audit.ActorAgent, ID: srv.ID}, c, ActionEnrolled, srv.ID,
-		map[string]any{"hostname": req.Facts.Hostname, "agent_version": req.Facts.AgentVersion}); err != nil {
+	c.Actor = audit.Actor{Type: audit.ActorAgent, ID: srv.ID}
+	if err := s.audit.Record(ctx, c, ActionEnrolled, audit.Target{Type: "server", ID: srv.ID}, map[string]any{"hostname": req.Facts.Hostname, "agent_version": req.Facts.AgentVersion}); err != nil {
 		return agentproto.EnrollResponse{}, err
 	}
 	return agentproto.EnrollResponse{ServerID: srv.ID, ServerName: srv.Name, AgentToken: agentToken,

@@ -61,11 +61,11 @@ var admin = audit.Actor{Type: audit.ActorUser, ID: "usr_test", Email: "admin@exa
 func (e *env) enroll(t *testing.T, name string) (string, string) {
 	t.Helper()
 	ctx := context.Background()
-	en, err := e.svc.CreateEnrollment(ctx, admin, audit.Entry{}, name, nil)
+	en, err := e.svc.CreateEnrollment(ctx, audit.Caller{Actor: admin}, name, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.svc.Enroll(ctx, audit.Entry{}, agentproto.EnrollRequest{Token: en.Token,
+	res, err := e.svc.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: en.Token,
 		Facts: agentproto.Facts{Hostname: name, AgentVersion: "1.0"}})
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +106,10 @@ func TestAgentAuthCacheRevocationIsImmediate(t *testing.T) {
 				t.Fatalf("%d store lookups for 5 requests within the TTL, want 1", n)
 			}
 			if how == "revoke" {
-				if _, err := e.svc.Revoke(ctx, admin, audit.Entry{}, id); err != nil {
+				if _, err := e.svc.Revoke(ctx, audit.Caller{Actor: admin}, id); err != nil {
 					t.Fatal(err)
 				}
-			} else if err := e.svc.Delete(ctx, admin, audit.Entry{}, id); err != nil {
+			} else if err := e.svc.Delete(ctx, audit.Caller{Actor: admin}, id); err != nil {
 				t.Fatal(err)
 			}
 			_, err := e.svc.Authenticate(ctx, token)
@@ -185,7 +185,7 @@ func TestAgentAuthCacheLookupRacingRevoke(t *testing.T) {
 	}()
 	<-read
 	e.st.hold.Store(nil)
-	if _, err := e.svc.Revoke(ctx, admin, audit.Entry{}, id); err != nil {
+	if _, err := e.svc.Revoke(ctx, audit.Caller{Actor: admin}, id); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -320,7 +320,7 @@ func TestQueuedActionAuditNamesItsTarget(t *testing.T) {
 			{agentproto.JobContainerRestart, `{"container":"web"}`, "container", "web"},
 			{agentproto.JobServiceStop, `{"unit":"nginx.service"}`, "unit", "nginx.service"},
 		} {
-			if _, _, err := e.svc.QueueAction(ctx, admin, audit.Entry{}, id, a.typ, []byte(a.payload), ""); err != nil {
+			if _, _, err := e.svc.QueueAction(ctx, audit.Caller{Actor: admin}, id, a.typ, []byte(a.payload), ""); err != nil {
 				t.Fatal(err)
 			}
 			got, err := e.st.ListAudit(ctx, audit.Query{Limit: 1, Action: servers.ActionQueued})
