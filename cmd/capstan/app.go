@@ -51,7 +51,7 @@ type app struct {
 	monitor  *monitoring.Service
 	inbox    *notify.Inbox
 	backups  *backups.Service
-	// clouddrive is set by useCloudDrive (capstan serve); nil otherwise.
+	// clouddrive is nil unless capstan serve configured one.
 	clouddrive *clouddrive.Service
 	channels   *notify.Channels
 	// live carries job, event and inbox changes to the web console.
@@ -63,13 +63,36 @@ type app struct {
 // loads (or, for a store that expects none, creates) the secret key, which
 // must be the one the store's secrets are sealed with.
 func openApp(ctx context.Context, f StoreFlags, publicURL string) (*app, error) {
-	return openAppWith(ctx, f, publicURL, time.Hour, databases.DefaultCatalog(), nil, slog.Default())
+	return openAppWith(ctx, f, appOptions{PublicURL: publicURL})
 }
 
-// openAppWith is openApp with the settings of capstan serve; provider,
-// when not nil, is the git host the git host service talks to.
-func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollmentTTL time.Duration, catalog databases.Catalog,
-	provider githost.Provider, logger *slog.Logger) (*app, error) {
+// appOptions are the settings of capstan serve that shape the services;
+// the zero value is what the other commands need.
+type appOptions struct {
+	PublicURL     string
+	EnrollmentTTL time.Duration // 0: an hour
+	Catalog       databases.Catalog
+	// Provider, when not nil, is the git host the git host service talks
+	// to.
+	Provider githost.Provider
+	// Artifacts, when not nil, enables database exports and imports, their
+	// files encrypted in dataDir/artifacts to the artifact identity (also
+	// written to the data dir for operators).
+	Artifacts *databases.ArtifactOptions
+	// CloudDrive, when not nil, configures the cloud drive backups can go
+	// to.
+	CloudDrive *clouddrive.Config
+	BackupRun  backups.RunOptions
+	Schedule   backups.ScheduleOptions
+	Logger     *slog.Logger
+}
+
+// openAppWith is openApp with the settings of capstan serve.
+func openAppWith(ctx context.Context, f StoreFlags, o appOptions) (*app, error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
 	if err := os.MkdirAll(f.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -92,17 +115,65 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 		return nil, err
 	}
 	st.SealJobResults(key)
+	a, err := wire(st, key, f.DataDir, o, logger)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	a.schema = v
+	return a, nil
+}
+
+// wire makes every service on the store, each given what it needs.
+func wire(st *store.Store, key *secrets.Key, dataDir string, o appOptions, logger *slog.Logger) (*app, error) {
+	now := func() time.Time { return time.Now().UTC() }
+	// Control planes sharing the database wake each other's claims and
+	// readers, and drop revoked agents' tokens, over the store's bus
+	// (PostgreSQL LISTEN/NOTIFY).
+	var bus jobs.Bus
+	if st.Shared() {
+		bus = st
+	}
+	var artifactOpts databases.ArtifactOptions
+	if o.Artifacts != nil {
+		if err := key.WriteArtifactIdentity(dataDir); err != nil {
+			return nil, fmt.Errorf("artifact identity: %w", err)
+		}
+		dir, err := artifacts.Open(filepath.Join(dataDir, "artifacts"))
+		if err != nil {
+			return nil, err
+		}
+		artifactOpts = *o.Artifacts
+		artifactOpts.Dir = dir
+	}
 	log := audit.NewLog(st, now)
-	js := jobs.NewService(st, key, now, logger)
-	srv := servers.NewService(st, js, log, now, publicURL, enrollmentTTL)
+	var drive *clouddrive.Service
+	if o.CloudDrive != nil {
+		d, err := clouddrive.NewService(st, key, log, *o.CloudDrive, now, logger)
+		if err != nil {
+			return nil, err
+		}
+		drive = d
+	}
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: now, Log: logger, Bus: bus})
+	srv := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: now, PublicURL: o.PublicURL,
+		EnrollmentTTL: o.EnrollmentTTL, KeptImages: apps.KeptImages(st), Bus: bus})
 	ms := metrics.NewService(st, srv, now, logger)
-	as := apps.NewService(st, js, srv, log, key, now, logger)
-	srv.UseImageKeeper(as.KeptImageIDs)
-	ds := domains.NewService(st, as, js, srv, log, now, logger)
+	var gh *githost.Service
+	appDeps := apps.Deps{Store: st, Jobs: js, Servers: srv, Audit: log, Key: key, Now: now, Log: logger}
+	if o.Provider != nil {
+		gh = githost.NewService(st, o.Provider, key, log, o.PublicURL, now, logger)
+		appDeps.GitHost = gh
+	}
+	as := apps.NewService(appDeps)
+	if gh != nil {
+		gh.OnPush(as.AutoDeploy)
+	}
+	ds := domains.NewService(domains.Deps{Store: st, Apps: as, Jobs: js, Servers: srv, Audit: log, Now: now, Log: logger})
 	// Request traffic ages out with the metrics' maintenance runs.
 	ms.AddMaintenance("request traffic retention", ds.PruneTraffic)
-	dbs := databases.NewService(st, js, srv, log, key, catalog, now, logger)
-	dbs.UseApps(as)
+	dbs := databases.NewService(databases.Deps{Store: st, Jobs: js, Servers: srv, Audit: log, Key: key, Catalog: o.Catalog,
+		Now: now, Log: logger, Apps: as, Artifacts: artifactOpts})
 	dispatcher := events.NewDispatcher(st, now, logger)
 	st.OnPublish(dispatcher.Notify)
 	authSvc := auth.NewService(st, key, log, now, platform.Name)
@@ -115,35 +186,30 @@ func openAppWith(ctx context.Context, f StoreFlags, publicURL string, enrollment
 	ms.AddMaintenance("event retention", func(ctx context.Context, now time.Time) (int, error) {
 		return st.PruneEvents(ctx, now.Add(-events.Retention), 1000)
 	})
-	var gh *githost.Service
-	if provider != nil {
-		gh = githost.NewService(st, provider, key, log, publicURL, now, logger)
-		as.UseGitHost(gh)
-		gh.OnPush(as.AutoDeploy)
-	}
 	// Database metrics roll up and age out with the metrics' maintenance.
 	ms.AddMaintenance("database metrics", dbs.MaintainMetrics)
 	return &app{
-		store:    st,
-		key:      key,
-		audit:    log,
-		auth:     authSvc,
-		platform: platform.NewService(st, key, publicURL, version, now),
-		jobs:     js,
-		servers:  srv,
-		metrics:  ms,
-		logs:     logs.NewService(js, srv, ms),
-		apps:     as,
-		domains:  ds,
-		dbs:      dbs,
-		events:   dispatcher,
-		presence: monitoring.NewPresence(st, srv, now),
-		githost:  gh,
-		monitor:  monitoring.NewService(st, srv, log, now, logger),
-		inbox:    inbox,
-		live:     live,
-		backups:  backups.NewService(st, js, srv, dbs, st, log, key, now, logger),
-		schema:   v,
+		store:      st,
+		key:        key,
+		audit:      log,
+		auth:       authSvc,
+		platform:   platform.NewService(st, key, o.PublicURL, version, now),
+		jobs:       js,
+		servers:    srv,
+		metrics:    ms,
+		logs:       logs.NewService(js, srv, ms),
+		apps:       as,
+		domains:    ds,
+		dbs:        dbs,
+		events:     dispatcher,
+		presence:   monitoring.NewPresence(st, srv, now),
+		githost:    gh,
+		monitor:    monitoring.NewService(st, srv, log, now, logger),
+		inbox:      inbox,
+		live:       live,
+		clouddrive: drive,
+		backups: backups.NewService(backups.Deps{Store: st, Jobs: js, Servers: srv, Databases: dbs, Events: st, Audit: log, Key: key,
+			Now: now, Log: logger, CloudDrive: drive, Run: o.BackupRun, Schedule: o.Schedule}),
 	}, nil
 }
 
@@ -193,22 +259,6 @@ func keyMismatch(e *secrets.KeyMismatchError, source string) error {
 	return fmt.Errorf("secret key: the store's secrets are sealed with key %s, but %s. "+
 		"Run with the control plane's key: pass --data-dir of the server (the directory of its %s), or set "+
 		"CAPSTAN_SECRET_KEY to that key (a recovery kit holds it). Nothing was written with this key", e.Want, have, secrets.KeyFile)
-}
-
-// useArtifacts enables database exports and imports, their files
-// encrypted in dataDir/artifacts to the artifact identity, which is also
-// written to the data dir for operators.
-func (a *app) useArtifacts(dataDir string, o databases.ArtifactOptions) error {
-	if err := a.key.WriteArtifactIdentity(dataDir); err != nil {
-		return fmt.Errorf("artifact identity: %w", err)
-	}
-	dir, err := artifacts.Open(filepath.Join(dataDir, "artifacts"))
-	if err != nil {
-		return err
-	}
-	o.Dir = dir
-	a.dbs.UseArtifacts(o)
-	return nil
 }
 
 func newLogger(level string) *slog.Logger {

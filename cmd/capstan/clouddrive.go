@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/capstan-dev/capstan/internal/clouddrive"
 )
@@ -44,14 +42,4 @@ func (f cloudDriveFlags) config(publicURL string) (clouddrive.Config, error) {
 	}
 	return clouddrive.Config{ClientID: f.CloudDriveClientID, ClientSecret: secret, AuthURL: f.CloudDriveAuthURL,
 		TokenURL: f.CloudDriveTokenURL, RevokeURL: f.CloudDriveRevokeURL, APIURL: f.CloudDriveAPIURL, PublicURL: publicURL}, nil
-}
-
-// useCloudDrive builds the cloud drive service.
-func (a *app) useCloudDrive(cfg clouddrive.Config, logger *slog.Logger) error {
-	svc, err := clouddrive.NewService(a.store, a.key, a.audit, cfg, func() time.Time { return time.Now().UTC() }, logger)
-	if err != nil {
-		return err
-	}
-	a.clouddrive = svc
-	return nil
 }

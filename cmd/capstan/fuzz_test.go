@@ -49,14 +49,12 @@ func newFuzzPlane(t testing.TB) *fuzzPlane {
 		t.Fatal(err)
 	}
 	dataDir := filepath.Join(t.TempDir(), "data")
-	a, err := openAppWith(ctx, StoreFlags{DataDir: dataDir}, "http://capstan.test", time.Hour, databases.DefaultCatalog(), provider, log)
+	a, err := openAppWith(ctx, StoreFlags{DataDir: dataDir}, appOptions{PublicURL: "http://capstan.test", Provider: provider, Logger: log,
+		Artifacts: &databases.ArtifactOptions{TTL: time.Hour, MaxImportBytes: 1 << 20, MaxExportBytes: 1 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	if err := a.useArtifacts(dataDir, databases.ArtifactOptions{TTL: time.Hour, MaxImportBytes: 1 << 20, MaxExportBytes: 1 << 20}); err != nil {
-		t.Fatal(err)
-	}
 	// No destination is allowed to notification channels: nothing leaves.
 	a.channels = notify.NewChannels(a.store, a.key, a.audit, notify.Guard{}, time.Now, log)
 	api := httpapi.New(httpapi.Deps{

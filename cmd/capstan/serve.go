@@ -139,7 +139,10 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		}
 		defer metricsLn.Close()
 	}
-	a, err := openAppWith(ctx, c.StoreFlags, publicURL, c.EnrollmentTTL, catalog, provider, log)
+	a, err := openAppWith(ctx, c.StoreFlags, appOptions{PublicURL: publicURL, EnrollmentTTL: c.EnrollmentTTL, Catalog: catalog,
+		Provider: provider, Artifacts: &artifactOpts, CloudDrive: &driveConfig, Logger: log,
+		BackupRun: backups.RunOptions{LocalDir: c.BackupLocalDir, LocalKeep: c.BackupLocalKeep},
+		Schedule:  backups.ScheduleOptions{Jitter: c.BackupJitter, DeleteRetry: c.BackupRetry}})
 	if err != nil {
 		ln.Close()
 		return err
@@ -149,15 +152,6 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	if metricsLn != nil {
 		tel = newTelemetry(a, log)
 	}
-	if err := a.useArtifacts(c.DataDir, artifactOpts); err != nil {
-		return err
-	}
-	if err := a.useCloudDrive(driveConfig, log); err != nil {
-		return err
-	}
-	a.backups.UseCloudDrive(a.clouddrive)
-	a.backups.UseRunOptions(backups.RunOptions{LocalDir: c.BackupLocalDir, LocalKeep: c.BackupLocalKeep})
-	a.backups.UseSchedule(backups.ScheduleOptions{Jitter: c.BackupJitter, DeleteRetry: c.BackupRetry})
 	if pprofLn != nil {
 		log.Info("pprof listening", "addr", pprofLn.Addr().String())
 		go servePprof(pprofLn) //nolint:errcheck // ends when the listener closes
@@ -201,11 +195,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 	bg, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	if a.store.Shared() {
-		// Control planes sharing the database wake each other's claims
-		// and readers, and drop revoked agents' tokens, over the store's
-		// bus (PostgreSQL LISTEN/NOTIFY).
-		a.jobs.UseBus(a.store)
-		a.servers.UseBus(a.store)
+		// The job and server services tell the others over the store's
+		// bus (see wire); here each hears what the others said.
 		// The live stream of each shows the changes the others made.
 		relay := stream.NewRelay(a.live, a.store, ids.New("cp"), func(ctx context.Context, id string) (jobs.Job, error) {
 			j, _, err := a.jobs.Get(ctx, id)

@@ -52,8 +52,8 @@ func newClaimRigIn(t *testing.T, detach bool, inFlight int) *claimRig {
 	t.Helper()
 	st := storetest.Open(t, store.SQLite)
 	log := slog.New(slog.DiscardHandler)
-	js := jobs.NewService(st, secrets.GenerateKey(), time.Now, log)
-	srvs := servers.NewService(st, js, audit.NewLog(st, time.Now), time.Now, "http://capstan.test", time.Hour)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: secrets.GenerateKey(), Now: time.Now, Log: log})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, time.Now), Now: time.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
 	var h http.Handler
 	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
 	// A given-back connection waits as long as a kept-alive one, not only

@@ -60,9 +60,6 @@ type GitHost interface {
 	Compare(ctx context.Context, ra githost.RepoAccess, base, head string) (githost.Comparison, error)
 }
 
-// UseGitHost lets applications deploy from git through g.
-func (s *Service) UseGitHost(g GitHost) { s.git = g }
-
 // BuildSettings say how a git application's image is built.
 type BuildSettings struct {
 	// Dockerfile is the Dockerfile's path inside the build context.

@@ -3,6 +3,7 @@ package apps_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/apps"
@@ -10,6 +11,8 @@ import (
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/secrets"
+	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -18,7 +21,6 @@ import (
 type gitRig struct {
 	*rig
 	host *testlab.GitHost
-	gh   *githost.Service
 	inst int64
 	repo *testlab.HostedRepo
 }
@@ -29,14 +31,15 @@ const (
 )
 
 func newGitRig(t *testing.T) *gitRig {
-	r := newRig(t)
 	host := testlab.StartGitHost(t)
 	p, err := githost.NewGitHubClient(host.APIURL, host.URL, host.Client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gh := githost.NewService(r.st, p, secrets.GenerateKey(), audit.NewLog(r.st, r.clock.Now), "https://capstan.test", r.clock.Now, nil)
-	r.apps.UseGitHost(gh)
+	r := newRigWith(t, storetest.Open(t, store.SQLite), func(st *store.Store, now func() time.Time) *githost.Service {
+		return githost.NewService(st, p, secrets.GenerateKey(), audit.NewLog(st, now), "https://capstan.test", now, nil)
+	})
+	gh := r.gh
 	caller := audit.Caller{Actor: r.admin.Actor, SessionID: "ses_1"}
 	m, err := gh.StartManifest(r.ctx, caller, "")
 	if err != nil {
@@ -56,7 +59,7 @@ func newGitRig(t *testing.T) *gitRig {
 	if _, err := gh.AddInstallation(r.ctx, caller, inst, githost.SetupInstall); err != nil {
 		t.Fatal(err)
 	}
-	return &gitRig{rig: r, host: host, gh: gh, inst: inst, repo: repo}
+	return &gitRig{rig: r, host: host, inst: inst, repo: repo}
 }
 
 func (r *gitRig) gitApp(name string, deploy bool) apps.ApplicationDetail {

@@ -5,12 +5,16 @@ import (
 	"slices"
 )
 
-// KeptImageIDs are the Docker images the applications on serverID keep:
-// those of each one's newest KeepImages succeeded releases (its live
-// release and the ones a rollback returns to). A prune on the server never
-// removes them.
-func (s *Service) KeptImageIDs(ctx context.Context, serverID string) ([]string, error) {
-	list, err := s.store.ListApps(ctx, serverID)
+// KeptImages returns what names the Docker images the applications on a
+// server keep: those of each one's newest KeepImages succeeded releases
+// (its live release and the ones a rollback returns to). A prune on the
+// server never removes them (servers.Deps.KeptImages).
+func KeptImages(st Store) func(ctx context.Context, serverID string) ([]string, error) {
+	return func(ctx context.Context, serverID string) ([]string, error) { return keptImageIDs(ctx, st, serverID) }
+}
+
+func keptImageIDs(ctx context.Context, st Store, serverID string) ([]string, error) {
+	list, err := st.ListApps(ctx, serverID)
 	if err != nil {
 		return nil, err
 	}
@@ -23,7 +27,7 @@ func (s *Service) KeptImageIDs(ctx context.Context, serverID string) ([]string, 
 	for _, a := range list {
 		switch a.Kind {
 		case KindCompose:
-			deps, err := s.store.ListDeployments(ctx, a.ID, MaxDeploymentLimit)
+			deps, err := st.ListDeployments(ctx, a.ID, MaxDeploymentLimit)
 			if err != nil {
 				return nil, err
 			}
@@ -34,7 +38,7 @@ func (s *Service) KeptImageIDs(ctx context.Context, serverID string) ([]string, 
 				}
 			}
 		case KindContainer:
-			ids, err := s.store.SucceededImageIDs(ctx, a.ID, KeepImages)
+			ids, err := st.SucceededImageIDs(ctx, a.ID, KeepImages)
 			if err != nil {
 				return nil, err
 			}

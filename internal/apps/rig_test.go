@@ -13,6 +13,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/fault"
+	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
@@ -34,6 +35,9 @@ type rig struct {
 	domains  *domains.Service
 	serverID string
 	admin    audit.Caller
+	// gh is the git host applications deploy from; nil unless made by
+	// newRigWith.
+	gh *githost.Service
 }
 
 func newRig(t *testing.T) *rig {
@@ -44,15 +48,27 @@ func newRig(t *testing.T) *rig {
 // newRigOn is newRig on st.
 func newRigOn(t *testing.T, st *store.Store) *rig {
 	t.Helper()
+	return newRigWith(t, st, nil)
+}
+
+// newRigWith is newRigOn with the git host git makes (nil: none).
+func newRigWith(t *testing.T, st *store.Store, git func(st *store.Store, now func() time.Time) *githost.Service) *rig {
+	t.Helper()
 	clock := testlab.NewClock(time.Now().UTC().Truncate(time.Second))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()
 	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(st, key, clock.Now, logger)
-	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
-	as := apps.NewService(st, js, srvs, log, key, clock.Now, logger)
-	ds := domains.NewService(st, as, js, srvs, log, clock.Now, logger)
-	r := &rig{t: t, ctx: context.Background(), st: st, clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
+	d := apps.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: key, Now: clock.Now, Log: logger}
+	var gh *githost.Service
+	if git != nil {
+		gh = git(st, clock.Now)
+		d.GitHost = gh
+	}
+	as := apps.NewService(d)
+	ds := domains.NewService(domains.Deps{Store: st, Apps: as, Jobs: js, Servers: srvs, Audit: log, Now: clock.Now, Log: logger})
+	r := &rig{t: t, ctx: context.Background(), st: st, clock: clock, jobs: js, servers: srvs, apps: as, domains: ds, gh: gh,
 		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "127.0.0.1"}}
 	r.serverID = r.enroll("web-1", agentproto.Facts{Hostname: "web-1", PublicAddresses: []string{"203.0.113.10"}})
 	return r

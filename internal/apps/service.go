@@ -233,13 +233,29 @@ func (s *Service) ChangeEnv(ctx context.Context, c audit.Caller, id string, ch E
 	return s.Get(ctx, id, Reading{Reader: jobs.AdminReader})
 }
 
+// Deps is what an application service is made of.
+type Deps struct {
+	Store   Store
+	Jobs    *jobs.Service
+	Servers Servers
+	Audit   *audit.Log
+	// Key seals environment values and build secrets.
+	Key *secrets.Key
+	Now func() time.Time
+	Log *slog.Logger
+	// GitHost lets applications deploy from git; nil: git sources are
+	// refused.
+	GitHost GitHost
+}
+
 // NewService returns an application service and registers its job types
 // (app.deploy, app.remove, app.logs) with the job service.
-func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
-	if logger == nil {
-		logger = slog.Default()
+func NewService(d Deps) *Service {
+	if d.Log == nil {
+		d.Log = slog.Default()
 	}
-	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, now: now, log: logger}
+	s := &Service{store: d.Store, jobs: d.Jobs, servers: d.Servers, audit: d.Audit, key: d.Key, now: d.Now, log: d.Log, git: d.GitHost}
+	j := d.Jobs
 	j.Register(agentproto.AppDeploy, jobs.Spec{Timeout: 15 * time.Minute, OnComplete: s.deployFinished, OnLateResult: s.deployLateResult})
 	j.Register(agentproto.AppRemove, jobs.Spec{Timeout: 5 * time.Minute, OnComplete: s.removeFinished})
 	j.Register(agentproto.AppLogs, jobs.Spec{Timeout: time.Minute})

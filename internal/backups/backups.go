@@ -56,14 +56,36 @@ type Service struct {
 	drive *clouddrive.Service
 }
 
-// UseCloudDrive lets backups go to the connected cloud drive.
-func (s *Service) UseCloudDrive(d *clouddrive.Service) { s.drive = d }
+// Deps is what the backups service is made of.
+type Deps struct {
+	Store     Store
+	Jobs      *jobs.Service
+	Servers   *servers.Service
+	Databases *databases.Service
+	// Events, when not nil, receives backup.failed and restore events.
+	Events EventPublisher
+	Audit  *audit.Log
+	// Key seals the storage credentials.
+	Key *secrets.Key
+	Now func() time.Time
+	Log *slog.Logger
+	// CloudDrive lets backups go to the connected cloud drive; nil when
+	// there is none.
+	CloudDrive *clouddrive.Service
+	// Run says where servers keep local copies and how many.
+	Run RunOptions
+	// Schedule configures the scheduler.
+	Schedule ScheduleOptions
+}
 
-// NewService returns the service and registers its job types. ev (may
-// be nil) receives backup.failed.
-func NewService(st Store, js *jobs.Service, srv *servers.Service, dbs *databases.Service, ev EventPublisher, log *audit.Log,
-	key *secrets.Key, now func() time.Time, logger *slog.Logger) *Service {
-	s := &Service{store: st, jobs: js, servers: srv, dbs: dbs, events: ev, audit: log, key: key, now: now, log: logger}
+// NewService returns the service and registers its job types.
+func NewService(d Deps) *Service {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	s := &Service{store: d.Store, jobs: d.Jobs, servers: d.Servers, dbs: d.Databases, events: d.Events, audit: d.Audit, key: d.Key,
+		now: d.Now, log: d.Log, drive: d.CloudDrive, runOpts: d.Run, sched: d.Schedule}
+	js := d.Jobs
 	js.Register(agentproto.BackupStorageTest, jobs.Spec{Timeout: 5 * time.Minute})
 	js.Register(agentproto.BackupRun, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.runFinished})
 	js.Register(agentproto.BackupVerify, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.verifyFinished})
@@ -71,9 +93,6 @@ func NewService(st Store, js *jobs.Service, srv *servers.Service, dbs *databases
 	js.Register(agentproto.BackupDelete, jobs.Spec{Timeout: 5 * time.Minute, OnComplete: s.deleteFinished})
 	return s
 }
-
-// UseRunOptions sets where servers keep local copies and how many.
-func (s *Service) UseRunOptions(o RunOptions) { s.runOpts = o }
 
 // Audit actions.
 const (

@@ -105,8 +105,7 @@ func TestPolicies(t *testing.T) {
 // jitter window (never beyond their interval), each at a time fixed by
 // its instance.
 func TestPolicyJitter(t *testing.T) {
-	r := newRig(t, store.SQLite)
-	r.backups.UseSchedule(backups.ScheduleOptions{Jitter: 30 * time.Minute})
+	r := newRigWith(t, store.SQLite, func(o *backups.Deps) { o.Schedule = backups.ScheduleOptions{Jitter: 30 * time.Minute} })
 	now := r.clock.Now()
 	var offsets []time.Duration
 	for i := range 12 {
@@ -123,8 +122,9 @@ func TestPolicyJitter(t *testing.T) {
 		t.Fatalf("12 policies enabled at once first fire at %v: not spread", offsets)
 	}
 	// A one-hour policy's jitter stays within its hour even with a
-	// longer window.
-	r.backups.UseSchedule(backups.ScheduleOptions{Jitter: 24 * time.Hour})
+	// longer window (a control plane started with it, on the same store).
+	r.tune = func(o *backups.Deps) { o.Schedule = backups.ScheduleOptions{Jitter: 24 * time.Hour} }
+	r.plane = r.open(r.dir)
 	inst := r.instance("hourly")
 	v := r.mustPut(inst.ID, backups.PolicyInput{Enabled: true, EveryHours: 1, Keep: 2})
 	if off := v.NextDueAt.Sub(now); off < 0 || off >= time.Hour {

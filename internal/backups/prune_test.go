@@ -409,8 +409,7 @@ func (r *rig) localRun(instanceID string, removed ...string) (backups.RunView, a
 // runs are never touched.
 func TestLocalCopies(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d store.Dialect) {
-		r := newRig(t, d)
-		r.backups.UseRunOptions(backups.RunOptions{LocalKeep: 1})
+		r := newRigWith(t, d, func(o *backups.Deps) { o.Run = backups.RunOptions{LocalKeep: 1} })
 		pg := r.instance("main")
 		other := r.instance("other")
 		first, p := r.localRun(pg.ID)

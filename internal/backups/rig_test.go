@@ -41,6 +41,9 @@ type rig struct {
 	clock    *testlab.Clock
 	serverID string
 	admin    audit.Caller
+	// tune, when not nil, sets the options of the backups services the
+	// rig opens.
+	tune func(*backups.Deps)
 	*plane
 }
 
@@ -48,7 +51,13 @@ var logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 func newRig(t *testing.T, d store.Dialect) *rig {
 	t.Helper()
-	r := &rig{t: t, ctx: context.Background(), url: storetest.DatabaseURL(t, d), key: secrets.GenerateKey(),
+	return newRigWith(t, d, nil)
+}
+
+// newRigWith is newRig with the backups services' options set by tune.
+func newRigWith(t *testing.T, d store.Dialect, tune func(*backups.Deps)) *rig {
+	t.Helper()
+	r := &rig{t: t, tune: tune, ctx: context.Background(), url: storetest.DatabaseURL(t, d), key: secrets.GenerateKey(),
 		clock: testlab.NewClock(time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)),
 		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "192.0.2.9"}}
 	r.dir = t.TempDir()
@@ -85,10 +94,14 @@ func (r *rig) open(dir string) *plane {
 	}
 	r.t.Cleanup(func() { st.Close() })
 	log := audit.NewLog(st, r.clock.Now)
-	js := jobs.NewService(st, r.key, r.clock.Now, logger)
-	srvs := servers.NewService(st, js, log, r.clock.Now, "http://capstan.test", time.Hour)
-	dbs := databases.NewService(st, js, srvs, log, r.key, databases.DefaultCatalog(), r.clock.Now, logger)
-	b := backups.NewService(st, js, srvs, dbs, st, log, r.key, r.clock.Now, logger)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: r.key, Now: r.clock.Now, Log: logger})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: r.clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
+	dbs := databases.NewService(databases.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: r.key, Now: r.clock.Now, Log: logger})
+	d := backups.Deps{Store: st, Jobs: js, Servers: srvs, Databases: dbs, Events: st, Audit: log, Key: r.key, Now: r.clock.Now, Log: logger}
+	if r.tune != nil {
+		r.tune(&d)
+	}
+	b := backups.NewService(d)
 	return &plane{st: st, jobs: js, servers: srvs, dbs: dbs, backups: b}
 }
 

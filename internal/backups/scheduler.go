@@ -22,9 +22,6 @@ type ScheduleOptions struct {
 	DeleteRetry time.Duration
 }
 
-// UseSchedule sets the scheduler's options.
-func (s *Service) UseSchedule(o ScheduleOptions) { s.sched = o }
-
 // DatabaseAge is how long a database of an enabled policy has been
 // without a newer verified backup.
 type DatabaseAge struct {

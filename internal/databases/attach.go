@@ -66,13 +66,6 @@ type Apps interface {
 	OnDelete(f func(ctx context.Context, appID string))
 }
 
-// UseApps lets the service attach applications; it drops their attached
-// logins when they are deleted.
-func (s *Service) UseApps(a Apps) {
-	s.apps = a
-	a.OnDelete(s.appDeleting)
-}
-
 // AttachRequest is a request to attach an application.
 type AttachRequest struct {
 	ApplicationID string

@@ -106,9 +106,8 @@ type ArtifactOptions struct {
 	MaxExportBytes int64
 }
 
-// UseArtifacts enables exports and imports with their files in o.Dir.
-// Without it the export and import calls fail.
-func (s *Service) UseArtifacts(o ArtifactOptions) {
+// withDefaults is o with the defaults for what it leaves zero.
+func (o ArtifactOptions) withDefaults() ArtifactOptions {
 	if o.TTL <= 0 {
 		o.TTL = DefaultArtifactTTL
 	}
@@ -118,12 +117,12 @@ func (s *Service) UseArtifacts(o ArtifactOptions) {
 	if o.MaxExportBytes <= 0 {
 		o.MaxExportBytes = DefaultMaxExportBytes
 	}
-	s.artifacts = o
+	return o
 }
 
 // registerArtifacts registers the job types of exports and imports,
-// which stream the whole database. (Without UseArtifacts, none is
-// queued.)
+// which stream the whole database. (Without an artifact directory, none
+// is queued.)
 func (s *Service) registerArtifacts(j *jobs.Service) {
 	j.Register(agentproto.DBExport, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.exportFinished})
 	j.Register(agentproto.DBImport, jobs.Spec{Timeout: 6 * time.Hour, OnComplete: s.importFinished})
@@ -132,7 +131,7 @@ func (s *Service) registerArtifacts(j *jobs.Service) {
 // MaxImportBytes is the largest import upload taken.
 func (s *Service) MaxImportBytes() int64 { return s.artifacts.MaxImportBytes }
 
-var errNoArtifacts = errors.New("databases: exports and imports are not configured (UseArtifacts)")
+var errNoArtifacts = errors.New("databases: exports and imports are not configured (no artifact directory)")
 
 // artifactDatabaseProblem says what is wrong with the name of a database
 // to export or import into: 1 to the engine's length of ASCII letters,

@@ -25,16 +25,17 @@ import (
 	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
-// useArtifacts gives the rig's service an artifact directory.
-func (r *rig) useArtifacts(maxImport int64) string {
-	r.t.Helper()
-	path := filepath.Join(r.t.TempDir(), "artifacts")
+// newArtifactRig is newRig with exports and imports on, their files in
+// the directory it returns.
+func newArtifactRig(t *testing.T, maxImport int64) (*rig, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "artifacts")
 	dir, err := artifacts.Open(path)
 	if err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
-	r.dbs.UseArtifacts(databases.ArtifactOptions{Dir: dir, MaxImportBytes: maxImport})
-	return path
+	r := newRigWith(t, func(d *databases.Deps) { d.Artifacts = databases.ArtifactOptions{Dir: dir, MaxImportBytes: maxImport} })
+	return r, path
 }
 
 func files(t *testing.T, dir string) []string {
@@ -67,8 +68,7 @@ func sum(b []byte) string {
 // uploads one is stored); the download is audited, refused while it runs
 // or once it failed or expired; the reaper deletes expired files.
 func TestExport(t *testing.T) {
-	r := newRig(t)
-	dir := r.useArtifacts(0)
+	r, dir := newArtifactRig(t, 0)
 	inst := r.ready("main", agentproto.EnginePostgres, "15.4")
 
 	_, err := r.dbs.Export(r.ctx, r.admin, inst.ID, "-Fc")
@@ -199,8 +199,7 @@ func TestExport(t *testing.T) {
 // above it, never an older one: with none at or above, no image and the
 // versions there are.
 func TestLoadSource(t *testing.T) {
-	r := newRig(t)
-	r.useArtifacts(0)
+	r, _ := newArtifactRig(t, 0)
 	pgVersions := []string{"17", "16", "15", "14", "13"}
 	for _, c := range []struct {
 		name, engine, reported string
@@ -253,8 +252,7 @@ func TestLoadSource(t *testing.T) {
 // queued; the format is detected; the file is served only to the job's
 // server while the job runs, and deleted when it ends.
 func TestImport(t *testing.T) {
-	r := newRig(t)
-	dir := r.useArtifacts(1000)
+	r, dir := newArtifactRig(t, 1000)
 	pg := r.ready("pg", agentproto.EnginePostgres, "15.4")
 	maria := r.ready("maria", agentproto.EngineMariaDB, "10.11.6-MariaDB")
 	kv := r.ready("kv", agentproto.EngineRedis, "7.2.4")

@@ -47,20 +47,47 @@ type Service struct {
 	now     func() time.Time
 	log     *slog.Logger
 	apps    Apps
-	// artifacts configures exports and imports; zero until UseArtifacts.
+	// artifacts configures exports and imports; its Dir is nil when
+	// they are off.
 	artifacts ArtifactOptions
 }
 
-// NewService returns a database service and registers the completion
-// hook of db.connect.
-func NewService(st Store, j *jobs.Service, srv Servers, log *audit.Log, key *secrets.Key, cat Catalog, now func() time.Time, logger *slog.Logger) *Service {
-	if logger == nil {
-		logger = slog.Default()
+// Deps is what a database service is made of.
+type Deps struct {
+	Store   Store
+	Jobs    *jobs.Service
+	Servers Servers
+	Audit   *audit.Log
+	// Key seals passwords.
+	Key *secrets.Key
+	// Catalog is the engines managed instances run; the zero Catalog is
+	// DefaultCatalog.
+	Catalog Catalog
+	Now     func() time.Time
+	Log     *slog.Logger
+	// Apps lets the service attach applications (it drops their attached
+	// logins when they are deleted); nil: attaching is refused.
+	Apps Apps
+	// Artifacts enables exports and imports, with their files in its Dir;
+	// with no Dir they are refused.
+	Artifacts ArtifactOptions
+}
+
+// NewService returns a database service and registers its job types.
+func NewService(d Deps) *Service {
+	if d.Log == nil {
+		d.Log = slog.Default()
 	}
-	if cat.engines == nil {
-		cat = DefaultCatalog()
+	if d.Catalog.engines == nil {
+		d.Catalog = DefaultCatalog()
 	}
-	s := &Service{store: st, jobs: j, servers: srv, audit: log, key: key, catalog: cat, now: now, log: logger}
+	s := &Service{store: d.Store, jobs: d.Jobs, servers: d.Servers, audit: d.Audit, key: d.Key, catalog: d.Catalog, now: d.Now,
+		log: d.Log, artifacts: d.Artifacts.withDefaults()}
+	if d.Apps != nil {
+		s.apps = d.Apps
+		d.Apps.OnDelete(s.appDeleting)
+	}
+	j := d.Jobs
 	j.Register(agentproto.DBConnect, jobs.Spec{Timeout: time.Minute, OnComplete: s.connectFinished})
 	// A statement may run for up to 5 minutes; the job gets one more.
 	j.Register(agentproto.DBQuery, jobs.Spec{Timeout: 6 * time.Minute})

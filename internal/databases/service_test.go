@@ -40,15 +40,25 @@ type rig struct {
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
+	return newRigWith(t, nil)
+}
+
+// newRigWith is newRig with the database service's deps changed by tune.
+func newRigWith(t *testing.T, tune func(*databases.Deps)) *rig {
+	t.Helper()
 	st := storetest.Open(t, store.SQLite)
 	clock := testlab.NewClock(time.Now().UTC().Truncate(time.Second))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()
 	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(st, key, clock.Now, logger)
-	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
+	d := databases.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: key, Now: clock.Now, Log: logger}
+	if tune != nil {
+		tune(&d)
+	}
 	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log, clock: clock, key: key,
-		dbs:   databases.NewService(st, js, srvs, log, key, databases.DefaultCatalog(), clock.Now, logger),
+		dbs:   databases.NewService(d),
 		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "192.0.2.9", UserAgent: "test"}}
 	e, err := srvs.CreateEnrollment(r.ctx, r.admin, "db-host", nil)
 	if err != nil {

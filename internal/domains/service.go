@@ -42,13 +42,25 @@ type Service struct {
 	log     *slog.Logger
 }
 
+// Deps is what a domain service is made of.
+type Deps struct {
+	Store   Store
+	Apps    *apps.Service
+	Jobs    *jobs.Service
+	Servers Servers
+	Audit   *audit.Log
+	Now     func() time.Time
+	Log     *slog.Logger
+}
+
 // NewService returns a domain service and registers its job types
 // (domain.check, proxy.apply) with the job service.
-func NewService(st Store, a *apps.Service, j *jobs.Service, srv Servers, log *audit.Log, now func() time.Time, logger *slog.Logger) *Service {
-	if logger == nil {
-		logger = slog.Default()
+func NewService(d Deps) *Service {
+	if d.Log == nil {
+		d.Log = slog.Default()
 	}
-	s := &Service{store: st, apps: a, jobs: j, servers: srv, audit: log, now: now, log: logger}
+	s := &Service{store: d.Store, apps: d.Apps, jobs: d.Jobs, servers: d.Servers, audit: d.Audit, now: d.Now, log: d.Log}
+	j := d.Jobs
 	j.Register(agentproto.DomainCheck, jobs.Spec{Timeout: time.Minute, OnComplete: s.checkFinished})
 	j.Register(agentproto.ProxyApply, jobs.Spec{Timeout: 2 * time.Minute, OnComplete: s.proxyFinished})
 	return s

@@ -43,10 +43,10 @@ func newRig(t *testing.T) *rig {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	key := secrets.GenerateKey()
 	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(st, key, clock.Now, logger)
-	srvs := servers.NewService(st, js, log, clock.Now, "http://capstan.test", time.Hour)
-	as := apps.NewService(st, js, srvs, log, key, clock.Now, logger)
-	ds := domains.NewService(st, as, js, srvs, log, clock.Now, logger)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
+	as := apps.NewService(apps.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: key, Now: clock.Now, Log: logger})
+	ds := domains.NewService(domains.Deps{Store: st, Apps: as, Jobs: js, Servers: srvs, Audit: log, Now: clock.Now, Log: logger})
 	return &rig{t: t, ctx: context.Background(), clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
 		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, st: st}
 }

@@ -35,10 +35,10 @@ func newBoundsEnv(t *testing.T) *boundsEnv {
 	t.Helper()
 	e := newTestEnv(t, envOptions{})
 	d := e.srv.deps
-	d.Apps = apps.NewService(e.store, d.Jobs, d.Servers, d.Audit, secrets.GenerateKey(), e.clock.Now, d.Logger)
-	d.Domains = domains.NewService(e.store, d.Apps, d.Jobs, d.Servers, d.Audit, e.clock.Now, d.Logger)
-	d.Databases = databases.NewService(e.store, d.Jobs, d.Servers, d.Audit, secrets.GenerateKey(), databases.DefaultCatalog(), e.clock.Now, d.Logger)
-	d.Databases.UseApps(d.Apps)
+	d.Apps = apps.NewService(apps.Deps{Store: e.store, Jobs: d.Jobs, Servers: d.Servers, Audit: d.Audit, Key: secrets.GenerateKey(), Now: e.clock.Now, Log: d.Logger})
+	d.Domains = domains.NewService(domains.Deps{Store: e.store, Apps: d.Apps, Jobs: d.Jobs, Servers: d.Servers, Audit: d.Audit, Now: e.clock.Now, Log: d.Logger})
+	d.Databases = databases.NewService(databases.Deps{Store: e.store, Jobs: d.Jobs, Servers: d.Servers, Audit: d.Audit,
+		Key: secrets.GenerateKey(), Now: e.clock.Now, Log: d.Logger, Apps: d.Apps})
 	e.srv = New(d)
 	e.serve(t)
 	b := &boundsEnv{testEnv: e, ctx: context.Background()}

@@ -92,8 +92,8 @@ func newTestEnv(t testing.TB, o envOptions) *testEnv {
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(st, key, clock.Now, logger)
-	srvs := servers.NewService(st, js, log, clock.Now, o.publicURL, time.Hour)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: o.publicURL, EnrollmentTTL: time.Hour})
 	ms := metrics.NewService(st, srvs, clock.Now, logger)
 	live := stream.NewHub(stream.DefaultRing)
 	js.Watch(live.PublishJob)

@@ -32,10 +32,8 @@ func startControlPlane(t *testing.T, url string, key *secrets.Key) controlPlane 
 		t.Fatal(err)
 	}
 	now := func() time.Time { return time.Now().UTC() }
-	js := jobs.NewService(st, key, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
-	js.UseBus(st)
-	srvs.UseBus(st)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Bus: st})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour, Bus: st})
 	up := make(chan struct{}, 1)
 	done := make(chan struct{})
 	go func() {

@@ -30,8 +30,8 @@ func TestLateEvents(t *testing.T) {
 			clock := time.Now().UTC()
 			now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
 			advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
-			js := jobs.NewService(st, secrets.GenerateKey(), now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
+			js := jobs.NewService(jobs.Deps{Store: st, Key: secrets.GenerateKey(), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
 			e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, "web-1", nil)
 			if err != nil {
 				t.Fatal(err)

@@ -38,17 +38,15 @@ func TestLostClaimRequeued(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		c := testlab.NewClock(time.Now().UTC())
-		rs := replicas(st, c, 3)
+		bus := &localBus{}
+		rs := replicasOn(st, c, 3, bus)
+		bus.rs = rs
 		var hooks atomic.Int32
 		for _, r := range rs {
 			r.Register(agentproto.AgentPing, pingSpec(func(ctx context.Context, j jobs.Job) error {
 				hooks.Add(1)
 				return nil
 			}))
-		}
-		bus := &localBus{rs: rs}
-		for _, r := range rs {
-			r.UseBus(bus)
 		}
 		dying, a, b := rs[0], rs[1], rs[2]
 

@@ -19,13 +19,19 @@ import (
 )
 
 // replicas returns n job services on one store, as n control planes
-// sharing a database run them.
+// sharing a database run them, without a bus between them.
 func replicas(st *store.Store, c *testlab.Clock, n int) []*jobs.Service {
+	return replicasOn(st, c, n, nil)
+}
+
+// replicasOn is replicas with the bus they share; a localBus carries
+// their messages.
+func replicasOn(st *store.Store, c *testlab.Clock, n int, bus jobs.Bus) []*jobs.Service {
 	key := secrets.GenerateKey()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	out := make([]*jobs.Service, n)
 	for i := range out {
-		out[i] = jobs.NewService(st, key, c.Now, log)
+		out[i] = jobs.NewService(jobs.Deps{Store: st, Key: key, Now: c.Now, Log: log, Bus: bus})
 	}
 	return out
 }

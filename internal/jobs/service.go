@@ -62,11 +62,6 @@ type Bus interface {
 	Notify(ctx context.Context, msg string) error
 }
 
-// UseBus makes the service tell the other control planes sharing its store
-// about queued and ended jobs: their waiting claims and readers are woken
-// at once (see Deliver).
-func (s *Service) UseBus(b Bus) { s.bus = b }
-
 // Messages on the bus: a kind, a colon, a key.
 const (
 	msgQueued      = "job-queued:"   // key: server id
@@ -121,9 +116,25 @@ var ErrServerEnded = fault.Unauthenticatedf("agent-revoked", "This server's agen
 // cancelled), for the owning capability to update its own records.
 type CompletionHook func(ctx context.Context, j Job) error
 
+// Deps is what a job service is made of.
+type Deps struct {
+	Store Store
+	// Key seals the jobs' secrets.
+	Key *secrets.Key
+	Now func() time.Time
+	Log *slog.Logger
+	// Bus, when not nil, tells the other control planes sharing the store
+	// about queued and ended jobs: their waiting claims and readers are
+	// woken at once (see Deliver). nil: this is the only control plane.
+	Bus Bus
+}
+
 // NewService returns a job service.
-func NewService(store Store, key *secrets.Key, now func() time.Time, log *slog.Logger) *Service {
-	return &Service{store: store, key: key, now: now, log: log, wake: newNotifier(), ends: newNotifier(), lease: DefaultLease,
+func NewService(d Deps) *Service {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	return &Service{store: d.Store, key: d.Key, now: d.Now, log: d.Log, bus: d.Bus, wake: newNotifier(), ends: newNotifier(), lease: DefaultLease,
 		specs: map[string]Spec{}, inflight: map[string]struct{}{}, stopClaims: make(chan struct{})}
 }
 
@@ -394,7 +405,7 @@ func serverEndKey(serverID string) string { return "server\x00" + serverID }
 // Wait returns the job with its events as r may read them once it is
 // finished, or after wait (at most MaxWait) with its state then, or when
 // ctx ends. It does not poll: it is woken when a job ends through this
-// process or, with a bus (UseBus), through any control plane sharing the
+// process or, with a bus (Deps.Bus), through any control plane sharing the
 // store (completed by its agent, cancelled, expired, or ended with its
 // server).
 func (s *Service) Wait(ctx context.Context, id string, wait time.Duration, r Reader) (Job, []Event, error) {

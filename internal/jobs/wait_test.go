@@ -25,8 +25,8 @@ func TestWait(t *testing.T) {
 	st := storetest.Open(t, store.SQLite)
 	now := func() time.Time { return time.Now().UTC() }
 	key := secrets.GenerateKey()
-	js := jobs.NewService(st, key, now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
 	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
 	e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: admin}, "web-1", nil)
 	if err != nil {
@@ -126,8 +126,8 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
 	now := func() time.Time { return time.Now().UTC() }
-	js := jobs.NewService(st, secrets.GenerateKey(), now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
+	js := jobs.NewService(jobs.Deps{Store: st, Key: secrets.GenerateKey(), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
 	e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, "web-1", nil)
 	if err != nil {
 		t.Fatal(err)

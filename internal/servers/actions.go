@@ -233,13 +233,6 @@ func validatePrune(raw json.RawMessage) (agentproto.DockerPrunePayload, error) {
 // agentproto.CapabilityDockerHousekeeping runs.
 var housekeeping = []string{agentproto.JobContainerInspect, agentproto.JobDockerPrune}
 
-// UseImageKeeper sets what names the images a prune on a server must
-// keep: those its applications keep for their releases. Without it, a
-// prune is refused.
-func (s *Service) UseImageKeeper(kept func(ctx context.Context, serverID string) ([]string, error)) {
-	s.keptImages = kept
-}
-
 // QueueAction validates and queues an action on a server. created is false
 // when an earlier request with the same idempotency key is returned.
 func (s *Service) QueueAction(ctx context.Context, c audit.Caller, serverID, actionType string, payload json.RawMessage, key string) (jobs.Job, bool, error) {

@@ -12,7 +12,7 @@ import (
 // Revocation is immediate: Revoke and Delete drop the server's entries
 // (after the store has committed) and bump a generation that keeps lookups
 // already in flight from caching what they read before. With several
-// control planes on one PostgreSQL database (Service.UseBus), nothing is
+// control planes on one PostgreSQL database (Deps.Bus), nothing is
 // cached: another control plane's revocation must refuse the next call.
 const AgentAuthTTL = 30 * time.Second
 

@@ -53,25 +53,13 @@ type Service struct {
 	// the very next call here, and a bus message can arrive after it.
 	cacheOff atomic.Bool
 
-	// keptImages names the images a prune must keep (UseImageKeeper).
+	// keptImages names the images a prune must keep (Deps.KeptImages).
 	keptImages func(ctx context.Context, serverID string) ([]string, error)
 }
 
 // msgAgentRevoked is the bus message of a revoked or deleted server's
 // agent; the key is the server id.
 const msgAgentRevoked = "agent-revoked:"
-
-// UseBus makes revocations reach every control plane sharing the store
-// (see Deliver), where they drop the agent's batched heartbeats. With
-// other control planes possible, agent tokens are checked against the
-// store on every call: a bus message is not guaranteed to arrive before
-// the revoked agent's next call reaches another control plane, and a
-// revocation takes effect at that call.
-func (s *Service) UseBus(b jobs.Bus) {
-	s.bus = b
-	s.cacheOff.Store(true)
-	s.auth.clear()
-}
 
 // BusConnected tells the service whether its bus listens. When it comes
 // back, revocations may have been missed while it was down: whatever is
@@ -102,16 +90,40 @@ func (s *Service) revoked(ctx context.Context, id string) {
 	_ = s.bus.Notify(context.WithoutCancel(ctx), msgAgentRevoked+id)
 }
 
+// Deps is what a server service is made of.
+type Deps struct {
+	Store Store
+	Jobs  *jobs.Service
+	Audit *audit.Log
+	Now   func() time.Time
+	// PublicURL goes into install commands.
+	PublicURL string
+	// EnrollmentTTL is how long an enrollment token is valid; 0 is an
+	// hour.
+	EnrollmentTTL time.Duration
+	// KeptImages names the images a prune on a server must keep: those
+	// its applications keep for their releases. nil: a prune is refused.
+	KeptImages func(ctx context.Context, serverID string) ([]string, error)
+	// Bus, when not nil, makes revocations reach every control plane
+	// sharing the store (see Deliver), where they drop the agent's batched
+	// heartbeats. With other control planes possible, agent tokens are
+	// checked against the store on every call: a bus message is not
+	// guaranteed to arrive before the revoked agent's next call reaches
+	// another control plane, and a revocation takes effect at that call.
+	Bus jobs.Bus
+}
+
 // NewService returns a server service and registers the job types of
-// server actions with the job service. publicURL goes into install
-// commands.
-func NewService(store Store, j *jobs.Service, log *audit.Log, now func() time.Time, publicURL string, enrollmentTTL time.Duration) *Service {
-	if enrollmentTTL <= 0 {
-		enrollmentTTL = time.Hour
+// server actions with the job service.
+func NewService(d Deps) *Service {
+	if d.EnrollmentTTL <= 0 {
+		d.EnrollmentTTL = time.Hour
 	}
-	registerActions(j)
-	return &Service{store: store, jobs: j, audit: log, now: now, publicURL: strings.TrimRight(publicURL, "/"), enrollmentTTL: enrollmentTTL,
-		auth: newAuthCache(now, AgentAuthTTL)}
+	registerActions(d.Jobs)
+	s := &Service{store: d.Store, jobs: d.Jobs, audit: d.Audit, now: d.Now, publicURL: strings.TrimRight(d.PublicURL, "/"),
+		enrollmentTTL: d.EnrollmentTTL, keptImages: d.KeptImages, bus: d.Bus, auth: newAuthCache(d.Now, AgentAuthTTL)}
+	s.cacheOff.Store(d.Bus != nil)
+	return s
 }
 
 // Enrollment is a new server's one-time token and how to use it.

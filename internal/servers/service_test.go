@@ -49,8 +49,8 @@ func newEnv(t *testing.T, d store.Dialect) *env {
 	st := &countingStore{Store: storetest.Open(t, d)}
 	c := testlab.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	js := jobs.NewService(st.Store, secrets.GenerateKey(), c.Now, logger)
-	svc := servers.NewService(st, js, audit.NewLog(st.Store, c.Now), c.Now, "http://capstan.test", time.Hour)
+	js := jobs.NewService(jobs.Deps{Store: st.Store, Key: secrets.GenerateKey(), Now: c.Now, Log: logger})
+	svc := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st.Store, c.Now), Now: c.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
 	return &env{st: st, clock: c, svc: svc}
 }
 
