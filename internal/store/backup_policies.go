@@ -114,13 +114,8 @@ func (s *Store) DueBackupPolicies(ctx context.Context, now time.Time) ([]backups
 // ClaimBackupPolicy moves a due policy on if it is still enabled at
 // revision.
 func (s *Store) ClaimBackupPolicy(ctx context.Context, instanceID string, revision int64, next time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_policies SET next_due_at = ?, revision = revision + 1
-		WHERE instance_id = ? AND revision = ? AND enabled = TRUE`), ms(next), instanceID, revision)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_policies SET next_due_at = ?, revision = revision + 1
+		WHERE instance_id = ? AND revision = ? AND enabled = TRUE`), ms(next), instanceID, revision))
 }
 
 // ScheduledRunActive says whether a scheduled run of the database is
@@ -293,36 +288,21 @@ func (s *Store) StaleBackups(ctx context.Context) ([]backups.StaleDatabase, erro
 // not queued, not being deleted, and no verification started since
 // verifyJobID.
 func (s *Store) MarkBackupDeleting(ctx context.Context, runID, verifyJobID, deleteJobID string, retryAt time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_state = 'pending', delete_job_id = ?, delete_attempts = 1,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_state = 'pending', delete_job_id = ?, delete_attempts = 1,
 		delete_retry_at = ?, delete_error = '' WHERE id = ? AND delete_state = '' AND status <> ? AND verify_job_id = ?`),
-		deleteJobID, ms(retryAt), runID, backups.StatusQueued, verifyJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		deleteJobID, ms(retryAt), runID, backups.StatusQueued, verifyJobID))
 }
 
 // DeleteBackupRun removes a run whose deletion job deleteJobID succeeded.
 func (s *Store) DeleteBackupRun(ctx context.Context, runID, deleteJobID string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM backup_runs WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`),
-		runID, deleteJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM backup_runs WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`),
+		runID, deleteJobID))
 }
 
 // FailBackupDelete records a failed deletion job and when to retry.
 func (s *Store) FailBackupDelete(ctx context.Context, runID, deleteJobID, reason string, retryAt time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_error = ?, delete_retry_at = ?
-		WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), reason, ms(retryAt), runID, deleteJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_error = ?, delete_retry_at = ?
+		WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), reason, ms(retryAt), runID, deleteJobID))
 }
 
 // DueBackupDeletes returns the runs being deleted whose retry is due.
@@ -341,13 +321,8 @@ func (s *Store) DueBackupDeletes(ctx context.Context, now time.Time) ([]backups.
 
 // RequeueBackupDelete replaces a run's deletion job, counting an attempt.
 func (s *Store) RequeueBackupDelete(ctx context.Context, runID, oldJobID, newJobID string, retryAt time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_job_id = ?, delete_attempts = delete_attempts + 1,
-		delete_retry_at = ? WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), newJobID, ms(retryAt), runID, oldJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_job_id = ?, delete_attempts = delete_attempts + 1,
+		delete_retry_at = ? WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), newJobID, ms(retryAt), runID, oldJobID))
 }
 
 // DatabaseBackups returns a database's succeeded runs not being deleted,

@@ -60,14 +60,9 @@ func (s *Store) PutBackupSettings(ctx context.Context, b backups.Settings, prevR
 		}
 		return err == nil, err
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_settings SET provider = ?, endpoint = ?, region = ?, bucket = ?,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_settings SET provider = ?, endpoint = ?, region = ?, bucket = ?,
 		prefix = ?, path_style = ?, tls = ?, ca = ?, folder = ?, access_key_id = ?, secret_access_key = ?, revision = ?,
-		updated_by = ?, updated_at = ? WHERE id = 1 AND revision = ?`), append(args, prevRevision)...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		updated_by = ?, updated_at = ? WHERE id = 1 AND revision = ?`), append(args, prevRevision)...))
 }
 
 type backupRunRow struct {
@@ -180,14 +175,9 @@ func (s *Store) FinishBackupRun(ctx context.Context, id string, f backups.RunFin
 		}
 		manifest = string(b)
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET status = ?, size = ?, sha256 = ?, manifest = ?, local_path = ?,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET status = ?, size = ?, sha256 = ?, manifest = ?, local_path = ?,
 		error = ?, started_at = ?, finished_at = ? WHERE id = ? AND status = ?`),
-		f.Status, f.Size, f.SHA256, manifest, f.LocalPath, f.Error, msOrNull(f.StartedAt), ms(f.FinishedAt), id, backups.StatusQueued)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		f.Status, f.Size, f.SHA256, manifest, f.LocalPath, f.Error, msOrNull(f.StartedAt), ms(f.FinishedAt), id, backups.StatusQueued))
 }
 
 // BackupRuns lists runs, newest first.
@@ -294,23 +284,13 @@ func (s *Store) ForgetBackupLocalCopies(ctx context.Context, serverID, instanceI
 func (s *Store) SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error) {
 	// Never for a backup being deleted: its deletion checked for a
 	// verification under way at the same revision of this row.
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ? AND delete_state = ''`),
-		jobID, runID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ? AND delete_state = ''`),
+		jobID, runID))
 }
 
 // FinishBackupVerify records a verification if jobID is still the run's
 // current verification job.
 func (s *Store) FinishBackupVerify(ctx context.Context, runID, jobID string, v backups.Verification) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verified_at = ?, verified_ok = ?, verify_details = ?
-		WHERE id = ? AND verify_job_id = ?`), ms(v.At), v.OK, string(v.Details), runID, jobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verified_at = ?, verified_ok = ?, verify_details = ?
+		WHERE id = ? AND verify_job_id = ?`), ms(v.At), v.OK, string(v.Details), runID, jobID))
 }

@@ -135,11 +135,5 @@ func (s *Store) UpdateChannel(ctx context.Context, c notify.StoredChannel, prev 
 // DeleteChannel deletes a channel.
 func (s *Store) DeleteChannel(ctx context.Context, id string) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM notification_channels WHERE id = ?`), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such notification channel.")
-	}
-	return nil
+	return mustAffect(res, err, "notification channel")
 }

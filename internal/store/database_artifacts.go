@@ -88,10 +88,5 @@ func (s *Store) DatabaseArtifactFiles(ctx context.Context) (map[string]bool, err
 // file named; false if it was deleted already (by another replica's
 // reaper, say).
 func (s *Store) DeleteDatabaseArtifact(ctx context.Context, jobID, file string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM database_artifacts WHERE job_id = ? AND file = ?`), jobID, file)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM database_artifacts WHERE job_id = ? AND file = ?`), jobID, file))
 }

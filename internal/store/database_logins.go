@@ -98,11 +98,3 @@ func (s *Store) startOnReadyLogin(ctx context.Context, id, q string, args ...any
 		return fault.Conflictf("login-busy", "The login is %s or a rotation of it is under way; try again when its job ended.", state)
 	})
 }
-
-func changedOne(res sql.Result, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
-}

@@ -169,12 +169,7 @@ func (s *Store) FinishDatabaseCheck(ctx context.Context, id, jobID string, r dat
 			WHERE id = ? AND check_job_id = ? AND state = ?`
 		args = []any{r.State, r.LastError, ms(now), id, jobID, databases.StateChecking}
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(q), args...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(q), args...))
 }
 
 // DeleteDatabaseInstance deletes an instance and its logins.
@@ -185,6 +180,6 @@ func (s *Store) DeleteDatabaseInstance(ctx context.Context, id string) error {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM database_instances WHERE id = ?`), id)
-		return affectedOne(res, err, "database instance")
+		return mustAffect(res, err, "database instance")
 	})
 }

@@ -150,16 +150,6 @@ func (s *Store) ListDomains(ctx context.Context, appID string) ([]domains.Domain
 	return out, nil
 }
 
-func affectedOne(res sql.Result, err error, what string) error {
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such %s.", what)
-	}
-	return nil
-}
-
 // UpdateDomainTLS changes a domain's TLS mode and raises its server's
 // proxy revision.
 func (s *Store) UpdateDomainTLS(ctx context.Context, id, mode string, now time.Time) error {
@@ -169,7 +159,7 @@ func (s *Store) UpdateDomainTLS(ctx context.Context, id, mode string, now time.T
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE domains SET tls_mode = ?, updated_at = ? WHERE id = ?`), mode, ms(now), id)
-		if err := affectedOne(res, err, "domain"); err != nil {
+		if err := mustAffect(res, err, "domain"); err != nil {
 			return err
 		}
 		return bumpProxyRevision(ctx, tx, serverID)
@@ -188,7 +178,7 @@ func (s *Store) DeleteDomain(ctx context.Context, id string) error {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM domains WHERE id = ?`), id)
-		if err := affectedOne(res, err, "domain"); err != nil {
+		if err := mustAffect(res, err, "domain"); err != nil {
 			return err
 		}
 		return bumpProxyRevision(ctx, tx, serverID)
@@ -208,7 +198,7 @@ func domainServer(ctx context.Context, tx *sqlx.Tx, id string) (string, error) {
 // SetDomainCheckJob records a domain's latest check job.
 func (s *Store) SetDomainCheckJob(ctx context.Context, id, jobID string, now time.Time) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_job_id = ?, updated_at = ? WHERE id = ?`), jobID, ms(now), id)
-	return affectedOne(res, err, "domain")
+	return mustAffect(res, err, "domain")
 }
 
 // SetDomainProxyJob records the proxy.apply job of a domain's latest
@@ -216,7 +206,7 @@ func (s *Store) SetDomainCheckJob(ctx context.Context, id, jobID string, now tim
 func (s *Store) SetDomainProxyJob(ctx context.Context, id, jobID string, now time.Time) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET proxy_job_id = ?, proxy_status = ?, proxy_error = NULL, updated_at = ?
 		WHERE id = ?`), jobID, domains.ProxyApplying, ms(now), id)
-	return affectedOne(res, err, "domain")
+	return mustAffect(res, err, "domain")
 }
 
 // FinishDomainProxy records the end of a server's proxy.apply job on the

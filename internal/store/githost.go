@@ -109,12 +109,7 @@ func (s *Store) UpsertGitHostInstallation(ctx context.Context, in githost.Instal
 
 // DeleteGitHostInstallation forgets an installation.
 func (s *Store) DeleteGitHostInstallation(ctx context.Context, id int64) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_installations WHERE id = ?`), id)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_installations WHERE id = ?`), id))
 }
 
 const gitHostInstallationColumns = `id, account_login, account_type, repository_selection, created_at, updated_at`
@@ -192,10 +187,5 @@ func (s *Store) RememberGitHostDelivery(ctx context.Context, bodySHA256, deliver
 
 // ForgetGitHostDelivery forgets a webhook delivery by its body's SHA-256.
 func (s *Store) ForgetGitHostDelivery(ctx context.Context, bodySHA256 string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE body_sha256 = ?`), bodySHA256)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE body_sha256 = ?`), bodySHA256))
 }

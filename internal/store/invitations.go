@@ -132,13 +132,8 @@ const openInvitation = `accepted_at IS NULL AND revoked_at IS NULL AND expires_a
 // SetInvitationTOTP replaces the sealed second factor of an open
 // invitation.
 func (s *Store) SetInvitationTOTP(ctx context.Context, hash, sealed string, now time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE user_invitations SET totp_secret = ? WHERE token_hash = ? AND `+openInvitation),
-		sealed, hash, ms(now))
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE user_invitations SET totp_secret = ? WHERE token_hash = ? AND `+openInvitation),
+		sealed, hash, ms(now)))
 }
 
 // AcceptInvitation closes an open invitation whose second factor is still

@@ -101,13 +101,7 @@ func (s *Store) UpdateRule(ctx context.Context, r monitoring.Rule, prev time.Tim
 // DeleteRule deletes an alert rule and its pending conditions.
 func (s *Store) DeleteRule(ctx context.Context, id string) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM alert_rules WHERE id = ?`), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such alert rule.")
-	}
-	return nil
+	return mustAffect(res, err, "alert rule")
 }
 
 // Conditions returns every condition holding without an alert yet.

@@ -1,0 +1,34 @@
+package store
+
+import (
+	"database/sql"
+
+	"github.com/capstan-dev/capstan/internal/fault"
+)
+
+// changedOne reports whether the statement that returned res and err
+// changed exactly one row: the outcome of a conditional write of one
+// record.
+func changedOne(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// mustAffect turns a write of a record, given the statement's res and err,
+// that changed no row into the not-found error of what (“user”, “domain”).
+func mustAffect(res sql.Result, err error, what string) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return fault.NotFoundf("No such %s.", what)
+	}
+	return nil
+}
