@@ -47,15 +47,7 @@ func (s *Store) CreateAccount(ctx context.Context, a auth.Account) error {
 }
 
 func (s *Store) accountWhere(ctx context.Context, where string, arg any) (auth.Account, error) {
-	var r accountRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+accountColumns+` FROM users WHERE `+where), arg)
-	if notFound(err) {
-		return auth.Account{}, fault.NotFoundf("No such user.")
-	}
-	if err != nil {
-		return auth.Account{}, err
-	}
-	return r.account(), nil
+	return getOne(ctx, s.r, always(accountRow.account), "user", s.rebind(`SELECT `+accountColumns+` FROM users WHERE `+where), arg)
 }
 
 // AccountByEmail returns the account with this (normalized) e-mail.

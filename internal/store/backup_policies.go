@@ -46,20 +46,8 @@ func (r backupPolicyRow) policy() (backups.Policy, error) {
 }
 
 func (s *Store) backupPoliciesWhere(ctx context.Context, where string, args ...any) ([]backups.Policy, error) {
-	var rows []backupPolicyRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupPolicyColumns+` FROM backup_policies p
-		JOIN database_instances i ON i.id = p.instance_id WHERE `+where+` ORDER BY p.instance_id`), args...); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Policy, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.policy()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return selectAll(ctx, s.r, backupPolicyRow.policy, s.rebind(`SELECT `+backupPolicyColumns+` FROM backup_policies p
+		JOIN database_instances i ON i.id = p.instance_id WHERE `+where+` ORDER BY p.instance_id`), args...)
 }
 
 // BackupPolicies returns the stored policies of existing instances.
@@ -307,16 +295,8 @@ func (s *Store) FailBackupDelete(ctx context.Context, runID, deleteJobID, reason
 
 // DueBackupDeletes returns the runs being deleted whose retry is due.
 func (s *Store) DueBackupDeletes(ctx context.Context, now time.Time) ([]backups.Run, error) {
-	var rows []backupRunRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
-		WHERE delete_state = 'pending' AND delete_retry_at <= ? ORDER BY delete_retry_at LIMIT 100`), ms(now)); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
+		WHERE delete_state = 'pending' AND delete_retry_at <= ? ORDER BY delete_retry_at LIMIT 100`), ms(now))
 }
 
 // RequeueBackupDelete replaces a run's deletion job, counting an attempt.
@@ -328,33 +308,17 @@ func (s *Store) RequeueBackupDelete(ctx context.Context, runID, oldJobID, newJob
 // DatabaseBackups returns a database's succeeded runs not being deleted,
 // newest first.
 func (s *Store) DatabaseBackups(ctx context.Context, instanceID, database string) ([]backups.Run, error) {
-	var rows []backupRunRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
 		WHERE instance_id = ? AND database_name = ? AND status = ? AND delete_state = '' ORDER BY id DESC`),
-		instanceID, database, backups.StatusSucceeded); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+		instanceID, database, backups.StatusSucceeded)
 }
 
 // OldFailedBackups returns the failed runs not being deleted beyond the
 // newest keep of each database (by instance), oldest first, at most 100.
 func (s *Store) OldFailedBackups(ctx context.Context, keep int) ([]backups.Run, error) {
-	var rows []backupRunRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM (SELECT *, ROW_NUMBER() OVER
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM (SELECT *, ROW_NUMBER() OVER
 		(PARTITION BY instance_id, database_name ORDER BY id DESC) AS newer FROM backup_runs WHERE status = ? AND delete_state = '') r
-		WHERE newer > ? ORDER BY id LIMIT 100`), backups.StatusFailed, keep); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+		WHERE newer > ? ORDER BY id LIMIT 100`), backups.StatusFailed, keep)
 }
 
 // ResetBackupVerifyJob names prev as the run's verification job again if

@@ -154,15 +154,7 @@ func (s *Store) BackupRunByJob(ctx context.Context, jobID string) (backups.Run, 
 }
 
 func (s *Store) backupRunWhere(ctx context.Context, where string, arg any) (backups.Run, error) {
-	var r backupRunRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+where), arg)
-	if notFound(err) {
-		return backups.Run{}, fault.NotFoundf("No such backup.")
-	}
-	if err != nil {
-		return backups.Run{}, err
-	}
-	return r.run(), nil
+	return getOne(ctx, s.r, always(backupRunRow.run), "backup", s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+where), arg)
 }
 
 // FinishBackupRun records the end of a queued run.
@@ -206,17 +198,8 @@ func (s *Store) BackupRuns(ctx context.Context, q backups.RunQuery) ([]backups.R
 	if limit <= 0 {
 		limit = 50
 	}
-	var rows []backupRunRow
-	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+strings.Join(where, " AND ")+
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+strings.Join(where, " AND ")+
 		` ORDER BY id DESC LIMIT `+strconv.Itoa(limit)), args...)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
 }
 
 // BackupSummary counts the runs and returns the newest failures. A run

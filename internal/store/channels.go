@@ -80,32 +80,12 @@ func (s *Store) InsertChannel(ctx context.Context, c notify.StoredChannel) error
 
 // Channels returns every channel, oldest first.
 func (s *Store) Channels(ctx context.Context) ([]notify.StoredChannel, error) {
-	var rows []channelRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+channelColumns+` FROM notification_channels ORDER BY id`); err != nil {
-		return nil, err
-	}
-	out := make([]notify.StoredChannel, len(rows))
-	for i, r := range rows {
-		c, err := r.channel()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = c
-	}
-	return out, nil
+	return selectAll(ctx, s.r, channelRow.channel, `SELECT `+channelColumns+` FROM notification_channels ORDER BY id`)
 }
 
 // Channel returns a channel.
 func (s *Store) Channel(ctx context.Context, id string) (notify.StoredChannel, error) {
-	var r channelRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+channelColumns+` FROM notification_channels WHERE id = ?`), id)
-	if notFound(err) {
-		return notify.StoredChannel{}, fault.NotFoundf("No such notification channel.")
-	}
-	if err != nil {
-		return notify.StoredChannel{}, err
-	}
-	return r.channel()
+	return getOne(ctx, s.r, channelRow.channel, "notification channel", s.rebind(`SELECT `+channelColumns+` FROM notification_channels WHERE id = ?`), id)
 }
 
 // UpdateChannel stores a changed channel if nobody changed it since prev.

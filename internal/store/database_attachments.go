@@ -57,13 +57,8 @@ func (s *Store) InsertAttachedLogin(ctx context.Context, c databases.Credential,
 // AttachmentByLoginJob returns the attachment whose login jobID creates
 // or rotates.
 func (s *Store) AttachmentByLoginJob(ctx context.Context, jobID string) (databases.Attachment, error) {
-	var r databaseAttachmentRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a
+	return getOne(ctx, s.r, always(databaseAttachmentRow.attachment), "attachment", s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a
 		JOIN database_credentials c ON c.id = a.credential_id WHERE c.job_id = ? OR c.rotate_job_id = ?`), jobID, jobID)
-	if notFound(err) {
-		return databases.Attachment{}, fault.NotFoundf("No such attachment.")
-	}
-	return r.attachment(), err
 }
 
 // ApplicationAttachments returns an application's attachments, oldest
@@ -78,14 +73,6 @@ func (s *Store) InstanceAttachments(ctx context.Context, instanceID string) ([]d
 }
 
 func (s *Store) attachmentsWhere(ctx context.Context, where string, arg any) ([]databases.Attachment, error) {
-	var rows []databaseAttachmentRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a WHERE `+where+
-		` ORDER BY a.id`), arg); err != nil {
-		return nil, err
-	}
-	out := make([]databases.Attachment, len(rows))
-	for i, r := range rows {
-		out[i] = r.attachment()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(databaseAttachmentRow.attachment), s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a WHERE `+where+
+		` ORDER BY a.id`), arg)
 }

@@ -108,15 +108,7 @@ func (s *Store) InsertDomain(ctx context.Context, d domains.Domain, names []stri
 }
 
 func (s *Store) domainWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (domains.Domain, error) {
-	var r domainRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE `+where), args...)
-	if notFound(err) {
-		return domains.Domain{}, fault.NotFoundf("No such domain.")
-	}
-	if err != nil {
-		return domains.Domain{}, err
-	}
-	return r.domain()
+	return getOne(ctx, q, domainRow.domain, "domain", s.rebind(`SELECT `+domainColumns+` FROM domains WHERE `+where), args...)
 }
 
 // Domain returns a domain.
@@ -131,23 +123,10 @@ func (s *Store) DomainByCheckJob(ctx context.Context, jobID string) (domains.Dom
 
 // ListDomains returns domains by hostname.
 func (s *Store) ListDomains(ctx context.Context, appID string) ([]domains.Domain, error) {
-	var rows []domainRow
-	var err error
 	if appID == "" {
-		err = s.r.SelectContext(ctx, &rows, `SELECT `+domainColumns+` FROM domains ORDER BY hostname`)
-	} else {
-		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE app_id = ? ORDER BY hostname`), appID)
+		return selectAll(ctx, s.r, domainRow.domain, `SELECT `+domainColumns+` FROM domains ORDER BY hostname`)
 	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]domains.Domain, len(rows))
-	for i, r := range rows {
-		if out[i], err = r.domain(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return selectAll(ctx, s.r, domainRow.domain, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE app_id = ? ORDER BY hostname`), appID)
 }
 
 // UpdateDomainTLS changes a domain's TLS mode and raises its server's

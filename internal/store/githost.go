@@ -116,25 +116,12 @@ const gitHostInstallationColumns = `id, account_login, account_type, repository_
 
 // GitHostInstallation returns one installation.
 func (s *Store) GitHostInstallation(ctx context.Context, id int64) (githost.Installation, error) {
-	var r gitHostInstallationRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+gitHostInstallationColumns+` FROM githost_installations WHERE id = ?`), id)
-	if notFound(err) {
-		return githost.Installation{}, fault.NotFoundf("No such installation.")
-	}
-	return r.installation(), err
+	return getOne(ctx, s.r, always(gitHostInstallationRow.installation), "installation", s.rebind(`SELECT `+gitHostInstallationColumns+` FROM githost_installations WHERE id = ?`), id)
 }
 
 // GitHostInstallations returns the installations by id.
 func (s *Store) GitHostInstallations(ctx context.Context) ([]githost.Installation, error) {
-	var rows []gitHostInstallationRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+gitHostInstallationColumns+` FROM githost_installations ORDER BY id`); err != nil {
-		return nil, err
-	}
-	out := make([]githost.Installation, len(rows))
-	for i, r := range rows {
-		out[i] = r.installation()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(gitHostInstallationRow.installation), `SELECT `+gitHostInstallationColumns+` FROM githost_installations ORDER BY id`)
 }
 
 // InsertGitHostState stores a manifest state's hash.

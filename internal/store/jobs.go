@@ -105,15 +105,7 @@ func (s *Store) InsertJob(ctx context.Context, j jobs.Job, sealedSecrets string)
 }
 
 func (s *Store) jobWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (jobs.Job, error) {
-	var r jobRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE `+where), args...)
-	if notFound(err) {
-		return jobs.Job{}, fault.NotFoundf("No such job.")
-	}
-	if err != nil {
-		return jobs.Job{}, err
-	}
-	return s.jobOf(r), nil
+	return getOne(ctx, q, always(s.jobOf), "job", s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE `+where), args...)
 }
 
 // JobByIdempotencyKey returns the server's job created with key.

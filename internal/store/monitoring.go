@@ -60,25 +60,12 @@ func (s *Store) InsertRule(ctx context.Context, r monitoring.Rule) error {
 func (s *Store) Rules(ctx context.Context) ([]monitoring.Rule, error) { return s.rules(ctx, s.r) }
 
 func (s *Store) rules(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.Rule, error) {
-	var rows []ruleRow
-	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`); err != nil {
-		return nil, err
-	}
-	out := make([]monitoring.Rule, len(rows))
-	for i, r := range rows {
-		out[i] = r.rule()
-	}
-	return out, nil
+	return selectAll(ctx, q, always(ruleRow.rule), `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`)
 }
 
 // Rule returns an alert rule.
 func (s *Store) Rule(ctx context.Context, id string) (monitoring.Rule, error) {
-	var r ruleRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`), id)
-	if notFound(err) {
-		return monitoring.Rule{}, fault.NotFoundf("No such alert rule.")
-	}
-	return r.rule(), err
+	return getOne(ctx, s.r, always(ruleRow.rule), "alert rule", s.rebind(`SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`), id)
 }
 
 // UpdateRule stores a changed rule if nobody changed it since prev.
@@ -159,15 +146,8 @@ func (r alertRow) alert() monitoring.Alert {
 }
 
 func (s *Store) alertsWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]monitoring.Alert, error) {
-	var rows []alertRow
-	if err := sqlx.SelectContext(ctx, q, &rows, s.rebind(`SELECT `+alertColumns+` FROM alerts WHERE `+where), args...); err != nil {
-		return nil, err
-	}
-	out := make([]monitoring.Alert, len(rows))
-	for i, r := range rows {
-		out[i] = r.alert()
-	}
-	return out, nil
+	return selectAll(ctx, q, always(alertRow.alert), s.rebind(`SELECT `+alertColumns+` FROM alerts WHERE `+where), args...)
+
 }
 
 // OpenAlerts returns every open alert.

@@ -66,15 +66,7 @@ func (s *Store) CreateServer(ctx context.Context, srv servers.Server, enrollHash
 }
 
 func (s *Store) serverWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (servers.Server, error) {
-	var r serverRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+serverColumns+` FROM servers WHERE `+where), args...)
-	if notFound(err) {
-		return servers.Server{}, fault.NotFoundf("No such server.")
-	}
-	if err != nil {
-		return servers.Server{}, err
-	}
-	return r.server()
+	return getOne(ctx, q, serverRow.server, "server", s.rebind(`SELECT `+serverColumns+` FROM servers WHERE `+where), args...)
 }
 
 // ServerAgent returns a server's name, its agent's version and the job
@@ -110,19 +102,7 @@ func (s *Store) Server(ctx context.Context, id string) (servers.Server, error) {
 
 // ListServers returns every server, oldest first.
 func (s *Store) ListServers(ctx context.Context) ([]servers.Server, error) {
-	var rows []serverRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+serverColumns+` FROM servers ORDER BY id`); err != nil {
-		return nil, err
-	}
-	out := make([]servers.Server, len(rows))
-	for i, r := range rows {
-		srv, err := r.server()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = srv
-	}
-	return out, nil
+	return selectAll(ctx, s.r, serverRow.server, `SELECT `+serverColumns+` FROM servers ORDER BY id`)
 }
 
 // ListServerStates lists every server with only what its presence needs:
