@@ -322,6 +322,13 @@ func bumpAppServer(ctx context.Context, tx *sqlx.Tx, appID string) error {
 	return err
 }
 
+// bumpDeploymentServer raises the proxy revision of a deployment's server.
+func bumpDeploymentServer(ctx context.Context, tx *sqlx.Tx, deploymentID string) error {
+	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
+		WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), deploymentID)
+	return err
+}
+
 // DeleteApp deletes an application with its deployments and domains, and
 // raises its server's proxy revision.
 func (s *Store) DeleteApp(ctx context.Context, id string) error {
@@ -595,16 +602,12 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 	}
 	var done bool
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, kept_release = ?,
+		var err error
+		done, err = changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, kept_release = ?,
 			finished_at = ?, updated_at = ? WHERE id = ? AND status = 'running'`),
-			f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id)
-		if err != nil {
+			f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id))
+		if err != nil || !done {
 			return err
-		}
-		n, _ := res.RowsAffected()
-		done = n == 1
-		if !done {
-			return nil
 		}
 		if err := publishDeploymentTx(ctx, tx, id, f); err != nil {
 			return err
@@ -617,9 +620,7 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 			return err
 		}
 		// The application's sites now proxy to another container.
-		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
-			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
-		return err
+		return bumpDeploymentServer(ctx, tx, id)
 	})
 	if done && err == nil {
 		s.published()
@@ -638,32 +639,23 @@ func (s *Store) ReconcileDeployment(ctx context.Context, id string, f apps.Finis
 	}
 	var done bool
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = NULL, result = ?, image_id = ?, kept_release = ?,
+		var err error
+		done, err = changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = NULL, result = ?, image_id = ?, kept_release = ?,
 			finished_at = ?, updated_at = ? WHERE id = ? AND status = 'failed' AND error = ?`),
-			apps.Succeeded, nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id, jobs.ErrAgentLost)
-		if err != nil {
+			apps.Succeeded, nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id, jobs.ErrAgentLost))
+		if err != nil || !done {
 			return err
 		}
-		n, err := res.RowsAffected()
-		if err != nil || n != 1 {
-			return err
-		}
-		done = true
 		if err := publishDeploymentTx(ctx, tx, id, f); err != nil {
 			return err
 		}
-		res, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
+		current, err := changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
 			WHERE id = (SELECT app_id FROM deployments WHERE id = ?) AND (current_deployment_id IS NULL OR current_deployment_id < ?)`),
-			id, ms(f.At), id, id)
-		if err != nil {
+			id, ms(f.At), id, id))
+		if err != nil || !current {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
-			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
-		return err
+		return bumpDeploymentServer(ctx, tx, id)
 	})
 	if done && err == nil {
 		s.published()

@@ -29,19 +29,10 @@ func (r databaseAttachmentRow) attachment() databases.Attachment {
 // InsertAttachedLogin stores a login with the attachment it is made for.
 func (s *Store) InsertAttachedLogin(ctx context.Context, c databases.Credential, a databases.Attachment) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_credentials (id, instance_id, username, database_name, password,
-			access, state, job_id, key_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			c.ID, c.InstanceID, c.Username, c.Database, c.SealedPassword, c.Access, c.State, c.JobID, c.KeyPattern, ms(c.CreatedAt), ms(c.UpdatedAt))
-		if isUniqueViolation(err) {
-			return fault.Conflictf("login-exists", "The instance has a login named %s already.", c.Username)
-		}
-		if isForeignKeyViolation(err) {
-			return fault.NotFoundf("No such database instance.")
-		}
-		if err != nil {
+		if err := s.insertLogin(ctx, tx, c); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_attachments (id, instance_id, credential_id, application_id, env_key,
+		_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_attachments (id, instance_id, credential_id, application_id, env_key,
 			created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 			a.ID, a.InstanceID, a.CredentialID, a.ApplicationID, a.EnvKey, a.CreatedBy, ms(a.CreatedAt))
 		if isUniqueViolation(err) {

@@ -82,7 +82,6 @@ func (s *Store) ListInvitations(ctx context.Context, since time.Time) ([]auth.In
 	return selectAll(ctx, s.r, always(invitationRow.invitation), s.rebind(`SELECT `+invitationColumns+` FROM user_invitations
 		WHERE (accepted_at IS NULL AND revoked_at IS NULL AND expires_at > ?) OR accepted_at > ? OR revoked_at > ?
 		ORDER BY created_at DESC, id DESC`), t, t, t)
-
 }
 
 // RevokeInvitation revokes an invitation neither accepted nor revoked, in

@@ -147,7 +147,6 @@ func (r alertRow) alert() monitoring.Alert {
 
 func (s *Store) alertsWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]monitoring.Alert, error) {
 	return selectAll(ctx, q, always(alertRow.alert), s.rebind(`SELECT `+alertColumns+` FROM alerts WHERE `+where), args...)
-
 }
 
 // OpenAlerts returns every open alert.

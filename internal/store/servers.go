@@ -284,10 +284,13 @@ func publishServerTx(ctx context.Context, tx *sqlx.Tx, typ events.Type, srv serv
 	return publishTx(ctx, tx, ev)
 }
 
-// revokeTx revokes a server's agent credential. Revoking an enrolled
-// server publishes server.revoked.
-func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Time) error {
-	id := srv.ID
+// revokeServerTx revokes the agent credential of the server with this id,
+// in tx. Revoking an enrolled server publishes server.revoked.
+func (s *Store) revokeServerTx(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) error {
+	srv, err := s.serverWhere(ctx, tx, "id = ?", id)
+	if err != nil {
+		return err
+	}
 	if srv.HasAgent() {
 		if err := publishServerTx(ctx, tx, events.ServerRevoked, srv, now); err != nil {
 			return err
@@ -298,7 +301,7 @@ func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Tim
 		AND agent_token_hash NOT IN (SELECT token_hash FROM revoked_agent_tokens)`), ms(now), id); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET status = 'revoked', revoked_at = COALESCE(revoked_at, ?),
+	_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET status = 'revoked', revoked_at = COALESCE(revoked_at, ?),
 		enrollment_token_hash = NULL, enrollment_expires_at = NULL, updated_at = ? WHERE id = ?`), ms(now), ms(now), id)
 	return err
 }
@@ -307,13 +310,10 @@ func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Tim
 func (s *Store) RevokeServer(ctx context.Context, id string, now time.Time) (servers.Server, error) {
 	var srv servers.Server
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
-		if err != nil {
+		if err := s.revokeServerTx(ctx, tx, id, now); err != nil {
 			return err
 		}
-		if err := revokeTx(ctx, tx, cur, now); err != nil {
-			return err
-		}
+		var err error
 		srv, err = s.serverWhere(ctx, tx, "id = ?", id)
 		return err
 	})
@@ -326,14 +326,10 @@ func (s *Store) RevokeServer(ctx context.Context, id string, now time.Time) (ser
 // DeleteServer revokes a server and deletes its record.
 func (s *Store) DeleteServer(ctx context.Context, id string, now time.Time) error {
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
-		if err != nil {
+		if err := s.revokeServerTx(ctx, tx, id, now); err != nil {
 			return err
 		}
-		if err := revokeTx(ctx, tx, cur, now); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
+		_, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
 		if isForeignKeyViolation(err) {
 			// Database instances refer to the server: they go first.
 			return fault.Conflictf("server-has-databases", "Database instances are registered on this server; delete them first.")
