@@ -536,11 +536,9 @@ func (s *Store) ClaimDeployment(ctx context.Context, appID string, now time.Time
 	)
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
 		superseded, ok = nil, false
-		if s.dialect == Postgres {
-			// Serialize with every other claim and removal of the app.
-			if _, err := tx.ExecContext(ctx, `SELECT id FROM applications WHERE id = $1 FOR UPDATE`, appID); err != nil {
-				return err
-			}
+		// Serialize with every other claim and removal of the app.
+		if err := s.lockApp(ctx, tx, appID); err != nil {
+			return err
 		}
 		var state string
 		if err := tx.GetContext(ctx, &state, tx.Rebind(`SELECT state FROM applications WHERE id = ?`), appID); err != nil {
@@ -783,14 +781,6 @@ func (s *Store) ReplaceAppEnv(ctx context.Context, id, oldSealed, newSealed stri
 	}
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE applications SET env = ?, env_keys = ?, updated_at = ? WHERE id = ? AND env = ?`),
 		newSealed, string(k), ms(now), id, oldSealed)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return nil
-	}
-	if _, err := s.AppEnv(ctx, id); err != nil {
-		return err
-	}
-	return fault.Conflictf("env-changed", "The application's env changed while it was being set.")
+	return mustChange(res, err, func() error { _, err := s.AppEnv(ctx, id); return err },
+		fault.Conflictf("env-changed", "The application's env changed while it was being set."))
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -174,32 +173,28 @@ func (s *Store) FinishBackupRun(ctx context.Context, id string, f backups.RunFin
 
 // BackupRuns lists runs, newest first.
 func (s *Store) BackupRuns(ctx context.Context, q backups.RunQuery) ([]backups.Run, error) {
-	where, args := []string{"1 = 1"}, []any{}
-	if q.InstanceID != "" {
-		where, args = append(where, "instance_id = ?"), append(args, q.InstanceID)
-	}
-	if q.Status != "" {
-		where, args = append(where, "status = ?"), append(args, q.Status)
-	}
+	var c conds
+	c.equal("instance_id", q.InstanceID)
+	c.equal("status", q.Status)
 	if q.Verified != nil {
 		if *q.Verified {
-			where = append(where, "verified_ok = TRUE")
+			c.add("verified_ok = TRUE")
 		} else {
-			where = append(where, "(verified_ok IS NULL OR verified_ok = FALSE)")
+			c.add("(verified_ok IS NULL OR verified_ok = FALSE)")
 		}
 	}
 	if q.Before != "" {
-		where, args = append(where, "id < ?"), append(args, q.Before)
+		c.add("id < ?", q.Before)
 	}
 	if q.Kept {
-		where = append(where, "delete_state = ''")
+		c.add("delete_state = ''")
 	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+strings.Join(where, " AND ")+
-		` ORDER BY id DESC LIMIT `+strconv.Itoa(limit)), args...)
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+c.where()+
+		` ORDER BY id DESC LIMIT `+strconv.Itoa(limit)), c.args...)
 }
 
 // BackupSummary counts the runs and returns the newest failures. A run

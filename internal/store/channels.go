@@ -100,16 +100,8 @@ func (s *Store) UpdateChannel(ctx context.Context, c notify.StoredChannel, prev 
 	if isUniqueViolation(err) {
 		return fault.Conflictf("channel-name-taken", "A channel named %q exists.", c.Name)
 	}
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.Channel(ctx, c.ID); err != nil {
-			return err
-		}
-		return fault.Conflictf("channel-changed", "The channel was changed at the same time; read it again and retry.")
-	}
-	return nil
+	return mustChange(res, err, func() error { _, err := s.Channel(ctx, c.ID); return err },
+		fault.Conflictf("channel-changed", "The channel was changed at the same time; read it again and retry."))
 }
 
 // DeleteChannel deletes a channel.

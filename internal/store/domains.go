@@ -4,14 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/events"
@@ -258,17 +254,4 @@ func (s *Store) SetDomainCheck(ctx context.Context, id, jobID string, c domains.
 	_, err = s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_result = ?, checked_at = ?, updated_at = ? WHERE id = ? AND check_job_id = ?`),
 		string(b), ms(c.CheckedAt), ms(now), id, jobID)
 	return err
-}
-
-// isForeignKeyViolation reports whether err is a foreign-key violation.
-func isForeignKeyViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "23503"
-	}
-	var sqErr *sqlite.Error
-	if errors.As(err, &sqErr) {
-		return sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
-	}
-	return false
 }

@@ -64,14 +64,13 @@ const eventColumns = `id, type, subject_type, subject_id, payload, occurred_at`
 // ListEvents returns up to limit events, newest first, before the cursor
 // (an event id) and of the type, when given.
 func (s *Store) ListEvents(ctx context.Context, limit int, before, typ string) ([]events.Event, error) {
-	q, args := `SELECT `+eventColumns+` FROM events WHERE 1 = 1`, []any{}
+	var c conds
 	if before != "" {
-		q, args = q+` AND id < ?`, append(args, before)
+		c.add("id < ?", before)
 	}
-	if typ != "" {
-		q, args = q+` AND type = ?`, append(args, typ)
-	}
-	return selectAll(ctx, s.r, always(eventRow.event), s.rebind(q+` ORDER BY id DESC LIMIT ?`), append(args, limit)...)
+	c.equal("type", typ)
+	return selectAll(ctx, s.r, always(eventRow.event), s.rebind(`SELECT `+eventColumns+` FROM events WHERE `+c.where()+
+		` ORDER BY id DESC LIMIT ?`), append(c.args, limit)...)
 }
 
 // UnroutedEvents returns up to limit events not yet routed, oldest first.

@@ -32,3 +32,20 @@ func mustAffect(res sql.Result, err error, what string) error {
 	}
 	return nil
 }
+
+// mustChange checks a write of one record conditional on what the caller
+// read of it: when it changed no row, the record is gone (the error of
+// found, which reads it) or changed since, which is conflict.
+func mustChange(res sql.Result, err error, found func() error, conflict error) error {
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n > 0 {
+		return err
+	}
+	if err := found(); err != nil {
+		return err
+	}
+	return conflict
+}

@@ -148,34 +148,20 @@ func (s *Store) JobEvents(ctx context.Context, id string) ([]jobs.Event, error) 
 // status or creator, each with the id), and only those few are joined to
 // the names.
 func (s *Store) ListJobs(ctx context.Context, f jobs.ListFilter, limit int) ([]jobs.Job, error) {
-	var where []string
-	var args []any
-	if f.ServerID != "" {
-		where, args = append(where, "server_id = ?"), append(args, f.ServerID)
-	}
-	if f.AppID != "" {
-		where, args = append(where, "app_id = ?"), append(args, f.AppID)
-	}
-	if f.Type != "" {
-		where, args = append(where, "type = ?"), append(args, f.Type)
-	}
-	if f.Status != "" {
-		where, args = append(where, "status = ?"), append(args, string(f.Status))
-	}
+	var c conds
+	c.equal("server_id", f.ServerID)
+	c.equal("app_id", f.AppID)
+	c.equal("type", f.Type)
+	c.equal("status", string(f.Status))
 	switch {
 	case f.Actor == "":
 	case f.Actor == jobs.ActorSystem:
-		where = append(where, "created_by = ''")
+		c.add("created_by = ''")
 	case strings.Contains(f.Actor, "@"):
-		where, args = append(where, "created_by = (SELECT id FROM users WHERE email = ?)"), append(args, strings.ToLower(strings.TrimSpace(f.Actor)))
+		c.add("created_by = (SELECT id FROM users WHERE email = ?)", strings.ToLower(strings.TrimSpace(f.Actor)))
 	default:
-		where, args = append(where, "created_by = ?"), append(args, f.Actor)
+		c.add("created_by = ?", f.Actor)
 	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	args = append(args, limit)
 	var rows []struct {
 		jobRow
 		ServerName sql.NullString `db:"server_name"`
@@ -183,9 +169,9 @@ func (s *Store) ListJobs(ctx context.Context, f jobs.ListFilter, limit int) ([]j
 		ActorEmail sql.NullString `db:"actor_email"`
 	}
 	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT j.*, s.name AS server_name, a.name AS app_name, u.email AS actor_email
-		FROM (SELECT `+jobColumns+` FROM jobs`+cond+` ORDER BY id DESC LIMIT ?) j
+		FROM (SELECT `+jobColumns+` FROM jobs WHERE `+c.where()+` ORDER BY id DESC LIMIT ?) j
 		LEFT JOIN servers s ON s.id = j.server_id LEFT JOIN applications a ON a.id = j.app_id LEFT JOIN users u ON u.id = j.created_by
-		ORDER BY j.id DESC`), args...)
+		ORDER BY j.id DESC`), append(c.args, limit)...)
 	if err != nil {
 		return nil, err
 	}

@@ -73,16 +73,8 @@ func (s *Store) UpdateRule(ctx context.Context, r monitoring.Rule, prev time.Tim
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE alert_rules SET name = ?, threshold = ?, duration_seconds = ?, severity = ?, enabled = ?,
 		updated_at = ? WHERE id = ? AND updated_at = ?`), r.Name, r.Threshold, r.Duration, r.Severity, boolInt(r.Enabled), ms(r.UpdatedAt),
 		r.ID, ms(prev))
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.Rule(ctx, r.ID); err != nil {
-			return err
-		}
-		return fault.Conflictf("rule-changed", "The rule was changed at the same time; read it again and retry.")
-	}
-	return nil
+	return mustChange(res, err, func() error { _, err := s.Rule(ctx, r.ID); return err },
+		fault.Conflictf("rule-changed", "The rule was changed at the same time; read it again and retry."))
 }
 
 // DeleteRule deletes an alert rule and its pending conditions.
@@ -157,14 +149,12 @@ func (s *Store) OpenAlerts(ctx context.Context) ([]monitoring.Alert, error) {
 // ListAlerts returns up to limit alerts in state ("" for all), newest
 // first, before the cursor.
 func (s *Store) ListAlerts(ctx context.Context, state string, limit int, before string) ([]monitoring.Alert, error) {
-	where, args := `1 = 1`, []any{}
-	if state != "" {
-		where, args = where+` AND state = ?`, append(args, state)
-	}
+	var c conds
+	c.equal("state", state)
 	if before != "" {
-		where, args = where+` AND id < ?`, append(args, before)
+		c.add("id < ?", before)
 	}
-	return s.alertsWhere(ctx, s.r, where+` ORDER BY id DESC LIMIT ?`, append(args, limit)...)
+	return s.alertsWhere(ctx, s.r, c.where()+` ORDER BY id DESC LIMIT ?`, append(c.args, limit)...)
 }
 
 // AcknowledgeAlert records who acknowledged an open alert, and reports
