@@ -20,6 +20,12 @@ func changedOne(res sql.Result, err error) (bool, error) {
 // mustAffect turns a write of a record, given the statement's res and err,
 // that changed no row into the not-found error of what (“user”, “domain”).
 func mustAffect(res sql.Result, err error, what string) error {
+	return unlessNone(res, err, fault.NotFoundf("No such %s.", what))
+}
+
+// unlessNone is the error of a statement given its res and err, none when
+// it changed no row.
+func unlessNone(res sql.Result, err error, none error) error {
 	if err != nil {
 		return err
 	}
@@ -28,7 +34,7 @@ func mustAffect(res sql.Result, err error, what string) error {
 		return err
 	}
 	if n == 0 {
-		return fault.NotFoundf("No such %s.", what)
+		return none
 	}
 	return nil
 }

@@ -94,17 +94,7 @@ func (s *Store) UpsertGitHostInstallation(ctx context.Context, in githost.Instal
 		ON CONFLICT (id) DO UPDATE SET account_login = excluded.account_login, account_type = excluded.account_type,
 		repository_selection = excluded.repository_selection, updated_at = excluded.updated_at`),
 		in.ID, in.Account, in.AccountType, in.RepositorySelection, ms(in.CreatedAt), ms(in.UpdatedAt))
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fault.Conflictf("app-not-connected", "No git host app is connected.")
-	}
-	return nil
+	return unlessNone(res, err, fault.Conflictf("app-not-connected", "No git host app is connected."))
 }
 
 // DeleteGitHostInstallation forgets an installation.

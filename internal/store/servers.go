@@ -155,11 +155,8 @@ func (s *Store) RedeemEnrollment(ctx context.Context, enrollHash, agentHash stri
 			agent_token_hash = ?, status = 'online', facts = ?, agent_version = ?, enrolled_at = ?, last_seen_at = ?, updated_at = ?
 			WHERE enrollment_token_hash = ? AND enrollment_expires_at > ? AND status = 'pending'`),
 			agentHash, servers.RawFacts(&facts), facts.AgentVersion, ms(now), ms(now), ms(now), enrollHash, ms(now))
-		if err != nil {
+		if err := unlessNone(res, err, fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, used or expired.")); err != nil {
 			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, used or expired.")
 		}
 		srv, err = s.serverWhere(ctx, tx, "agent_token_hash = ?", agentHash)
 		if err != nil {
