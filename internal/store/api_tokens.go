@@ -92,19 +92,7 @@ func (s *Store) APITokens(ctx context.Context, userID string) ([]auth.APIToken, 
 	if userID != "" {
 		q, args = q+` WHERE t.user_id = ?`, append(args, userID)
 	}
-	var rows []apiTokenRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(q+` ORDER BY t.id DESC`), args...); err != nil {
-		return nil, err
-	}
-	out := make([]auth.APIToken, 0, len(rows))
-	for _, r := range rows {
-		t, err := r.token()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, nil
+	return selectAll(ctx, s.r, apiTokenRow.token, s.rebind(q+` ORDER BY t.id DESC`), args...)
 }
 
 // RevokeAPIToken revokes a token that is not revoked yet, of userID or

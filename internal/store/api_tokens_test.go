@@ -76,23 +76,7 @@ func TestTouchAPITokenNewAddressOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ip := range []string{"127.0.0.1", "127.0.0.2"} {
-			var wg sync.WaitGroup
-			fresh := make([]bool, 8)
-			for i := range fresh {
-				wg.Go(func() {
-					var err error
-					if fresh[i], err = s.TouchAPIToken(ctx, tok.ID, ip, t0.Add(time.Minute)); err != nil {
-						t.Error(err)
-					}
-				})
-			}
-			wg.Wait()
-			n := 0
-			for _, f := range fresh {
-				if f {
-					n++
-				}
-			}
+			n := countApplied(t, 8, func(int) (bool, error) { return s.TouchAPIToken(ctx, tok.ID, ip, t0.Add(time.Minute)) })
 			if n != 1 {
 				t.Fatalf("%s: %d uses reported a new address, want 1", ip, n)
 			}

@@ -138,6 +138,38 @@ func publishColumns(a apps.App) (string, sql.NullInt64) {
 	return a.Publish.Bind, sql.NullInt64{Int64: int64(a.Publish.HostPort), Valid: true}
 }
 
+// appSettings are the stored forms of an application's settings that
+// are not plain values, as InsertApp and UpdateApp write them.
+type appSettings struct {
+	source, envKeys, build, compose, service string
+	publishBind                              string
+	publishPort                              sql.NullInt64
+}
+
+func settingsColumns(a apps.App) (appSettings, error) {
+	var c appSettings
+	src, err := json.Marshal(a.Source)
+	if err != nil {
+		return c, err
+	}
+	keys, err := json.Marshal(nonNil(a.EnvKeys))
+	if err != nil {
+		return c, err
+	}
+	c.source, c.envKeys = string(src), string(keys)
+	if c.build, err = buildColumn(a); err != nil {
+		return c, err
+	}
+	if c.compose, err = composeColumn(a); err != nil {
+		return c, err
+	}
+	if c.service, err = serviceColumn(a); err != nil {
+		return c, err
+	}
+	c.publishBind, c.publishPort = publishColumns(a)
+	return c, nil
+}
+
 // appUniqueViolation is the conflict a unique violation of applications
 // stands for: the published port's index, or the name's.
 func appUniqueViolation(err error, a apps.App) error {
@@ -149,35 +181,18 @@ func appUniqueViolation(err error, a apps.App) error {
 
 // InsertApp stores a new application.
 func (s *Store) InsertApp(ctx context.Context, a apps.App, sealedEnv string) error {
-	src, err := json.Marshal(a.Source)
+	c, err := settingsColumns(a)
 	if err != nil {
 		return err
 	}
-	keys, err := json.Marshal(nonNil(a.EnvKeys))
-	if err != nil {
-		return err
-	}
-	build, err := buildColumn(a)
-	if err != nil {
-		return err
-	}
-	compose, err := composeColumn(a)
-	if err != nil {
-		return err
-	}
-	service, err := serviceColumn(a)
-	if err != nil {
-		return err
-	}
-	bind, port := publishColumns(a)
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO applications (id, server_id, name, source, container_port, health_path, env, env_keys,
 		auto_deploy, memory_limit, state, created_by, created_at, updated_at, build, build_args, build_secrets, kind, compose, service,
 		publish_bind, publish_port)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			a.ID, a.ServerID, a.Name, string(src), a.ContainerPort, a.HealthPath, sealedEnv, string(keys), a.AutoDeploy, a.MemoryLimit,
-			a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), build, a.SealedBuildArgs, a.SealedBuildSecrets, appKind(a), compose, service,
-			bind, port); err != nil {
+			a.ID, a.ServerID, a.Name, c.source, a.ContainerPort, a.HealthPath, sealedEnv, c.envKeys, a.AutoDeploy, a.MemoryLimit,
+			a.State, a.CreatedBy, ms(a.CreatedAt), ms(a.UpdatedAt), c.build, a.SealedBuildArgs, a.SealedBuildSecrets, appKind(a), c.compose, c.service,
+			c.publishBind, c.publishPort); err != nil {
 			return err
 		}
 		if a.Publish == nil {
@@ -200,15 +215,7 @@ func nonNil(xs []string) []string {
 }
 
 func (s *Store) appWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (apps.App, error) {
-	var r appRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+appColumns+` FROM applications a WHERE `+where), args...)
-	if notFound(err) {
-		return apps.App{}, fault.NotFoundf("No such application.")
-	}
-	if err != nil {
-		return apps.App{}, err
-	}
-	return r.app()
+	return getOne(ctx, q, appRow.app, "application", s.rebind(`SELECT `+appColumns+` FROM applications a WHERE `+where), args...)
 }
 
 // App returns an application.
@@ -223,64 +230,29 @@ func (s *Store) AppByRemoveJob(ctx context.Context, jobID string) (apps.App, err
 
 // AppEnv returns an application's sealed environment.
 func (s *Store) AppEnv(ctx context.Context, id string) (string, error) {
-	var env string
-	err := s.r.GetContext(ctx, &env, s.rebind(`SELECT env FROM applications WHERE id = ?`), id)
-	if notFound(err) {
-		return "", fault.NotFoundf("No such application.")
-	}
-	return env, err
+	return getOne(ctx, s.r, asIs[string], "application", s.rebind(`SELECT env FROM applications WHERE id = ?`), id)
 }
 
 // ListApps returns applications, oldest first.
 func (s *Store) ListApps(ctx context.Context, serverID string) ([]apps.App, error) {
-	var rows []appRow
-	var err error
 	if serverID == "" {
-		err = s.r.SelectContext(ctx, &rows, `SELECT `+appColumns+` FROM applications a ORDER BY a.id`)
-	} else {
-		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+appColumns+` FROM applications a WHERE a.server_id = ? ORDER BY a.id`), serverID)
+		return selectAll(ctx, s.r, appRow.app, `SELECT `+appColumns+` FROM applications a ORDER BY a.id`)
 	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]apps.App, len(rows))
-	for i, r := range rows {
-		if out[i], err = r.app(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return selectAll(ctx, s.r, appRow.app, s.rebind(`SELECT `+appColumns+` FROM applications a WHERE a.server_id = ? ORDER BY a.id`), serverID)
 }
 
 // UpdateApp replaces an application's settings.
 func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) error {
-	src, err := json.Marshal(a.Source)
+	c, err := settingsColumns(a)
 	if err != nil {
 		return err
 	}
-	keys, err := json.Marshal(nonNil(a.EnvKeys))
-	if err != nil {
-		return err
-	}
-	build, err := buildColumn(a)
-	if err != nil {
-		return err
-	}
-	compose, err := composeColumn(a)
-	if err != nil {
-		return err
-	}
-	service, err := serviceColumn(a)
-	if err != nil {
-		return err
-	}
-	bind, port := publishColumns(a)
 	// The kind is fixed at creation: it is not written here.
 	q := `UPDATE applications SET name = ?, source = ?, container_port = ?, health_path = ?, env_keys = ?, auto_deploy = ?,
 		memory_limit = ?, updated_at = ?, build = ?, build_args = ?, build_secrets = ?, compose = ?, service = ?,
 		publish_bind = ?, publish_port = ?`
-	args := []any{a.Name, string(src), a.ContainerPort, a.HealthPath, string(keys), a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
-		build, a.SealedBuildArgs, a.SealedBuildSecrets, compose, service, bind, port}
+	args := []any{a.Name, c.source, a.ContainerPort, a.HealthPath, c.envKeys, a.AutoDeploy, a.MemoryLimit, ms(a.UpdatedAt),
+		c.build, a.SealedBuildArgs, a.SealedBuildSecrets, c.compose, c.service, c.publishBind, c.publishPort}
 	if sealedEnv != nil {
 		q += `, env = ?`
 		args = append(args, *sealedEnv)
@@ -298,13 +270,10 @@ func (s *Store) UpdateApp(ctx context.Context, a apps.App, sealedEnv *string) er
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(q+` WHERE id = ?`), append(args, a.ID)...)
-		if err != nil {
+		if err := mustAffect(res, err, "application"); err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fault.NotFoundf("No such application.")
-		}
-		if old.Bind == bind && old.Port == port {
+		if old.Bind == c.publishBind && old.Port == c.publishPort {
 			return nil
 		}
 		// The published port is in the server's proxy state.
@@ -350,6 +319,13 @@ func (s *Store) SetAppState(ctx context.Context, id string, from []string, state
 func bumpAppServer(ctx context.Context, tx *sqlx.Tx, appID string) error {
 	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
 		WHERE id = (SELECT server_id FROM applications WHERE id = ?)`), appID)
+	return err
+}
+
+// bumpDeploymentServer raises the proxy revision of a deployment's server.
+func bumpDeploymentServer(ctx context.Context, tx *sqlx.Tx, deploymentID string) error {
+	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
+		WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), deploymentID)
 	return err
 }
 
@@ -430,18 +406,7 @@ func releaseColumn(r *apps.Release) (string, error) {
 }
 
 func (s *Store) deployments(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]apps.DeploymentRecord, error) {
-	var rows []deploymentRow
-	if err := sqlx.SelectContext(ctx, q, &rows, s.rebind(`SELECT `+deploymentColumns+deploymentFrom+` WHERE `+where), args...); err != nil {
-		return nil, err
-	}
-	out := make([]apps.DeploymentRecord, len(rows))
-	for i, r := range rows {
-		var err error
-		if out[i], err = r.deployment(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return selectAll(ctx, q, deploymentRow.deployment, s.rebind(`SELECT `+deploymentColumns+deploymentFrom+` WHERE `+where), args...)
 }
 
 func (s *Store) deploymentWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (apps.DeploymentRecord, error) {
@@ -516,22 +481,12 @@ func insertDeploymentTx(ctx context.Context, tx *sqlx.Tx, d apps.DeploymentRecor
 
 // DeploymentBuildSecrets returns a deployment's sealed build secrets.
 func (s *Store) DeploymentBuildSecrets(ctx context.Context, id string) (string, error) {
-	var v string
-	err := s.r.GetContext(ctx, &v, s.rebind(`SELECT build_secrets FROM deployments WHERE id = ?`), id)
-	if notFound(err) {
-		return "", fault.NotFoundf("No such deployment.")
-	}
-	return v, err
+	return getOne(ctx, s.r, asIs[string], "deployment", s.rebind(`SELECT build_secrets FROM deployments WHERE id = ?`), id)
 }
 
 // DeploymentBuildArgs returns a deployment's sealed build arguments.
 func (s *Store) DeploymentBuildArgs(ctx context.Context, id string) (string, error) {
-	var v string
-	err := s.r.GetContext(ctx, &v, s.rebind(`SELECT build_args FROM deployments WHERE id = ?`), id)
-	if notFound(err) {
-		return "", fault.NotFoundf("No such deployment.")
-	}
-	return v, err
+	return getOne(ctx, s.r, asIs[string], "deployment", s.rebind(`SELECT build_args FROM deployments WHERE id = ?`), id)
 }
 
 // Deployment returns a deployment.
@@ -541,12 +496,7 @@ func (s *Store) Deployment(ctx context.Context, id string) (apps.DeploymentRecor
 
 // DeploymentEnv returns a deployment's sealed environment.
 func (s *Store) DeploymentEnv(ctx context.Context, id string) (string, error) {
-	var env string
-	err := s.r.GetContext(ctx, &env, s.rebind(`SELECT env FROM deployments WHERE id = ?`), id)
-	if notFound(err) {
-		return "", fault.NotFoundf("No such deployment.")
-	}
-	return env, err
+	return getOne(ctx, s.r, asIs[string], "deployment", s.rebind(`SELECT env FROM deployments WHERE id = ?`), id)
 }
 
 // ListDeployments returns deployments newest first.
@@ -586,11 +536,9 @@ func (s *Store) ClaimDeployment(ctx context.Context, appID string, now time.Time
 	)
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
 		superseded, ok = nil, false
-		if s.dialect == Postgres {
-			// Serialize with every other claim and removal of the app.
-			if _, err := tx.ExecContext(ctx, `SELECT id FROM applications WHERE id = $1 FOR UPDATE`, appID); err != nil {
-				return err
-			}
+		// Serialize with every other claim and removal of the app.
+		if err := s.lockApp(ctx, tx, appID); err != nil {
+			return err
 		}
 		var state string
 		if err := tx.GetContext(ctx, &state, tx.Rebind(`SELECT state FROM applications WHERE id = ?`), appID); err != nil {
@@ -652,16 +600,12 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 	}
 	var done bool
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, kept_release = ?,
+		var err error
+		done, err = changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = ?, result = ?, image_id = ?, kept_release = ?,
 			finished_at = ?, updated_at = ? WHERE id = ? AND status = 'running'`),
-			f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id)
-		if err != nil {
+			f.Status, nullString(f.Error), nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id))
+		if err != nil || !done {
 			return err
-		}
-		n, _ := res.RowsAffected()
-		done = n == 1
-		if !done {
-			return nil
 		}
 		if err := publishDeploymentTx(ctx, tx, id, f); err != nil {
 			return err
@@ -674,9 +618,7 @@ func (s *Store) FinishDeployment(ctx context.Context, id string, f apps.Finish) 
 			return err
 		}
 		// The application's sites now proxy to another container.
-		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
-			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
-		return err
+		return bumpDeploymentServer(ctx, tx, id)
 	})
 	if done && err == nil {
 		s.published()
@@ -695,32 +637,23 @@ func (s *Store) ReconcileDeployment(ctx context.Context, id string, f apps.Finis
 	}
 	var done bool
 	err = s.tx(ctx, func(tx *sqlx.Tx) error {
-		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = NULL, result = ?, image_id = ?, kept_release = ?,
+		var err error
+		done, err = changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE deployments SET status = ?, error = NULL, result = ?, image_id = ?, kept_release = ?,
 			finished_at = ?, updated_at = ? WHERE id = ? AND status = 'failed' AND error = ?`),
-			apps.Succeeded, nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id, jobs.ErrAgentLost)
-		if err != nil {
+			apps.Succeeded, nullRaw(f.Result), f.ImageID, release, ms(f.At), ms(f.At), id, jobs.ErrAgentLost))
+		if err != nil || !done {
 			return err
 		}
-		n, err := res.RowsAffected()
-		if err != nil || n != 1 {
-			return err
-		}
-		done = true
 		if err := publishDeploymentTx(ctx, tx, id, f); err != nil {
 			return err
 		}
-		res, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
+		current, err := changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE applications SET current_deployment_id = ?, updated_at = ?
 			WHERE id = (SELECT app_id FROM deployments WHERE id = ?) AND (current_deployment_id IS NULL OR current_deployment_id < ?)`),
-			id, ms(f.At), id, id)
-		if err != nil {
+			id, ms(f.At), id, id))
+		if err != nil || !current {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET proxy_revision = proxy_revision + 1
-			WHERE id = (SELECT server_id FROM deployments WHERE id = ?)`), id)
-		return err
+		return bumpDeploymentServer(ctx, tx, id)
 	})
 	if done && err == nil {
 		s.published()
@@ -848,14 +781,6 @@ func (s *Store) ReplaceAppEnv(ctx context.Context, id, oldSealed, newSealed stri
 	}
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE applications SET env = ?, env_keys = ?, updated_at = ? WHERE id = ? AND env = ?`),
 		newSealed, string(k), ms(now), id, oldSealed)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		return nil
-	}
-	if _, err := s.AppEnv(ctx, id); err != nil {
-		return err
-	}
-	return fault.Conflictf("env-changed", "The application's env changed while it was being set.")
+	return mustChange(res, err, func() error { _, err := s.AppEnv(ctx, id); return err },
+		fault.Conflictf("env-changed", "The application's env changed while it was being set."))
 }

@@ -41,50 +41,38 @@ func (s *Store) AppendAudit(ctx context.Context, e audit.Entry) error {
 
 // ListAudit returns entries newest first.
 func (s *Store) ListAudit(ctx context.Context, q audit.Query) ([]audit.Entry, error) {
-	where, args := []string{"1 = 1"}, []any{}
+	var c conds
 	if q.BeforeID != "" {
-		where, args = append(where, "id < ?"), append(args, q.BeforeID)
+		c.add("id < ?", q.BeforeID)
 	}
 	switch {
 	case strings.HasSuffix(q.Action, ".*"):
 		// Prefix match by comparing the leading characters: exact in every
 		// collation, and free of LIKE wildcards.
 		prefix := strings.TrimSuffix(q.Action, "*")
-		where, args = append(where, "SUBSTR(action, 1, ?) = ?"), append(args, len(prefix), prefix)
-	case q.Action != "":
-		where, args = append(where, "action = ?"), append(args, q.Action)
+		c.add("SUBSTR(action, 1, ?) = ?", len(prefix), prefix)
+	default:
+		c.equal("action", q.Action)
 	}
 	if q.Actor != "" {
-		where, args = append(where, "(actor_id = ? OR actor_email = ?)"), append(args, q.Actor, q.Actor)
+		c.add("(actor_id = ? OR actor_email = ?)", q.Actor, q.Actor)
 	}
-	if q.TargetType != "" {
-		where, args = append(where, "target_type = ?"), append(args, q.TargetType)
-	}
-	if q.TargetID != "" {
-		where, args = append(where, "target_id = ?"), append(args, q.TargetID)
-	}
+	c.equal("target_type", q.TargetType)
+	c.equal("target_id", q.TargetID)
 	if !q.Since.IsZero() {
-		where, args = append(where, "at >= ?"), append(args, ms(q.Since))
+		c.add("at >= ?", ms(q.Since))
 	}
 	if !q.Until.IsZero() {
-		where, args = append(where, "at < ?"), append(args, ms(q.Until))
+		c.add("at < ?", ms(q.Until))
 	}
-	args = append(args, q.Limit)
-	var rows []auditRow
-	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT id, at, actor_type, actor_id, actor_email, actor_token_id, actor_token_name, action, target_type, target_id, ip, user_agent, details
-		FROM audit_log WHERE `+strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT ?`), args...)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]audit.Entry, len(rows))
-	for i, r := range rows {
-		e := audit.Entry{ID: r.ID, At: fromMS(r.At), Actor: audit.Actor{Type: r.ActorType, ID: r.ActorID, Email: r.ActorEmail,
-			TokenID: r.TokenID, TokenName: r.TokenName},
-			Action: r.Action, Target: audit.Target{Type: r.TargetType, ID: r.TargetID}, IP: r.IP, UserAgent: r.UserAgent}
-		if err := json.Unmarshal([]byte(r.Details), &e.Details); err != nil {
-			return nil, err
-		}
-		out[i] = e
-	}
-	return out, nil
+	return selectAll(ctx, s.r, auditRow.entry, s.rebind(`SELECT id, at, actor_type, actor_id, actor_email, actor_token_id, actor_token_name, action, target_type, target_id, ip, user_agent, details
+		FROM audit_log WHERE `+c.where()+` ORDER BY id DESC LIMIT ?`), append(c.args, q.Limit)...)
+}
+
+func (r auditRow) entry() (audit.Entry, error) {
+	e := audit.Entry{ID: r.ID, At: fromMS(r.At), Actor: audit.Actor{Type: r.ActorType, ID: r.ActorID, Email: r.ActorEmail,
+		TokenID: r.TokenID, TokenName: r.TokenName},
+		Action: r.Action, Target: audit.Target{Type: r.TargetType, ID: r.TargetID}, IP: r.IP, UserAgent: r.UserAgent}
+	err := json.Unmarshal([]byte(r.Details), &e.Details)
+	return e, err
 }

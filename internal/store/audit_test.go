@@ -76,29 +76,21 @@ func TestAuditList(t *testing.T) {
 			t.Fatalf("before the oldest: got %d entries, want %d", got, want)
 		}
 
-		got = listAudit(t, s, audit.Query{Limit: 100, Action: "auth.logout"})
-		if got, want := auditActions(got), "auth.logout"; got != want {
-			t.Fatalf("exact action: got %q, want %q", got, want)
-		}
-		got = listAudit(t, s, audit.Query{Limit: 100, Action: "auth"})
-		if got, want := auditActions(got), "auth"; got != want {
-			t.Fatalf("exact action auth: got %q, want %q", got, want)
-		}
-		got = listAudit(t, s, audit.Query{Limit: 100, Action: "auth.*"})
-		if got, want := auditActions(got), "auth.2fa.failed auth.logout auth.login.failed"; got != want {
-			t.Fatalf("prefix auth.*: got %q, want %q", got, want)
-		}
-		got = listAudit(t, s, audit.Query{Limit: 1, Action: "auth.*", BeforeID: all[3].ID})
-		if got, want := auditActions(got), "auth.login.failed"; got != want {
-			t.Fatalf("prefix with cursor: got %q, want %q", got, want)
-		}
-		got = listAudit(t, s, audit.Query{Limit: 100, Action: "auth.login.*"})
-		if got, want := auditActions(got), "auth.login.failed"; got != want {
-			t.Fatalf("prefix auth.login.*: got %q, want %q", got, want)
-		}
-		got = listAudit(t, s, audit.Query{Limit: 100, Action: "nothing.*"})
-		if got, want := len(got), 0; got != want {
-			t.Fatalf("prefix nothing.*: got %d entries, want %d", got, want)
+		for _, c := range []struct {
+			what string
+			q    audit.Query
+			want string
+		}{
+			{"exact action", audit.Query{Limit: 100, Action: "auth.logout"}, "auth.logout"},
+			{"exact action auth", audit.Query{Limit: 100, Action: "auth"}, "auth"},
+			{"prefix auth.*", audit.Query{Limit: 100, Action: "auth.*"}, "auth.2fa.failed auth.logout auth.login.failed"},
+			{"prefix with cursor", audit.Query{Limit: 1, Action: "auth.*", BeforeID: all[3].ID}, "auth.login.failed"},
+			{"prefix auth.login.*", audit.Query{Limit: 100, Action: "auth.login.*"}, "auth.login.failed"},
+			{"prefix nothing.*", audit.Query{Limit: 100, Action: "nothing.*"}, ""},
+		} {
+			if got := auditActions(listAudit(t, s, c.q)); got != c.want {
+				t.Fatalf("%s: got %q, want %q", c.what, got, c.want)
+			}
 		}
 	})
 }

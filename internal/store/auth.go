@@ -47,15 +47,7 @@ func (s *Store) CreateAccount(ctx context.Context, a auth.Account) error {
 }
 
 func (s *Store) accountWhere(ctx context.Context, where string, arg any) (auth.Account, error) {
-	var r accountRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+accountColumns+` FROM users WHERE `+where), arg)
-	if notFound(err) {
-		return auth.Account{}, fault.NotFoundf("No such user.")
-	}
-	if err != nil {
-		return auth.Account{}, err
-	}
-	return r.account(), nil
+	return getOne(ctx, s.r, always(accountRow.account), "user", s.rebind(`SELECT `+accountColumns+` FROM users WHERE `+where), arg)
 }
 
 // AccountByEmail returns the account with this (normalized) e-mail.
@@ -84,20 +76,6 @@ func (s *Store) ListUsers(ctx context.Context) ([]auth.User, error) {
 		users[i].LastSignInAt = nullMS(r.LastSignIn)
 	}
 	return users, nil
-}
-
-func mustAffect(res sql.Result, err error, what string) error {
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fault.NotFoundf("No such %s.", what)
-	}
-	return nil
 }
 
 // SetTOTPSecret replaces a user's sealed TOTP secret and resets its replay guard.
@@ -241,12 +219,7 @@ func (s *Store) DeleteUser(ctx context.Context, userID string) (auth.User, error
 
 // AdvanceTOTPStep records a used TOTP step if it is newer than the last one.
 func (s *Store) AdvanceTOTPStep(ctx context.Context, userID string, step int64) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE users SET totp_last_step = ? WHERE id = ? AND totp_last_step < ?`), step, userID, step)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE users SET totp_last_step = ? WHERE id = ? AND totp_last_step < ?`), step, userID, step))
 }
 
 type challengeRow struct {
@@ -282,26 +255,16 @@ func (s *Store) ChallengeByHash(ctx context.Context, hash string) (auth.Challeng
 // TakeChallengeAttempt counts one code attempt on a live challenge with
 // attempts left, in one conditional statement.
 func (s *Store) TakeChallengeAttempt(ctx context.Context, hash string, max int, now time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET failures = failures + 1
-		WHERE id_hash = ? AND consumed_at IS NULL AND expires_at > ? AND failures < ?`), hash, ms(now), max)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET failures = failures + 1
+		WHERE id_hash = ? AND consumed_at IS NULL AND expires_at > ? AND failures < ?`), hash, ms(now), max))
 }
 
 // ConsumeChallenge marks a challenge used, once, and takes back the
 // attempt of the right code.
 func (s *Store) ConsumeChallenge(ctx context.Context, hash string, now time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET consumed_at = ?,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE login_challenges SET consumed_at = ?,
 		failures = CASE WHEN failures > 0 THEN failures - 1 ELSE 0 END
-		WHERE id_hash = ? AND consumed_at IS NULL`), ms(now), hash)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		WHERE id_hash = ? AND consumed_at IS NULL`), ms(now), hash))
 }
 
 // SetPassword replaces a user's password hash.

@@ -46,20 +46,8 @@ func (r backupPolicyRow) policy() (backups.Policy, error) {
 }
 
 func (s *Store) backupPoliciesWhere(ctx context.Context, where string, args ...any) ([]backups.Policy, error) {
-	var rows []backupPolicyRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupPolicyColumns+` FROM backup_policies p
-		JOIN database_instances i ON i.id = p.instance_id WHERE `+where+` ORDER BY p.instance_id`), args...); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Policy, 0, len(rows))
-	for _, r := range rows {
-		p, err := r.policy()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return selectAll(ctx, s.r, backupPolicyRow.policy, s.rebind(`SELECT `+backupPolicyColumns+` FROM backup_policies p
+		JOIN database_instances i ON i.id = p.instance_id WHERE `+where+` ORDER BY p.instance_id`), args...)
 }
 
 // BackupPolicies returns the stored policies of existing instances.
@@ -114,13 +102,8 @@ func (s *Store) DueBackupPolicies(ctx context.Context, now time.Time) ([]backups
 // ClaimBackupPolicy moves a due policy on if it is still enabled at
 // revision.
 func (s *Store) ClaimBackupPolicy(ctx context.Context, instanceID string, revision int64, next time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_policies SET next_due_at = ?, revision = revision + 1
-		WHERE instance_id = ? AND revision = ? AND enabled = TRUE`), ms(next), instanceID, revision)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_policies SET next_due_at = ?, revision = revision + 1
+		WHERE instance_id = ? AND revision = ? AND enabled = TRUE`), ms(next), instanceID, revision))
 }
 
 // ScheduledRunActive says whether a scheduled run of the database is
@@ -293,93 +276,49 @@ func (s *Store) StaleBackups(ctx context.Context) ([]backups.StaleDatabase, erro
 // not queued, not being deleted, and no verification started since
 // verifyJobID.
 func (s *Store) MarkBackupDeleting(ctx context.Context, runID, verifyJobID, deleteJobID string, retryAt time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_state = 'pending', delete_job_id = ?, delete_attempts = 1,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_state = 'pending', delete_job_id = ?, delete_attempts = 1,
 		delete_retry_at = ?, delete_error = '' WHERE id = ? AND delete_state = '' AND status <> ? AND verify_job_id = ?`),
-		deleteJobID, ms(retryAt), runID, backups.StatusQueued, verifyJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		deleteJobID, ms(retryAt), runID, backups.StatusQueued, verifyJobID))
 }
 
 // DeleteBackupRun removes a run whose deletion job deleteJobID succeeded.
 func (s *Store) DeleteBackupRun(ctx context.Context, runID, deleteJobID string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM backup_runs WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`),
-		runID, deleteJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM backup_runs WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`),
+		runID, deleteJobID))
 }
 
 // FailBackupDelete records a failed deletion job and when to retry.
 func (s *Store) FailBackupDelete(ctx context.Context, runID, deleteJobID, reason string, retryAt time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_error = ?, delete_retry_at = ?
-		WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), reason, ms(retryAt), runID, deleteJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_error = ?, delete_retry_at = ?
+		WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), reason, ms(retryAt), runID, deleteJobID))
 }
 
 // DueBackupDeletes returns the runs being deleted whose retry is due.
 func (s *Store) DueBackupDeletes(ctx context.Context, now time.Time) ([]backups.Run, error) {
-	var rows []backupRunRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
-		WHERE delete_state = 'pending' AND delete_retry_at <= ? ORDER BY delete_retry_at LIMIT 100`), ms(now)); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
+		WHERE delete_state = 'pending' AND delete_retry_at <= ? ORDER BY delete_retry_at LIMIT 100`), ms(now))
 }
 
 // RequeueBackupDelete replaces a run's deletion job, counting an attempt.
 func (s *Store) RequeueBackupDelete(ctx context.Context, runID, oldJobID, newJobID string, retryAt time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_job_id = ?, delete_attempts = delete_attempts + 1,
-		delete_retry_at = ? WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), newJobID, ms(retryAt), runID, oldJobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET delete_job_id = ?, delete_attempts = delete_attempts + 1,
+		delete_retry_at = ? WHERE id = ? AND delete_state = 'pending' AND delete_job_id = ?`), newJobID, ms(retryAt), runID, oldJobID))
 }
 
 // DatabaseBackups returns a database's succeeded runs not being deleted,
 // newest first.
 func (s *Store) DatabaseBackups(ctx context.Context, instanceID, database string) ([]backups.Run, error) {
-	var rows []backupRunRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs
 		WHERE instance_id = ? AND database_name = ? AND status = ? AND delete_state = '' ORDER BY id DESC`),
-		instanceID, database, backups.StatusSucceeded); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+		instanceID, database, backups.StatusSucceeded)
 }
 
 // OldFailedBackups returns the failed runs not being deleted beyond the
 // newest keep of each database (by instance), oldest first, at most 100.
 func (s *Store) OldFailedBackups(ctx context.Context, keep int) ([]backups.Run, error) {
-	var rows []backupRunRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM (SELECT *, ROW_NUMBER() OVER
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM (SELECT *, ROW_NUMBER() OVER
 		(PARTITION BY instance_id, database_name ORDER BY id DESC) AS newer FROM backup_runs WHERE status = ? AND delete_state = '') r
-		WHERE newer > ? ORDER BY id LIMIT 100`), backups.StatusFailed, keep); err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+		WHERE newer > ? ORDER BY id LIMIT 100`), backups.StatusFailed, keep)
 }
 
 // ResetBackupVerifyJob names prev as the run's verification job again if

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -60,14 +59,9 @@ func (s *Store) PutBackupSettings(ctx context.Context, b backups.Settings, prevR
 		}
 		return err == nil, err
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_settings SET provider = ?, endpoint = ?, region = ?, bucket = ?,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_settings SET provider = ?, endpoint = ?, region = ?, bucket = ?,
 		prefix = ?, path_style = ?, tls = ?, ca = ?, folder = ?, access_key_id = ?, secret_access_key = ?, revision = ?,
-		updated_by = ?, updated_at = ? WHERE id = 1 AND revision = ?`), append(args, prevRevision)...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		updated_by = ?, updated_at = ? WHERE id = 1 AND revision = ?`), append(args, prevRevision)...))
 }
 
 type backupRunRow struct {
@@ -159,15 +153,7 @@ func (s *Store) BackupRunByJob(ctx context.Context, jobID string) (backups.Run, 
 }
 
 func (s *Store) backupRunWhere(ctx context.Context, where string, arg any) (backups.Run, error) {
-	var r backupRunRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+where), arg)
-	if notFound(err) {
-		return backups.Run{}, fault.NotFoundf("No such backup.")
-	}
-	if err != nil {
-		return backups.Run{}, err
-	}
-	return r.run(), nil
+	return getOne(ctx, s.r, always(backupRunRow.run), "backup", s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+where), arg)
 }
 
 // FinishBackupRun records the end of a queued run.
@@ -180,53 +166,35 @@ func (s *Store) FinishBackupRun(ctx context.Context, id string, f backups.RunFin
 		}
 		manifest = string(b)
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET status = ?, size = ?, sha256 = ?, manifest = ?, local_path = ?,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET status = ?, size = ?, sha256 = ?, manifest = ?, local_path = ?,
 		error = ?, started_at = ?, finished_at = ? WHERE id = ? AND status = ?`),
-		f.Status, f.Size, f.SHA256, manifest, f.LocalPath, f.Error, msOrNull(f.StartedAt), ms(f.FinishedAt), id, backups.StatusQueued)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		f.Status, f.Size, f.SHA256, manifest, f.LocalPath, f.Error, msOrNull(f.StartedAt), ms(f.FinishedAt), id, backups.StatusQueued))
 }
 
 // BackupRuns lists runs, newest first.
 func (s *Store) BackupRuns(ctx context.Context, q backups.RunQuery) ([]backups.Run, error) {
-	where, args := []string{"1 = 1"}, []any{}
-	if q.InstanceID != "" {
-		where, args = append(where, "instance_id = ?"), append(args, q.InstanceID)
-	}
-	if q.Status != "" {
-		where, args = append(where, "status = ?"), append(args, q.Status)
-	}
+	var c conds
+	c.equal("instance_id", q.InstanceID)
+	c.equal("status", q.Status)
 	if q.Verified != nil {
 		if *q.Verified {
-			where = append(where, "verified_ok = TRUE")
+			c.add("verified_ok = TRUE")
 		} else {
-			where = append(where, "(verified_ok IS NULL OR verified_ok = FALSE)")
+			c.add("(verified_ok IS NULL OR verified_ok = FALSE)")
 		}
 	}
 	if q.Before != "" {
-		where, args = append(where, "id < ?"), append(args, q.Before)
+		c.add("id < ?", q.Before)
 	}
 	if q.Kept {
-		where = append(where, "delete_state = ''")
+		c.add("delete_state = ''")
 	}
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 50
 	}
-	var rows []backupRunRow
-	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+strings.Join(where, " AND ")+
-		` ORDER BY id DESC LIMIT `+strconv.Itoa(limit)), args...)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]backups.Run, len(rows))
-	for i, r := range rows {
-		out[i] = r.run()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(backupRunRow.run), s.rebind(`SELECT `+backupRunColumns+` FROM backup_runs WHERE `+c.where()+
+		` ORDER BY id DESC LIMIT `+strconv.Itoa(limit)), c.args...)
 }
 
 // BackupSummary counts the runs and returns the newest failures. A run
@@ -294,23 +262,13 @@ func (s *Store) ForgetBackupLocalCopies(ctx context.Context, serverID, instanceI
 func (s *Store) SetBackupVerifyJob(ctx context.Context, runID, jobID string) (bool, error) {
 	// Never for a backup being deleted: its deletion checked for a
 	// verification under way at the same revision of this row.
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ? AND delete_state = ''`),
-		jobID, runID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verify_job_id = ? WHERE id = ? AND delete_state = ''`),
+		jobID, runID))
 }
 
 // FinishBackupVerify records a verification if jobID is still the run's
 // current verification job.
 func (s *Store) FinishBackupVerify(ctx context.Context, runID, jobID string, v backups.Verification) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verified_at = ?, verified_ok = ?, verify_details = ?
-		WHERE id = ? AND verify_job_id = ?`), ms(v.At), v.OK, string(v.Details), runID, jobID)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE backup_runs SET verified_at = ?, verified_ok = ?, verify_details = ?
+		WHERE id = ? AND verify_job_id = ?`), ms(v.At), v.OK, string(v.Details), runID, jobID))
 }

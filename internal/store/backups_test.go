@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
@@ -26,28 +25,12 @@ func TestStoreBackupSettings(t *testing.T) {
 			UpdatedBy: "usr_a", UpdatedAt: t0}
 		// The second round finds the row there: no save at revision 0 applies.
 		for round, prev := range []int64{0, 0} {
-			var wg sync.WaitGroup
-			applied := make(chan bool, 8)
-			for i := range 8 {
-				wg.Go(func() {
-					b := want
-					b.Revision = prev + 1
-					b.Bucket = fmt.Sprintf("bucket-%d", i)
-					ok, err := s.PutBackupSettings(ctx, b, prev)
-					if err != nil {
-						t.Error(err)
-					}
-					applied <- ok
-				})
-			}
-			wg.Wait()
-			close(applied)
-			n := 0
-			for ok := range applied {
-				if ok {
-					n++
-				}
-			}
+			n := countApplied(t, 8, func(i int) (bool, error) {
+				b := want
+				b.Revision = prev + 1
+				b.Bucket = fmt.Sprintf("bucket-%d", i)
+				return s.PutBackupSettings(ctx, b, prev)
+			})
 			if want := 1 - round; n != want {
 				t.Fatalf("round %d: %d of 8 concurrent first saves applied, want %d", round, n, want)
 			}
@@ -61,25 +44,7 @@ func TestStoreBackupSettings(t *testing.T) {
 		}
 		next := want
 		next.Revision = 2
-		var wg sync.WaitGroup
-		applied := make(chan bool, 8)
-		for range 8 {
-			wg.Go(func() {
-				ok, err := s.PutBackupSettings(ctx, next, 1)
-				if err != nil {
-					t.Error(err)
-				}
-				applied <- ok
-			})
-		}
-		wg.Wait()
-		close(applied)
-		n := 0
-		for ok := range applied {
-			if ok {
-				n++
-			}
-		}
+		n := countApplied(t, 8, func(int) (bool, error) { return s.PutBackupSettings(ctx, next, 1) })
 		if n != 1 {
 			t.Fatalf("%d of 8 concurrent saves at revision 1 applied, want 1", n)
 		}
@@ -111,29 +76,13 @@ func TestStoreBackupRuns(t *testing.T) {
 			}
 		}
 		manifest := &agentproto.BackupManifest{Kind: "sql", Tables: []agentproto.BackupTable{{Name: "public.t", Rows: 3, Checksum: "9"}}}
-		var wg sync.WaitGroup
-		applied := make(chan bool, 8)
-		for i := range 8 {
-			wg.Go(func() {
-				f := backups.RunFinish{Status: backups.StatusSucceeded, Size: 100, SHA256: "ab", Manifest: manifest, FinishedAt: t0}
-				if i%2 == 1 {
-					f = backups.RunFinish{Status: backups.StatusFailed, Error: "boom", FinishedAt: t0}
-				}
-				ok, err := s.FinishBackupRun(ctx, "run_01", f)
-				if err != nil {
-					t.Error(err)
-				}
-				applied <- ok
-			})
-		}
-		wg.Wait()
-		close(applied)
-		n := 0
-		for ok := range applied {
-			if ok {
-				n++
+		n := countApplied(t, 8, func(i int) (bool, error) {
+			f := backups.RunFinish{Status: backups.StatusSucceeded, Size: 100, SHA256: "ab", Manifest: manifest, FinishedAt: t0}
+			if i%2 == 1 {
+				f = backups.RunFinish{Status: backups.StatusFailed, Error: "boom", FinishedAt: t0}
 			}
-		}
+			return s.FinishBackupRun(ctx, "run_01", f)
+		})
 		if n != 1 {
 			t.Fatalf("%d of 8 concurrent finishes applied, want 1", n)
 		}

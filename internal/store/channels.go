@@ -80,32 +80,12 @@ func (s *Store) InsertChannel(ctx context.Context, c notify.StoredChannel) error
 
 // Channels returns every channel, oldest first.
 func (s *Store) Channels(ctx context.Context) ([]notify.StoredChannel, error) {
-	var rows []channelRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+channelColumns+` FROM notification_channels ORDER BY id`); err != nil {
-		return nil, err
-	}
-	out := make([]notify.StoredChannel, len(rows))
-	for i, r := range rows {
-		c, err := r.channel()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = c
-	}
-	return out, nil
+	return selectAll(ctx, s.r, channelRow.channel, `SELECT `+channelColumns+` FROM notification_channels ORDER BY id`)
 }
 
 // Channel returns a channel.
 func (s *Store) Channel(ctx context.Context, id string) (notify.StoredChannel, error) {
-	var r channelRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+channelColumns+` FROM notification_channels WHERE id = ?`), id)
-	if notFound(err) {
-		return notify.StoredChannel{}, fault.NotFoundf("No such notification channel.")
-	}
-	if err != nil {
-		return notify.StoredChannel{}, err
-	}
-	return r.channel()
+	return getOne(ctx, s.r, channelRow.channel, "notification channel", s.rebind(`SELECT `+channelColumns+` FROM notification_channels WHERE id = ?`), id)
 }
 
 // UpdateChannel stores a changed channel if nobody changed it since prev.
@@ -120,26 +100,12 @@ func (s *Store) UpdateChannel(ctx context.Context, c notify.StoredChannel, prev 
 	if isUniqueViolation(err) {
 		return fault.Conflictf("channel-name-taken", "A channel named %q exists.", c.Name)
 	}
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.Channel(ctx, c.ID); err != nil {
-			return err
-		}
-		return fault.Conflictf("channel-changed", "The channel was changed at the same time; read it again and retry.")
-	}
-	return nil
+	return mustChange(res, err, func() error { _, err := s.Channel(ctx, c.ID); return err },
+		fault.Conflictf("channel-changed", "The channel was changed at the same time; read it again and retry."))
 }
 
 // DeleteChannel deletes a channel.
 func (s *Store) DeleteChannel(ctx context.Context, id string) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM notification_channels WHERE id = ?`), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such notification channel.")
-	}
-	return nil
+	return mustAffect(res, err, "notification channel")
 }

@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,19 +56,11 @@ func TestCloudDriveStates(t *testing.T) {
 			t.Fatal("an expired state was used")
 		}
 		put("h2", "b2", adm, t0.Add(time.Hour))
-		var wins atomic.Int32
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				if _, ok, err := s.UseCloudDriveState(ctx, "h2", "b2", t0); err != nil {
-					t.Error(err)
-				} else if ok {
-					wins.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		if got, want := wins.Load(), int32(1); got != want {
+		wins := countApplied(t, 8, func(int) (bool, error) {
+			_, ok, err := s.UseCloudDriveState(ctx, "h2", "b2", t0)
+			return ok && err == nil, err
+		})
+		if got, want := wins, 1; got != want {
 			t.Fatalf("concurrent uses of one state: %d succeeded, want %d", got, want)
 		}
 		// A state of a session that signed out, or of a user no longer

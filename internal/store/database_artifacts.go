@@ -59,16 +59,8 @@ func (s *Store) DatabaseArtifact(ctx context.Context, jobID string) (databases.A
 // ExpiredDatabaseArtifacts returns up to limit artifacts that expired by
 // now, oldest first.
 func (s *Store) ExpiredDatabaseArtifacts(ctx context.Context, now time.Time, limit int) ([]databases.Artifact, error) {
-	var rows []artifactRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+artifactColumns+` FROM database_artifacts
-		WHERE expires_at <= ? ORDER BY expires_at, job_id LIMIT ?`), ms(now), limit); err != nil {
-		return nil, err
-	}
-	out := make([]databases.Artifact, len(rows))
-	for i, r := range rows {
-		out[i] = r.artifact()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(artifactRow.artifact), s.rebind(`SELECT `+artifactColumns+` FROM database_artifacts
+		WHERE expires_at <= ? ORDER BY expires_at, job_id LIMIT ?`), ms(now), limit)
 }
 
 // DatabaseArtifactFiles returns the file names of every stored artifact.
@@ -88,10 +80,5 @@ func (s *Store) DatabaseArtifactFiles(ctx context.Context) (map[string]bool, err
 // file named; false if it was deleted already (by another replica's
 // reaper, say).
 func (s *Store) DeleteDatabaseArtifact(ctx context.Context, jobID, file string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM database_artifacts WHERE job_id = ? AND file = ?`), jobID, file)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM database_artifacts WHERE job_id = ? AND file = ?`), jobID, file))
 }

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,27 +23,10 @@ func newArtifact(jobID, file string, expires time.Time) databases.Artifact {
 func TestStoreDatabaseArtifacts(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
-		var wg sync.WaitGroup
-		errs := make(chan error, 8)
-		for i := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs <- s.InsertDatabaseArtifact(ctx, newArtifact("job_1", fmt.Sprintf("job_1-%d.age", i), t0.Add(time.Hour)))
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		won := 0
-		for err := range errs {
-			switch {
-			case err == nil:
-				won++
-			case !fault.Is(err, fault.Conflict):
-				t.Fatalf("concurrent insert: %v", err)
-			}
-		}
-		if won != 1 {
+		errs := inParallel(8, func(i int) error {
+			return s.InsertDatabaseArtifact(ctx, newArtifact("job_1", fmt.Sprintf("job_1-%d.age", i), t0.Add(time.Hour)))
+		})
+		if won := len(succeeded(t, "concurrent insert", errs)); won != 1 {
 			t.Fatalf("%d concurrent inserts of one job's artifact succeeded, want 1", won)
 		}
 		got, err := s.DatabaseArtifact(ctx, "job_1")
@@ -70,23 +52,7 @@ func TestStoreDatabaseArtifacts(t *testing.T) {
 		}
 
 		// Reapers racing: one deletes.
-		var deleted sync.Map
-		for i := range 6 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ok, err := s.DeleteDatabaseArtifact(ctx, "job_2", "job_2-a.age")
-				if err != nil {
-					t.Error(err)
-				}
-				if ok {
-					deleted.Store(i, true)
-				}
-			}()
-		}
-		wg.Wait()
-		n := 0
-		deleted.Range(func(_, _ any) bool { n++; return true })
+		n := countApplied(t, 6, func(int) (bool, error) { return s.DeleteDatabaseArtifact(ctx, "job_2", "job_2-a.age") })
 		if n != 1 {
 			t.Fatalf("%d concurrent deletes succeeded, want 1", n)
 		}

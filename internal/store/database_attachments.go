@@ -29,19 +29,10 @@ func (r databaseAttachmentRow) attachment() databases.Attachment {
 // InsertAttachedLogin stores a login with the attachment it is made for.
 func (s *Store) InsertAttachedLogin(ctx context.Context, c databases.Credential, a databases.Attachment) error {
 	return s.tx(ctx, func(tx *sqlx.Tx) error {
-		_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_credentials (id, instance_id, username, database_name, password,
-			access, state, job_id, key_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			c.ID, c.InstanceID, c.Username, c.Database, c.SealedPassword, c.Access, c.State, c.JobID, c.KeyPattern, ms(c.CreatedAt), ms(c.UpdatedAt))
-		if isUniqueViolation(err) {
-			return fault.Conflictf("login-exists", "The instance has a login named %s already.", c.Username)
-		}
-		if isForeignKeyViolation(err) {
-			return fault.NotFoundf("No such database instance.")
-		}
-		if err != nil {
+		if err := s.insertLogin(ctx, tx, c); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_attachments (id, instance_id, credential_id, application_id, env_key,
+		_, err := tx.ExecContext(ctx, tx.Rebind(`INSERT INTO database_attachments (id, instance_id, credential_id, application_id, env_key,
 			created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 			a.ID, a.InstanceID, a.CredentialID, a.ApplicationID, a.EnvKey, a.CreatedBy, ms(a.CreatedAt))
 		if isUniqueViolation(err) {
@@ -57,13 +48,8 @@ func (s *Store) InsertAttachedLogin(ctx context.Context, c databases.Credential,
 // AttachmentByLoginJob returns the attachment whose login jobID creates
 // or rotates.
 func (s *Store) AttachmentByLoginJob(ctx context.Context, jobID string) (databases.Attachment, error) {
-	var r databaseAttachmentRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a
+	return getOne(ctx, s.r, always(databaseAttachmentRow.attachment), "attachment", s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a
 		JOIN database_credentials c ON c.id = a.credential_id WHERE c.job_id = ? OR c.rotate_job_id = ?`), jobID, jobID)
-	if notFound(err) {
-		return databases.Attachment{}, fault.NotFoundf("No such attachment.")
-	}
-	return r.attachment(), err
 }
 
 // ApplicationAttachments returns an application's attachments, oldest
@@ -78,14 +64,6 @@ func (s *Store) InstanceAttachments(ctx context.Context, instanceID string) ([]d
 }
 
 func (s *Store) attachmentsWhere(ctx context.Context, where string, arg any) ([]databases.Attachment, error) {
-	var rows []databaseAttachmentRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a WHERE `+where+
-		` ORDER BY a.id`), arg); err != nil {
-		return nil, err
-	}
-	out := make([]databases.Attachment, len(rows))
-	for i, r := range rows {
-		out[i] = r.attachment()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(databaseAttachmentRow.attachment), s.rebind(`SELECT `+attachmentColumns+` FROM database_attachments a WHERE `+where+
+		` ORDER BY a.id`), arg)
 }

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,10 +27,7 @@ func TestStoreDatabaseAttachments(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		srv := mustCreateServer(t, s, "db-host")
-		inst, admin := newInstance(srv, "main")
-		if err := s.InsertDatabaseInstance(ctx, inst, admin); err != nil {
-			t.Fatal(err)
-		}
+		inst := mustInsertInstance(t, s, srv, "main")
 		web := mustInsertApp(t, s, srv, "web")
 		api := mustInsertApp(t, s, srv, "api")
 
@@ -113,32 +109,14 @@ func TestStoreDatabaseAttachConcurrent(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		srv := mustCreateServer(t, s, "db-host")
-		inst, admin := newInstance(srv, "main")
-		if err := s.InsertDatabaseInstance(ctx, inst, admin); err != nil {
-			t.Fatal(err)
-		}
+		inst := mustInsertInstance(t, s, srv, "main")
 		app := mustInsertApp(t, s, srv, "web")
-		const n = 8
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				c, a := attachedLogin(inst, app.ID, fmt.Sprintf("app_web_%d", i), fmt.Sprintf("KEY_%d", i))
-				errs[i] = s.InsertAttachedLogin(ctx, c, a)
-			}()
-		}
-		wg.Wait()
-		ok := 0
-		for _, err := range errs {
-			switch {
-			case err == nil:
-				ok++
-			case !fault.Is(err, fault.Conflict):
-				t.Errorf("concurrent attach: %v", err)
-			}
-		}
+		errs := inParallel(8, func(i int) error {
+			c, a := attachedLogin(inst, app.ID, fmt.Sprintf("app_web_%d", i), fmt.Sprintf("KEY_%d", i))
+			return s.InsertAttachedLogin(ctx, c, a)
+		})
+		ok := len(succeeded(t, "concurrent attach", errs))
+
 		creds, err := s.DatabaseCredentials(ctx, inst.ID)
 		if ok != 1 || err != nil || len(creds) != 2 {
 			t.Fatalf("concurrent attaches: %d succeeded, %d logins (%v); want 1 and 2", ok, len(creds), err)

@@ -13,7 +13,13 @@ import (
 
 // InsertDatabaseLogin stores a login of an instance.
 func (s *Store) InsertDatabaseLogin(ctx context.Context, c databases.Credential) error {
-	_, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO database_credentials (id, instance_id, username, database_name, password,
+	return s.insertLogin(ctx, s.w, c)
+}
+
+// insertLogin stores a login through e: the store, or the transaction
+// that stores more with it.
+func (s *Store) insertLogin(ctx context.Context, e sqlx.ExecerContext, c databases.Credential) error {
+	_, err := e.ExecContext(ctx, s.rebind(`INSERT INTO database_credentials (id, instance_id, username, database_name, password,
 		access, state, job_id, key_pattern, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		c.ID, c.InstanceID, c.Username, c.Database, c.SealedPassword, c.Access, c.State, c.JobID, c.KeyPattern, ms(c.CreatedAt), ms(c.UpdatedAt))
 	if isUniqueViolation(err) {
@@ -97,12 +103,4 @@ func (s *Store) startOnReadyLogin(ctx context.Context, id, q string, args ...any
 		}
 		return fault.Conflictf("login-busy", "The login is %s or a rotation of it is under way; try again when its job ended.", state)
 	})
-}
-
-func changedOne(res sql.Result, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
 }

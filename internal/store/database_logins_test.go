@@ -2,7 +2,6 @@ package store_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/databases"
@@ -20,10 +19,7 @@ func TestStoreDatabaseLogins(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		srv := mustCreateServer(t, s, "db-host")
-		inst, admin := newInstance(srv, "main")
-		if err := s.InsertDatabaseInstance(ctx, inst, admin); err != nil {
-			t.Fatal(err)
-		}
+		inst := mustInsertInstance(t, s, srv, "main")
 		login := func(name string) databases.Credential {
 			return databases.Credential{ID: ids.New(databases.CredentialIDPrefix), InstanceID: inst.ID, Username: name, Database: "app",
 				Access: "readonly", State: databases.LoginCreating, JobID: ids.New(ids.Job), SealedPassword: "sealed-" + name,
@@ -70,32 +66,19 @@ func TestStoreDatabaseLogins(t *testing.T) {
 		}
 
 		// Rotations started in parallel: exactly one starts.
-		var wg sync.WaitGroup
-		errs := make([]error, 8)
 		jobIDs := make([]string, 8)
-		for i := range errs {
+		for i := range jobIDs {
 			jobIDs[i] = ids.New(ids.Job)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = s.StartDatabaseRotation(ctx, ok.ID, "sealed-new-"+jobIDs[i], jobIDs[i], t0)
-			}()
 		}
-		wg.Wait()
-		started := ""
-		for i, err := range errs {
-			switch {
-			case err == nil && started == "":
-				started = jobIDs[i]
-			case err == nil:
-				t.Fatal("two rotations started")
-			case !fault.Is(err, fault.Conflict):
-				t.Fatalf("rotation %d: %v, want a conflict", i, err)
-			}
+		errs := inParallel(len(jobIDs), func(i int) error {
+			return s.StartDatabaseRotation(ctx, ok.ID, "sealed-new-"+jobIDs[i], jobIDs[i], t0)
+		})
+		won := succeeded(t, "rotation", errs)
+		if len(won) != 1 {
+			t.Fatalf("rotations that started: %v, want exactly one", won)
 		}
-		if started == "" {
-			t.Fatal("no rotation started")
-		}
+		started := jobIDs[won[0]]
+
 		if err := s.StartDatabaseLoginDrop(ctx, ok.ID, ids.New(ids.Job), t0); !fault.Is(err, fault.Conflict) {
 			t.Fatalf("drop during a rotation: %v, want a conflict", err)
 		}

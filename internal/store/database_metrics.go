@@ -51,16 +51,8 @@ const dbSampleColumnCount = 11
 
 // ServerDatabaseInstances returns the instances on a server by name.
 func (s *Store) ServerDatabaseInstances(ctx context.Context, serverID string) ([]databases.Instance, error) {
-	var rows []databaseInstanceRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+databaseInstanceColumns+` FROM database_instances
-		WHERE server_id = ? ORDER BY name`), serverID); err != nil {
-		return nil, err
-	}
-	out := make([]databases.Instance, len(rows))
-	for i, r := range rows {
-		out[i] = r.instance()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(databaseInstanceRow.instance), s.rebind(`SELECT `+databaseInstanceColumns+` FROM database_instances
+		WHERE server_id = ? ORDER BY name`), serverID)
 }
 
 // DatabasesRevision names the state of a server's instances: a digest of
@@ -267,15 +259,7 @@ func (s *Store) DatabaseMetricPoints(ctx context.Context, instanceID string, fro
 			FROM database_metric_samples WHERE instance_id = ? AND at >= ? AND at < ? GROUP BY t ORDER BY t`
 		args = append([]any{max(bucket.Milliseconds(), 1)}, args...)
 	}
-	var rows []dbPointRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(q), args...); err != nil {
-		return nil, err
-	}
-	out := make([]databases.MetricPoint, len(rows))
-	for i, r := range rows {
-		out[i] = r.point()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(dbPointRow.point), s.rebind(q), args...)
 }
 
 type dbHourRow struct {

@@ -28,10 +28,7 @@ func TestStoreDatabaseMetrics(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		srv := mustCreateServer(t, s, "db-host")
-		inst, cred := newInstance(srv, "main")
-		if err := s.InsertDatabaseInstance(ctx, inst, cred); err != nil {
-			t.Fatal(err)
-		}
+		inst := mustInsertInstance(t, s, srv, "main")
 		now := t0.Truncate(time.Hour).Add(30 * time.Minute)
 		old := now.Add(-72 * time.Hour).Truncate(time.Hour) // beyond the raw retention
 		report := []agentproto.DBMetricSample{
@@ -133,10 +130,7 @@ func TestStoreDatabaseMetricsRollupRace(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		srv := mustCreateServer(t, s, "db-host")
-		inst, cred := newInstance(srv, "main")
-		if err := s.InsertDatabaseInstance(ctx, inst, cred); err != nil {
-			t.Fatal(err)
-		}
+		inst := mustInsertInstance(t, s, srv, "main")
 		hour := t0.Truncate(time.Hour)
 		const n = 60
 		var wg sync.WaitGroup

@@ -84,12 +84,7 @@ func (s *Store) InsertDatabaseInstance(ctx context.Context, inst databases.Insta
 }
 
 func (s *Store) databaseInstance(ctx context.Context, q sqlx.QueryerContext, id string) (databases.Instance, error) {
-	var r databaseInstanceRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+databaseInstanceColumns+` FROM database_instances WHERE id = ?`), id)
-	if notFound(err) {
-		return databases.Instance{}, fault.NotFoundf("No such database instance.")
-	}
-	return r.instance(), err
+	return getOne(ctx, q, always(databaseInstanceRow.instance), "database instance", s.rebind(`SELECT `+databaseInstanceColumns+` FROM database_instances WHERE id = ?`), id)
 }
 
 // DatabaseInstance returns an instance.
@@ -99,15 +94,7 @@ func (s *Store) DatabaseInstance(ctx context.Context, id string) (databases.Inst
 
 // ListDatabaseInstances returns every instance by name.
 func (s *Store) ListDatabaseInstances(ctx context.Context) ([]databases.Instance, error) {
-	var rows []databaseInstanceRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+databaseInstanceColumns+` FROM database_instances ORDER BY name`); err != nil {
-		return nil, err
-	}
-	out := make([]databases.Instance, len(rows))
-	for i, r := range rows {
-		out[i] = r.instance()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(databaseInstanceRow.instance), `SELECT `+databaseInstanceColumns+` FROM database_instances ORDER BY name`)
 }
 
 // DatabaseCredentials returns the logins of an instance (every instance's
@@ -169,12 +156,7 @@ func (s *Store) FinishDatabaseCheck(ctx context.Context, id, jobID string, r dat
 			WHERE id = ? AND check_job_id = ? AND state = ?`
 		args = []any{r.State, r.LastError, ms(now), id, jobID, databases.StateChecking}
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(q), args...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(q), args...))
 }
 
 // DeleteDatabaseInstance deletes an instance and its logins.
@@ -185,6 +167,6 @@ func (s *Store) DeleteDatabaseInstance(ctx context.Context, id string) error {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM database_instances WHERE id = ?`), id)
-		return affectedOne(res, err, "database instance")
+		return mustAffect(res, err, "database instance")
 	})
 }

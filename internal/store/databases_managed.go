@@ -56,12 +56,7 @@ func (s *Store) FinishDatabaseOperation(ctx context.Context, id, jobID string, r
 	}
 	q += ` WHERE id = ? AND check_job_id = ? AND managed = ?`
 	args = append(args, id, jobID, true)
-	res, err := s.w.ExecContext(ctx, s.rebind(q), args...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(q), args...))
 }
 
 // DeleteRemovedDatabaseInstance deletes a managed instance and its logins

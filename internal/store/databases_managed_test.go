@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -55,31 +54,15 @@ func TestStoreManagedOperations(t *testing.T) {
 		}
 
 		// Of operations begun at once, one wins.
-		const n = 8
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = s.BeginDatabaseOperation(ctx, inst.ID, from, databases.StateStopping, fmt.Sprintf("job_%d", i), t1)
-			}()
+		errs := inParallel(8, func(i int) error {
+			return s.BeginDatabaseOperation(ctx, inst.ID, from, databases.StateStopping, fmt.Sprintf("job_%d", i), t1)
+		})
+		won := succeeded(t, "begin", errs)
+		if len(won) != 1 {
+			t.Fatalf("operations that began: %v, want exactly one", won)
 		}
-		wg.Wait()
-		winner := ""
-		for i, err := range errs {
-			switch {
-			case err == nil && winner == "":
-				winner = fmt.Sprintf("job_%d", i)
-			case err == nil:
-				t.Fatalf("two operations began: %s and job_%d", winner, i)
-			case !fault.Is(err, fault.Conflict):
-				t.Fatalf("begin: %v", err)
-			}
-		}
-		if winner == "" {
-			t.Fatal("no operation began")
-		}
+		winner := fmt.Sprintf("job_%d", won[0])
+
 		// Another job's outcome changes nothing; the latest is recorded.
 		if ok, err := s.FinishDatabaseOperation(ctx, inst.ID, "job_other", databases.OperationResult{State: databases.StateFailed}, t1); err != nil || ok {
 			t.Fatalf("finish another job: %v, %v", ok, err)

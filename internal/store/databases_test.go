@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +21,17 @@ func newInstance(serverID, name string) (databases.Instance, databases.Credentia
 		Database: "app", Access: databases.AccessAdmin, State: databases.LoginReady, SealedPassword: "sealed-" + name, CreatedAt: t0,
 		UpdatedAt: t0}
 	return inst, cred
+}
+
+// mustInsertInstance stores an instance named name on a server, with its
+// admin login.
+func mustInsertInstance(t *testing.T, s *store.Store, serverID, name string) databases.Instance {
+	t.Helper()
+	inst, cred := newInstance(serverID, name)
+	if err := s.InsertDatabaseInstance(context.Background(), inst, cred); err != nil {
+		t.Fatal(err)
+	}
+	return inst
 }
 
 func TestStoreDatabaseInstances(t *testing.T) {
@@ -136,28 +146,11 @@ func TestStoreDatabaseInstancesConcurrent(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, s *store.Store) {
 		ctx := context.Background()
 		srv := mustCreateServer(t, s, "db-host")
-		const n = 12
-		var wg sync.WaitGroup
-		errs := make([]error, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				inst, cred := newInstance(srv, "shared")
-				errs[i] = s.InsertDatabaseInstance(ctx, inst, cred)
-			}()
-		}
-		wg.Wait()
-		won := 0
-		for _, err := range errs {
-			switch {
-			case err == nil:
-				won++
-			case !fault.Is(err, fault.Conflict):
-				t.Fatalf("insert: got %v, want nil or a conflict", err)
-			}
-		}
-		if won != 1 {
+		errs := inParallel(12, func(int) error {
+			inst, cred := newInstance(srv, "shared")
+			return s.InsertDatabaseInstance(ctx, inst, cred)
+		})
+		if won := len(succeeded(t, "insert", errs)); won != 1 {
 			t.Fatalf("inserts that won: got %d, want 1", won)
 		}
 		list, err := s.ListDatabaseInstances(ctx)
@@ -165,26 +158,10 @@ func TestStoreDatabaseInstancesConcurrent(t *testing.T) {
 			t.Fatalf("instances: got %d (%v), want 1", len(list), err)
 		}
 		inst := list[0]
-		oks := make([]bool, n)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var err error
-				oks[i], err = s.FinishDatabaseCheck(ctx, inst.ID, inst.CheckJobID,
-					databases.CheckResult{State: databases.StateReady, ServerVersion: fmt.Sprintf("16.%d", i)}, t0)
-				if err != nil {
-					t.Errorf("finish: %v", err)
-				}
-			}()
-		}
-		wg.Wait()
-		recorded := 0
-		for _, ok := range oks {
-			if ok {
-				recorded++
-			}
-		}
+		recorded := countApplied(t, 12, func(i int) (bool, error) {
+			return s.FinishDatabaseCheck(ctx, inst.ID, inst.CheckJobID,
+				databases.CheckResult{State: databases.StateReady, ServerVersion: fmt.Sprintf("16.%d", i)}, t0)
+		})
 		if recorded != 1 {
 			t.Fatalf("checks recorded: got %d, want 1", recorded)
 		}

@@ -4,14 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
-	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/events"
@@ -108,15 +104,7 @@ func (s *Store) InsertDomain(ctx context.Context, d domains.Domain, names []stri
 }
 
 func (s *Store) domainWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (domains.Domain, error) {
-	var r domainRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE `+where), args...)
-	if notFound(err) {
-		return domains.Domain{}, fault.NotFoundf("No such domain.")
-	}
-	if err != nil {
-		return domains.Domain{}, err
-	}
-	return r.domain()
+	return getOne(ctx, q, domainRow.domain, "domain", s.rebind(`SELECT `+domainColumns+` FROM domains WHERE `+where), args...)
 }
 
 // Domain returns a domain.
@@ -131,33 +119,10 @@ func (s *Store) DomainByCheckJob(ctx context.Context, jobID string) (domains.Dom
 
 // ListDomains returns domains by hostname.
 func (s *Store) ListDomains(ctx context.Context, appID string) ([]domains.Domain, error) {
-	var rows []domainRow
-	var err error
 	if appID == "" {
-		err = s.r.SelectContext(ctx, &rows, `SELECT `+domainColumns+` FROM domains ORDER BY hostname`)
-	} else {
-		err = s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE app_id = ? ORDER BY hostname`), appID)
+		return selectAll(ctx, s.r, domainRow.domain, `SELECT `+domainColumns+` FROM domains ORDER BY hostname`)
 	}
-	if err != nil {
-		return nil, err
-	}
-	out := make([]domains.Domain, len(rows))
-	for i, r := range rows {
-		if out[i], err = r.domain(); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-func affectedOne(res sql.Result, err error, what string) error {
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such %s.", what)
-	}
-	return nil
+	return selectAll(ctx, s.r, domainRow.domain, s.rebind(`SELECT `+domainColumns+` FROM domains WHERE app_id = ? ORDER BY hostname`), appID)
 }
 
 // UpdateDomainTLS changes a domain's TLS mode and raises its server's
@@ -169,7 +134,7 @@ func (s *Store) UpdateDomainTLS(ctx context.Context, id, mode string, now time.T
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE domains SET tls_mode = ?, updated_at = ? WHERE id = ?`), mode, ms(now), id)
-		if err := affectedOne(res, err, "domain"); err != nil {
+		if err := mustAffect(res, err, "domain"); err != nil {
 			return err
 		}
 		return bumpProxyRevision(ctx, tx, serverID)
@@ -188,7 +153,7 @@ func (s *Store) DeleteDomain(ctx context.Context, id string) error {
 			return err
 		}
 		res, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM domains WHERE id = ?`), id)
-		if err := affectedOne(res, err, "domain"); err != nil {
+		if err := mustAffect(res, err, "domain"); err != nil {
 			return err
 		}
 		return bumpProxyRevision(ctx, tx, serverID)
@@ -208,7 +173,7 @@ func domainServer(ctx context.Context, tx *sqlx.Tx, id string) (string, error) {
 // SetDomainCheckJob records a domain's latest check job.
 func (s *Store) SetDomainCheckJob(ctx context.Context, id, jobID string, now time.Time) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_job_id = ?, updated_at = ? WHERE id = ?`), jobID, ms(now), id)
-	return affectedOne(res, err, "domain")
+	return mustAffect(res, err, "domain")
 }
 
 // SetDomainProxyJob records the proxy.apply job of a domain's latest
@@ -216,7 +181,7 @@ func (s *Store) SetDomainCheckJob(ctx context.Context, id, jobID string, now tim
 func (s *Store) SetDomainProxyJob(ctx context.Context, id, jobID string, now time.Time) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET proxy_job_id = ?, proxy_status = ?, proxy_error = NULL, updated_at = ?
 		WHERE id = ?`), jobID, domains.ProxyApplying, ms(now), id)
-	return affectedOne(res, err, "domain")
+	return mustAffect(res, err, "domain")
 }
 
 // FinishDomainProxy records the end of a server's proxy.apply job on the
@@ -289,17 +254,4 @@ func (s *Store) SetDomainCheck(ctx context.Context, id, jobID string, c domains.
 	_, err = s.w.ExecContext(ctx, s.rebind(`UPDATE domains SET check_result = ?, checked_at = ?, updated_at = ? WHERE id = ? AND check_job_id = ?`),
 		string(b), ms(c.CheckedAt), ms(now), id, jobID)
 	return err
-}
-
-// isForeignKeyViolation reports whether err is a foreign-key violation.
-func isForeignKeyViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "23503"
-	}
-	var sqErr *sqlite.Error
-	if errors.As(err, &sqErr) {
-		return sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
-	}
-	return false
 }

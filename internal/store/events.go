@@ -9,7 +9,6 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/capstan-dev/capstan/internal/events"
-	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/ids"
 )
 
@@ -65,35 +64,18 @@ const eventColumns = `id, type, subject_type, subject_id, payload, occurred_at`
 // ListEvents returns up to limit events, newest first, before the cursor
 // (an event id) and of the type, when given.
 func (s *Store) ListEvents(ctx context.Context, limit int, before, typ string) ([]events.Event, error) {
-	q, args := `SELECT `+eventColumns+` FROM events WHERE 1 = 1`, []any{}
+	var c conds
 	if before != "" {
-		q, args = q+` AND id < ?`, append(args, before)
+		c.add("id < ?", before)
 	}
-	if typ != "" {
-		q, args = q+` AND type = ?`, append(args, typ)
-	}
-	var rows []eventRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(q+` ORDER BY id DESC LIMIT ?`), append(args, limit)...); err != nil {
-		return nil, err
-	}
-	out := make([]events.Event, len(rows))
-	for i, r := range rows {
-		out[i] = r.event()
-	}
-	return out, nil
+	c.equal("type", typ)
+	return selectAll(ctx, s.r, always(eventRow.event), s.rebind(`SELECT `+eventColumns+` FROM events WHERE `+c.where()+
+		` ORDER BY id DESC LIMIT ?`), append(c.args, limit)...)
 }
 
 // UnroutedEvents returns up to limit events not yet routed, oldest first.
 func (s *Store) UnroutedEvents(ctx context.Context, limit int) ([]events.Event, error) {
-	var rows []eventRow
-	if err := s.w.SelectContext(ctx, &rows, s.rebind(`SELECT `+eventColumns+` FROM events WHERE routed = 0 ORDER BY id LIMIT ?`), limit); err != nil {
-		return nil, err
-	}
-	out := make([]events.Event, len(rows))
-	for i, r := range rows {
-		out[i] = r.event()
-	}
-	return out, nil
+	return selectAll(ctx, s.w, always(eventRow.event), s.rebind(`SELECT `+eventColumns+` FROM events WHERE routed = 0 ORDER BY id LIMIT ?`), limit)
 }
 
 // RouteEvent records a pending delivery per destination and marks the
@@ -217,26 +199,13 @@ func (s *Store) FinishDelivery(ctx context.Context, id string, o events.Outcome)
 
 // Deliveries returns up to limit deliveries to a destination, newest first.
 func (s *Store) Deliveries(ctx context.Context, destination string, limit int) ([]events.Delivery, error) {
-	var rows []deliveryRow
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+deliveryColumns+` FROM event_deliveries d JOIN events e ON e.id = d.event_id
-		WHERE d.destination = ? ORDER BY d.id DESC LIMIT ?`), destination, limit); err != nil {
-		return nil, err
-	}
-	out := make([]events.Delivery, len(rows))
-	for i, r := range rows {
-		out[i] = r.delivery()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(deliveryRow.delivery), s.rebind(`SELECT `+deliveryColumns+` FROM event_deliveries d JOIN events e ON e.id = d.event_id
+		WHERE d.destination = ? ORDER BY d.id DESC LIMIT ?`), destination, limit)
 }
 
 // Delivery returns a delivery by id.
 func (s *Store) Delivery(ctx context.Context, id string) (events.Delivery, error) {
-	var r deliveryRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+deliveryColumns+` FROM event_deliveries d JOIN events e ON e.id = d.event_id WHERE d.id = ?`), id)
-	if notFound(err) {
-		return events.Delivery{}, fault.NotFoundf("No such delivery.")
-	}
-	return r.delivery(), err
+	return getOne(ctx, s.r, always(deliveryRow.delivery), "delivery", s.rebind(`SELECT `+deliveryColumns+` FROM event_deliveries d JOIN events e ON e.id = d.event_id WHERE d.id = ?`), id)
 }
 
 // PruneEvents deletes events older than before whose deliveries have all

@@ -107,21 +107,10 @@ func TestServerPresenceIsPublishedOncePerChange(t *testing.T) {
 		srv := mustEnroll(t, s, "web-1", t0)
 		// Many callers see the server offline at once: one publishes.
 		for round, online := range []bool{false, true, false} {
-			var published atomic.Int32
-			var wg sync.WaitGroup
-			for range 8 {
-				wg.Go(func() {
-					ok, err := s.SetServerPresence(ctx, srv, online, t0.Add(time.Duration(round)*time.Minute))
-					if err != nil {
-						t.Error(err)
-					}
-					if ok {
-						published.Add(1)
-					}
-				})
-			}
-			wg.Wait()
-			if got, want := published.Load(), int32(1); got != want {
+			published := countApplied(t, 8, func(int) (bool, error) {
+				return s.SetServerPresence(ctx, srv, online, t0.Add(time.Duration(round)*time.Minute))
+			})
+			if got, want := published, 1; got != want {
 				t.Fatalf("round %d: publishers: got %d, want %d", round, got, want)
 			}
 		}

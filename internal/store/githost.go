@@ -94,52 +94,24 @@ func (s *Store) UpsertGitHostInstallation(ctx context.Context, in githost.Instal
 		ON CONFLICT (id) DO UPDATE SET account_login = excluded.account_login, account_type = excluded.account_type,
 		repository_selection = excluded.repository_selection, updated_at = excluded.updated_at`),
 		in.ID, in.Account, in.AccountType, in.RepositorySelection, ms(in.CreatedAt), ms(in.UpdatedAt))
-	if err != nil {
-		return err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return fault.Conflictf("app-not-connected", "No git host app is connected.")
-	}
-	return nil
+	return unlessNone(res, err, fault.Conflictf("app-not-connected", "No git host app is connected."))
 }
 
 // DeleteGitHostInstallation forgets an installation.
 func (s *Store) DeleteGitHostInstallation(ctx context.Context, id int64) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_installations WHERE id = ?`), id)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_installations WHERE id = ?`), id))
 }
 
 const gitHostInstallationColumns = `id, account_login, account_type, repository_selection, created_at, updated_at`
 
 // GitHostInstallation returns one installation.
 func (s *Store) GitHostInstallation(ctx context.Context, id int64) (githost.Installation, error) {
-	var r gitHostInstallationRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+gitHostInstallationColumns+` FROM githost_installations WHERE id = ?`), id)
-	if notFound(err) {
-		return githost.Installation{}, fault.NotFoundf("No such installation.")
-	}
-	return r.installation(), err
+	return getOne(ctx, s.r, always(gitHostInstallationRow.installation), "installation", s.rebind(`SELECT `+gitHostInstallationColumns+` FROM githost_installations WHERE id = ?`), id)
 }
 
 // GitHostInstallations returns the installations by id.
 func (s *Store) GitHostInstallations(ctx context.Context) ([]githost.Installation, error) {
-	var rows []gitHostInstallationRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+gitHostInstallationColumns+` FROM githost_installations ORDER BY id`); err != nil {
-		return nil, err
-	}
-	out := make([]githost.Installation, len(rows))
-	for i, r := range rows {
-		out[i] = r.installation()
-	}
-	return out, nil
+	return selectAll(ctx, s.r, always(gitHostInstallationRow.installation), `SELECT `+gitHostInstallationColumns+` FROM githost_installations ORDER BY id`)
 }
 
 // InsertGitHostState stores a manifest state's hash.
@@ -192,10 +164,5 @@ func (s *Store) RememberGitHostDelivery(ctx context.Context, bodySHA256, deliver
 
 // ForgetGitHostDelivery forgets a webhook delivery by its body's SHA-256.
 func (s *Store) ForgetGitHostDelivery(ctx context.Context, bodySHA256 string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE body_sha256 = ?`), bodySHA256)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM githost_deliveries WHERE body_sha256 = ?`), bodySHA256))
 }

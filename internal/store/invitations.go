@@ -67,15 +67,7 @@ func (s *Store) DeleteInvitation(ctx context.Context, id string) error {
 }
 
 func (s *Store) invitationWhere(ctx context.Context, q sqlx.QueryerContext, where string, arg any) (auth.Invitation, error) {
-	var r invitationRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+invitationColumns+` FROM user_invitations WHERE `+where), arg)
-	if notFound(err) {
-		return auth.Invitation{}, fault.NotFoundf("No such invitation.")
-	}
-	if err != nil {
-		return auth.Invitation{}, err
-	}
-	return r.invitation(), nil
+	return getOne(ctx, q, always(invitationRow.invitation), "invitation", s.rebind(`SELECT `+invitationColumns+` FROM user_invitations WHERE `+where), arg)
 }
 
 // InvitationByHash returns the invitation of a token hash.
@@ -86,18 +78,10 @@ func (s *Store) InvitationByHash(ctx context.Context, hash string) (auth.Invitat
 // ListInvitations returns the open invitations and those accepted,
 // revoked or expired after since, newest first.
 func (s *Store) ListInvitations(ctx context.Context, since time.Time) ([]auth.Invitation, error) {
-	var rows []invitationRow
 	t := ms(since)
-	if err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT `+invitationColumns+` FROM user_invitations
+	return selectAll(ctx, s.r, always(invitationRow.invitation), s.rebind(`SELECT `+invitationColumns+` FROM user_invitations
 		WHERE (accepted_at IS NULL AND revoked_at IS NULL AND expires_at > ?) OR accepted_at > ? OR revoked_at > ?
-		ORDER BY created_at DESC, id DESC`), t, t, t); err != nil {
-		return nil, err
-	}
-	out := make([]auth.Invitation, len(rows))
-	for i, r := range rows {
-		out[i] = r.invitation()
-	}
-	return out, nil
+		ORDER BY created_at DESC, id DESC`), t, t, t)
 }
 
 // RevokeInvitation revokes an invitation neither accepted nor revoked, in
@@ -132,13 +116,8 @@ const openInvitation = `accepted_at IS NULL AND revoked_at IS NULL AND expires_a
 // SetInvitationTOTP replaces the sealed second factor of an open
 // invitation.
 func (s *Store) SetInvitationTOTP(ctx context.Context, hash, sealed string, now time.Time) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE user_invitations SET totp_secret = ? WHERE token_hash = ? AND `+openInvitation),
-		sealed, hash, ms(now))
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE user_invitations SET totp_secret = ? WHERE token_hash = ? AND `+openInvitation),
+		sealed, hash, ms(now)))
 }
 
 // AcceptInvitation closes an open invitation whose second factor is still

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -179,26 +178,9 @@ func TestInvitationParallel(t *testing.T) {
 			if ok, err := s.SetInvitationTOTP(ctx, inv.TokenHash, "sealed", at); err != nil || !ok {
 				t.Fatal(ok, err)
 			}
-			var wg sync.WaitGroup
-			oks := make([]bool, n)
-			errs := make([]error, n)
-			for i := range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					oks[i], errs[i] = s.AcceptInvitation(ctx, inv.TokenHash, "sealed", inviteeAccount(email, at), at)
-				}()
-			}
-			wg.Wait()
-			accepted := 0
-			for i := range n {
-				if errs[i] != nil {
-					t.Fatalf("accept %d: %v", i, errs[i])
-				}
-				if oks[i] {
-					accepted++
-				}
-			}
+			accepted := countApplied(t, n, func(int) (bool, error) {
+				return s.AcceptInvitation(ctx, inv.TokenHash, "sealed", inviteeAccount(email, at), at)
+			})
 			if accepted != 1 {
 				t.Fatalf("round %d: %d of %d parallel acceptances succeeded, want exactly 1", round, accepted, n)
 			}
@@ -211,12 +193,9 @@ func TestInvitationParallel(t *testing.T) {
 			}
 
 			email = fmt.Sprintf("twice-%d@example.com", round)
-			for i := range n {
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[i] = s.CreateInvitation(ctx, newInvitation(email, at), at) }()
-			}
-			wg.Wait()
+			errs := inParallel(n, func(int) error { return s.CreateInvitation(ctx, newInvitation(email, at), at) })
 			made := 0
+
 			for _, err := range errs {
 				switch {
 				case err == nil:

@@ -105,15 +105,7 @@ func (s *Store) InsertJob(ctx context.Context, j jobs.Job, sealedSecrets string)
 }
 
 func (s *Store) jobWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (jobs.Job, error) {
-	var r jobRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE `+where), args...)
-	if notFound(err) {
-		return jobs.Job{}, fault.NotFoundf("No such job.")
-	}
-	if err != nil {
-		return jobs.Job{}, err
-	}
-	return s.jobOf(r), nil
+	return getOne(ctx, q, always(s.jobOf), "job", s.rebind(`SELECT `+jobColumns+` FROM jobs WHERE `+where), args...)
 }
 
 // JobByIdempotencyKey returns the server's job created with key.
@@ -156,34 +148,20 @@ func (s *Store) JobEvents(ctx context.Context, id string) ([]jobs.Event, error) 
 // status or creator, each with the id), and only those few are joined to
 // the names.
 func (s *Store) ListJobs(ctx context.Context, f jobs.ListFilter, limit int) ([]jobs.Job, error) {
-	var where []string
-	var args []any
-	if f.ServerID != "" {
-		where, args = append(where, "server_id = ?"), append(args, f.ServerID)
-	}
-	if f.AppID != "" {
-		where, args = append(where, "app_id = ?"), append(args, f.AppID)
-	}
-	if f.Type != "" {
-		where, args = append(where, "type = ?"), append(args, f.Type)
-	}
-	if f.Status != "" {
-		where, args = append(where, "status = ?"), append(args, string(f.Status))
-	}
+	var c conds
+	c.equal("server_id", f.ServerID)
+	c.equal("app_id", f.AppID)
+	c.equal("type", f.Type)
+	c.equal("status", string(f.Status))
 	switch {
 	case f.Actor == "":
 	case f.Actor == jobs.ActorSystem:
-		where = append(where, "created_by = ''")
+		c.add("created_by = ''")
 	case strings.Contains(f.Actor, "@"):
-		where, args = append(where, "created_by = (SELECT id FROM users WHERE email = ?)"), append(args, strings.ToLower(strings.TrimSpace(f.Actor)))
+		c.add("created_by = (SELECT id FROM users WHERE email = ?)", strings.ToLower(strings.TrimSpace(f.Actor)))
 	default:
-		where, args = append(where, "created_by = ?"), append(args, f.Actor)
+		c.add("created_by = ?", f.Actor)
 	}
-	cond := ""
-	if len(where) > 0 {
-		cond = " WHERE " + strings.Join(where, " AND ")
-	}
-	args = append(args, limit)
 	var rows []struct {
 		jobRow
 		ServerName sql.NullString `db:"server_name"`
@@ -191,9 +169,9 @@ func (s *Store) ListJobs(ctx context.Context, f jobs.ListFilter, limit int) ([]j
 		ActorEmail sql.NullString `db:"actor_email"`
 	}
 	err := s.r.SelectContext(ctx, &rows, s.rebind(`SELECT j.*, s.name AS server_name, a.name AS app_name, u.email AS actor_email
-		FROM (SELECT `+jobColumns+` FROM jobs`+cond+` ORDER BY id DESC LIMIT ?) j
+		FROM (SELECT `+jobColumns+` FROM jobs WHERE `+c.where()+` ORDER BY id DESC LIMIT ?) j
 		LEFT JOIN servers s ON s.id = j.server_id LEFT JOIN applications a ON a.id = j.app_id LEFT JOIN users u ON u.id = j.created_by
-		ORDER BY j.id DESC`), args...)
+		ORDER BY j.id DESC`), append(c.args, limit)...)
 	if err != nil {
 		return nil, err
 	}
@@ -335,16 +313,11 @@ func (s *Store) FinishJob(ctx context.Context, id string, status jobs.Status, er
 	if errText != nil {
 		e = sql.NullString{String: *errText, Valid: true}
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET status = ?, error = ?, data = ?, output = ?, finished_at = ?, updated_at = ?,
 		started_at = COALESCE(started_at, ?), lease_expires_at = NULL, secrets = '', hook_pending_at = ?
 		WHERE id = ? AND (status = 'running' OR (status = 'queued' AND requeues > 0))`),
 		string(status), e, s.rawSealed(jobSealContext("data", id), data), s.rawSealed(jobSealContext("output", id), output),
-		ms(now), ms(now), ms(now), ms(now), id)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		ms(now), ms(now), ms(now), ms(now), id))
 }
 
 // ExtendLeases extends the leases of a server's running jobs and
@@ -380,17 +353,14 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) 
 				// Conditional on what was read: a heartbeat or event
 				// that acknowledged the claim since, or another control
 				// plane that requeued it first, leaves it alone.
-				res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'queued', started_at = NULL, lease_expires_at = NULL,
+				changed, err := changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'queued', started_at = NULL, lease_expires_at = NULL,
 					deadline_at = NULL, requeues = requeues + 1, updated_at = ?
 					WHERE id = ? AND status = 'running' AND acked_at IS NULL AND requeues = ? AND (lease_expires_at < ? OR deadline_at < ?)`),
-					ms(now), r.ID, r.Requeues, ms(now), ms(now))
+					ms(now), r.ID, r.Requeues, ms(now), ms(now)))
 				if err != nil {
 					return err
 				}
-				if n, err := res.RowsAffected(); err != nil || n != 1 {
-					if err != nil {
-						return err
-					}
+				if !changed {
 					continue
 				}
 				if err := appendJobEvent(ctx, tx, r.ID, now, RequeuedMessage); err != nil {
@@ -415,17 +385,14 @@ func (s *Store) ExpireJobs(ctx context.Context, now time.Time, maxRequeues int) 
 			// Conditional on what was read: a completion or a grace
 			// that changed the job since is not overridden, and the job
 			// is not reported (its hook is not run) unless it changed here.
-			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
+			changed, err := changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
 				lease_expires_at = NULL, secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'running'
 				AND (lease_expires_at < ? OR deadline_at < ?) AND (acked_at IS NOT NULL OR requeues >= ?)`),
-				reason, ms(now), ms(now), ms(now), r.ID, ms(now), ms(now), maxRequeues)
+				reason, ms(now), ms(now), ms(now), r.ID, ms(now), ms(now), maxRequeues))
 			if err != nil {
 				return err
 			}
-			if n, err := res.RowsAffected(); err != nil || n != 1 {
-				if err != nil {
-					return err
-				}
+			if !changed {
 				continue
 			}
 			j := s.jobOf(r)
@@ -489,16 +456,13 @@ func (s *Store) ExpireQueuedJobs(ctx context.Context, now, offlineSince time.Tim
 			// Conditional on the job still being queued, for the reason
 			// read: a claim, a result or a heartbeat that came since
 			// leaves it alone, and it is not reported.
-			res, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
+			changed, err := changedOne(tx.ExecContext(ctx, tx.Rebind(`UPDATE jobs SET status = 'failed', error = ?, finished_at = ?, updated_at = ?,
 				secrets = '', hook_pending_at = ? WHERE id = ? AND status = 'queued' AND `+cond),
-				reason, ms(now), ms(now), ms(now), r.ID, arg)
+				reason, ms(now), ms(now), ms(now), r.ID, arg))
 			if err != nil {
 				return err
 			}
-			if n, err := res.RowsAffected(); err != nil || n != 1 {
-				if err != nil {
-					return err
-				}
+			if !changed {
 				continue
 			}
 			if err := appendJobEvent(ctx, tx, r.ID, now, message); err != nil {
@@ -573,14 +537,9 @@ func (s *Store) RecordLateResult(ctx context.Context, id string, r jobs.LateResu
 	if r.Error != nil {
 		e = sql.NullString{String: *r.Error, Valid: true}
 	}
-	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET late_status = ?, late_error = ?, late_data = ?, late_at = ?, updated_at = ?
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`UPDATE jobs SET late_status = ?, late_error = ?, late_data = ?, late_at = ?, updated_at = ?
 		WHERE id = ? AND status = 'failed' AND error = ? AND late_at IS NULL`),
-		string(r.Status), e, s.rawSealed(jobSealContext("late_data", id), r.Data), ms(r.At), ms(r.At), id, jobs.ErrAgentLost)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		string(r.Status), e, s.rawSealed(jobSealContext("late_data", id), r.Data), ms(r.At), ms(r.At), id, jobs.ErrAgentLost))
 }
 
 // GraceLeases moves the leases and the deadlines of running jobs that end

@@ -10,14 +10,9 @@ import (
 // while another holder's lease runs. Leases compare the callers' clocks, so
 // ttl must be well above the clock skew between control planes.
 func (s *Store) TryLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)
 		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
-		WHERE leases.holder = excluded.holder OR leases.expires_at <= ?`), name, holder, ms(now.Add(ttl)), ms(now))
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+		WHERE leases.holder = excluded.holder OR leases.expires_at <= ?`), name, holder, ms(now.Add(ttl)), ms(now)))
 }
 
 // ReleaseLease gives up the named lease if holder has it, so that another

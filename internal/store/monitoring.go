@@ -60,25 +60,12 @@ func (s *Store) InsertRule(ctx context.Context, r monitoring.Rule) error {
 func (s *Store) Rules(ctx context.Context) ([]monitoring.Rule, error) { return s.rules(ctx, s.r) }
 
 func (s *Store) rules(ctx context.Context, q sqlx.QueryerContext) ([]monitoring.Rule, error) {
-	var rows []ruleRow
-	if err := sqlx.SelectContext(ctx, q, &rows, `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`); err != nil {
-		return nil, err
-	}
-	out := make([]monitoring.Rule, len(rows))
-	for i, r := range rows {
-		out[i] = r.rule()
-	}
-	return out, nil
+	return selectAll(ctx, q, always(ruleRow.rule), `SELECT `+ruleColumns+` FROM alert_rules ORDER BY created_at, id`)
 }
 
 // Rule returns an alert rule.
 func (s *Store) Rule(ctx context.Context, id string) (monitoring.Rule, error) {
-	var r ruleRow
-	err := s.r.GetContext(ctx, &r, s.rebind(`SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`), id)
-	if notFound(err) {
-		return monitoring.Rule{}, fault.NotFoundf("No such alert rule.")
-	}
-	return r.rule(), err
+	return getOne(ctx, s.r, always(ruleRow.rule), "alert rule", s.rebind(`SELECT `+ruleColumns+` FROM alert_rules WHERE id = ?`), id)
 }
 
 // UpdateRule stores a changed rule if nobody changed it since prev.
@@ -86,28 +73,14 @@ func (s *Store) UpdateRule(ctx context.Context, r monitoring.Rule, prev time.Tim
 	res, err := s.w.ExecContext(ctx, s.rebind(`UPDATE alert_rules SET name = ?, threshold = ?, duration_seconds = ?, severity = ?, enabled = ?,
 		updated_at = ? WHERE id = ? AND updated_at = ?`), r.Name, r.Threshold, r.Duration, r.Severity, boolInt(r.Enabled), ms(r.UpdatedAt),
 		r.ID, ms(prev))
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		if _, err := s.Rule(ctx, r.ID); err != nil {
-			return err
-		}
-		return fault.Conflictf("rule-changed", "The rule was changed at the same time; read it again and retry.")
-	}
-	return nil
+	return mustChange(res, err, func() error { _, err := s.Rule(ctx, r.ID); return err },
+		fault.Conflictf("rule-changed", "The rule was changed at the same time; read it again and retry."))
 }
 
 // DeleteRule deletes an alert rule and its pending conditions.
 func (s *Store) DeleteRule(ctx context.Context, id string) error {
 	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM alert_rules WHERE id = ?`), id)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fault.NotFoundf("No such alert rule.")
-	}
-	return nil
+	return mustAffect(res, err, "alert rule")
 }
 
 // Conditions returns every condition holding without an alert yet.
@@ -165,15 +138,7 @@ func (r alertRow) alert() monitoring.Alert {
 }
 
 func (s *Store) alertsWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) ([]monitoring.Alert, error) {
-	var rows []alertRow
-	if err := sqlx.SelectContext(ctx, q, &rows, s.rebind(`SELECT `+alertColumns+` FROM alerts WHERE `+where), args...); err != nil {
-		return nil, err
-	}
-	out := make([]monitoring.Alert, len(rows))
-	for i, r := range rows {
-		out[i] = r.alert()
-	}
-	return out, nil
+	return selectAll(ctx, q, always(alertRow.alert), s.rebind(`SELECT `+alertColumns+` FROM alerts WHERE `+where), args...)
 }
 
 // OpenAlerts returns every open alert.
@@ -184,14 +149,12 @@ func (s *Store) OpenAlerts(ctx context.Context) ([]monitoring.Alert, error) {
 // ListAlerts returns up to limit alerts in state ("" for all), newest
 // first, before the cursor.
 func (s *Store) ListAlerts(ctx context.Context, state string, limit int, before string) ([]monitoring.Alert, error) {
-	where, args := `1 = 1`, []any{}
-	if state != "" {
-		where, args = where+` AND state = ?`, append(args, state)
-	}
+	var c conds
+	c.equal("state", state)
 	if before != "" {
-		where, args = where+` AND id < ?`, append(args, before)
+		c.add("id < ?", before)
 	}
-	return s.alertsWhere(ctx, s.r, where+` ORDER BY id DESC LIMIT ?`, append(args, limit)...)
+	return s.alertsWhere(ctx, s.r, c.where()+` ORDER BY id DESC LIMIT ?`, append(c.args, limit)...)
 }
 
 // AcknowledgeAlert records who acknowledged an open alert, and reports

@@ -66,15 +66,7 @@ func (s *Store) CreateServer(ctx context.Context, srv servers.Server, enrollHash
 }
 
 func (s *Store) serverWhere(ctx context.Context, q sqlx.QueryerContext, where string, args ...any) (servers.Server, error) {
-	var r serverRow
-	err := sqlx.GetContext(ctx, q, &r, s.rebind(`SELECT `+serverColumns+` FROM servers WHERE `+where), args...)
-	if notFound(err) {
-		return servers.Server{}, fault.NotFoundf("No such server.")
-	}
-	if err != nil {
-		return servers.Server{}, err
-	}
-	return r.server()
+	return getOne(ctx, q, serverRow.server, "server", s.rebind(`SELECT `+serverColumns+` FROM servers WHERE `+where), args...)
 }
 
 // ServerAgent returns a server's name, its agent's version and the job
@@ -110,19 +102,7 @@ func (s *Store) Server(ctx context.Context, id string) (servers.Server, error) {
 
 // ListServers returns every server, oldest first.
 func (s *Store) ListServers(ctx context.Context) ([]servers.Server, error) {
-	var rows []serverRow
-	if err := s.r.SelectContext(ctx, &rows, `SELECT `+serverColumns+` FROM servers ORDER BY id`); err != nil {
-		return nil, err
-	}
-	out := make([]servers.Server, len(rows))
-	for i, r := range rows {
-		srv, err := r.server()
-		if err != nil {
-			return nil, err
-		}
-		out[i] = srv
-	}
-	return out, nil
+	return selectAll(ctx, s.r, serverRow.server, `SELECT `+serverColumns+` FROM servers ORDER BY id`)
 }
 
 // ListServerStates lists every server with only what its presence needs:
@@ -175,11 +155,8 @@ func (s *Store) RedeemEnrollment(ctx context.Context, enrollHash, agentHash stri
 			agent_token_hash = ?, status = 'online', facts = ?, agent_version = ?, enrolled_at = ?, last_seen_at = ?, updated_at = ?
 			WHERE enrollment_token_hash = ? AND enrollment_expires_at > ? AND status = 'pending'`),
 			agentHash, servers.RawFacts(&facts), facts.AgentVersion, ms(now), ms(now), ms(now), enrollHash, ms(now))
-		if err != nil {
+		if err := unlessNone(res, err, fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, used or expired.")); err != nil {
 			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return fault.Unauthenticatedf("invalid-enrollment-token", "The enrollment token is unknown, used or expired.")
 		}
 		srv, err = s.serverWhere(ctx, tx, "agent_token_hash = ?", agentHash)
 		if err != nil {
@@ -304,10 +281,13 @@ func publishServerTx(ctx context.Context, tx *sqlx.Tx, typ events.Type, srv serv
 	return publishTx(ctx, tx, ev)
 }
 
-// revokeTx revokes a server's agent credential. Revoking an enrolled
-// server publishes server.revoked.
-func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Time) error {
-	id := srv.ID
+// revokeServerTx revokes the agent credential of the server with this id,
+// in tx. Revoking an enrolled server publishes server.revoked.
+func (s *Store) revokeServerTx(ctx context.Context, tx *sqlx.Tx, id string, now time.Time) error {
+	srv, err := s.serverWhere(ctx, tx, "id = ?", id)
+	if err != nil {
+		return err
+	}
 	if srv.HasAgent() {
 		if err := publishServerTx(ctx, tx, events.ServerRevoked, srv, now); err != nil {
 			return err
@@ -318,7 +298,7 @@ func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Tim
 		AND agent_token_hash NOT IN (SELECT token_hash FROM revoked_agent_tokens)`), ms(now), id); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET status = 'revoked', revoked_at = COALESCE(revoked_at, ?),
+	_, err = tx.ExecContext(ctx, tx.Rebind(`UPDATE servers SET status = 'revoked', revoked_at = COALESCE(revoked_at, ?),
 		enrollment_token_hash = NULL, enrollment_expires_at = NULL, updated_at = ? WHERE id = ?`), ms(now), ms(now), id)
 	return err
 }
@@ -327,13 +307,10 @@ func revokeTx(ctx context.Context, tx *sqlx.Tx, srv servers.Server, now time.Tim
 func (s *Store) RevokeServer(ctx context.Context, id string, now time.Time) (servers.Server, error) {
 	var srv servers.Server
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
-		if err != nil {
+		if err := s.revokeServerTx(ctx, tx, id, now); err != nil {
 			return err
 		}
-		if err := revokeTx(ctx, tx, cur, now); err != nil {
-			return err
-		}
+		var err error
 		srv, err = s.serverWhere(ctx, tx, "id = ?", id)
 		return err
 	})
@@ -346,14 +323,10 @@ func (s *Store) RevokeServer(ctx context.Context, id string, now time.Time) (ser
 // DeleteServer revokes a server and deletes its record.
 func (s *Store) DeleteServer(ctx context.Context, id string, now time.Time) error {
 	err := s.tx(ctx, func(tx *sqlx.Tx) error {
-		cur, err := s.serverWhere(ctx, tx, "id = ?", id)
-		if err != nil {
+		if err := s.revokeServerTx(ctx, tx, id, now); err != nil {
 			return err
 		}
-		if err := revokeTx(ctx, tx, cur, now); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
+		_, err := tx.ExecContext(ctx, tx.Rebind(`DELETE FROM servers WHERE id = ?`), id)
 		if isForeignKeyViolation(err) {
 			// Database instances refer to the server: they go first.
 			return fault.Conflictf("server-has-databases", "Database instances are registered on this server; delete them first.")

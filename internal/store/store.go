@@ -20,6 +20,7 @@ import (
 	"io/fs"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -256,17 +257,29 @@ func (s *Store) tx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 // rebind turns ? placeholders into the dialect's.
 func (s *Store) rebind(q string) string { return s.r.Rebind(q) }
 
-// isUniqueViolation reports whether err is a unique-constraint violation.
-func isUniqueViolation(err error) bool {
+// isConstraintViolation reports whether err is the violation of a
+// constraint that PostgreSQL reports with the SQLSTATE pgCode and SQLite
+// with one of sqliteCodes (extended result codes).
+func isConstraintViolation(err error, pgCode string, sqliteCodes ...int) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return pgErr.Code == "23505"
+		return pgErr.Code == pgCode
 	}
 	var sqErr *sqlite.Error
 	if errors.As(err, &sqErr) {
-		return sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || sqErr.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY
+		return slices.Contains(sqliteCodes, sqErr.Code())
 	}
 	return false
+}
+
+// isUniqueViolation reports whether err is a unique-constraint violation.
+func isUniqueViolation(err error) bool {
+	return isConstraintViolation(err, "23505", sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+// isForeignKeyViolation reports whether err is a foreign-key violation.
+func isForeignKeyViolation(err error) bool {
+	return isConstraintViolation(err, "23503", sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY)
 }
 
 // isUniqueViolationOf reports whether err is a unique violation of the

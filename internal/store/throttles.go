@@ -85,10 +85,5 @@ func (s *Store) dialectSQL(q string) string {
 
 // ResetThrottle deletes the bucket key: it is full again.
 func (s *Store) ResetThrottle(ctx context.Context, key string) (bool, error) {
-	res, err := s.w.ExecContext(ctx, s.rebind(`DELETE FROM login_throttles WHERE key = ?`), key)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return changedOne(s.w.ExecContext(ctx, s.rebind(`DELETE FROM login_throttles WHERE key = ?`), key))
 }
