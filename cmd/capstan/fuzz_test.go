@@ -62,7 +62,8 @@ func newFuzzPlane(t testing.TB) *fuzzPlane {
 		Apps: a.apps, Domains: a.domains, Databases: a.dbs, Events: a.store, GitHost: a.githost, Monitoring: a.monitor, Inbox: a.inbox,
 		Backups: a.backups, Channels: a.channels, Preferences: notify.NewPreferences(a.store, time.Now),
 		Version: "fuzz", PublicURL: "http://capstan.test",
-	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: "http://capstan.test", AgentDir: t.TempDir(), Version: "fuzz"}),
+	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Domains: a.domains,
+		Monitoring: a.monitor, Databases: a.dbs, Backups: a.backups, PublicURL: "http://capstan.test", AgentDir: t.TempDir(), Version: "fuzz"}),
 		httpapi.CloudDrive(nil))
 	p := &fuzzPlane{api: api}
 

@@ -172,7 +172,8 @@ func (c *serveCmd) Run(ctx context.Context) error {
 		SMTP:    mailer,
 		Version: version, PublicURL: publicURL, TrustedProxy: c.TrustedProxy, Console: web.Dist(), AgentInFlight: c.AgentInFlight,
 		Stream: a.live, StreamTickets: a.store, Requests: requestObserver(tel), Conns: returns,
-	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, PublicURL: publicURL, AgentDir: agentDir, Version: version,
+	}, agentapi.Mount(agentapi.Deps{Servers: a.servers, Jobs: a.jobs, Metrics: a.metrics, Domains: a.domains,
+		Monitoring: a.monitor, Databases: a.dbs, Backups: a.backups, PublicURL: publicURL, AgentDir: agentDir, Version: version,
 		AllowInsecureAgents: c.AllowInsecure}), httpapi.CloudDrive(a.clouddrive))
 	// Heartbeats are written in batches; the last batch is written after
 	// the HTTP server has shut down, before the store closes.

@@ -11,8 +11,13 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/backups"
+	"github.com/capstan-dev/capstan/internal/databases"
+	"github.com/capstan-dev/capstan/internal/domains"
 	"github.com/capstan-dev/capstan/internal/httpapi"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/metrics"
+	"github.com/capstan-dev/capstan/internal/monitoring"
 	"github.com/capstan-dev/capstan/internal/servers"
 )
 
@@ -20,6 +25,13 @@ import (
 type Deps struct {
 	Servers *servers.Service
 	Jobs    *jobs.Service
+	// The capabilities agents report to; a nil one's endpoints answer
+	// that it is not configured.
+	Metrics    *metrics.Service
+	Domains    *domains.Service
+	Monitoring *monitoring.Service
+	Databases  *databases.Service
+	Backups    *backups.Service
 	// PublicURL is filled into install.sh.
 	PublicURL string
 	// AgentDir holds the agent binaries served by /agent/package.tar.gz.
@@ -132,7 +144,7 @@ func register(s *httpapi.Server, d Deps) {
 		if err != nil {
 			return nil, err
 		}
-		if dbs := s.Databases(); dbs != nil {
+		if dbs := d.Databases; dbs != nil {
 			// Tells the agent when the instances it samples changed.
 			if res.DatabasesRevision, err = dbs.MonitorRevision(ctx, httpapi.AgentServer(ctx).ID); err != nil {
 				return nil, err
@@ -238,12 +250,12 @@ func register(s *httpapi.Server, d Deps) {
 		return out, nil
 	})
 
-	registerMetrics(s, limits)
-	registerRequests(s, limits)
-	registerHealth(s, limits)
-	registerProxy(s, limits)
-	registerDatabases(s, limits)
-	registerArtifacts(s)
-	registerStorage(s)
+	registerMetrics(s, d, limits)
+	registerRequests(s, d, limits)
+	registerHealth(s, d, limits)
+	registerProxy(s, d, limits)
+	registerDatabases(s, d, limits)
+	registerArtifacts(s, d)
+	registerStorage(s, d)
 	registerInstall(s, d)
 }

@@ -22,7 +22,7 @@ type artifactReceiptOutput struct {
 
 // registerArtifacts serves the streamed files of database export and
 // import jobs.
-func registerArtifacts(s *httpapi.Server) {
+func registerArtifacts(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-upload-artifact", Method: http.MethodPut, Path: "/agent/v1/jobs/{id}/artifact", Tags: tags,
@@ -34,7 +34,7 @@ func registerArtifacts(s *httpapi.Server) {
 		RequestBody: &huma.RequestBody{Required: true, Description: "The gzip-compressed dump",
 			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
 	}, httpapi.Agent, func(ctx context.Context, in *artifactUploadInput) (*artifactReceiptOutput, error) {
-		dbs := s.Databases()
+		dbs := d.Databases
 		if dbs == nil {
 			return nil, errNoDatabases
 		}
@@ -53,7 +53,7 @@ func registerArtifacts(s *httpapi.Server) {
 		Responses: map[string]*huma.Response{"200": {Description: "The file",
 			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
 	}, httpapi.Agent, func(ctx context.Context, in *jobIDInput) (*huma.StreamResponse, error) {
-		dbs := s.Databases()
+		dbs := d.Databases
 		if dbs == nil {
 			return nil, errNoDatabases
 		}

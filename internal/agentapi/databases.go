@@ -29,7 +29,7 @@ type dbMetricsOutput struct {
 
 var errNoDatabases = errors.New("agentapi: no database service")
 
-func registerDatabases(s *httpapi.Server, limits *limiter) {
+func registerDatabases(s *httpapi.Server, deps Deps, limits *limiter) {
 	tags := []string{"Agent protocol"}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-databases", Method: http.MethodGet, Path: "/agent/v1/databases", Tags: tags,
@@ -40,7 +40,7 @@ func registerDatabases(s *httpapi.Server, limits *limiter) {
 			"server: 30 reads at once, then one every 5 s; beyond that 429 with Retry-After.",
 		Errors: []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, _ *struct{}) (*dbMonitorOutput, error) {
-		d := s.Databases()
+		d := deps.Databases
 		if d == nil {
 			return nil, errNoDatabases
 		}
@@ -66,7 +66,7 @@ func registerDatabases(s *httpapi.Server, limits *limiter) {
 		MaxBodyBytes: maxDatabaseMetricsBody,
 		Errors:       []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *dbMetricsInput) (*dbMetricsOutput, error) {
-		d := s.Databases()
+		d := deps.Databases
 		if d == nil {
 			return nil, errNoDatabases
 		}

@@ -24,7 +24,7 @@ type healthOutput struct {
 	Body   *agentproto.HealthTargets
 }
 
-func registerHealth(s *httpapi.Server, limits *limiter) {
+func registerHealth(s *httpapi.Server, d Deps, limits *limiter) {
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-health", Method: http.MethodPost, Path: "/agent/v1/health", Tags: []string{"Agent protocol"},
 		Summary: "Report the applications' health probes",
@@ -37,7 +37,7 @@ func registerHealth(s *httpapi.Server, limits *limiter) {
 		MaxBodyBytes:  maxHealthBody,
 		Errors:        []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *healthInput) (*healthOutput, error) {
-		m := s.Monitoring()
+		m := d.Monitoring
 		if m == nil {
 			return nil, errors.New("agentapi: no monitoring service")
 		}

@@ -40,7 +40,7 @@ type inventoryInput struct {
 	Body InventoryReport
 }
 
-func registerMetrics(s *httpapi.Server, limits *limiter) {
+func registerMetrics(s *httpapi.Server, d Deps, limits *limiter) {
 	tags := []string{"Agent protocol"}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-metrics", Method: http.MethodPost, Path: "/agent/v1/metrics", Tags: tags,
@@ -56,7 +56,7 @@ func registerMetrics(s *httpapi.Server, limits *limiter) {
 		MaxBodyBytes:  maxMetricsBody,
 		Errors:        []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *metricsInput) (*struct{}, error) {
-		m := s.Metrics()
+		m := d.Metrics
 		if m == nil {
 			return nil, errors.New("agentapi: no metrics service")
 		}
@@ -77,7 +77,7 @@ func registerMetrics(s *httpapi.Server, limits *limiter) {
 		MaxBodyBytes:  maxInventoryBody,
 		Errors:        []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *inventoryInput) (*struct{}, error) {
-		m := s.Metrics()
+		m := d.Metrics
 		if m == nil {
 			return nil, errors.New("agentapi: no metrics service")
 		}

@@ -15,7 +15,7 @@ type proxyStateOutput struct {
 	Body agentproto.ProxyStateResponse
 }
 
-func registerProxy(s *httpapi.Server, limits *limiter) {
+func registerProxy(s *httpapi.Server, deps Deps, limits *limiter) {
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-proxy", Method: http.MethodGet, Path: "/agent/v1/proxy", Tags: []string{"Agent protocol"},
 		Summary: "The server's current desired proxy state, with its revision",
@@ -29,7 +29,7 @@ func registerProxy(s *httpapi.Server, limits *limiter) {
 			"one a second; beyond that 429 with Retry-After.",
 		Errors: []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, _ *struct{}) (*proxyStateOutput, error) {
-		d := s.Domains()
+		d := deps.Domains
 		if d == nil {
 			return nil, errors.New("agentapi: no domain service")
 		}

@@ -23,7 +23,7 @@ type requestsOutput struct {
 	Body agentproto.RequestsResult
 }
 
-func registerRequests(s *httpapi.Server, limits *limiter) {
+func registerRequests(s *httpapi.Server, deps Deps, limits *limiter) {
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-requests", Method: http.MethodPost, Path: "/agent/v1/requests", Tags: []string{"Agent protocol"},
 		Summary: "Report request traffic per host and minute",
@@ -40,7 +40,7 @@ func registerRequests(s *httpapi.Server, limits *limiter) {
 		MaxBodyBytes:  maxRequestsBody,
 		Errors:        []int{http.StatusTooManyRequests},
 	}, httpapi.Agent, func(ctx context.Context, in *requestsInput) (*requestsOutput, error) {
-		d := s.Domains()
+		d := deps.Domains
 		if d == nil {
 			return nil, errors.New("agentapi: no domain service")
 		}

@@ -30,7 +30,7 @@ type storageObjectInput struct {
 
 // registerStorage serves the grants of backup jobs' storage requests: a
 // server holds no storage credential, and asks here for each request.
-func registerStorage(s *httpapi.Server) {
+func registerStorage(s *httpapi.Server, d Deps) {
 	tags := []string{"Agent protocol"}
 	httpapi.Register(s, huma.Operation{
 		OperationID: "agent-storage-grant", Method: http.MethodPost, Path: "/agent/v1/jobs/{id}/storage", Tags: tags,
@@ -44,7 +44,7 @@ func registerStorage(s *httpapi.Server) {
 			"type does (a verification reads, a deletion reads and deletes); anything else is 403.",
 		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusConflict, http.StatusBadGateway},
 	}, httpapi.Agent, func(ctx context.Context, in *storageGrantInput) (*storageGrantOutput, error) {
-		b := s.Backups()
+		b := d.Backups
 		if b == nil {
 			return nil, errNoBackups
 		}
@@ -64,7 +64,7 @@ func registerStorage(s *httpapi.Server) {
 		Responses: map[string]*huma.Response{"200": {Description: "The object's content",
 			Content: map[string]*huma.MediaType{agentproto.ArtifactContentType: {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
 	}, httpapi.Agent, func(ctx context.Context, in *storageObjectInput) (*huma.StreamResponse, error) {
-		b := s.Backups()
+		b := d.Backups
 		if b == nil {
 			return nil, errNoBackups
 		}

@@ -6,16 +6,8 @@ import (
 
 	"github.com/danielgtaylor/huma/v2"
 
-	"github.com/capstan-dev/capstan/internal/backups"
 	"github.com/capstan-dev/capstan/internal/databases"
 )
-
-// Databases returns the database service, for the agent protocol.
-func (s *Server) Databases() *databases.Service { return s.deps.Databases }
-
-// Backups is the backups service, for the agent protocol's storage
-// grants; nil when there is none.
-func (s *Server) Backups() *backups.Service { return s.deps.Backups }
 
 type databaseMetricsInput struct {
 	ID    string `path:"id" maxLength:"64"`

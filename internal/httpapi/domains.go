@@ -9,10 +9,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/domains"
 )
 
-// Domains returns the domain service, for the agent protocol's request
-// reports; nil if not set.
-func (s *Server) Domains() *domains.Service { return s.deps.Domains }
-
 type domainListInput struct {
 	ApplicationID string `query:"application_id" maxLength:"64" doc:"Only this application's domains"`
 }

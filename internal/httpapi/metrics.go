@@ -11,9 +11,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 )
 
-// Metrics returns the metrics service, for the agent protocol's reports.
-func (s *Server) Metrics() *metrics.Service { return s.deps.Metrics }
-
 var errNoMetrics = errors.New("httpapi: Deps.Metrics is not set")
 
 // ServerSummary is a server as listed, with its newest sample.

@@ -15,10 +15,6 @@ import (
 
 var errNoMonitoring = errors.New("httpapi: Deps.Monitoring is not set")
 
-// Monitoring returns the monitoring service, for the agent protocol's
-// health reports; nil when not set.
-func (s *Server) Monitoring() *monitoring.Service { return s.deps.Monitoring }
-
 // kindsDoc documents every rule kind: unit, bounds, defaults, scopes.
 func kindsDoc() string {
 	var b strings.Builder
