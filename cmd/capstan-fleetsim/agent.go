@@ -14,21 +14,22 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/backoff"
 )
 
 // simAgentVersion is the agent version the simulated agents report.
 const simAgentVersion = "fleetsim"
 
-// backoff is an exponential backoff with jitter: 0.5 s doubling to 30 s.
-type backoff struct{ n int }
+// retries is an exponential backoff with jitter: 0.5 s doubling to 30 s.
+type retries struct{ n int }
 
-func (b *backoff) next(rng *rand.Rand) time.Duration {
-	d := min(500*time.Millisecond<<min(b.n, 6), 30*time.Second)
+func (b *retries) next(rng *rand.Rand) time.Duration {
 	b.n++
+	d := backoff.Exponential{Base: 500 * time.Millisecond, Max: 30 * time.Second}.Delay(b.n)
 	return d/2 + time.Duration(rng.Int64N(int64(d/2)+1))
 }
 
-func (b *backoff) reset() { b.n = 0 }
+func (b *retries) reset() { b.n = 0 }
 
 // agent is one simulated agent: its credential, the host it pretends to
 // run on and the control plane it talks to.
@@ -129,7 +130,7 @@ func (a *agent) facts() agentproto.Facts {
 // enroll creates an enrollment as the administrator and redeems it as the
 // agent, retrying with backoff until it works or ctx ends.
 func (a *agent) enroll(ctx context.Context) bool {
-	var b backoff
+	var b retries
 	attempt := 0
 	for ctx.Err() == nil {
 		name := a.name
@@ -332,7 +333,7 @@ func (a *agent) sendInventory(ctx context.Context) {
 // then the result) before the next claim. Failures back off.
 func (a *agent) claimLoop(ctx context.Context, stop func()) {
 	wait := a.sim.cfg.ClaimWait
-	var b backoff
+	var b retries
 	for ctx.Err() == nil {
 		var res agentproto.ClaimResponse
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(wait)*time.Second+20*time.Second)
@@ -374,7 +375,7 @@ func (a *agent) claimLoop(ctx context.Context, stop func()) {
 func (a *agent) runJob(ctx context.Context, j agentproto.Job) {
 	a.running.Store(j.ID)
 	defer a.running.Store("")
-	var b backoff
+	var b retries
 	ev := agentproto.EventsRequest{Events: []agentproto.Event{{At: time.Now().UTC(), Level: agentproto.LevelInfo, Message: "pong"}}}
 	for ctx.Err() == nil {
 		_, err := a.call(ctx, callEvents, "/jobs/"+j.ID+"/events", ev, nil, 30*time.Second, http.StatusNoContent)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
+	"github.com/capstan-dev/capstan/internal/backoff"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
 )
@@ -65,10 +66,7 @@ func (s *Service) retryAfter(attempt int) time.Duration {
 	if d <= 0 {
 		d = DefaultDeleteRetry
 	}
-	for i := 1; i < attempt && d < maxDeleteRetry; i++ {
-		d *= 2
-	}
-	return min(d, maxDeleteRetry)
+	return backoff.Exponential{Base: d, Max: maxDeleteRetry}.Delay(attempt)
 }
 
 // Delete deletes a backup: its local copy on the server and its object in

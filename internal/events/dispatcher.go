@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/backoff"
 )
 
 // Delivery states.
@@ -302,15 +303,7 @@ func (d *Dispatcher) attempt(ctx context.Context, c Claimed) error {
 // Backoff is the wait after failed attempt n (1-based): RetryBase doubled
 // per earlier failure, at most RetryMax, with ±20% jitter.
 func (d *Dispatcher) Backoff(n int) time.Duration {
-	wait := d.RetryMax
-	if n < 40 {
-		if w := d.RetryBase << (n - 1); w > 0 && w < d.RetryMax {
-			wait = w
-		}
-	}
-	return jitter(wait)
+	return jitter(backoff.Exponential{Base: d.RetryBase, Max: d.RetryMax}.Delay(n))
 }
 
-func jitter(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
-}
+func jitter(d time.Duration) time.Duration { return backoff.Jitter(d, 0.2) }

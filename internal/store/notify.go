@@ -2,10 +2,11 @@ package store
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/capstan-dev/capstan/internal/backoff"
 )
 
 // notifyChannel is the PostgreSQL channel control planes sharing a
@@ -64,13 +65,14 @@ func (s *Store) Listen(ctx context.Context, deliver func(msg string), connected 
 		}
 		heard(up)
 	}
-	backoff := time.Duration(0)
+	retry := backoff.Exponential{Base: 100 * time.Millisecond, Max: 5 * time.Second}
+	failures := 0
 	for ctx.Err() == nil {
-		if backoff > 0 {
+		if failures > 0 {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Duration(rand.Int64N(int64(backoff))) + backoff/2):
+			case <-time.After(backoff.Jitter(retry.Delay(failures), 0.5)):
 			}
 		}
 		listened, _ := s.listenOnce(ctx, deliver, connected)
@@ -78,9 +80,9 @@ func (s *Store) Listen(ctx context.Context, deliver func(msg string), connected 
 			return
 		}
 		if listened {
-			backoff = 0
+			failures = 0
 		}
-		backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+		failures++
 	}
 }
 
