@@ -156,10 +156,6 @@ type deploymentIDInput struct {
 	ID string `path:"id" maxLength:"64"`
 }
 
-type deploymentOutput struct {
-	Body apps.DeploymentDetail
-}
-
 type appLogsInput struct {
 	ID   string `path:"id" maxLength:"64"`
 	Body *struct {
@@ -174,17 +170,9 @@ type appLogsResultInput struct {
 	JobID string `path:"job_id" maxLength:"64"`
 }
 
-type appLogsOutput struct {
-	Body apps.AppLogs
-}
-
 type trafficInput struct {
 	ID    string `path:"id" maxLength:"64"`
 	Range string `query:"range" default:"1h" enum:"1h,24h,7d" doc:"1h: per minute; 24h: 5-minute buckets; 7d: hourly. Default 1h when absent"`
-}
-
-type trafficOutput struct {
-	Body domains.Traffic
 }
 
 func (s *Server) registerApps() {
@@ -393,15 +381,11 @@ func (s *Server) registerApps() {
 		Summary: "Lines and container state of an application log read", Errors: []int{http.StatusNotFound},
 		Description: "Log lines can carry secrets: administrators get the lines and the container's state; members get the " +
 			"read's status and error class only, with no lines and redacted true.",
-	}, SignedIn, func(ctx context.Context, in *appLogsResultInput) (*appLogsOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *appLogsResultInput) (*bodyOutput[apps.AppLogs], error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		res, err := s.deps.Apps.Logs(ctx, in.ID, in.JobID, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &appLogsOutput{Body: res}, nil
+		return reply(s.deps.Apps.Logs(ctx, in.ID, in.JobID, reader(ctx)))
 	})
 	op(s, huma.Operation{
 		OperationID: "get-application-requests", Method: http.MethodGet, Path: "/api/v1/applications/{id}/requests", Tags: tags,
@@ -410,15 +394,11 @@ func (s *Server) registerApps() {
 			"5-minute buckets; 7d: hourly. Every bucket is present (zeros without requests). p95_ms is the largest per-minute p95 " +
 			"in the bucket, an upper bound of the bucket's true p95. Minutes are kept 8 days.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *trafficInput) (*trafficOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *trafficInput) (*bodyOutput[domains.Traffic], error) {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		t, err := s.deps.Domains.Traffic(ctx, in.ID, in.Range)
-		if err != nil {
-			return nil, err
-		}
-		return &trafficOutput{Body: t}, nil
+		return reply(s.deps.Domains.Traffic(ctx, in.ID, in.Range))
 	})
 
 	dtags := []string{"Deployments"}
@@ -449,15 +429,11 @@ func (s *Server) registerApps() {
 			"and error text are shown to administrators only, and so are the spec's compose document unmasked and a service's " +
 			"commands. Members get the deployment's spec with the document masked and the commands hidden, status, times and " +
 			"error class, the job's metadata, and no events.",
-	}, SignedIn, func(ctx context.Context, in *deploymentIDInput) (*deploymentOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *deploymentIDInput) (*bodyOutput[apps.DeploymentDetail], error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
-		d, err := s.deps.Apps.GetDeployment(ctx, in.ID, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &deploymentOutput{Body: d}, nil
+		return reply(s.deps.Apps.GetDeployment(ctx, in.ID, reader(ctx)))
 	})
 	op(s, huma.Operation{
 		OperationID: "cancel-deployment", Method: http.MethodPost, Path: "/api/v1/deployments/{id}/cancel", Tags: dtags,
@@ -465,16 +441,12 @@ func (s *Server) registerApps() {
 		Description: "A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job " +
 			"is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *deploymentIDInput) (*deploymentOutput, error) {
+	}, Admin, func(ctx context.Context, in *deploymentIDInput) (*bodyOutput[apps.DeploymentDetail], error) {
 		if s.deps.Apps == nil {
 			return nil, errNoApps
 		}
 		c := caller(ctx)
-		d, err := s.deps.Apps.CancelDeployment(ctx, c, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &deploymentOutput{Body: d}, nil
+		return reply(s.deps.Apps.CancelDeployment(ctx, c, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "rollback-deployment", Method: http.MethodPost, Path: "/api/v1/deployments/{id}/rollback", Tags: dtags,

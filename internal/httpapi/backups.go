@@ -13,10 +13,6 @@ import (
 
 var errNoBackups = fault.Conflictf("backups-unavailable", "Backups are not configured on this control plane.")
 
-type backupSettingsOutput struct {
-	Body backups.SettingsView
-}
-
 type backupSettingsInput struct {
 	Body struct {
 		Provider        string `json:"provider,omitempty" enum:"s3,clouddrive" doc:"s3 (the default): an S3-compatible bucket; clouddrive: a folder of the connected cloud drive"`
@@ -73,14 +69,6 @@ type backupListOutput struct {
 	}
 }
 
-type backupOutput struct {
-	Body backups.RunView
-}
-
-type backupSummaryOutput struct {
-	Body backups.Summary
-}
-
 type backupVerifyInput struct {
 	RunID string `path:"run_id" maxLength:"64"`
 }
@@ -108,10 +96,6 @@ type backupPolicyInput struct {
 		Databases  []string `json:"databases,omitempty" maxItems:"64" doc:"The databases to back up; each must be the instance's initial database or one its agent listed in its newest metric sample. Absent or empty: the initial database (a key-value instance is backed up whole)"`
 		Verify     *bool    `json:"verify,omitempty" doc:"Verify (test-restore) every backup of these databases once it succeeded; default true"`
 	}
-}
-
-type backupPolicyOutput struct {
-	Body backups.PolicyView
 }
 
 func (s *Server) registerBackups() {
@@ -145,7 +129,7 @@ func (s *Server) registerBackups() {
 			"the control plane does not know the instance has (its initial database and those its agent listed in its newest " +
 			"metric sample are known); nothing changes. 404 for an unknown instance. Audited.",
 		Errors: []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *backupPolicyInput) (*backupPolicyOutput, error) {
+	}, Admin, func(ctx context.Context, in *backupPolicyInput) (*bodyOutput[backups.PolicyView], error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
@@ -157,7 +141,7 @@ func (s *Server) registerBackups() {
 		if err != nil {
 			return nil, err
 		}
-		return &backupPolicyOutput{Body: v}, nil
+		return &bodyOutput[backups.PolicyView]{Body: v}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "verify-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/verify", Tags: tags,
@@ -291,15 +275,11 @@ func (s *Server) registerBackups() {
 		Description: "The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last " +
 			"verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members " +
 			"get a failed run's error (and delete_error) as its class only.",
-	}, SignedIn, func(ctx context.Context, in *backupVerifyInput) (*backupOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *backupVerifyInput) (*bodyOutput[backups.RunView], error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		v, err := s.deps.Backups.Run(ctx, in.RunID, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &backupOutput{Body: v}, nil
+		return reply(s.deps.Backups.Run(ctx, in.RunID, reader(ctx)))
 	})
 	op(s, huma.Operation{
 		OperationID: "backup-summary", Method: http.MethodGet, Path: "/api/v1/backups/summary", Tags: tags,
@@ -308,30 +288,22 @@ func (s *Server) registerBackups() {
 			"deleted); delete_pending_count and delete_pending_size of those being deleted, which count nowhere else; the 10 " +
 			"newest failures; and per instance the last success, the last verified backup and its failures, all of runs not " +
 			"being deleted.",
-	}, SignedIn, func(ctx context.Context, _ *struct{}) (*backupSummaryOutput, error) {
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*bodyOutput[backups.Summary], error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		sum, err := s.deps.Backups.Summary(ctx, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &backupSummaryOutput{Body: sum}, nil
+		return reply(s.deps.Backups.Summary(ctx, reader(ctx)))
 	})
 	op(s, huma.Operation{
 		OperationID: "get-backup-settings", Method: http.MethodGet, Path: "/api/v1/backups/settings", Tags: tags,
 		Summary: "Backup storage settings, without credentials",
 		Description: "Where backups are stored. The access key pair is never returned: access_key_id_set and " +
 			"secret_access_key_set say whether one is stored. configured is false until settings are saved.",
-	}, SignedIn, func(ctx context.Context, _ *struct{}) (*backupSettingsOutput, error) {
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*bodyOutput[backups.SettingsView], error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
-		v, err := s.deps.Backups.Settings(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &backupSettingsOutput{Body: v}, nil
+		return reply(s.deps.Backups.Settings(ctx))
 	})
 	op(s, huma.Operation{
 		OperationID: "put-backup-settings", Method: http.MethodPut, Path: "/api/v1/backups/settings", Tags: tags,
@@ -340,7 +312,7 @@ func (s *Server) registerBackups() {
 			"returned; leaving it out keeps the stored pair as long as the endpoint stays the same. 422 with field errors for " +
 			"invalid settings (nothing changes). Nothing is contacted: test the storage from a server with POST " +
 			"/api/v1/backups/settings/test. Audited.",
-	}, Admin, func(ctx context.Context, in *backupSettingsInput) (*backupSettingsOutput, error) {
+	}, Admin, func(ctx context.Context, in *backupSettingsInput) (*bodyOutput[backups.SettingsView], error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
@@ -352,7 +324,7 @@ func (s *Server) registerBackups() {
 		if err != nil {
 			return nil, err
 		}
-		return &backupSettingsOutput{Body: v}, nil
+		return &bodyOutput[backups.SettingsView]{Body: v}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "test-backup-storage", Method: http.MethodPost, Path: "/api/v1/backups/settings/test", Tags: tags,
@@ -379,7 +351,7 @@ func (s *Server) registerBackups() {
 		Description: "A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as " +
 			"soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error " +
 			"class, not its data, events or error text (redacted true).",
-	}, SignedIn, func(ctx context.Context, in *backupJobInput) (*jobOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *backupJobInput) (*bodyOutput[jobDetail], error) {
 		if s.deps.Backups == nil {
 			return nil, errNoBackups
 		}
@@ -387,7 +359,7 @@ func (s *Server) registerBackups() {
 		if err != nil {
 			return nil, err
 		}
-		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
+		return &bodyOutput[jobDetail]{Body: jobDetail{Job: j, Events: ev}}, nil
 	})
 }
 

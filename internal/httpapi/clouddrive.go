@@ -10,10 +10,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/clouddrive"
 )
 
-type cloudDriveStatusOutput struct {
-	Body clouddrive.DriveStatus
-}
-
 type cloudDriveConnectOutput struct {
 	SetCookie http.Cookie `header:"Set-Cookie" doc:"The browser binding of this sign-in (HttpOnly, SameSite=Lax, Path=/api/v1/backups/clouddrive/callback, 15 minutes): the callback must carry it"`
 	Body      clouddrive.DriveConsent
@@ -44,10 +40,6 @@ type cloudDriveDisconnectInput struct {
 	Force bool `query:"force" doc:"Forget the connection even when the provider fails to revoke the grant"`
 }
 
-type cloudDriveDisconnectOutput struct {
-	Body clouddrive.DriveDisconnection
-}
-
 // cloudDriveCookie is the browser binding cookie's name and Secure
 // attribute: "__Secure-" and Secure when the public URL is https.
 func (s *Server) cloudDriveCookie(value string, maxAge int) http.Cookie {
@@ -71,12 +63,8 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 		Summary: "Whether a cloud drive is connected for backups",
 		Description: "Whether an OAuth client is configured, whether a drive is connected (the account's address, the access granted, " +
 			"when and by whom), and the redirect URI to register with the OAuth client. Never a token.",
-	}, Admin, func(ctx context.Context, _ *struct{}) (*cloudDriveStatusOutput, error) {
-		st, err := svc.Status(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &cloudDriveStatusOutput{Body: st}, nil
+	}, Admin, func(ctx context.Context, _ *struct{}) (*bodyOutput[clouddrive.DriveStatus], error) {
+		return reply(svc.Status(ctx))
 	})
 	op(s, huma.Operation{
 		OperationID: "clouddrive-connect", Method: http.MethodPost, Path: "/api/v1/backups/clouddrive/connect", Tags: tags,
@@ -135,12 +123,8 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			"the provider's error; with force=true it is forgotten anyway, and the answer says so (revoked: false) so the access " +
 			"can be removed in the account's settings. Backups already in the drive stay there. 404 when none is connected.",
 		Errors: []int{http.StatusNotFound, http.StatusBadGateway},
-	}, Admin, func(ctx context.Context, in *cloudDriveDisconnectInput) (*cloudDriveDisconnectOutput, error) {
+	}, Admin, func(ctx context.Context, in *cloudDriveDisconnectInput) (*bodyOutput[clouddrive.DriveDisconnection], error) {
 		c := caller(ctx)
-		d, err := svc.Disconnect(ctx, c, in.Force)
-		if err != nil {
-			return nil, err
-		}
-		return &cloudDriveDisconnectOutput{Body: d}, nil
+		return reply(svc.Disconnect(ctx, c, in.Force))
 	})
 }

@@ -14,10 +14,6 @@ type databaseMetricsInput struct {
 	Hours int    `query:"hours" default:"24" minimum:"1" maximum:"2160" doc:"The span up to now, 1 to 2160 hours (90 days); 24 when absent. Up to 48: raw samples; over 48: hourly averages"`
 }
 
-type databaseMetricsOutput struct {
-	Body databases.MetricSeries
-}
-
 func (s *Server) registerDatabaseMetrics() {
 	op(s, huma.Operation{
 		OperationID: "get-database-metrics", Method: http.MethodGet, Path: "/api/v1/databases/{id}/metrics", Tags: []string{"Databases"},
@@ -30,14 +26,10 @@ func (s *Server) registerDatabaseMetrics() {
 			"date every few minutes. A sample the agent could not take (the instance did not answer) counts in errors, with no " +
 			"figures; administrators also get its error text. Raw samples are kept 48 hours, hourly rollups 100 days.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *databaseMetricsInput) (*databaseMetricsOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *databaseMetricsInput) (*bodyOutput[databases.MetricSeries], error) {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		series, err := s.deps.Databases.Metrics(ctx, in.ID, in.Hours, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &databaseMetricsOutput{Body: series}, nil
+		return reply(s.deps.Databases.Metrics(ctx, in.ID, in.Hours, reader(ctx)))
 	})
 }

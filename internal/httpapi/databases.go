@@ -32,10 +32,6 @@ type databaseListOutput struct {
 	}
 }
 
-type databaseOutput struct {
-	Body databases.Detail
-}
-
 type registerExternalInput struct {
 	Body struct {
 		Name     string `json:"name" maxLength:"63" doc:"DNS label: 1 to 63 lowercase letters, digits and '-', not at either end; unique"`
@@ -62,10 +58,6 @@ type databaseTLSInput struct {
 		TLSMode string `json:"tls_mode" maxLength:"16" doc:"disable, require, verify-ca or verify-full"`
 		CA      string `json:"ca,omitempty" maxLength:"65536" doc:"PEM CA certificates for verify-ca and verify-full"`
 	}
-}
-
-type connectionOutput struct {
-	Body databases.Connection
 }
 
 type queryInput struct {
@@ -108,10 +100,6 @@ type databaseJobInput struct {
 	ID    string `path:"id" maxLength:"64"`
 	JobID string `path:"job_id" maxLength:"64"`
 	Wait  int    `query:"wait" minimum:"0" maximum:"30" doc:"Seconds to wait for the job to end, 0 to 30: the call answers as soon as the job is finished, or after this long with its state then. 0 (the default) answers at once"`
-}
-
-type databaseJobOutput struct {
-	Body databases.JobResult
 }
 
 func (s *Server) registerDatabases() {
@@ -174,15 +162,11 @@ func (s *Server) registerDatabases() {
 		Summary: "A database instance", Errors: []int{http.StatusNotFound},
 		Description: "State, engine, version, server, managed or external, and its logins' user names (never passwords). " +
 			"Members do not get last_error (a job's output).",
-	}, SignedIn, func(ctx context.Context, in *databaseIDInput) (*databaseOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *databaseIDInput) (*bodyOutput[databases.Detail], error) {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		d, err := s.deps.Databases.Get(ctx, in.ID, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &databaseOutput{Body: d}, nil
+		return reply(s.deps.Databases.Get(ctx, in.ID, reader(ctx)))
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-database", Method: http.MethodDelete, Path: "/api/v1/databases/{id}", Tags: tags,
@@ -228,16 +212,12 @@ func (s *Server) registerDatabases() {
 		Summary: "Logins with passwords and connection URLs", Errors: []int{http.StatusNotFound},
 		Description: "Every login of the instance with its password and its URL as the instance's server reaches it. Each " +
 			"call is recorded in the audit log (database.connection.read) with who made it and from which address.",
-	}, Admin, func(ctx context.Context, in *databaseIDInput) (*connectionOutput, error) {
+	}, Admin, func(ctx context.Context, in *databaseIDInput) (*bodyOutput[databases.Connection], error) {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
 		c := caller(ctx)
-		conn, err := s.deps.Databases.Connection(ctx, c, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &connectionOutput{Body: conn}, nil
+		return reply(s.deps.Databases.Connection(ctx, c, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "query-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/query", Tags: tags,
@@ -305,15 +285,11 @@ func (s *Server) registerDatabases() {
 		Description: "{status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers " +
 			"as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error " +
 			"class, not its data or error text (redacted true).",
-	}, SignedIn, func(ctx context.Context, in *databaseJobInput) (*databaseJobOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *databaseJobInput) (*bodyOutput[databases.JobResult], error) {
 		if s.deps.Databases == nil {
 			return nil, errNoDatabases
 		}
-		r, err := s.deps.Databases.Job(ctx, in.ID, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &databaseJobOutput{Body: r}, nil
+		return reply(s.deps.Databases.Job(ctx, in.ID, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx)))
 	})
 }
 

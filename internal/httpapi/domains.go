@@ -23,10 +23,6 @@ type domainIDInput struct {
 	ID string `path:"id" maxLength:"64"`
 }
 
-type domainOutput struct {
-	Body domains.Domain
-}
-
 type createDomainInput struct {
 	Body struct {
 		Hostname      string `json:"hostname" maxLength:"253" doc:"Lowercase, at least two labels, no IP address or wildcard; with redirect_www, without a leading www."`
@@ -95,15 +91,11 @@ func (s *Server) registerDomains() {
 	op(s, huma.Operation{
 		OperationID: "get-domain", Method: http.MethodGet, Path: "/api/v1/domains/{id}", Tags: tags,
 		Summary: "A domain with its latest check", Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *domainIDInput) (*domainOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *domainIDInput) (*bodyOutput[domains.Domain], error) {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		d, err := s.deps.Domains.Get(ctx, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &domainOutput{Body: d}, nil
+		return reply(s.deps.Domains.Get(ctx, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "update-domain", Method: http.MethodPatch, Path: "/api/v1/domains/{id}", Tags: tags,

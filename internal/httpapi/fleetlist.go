@@ -30,10 +30,6 @@ type ServerColumns struct {
 	Disk     []*float64 `json:"disk" doc:"Use of the fullest filesystem in the newest sample, one decimal; null when unknown"`
 }
 
-type serverColumnsOutput struct {
-	Body ServerColumns
-}
-
 type sparklinesInput struct {
 	IDs string `query:"ids" required:"true" maxLength:"8000" doc:"Comma-separated server ids, 1 to 100"`
 }
@@ -61,7 +57,7 @@ func (s *Server) registerFleetList() {
 		Description: "What a list of the whole fleet shows (name, status, tags, host name, OS, last heartbeat, and CPU, memory " +
 			"and disk use of the newest sample) as one array per field, entry i of each belonging to the same server. For " +
 			"10,000 servers it is about a sixth of GET /api/v1/servers, before compression.",
-	}, SignedIn, func(ctx context.Context, _ *struct{}) (*serverColumnsOutput, error) {
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*bodyOutput[ServerColumns], error) {
 		list, err := s.deps.Servers.List(ctx)
 		if err != nil {
 			return nil, err
@@ -94,7 +90,7 @@ func (s *Server) registerFleetList() {
 				c.CPU[i], c.Memory[i], c.Disk[i] = oneDecimal(&cpu), oneDecimal(l.MemoryUsedPercent), oneDecimal(l.DiskUsedPercent)
 			}
 		}
-		return &serverColumnsOutput{Body: c}, nil
+		return &bodyOutput[ServerColumns]{Body: c}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "get-server-sparklines", Method: http.MethodGet, Path: "/api/v1/servers/sparklines", Tags: tags,

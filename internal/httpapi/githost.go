@@ -12,18 +12,10 @@ import (
 
 var errNoGitHost = fault.Conflictf("githost-unavailable", "The git host integration is not configured on this control plane.")
 
-type gitHostStatusOutput struct {
-	Body githost.Status
-}
-
 type manifestInput struct {
 	Body struct {
 		Organization string `json:"organization,omitempty" maxLength:"39" doc:"Create the app under this organization; default: the account signed in on the provider"`
 	}
-}
-
-type manifestOutput struct {
-	Body githost.Manifest
 }
 
 type manifestCompleteInput struct {
@@ -58,19 +50,11 @@ type branchesOutput struct {
 	}
 }
 
-type disconnectOutput struct {
-	Body githost.Disconnection
-}
-
 type webhookInput struct {
 	Event     string `header:"X-GitHub-Event" maxLength:"64" doc:"push, installation, installation_repositories (others are acknowledged and ignored)"`
 	Delivery  string `header:"X-GitHub-Delivery" maxLength:"128" doc:"The delivery's id, for the log and the answer (the signature does not cover it: deliveries are told apart by their bodies)"`
 	Signature string `header:"X-Hub-Signature-256" maxLength:"128" doc:"sha256= and the HMAC-SHA256 of the body with the app's webhook secret, in hex"`
 	RawBody   []byte
-}
-
-type webhookOutput struct {
-	Body githost.WebhookResult
 }
 
 func (s *Server) registerGitHost() {
@@ -80,15 +64,11 @@ func (s *Server) registerGitHost() {
 		OperationID: "githost-status", Method: http.MethodGet, Path: "/api/v1/githost/status", Tags: tags,
 		Summary:     "Whether a git host app is connected, and its installations",
 		Description: "The connected app (never its secrets), its installations, and the webhook URL the provider delivers to.",
-	}, Admin, func(ctx context.Context, _ *struct{}) (*gitHostStatusOutput, error) {
+	}, Admin, func(ctx context.Context, _ *struct{}) (*bodyOutput[githost.Status], error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
-		st, err := s.deps.GitHost.Status(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &gitHostStatusOutput{Body: st}, nil
+		return reply(s.deps.GitHost.Status(ctx))
 	})
 	op(s, huma.Operation{
 		OperationID: "githost-manifest", Method: http.MethodPost, Path: "/api/v1/githost/manifest", Tags: tags,
@@ -98,15 +78,11 @@ func (s *Server) registerGitHost() {
 			"single-use state bound to this session and valid 30 minutes. The provider creates the app and redirects the browser " +
 			"back with ?code=&state=, which POST /api/v1/githost/manifest/complete takes. 409 when an app is connected.",
 		Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *manifestInput) (*manifestOutput, error) {
+	}, Admin, func(ctx context.Context, in *manifestInput) (*bodyOutput[githost.Manifest], error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
-		m, err := s.deps.GitHost.StartManifest(ctx, caller(ctx), in.Body.Organization)
-		if err != nil {
-			return nil, err
-		}
-		return &manifestOutput{Body: m}, nil
+		return reply(s.deps.GitHost.StartManifest(ctx, caller(ctx), in.Body.Organization))
 	})
 	op(s, huma.Operation{
 		OperationID: "githost-manifest-complete", Method: http.MethodPost, Path: "/api/v1/githost/manifest/complete", Tags: tags,
@@ -115,15 +91,11 @@ func (s *Server) registerGitHost() {
 			"provider for the app's id, private key, webhook secret and client credentials, and stores them encrypted. 422 when the " +
 			"provider refuses the code; 502 when the provider fails.",
 		Errors: []int{http.StatusConflict, upstreamErr},
-	}, Admin, func(ctx context.Context, in *manifestCompleteInput) (*gitHostStatusOutput, error) {
+	}, Admin, func(ctx context.Context, in *manifestCompleteInput) (*bodyOutput[githost.Status], error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
-		st, err := s.deps.GitHost.CompleteManifest(ctx, caller(ctx), in.Body.Code, in.Body.State)
-		if err != nil {
-			return nil, err
-		}
-		return &gitHostStatusOutput{Body: st}, nil
+		return reply(s.deps.GitHost.CompleteManifest(ctx, caller(ctx), in.Body.Code, in.Body.State))
 	})
 	op(s, huma.Operation{
 		OperationID: "githost-add-installation", Method: http.MethodPost, Path: "/api/v1/githost/installations", Tags: tags,
@@ -132,15 +104,11 @@ func (s *Server) registerGitHost() {
 			"verified with the provider, as the app, before it is recorded (422 for an installation the provider does not know " +
 			"as this app's).",
 		Errors: []int{http.StatusConflict, upstreamErr},
-	}, Admin, func(ctx context.Context, in *installationInput) (*gitHostStatusOutput, error) {
+	}, Admin, func(ctx context.Context, in *installationInput) (*bodyOutput[githost.Status], error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
-		st, err := s.deps.GitHost.AddInstallation(ctx, caller(ctx), in.Body.InstallationID, in.Body.SetupAction)
-		if err != nil {
-			return nil, err
-		}
-		return &gitHostStatusOutput{Body: st}, nil
+		return reply(s.deps.GitHost.AddInstallation(ctx, caller(ctx), in.Body.InstallationID, in.Body.SetupAction))
 	})
 	op(s, huma.Operation{
 		OperationID: "githost-repositories", Method: http.MethodGet, Path: "/api/v1/githost/repositories", Tags: tags,
@@ -192,7 +160,7 @@ func (s *Server) registerGitHost() {
 		Metadata: map[string]any{bodySlotsKey: s.webhooks},
 		Errors: []int{http.StatusUnauthorized, http.StatusConflict, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge,
 			http.StatusServiceUnavailable},
-	}, Public, func(ctx context.Context, in *webhookInput) (*webhookOutput, error) {
+	}, Public, func(ctx context.Context, in *webhookInput) (*bodyOutput[githost.WebhookResult], error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
@@ -204,11 +172,7 @@ func (s *Server) registerGitHost() {
 		if err != nil {
 			return nil, err
 		}
-		res, err := s.deps.GitHost.HandleVerified(ctx, v)
-		if err != nil {
-			return nil, err
-		}
-		return &webhookOutput{Body: res}, nil
+		return reply(s.deps.GitHost.HandleVerified(ctx, v))
 	})
 	op(s, huma.Operation{
 		OperationID: "githost-disconnect", Method: http.MethodDelete, Path: "/api/v1/githost/app", Tags: tags,
@@ -217,14 +181,10 @@ func (s *Server) registerGitHost() {
 			"answer links its settings page). Applications built from git keep running their image; their new deploys fail " +
 			"until an app is connected again.",
 		Errors: []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, _ *struct{}) (*disconnectOutput, error) {
+	}, Admin, func(ctx context.Context, _ *struct{}) (*bodyOutput[githost.Disconnection], error) {
 		if s.deps.GitHost == nil {
 			return nil, errNoGitHost
 		}
-		d, err := s.deps.GitHost.Disconnect(ctx, caller(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &disconnectOutput{Body: d}, nil
+		return reply(s.deps.GitHost.Disconnect(ctx, caller(ctx)))
 	})
 }

@@ -39,10 +39,6 @@ type jobDetail struct {
 	Events []jobs.Event `json:"events"`
 }
 
-type jobOutput struct {
-	Body jobDetail
-}
-
 func (s *Server) registerJobs() {
 	tags := []string{"Jobs"}
 	op(s, huma.Operation{
@@ -75,7 +71,7 @@ func (s *Server) registerJobs() {
 			"administrators only. Members get the job's metadata and error class, an empty events list, and redacted true. " +
 			"With wait, the call answers as soon as the job is finished (succeeded, failed or cancelled), or after wait seconds " +
 			"with its state then. Like the list, the job carries server_name, app_name and actor.",
-	}, SignedIn, func(ctx context.Context, in *jobGetInput) (*jobOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *jobGetInput) (*bodyOutput[jobDetail], error) {
 		j, ev, err := s.deps.Jobs.Wait(ctx, in.ID, time.Duration(in.Wait)*time.Second, reader(ctx))
 		if err != nil {
 			return nil, err
@@ -83,13 +79,13 @@ func (s *Server) registerJobs() {
 		if j, err = s.deps.Jobs.Named(ctx, j); err != nil {
 			return nil, err
 		}
-		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
+		return &bodyOutput[jobDetail]{Body: jobDetail{Job: j, Events: ev}}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "cancel-job", Method: http.MethodPost, Path: "/api/v1/jobs/{id}/cancel", Tags: tags,
 		Summary: "Cancel a queued job", Description: "409 when the job is not queued.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *jobIDInput) (*jobOutput, error) {
+	}, Admin, func(ctx context.Context, in *jobIDInput) (*bodyOutput[jobDetail], error) {
 		j, err := s.deps.Jobs.Cancel(ctx, in.ID)
 		if err != nil {
 			return nil, err
@@ -98,6 +94,6 @@ func (s *Server) registerJobs() {
 		if err != nil {
 			return nil, err
 		}
-		return &jobOutput{Body: jobDetail{Job: j, Events: ev}}, nil
+		return &bodyOutput[jobDetail]{Body: jobDetail{Job: j, Events: ev}}, nil
 	})
 }

@@ -14,10 +14,6 @@ type logSourcesInput struct {
 	ServerID string `query:"server_id" required:"true" maxLength:"64"`
 }
 
-type logSourcesOutput struct {
-	Body logs.Sources
-}
-
 type logReadInput struct {
 	Body struct {
 		ServerID  string `json:"server_id" maxLength:"64"`
@@ -35,21 +31,13 @@ type logResultInput struct {
 	Wait  int    `query:"wait" minimum:"0" maximum:"30" doc:"Seconds to wait for the read to end, 0 to 30: the call answers as soon as the read is finished, or after this long with its state then. 0 (the default) answers at once"`
 }
 
-type logResultOutput struct {
-	Body logs.Result
-}
-
 func (s *Server) registerLogs() {
 	tags := []string{"Logs"}
 	op(s, huma.Operation{
 		OperationID: "list-log-sources", Method: http.MethodGet, Path: "/api/v1/logs/sources", Tags: tags,
 		Summary: "Units and containers readable on a server (from its latest inventory)", Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *logSourcesInput) (*logSourcesOutput, error) {
-		src, err := s.deps.Logs.Sources(ctx, in.ServerID)
-		if err != nil {
-			return nil, err
-		}
-		return &logSourcesOutput{Body: src}, nil
+	}, SignedIn, func(ctx context.Context, in *logSourcesInput) (*bodyOutput[logs.Sources], error) {
+		return reply(s.deps.Logs.Sources(ctx, in.ServerID))
 	})
 	op(s, huma.Operation{
 		OperationID: "read-logs", Method: http.MethodPost, Path: "/api/v1/logs", Tags: tags,
@@ -74,11 +62,7 @@ func (s *Server) registerLogs() {
 			"error class only, with no lines and redacted true. With wait (seconds, at most 30), the call answers as soon as " +
 			"the read is finished (succeeded, failed or cancelled), or after wait seconds with its state then (queued or " +
 			"running, no lines yet): one request gets the lines of a read that ends in time, without polling.",
-	}, SignedIn, func(ctx context.Context, in *logResultInput) (*logResultOutput, error) {
-		res, err := s.deps.Logs.Get(ctx, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx))
-		if err != nil {
-			return nil, err
-		}
-		return &logResultOutput{Body: res}, nil
+	}, SignedIn, func(ctx context.Context, in *logResultInput) (*bodyOutput[logs.Result], error) {
+		return reply(s.deps.Logs.Get(ctx, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx)))
 	})
 }

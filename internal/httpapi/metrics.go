@@ -69,16 +69,8 @@ type seriesInput struct {
 	Range string `query:"range" default:"1h" enum:"1h,24h,7d,30d,90d" doc:"Time range up to now: 1h, 24h, 7d, 30d or 90d; default 1h when absent"`
 }
 
-type seriesOutput struct {
-	Body metrics.ServerSeries
-}
-
 type fleetInput struct {
 	Range string `query:"range" default:"1h" enum:"1h,24h,7d,30d,90d" doc:"Time range up to now: 1h, 24h, 7d, 30d or 90d; default 1h when absent"`
-}
-
-type fleetOutput struct {
-	Body metrics.Fleet
 }
 
 func (s *Server) registerMetrics() {
@@ -91,15 +83,11 @@ func (s *Server) registerMetrics() {
 			"they are hourly averages and maxima from the rollups, which are brought up to date every few minutes. " +
 			"Raw samples are kept 48 hours, hourly rollups 100 days.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *seriesInput) (*seriesOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *seriesInput) (*bodyOutput[metrics.ServerSeries], error) {
 		if s.deps.Metrics == nil {
 			return nil, errNoMetrics
 		}
-		series, err := s.deps.Metrics.Series(ctx, in.ID, in.Range)
-		if err != nil {
-			return nil, err
-		}
-		return &seriesOutput{Body: series}, nil
+		return reply(s.deps.Metrics.Series(ctx, in.ID, in.Range))
 	})
 	op(s, huma.Operation{
 		OperationID: "get-fleet-monitoring", Method: http.MethodGet, Path: "/api/v1/monitoring/fleet", Tags: []string{"Monitoring"},
@@ -108,14 +96,10 @@ func (s *Server) registerMetrics() {
 			"Each server's series covers the range: for 1h and 24h (resolution raw) as averages of at most 300 time buckets per " +
 			"server (bucket_seconds wide), coarser than a single server's series to keep the reply bounded; for 7d, 30d and 90d " +
 			"(resolution 1h) as hourly averages from the rollups.",
-	}, SignedIn, func(ctx context.Context, in *fleetInput) (*fleetOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *fleetInput) (*bodyOutput[metrics.Fleet], error) {
 		if s.deps.Metrics == nil {
 			return nil, errNoMetrics
 		}
-		f, err := s.deps.Metrics.Fleet(ctx, in.Range)
-		if err != nil {
-			return nil, err
-		}
-		return &fleetOutput{Body: f}, nil
+		return reply(s.deps.Metrics.Fleet(ctx, in.Range))
 	})
 }

@@ -38,10 +38,6 @@ type ruleIDInput struct {
 	ID string `path:"id" maxLength:"64"`
 }
 
-type ruleOutput struct {
-	Body monitoring.Rule
-}
-
 type ruleListOutput struct {
 	Body struct {
 		Rules []monitoring.Rule `json:"rules" doc:"Oldest first"`
@@ -90,14 +86,6 @@ type alertIDInput struct {
 	ID string `path:"id" maxLength:"64"`
 }
 
-type alertOutput struct {
-	Body monitoring.Alert
-}
-
-type evaluateOutput struct {
-	Body monitoring.Outcome
-}
-
 func (s *Server) registerMonitoring() {
 	tags := []string{"Monitoring"}
 	rulesDoc := "Rule kinds (a fresh control plane has one enabled rule of every kind, scope all, with these defaults):\n\n" + kindsDoc() +
@@ -127,16 +115,12 @@ func (s *Server) registerMonitoring() {
 		Description: "Fields left out take the kind's defaults. An unknown kind or scope, a scope the kind does not allow, or a threshold " +
 			"or duration out of bounds is a 422 and stores nothing. Audited.\n\n" + rulesDoc,
 		DefaultStatus: http.StatusCreated,
-	}, Admin, func(ctx context.Context, in *ruleCreateInput) (*ruleOutput, error) {
+	}, Admin, func(ctx context.Context, in *ruleCreateInput) (*bodyOutput[monitoring.Rule], error) {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
 		c := caller(ctx)
-		r, err := s.deps.Monitoring.CreateRule(ctx, c, in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &ruleOutput{Body: r}, nil
+		return reply(s.deps.Monitoring.CreateRule(ctx, c, in.Body))
 	})
 	op(s, huma.Operation{
 		OperationID: "update-alert-rule", Method: http.MethodPatch, Path: "/api/v1/monitoring/rules/{id}", Tags: tags,
@@ -144,16 +128,12 @@ func (s *Server) registerMonitoring() {
 		Description: "Fields left out stay. Out-of-bounds values are a 422 and change nothing. Disabling a rule resolves its open alerts " +
 			"at the next evaluation. Audited.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *rulePatchInput) (*ruleOutput, error) {
+	}, Admin, func(ctx context.Context, in *rulePatchInput) (*bodyOutput[monitoring.Rule], error) {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
 		c := caller(ctx)
-		r, err := s.deps.Monitoring.UpdateRule(ctx, c, in.ID, in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &ruleOutput{Body: r}, nil
+		return reply(s.deps.Monitoring.UpdateRule(ctx, c, in.ID, in.Body))
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-alert-rule", Method: http.MethodDelete, Path: "/api/v1/monitoring/rules/{id}", Tags: tags,
@@ -200,30 +180,22 @@ func (s *Server) registerMonitoring() {
 		Description: "Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 " +
 			"(alert-resolved). Audited.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *alertIDInput) (*alertOutput, error) {
+	}, Admin, func(ctx context.Context, in *alertIDInput) (*bodyOutput[monitoring.Alert], error) {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
 		c := caller(ctx)
-		al, err := s.deps.Monitoring.Acknowledge(ctx, c, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &alertOutput{Body: al}, nil
+		return reply(s.deps.Monitoring.Acknowledge(ctx, c, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "evaluate-alert-rules", Method: http.MethodPost, Path: "/api/v1/monitoring/evaluate", Tags: tags,
 		Summary:     "Evaluate every alert rule now",
 		Description: "Answers with the alerts this evaluation opened and resolved (publishing alert.opened and alert.resolved).",
-	}, Admin, func(ctx context.Context, _ *struct{}) (*evaluateOutput, error) {
+	}, Admin, func(ctx context.Context, _ *struct{}) (*bodyOutput[monitoring.Outcome], error) {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
-		out, err := s.deps.Monitoring.Evaluate(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &evaluateOutput{Body: out}, nil
+		return reply(s.deps.Monitoring.Evaluate(ctx))
 	})
 }
 

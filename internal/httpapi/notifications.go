@@ -121,18 +121,6 @@ type channelPatchInput struct {
 	Body notify.ChannelPatch
 }
 
-type channelOutput struct {
-	Body CreatedChannel
-}
-
-type channelDetailOutput struct {
-	Body notify.ChannelDetail
-}
-
-type channelTestOutput struct {
-	Body notify.ChannelTestResult
-}
-
 const channelsDoc = "Kinds: team_chat (config {url}: a Slack-compatible incoming-webhook URL; the message has text and blocks), " +
 	"messenger (config {bot_token, chat_id, api_base_url}: a Telegram-compatible bot API's sendMessage; api_base_url defaults to " +
 	"https://api.telegram.org, so a self-hosted Bot API server works), webhook (config {url}: any HTTPS endpoint). URLs must be " +
@@ -172,7 +160,7 @@ func (s *Server) registerChannels() {
 		Description: "events lists event types from the catalogue; an unknown one is a 422. A webhook channel's answer holds its " +
 			"signing secret, shown once. A name in use: 409. Audited.\n\n" + channelsDoc + "\n\n" + eventCatalogueDoc(),
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *channelCreateInput) (*channelOutput, error) {
+	}, Admin, func(ctx context.Context, in *channelCreateInput) (*bodyOutput[CreatedChannel], error) {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
@@ -181,22 +169,18 @@ func (s *Server) registerChannels() {
 		if err != nil {
 			return nil, err
 		}
-		return &channelOutput{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
+		return &bodyOutput[CreatedChannel]{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "get-notification-channel", Method: http.MethodGet, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
 		Summary:     "A notification channel with its latest deliveries",
 		Description: "Each delivery has its event, status (pending, delivered, failed), attempts, the last response code and error.",
 		Errors:      []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *channelIDInput) (*channelDetailOutput, error) {
+	}, Admin, func(ctx context.Context, in *channelIDInput) (*bodyOutput[notify.ChannelDetail], error) {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
-		d, err := s.deps.Channels.Get(ctx, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &channelDetailOutput{Body: d}, nil
+		return reply(s.deps.Channels.Get(ctx, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "update-notification-channel", Method: http.MethodPatch, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
@@ -204,7 +188,7 @@ func (s *Server) registerChannels() {
 		Description: "name, events, enabled, config (a new destination, replacing the whole config), and for a webhook rotate_secret: " +
 			"the answer holds the new secret once, and the old one keeps signing for grace_seconds (default a day). Audited.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *channelPatchInput) (*channelOutput, error) {
+	}, Admin, func(ctx context.Context, in *channelPatchInput) (*bodyOutput[CreatedChannel], error) {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
@@ -213,7 +197,7 @@ func (s *Server) registerChannels() {
 		if err != nil {
 			return nil, err
 		}
-		return &channelOutput{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
+		return &bodyOutput[CreatedChannel]{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-notification-channel", Method: http.MethodDelete, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
@@ -231,20 +215,12 @@ func (s *Server) registerChannels() {
 		Summary:     "Send a test message now",
 		Description: "Sends at once (no retries) an event of type channel.test and answers with what came of it.",
 		Errors:      []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *channelIDInput) (*channelTestOutput, error) {
+	}, Admin, func(ctx context.Context, in *channelIDInput) (*bodyOutput[notify.ChannelTestResult], error) {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
-		r, err := s.deps.Channels.Test(ctx, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &channelTestOutput{Body: r}, nil
+		return reply(s.deps.Channels.Test(ctx, in.ID))
 	})
-}
-
-type settingsOutput struct {
-	Body notify.Settings
 }
 
 type settingsInput struct {
@@ -257,44 +233,28 @@ func (s *Server) registerNotificationSettings() {
 		OperationID: "get-notification-settings", Method: http.MethodGet, Path: "/api/v1/notifications/settings", Tags: tags,
 		Summary:     "The caller's e-mail preferences",
 		Description: "Which events are mailed to the caller (when the control plane has SMTP settings): deployments that succeed (default off), deployments that fail (default on), alerts opening and resolving (default on).",
-	}, SignedIn, func(ctx context.Context, _ *struct{}) (*settingsOutput, error) {
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*bodyOutput[notify.Settings], error) {
 		if s.deps.Preferences == nil {
 			return nil, errNoNotify
 		}
-		st, err := s.deps.Preferences.Get(ctx, principal(ctx).User.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &settingsOutput{Body: st}, nil
+		return reply(s.deps.Preferences.Get(ctx, principal(ctx).User.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "put-notification-settings", Method: http.MethodPut, Path: "/api/v1/notifications/settings", Tags: tags,
 		Summary:     "Replace the caller's e-mail preferences",
 		Description: "All three booleans are required and set as given.",
-	}, SignedIn, func(ctx context.Context, in *settingsInput) (*settingsOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *settingsInput) (*bodyOutput[notify.Settings], error) {
 		if s.deps.Preferences == nil {
 			return nil, errNoNotify
 		}
-		st, err := s.deps.Preferences.Put(ctx, principal(ctx).User.ID, in.Body)
-		if err != nil {
-			return nil, err
-		}
-		return &settingsOutput{Body: st}, nil
+		return reply(s.deps.Preferences.Put(ctx, principal(ctx).User.ID, in.Body))
 	})
-}
-
-type smtpOutput struct {
-	Body notify.SMTPSettings
 }
 
 type mailTestInput struct {
 	Body struct {
 		To string `json:"to" minLength:"3" maxLength:"254" doc:"The address to send the test e-mail to"`
 	}
-}
-
-type mailTestOutput struct {
-	Body notify.MailTestResult
 }
 
 func (s *Server) registerEmail() {
@@ -304,8 +264,8 @@ func (s *Server) registerEmail() {
 		Summary: "The control plane's SMTP settings",
 		Description: "Host, port, security, user and from address as the control plane was started with (--smtp-* flags or " +
 			"CAPSTAN_SMTP_* variables); the password never, only whether one is set. enabled is false without an SMTP host.",
-	}, Admin, func(ctx context.Context, _ *struct{}) (*smtpOutput, error) {
-		return &smtpOutput{Body: s.deps.SMTP.Settings()}, nil
+	}, Admin, func(ctx context.Context, _ *struct{}) (*bodyOutput[notify.SMTPSettings], error) {
+		return &bodyOutput[notify.SMTPSettings]{Body: s.deps.SMTP.Settings()}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "test-email", Method: http.MethodPost, Path: "/api/v1/notifications/email/test", Tags: tags,
@@ -314,7 +274,7 @@ func (s *Server) registerEmail() {
 			"answers with what came of it: delivered, or the error (the connection's or the SMTP server's answer). 409 " +
 			"email-not-configured without an SMTP host. Audited.",
 		Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *mailTestInput) (*mailTestOutput, error) {
+	}, Admin, func(ctx context.Context, in *mailTestInput) (*bodyOutput[notify.MailTestResult], error) {
 		r, err := s.deps.SMTP.Test(ctx, in.Body.To)
 		if err != nil {
 			return nil, err
@@ -323,6 +283,6 @@ func (s *Server) registerEmail() {
 			map[string]any{"to": r.To, "delivered": r.Delivered}); err != nil {
 			return nil, err
 		}
-		return &mailTestOutput{Body: r}, nil
+		return &bodyOutput[notify.MailTestResult]{Body: r}, nil
 	})
 }

@@ -16,10 +16,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 )
 
-type platformOutput struct {
-	Body PlatformInfo
-}
-
 // PlatformInfo is the platform description with the versions of the
 // fleet's agents.
 type PlatformInfo struct {
@@ -98,12 +94,12 @@ func (s *Server) registerPlatform() {
 		OperationID: "get-platform", Method: http.MethodGet, Path: "/api/v1/platform", Tags: []string{"Platform"},
 		Summary:     "Control plane name, public URL, versions and schema",
 		Description: "With the enrolled servers counted by the version of their agent.",
-	}, SignedIn, func(ctx context.Context, _ *struct{}) (*platformOutput, error) {
+	}, SignedIn, func(ctx context.Context, _ *struct{}) (*bodyOutput[PlatformInfo], error) {
 		info, err := s.deps.Platform.Info(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := &platformOutput{Body: PlatformInfo{Info: info, Agents: []AgentVersion{}}}
+		out := &bodyOutput[PlatformInfo]{Body: PlatformInfo{Info: info, Agents: []AgentVersion{}}}
 		if s.deps.Servers != nil {
 			list, err := s.deps.Servers.List(ctx)
 			if err != nil {

@@ -537,3 +537,16 @@ func (s *Server) authenticate(ctx huma.Context, next func(huma.Context)) {
 	}
 	next(ctx)
 }
+
+// bodyOutput is an answer that is only its body.
+type bodyOutput[T any] struct {
+	Body T
+}
+
+// reply answers v as the body, or err.
+func reply[T any](v T, err error) (*bodyOutput[T], error) {
+	if err != nil {
+		return nil, err
+	}
+	return &bodyOutput[T]{Body: v}, nil
+}

@@ -9,10 +9,6 @@ import (
 	"github.com/capstan-dev/capstan/internal/domains"
 )
 
-type otherTrafficOutput struct {
-	Body domains.OtherTraffic
-}
-
 // registerServerRequests registers the read of a server's "other" request
 // bucket.
 func (s *Server) registerServerRequests() {
@@ -25,14 +21,10 @@ func (s *Server) registerServerRequests() {
 			"literals, names whose DNS still points here) into this one bucket, without their names. Bucketed as an " +
 			"application's request traffic: 1h per minute, 24h in 5-minute buckets, 7d hourly.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *trafficInput) (*otherTrafficOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *trafficInput) (*bodyOutput[domains.OtherTraffic], error) {
 		if s.deps.Domains == nil {
 			return nil, errNoDomains
 		}
-		t, err := s.deps.Domains.ServerOtherTraffic(ctx, in.ID, in.Range)
-		if err != nil {
-			return nil, err
-		}
-		return &otherTrafficOutput{Body: t}, nil
+		return reply(s.deps.Domains.ServerOtherTraffic(ctx, in.ID, in.Range))
 	})
 }

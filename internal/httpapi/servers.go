@@ -20,26 +20,14 @@ type enrollmentInput struct {
 	}
 }
 
-type enrollmentOutput struct {
-	Body servers.Enrollment
-}
-
 type serverIDInput struct {
 	ID string `path:"id" maxLength:"64"`
-}
-
-type serverOutput struct {
-	Body servers.Server
 }
 
 type serverListOutput struct {
 	Body struct {
 		Servers []ServerSummary `json:"servers"`
 	}
-}
-
-type serverDetailOutput struct {
-	Body ServerDetail
 }
 
 type actionInput struct {
@@ -87,26 +75,18 @@ func (s *Server) registerServers() {
 		Summary:       "Enroll a new server",
 		Description:   "Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *enrollmentInput) (*enrollmentOutput, error) {
+	}, Admin, func(ctx context.Context, in *enrollmentInput) (*bodyOutput[servers.Enrollment], error) {
 		c := caller(ctx)
-		e, err := s.deps.Servers.CreateEnrollment(ctx, c, in.Body.Name, in.Body.Tags)
-		if err != nil {
-			return nil, err
-		}
-		return &enrollmentOutput{Body: e}, nil
+		return reply(s.deps.Servers.CreateEnrollment(ctx, c, in.Body.Name, in.Body.Tags))
 	})
 	op(s, huma.Operation{
 		OperationID: "reissue-enrollment", Method: http.MethodPost, Path: "/api/v1/servers/{id}/enrollments", Tags: tags,
 		Summary:       "New enrollment token for a server that has not enrolled",
 		Description:   "Invalidates the previous token. 409 for a server that already enrolled.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *serverIDInput) (*enrollmentOutput, error) {
+	}, Admin, func(ctx context.Context, in *serverIDInput) (*bodyOutput[servers.Enrollment], error) {
 		c := caller(ctx)
-		e, err := s.deps.Servers.ReissueEnrollment(ctx, c, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &enrollmentOutput{Body: e}, nil
+		return reply(s.deps.Servers.ReissueEnrollment(ctx, c, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "list-servers", Method: http.MethodGet, Path: "/api/v1/servers", Tags: tags,
@@ -126,29 +106,21 @@ func (s *Server) registerServers() {
 	op(s, huma.Operation{
 		OperationID: "get-server", Method: http.MethodGet, Path: "/api/v1/servers/{id}", Tags: tags,
 		Summary: "Server detail with latest metrics and inventory", Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *serverIDInput) (*serverDetailOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *serverIDInput) (*bodyOutput[ServerDetail], error) {
 		srv, err := s.deps.Servers.Get(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
-		d, err := s.serverDetail(ctx, srv)
-		if err != nil {
-			return nil, err
-		}
-		return &serverDetailOutput{Body: d}, nil
+		return reply(s.serverDetail(ctx, srv))
 	})
 	op(s, huma.Operation{
 		OperationID: "revoke-server", Method: http.MethodPost, Path: "/api/v1/servers/{id}/revoke", Tags: tags,
 		Summary:     "Revoke the server's agent credential",
 		Description: "The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.",
 		Errors:      []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *serverIDInput) (*serverOutput, error) {
+	}, Admin, func(ctx context.Context, in *serverIDInput) (*bodyOutput[servers.Server], error) {
 		c := caller(ctx)
-		srv, err := s.deps.Servers.Revoke(ctx, c, in.ID)
-		if err != nil {
-			return nil, err
-		}
-		return &serverOutput{Body: srv}, nil
+		return reply(s.deps.Servers.Revoke(ctx, c, in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-server", Method: http.MethodDelete, Path: "/api/v1/servers/{id}", Tags: tags,

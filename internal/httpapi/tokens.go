@@ -22,10 +22,6 @@ type createTokenInput struct {
 	}
 }
 
-type createTokenOutput struct {
-	Body auth.CreatedToken
-}
-
 type tokensOutput struct {
 	Body struct {
 		Tokens []auth.APIToken `json:"tokens"`
@@ -34,10 +30,6 @@ type tokensOutput struct {
 
 type tokenIDInput struct {
 	ID string `path:"id" maxLength:"64"`
-}
-
-type apiTokenOutput struct {
-	Body auth.APIToken
 }
 
 type currentTokenOutput struct {
@@ -61,7 +53,7 @@ func (s *Server) registerTokens() {
 			"on them), database instances or servers with a tag; such a token is refused operations that act on none of them. " +
 			"At most 100 live tokens per user (409 token-limit).",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
-	}, SignedIn, func(ctx context.Context, in *createTokenInput) (*createTokenOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *createTokenInput) (*bodyOutput[auth.CreatedToken], error) {
 		b := in.Body
 		for i, r := range b.Resources {
 			if err := s.resourceExists(ctx, r); fault.Is(err, fault.Invalid) {
@@ -75,7 +67,7 @@ func (s *Server) registerTokens() {
 		if err != nil {
 			return nil, err
 		}
-		return &createTokenOutput{Body: t}, nil
+		return &bodyOutput[auth.CreatedToken]{Body: t}, nil
 	})
 	op(s, huma.Operation{
 		OperationID: "list-tokens", Method: http.MethodGet, Path: "/api/v1/tokens", Tags: tags,
@@ -118,13 +110,13 @@ func (s *Server) registerTokens() {
 		Summary:     "Revoke an API token",
 		Description: "A member revokes their own tokens, an administrator anyone's. The token is refused from its next call, on every control plane. 404 for a token that is not live.",
 		Errors:      []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *tokenIDInput) (*apiTokenOutput, error) {
+	}, SignedIn, func(ctx context.Context, in *tokenIDInput) (*bodyOutput[auth.APIToken], error) {
 		t, err := s.deps.Auth.RevokeToken(ctx, clientOf(ctx), principal(ctx), in.ID)
 		if err != nil {
 			return nil, err
 		}
 		s.sessions.poke()
-		return &apiTokenOutput{Body: t}, nil
+		return &bodyOutput[auth.APIToken]{Body: t}, nil
 	})
 }
 

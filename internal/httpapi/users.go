@@ -28,10 +28,6 @@ type userChangeInput struct {
 	}
 }
 
-type userOutput struct {
-	Body auth.User
-}
-
 type userTOTPOutput struct {
 	Body struct {
 		User       auth.User `json:"user"`
@@ -66,16 +62,12 @@ func (s *Server) registerUsers() {
 			"signed in from. The last enabled administrator can be neither made a member nor disabled: 409 last-admin. Audited " +
 			"(`user.role_changed`, `user.disabled`, `user.enabled`).",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *userChangeInput) (*userOutput, error) {
+	}, Admin, func(ctx context.Context, in *userChangeInput) (*bodyOutput[auth.User], error) {
 		if in.Body.Admin == nil && in.Body.Disabled == nil {
 			return nil, fault.Invalidf("body", "give admin, disabled or both")
 		}
 		c := caller(ctx)
-		u, err := s.deps.Auth.ChangeUser(ctx, c, in.ID, auth.UserChange{Admin: in.Body.Admin, Disabled: in.Body.Disabled})
-		if err != nil {
-			return nil, err
-		}
-		return &userOutput{Body: u}, nil
+		return reply(s.deps.Auth.ChangeUser(ctx, c, in.ID, auth.UserChange{Admin: in.Body.Admin, Disabled: in.Body.Disabled}))
 	})
 
 	op(s, huma.Operation{
