@@ -5,17 +5,17 @@ import { CopyButton, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table }
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import {
-  actorLabel, finishedStates, jobDuration, jobFilterQuery, matchesJobFilter, mergeEvents, parseJobFilter, upsertJob, withNames,
+  actorLabel, finished, jobDuration, jobFilterQuery, matchesJobFilter, mergeEvents, parseJobFilter, upsertJob, withNames,
   type JobFilter,
 } from "../lib/jobs";
 import { useLive } from "../lib/live";
+import { useJobLive } from "../lib/useJob";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate, useLocation } from "../lib/router";
 import { useTitle } from "../lib/title";
 
 type Job = Schemas["Job"];
-type JobEvent = Schemas["Event"];
 
 const jobStates = ["queued", "running", "succeeded", "failed", "cancelled"];
 
@@ -156,21 +156,15 @@ export function JobDetail({ id }: { id: string }) {
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const problem = actionProblem ?? res.problem;
   const confirm = useConfirm(() => ({ title: "Cancel the job", action: "Cancel", object: `${job?.type} ${job?.id}`, run: cancel }));
-  useLive(
-    ["job", "job.events"],
-    (data, type) => {
-      if (type === "reset") return void load();
-      if (type === "job" && data?.id === id) {
-        // A finished job's data and output come from the job itself.
-        if (finishedStates.includes(data.status)) void load();
-        else setJob((cur) => (cur ? { ...cur, ...data, server_name: cur.server_name, app_name: cur.app_name, actor: cur.actor, events: cur.events } : cur));
-      }
-      if (type === "job.events" && data?.job_id === id) {
-        setJob((cur) => (cur ? { ...cur, events: mergeEvents(cur.events ?? [], data.events as JobEvent[]) } : cur));
-      }
+  useJobLive(id, {
+    reset: () => void load(),
+    job: (data) => {
+      // A finished job's data and output come from the job itself.
+      if (finished(data.status)) void load();
+      else setJob((cur) => (cur ? { ...cur, ...data, server_name: cur.server_name, app_name: cur.app_name, actor: cur.actor, events: cur.events } : cur));
     },
-    [id],
-  );
+    events: (events) => setJob((cur) => (cur ? { ...cur, events: mergeEvents(cur.events ?? [], events) } : cur)),
+  });
 
   async function cancel() {
     setProblem(null);
