@@ -1,12 +1,24 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, SubNav, Table, useConfirm } from "../components/ui";
-import { concernsApp, releaseName, envChange, envFieldErrors, envRows, patchBody, settingsForm, unapplied, type EnvRow, type SettingsForm } from "../lib/apps";
+import {
+  concernsApp,
+  releaseName,
+  envChange,
+  envFieldErrors,
+  envRows,
+  patchBody,
+  settingsForm,
+  unapplied,
+  type EnvRow,
+  type SettingsForm,
+} from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import { LogFilter } from "../components/LogFilter";
 import { filterLines } from "../lib/logs";
 import { useLive } from "../lib/live";
+import { useAction } from "../lib/action";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
@@ -81,30 +93,19 @@ function Overview({ app, reload }: { app: Detail; reload: () => Promise<void> })
   );
   const admin = currentUser()?.admin ?? false;
   const [ref, setRef] = useState("");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   // The deployment this page started, shown live until a newer one is
   // the application's latest.
   const [started, setStarted] = useState<string | null>(null);
-  const errs = fieldErrors(problem);
   const takesRef = !(app.kind === "compose" && app.source.type === "inline");
 
-  async function deploy(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const body = takesRef && ref.trim() ? { ref: ref.trim() } : {};
-      const a = await ok(api.POST("/api/v1/applications/{id}/deployments", { params: { path: { id: app.id } }, body }));
-      setStarted(a.deployment_id);
-      setRef("");
-      void reload();
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const deploy = handleSubmit(async () => {
+    const body = takesRef && ref.trim() ? { ref: ref.trim() } : {};
+    const a = await ok(api.POST("/api/v1/applications/{id}/deployments", { params: { path: { id: app.id } }, body }));
+    setStarted(a.deployment_id);
+    setRef("");
+    void reload();
+  });
   const live = started ?? app.latest?.id ?? null;
   const notApplied = unapplied(app, app.current, app.latest, app.current?.id);
   return (
@@ -288,10 +289,9 @@ function EnvEditor({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void
   const admin = currentUser()?.admin ?? false;
   const keys = (app.env ?? []).map((e) => e.key);
   const [rows, setRows] = useState<EnvRow[]>(() => envRows(keys));
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { problem, busy, run } = useAction();
   const [sent, setSent] = useState<ReturnType<typeof envChange>>(null);
   const [saved, setSaved] = useState(false);
-  const [busy, setBusy] = useState(false);
   const rowErrs = envFieldErrors(problem?.errors, sent);
   const change = envChange(rows);
   const set = (i: number, part: Partial<EnvRow>) => {
@@ -302,19 +302,13 @@ function EnvEditor({ app, onSaved }: { app: Detail; onSaved: (d: Detail) => void
   async function save(e: Event) {
     e.preventDefault();
     if (!change) return;
-    setBusy(true);
-    setProblem(null);
-    setSent(change);
-    try {
+    await run(async () => {
+      setSent(change);
       const d = await ok(api.PATCH("/api/v1/applications/{id}/env", { params: { path: { id: app.id } }, body: change }));
       setRows(envRows((d.env ?? []).map((x) => x.key)));
       setSaved(true);
       onSaved(d);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
+    });
   }
 
   if (!admin) {

@@ -7,7 +7,7 @@ import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import { createBody, emptyForm, sourcesOf, withKind, type AppForm, type Kind, type KV, type SourceType } from "../lib/apps";
 import { useLive } from "../lib/live";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./apps.css";
@@ -126,10 +126,8 @@ export function KVRows(props: { label: string; rows: KV[]; onChange: (rows: KV[]
 export function AppNew({ serverId }: { serverId?: string }) {
   useTitle("New application", "Applications");
   const [f, setF] = useState<AppForm>(() => emptyForm(serverId ?? ""));
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const servers = useResource(async () => (await ok(api.GET("/api/v1/servers"))).servers ?? []);
-  const errs = fieldErrors(problem);
   const set = (part: Partial<AppForm>) => setF((cur) => ({ ...cur, ...part }));
   const input = (name: keyof AppForm) => ({
     id: "app-" + name,
@@ -139,19 +137,10 @@ export function AppNew({ serverId }: { serverId?: string }) {
     onInput: (e: Event) => set({ [name]: (e.target as HTMLInputElement).value } as Partial<AppForm>),
   });
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const a = await ok(api.POST("/api/v1/applications", { body: createBody(f) as Schemas["CreateAppInputBody"] }));
-      navigate("/applications/" + a.id);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const a = await ok(api.POST("/api/v1/applications", { body: createBody(f) as Schemas["CreateAppInputBody"] }));
+    navigate("/applications/" + a.id);
+  });
 
   // After a refusal, the first field at fault (or the problem) comes into view.
   useEffect(() => {

@@ -2,7 +2,8 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { api, ok } from "../api/client";
 import { CopyButton, Field, Loading, ProblemBox } from "../components/ui";
 import { setTokens } from "../lib/auth";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, fieldErrors } from "../lib/problem";
 import { navigate } from "../lib/router";
 import { useTitle } from "../lib/title";
 
@@ -18,15 +19,13 @@ export function AcceptInvite() {
   useTitle("Join Capstan");
   const token = decodeURIComponent(location.hash.replace(/^#/, ""));
   const [inv, setInv] = useState<Invitation | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { problem, setProblem, busy, errs, run, handleSubmit } = useAction();
   const [step, setStep] = useState<"password" | "code">("password");
   const [enrollment, setEnrollment] = useState<Enrollment | null>(null);
   const [pw, setPw] = useState("");
-  const [busy, setBusy] = useState(false);
   const password = useRef<HTMLInputElement>(null);
   const repeat = useRef<HTMLInputElement>(null);
   const code = useRef<HTMLInputElement>(null);
-  const errs = fieldErrors(problem);
 
   useEffect(() => {
     if (!token) {
@@ -48,8 +47,7 @@ export function AcceptInvite() {
       repeat.current!.focus();
       return;
     }
-    setBusy(true);
-    try {
+    await run(async () => {
       // One second factor per visit: going back to the password keeps it.
       if (!enrollment) {
         const r = await ok(api.POST("/api/v1/auth/invitation/enrollment", { body: { token } }));
@@ -58,17 +56,10 @@ export function AcceptInvite() {
       setPw(p);
       setStep("code");
       queueMicrotask(() => code.current?.focus());
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
+    });
   }
 
-  async function submitCode(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const submitCode = handleSubmit(async () => {
     try {
       const res = await ok(
         api.POST("/api/v1/auth/invitation/accept", { body: { token, password: pw, code: code.current!.value.trim() } }),
@@ -86,10 +77,8 @@ export function AcceptInvite() {
         code.current.value = "";
         code.current.focus();
       }
-    } finally {
-      setBusy(false);
     }
-  }
+  });
 
   return (
     <main class="signin invite" id="main">

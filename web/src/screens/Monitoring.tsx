@@ -22,7 +22,8 @@ import {
   type KindSpec,
   type RuleForm,
 } from "../lib/monitoring";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { useLocation } from "../lib/router";
 import "./ops.css";
@@ -372,28 +373,17 @@ function RuleEditor(props: { rule: Rule | null; kinds: KindSpec[]; targets: Targ
         }
       : newRuleForm(kinds.find((k) => k.kind === "cpu_high") ?? kinds[0]),
   );
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const spec = kinds.find((k) => k.kind === form.kind);
-  const errs = fieldErrors(problem);
   const set = (patch: Partial<RuleForm>) => setForm((f) => ({ ...f, ...patch }));
   const fields = ["kind", "name", "scope", "scope_id", "threshold", "duration", "severity", "enabled"];
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const saved = rule
-        ? await ok(api.PATCH("/api/v1/monitoring/rules/{id}", { params: { path: { id: rule.id } }, body: patchBody(rule, form) as Schemas["RulePatch"] }))
-        : await ok(api.POST("/api/v1/monitoring/rules", { body: createBody(form) as Schemas["NewRule"] }));
-      props.onDone(saved);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const saved = rule
+      ? await ok(api.PATCH("/api/v1/monitoring/rules/{id}", { params: { path: { id: rule.id } }, body: patchBody(rule, form) as Schemas["RulePatch"] }))
+      : await ok(api.POST("/api/v1/monitoring/rules", { body: createBody(form) as Schemas["NewRule"] }));
+    props.onDone(saved);
+  });
 
   const inv = (name: string) => (errs[name] ? true : undefined);
   const desc = (name: string) => (errs[name] ? name + "-error" : name + "-hint");

@@ -2,7 +2,8 @@ import { useRef, useState } from "preact/hooks";
 import { api, ok } from "../api/client";
 import { Field, ProblemBox } from "../components/ui";
 import { setTokens } from "../lib/auth";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem } from "../lib/problem";
 import { navigate, safeNext } from "../lib/router";
 import { useTitle } from "../lib/title";
 
@@ -13,37 +14,23 @@ export function SignIn({ next }: { next: string | null }) {
   useTitle("Sign in");
   const [step, setStep] = useState<"password" | "code">("password");
   const [challenge, setChallenge] = useState("");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, setProblem, busy, errs, handleSubmit } = useAction();
   // The address of the last password step, kept for the next one.
   const [lastEmail, setLastEmail] = useState("");
   const email = useRef<HTMLInputElement>(null);
   const password = useRef<HTMLInputElement>(null);
   const code = useRef<HTMLInputElement>(null);
-  const errs = fieldErrors(problem);
 
-  async function submitPassword(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const address = email.current!.value;
-      const res = await ok(api.POST("/api/v1/auth/login", { body: { email: address, password: password.current!.value } }));
-      setLastEmail(address);
-      setChallenge(res.challenge_id);
-      setStep("code");
-      queueMicrotask(() => code.current?.focus());
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submitPassword = handleSubmit(async () => {
+    const address = email.current!.value;
+    const res = await ok(api.POST("/api/v1/auth/login", { body: { email: address, password: password.current!.value } }));
+    setLastEmail(address);
+    setChallenge(res.challenge_id);
+    setStep("code");
+    queueMicrotask(() => code.current?.focus());
+  });
 
-  async function submitCode(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const submitCode = handleSubmit(async () => {
     try {
       const res = await ok(
         api.POST("/api/v1/auth/2fa/verify", { body: { challenge_id: challenge, code: code.current!.value.trim() } }),
@@ -64,10 +51,8 @@ export function SignIn({ next }: { next: string | null }) {
         code.current.value = "";
         code.current.focus();
       }
-    } finally {
-      setBusy(false);
     }
-  }
+  });
 
   return (
     <main class="signin" id="main">

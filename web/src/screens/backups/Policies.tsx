@@ -4,7 +4,7 @@ import { Field, Link, Loading, ProblemBox, Table } from "../../components/ui";
 import { currentUser } from "../../lib/auth";
 import { policyBody, type PolicyForm } from "../../lib/backups";
 import { useLive } from "../../lib/live";
-import { asProblem, fieldErrors, type Problem } from "../../lib/problem";
+import { useAction } from "../../lib/action";
 import { useResource } from "../../lib/resource";
 import { Ago } from "../../components/Ago";
 import { useTitle } from "../../lib/title";
@@ -84,30 +84,19 @@ function PolicyEditor({ policy, onDone }: { policy: Policy; onDone: (p: Policy |
     databases: (policy.databases ?? []).join(", "),
     verify: policy.verify,
   });
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
-  const errs = fieldErrors(problem);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const set = (p: Partial<PolicyForm>) => setForm((f) => ({ ...f, ...p }));
   const kv = /^(redis|valkey)$/.test(policy.engine);
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const saved = await ok(
-        api.PUT("/api/v1/backups/policies/{instance_id}", {
-          params: { path: { instance_id: policy.instance_id } },
-          body: policyBody(form) as Schemas["BackupPolicyInputBody"],
-        }),
-      );
-      onDone(saved);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const saved = await ok(
+      api.PUT("/api/v1/backups/policies/{instance_id}", {
+        params: { path: { instance_id: policy.instance_id } },
+        body: policyBody(form) as Schemas["BackupPolicyInputBody"],
+      }),
+    );
+    onDone(saved);
+  });
   const described = (n: string) => (errs[n] ? n + "-error" : n + "-hint");
   return (
     <form class="card form" onSubmit={submit} aria-label={`Policy of ${policy.instance_name}`} noValidate>

@@ -5,7 +5,8 @@ import { currentUser } from "../../lib/auth";
 import { busyWith, filterFromQuery, filterToQuery, runQuery, trackJobs, type RunFilter } from "../../lib/backups";
 import { bytes } from "../../lib/format";
 import { useLive } from "../../lib/live";
-import { asProblem, fieldErrors, type Problem } from "../../lib/problem";
+import { useAction } from "../../lib/action";
+import { asProblem, type Problem } from "../../lib/problem";
 import { useResource } from "../../lib/resource";
 import { navigate, useLocation } from "../../lib/router";
 import { Ago } from "../../components/Ago";
@@ -166,29 +167,18 @@ export function Runs() {
 function BackupNow({ instances, onQueued }: { instances: Instance[]; onQueued: () => void }) {
   const [instance, setInstance] = useState("");
   const [database, setDatabase] = useState("");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const follow = useBackupJob(() => onQueued());
-  const errs = fieldErrors(problem);
   const chosen = instances.find((i) => i.id === instance);
   const kv = chosen?.engine === "redis" || chosen?.engine === "valkey";
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const body: { instance_id: string; database?: string } = { instance_id: instance };
-      if (database.trim() && !kv) body.database = database.trim();
-      const r = await ok(api.POST("/api/v1/backups/run", { body }));
-      onQueued();
-      follow.start(await ok(api.GET("/api/v1/backups/jobs/{job_id}", { params: { path: { job_id: r.job_id } } })));
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const body: { instance_id: string; database?: string } = { instance_id: instance };
+    if (database.trim() && !kv) body.database = database.trim();
+    const r = await ok(api.POST("/api/v1/backups/run", { body }));
+    onQueued();
+    follow.start(await ok(api.GET("/api/v1/backups/jobs/{job_id}", { params: { path: { job_id: r.job_id } } })));
+  });
 
   return (
     <form class="card backup-now" onSubmit={submit} aria-label="Back up now" noValidate>

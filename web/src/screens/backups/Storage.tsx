@@ -6,6 +6,7 @@ import { liveSteps, settingsBody, stepRows, type S3Form, type StorageStep } from
 import { duration } from "../../lib/format";
 import { finished } from "../../lib/jobs";
 import { useLive } from "../../lib/live";
+import { useAction } from "../../lib/action";
 import { asProblem, fieldErrors, type Problem } from "../../lib/problem";
 import { useResource } from "../../lib/resource";
 import { useTitle } from "../../lib/title";
@@ -84,30 +85,19 @@ function SettingsForm({ s, driveConnected, onSaved }: { s: SettingsView; driveCo
     ca: s.ca,
   });
   const [folder, setFolder] = useState(s.folder || "Capstan backups");
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const [saved, setSaved] = useState(false);
-  const [busy, setBusy] = useState(false);
-  const errs = fieldErrors(problem);
   const set = (p: Partial<S3Form>) => setForm((f) => ({ ...f, ...p }));
   const fields = ["provider", "endpoint", "region", "bucket", "prefix", "access_key_id", "secret_access_key", "path_style", "tls", "ca", "folder"];
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const submit = handleSubmit(async () => {
     setSaved(false);
-    try {
-      const v = await ok(api.PUT("/api/v1/backups/settings", { body: settingsBody(provider, form, folder) as Schemas["BackupSettingsInputBody"] }));
-      // The key pair is write-only: once stored, the fields empty.
-      setForm((f) => ({ ...f, access_key_id: "", secret_access_key: "" }));
-      setSaved(true);
-      onSaved(v);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+    const v = await ok(api.PUT("/api/v1/backups/settings", { body: settingsBody(provider, form, folder) as Schemas["BackupSettingsInputBody"] }));
+    // The key pair is write-only: once stored, the fields empty.
+    setForm((f) => ({ ...f, access_key_id: "", secret_access_key: "" }));
+    setSaved(true);
+    onSaved(v);
+  });
   const inv = (n: string) => (errs[n] ? true : undefined);
   const desc = (n: string) => (errs[n] ? n + "-error" : n + "-hint");
   const secret = (isSet: boolean) => (isSet ? "Stored (never shown): leave empty to keep it." : "Not set.");
