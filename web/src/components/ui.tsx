@@ -214,3 +214,13 @@ export function SubNav(props: { label: string; items: { href: string; label: str
     </nav>
   );
 }
+
+// BackLink leads from a page back to the list (or the page) it belongs
+// to: "← Jobs".
+export function BackLink({ href, label }: { href: string; label: string }) {
+  return (
+    <p>
+      <Link href={href}>{"← " + label}</Link>
+    </p>
+  );
+}

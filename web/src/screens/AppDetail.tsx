@@ -1,5 +1,5 @@
 import { api, ok } from "../api/client";
-import { Link, Loading, ProblemBox, StatusBadge, SubNav } from "../components/ui";
+import { BackLink, Loading, ProblemBox, StatusBadge, SubNav } from "../components/ui";
 import { concernsApp } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { useLive } from "../lib/live";
@@ -45,9 +45,7 @@ export function AppDetail({ id, tab = "" }: { id: string; tab?: string }) {
   const current = shown.some((t) => t.id === tab) ? tab : "";
   return (
     <section class="apps">
-      <p>
-        <Link href="/applications">← Applications</Link>
-      </p>
+      <BackLink href="/applications" label="Applications" />
       <div class="row wrap">
         <h1>{app.name}</h1>
         <StatusBadge status={app.status} />

@@ -1,7 +1,7 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
+import { BackLink, Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { lazy } from "../components/lazy";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
@@ -156,9 +156,7 @@ export function AppNew({ serverId }: { serverId?: string }) {
     "auto_deploy"];
   return (
     <section class="apps">
-      <p>
-        <Link href="/applications">← Applications</Link>
-      </p>
+      <BackLink href="/applications" label="Applications" />
       <h1>New application</h1>
       <form class="card form" aria-label="New application" onSubmit={submit} noValidate>
         <ProblemBox problem={problem} fields={fields} />

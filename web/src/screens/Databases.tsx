@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
+import { BackLink, Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { memoryLimit } from "../lib/db";
 import { bytes } from "../lib/format";
@@ -128,9 +128,7 @@ export function NewDatabase() {
   const inv = (k: string) => (errs[k] ? true : undefined);
   return (
     <section class="db-new">
-      <p>
-        <Link href="/databases">← Databases</Link>
-      </p>
+      <BackLink href="/databases" label="Databases" />
       <h1>Add a database instance</h1>
       <div class="row wrap" role="radiogroup" aria-label="How">
         {(

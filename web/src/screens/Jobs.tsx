@@ -1,7 +1,7 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { EventLine } from "../components/EventLine";
-import { CopyButton, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
+import { BackLink, CopyButton, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import {
@@ -179,9 +179,7 @@ export function JobDetail({ id }: { id: string }) {
   if (!job) return problem ? <ProblemBox problem={problem} /> : <Loading what="the job" />;
   return (
     <section>
-      <p>
-        <Link href="/jobs">← Jobs</Link>
-      </p>
+      <BackLink href="/jobs" label="Jobs" />
       <div class="row wrap">
         <h1>{job.type}</h1>
         <StatusBadge status={job.status} />

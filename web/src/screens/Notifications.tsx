@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
+import { BackLink, CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { channelConfig, channelKinds, configFields, eventTypes, type ChannelKind } from "../lib/admin";
 import { currentUser } from "../lib/auth";
 import { navigate } from "../lib/router";
@@ -264,9 +264,7 @@ export function ChannelDetail({ id }: { id: string }) {
   if (!ch) return problem ? <ProblemBox problem={problem} /> : <Loading what="the channel" />;
   return (
     <section class="admin">
-      <p>
-        <Link href="/notifications">← Notification settings</Link>
-      </p>
+      <BackLink href="/notifications" label="Notification settings" />
       <div class="row wrap">
         <h1>{ch.name}</h1>
         <span class="muted">{kindLabel(ch.kind)}</span>

@@ -1,7 +1,7 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Ago } from "../components/Ago";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
+import { BackLink, CopyButton, Field, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { fromColumns } from "../lib/fleet";
 import { useAction } from "../lib/action";
@@ -85,9 +85,7 @@ export function Tokens() {
   const list = res.data;
   return (
     <section class="admin tokens" aria-labelledby="tokens-title">
-      <p>
-        <Link href="/platform">← Platform</Link>
-      </p>
+      <BackLink href="/platform" label="Platform" />
       <h1 id="tokens-title">API tokens</h1>
       <p class="muted tokens-note">
         A token lets a pipeline or a script call the API as you, with the scopes you give it, never more than your role allows at the

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok } from "../../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../../components/ui";
+import { BackLink, Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../../components/ui";
 import { currentUser } from "../../lib/auth";
 import { busyWith, trackJobs, verificationDetails } from "../../lib/backups";
 import { bytes, duration } from "../../lib/format";
@@ -67,9 +67,7 @@ export function RunDetail({ id }: { id: string }) {
     if (res.problem?.status === 404)
       return (
         <section>
-          <p>
-            <Link href="/backups">← Backups</Link>
-          </p>
+          <BackLink href="/backups" label="Backups" />
           <h1>Backup</h1>
           <p>This backup is gone: it was deleted, locally and in storage.</p>
         </section>
@@ -84,9 +82,7 @@ export function RunDetail({ id }: { id: string }) {
   const restoreResult = follow.detail && follow.detail.type === "backup.restore" ? verificationDetails(follow.detail.data) : null;
   return (
     <section>
-      <p>
-        <Link href="/backups">← Backups</Link>
-      </p>
+      <BackLink href="/backups" label="Backups" />
       <div class="row wrap">
         <h1 class="long-title">
           Backup of {instName}
