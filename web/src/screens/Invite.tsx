@@ -6,6 +6,7 @@ import { useAction } from "../lib/action";
 import { asProblem, fieldErrors } from "../lib/problem";
 import { navigate } from "../lib/router";
 import { useTitle } from "../lib/title";
+import { CodeField, useTwoSteps } from "./twostep";
 
 type Invitation = { email: string; admin: boolean; expires_at: string };
 type Enrollment = { secret: string; uri: string; qr: string };
@@ -20,12 +21,10 @@ export function AcceptInvite() {
   const token = decodeURIComponent(location.hash.replace(/^#/, ""));
   const [inv, setInv] = useState<Invitation | null>(null);
   const { problem, setProblem, busy, errs, run, handleSubmit } = useAction();
-  const [step, setStep] = useState<"password" | "code">("password");
+  const { step, setStep, password, code, toCode, toPassword, retryCode } = useTwoSteps();
   const [enrollment, setEnrollment] = useState<Enrollment | null>(null);
   const [pw, setPw] = useState("");
-  const password = useRef<HTMLInputElement>(null);
   const repeat = useRef<HTMLInputElement>(null);
-  const code = useRef<HTMLInputElement>(null);
 
   useEffect(() => {
     if (!token) {
@@ -54,8 +53,7 @@ export function AcceptInvite() {
         setEnrollment({ secret: r.totp_secret, uri: r.totp_uri, qr: r.totp_qr_svg });
       }
       setPw(p);
-      setStep("code");
-      queueMicrotask(() => code.current?.focus());
+      toCode();
     });
   }
 
@@ -70,13 +68,8 @@ export function AcceptInvite() {
     } catch (err) {
       const p = asProblem(err);
       setProblem(p);
-      if (fieldErrors(p).password) {
-        setStep("password");
-        queueMicrotask(() => password.current?.focus());
-      } else if (code.current) {
-        code.current.value = "";
-        code.current.focus();
-      }
+      if (fieldErrors(p).password) toPassword();
+      else retryCode();
     }
   });
 
@@ -121,10 +114,7 @@ export function AcceptInvite() {
           <p>
             Secret: <code class="mono" data-totp-secret>{enrollment.secret}</code> <CopyButton text={enrollment.secret} label="Copy the secret" />
           </p>
-          <Field label="Code from your authenticator app" name="code" errors={errs.code} hint="Six digits.">
-            <input ref={code} id="code" name="code" inputMode="numeric" autoComplete="one-time-code" pattern="[0-9]{6}"
-              maxLength={6} required aria-invalid={errs.code ? true : undefined} />
-          </Field>
+          <CodeField input={code} errors={errs.code} hint="Six digits." />
           <div class="row">
             <button type="submit" class="primary" disabled={busy}>
               Create my account
