@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, ok } from "../../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../../components/ui";
+import { Field, FilterSelect, Link, Loading, ProblemBox, StatusBadge, Table } from "../../components/ui";
 import { currentUser } from "../../lib/auth";
 import { busyWith, filterFromQuery, filterToQuery, runQuery, trackJobs, type RunFilter } from "../../lib/backups";
 import { bytes } from "../../lib/format";
@@ -97,36 +97,12 @@ export function Runs() {
       )}
       {admin && <BackupNow instances={instances.list} onQueued={() => void res.reload()} />}
       <div class="filters" role="search" aria-label="Filter backups">
-        <label class="sr-only" for="f-instance">
-          Instance
-        </label>
-        <select id="f-instance" value={filter.instance_id} onChange={(e) => setFilter({ ...filter, instance_id: e.currentTarget.value })}>
-          <option value="">Every instance</option>
-          {instances.list.map((i) => (
-            <option key={i.id} value={i.id}>
-              {i.name}
-            </option>
-          ))}
-        </select>
-        <label class="sr-only" for="f-status">
-          Status
-        </label>
-        <select id="f-status" value={filter.status} onChange={(e) => setFilter({ ...filter, status: e.currentTarget.value })}>
-          <option value="">Any status</option>
-          {["queued", "running", "succeeded", "failed"].map((s) => (
-            <option key={s} value={s}>
-              {s}
-            </option>
-          ))}
-        </select>
-        <label class="sr-only" for="f-verified">
-          Verification
-        </label>
-        <select id="f-verified" value={filter.verified} onChange={(e) => setFilter({ ...filter, verified: e.currentTarget.value })}>
-          <option value="">Verified or not</option>
-          <option value="true">Verified</option>
-          <option value="false">Not verified</option>
-        </select>
+        <FilterSelect id="f-instance" label="Instance" value={filter.instance_id} onChange={(v) => setFilter({ ...filter, instance_id: v })}
+          options={[{ value: "", label: "Every instance" }, ...instances.list.map((i) => ({ value: i.id, label: i.name }))]} />
+        <FilterSelect id="f-status" label="Status" value={filter.status} onChange={(v) => setFilter({ ...filter, status: v })}
+          options={[{ value: "", label: "Any status" }, "queued", "running", "succeeded", "failed"]} />
+        <FilterSelect id="f-verified" label="Verification" value={filter.verified} onChange={(v) => setFilter({ ...filter, verified: v })}
+          options={[{ value: "", label: "Verified or not" }, { value: "true", label: "Verified" }, { value: "false", label: "Not verified" }]} />
       </div>
       {!res.data && !res.problem && <Loading what="backups" />}
       {res.data && (
