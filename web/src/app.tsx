@@ -22,10 +22,10 @@ const Rules = lazy(() => import("./screens/Monitoring").then((m) => m.Rules), "a
 const Databases = lazy(() => import("./screens/Databases").then((m) => m.Databases), "databases");
 const NewDatabase = lazy(() => import("./screens/Databases").then((m) => m.NewDatabase), "the form");
 const DatabaseDetail = lazy(() => import("./screens/Database").then((m) => m.DatabaseDetail), "the instance");
-const BackupRuns = lazy(() => import("./screens/Backups").then((m) => m.Runs), "backups");
-const BackupRun = lazy(() => import("./screens/Backups").then((m) => m.RunDetail), "the backup");
-const BackupPolicies = lazy(() => import("./screens/Backups").then((m) => m.Policies), "backup policies");
-const BackupStorage = lazy(() => import("./screens/Backups").then((m) => m.Storage), "backup storage");
+const BackupRuns = lazy(() => import("./screens/backups/Runs").then((m) => m.Runs), "backups");
+const BackupRun = lazy(() => import("./screens/backups/RunDetail").then((m) => m.RunDetail), "the backup");
+const BackupPolicies = lazy(() => import("./screens/backups/Policies").then((m) => m.Policies), "backup policies");
+const BackupStorage = lazy(() => import("./screens/backups/Storage").then((m) => m.Storage), "backup storage");
 const Inbox = lazy(() => import("./screens/Inbox").then((m) => m.Inbox), "the inbox");
 const Notifications = lazy(() => import("./screens/Notifications").then((m) => m.Notifications), "the notification settings");
 const ChannelDetail = lazy(() => import("./screens/Notifications").then((m) => m.ChannelDetail), "the channel");

@@ -214,3 +214,39 @@ export function SubNav(props: { label: string; items: { href: string; label: str
     </nav>
   );
 }
+
+// BackLink leads from a page back to the list (or the page) it belongs
+// to: "← Jobs".
+export function BackLink({ href, label }: { href: string; label: string }) {
+  return (
+    <p>
+      <Link href={href}>{"← " + label}</Link>
+    </p>
+  );
+}
+
+// Option is one choice of a select: its value, and its text when that
+// differs from the value.
+export type Option = string | { value: string; label: string };
+
+// FilterSelect is one filter of a list: a select whose label only screen
+// readers read.
+export function FilterSelect(props: { id: string; label: string; value: string; onChange: (value: string) => void; options: Option[] }) {
+  return (
+    <>
+      <label class="sr-only" for={props.id}>
+        {props.label}
+      </label>
+      <select id={props.id} value={props.value} onChange={(e) => props.onChange(e.currentTarget.value)}>
+        {props.options.map((o) => {
+          const { value, label } = typeof o === "string" ? { value: o, label: o } : o;
+          return (
+            <option key={value} value={value}>
+              {label}
+            </option>
+          );
+        })}
+      </select>
+    </>
+  );
+}

@@ -2,7 +2,9 @@
 // query result's values read, where an engine's error points in the
 // statement, how long a key lives, and how a database job is awaited.
 
-export const finished = (status: string) => status === "succeeded" || status === "failed" || status === "cancelled";
+import { finished } from "./jobs";
+
+export { finished };
 
 // errorAt splits a statement at the 1-based character position an engine's
 // error points at: the text before it, the word (or single character) it

@@ -12,6 +12,9 @@ export function upsertJob<T extends { id: string }>(list: T[], job: T, limit = 1
 
 export const finishedStates = ["succeeded", "failed", "cancelled"];
 
+// finished says whether a job in this status has ended.
+export const finished = (status: string) => finishedStates.includes(status);
+
 // mergeEvents adds events that arrived live to those loaded, by time and
 // without repeating one already there: the same sequence number, or
 // without one the same time, level and message. (A time read back from

@@ -7,7 +7,7 @@ import { currentUser } from "../lib/auth";
 import { bytes } from "../lib/format";
 import { asProblem, fieldErrors, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
-import { useJobEnd } from "./Deployments";
+import { useJobEnd } from "../lib/useJob";
 import "./apps.css";
 import { Ago } from "../components/Ago";
 

@@ -1,13 +1,13 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
+import { BackLink, Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { lazy } from "../components/lazy";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import { createBody, emptyForm, sourcesOf, withKind, type AppForm, type Kind, type KV, type SourceType } from "../lib/apps";
 import { useLive } from "../lib/live";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./apps.css";
@@ -126,10 +126,8 @@ export function KVRows(props: { label: string; rows: KV[]; onChange: (rows: KV[]
 export function AppNew({ serverId }: { serverId?: string }) {
   useTitle("New application", "Applications");
   const [f, setF] = useState<AppForm>(() => emptyForm(serverId ?? ""));
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const servers = useResource(async () => (await ok(api.GET("/api/v1/servers"))).servers ?? []);
-  const errs = fieldErrors(problem);
   const set = (part: Partial<AppForm>) => setF((cur) => ({ ...cur, ...part }));
   const input = (name: keyof AppForm) => ({
     id: "app-" + name,
@@ -139,19 +137,10 @@ export function AppNew({ serverId }: { serverId?: string }) {
     onInput: (e: Event) => set({ [name]: (e.target as HTMLInputElement).value } as Partial<AppForm>),
   });
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const a = await ok(api.POST("/api/v1/applications", { body: createBody(f) as Schemas["CreateAppInputBody"] }));
-      navigate("/applications/" + a.id);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const a = await ok(api.POST("/api/v1/applications", { body: createBody(f) as Schemas["CreateAppInputBody"] }));
+    navigate("/applications/" + a.id);
+  });
 
   // After a refusal, the first field at fault (or the problem) comes into view.
   useEffect(() => {
@@ -167,9 +156,7 @@ export function AppNew({ serverId }: { serverId?: string }) {
     "auto_deploy"];
   return (
     <section class="apps">
-      <p>
-        <Link href="/applications">← Applications</Link>
-      </p>
+      <BackLink href="/applications" label="Applications" />
       <h1>New application</h1>
       <form class="card form" aria-label="New application" onSubmit={submit} noValidate>
         <ProblemBox problem={problem} fields={fields} />

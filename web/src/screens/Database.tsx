@@ -1,7 +1,7 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Chart } from "../components/Chart";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm, type Confirmation } from "../components/ui";
+import { BackLink, type Confirmation, CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { finished } from "../lib/db";
 import { bytes } from "../lib/format";
@@ -69,9 +69,7 @@ export function DatabaseDetail({ id, tab: wanted }: { id: string; tab?: string }
   const tab = tabOf(wanted, tabs);
   return (
     <section class="db">
-      <p>
-        <Link href="/databases">← Databases</Link>
-      </p>
+      <BackLink href="/databases" label="Databases" />
       <div class="row wrap">
         <h1>{inst.name}</h1>
         <StatusBadge status={inst.state} />

@@ -1,11 +1,11 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
+import { BackLink, Field, Link, Loading, ProblemBox, StatusBadge, Table } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { memoryLimit } from "../lib/db";
 import { bytes } from "../lib/format";
 import { useLive } from "../lib/live";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
 import "./databases.css";
@@ -90,58 +90,45 @@ export function NewDatabase() {
   });
   const [mode, setMode] = useState<"managed" | "external">("managed");
   const [engine, setEngine] = useState("postgres");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
-  const errs = fieldErrors(problem);
+  const { problem, setProblem, busy, errs, handleSubmit } = useAction();
   const data = res.data;
   const eng: Engine | undefined = data?.engines.find((e) => e.name === engine);
   const sql = (eng?.kind ?? "sql") === "sql";
 
-  async function submit(e: Event) {
-    e.preventDefault();
+  const submit = handleSubmit(async (e) => {
     const f = new FormData(e.currentTarget as HTMLFormElement);
     const s = (k: string) => String(f.get(k) ?? "").trim();
-    setBusy(true);
-    setProblem(null);
-    try {
-      let reg;
-      if (mode === "managed") {
-        const mem = memoryLimit(s("memory_limit"));
-        if (Number.isNaN(mem)) {
-          setProblem({ title: "Check the form", status: 422, detail: "", errors: [{ field: "memory_limit", message: "a number of MiB" }] });
-          return;
-        }
-        reg = await ok(
-          api.POST("/api/v1/databases", {
-            body: { name: s("name"), server_id: s("server_id"), engine, version: s("version") || undefined,
-              database: sql ? s("database") || undefined : undefined, memory_limit: mem },
-          }),
-        );
-      } else {
-        const port = s("port");
-        reg = await ok(
-          api.POST("/api/v1/databases/external", {
-            body: { name: s("name"), server_id: s("server_id"), engine, host: s("host"), port: port ? Number(port) : undefined,
-              username: s("username") || undefined, password: String(f.get("password") ?? "") || undefined,
-              database: sql ? s("database") || undefined : undefined, tls_mode: s("tls_mode"), ca: s("ca") || undefined },
-          }),
-        );
+    let reg;
+    if (mode === "managed") {
+      const mem = memoryLimit(s("memory_limit"));
+      if (Number.isNaN(mem)) {
+        setProblem({ title: "Check the form", status: 422, detail: "", errors: [{ field: "memory_limit", message: "a number of MiB" }] });
+        return;
       }
-      navigate("/databases/" + reg.instance.id);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
+      reg = await ok(
+        api.POST("/api/v1/databases", {
+          body: { name: s("name"), server_id: s("server_id"), engine, version: s("version") || undefined,
+            database: sql ? s("database") || undefined : undefined, memory_limit: mem },
+        }),
+      );
+    } else {
+      const port = s("port");
+      reg = await ok(
+        api.POST("/api/v1/databases/external", {
+          body: { name: s("name"), server_id: s("server_id"), engine, host: s("host"), port: port ? Number(port) : undefined,
+            username: s("username") || undefined, password: String(f.get("password") ?? "") || undefined,
+            database: sql ? s("database") || undefined : undefined, tls_mode: s("tls_mode"), ca: s("ca") || undefined },
+        }),
+      );
     }
-  }
+    navigate("/databases/" + reg.instance.id);
+  });
 
   if (!data) return res.problem ? <ProblemBox problem={res.problem} /> : <Loading what="engines and servers" />;
   const inv = (k: string) => (errs[k] ? true : undefined);
   return (
     <section class="db-new">
-      <p>
-        <Link href="/databases">← Databases</Link>
-      </p>
+      <BackLink href="/databases" label="Databases" />
       <h1>Add a database instance</h1>
       <div class="row wrap" role="radiogroup" aria-label="How">
         {(

@@ -6,8 +6,8 @@ import { imageLabel, shortDigest } from "../lib/jobs";
 import { concernsApp, concernsDeployment, deploymentDone, releaseName, rollbackObject } from "../lib/apps";
 import { currentUser } from "../lib/auth";
 import { duration } from "../lib/format";
-import { finishedStates, mergeEvents } from "../lib/jobs";
-import { newestJob, useLive } from "../lib/live";
+import { finished, mergeEvents } from "../lib/jobs";
+import { useLive } from "../lib/live";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate } from "../lib/router";
@@ -18,31 +18,6 @@ import { useTitle } from "../lib/title";
 type Deployment = Schemas["Deployment"];
 type Detail = Schemas["DeploymentDetail"];
 type JobEvent = Schemas["Event"];
-
-// useJobEnd calls fn once a job has ended: at once when the API answer or
-// the stream already says so, else when the stream reports it.
-export function useJobEnd(job: { id: string; status: string } | null | undefined, fn: (status: string) => void) {
-  const id = job?.id;
-  useEffect(() => {
-    if (!job) return;
-    const j = newestJob(job);
-    if (finishedStates.includes(j.status)) fn(j.status);
-  }, [id]);
-  useLive(
-    ["job"],
-    (data, type) => {
-      if (!id) return;
-      if (type === "reset") {
-        void ok(api.GET("/api/v1/jobs/{id}", { params: { path: { id } } }))
-          .then((j) => finishedStates.includes(j.status) && fn(j.status))
-          .catch(() => {});
-        return;
-      }
-      if (data?.id === id && finishedStates.includes(data.status)) fn(data.status);
-    },
-    [id],
-  );
-}
 
 // DeploymentLive shows a deployment as it runs: its status from the job's
 // stream messages, its events (the pull, the build output, the health
@@ -60,7 +35,7 @@ export function DeploymentLive({ id, onEnd, full = false }: { id: string; onEnd?
       if (!d) return;
       if (type === "job" && concernsDeployment(data, d)) {
         // The outcome (result, image, error) comes from the deployment.
-        if (finishedStates.includes(data.status) || !d.job_id) void res.reload();
+        if (finished(data.status) || !d.job_id) void res.reload();
         else if (data.status === "running") res.set((cur) => (cur ? { ...cur, status: "running", started_at: data.started_at ?? cur.started_at } : cur));
         return;
       }

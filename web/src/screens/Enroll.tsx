@@ -2,7 +2,7 @@ import { useRef, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { CopyButton, Field, Link, ProblemBox, StatusBadge } from "../components/ui";
 import { serverStatusAfter, useLive } from "../lib/live";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
 import { useTitle } from "../lib/title";
 
 type Enrollment = Schemas["Enrollment"];
@@ -17,30 +17,19 @@ export function parseTags(s: string): string[] {
 // then waiting for its agent, which the stream reports live.
 export function Enroll() {
   useTitle("Enroll a server", "Servers");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const [enrollment, setEnrollment] = useState<Enrollment | null>(null);
   const [status, setStatus] = useState("pending");
   const name = useRef<HTMLInputElement>(null);
   const tags = useRef<HTMLInputElement>(null);
-  const errs = fieldErrors(problem);
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const en = await ok(
-        api.POST("/api/v1/servers/enrollments", { body: { name: name.current!.value.trim(), tags: parseTags(tags.current!.value) } }),
-      );
-      setEnrollment(en);
-      setStatus(en.server.status);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const en = await ok(
+      api.POST("/api/v1/servers/enrollments", { body: { name: name.current!.value.trim(), tags: parseTags(tags.current!.value) } }),
+    );
+    setEnrollment(en);
+    setStatus(en.server.status);
+  });
 
   useLive(
     ["event"],

@@ -2,9 +2,11 @@ import { useEffect, useRef, useState } from "preact/hooks";
 import { api, ok } from "../api/client";
 import { CopyButton, Field, Loading, ProblemBox } from "../components/ui";
 import { setTokens } from "../lib/auth";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, fieldErrors } from "../lib/problem";
 import { navigate } from "../lib/router";
 import { useTitle } from "../lib/title";
+import { CodeField, useTwoSteps } from "./twostep";
 
 type Invitation = { email: string; admin: boolean; expires_at: string };
 type Enrollment = { secret: string; uri: string; qr: string };
@@ -18,15 +20,11 @@ export function AcceptInvite() {
   useTitle("Join Capstan");
   const token = decodeURIComponent(location.hash.replace(/^#/, ""));
   const [inv, setInv] = useState<Invitation | null>(null);
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [step, setStep] = useState<"password" | "code">("password");
+  const { problem, setProblem, busy, errs, run, handleSubmit } = useAction();
+  const { step, setStep, password, code, toCode, toPassword, retryCode } = useTwoSteps();
   const [enrollment, setEnrollment] = useState<Enrollment | null>(null);
   const [pw, setPw] = useState("");
-  const [busy, setBusy] = useState(false);
-  const password = useRef<HTMLInputElement>(null);
   const repeat = useRef<HTMLInputElement>(null);
-  const code = useRef<HTMLInputElement>(null);
-  const errs = fieldErrors(problem);
 
   useEffect(() => {
     if (!token) {
@@ -48,27 +46,18 @@ export function AcceptInvite() {
       repeat.current!.focus();
       return;
     }
-    setBusy(true);
-    try {
+    await run(async () => {
       // One second factor per visit: going back to the password keeps it.
       if (!enrollment) {
         const r = await ok(api.POST("/api/v1/auth/invitation/enrollment", { body: { token } }));
         setEnrollment({ secret: r.totp_secret, uri: r.totp_uri, qr: r.totp_qr_svg });
       }
       setPw(p);
-      setStep("code");
-      queueMicrotask(() => code.current?.focus());
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
+      toCode();
+    });
   }
 
-  async function submitCode(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const submitCode = handleSubmit(async () => {
     try {
       const res = await ok(
         api.POST("/api/v1/auth/invitation/accept", { body: { token, password: pw, code: code.current!.value.trim() } }),
@@ -79,17 +68,10 @@ export function AcceptInvite() {
     } catch (err) {
       const p = asProblem(err);
       setProblem(p);
-      if (fieldErrors(p).password) {
-        setStep("password");
-        queueMicrotask(() => password.current?.focus());
-      } else if (code.current) {
-        code.current.value = "";
-        code.current.focus();
-      }
-    } finally {
-      setBusy(false);
+      if (fieldErrors(p).password) toPassword();
+      else retryCode();
     }
-  }
+  });
 
   return (
     <main class="signin invite" id="main">
@@ -132,10 +114,7 @@ export function AcceptInvite() {
           <p>
             Secret: <code class="mono" data-totp-secret>{enrollment.secret}</code> <CopyButton text={enrollment.secret} label="Copy the secret" />
           </p>
-          <Field label="Code from your authenticator app" name="code" errors={errs.code} hint="Six digits.">
-            <input ref={code} id="code" name="code" inputMode="numeric" autoComplete="one-time-code" pattern="[0-9]{6}"
-              maxLength={6} required aria-invalid={errs.code ? true : undefined} />
-          </Field>
+          <CodeField input={code} errors={errs.code} hint="Six digits." />
           <div class="row">
             <button type="submit" class="primary" disabled={busy}>
               Create my account

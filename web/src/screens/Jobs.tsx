@@ -1,21 +1,21 @@
 import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { EventLine } from "../components/EventLine";
-import { CopyButton, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
+import { BackLink, CopyButton, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import {
-  actorLabel, finishedStates, jobDuration, jobFilterQuery, matchesJobFilter, mergeEvents, parseJobFilter, upsertJob, withNames,
+  actorLabel, finished, jobDuration, jobFilterQuery, matchesJobFilter, mergeEvents, parseJobFilter, upsertJob, withNames,
   type JobFilter,
 } from "../lib/jobs";
 import { useLive } from "../lib/live";
+import { useJobLive } from "../lib/useJob";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { navigate, useLocation } from "../lib/router";
 import { useTitle } from "../lib/title";
 
 type Job = Schemas["Job"];
-type JobEvent = Schemas["Event"];
 
 const jobStates = ["queued", "running", "succeeded", "failed", "cancelled"];
 
@@ -156,21 +156,15 @@ export function JobDetail({ id }: { id: string }) {
   const [actionProblem, setProblem] = useState<Problem | null>(null);
   const problem = actionProblem ?? res.problem;
   const confirm = useConfirm(() => ({ title: "Cancel the job", action: "Cancel", object: `${job?.type} ${job?.id}`, run: cancel }));
-  useLive(
-    ["job", "job.events"],
-    (data, type) => {
-      if (type === "reset") return void load();
-      if (type === "job" && data?.id === id) {
-        // A finished job's data and output come from the job itself.
-        if (finishedStates.includes(data.status)) void load();
-        else setJob((cur) => (cur ? { ...cur, ...data, server_name: cur.server_name, app_name: cur.app_name, actor: cur.actor, events: cur.events } : cur));
-      }
-      if (type === "job.events" && data?.job_id === id) {
-        setJob((cur) => (cur ? { ...cur, events: mergeEvents(cur.events ?? [], data.events as JobEvent[]) } : cur));
-      }
+  useJobLive(id, {
+    reset: () => void load(),
+    job: (data) => {
+      // A finished job's data and output come from the job itself.
+      if (finished(data.status)) void load();
+      else setJob((cur) => (cur ? { ...cur, ...data, server_name: cur.server_name, app_name: cur.app_name, actor: cur.actor, events: cur.events } : cur));
     },
-    [id],
-  );
+    events: (events) => setJob((cur) => (cur ? { ...cur, events: mergeEvents(cur.events ?? [], events) } : cur)),
+  });
 
   async function cancel() {
     setProblem(null);
@@ -185,9 +179,7 @@ export function JobDetail({ id }: { id: string }) {
   if (!job) return problem ? <ProblemBox problem={problem} /> : <Loading what="the job" />;
   return (
     <section>
-      <p>
-        <Link href="/jobs">← Jobs</Link>
-      </p>
+      <BackLink href="/jobs" label="Jobs" />
       <div class="row wrap">
         <h1>{job.type}</h1>
         <StatusBadge status={job.status} />

@@ -1,6 +1,6 @@
 import { useMemo, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { Field, Link, Loading, ProblemBox, SubNav, Table, useConfirm } from "../components/ui";
+import { Field, FilterSelect, Link, Loading, ProblemBox, SubNav, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
 import { useLive } from "../lib/live";
@@ -22,7 +22,8 @@ import {
   type KindSpec,
   type RuleForm,
 } from "../lib/monitoring";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { useLocation } from "../lib/router";
 import "./ops.css";
@@ -101,36 +102,12 @@ export function Alerts() {
       <MonitoringNav at="alerts" />
       <ProblemBox problem={problem} />
       <div class="filters" role="search" aria-label="Filter alerts">
-        <label class="sr-only" for="alert-state">
-          State
-        </label>
-        <select id="alert-state" value={state} onChange={(e) => setState(e.currentTarget.value as typeof state)}>
-          <option value="open">Open</option>
-          <option value="resolved">Resolved</option>
-          <option value="all">Open and resolved</option>
-        </select>
-        <label class="sr-only" for="alert-severity">
-          Severity
-        </label>
-        <select id="alert-severity" value={filter.severity} onChange={(e) => setFilter({ ...filter, severity: e.currentTarget.value })}>
-          <option value="">Any severity</option>
-          {severities.map((s) => (
-            <option key={s} value={s}>
-              {s}
-            </option>
-          ))}
-        </select>
-        <label class="sr-only" for="alert-kind">
-          Kind
-        </label>
-        <select id="alert-kind" value={filter.kind} onChange={(e) => setFilter({ ...filter, kind: e.currentTarget.value })}>
-          <option value="">Any kind</option>
-          {kinds.map((k) => (
-            <option key={k} value={k}>
-              {kindLabel(k)}
-            </option>
-          ))}
-        </select>
+        <FilterSelect id="alert-state" label="State" value={state} onChange={(v) => setState(v as typeof state)}
+          options={[{ value: "open", label: "Open" }, { value: "resolved", label: "Resolved" }, { value: "all", label: "Open and resolved" }]} />
+        <FilterSelect id="alert-severity" label="Severity" value={filter.severity} onChange={(v) => setFilter({ ...filter, severity: v })}
+          options={[{ value: "", label: "Any severity" }, ...severities]} />
+        <FilterSelect id="alert-kind" label="Kind" value={filter.kind} onChange={(v) => setFilter({ ...filter, kind: v })}
+          options={[{ value: "", label: "Any kind" }, ...kinds.map((k) => ({ value: k, label: kindLabel(k) }))]} />
         <div class="grow">
           <label class="sr-only" for="alert-text">
             Subject
@@ -372,28 +349,17 @@ function RuleEditor(props: { rule: Rule | null; kinds: KindSpec[]; targets: Targ
         }
       : newRuleForm(kinds.find((k) => k.kind === "cpu_high") ?? kinds[0]),
   );
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const spec = kinds.find((k) => k.kind === form.kind);
-  const errs = fieldErrors(problem);
   const set = (patch: Partial<RuleForm>) => setForm((f) => ({ ...f, ...patch }));
   const fields = ["kind", "name", "scope", "scope_id", "threshold", "duration", "severity", "enabled"];
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const saved = rule
-        ? await ok(api.PATCH("/api/v1/monitoring/rules/{id}", { params: { path: { id: rule.id } }, body: patchBody(rule, form) as Schemas["RulePatch"] }))
-        : await ok(api.POST("/api/v1/monitoring/rules", { body: createBody(form) as Schemas["NewRule"] }));
-      props.onDone(saved);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const saved = rule
+      ? await ok(api.PATCH("/api/v1/monitoring/rules/{id}", { params: { path: { id: rule.id } }, body: patchBody(rule, form) as Schemas["RulePatch"] }))
+      : await ok(api.POST("/api/v1/monitoring/rules", { body: createBody(form) as Schemas["NewRule"] }));
+    props.onDone(saved);
+  });
 
   const inv = (name: string) => (errs[name] ? true : undefined);
   const desc = (name: string) => (errs[name] ? name + "-error" : name + "-hint");

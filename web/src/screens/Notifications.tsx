@@ -1,10 +1,11 @@
 import { useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, useConfirm, Table } from "../components/ui";
+import { BackLink, CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { channelConfig, channelKinds, configFields, eventTypes, type ChannelKind } from "../lib/admin";
 import { currentUser } from "../lib/auth";
 import { navigate } from "../lib/router";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
 import { useTitle } from "../lib/title";
@@ -114,9 +115,7 @@ function ChannelForm(props: {
   const [events, setEvents] = useState<string[]>(ch?.events ?? ["deploy.failed", "alert.opened", "server.offline"]);
   const [enabled, setEnabled] = useState(ch?.enabled ?? true);
   const [config, setConfig] = useState<Record<string, string>>({});
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
-  const errs = fieldErrors(problem);
+  const { problem, busy, errs, handleSubmit } = useAction();
   // "config.url" and the like: the field errors of the destination.
   const configErrs: Record<string, string[]> = {};
   for (const e of problem?.errors ?? []) {
@@ -125,27 +124,18 @@ function ChannelForm(props: {
   }
   const id = ch ? "edit" : "new";
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const cfg = channelConfig(kind, config);
-      const saved = ch
-        ? await ok(
-            api.PATCH("/api/v1/notifications/channels/{id}", {
-              params: { path: { id: ch.id } },
-              body: { name: name.trim(), events, enabled, ...(cfg ? { config: cfg } : {}) },
-            }),
-          )
-        : await ok(api.POST("/api/v1/notifications/channels", { body: { kind, name: name.trim(), events, enabled, config: cfg ?? {} } }));
-      props.onSaved(saved);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submit = handleSubmit(async () => {
+    const cfg = channelConfig(kind, config);
+    const saved = ch
+      ? await ok(
+          api.PATCH("/api/v1/notifications/channels/{id}", {
+            params: { path: { id: ch.id } },
+            body: { name: name.trim(), events, enabled, ...(cfg ? { config: cfg } : {}) },
+          }),
+        )
+      : await ok(api.POST("/api/v1/notifications/channels", { body: { kind, name: name.trim(), events, enabled, config: cfg ?? {} } }));
+    props.onSaved(saved);
+  });
 
   const known = ["name", "events", "enabled", "kind", "config"];
   return (
@@ -274,9 +264,7 @@ export function ChannelDetail({ id }: { id: string }) {
   if (!ch) return problem ? <ProblemBox problem={problem} /> : <Loading what="the channel" />;
   return (
     <section class="admin">
-      <p>
-        <Link href="/notifications">← Notification settings</Link>
-      </p>
+      <BackLink href="/notifications" label="Notification settings" />
       <div class="row wrap">
         <h1>{ch.name}</h1>
         <span class="muted">{kindLabel(ch.kind)}</span>
@@ -391,24 +379,13 @@ function Smtp() {
   const res = useResource(() => ok(api.GET("/api/v1/notifications/email")));
   const s = res.data;
   const [to, setTo] = useState(currentUser()?.email ?? "");
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const [result, setResult] = useState<Schemas["MailTestResult"] | null>(null);
-  const [busy, setBusy] = useState(false);
-  const errs = fieldErrors(problem);
 
-  async function send(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const send = handleSubmit(async () => {
     setResult(null);
-    try {
-      setResult(await ok(api.POST("/api/v1/notifications/email/test", { body: { to: to.trim() } })));
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+    setResult(await ok(api.POST("/api/v1/notifications/email/test", { body: { to: to.trim() } })));
+  });
 
   return (
     <div class="card">

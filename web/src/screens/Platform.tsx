@@ -3,7 +3,8 @@ import { api, ok } from "../api/client";
 import { Field, Link, Loading, ProblemBox, Table } from "../components/ui";
 import { agentSummary, kitFileName } from "../lib/admin";
 import { currentUser } from "../lib/auth";
-import { asProblem, fieldErrors, ProblemError, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, ProblemError } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
 import { useTitle } from "../lib/title";
@@ -108,36 +109,25 @@ export function Platform() {
 
 function RecoveryKit() {
   const [password, setPassword] = useState("");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, busy, errs, handleSubmit } = useAction();
   const [saved, setSaved] = useState<string | null>(null);
-  const errs = fieldErrors(problem);
 
-  async function download(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const download = handleSubmit(async () => {
     setSaved(null);
-    try {
-      const { data, error, response } = await api.POST("/api/v1/platform/recovery-kit", { body: { password }, parseAs: "blob" });
-      if (error !== undefined || !response.ok || !data) throw new ProblemError(asProblem(error, response.status));
-      const name = kitFileName(response.headers.get("Content-Disposition"));
-      const url = URL.createObjectURL(data as Blob);
-      const a = document.createElement("a");
-      a.href = url;
-      a.download = name;
-      document.body.append(a);
-      a.click();
-      a.remove();
-      setTimeout(() => URL.revokeObjectURL(url), 10_000);
-      setPassword("");
-      setSaved(name);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+    const { data, error, response } = await api.POST("/api/v1/platform/recovery-kit", { body: { password }, parseAs: "blob" });
+    if (error !== undefined || !response.ok || !data) throw new ProblemError(asProblem(error, response.status));
+    const name = kitFileName(response.headers.get("Content-Disposition"));
+    const url = URL.createObjectURL(data as Blob);
+    const a = document.createElement("a");
+    a.href = url;
+    a.download = name;
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    setPassword("");
+    setSaved(name);
+  });
 
   return (
     <div class="card kit">

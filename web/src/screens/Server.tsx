@@ -4,7 +4,7 @@ import { Chart } from "../components/Chart";
 import { Logs } from "./Logs";
 import { ServerContainers } from "./ServerContainers";
 import { ServerWorkloads } from "./ServerWorkloads";
-import { Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
+import { BackLink, Link, Loading, ProblemBox, StatusBadge, Table, Tabs, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { bytes, percent } from "../lib/format";
 import { newestJob, serverStatusAfter, useLive } from "../lib/live";
@@ -84,9 +84,7 @@ export function ServerDetail({ id, tab: wanted }: { id: string; tab?: string }) 
   const inv = srv.inventory;
   return (
     <section>
-      <p>
-        <Link href="/servers">← Servers</Link>
-      </p>
+      <BackLink href="/servers" label="Servers" />
       <div class="row wrap">
         <h1>{srv.name}</h1>
         <StatusBadge status={srv.status} />

@@ -2,6 +2,7 @@ import { useEffect, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Confirm, ProblemBox, Table } from "../components/ui";
 import { bytes } from "../lib/format";
+import { finished } from "../lib/jobs";
 import { asProblem, type Problem } from "../lib/problem";
 
 type Job = Schemas["Job"];
@@ -15,8 +16,6 @@ export interface PruneResult {
   kept: { id: string; tags: string[]; reason: "application" | "in_use" }[];
   skipped: { id: string; reason: string }[];
 }
-
-const finished = (s: Job["status"]) => s === "succeeded" || s === "failed" || s === "cancelled";
 
 // runAction queues a server action and reads its job until it finishes
 // (each read waits up to 30 s for it).

@@ -2,48 +2,33 @@ import { useRef, useState } from "preact/hooks";
 import { api, ok } from "../api/client";
 import { Field, ProblemBox } from "../components/ui";
 import { setTokens } from "../lib/auth";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem } from "../lib/problem";
 import { navigate, safeNext } from "../lib/router";
 import { useTitle } from "../lib/title";
+import { CodeField, useTwoSteps } from "./twostep";
 
 // SignIn is the two steps of signing in: e-mail and password, then the
 // six-digit code of the authenticator app. Afterwards it returns to the
 // page the user was on.
 export function SignIn({ next }: { next: string | null }) {
   useTitle("Sign in");
-  const [step, setStep] = useState<"password" | "code">("password");
+  const { step, setStep, password, code, toCode, toPassword, retryCode } = useTwoSteps();
   const [challenge, setChallenge] = useState("");
-  const [problem, setProblem] = useState<Problem | null>(null);
-  const [busy, setBusy] = useState(false);
+  const { problem, setProblem, busy, errs, handleSubmit } = useAction();
   // The address of the last password step, kept for the next one.
   const [lastEmail, setLastEmail] = useState("");
   const email = useRef<HTMLInputElement>(null);
-  const password = useRef<HTMLInputElement>(null);
-  const code = useRef<HTMLInputElement>(null);
-  const errs = fieldErrors(problem);
 
-  async function submitPassword(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
-    try {
-      const address = email.current!.value;
-      const res = await ok(api.POST("/api/v1/auth/login", { body: { email: address, password: password.current!.value } }));
-      setLastEmail(address);
-      setChallenge(res.challenge_id);
-      setStep("code");
-      queueMicrotask(() => code.current?.focus());
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+  const submitPassword = handleSubmit(async () => {
+    const address = email.current!.value;
+    const res = await ok(api.POST("/api/v1/auth/login", { body: { email: address, password: password.current!.value } }));
+    setLastEmail(address);
+    setChallenge(res.challenge_id);
+    toCode();
+  });
 
-  async function submitCode(e: Event) {
-    e.preventDefault();
-    setBusy(true);
-    setProblem(null);
+  const submitCode = handleSubmit(async () => {
     try {
       const res = await ok(
         api.POST("/api/v1/auth/2fa/verify", { body: { challenge_id: challenge, code: code.current!.value.trim() } }),
@@ -57,17 +42,13 @@ export function SignIn({ next }: { next: string | null }) {
         // An expired or used-up challenge needs the password again; the
         // e-mail address stays.
         setChallenge("");
-        setStep("password");
-        queueMicrotask(() => password.current?.focus());
-      } else if (code.current) {
+        toPassword();
+      } else {
         // A wrong or reused code: another try with the same challenge.
-        code.current.value = "";
-        code.current.focus();
+        retryCode();
       }
-    } finally {
-      setBusy(false);
     }
-  }
+  });
 
   return (
     <main class="signin" id="main">
@@ -90,11 +71,7 @@ export function SignIn({ next }: { next: string | null }) {
       ) : (
         <form key="code" onSubmit={submitCode} aria-label="Two-factor code" noValidate>
           <ProblemBox problem={problem} fields={["code", "challenge_id"]} />
-          <Field label="Code from your authenticator app" name="code" errors={errs.code}
-            hint="Six digits; a code works once.">
-            <input ref={code} id="code" name="code" inputMode="numeric" autoComplete="one-time-code" pattern="[0-9]{6}"
-              maxLength={6} required aria-invalid={errs.code ? true : undefined} />
-          </Field>
+          <CodeField input={code} errors={errs.code} hint="Six digits; a code works once." />
           <div class="row">
             <button type="submit" class="primary" disabled={busy}>
               Sign in

@@ -1,9 +1,10 @@
 import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import { api, ok, type Schemas } from "../api/client";
 import { Ago } from "../components/Ago";
-import { CopyButton, Field, Link, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
+import { BackLink, CopyButton, Field, Loading, ProblemBox, StatusBadge, Table, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { fromColumns } from "../lib/fleet";
+import { useAction } from "../lib/action";
 import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import { useTitle } from "../lib/title";
@@ -84,9 +85,7 @@ export function Tokens() {
   const list = res.data;
   return (
     <section class="admin tokens" aria-labelledby="tokens-title">
-      <p>
-        <Link href="/platform">← Platform</Link>
-      </p>
+      <BackLink href="/platform" label="Platform" />
       <h1 id="tokens-title">API tokens</h1>
       <p class="muted tokens-note">
         A token lets a pipeline or a script call the API as you, with the scopes you give it, never more than your role allows at the
@@ -236,36 +235,26 @@ function NewToken(props: { admin: boolean; targets: Targets | null; names: Names
   const [chosen, setChosen] = useState<Set<string>>(() => new Set(["read"]));
   const [resources, setResources] = useState<string[]>([]);
   const [expiry, setExpiry] = useState<Expiry>(defaultExpiry);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { problem, busy, handleSubmit } = useAction();
   // The resources as sent: a refusal names each by its place in this list.
   const [sent, setSent] = useState<string[]>([]);
-  const [busy, setBusy] = useState(false);
   const errs = formErrors(problem);
   const itemErrors: Record<string, string[]> = {};
   for (const [i, e] of Object.entries(errs.resource)) if (sent[Number(i)]) itemErrors[sent[Number(i)]] = e;
   const form = useRef<HTMLFormElement>(null);
   const allowed = (id: string) => props.admin || memberScopes.includes(id);
 
-  async function submit(e: Event) {
-    e.preventDefault();
-    setProblem(null);
+  const submit = handleSubmit(async () => {
     setSent(resources);
-    setBusy(true);
-    try {
-      const t = await ok(api.POST("/api/v1/tokens", {
-        body: { name: name.trim(), scopes: orderScopes(chosen), ...(resources.length ? { resources } : {}), ...expiryBody(expiry) },
-      }));
-      setName("");
-      setChosen(new Set(["read"]));
-      setResources([]);
-      setExpiry(defaultExpiry);
-      props.onCreated(t);
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
-  }
+    const t = await ok(api.POST("/api/v1/tokens", {
+      body: { name: name.trim(), scopes: orderScopes(chosen), ...(resources.length ? { resources } : {}), ...expiryBody(expiry) },
+    }));
+    setName("");
+    setChosen(new Set(["read"]));
+    setResources([]);
+    setExpiry(defaultExpiry);
+    props.onCreated(t);
+  });
 
   // After a refusal, the first field at fault (or the problem) comes into view.
   useEffect(() => {

@@ -3,7 +3,8 @@ import { api, ok, type Schemas } from "../api/client";
 import { CopyButton, Field, Loading, ProblemBox, StatusBadge, useConfirm } from "../components/ui";
 import { currentUser } from "../lib/auth";
 import { Ago } from "../components/Ago";
-import { asProblem, fieldErrors, type Problem } from "../lib/problem";
+import { useAction } from "../lib/action";
+import { asProblem, type Problem } from "../lib/problem";
 import { useResource } from "../lib/resource";
 import "./admin.css";
 import { useTitle } from "../lib/title";
@@ -144,29 +145,21 @@ export function Users() {
 // pending or closed lately, pending ones with revoke.
 function Invitations({ onAccepted }: { onAccepted: () => void }) {
   const res = useResource(async () => (await ok(api.GET("/api/v1/users/invitations"))).invitations ?? [], []);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { problem, setProblem, busy, errs, run } = useAction();
   const [sent, setSent] = useState<{ email: string; delivery: string; link?: string } | null>(null);
-  const [busy, setBusy] = useState(false);
   const email = useRef<HTMLInputElement>(null);
   const role = useRef<HTMLSelectElement>(null);
-  const errs = fieldErrors(problem);
 
   async function submit(e: Event) {
     e.preventDefault();
-    setProblem(null);
     setSent(null);
-    setBusy(true);
-    try {
+    await run(async () => {
       const r = await ok(api.POST("/api/v1/users/invitations", {
         body: { email: email.current!.value.trim(), admin: role.current!.value === "admin" },
       }));
       setSent({ email: r.invitation.email, delivery: r.delivery, link: r.link });
       email.current!.value = "";
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
+    });
     await res.reload();
     onAccepted();
   }

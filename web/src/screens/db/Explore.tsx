@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { api, ok } from "../../api/client";
 import { Loading, ProblemBox, Table } from "../../components/ui";
 import { bytes } from "../../lib/format";
-import { asProblem, type Problem } from "../../lib/problem";
+import { useAction } from "../../lib/action";
 import { dbCall, type Instance } from "./run";
 
 interface Explored {
@@ -32,36 +32,23 @@ export function Explore({ inst }: { inst: Instance }) {
   const [schema, setSchema] = useState(inst.engine === "postgres" ? "public" : "");
   const [data, setData] = useState<Explored | null>(null);
   const [columns, setColumns] = useState<{ table: string; data: Explored } | null>(null);
-  const [busy, setBusy] = useState(false);
-  const [problem, setProblem] = useState<Problem | null>(null);
+  const { busy, problem, run } = useAction();
 
-  async function load(w: What) {
+  function load(w: What) {
     setWhat(w);
-    setBusy(true);
-    setProblem(null);
-    setColumns(null);
-    try {
+    return run(async () => {
+      setColumns(null);
       // database and schema apply to tables (and columns) only.
       const scope = w === "tables" ? { database: database.trim() || undefined, schema: schema.trim() || undefined } : {};
       setData(await explore(inst, { what: w, ...scope }));
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
+    });
   }
 
-  async function open(table: string, tableSchema?: string) {
-    setBusy(true);
-    setProblem(null);
-    try {
+  function open(table: string, tableSchema?: string) {
+    return run(async () => {
       const d = await explore(inst, { what: "columns", table, database: database.trim() || undefined, schema: tableSchema || schema.trim() || undefined });
       setColumns({ table: tableSchema ? `${tableSchema}.${table}` : table, data: d });
-    } catch (err) {
-      setProblem(asProblem(err));
-    } finally {
-      setBusy(false);
-    }
+    });
   }
 
   return (

@@ -4,6 +4,7 @@ import { awaitJob, Changes, finished, type JobResult } from "../../lib/db";
 import { mergeEvents } from "../../lib/jobs";
 import { newestJob, useLive } from "../../lib/live";
 import { stream } from "../../lib/stream";
+import { readJob } from "../../lib/useJob";
 
 export type Instance = Schemas["Detail"];
 export type Job = Schemas["Job"];
@@ -74,7 +75,7 @@ export interface Followed {
 export function useFollowed(onFinished?: (j: Followed) => void) {
   const [jobs, setJobs] = useState<Followed[]>([]);
   const read = async (id: string) => {
-    const j = await ok(api.GET("/api/v1/jobs/{id}", { params: { path: { id } } }));
+    const j = await readJob(id);
     setJobs((list) =>
       list.map((f) => (f.id === id ? { ...f, status: j.status, error: j.error, data: j.data, events: mergeEvents(f.events, j.events ?? []) } : f)),
     );
