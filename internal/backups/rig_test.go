@@ -19,6 +19,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // plane is one control plane's backups side on a store.
@@ -93,9 +94,8 @@ func (r *rig) open(dir string) *plane {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { st.Close() })
-	log := audit.NewLog(st, r.clock.Now)
-	js := jobs.NewService(jobs.Deps{Store: st, Key: r.key, Now: r.clock.Now, Log: logger})
-	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: r.clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
+	p := planetest.New(r.t, st, planetest.Options{Clock: r.clock, Key: r.key})
+	js, srvs, log := p.Jobs, p.Servers, p.Audit
 	dbs := databases.NewService(databases.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: r.key, Now: r.clock.Now, Log: logger})
 	d := backups.Deps{Store: st, Jobs: js, Servers: srvs, Databases: dbs, Events: st, Audit: log, Key: r.key, Now: r.clock.Now, Log: logger}
 	if r.tune != nil {

@@ -3,8 +3,6 @@ package databases_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -17,10 +15,10 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/secrets"
-	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // rig is the control plane's database side on a real SQLite store, with
@@ -46,29 +44,13 @@ func newRig(t *testing.T) *rig {
 // newRigWith is newRig with the database service's deps changed by tune.
 func newRigWith(t *testing.T, tune func(*databases.Deps)) *rig {
 	t.Helper()
-	st := storetest.Open(t, store.SQLite)
-	clock := testlab.NewClock(time.Now().UTC().Truncate(time.Second))
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key := secrets.GenerateKey()
-	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
-	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-	d := databases.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: key, Now: clock.Now, Log: logger}
+	p := planetest.New(t, storetest.Open(t, store.SQLite), planetest.Options{})
+	d := databases.Deps{Store: p.Store, Jobs: p.Jobs, Servers: p.Servers, Audit: p.Audit, Key: p.Key, Now: p.Clock.Now, Log: p.Log}
 	if tune != nil {
 		tune(&d)
 	}
-	r := &rig{t: t, ctx: context.Background(), st: st, jobs: js, audit: log, clock: clock, key: key,
-		dbs:   databases.NewService(d),
-		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "192.0.2.9", UserAgent: "test"}}
-	e, err := srvs.CreateEnrollment(r.ctx, r.admin, "db-host", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := srvs.Enroll(r.ctx, r.admin, agentproto.EnrollRequest{Token: e.Token, Facts: agentproto.Facts{Hostname: "db-host"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.serverID = res.ServerID
+	r := &rig{t: t, ctx: p.Ctx, st: p.Store, jobs: p.Jobs, audit: p.Audit, clock: p.Clock, key: p.Key, dbs: databases.NewService(d), admin: p.Admin}
+	r.serverID = p.Enroll("db-host", agentproto.Facts{})
 	return r
 }
 

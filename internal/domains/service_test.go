@@ -3,8 +3,6 @@ package domains_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +15,11 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/notify"
-	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 type rig struct {
@@ -34,34 +32,20 @@ type rig struct {
 	domains *domains.Service
 	admin   audit.Caller
 	st      *store.Store
+	plane   *planetest.Plane
 }
 
 func newRig(t *testing.T) *rig {
 	t.Helper()
-	st := storetest.Open(t, store.SQLite)
-	clock := testlab.NewClock(time.Date(2030, 6, 1, 12, 30, 15, 0, time.UTC))
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key := secrets.GenerateKey()
-	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
-	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-	as := apps.NewService(apps.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: key, Now: clock.Now, Log: logger})
-	ds := domains.NewService(domains.Deps{Store: st, Apps: as, Jobs: js, Servers: srvs, Audit: log, Now: clock.Now, Log: logger})
-	return &rig{t: t, ctx: context.Background(), clock: clock, jobs: js, servers: srvs, apps: as, domains: ds,
-		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, st: st}
+	p := planetest.New(t, storetest.Open(t, store.SQLite), planetest.Options{Clock: testlab.NewClock(time.Date(2030, 6, 1, 12, 30, 15, 0, time.UTC))})
+	as := apps.NewService(apps.Deps{Store: p.Store, Jobs: p.Jobs, Servers: p.Servers, Audit: p.Audit, Key: p.Key, Now: p.Clock.Now, Log: p.Log})
+	ds := domains.NewService(domains.Deps{Store: p.Store, Apps: as, Jobs: p.Jobs, Servers: p.Servers, Audit: p.Audit, Now: p.Clock.Now, Log: p.Log})
+	return &rig{t: t, ctx: p.Ctx, clock: p.Clock, jobs: p.Jobs, servers: p.Servers, apps: as, domains: ds, admin: p.Admin, st: p.Store, plane: p}
 }
 
 func (r *rig) enroll(name string, facts agentproto.Facts) string {
 	r.t.Helper()
-	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, name, nil)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	res, err := r.servers.Enroll(r.ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return res.ServerID
+	return r.plane.Enroll(name, facts)
 }
 
 func (r *rig) app(serverID, name string) string {

@@ -2,20 +2,16 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
-	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
-	"github.com/capstan-dev/capstan/internal/secrets"
-	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // TestJobTypeTheAgentDoesNotRun: a job type the server's agent reported
@@ -25,22 +21,11 @@ import (
 func TestJobTypeTheAgentDoesNotRun(t *testing.T) {
 	storetest.RunWithStores(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		now := func() time.Time { return time.Now().UTC() }
-		js := jobs.NewService(jobs.Deps{Store: st, Key: secrets.GenerateKey(), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-		admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
+		p := planetest.New(t, st, planetest.Options{Now: func() time.Time { return time.Now().UTC() }})
+		js := p.Jobs
 		enroll := func(name string, types []string) string {
 			t.Helper()
-			e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: admin}, name, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token,
-				Facts: agentproto.Facts{Hostname: name, AgentVersion: "0.9", JobTypes: types}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res.ServerID
+			return p.Enroll(name, agentproto.Facts{Hostname: name, AgentVersion: "0.9", JobTypes: types})
 		}
 		restart := jobs.Of(agentproto.ServiceRestart, agentproto.ServicePayload{Unit: "web.service"})
 		ping := jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})

@@ -2,19 +2,15 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
-	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/jobs"
-	"github.com/capstan-dev/capstan/internal/secrets"
-	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // TestWait: a reader waiting for a job is woken by its end (completed,
@@ -23,20 +19,9 @@ import (
 func TestWait(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	now := func() time.Time { return time.Now().UTC() }
-	key := secrets.GenerateKey()
-	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-	admin := audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}
-	e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: admin}, "web-1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serverID := res.ServerID
+	p := planetest.New(t, st, planetest.Options{Now: func() time.Time { return time.Now().UTC() }})
+	js := p.Jobs
+	serverID := p.Enroll("web-1", agentproto.Facts{})
 	enqueue := func() jobs.Job {
 		t.Helper()
 		j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: jobs.Of(agentproto.AgentPing, agentproto.PingPayload{})})
@@ -125,17 +110,9 @@ func TestWait(t *testing.T) {
 func TestFinishedOnlyAfterHook(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	now := func() time.Time { return time.Now().UTC() }
-	js := jobs.NewService(jobs.Deps{Store: st, Key: secrets.GenerateKey(), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-	e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, "web-1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := planetest.New(t, st, planetest.Options{Now: func() time.Time { return time.Now().UTC() }})
+	js := p.Jobs
+	serverID := p.Enroll("web-1", agentproto.Facts{})
 	// A job type of this test's own, whose hook it holds.
 	hooked := agentproto.JobType[agentproto.PingPayload, agentproto.PingResult]{Name: "test.hooked"}
 	inHook, release := make(chan struct{}), make(chan struct{})
@@ -144,11 +121,11 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 		<-release
 		return nil
 	}))
-	j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: res.ServerID, Work: jobs.Of(hooked, agentproto.PingPayload{})})
+	j, _, err := js.Enqueue(ctx, jobs.NewJob{ServerID: serverID, Work: jobs.Of(hooked, agentproto.PingPayload{})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := js.Claim(ctx, res.ServerID, 0); err != nil || !ok || got.ID != j.ID {
+	if got, ok, err := js.Claim(ctx, serverID, 0); err != nil || !ok || got.ID != j.ID {
 		t.Fatalf("claim: %v %v %s", err, ok, got.ID)
 	}
 	waited := make(chan jobs.Job, 1)
@@ -158,7 +135,7 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 	}()
 	completed := make(chan error, 1)
 	go func() {
-		_, err := js.Complete(ctx, res.ServerID, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded})
+		_, err := js.Complete(ctx, serverID, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded})
 		completed <- err
 	}()
 	<-inHook
@@ -167,7 +144,7 @@ func TestFinishedOnlyAfterHook(t *testing.T) {
 	if err != nil || got.Status != jobs.Running || got.FinishedAt != nil || got.Data != nil {
 		t.Fatalf("read while the hook runs: %+v, %v; want running", got, err)
 	}
-	list, err := js.List(ctx, jobs.ListFilter{ServerID: res.ServerID}, 10, jobs.AdminReader)
+	list, err := js.List(ctx, jobs.ListFilter{ServerID: serverID}, 10, jobs.AdminReader)
 	if err != nil || len(list) != 1 || list[0].Status != jobs.Running {
 		t.Fatalf("list while the hook runs: %+v, %v; want running", list, err)
 	}

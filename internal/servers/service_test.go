@@ -3,8 +3,6 @@ package servers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,12 +11,11 @@ import (
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
-	"github.com/capstan-dev/capstan/internal/jobs"
-	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // countingStore counts agent token lookups and can hold one up.
@@ -47,11 +44,9 @@ type env struct {
 func newEnv(t *testing.T, d store.Dialect) *env {
 	t.Helper()
 	st := &countingStore{Store: storetest.Open(t, d)}
-	c := testlab.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	js := jobs.NewService(jobs.Deps{Store: st.Store, Key: secrets.GenerateKey(), Now: c.Now, Log: logger})
-	svc := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st.Store, c.Now), Now: c.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-	return &env{st: st, clock: c, svc: svc}
+	p := planetest.New(t, st.Store, planetest.Options{Clock: testlab.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
+		Servers: func(d *servers.Deps) { d.Store = st }})
+	return &env{st: st, clock: p.Clock, svc: p.Servers}
 }
 
 var admin = audit.Actor{Type: audit.ActorUser, ID: "usr_test", Email: "admin@example.com"}
