@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -241,7 +242,7 @@ func kvInstanceOf(ctx context.Context, cli *client.Client, p agentproto.BackupRe
 	if c.Config == nil || len(c.Config.Cmd) < 2 || c.Config.Cmd[len(c.Config.Cmd)-1] != confPath {
 		return kvInstance{}, fmt.Errorf("the container %s does not run its server on %s", inst.name, confPath)
 	}
-	if inst.confHeader, inst.conf, err = readContainerFile(ctx, cli, id, confPath); err != nil {
+	if inst.confHeader, inst.conf, err = dockerc.ReadFile(ctx, cli, id, confPath); err != nil {
 		return kvInstance{}, err
 	}
 	return inst, inst.parseConf()
@@ -294,7 +295,7 @@ func (inst kvInstance) confWithAppendOnly(v string) []byte {
 // writeConf writes content as the configuration file, with the original
 // file's owner and mode.
 func (inst kvInstance) writeConf(ctx context.Context, cli *client.Client, content []byte) error {
-	return copyFile(ctx, cli, inst.id, inst.dataDir, redisConf, content, inst.confHeader)
+	return dockerc.CopyFile(ctx, cli, inst.id, inst.dataDir, redisConf, content, inst.confHeader)
 }
 
 // The scripts run in the instance's volume by volumeScript. Each starts

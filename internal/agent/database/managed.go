@@ -1,18 +1,14 @@
 package database
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -22,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -41,9 +38,7 @@ type Managed struct {
 	// Host is the Docker API address; "" means the environment's default.
 	Host string
 
-	once sync.Once
-	cli  *client.Client
-	err  error
+	docker dockerc.Lazy
 }
 
 // Register adds the managed-instance job types to r.
@@ -54,17 +49,7 @@ func (m *Managed) Register(r agent.Registry) {
 }
 
 func (m *Managed) client() (*client.Client, error) {
-	m.once.Do(func() {
-		opts := []client.Opt{client.FromEnv}
-		if m.Host != "" {
-			opts = append(opts, client.WithHost(m.Host))
-		}
-		m.cli, m.err = client.New(opts...)
-		if m.err != nil {
-			m.err = fmt.Errorf("docker client: %w", m.err)
-		}
-	})
-	return m.cli, m.err
+	return m.docker.Client(m.Host)
 }
 
 // engineSpec is how an engine's official image is run.
@@ -163,7 +148,7 @@ func (m *Managed) create(ctx context.Context, c agent.Call[agentproto.DBCreatePa
 	if err != nil {
 		return agentproto.DBCreateResult{}, err
 	}
-	netRef, err := ensureNetwork(ctx, cli, p.Network, events)
+	netRef, err := dockerc.EnsureNetwork(ctx, cli, p.Network, events)
 	if err != nil {
 		return agentproto.DBCreateResult{}, err
 	}
@@ -217,59 +202,6 @@ func (m *Managed) create(ctx context.Context, c agent.Call[agentproto.DBCreatePa
 		map[string]any{"container_id": id, "host_port": port})
 	return agentproto.DBCreateResult{ContainerID: id, HostPort: port, ServerVersion: version}, nil
 }
-
-// ensureNetwork creates the user-defined bridge network name if the
-// engine has none of that name, and returns how a container names it.
-// The engine does not refuse a second network of the same name, so two
-// jobs creating it at once (on one engine) leave two: every caller then
-// keeps the oldest and removes the others, so all of them converge on the
-// same one. While a duplicate cannot be removed (a container uses it), the
-// kept one is named by its id.
-func ensureNetwork(ctx context.Context, cli *client.Client, name string, events agent.EventSink) (string, error) {
-	networkMu.Lock()
-	defer networkMu.Unlock()
-	list := func() ([]network.Summary, error) {
-		res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: client.Filters{}.Add("name", name)})
-		if err != nil {
-			return nil, fmt.Errorf("listing networks: %w", err)
-		}
-		items := slices.DeleteFunc(res.Items, func(n network.Summary) bool { return n.Name != name })
-		slices.SortFunc(items, func(a, b network.Summary) int {
-			if c := a.Created.Compare(b.Created); c != 0 {
-				return c
-			}
-			return strings.Compare(a.ID, b.ID)
-		})
-		return items, nil
-	}
-	items, err := list()
-	if err != nil {
-		return "", err
-	}
-	if len(items) == 0 {
-		if _, err := cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge",
-			Labels: map[string]string{agentproto.LabelDBInstance: "network"}}); err != nil && !cerrdefs.IsConflict(err) {
-			return "", fmt.Errorf("creating network %s: %w", name, err)
-		}
-		events.Emit(agentproto.LevelInfo, "created network "+name, nil)
-		if items, err = list(); err != nil {
-			return "", err
-		}
-		if len(items) == 0 {
-			return "", fmt.Errorf("network %s is gone right after it was created", name)
-		}
-	}
-	ref := name
-	for _, dup := range items[1:] {
-		if _, err := cli.NetworkRemove(ctx, dup.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-			ref = items[0].ID
-		}
-	}
-	return ref, nil
-}
-
-// networkMu serializes this agent's network creation.
-var networkMu sync.Mutex
 
 // existingContainer returns the id of the instance's container, "" if
 // there is none; a container of that name that is not the instance's is
@@ -337,41 +269,16 @@ func createContainer(ctx context.Context, cli *client.Client, p agentproto.DBCre
 		if err != nil {
 			return "", err
 		}
-		if err := copyFile(ctx, cli, res.ID, spec.dataDir, redisACL, acl, nil); err != nil {
+		if err := dockerc.CopyFile(ctx, cli, res.ID, spec.dataDir, redisACL, acl, nil); err != nil {
 			return "", err
 		}
-		if err := copyFile(ctx, cli, res.ID, spec.dataDir, redisConf, redisConfig(password, spec.dataDir), nil); err != nil {
+		if err := dockerc.CopyFile(ctx, cli, res.ID, spec.dataDir, redisConf, redisConfig(password, spec.dataDir), nil); err != nil {
 			return "", err
 		}
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("created container %s of image %s, port %d on 127.0.0.1:%d", p.ContainerName,
 		p.Image, spec.port, hostPort), map[string]any{"container_id": res.ID, "memory_limit_bytes": p.MemoryLimitBytes})
 	return res.ID, nil
-}
-
-// copyFile writes a file into a container's directory, readable by its
-// owner only; the owner is like's (nil: root, which the engine images'
-// entrypoints hand to the server's user as they start it).
-func copyFile(ctx context.Context, cli *client.Client, id, dir, name string, content []byte, like *tar.Header) error {
-	h := &tar.Header{Name: name, Mode: 0o600, Size: int64(len(content)), ModTime: time.Now()}
-	if like != nil {
-		h.Mode, h.Uid, h.Gid = like.Mode, like.Uid, like.Gid
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(h); err != nil {
-		return err
-	}
-	if _, err := tw.Write(content); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if _, err := cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: dir, Content: &buf}); err != nil {
-		return fmt.Errorf("writing %s into the container: %w", name, err)
-	}
-	return nil
 }
 
 // hostPort returns the loopback port the container's port is published
@@ -526,12 +433,4 @@ func (m *Managed) remove(ctx context.Context, c agent.Call[agentproto.DBRemovePa
 	res.VolumeRemoved = true
 	events.Emit(agentproto.LevelInfo, "removed volume "+p.Volume, nil)
 	return res, nil
-}
-
-// EnsureNetwork creates the user-defined bridge network name if the
-// engine has none of that name (as ensureNetwork), and returns how a
-// container names it. Application jobs join the server's capstan network
-// through it, so that they and the database jobs converge on one.
-func EnsureNetwork(ctx context.Context, cli *client.Client, name string, events agent.EventSink) (string, error) {
-	return ensureNetwork(ctx, cli, name, events)
 }

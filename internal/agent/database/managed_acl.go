@@ -1,11 +1,9 @@
 package database
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -38,7 +37,7 @@ func ensureACLFile(ctx context.Context, cli *client.Client, id, dataDir string, 
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
 
-	h, conf, err := readContainerFile(ctx, cli, id, dataDir+"/"+redisConf)
+	h, conf, err := dockerc.ReadFile(ctx, cli, id, dataDir+"/"+redisConf)
 	if err != nil {
 		return false, err
 	}
@@ -64,13 +63,13 @@ func ensureACLFile(ctx context.Context, cli *client.Client, id, dataDir string, 
 			return false, fmt.Errorf("reading the users of the running server, to keep them in %s: %w", redisACL, err)
 		}
 	}
-	if err := copyFile(ctx, cli, id, dataDir, redisACL, acl, h); err != nil {
+	if err := dockerc.CopyFile(ctx, cli, id, dataDir, redisACL, acl, h); err != nil {
 		return false, err
 	}
 	if len(conf) > 0 && conf[len(conf)-1] != '\n' {
 		conf = append(conf, '\n')
 	}
-	if err := copyFile(ctx, cli, id, dataDir, redisConf, append(conf, aclFileLine(dataDir)...), h); err != nil {
+	if err := dockerc.CopyFile(ctx, cli, id, dataDir, redisConf, append(conf, aclFileLine(dataDir)...), h); err != nil {
 		return false, err
 	}
 	events.Emit(agentproto.LevelInfo, fmt.Sprintf("the instance keeps its users (%d) in %s from its next start on", users, redisACL), nil)
@@ -82,7 +81,7 @@ func ensureACLFile(ctx context.Context, cli *client.Client, id, dataDir string, 
 // a volume kept from an earlier one, with its users and the admin
 // login's password set to password; otherwise the admin login alone.
 func volumeACL(ctx context.Context, cli *client.Client, id, dataDir, password string, events agent.EventSink) ([]byte, error) {
-	_, acl, err := readContainerFile(ctx, cli, id, dataDir+"/"+redisACL)
+	_, acl, err := dockerc.ReadFile(ctx, cli, id, dataDir+"/"+redisACL)
 	if cerrdefs.IsNotFound(err) {
 		return redisAdminACL(password), nil
 	}
@@ -128,26 +127,6 @@ func runningACL(ctx context.Context, target agentproto.DBTarget, password string
 		return nil, 0, errors.New("ACL LIST gave no users")
 	}
 	return []byte(b.String()), len(lines), nil
-}
-
-// readContainerFile reads a file of a container (running or not): its
-// tar header and content.
-func readContainerFile(ctx context.Context, cli *client.Client, id, path string) (*tar.Header, []byte, error) {
-	cp, err := cli.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: path})
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	defer cp.Content.Close()
-	tr := tar.NewReader(cp.Content)
-	h, err := tr.Next()
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	content, err := io.ReadAll(io.LimitReader(tr, 1<<20))
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return h, content, nil
 }
 
 // confHas says whether a Redis configuration has a directive.

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -290,21 +291,11 @@ func (m *Monitor) send(ctx context.Context, c *agent.Client, st *monitorState) e
 // (its cgroup's usage without inactive page cache, as docker stats shows
 // it) through the Docker engine at host ("": the environment's).
 func DockerMemory(host string) func(ctx context.Context, name string) (int64, error) {
-	var (
-		once sync.Once
-		cli  *client.Client
-		cerr error
-	)
+	var docker dockerc.Lazy
 	return func(ctx context.Context, name string) (int64, error) {
-		once.Do(func() {
-			opts := []client.Opt{client.FromEnv}
-			if host != "" {
-				opts = append(opts, client.WithHost(host))
-			}
-			cli, cerr = client.New(opts...)
-		})
-		if cerr != nil {
-			return 0, cerr
+		cli, err := docker.Client(host)
+		if err != nil {
+			return 0, err
 		}
 		res, err := cli.ContainerStats(ctx, name, client.ContainerStatsOptions{})
 		if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -509,7 +510,7 @@ func (r *imageRunner) run(ctx context.Context, call toolCall, stdin io.Reader, s
 		_, _ = r.cli.ContainerRemove(rctx, res.ID, client.ContainerRemoveOptions{Force: true})
 	}()
 	if r.ca != "" {
-		if err := copyPublicFile(ctx, r.cli, res.ID, caPath, []byte(r.ca)); err != nil {
+		if err := dockerc.CopyFile(ctx, r.cli, res.ID, filepath.Dir(caPath), filepath.Base(caPath), []byte(r.ca), publicFile); err != nil {
 			return err
 		}
 	}
@@ -542,24 +543,8 @@ func (r *imageRunner) run(ctx context.Context, call toolCall, stdin io.Reader, s
 // labelDBTool marks a throwaway container of a dump or load tool.
 const labelDBTool = "dev.capstan.database.tool"
 
-// copyPublicFile writes a world-readable file into a created container.
-func copyPublicFile(ctx context.Context, cli *client.Client, id, path string, content []byte) error {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: filepath.Base(path), Mode: 0o644, Size: int64(len(content)), ModTime: time.Now()}); err != nil {
-		return err
-	}
-	if _, err := tw.Write(content); err != nil {
-		return err
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	if _, err := cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: filepath.Dir(path), Content: &buf}); err != nil {
-		return fmt.Errorf("writing %s into the container: %w", path, err)
-	}
-	return nil
-}
+// publicFile makes a copied file world-readable.
+var publicFile = &tar.Header{Mode: 0o644}
 
 // hostRunner runs a tool installed on the server.
 type hostRunner struct {

@@ -21,7 +21,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
-	"github.com/capstan-dev/capstan/internal/agent/database"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/compose"
 )
@@ -129,7 +129,7 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 		ps.digest = serviceDigest(ps)
 		plan[name] = ps
 	}
-	shared, err := database.EnsureNetwork(ctx, cli, agentproto.DBNetwork, events)
+	shared, err := dockerc.EnsureNetwork(ctx, cli, agentproto.DBNetwork, events)
 	if err != nil {
 		return agentproto.DeployResult{}, err
 	}
