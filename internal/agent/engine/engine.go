@@ -213,3 +213,24 @@ func dbFailure(err error) *agent.Failure {
 	f := Failure(err)
 	return &agent.Failure{Err: errors.New(f.Error.Message), Data: f}
 }
+
+// rows are what pgx's and database/sql's query results have alike.
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// collectRows reads every row into a T, whose fields gives the
+// destinations of a row's columns; no rows is an empty slice.
+func collectRows[T any](r rows, fields func(*T) []any) ([]T, error) {
+	out := []T{}
+	for r.Next() {
+		var v T
+		if err := r.Scan(fields(&v)...); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, r.Err()
+}

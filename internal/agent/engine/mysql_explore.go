@@ -113,15 +113,7 @@ func (c *mysqlConn) strings(ctx context.Context, q string, args ...any) ([]strin
 		return nil, err
 	}
 	defer rows.Close()
-	out := []string{}
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
+	return collectRows(rows, func(s *string) []any { return []any{s} })
 }
 
 func (c *mysqlConn) stats(ctx context.Context) (*agentproto.DBStats, error) {
@@ -205,15 +197,9 @@ ORDER BY table_name`)
 		return nil, err
 	}
 	defer rows.Close()
-	tables := []agentproto.DBTableInfo{}
-	for rows.Next() {
-		var t agentproto.DBTableInfo
-		if err := rows.Scan(&t.Schema, &t.Name, &t.EstimatedRows, &t.TotalBytes, &t.IndexBytes); err != nil {
-			return nil, err
-		}
-		tables = append(tables, t)
-	}
-	return tables, rows.Err()
+	return collectRows(rows, func(t *agentproto.DBTableInfo) []any {
+		return []any{&t.Schema, &t.Name, &t.EstimatedRows, &t.TotalBytes, &t.IndexBytes}
+	})
 }
 
 func (c *mysqlConn) columns(ctx context.Context, _, table string) ([]agentproto.DBColumnInfo, error) {

@@ -62,6 +62,17 @@ func sortSizes(dbs []agentproto.DBSize) []agentproto.DBSize {
 	return dbs
 }
 
+// sqlSample is a SQL engine's sample: its client connections, their
+// limit, and the sizes of its databases, which sizes lists (name, size).
+func sqlSample(conns, maxConns int64, sizes rows) (agentproto.DBMetricSample, error) {
+	dbs, err := collectRows(sizes, func(d *agentproto.DBSize) []any { return []any{&d.Name, &d.SizeBytes} })
+	if err != nil {
+		return agentproto.DBMetricSample{}, err
+	}
+	return agentproto.DBMetricSample{Connections: &conns, MaxConnections: &maxConns, SizeBytes: ptr(totalSize(dbs)),
+		Databases: sortSizes(dbs)}, nil
+}
+
 func totalSize(dbs []agentproto.DBSize) int64 {
 	var n int64
 	for _, d := range dbs {
@@ -89,19 +100,9 @@ func (c *postgresConn) figures(ctx context.Context) (Figures, error) {
 		return f, err
 	}
 	defer rows.Close()
-	dbs := []agentproto.DBSize{}
-	for rows.Next() {
-		var d agentproto.DBSize
-		if err := rows.Scan(&d.Name, &d.SizeBytes); err != nil {
-			return f, err
-		}
-		dbs = append(dbs, d)
-	}
-	if err := rows.Err(); err != nil {
+	if f.Sample, err = sqlSample(conns, maxConns, rows); err != nil {
 		return f, err
 	}
-	f.Sample = agentproto.DBMetricSample{Connections: &conns, MaxConnections: &maxConns, SizeBytes: ptr(totalSize(dbs)),
-		Databases: sortSizes(dbs)}
 	f.Ops = uint64(max(ops, 0))
 	return f, nil
 }
@@ -144,19 +145,9 @@ func (c *mysqlConn) figures(ctx context.Context) (Figures, error) {
 		return f, err
 	}
 	defer rows.Close()
-	dbs := []agentproto.DBSize{}
-	for rows.Next() {
-		var d agentproto.DBSize
-		if err := rows.Scan(&d.Name, &d.SizeBytes); err != nil {
-			return f, err
-		}
-		dbs = append(dbs, d)
-	}
-	if err := rows.Err(); err != nil {
+	if f.Sample, err = sqlSample(conns, maxConns, rows); err != nil {
 		return f, err
 	}
-	f.Sample = agentproto.DBMetricSample{Connections: &conns, MaxConnections: &maxConns, SizeBytes: ptr(totalSize(dbs)),
-		Databases: sortSizes(dbs)}
 	f.Ops = questions
 	return f, nil
 }

@@ -244,21 +244,8 @@ func (s *SnapshotWatch) End() {
 
 // mysqlBaseTables lists a database's base tables by name.
 func mysqlBaseTables(ctx context.Context, c *mysqlConn, database string) ([]string, error) {
-	rows, err := c.conn.QueryContext(ctx, `SELECT table_name FROM information_schema.tables
+	return c.strings(ctx, `SELECT table_name FROM information_schema.tables
 		WHERE table_schema = ? AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_name`, database)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		names = append(names, n)
-	}
-	return names, rows.Err()
 }
 
 // mysqlManifest counts and checksums every base table of database: a
@@ -296,21 +283,8 @@ func mysqlManifest(ctx context.Context, c *mysqlConn, database string) (agentpro
 
 // mysqlColumns lists a table's columns in their order.
 func mysqlColumns(ctx context.Context, c *mysqlConn, database, table string) ([]string, error) {
-	rows, err := c.conn.QueryContext(ctx, `SELECT column_name FROM information_schema.columns
+	return c.strings(ctx, `SELECT column_name FROM information_schema.columns
 		WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position`, database, table)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var names []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
-		}
-		names = append(names, n)
-	}
-	return names, rows.Err()
 }
 
 // errMySQLSwap is a replace the tables' swap cannot do.
