@@ -55,16 +55,7 @@ func volumeName(app, vol string) string { return "capstan-" + strings.ToLower(ap
 // serviceContainers lists the containers of a compose application's
 // services other than its web service, in any state, newest first.
 func serviceContainers(ctx context.Context, cli *client.Client, app string) ([]containerSummary, error) {
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: client.Filters{}.Add("label", agentproto.LabelComposeApp+"="+app),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing the service containers of application %s: %w", app, err)
-	}
-	items := slices.DeleteFunc(res.Items, func(c containerSummary) bool { return c.Labels[agentproto.LabelComposeApp] != app })
-	slices.SortStableFunc(items, func(a, b containerSummary) int { return int(b.Created - a.Created) })
-	return items, nil
+	return labeledContainers(ctx, cli, agentproto.LabelComposeApp, app, "the service containers")
 }
 
 // plannedService is a service as the release creates it.

@@ -27,7 +27,7 @@ import (
 // managedRedisRig is what a test of a managed Redis instance on the real
 // Docker engine needs: the engine, the Redis image, a fresh instance id
 // with its container and volume names (both removed when the test ends),
-// and the managed-database job executors.
+// and the managed-database and console job executors.
 func managedRedisRig(t *testing.T) (cli *client.Client, image, id, name, volume string, r agent.Registry) {
 	t.Helper()
 	cli = testlab.Docker(t)
@@ -43,22 +43,8 @@ func managedRedisRig(t *testing.T) (cli *client.Client, image, id, name, volume 
 	})
 	r = agent.Registry{}
 	(&managed.Managed{Host: testlab.DockerHost()}).Register(r)
-	return cli, image, id, name, volume, r
-}
-
-// runJob runs a console job on an instance with password as its
-// secret.
-func runJob(t *testing.T, jobType string, payload any, password string) agenttest.Outcome {
-	t.Helper()
-	return runJobSecrets(t, jobType, payload, map[string]string{agentproto.SecretDBPassword: password})
-}
-
-// runJobSecrets runs a console job on an instance with secrets.
-func runJobSecrets(t *testing.T, jobType string, payload any, secrets map[string]string) agenttest.Outcome {
-	t.Helper()
-	r := agent.Registry{}
 	console.Executors{}.Register(r)
-	return agenttest.RunJob(t, r, jobType, payload, secrets)
+	return cli, image, id, name, volume, r
 }
 
 // TestManagedCreateIsIdempotent runs db.create twice for one Redis
@@ -95,15 +81,17 @@ func TestManagedCreateIsIdempotent(t *testing.T) {
 	if first.ContainerID == "" || first.ContainerID != second.ContainerID || first.HostPort != second.HostPort {
 		t.Fatalf("retry: first %+v, second %+v", first, second)
 	}
-	o := runJob(t, agentproto.JobDBKV, agentproto.DBKVPayload{Target: agentproto.DBTarget{InstanceID: id,
-		Engine: agentproto.EngineRedis, Host: "127.0.0.1", Port: first.HostPort, Username: "default"}, Action: agentproto.KVInfo}, "s3cret")
+	o := agenttest.RunJob(t, r, agentproto.JobDBKV, agentproto.DBKVPayload{Target: agentproto.DBTarget{InstanceID: id,
+		Engine: agentproto.EngineRedis, Host: "127.0.0.1", Port: first.HostPort, Username: "default"}, Action: agentproto.KVInfo},
+		map[string]string{agentproto.SecretDBPassword: "s3cret"})
 	var kv agentproto.DBKVResult
 	o.OK(t, &kv)
 	if kv.Info["server"]["redis_version"] == "" {
 		t.Fatalf("info: %+v", kv.Info)
 	}
-	if o := runJob(t, agentproto.JobDBConnect, agentproto.DBConnectPayload{Target: agentproto.DBTarget{Engine: agentproto.EngineRedis,
-		Host: "127.0.0.1", Port: first.HostPort, Username: "default"}}, "wrong"); o.Err == nil {
+	if o := agenttest.RunJob(t, r, agentproto.JobDBConnect, agentproto.DBConnectPayload{Target: agentproto.DBTarget{Engine: agentproto.EngineRedis,
+		Host: "127.0.0.1", Port: first.HostPort, Username: "default"}},
+		map[string]string{agentproto.SecretDBPassword: "wrong"}); o.Err == nil {
 		t.Fatal("a wrong password connected")
 	}
 
@@ -220,7 +208,7 @@ func TestManagedRedisGetsItsACLFile(t *testing.T) {
 	}
 
 	// A login made through the agent now, then a restart without it.
-	o := runJobSecrets(t, agentproto.JobDBUserCreate, agentproto.DBUserPayload{Target: target, Username: "app", KeyPattern: "app:*",
+	o := agenttest.RunJob(t, r, agentproto.JobDBUserCreate, agentproto.DBUserPayload{Target: target, Username: "app", KeyPattern: "app:*",
 		Access: agentproto.DBAccessReadWrite}, map[string]string{agentproto.SecretDBPassword: password, agentproto.SecretDBNewPassword: "app-pw"})
 	var res agentproto.DBAdminResult
 	o.OK(t, &res)
