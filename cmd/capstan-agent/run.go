@@ -12,10 +12,13 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agent"
 	"github.com/capstan-dev/capstan/internal/agent/backup"
+	"github.com/capstan-dev/capstan/internal/agent/console"
 	"github.com/capstan-dev/capstan/internal/agent/container"
-	"github.com/capstan-dev/capstan/internal/agent/database"
+	"github.com/capstan-dev/capstan/internal/agent/dbmetrics"
 	"github.com/capstan-dev/capstan/internal/agent/deploy"
+	"github.com/capstan-dev/capstan/internal/agent/dump"
 	"github.com/capstan-dev/capstan/internal/agent/logs"
+	"github.com/capstan-dev/capstan/internal/agent/managed"
 	"github.com/capstan-dev/capstan/internal/agent/objstore"
 	"github.com/capstan-dev/capstan/internal/agent/proxy"
 	"github.com/capstan-dev/capstan/internal/agent/service"
@@ -67,7 +70,7 @@ func (r *runCmd) Run(ctx context.Context, io stdio) error {
 	desired := &controlPlaneProxy{}
 	// Database instances on this server are sampled with the logins the
 	// control plane lists, held in memory only.
-	dbs := database.NewMonitor(r.DBMetrics, database.DockerMemory(""), log)
+	dbs := dbmetrics.NewMonitor(r.DBMetrics, dbmetrics.DockerMemory(""), log)
 	arts := &controlPlaneArtifacts{}
 	a, err := agent.New(agent.Options{
 		Config:      cfg,
@@ -144,7 +147,7 @@ func executors() agent.Registry { return executorsFor(proxy.Settings{}, nil, nil
 // controlPlaneMover is what moves files and grants through the control
 // plane.
 type controlPlaneMover interface {
-	database.Artifacts
+	dump.Artifacts
 	objstore.Grantor
 }
 
@@ -180,17 +183,17 @@ func executorsFor(ps proxy.Settings, desired deploy.DesiredProxy, onLoad func(),
 	px.OtherUpstreams(apps.LiveServiceUpstreams)
 	apps.Register(r)
 
-	database.Executors{}.Register(r)
-	managed := &database.Managed{}
-	managed.Register(r)
+	console.Executors{}.Register(r)
+	instances := &managed.Managed{}
+	instances.Register(r)
 	var stores objstore.Opener
-	var files database.Artifacts
+	var files dump.Artifacts
 	if arts != nil {
 		stores.Grants, files = arts, arts
 	}
-	transfer := &database.Transfer{Artifacts: files, Docker: managed}
+	transfer := &dump.Transfer{Artifacts: files, Docker: instances}
 	transfer.Register(r)
-	backups := &database.Backups{Transfer: transfer, OpenStore: stores.Open}
+	backups := &backup.Backups{Transfer: transfer, OpenStore: stores.Open}
 	if ps.StateDir != "" {
 		// Objects being verified or restored wait for their check here.
 		backups.StagingDir = filepath.Join(ps.StateDir, "restore")

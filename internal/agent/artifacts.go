@@ -41,7 +41,13 @@ func (c *Client) UploadArtifact(ctx context.Context, jobID string, body io.Reade
 // /jobs/{id}/artifact) and returns it with its size (-1 if the reply did
 // not say). The caller closes it.
 func (c *Client) DownloadArtifact(ctx context.Context, jobID string) (io.ReadCloser, int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/jobs/"+url.PathEscape(jobID)+"/artifact", nil)
+	return c.open(ctx, c.base+"/jobs/"+url.PathEscape(jobID)+"/artifact")
+}
+
+// open GETs the stream at u and returns its body with its size (-1 if
+// the reply did not say).
+func (c *Client) open(ctx context.Context, u string) (io.ReadCloser, int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -83,14 +89,5 @@ func (c *Client) StorageGrant(ctx context.Context, jobID string, req agentproto.
 // /jobs/{id}/storage?key=), with its size (-1 if the reply did not say).
 // The caller closes it.
 func (c *Client) StorageObject(ctx context.Context, jobID, key string) (io.ReadCloser, int64, error) {
-	u := c.base + "/jobs/" + url.PathEscape(jobID) + "/storage?" + url.Values{"key": {key}}.Encode()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	resp, err := c.stream(req)
-	if err != nil {
-		return nil, 0, err
-	}
-	return resp.Body, resp.ContentLength, nil
+	return c.open(ctx, c.base+"/jobs/"+url.PathEscape(jobID)+"/storage?"+url.Values{"key": {key}}.Encode())
 }

@@ -9,7 +9,7 @@ import (
 // TestAgentDependencies keeps the control plane's server side and the
 // store's database drivers out of the agent binary. The agent connects to
 // database instances itself, so it links the engines' clients (pgx,
-// go-sql-driver/mysql, go-redis), but only through internal/agent/database.
+// go-sql-driver/mysql, go-redis), but only through internal/agent/engine.
 func TestAgentDependencies(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -45,9 +45,10 @@ func TestAgentDependencies(t *testing.T) {
 	}
 }
 
-// TestEngineClientsOnlyInDatabase keeps the database engines' clients in
-// the one package that connects to instances.
-func TestEngineClientsOnlyInDatabase(t *testing.T) {
+// TestEngineClientsOnlyInEngine keeps the database engines' clients in
+// the one package that connects to instances; the console, managed
+// instances, dumps, backups and metrics reach the engines through it.
+func TestEngineClientsOnlyInEngine(t *testing.T) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("go tool not found on PATH (go test puts it there): %v", err)
@@ -57,7 +58,7 @@ func TestEngineClientsOnlyInDatabase(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	clients := []string{"github.com/jackc/pgx/v5", "github.com/go-sql-driver/mysql", "github.com/redis/go-redis/v9"}
-	const module, owner = "github.com/capstan-dev/capstan/", "github.com/capstan-dev/capstan/internal/agent/database"
+	const module, owner = "github.com/capstan-dev/capstan/", "github.com/capstan-dev/capstan/internal/agent/engine"
 	linked := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)

@@ -451,7 +451,7 @@ func (cp *ControlPlane) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.WaitSeconds < 0 || req.WaitSeconds > agentproto.MaxClaimWaitSeconds {
-		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "wait_seconds out of range")
+		invalid(w, "wait_seconds out of range")
 		return
 	}
 	cp.mu.Lock()
@@ -522,16 +522,30 @@ func (cp *ControlPlane) complete(w http.ResponseWriter, r *http.Request) {
 	if cp.completeHook != nil {
 		status = cp.completeHook(id, cp.attempts[id])
 	}
-	if status == 0 || status/100 == 2 {
+	if !refused(status) {
 		cp.completions[id] = append(cp.completions[id], req)
 		cp.eventsAtDone[id] = len(cp.events[id])
 	}
 	cp.mu.Unlock()
-	if status != 0 && status/100 != 2 {
-		Problem(w, status, agentproto.ProblemTypeBase+"http-"+http.StatusText(status), "refused by the test")
+	if refused(status) {
+		refuse(w, status)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// refused says whether status, the answer a test set for a post (0:
+// none), refuses it.
+func refused(status int) bool { return status != 0 && status/100 != 2 }
+
+// refuse answers a post with the status the test set.
+func refuse(w http.ResponseWriter, status int) {
+	Problem(w, status, agentproto.ProblemTypeBase+"http-"+http.StatusText(status), "refused by the test")
+}
+
+// invalid answers a post that agentproto does not allow.
+func invalid(w http.ResponseWriter, detail string) {
+	Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", detail)
 }
 
 // metrics accepts a batch of samples that agentproto allows: 1 to
@@ -545,18 +559,18 @@ func (cp *ControlPlane) metrics(w http.ResponseWriter, r *http.Request) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	cp.metricsAttempts++
-	if st := cp.metricsStatus; st != 0 && st/100 != 2 {
+	if st := cp.metricsStatus; refused(st) {
 		cp.refusedSamples = append(cp.refusedSamples, req.Samples...)
-		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
+		refuse(w, st)
 		return
 	}
 	if n := len(req.Samples); n == 0 || n > agentproto.MaxMetricSamples {
-		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "samples: 1 to 720")
+		invalid(w, "samples: 1 to 720")
 		return
 	}
 	for _, s := range req.Samples {
 		if s.At.IsZero() || len(s.Filesystems) > agentproto.MaxFilesystemsSample {
-			Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "sample without time or with too many filesystems")
+			invalid(w, "sample without time or with too many filesystems")
 			return
 		}
 	}
@@ -572,12 +586,12 @@ func (cp *ControlPlane) inventory(w http.ResponseWriter, r *http.Request) {
 	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if st := cp.inventoryStatus; st != 0 && st/100 != 2 {
-		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
+	if st := cp.inventoryStatus; refused(st) {
+		refuse(w, st)
 		return
 	}
 	if req.CollectedAt.IsZero() {
-		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "collected_at is required")
+		invalid(w, "collected_at is required")
 		return
 	}
 	cp.inventories = append(cp.inventories, req)
@@ -591,23 +605,23 @@ func (cp *ControlPlane) requests(w http.ResponseWriter, r *http.Request) {
 	}
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
-	if st := cp.requestsStatus; st != 0 && st/100 != 2 {
-		Problem(w, st, agentproto.ProblemTypeBase+"http-"+http.StatusText(st), "refused by the test")
+	if st := cp.requestsStatus; refused(st) {
+		refuse(w, st)
 		return
 	}
 	if len(req.Minutes)+len(req.Other) == 0 {
-		Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "minutes: at least one")
+		invalid(w, "minutes: at least one")
 		return
 	}
 	for _, m := range req.Other {
 		if m.Host != "" || m.Minute.IsZero() || !m.Minute.Equal(m.Minute.Truncate(time.Minute)) || m.Count < 0 {
-			Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "other minute with a host, or not on a minute")
+			invalid(w, "other minute with a host, or not on a minute")
 			return
 		}
 	}
 	for _, m := range req.Minutes {
 		if m.Host == "" || m.Minute.IsZero() || !m.Minute.Equal(m.Minute.Truncate(time.Minute)) || m.Count < 0 {
-			Problem(w, http.StatusUnprocessableEntity, agentproto.ProblemTypeBase+"validation-failed", "minute without host, or not on a minute")
+			invalid(w, "minute without host, or not on a minute")
 			return
 		}
 	}

@@ -1,7 +1,8 @@
-// Package backup holds the agent's executors of backup jobs that are
-// about storage alone. The executors that dump and restore databases are
-// in internal/agent/database, beside the dump and load tools they share
-// with exports and imports.
+// Package backup holds the agent's executors of backup jobs: backup.run
+// (a dump, or a Redis/Valkey snapshot, encrypted and uploaded),
+// backup.verify and backup.restore (Redis/Valkey in place too), and the
+// storage test and deletes. Dumps and loads run as exports and imports do
+// (internal/agent/dump).
 package backup
 
 import (

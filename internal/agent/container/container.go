@@ -7,11 +7,9 @@ package container
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -19,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -43,34 +42,18 @@ type Docker struct {
 	// empty means DOCKER_HOST, or the default socket.
 	Host string
 
-	once sync.Once
-	cli  *client.Client
-	err  error
+	docker dockerc.Lazy
 }
 
 // client returns the engine's API client, made on first use. Making it
 // does not connect; the API version is negotiated on the first request.
 func (d *Docker) client() (*client.Client, error) {
-	d.once.Do(func() {
-		opts := []client.Opt{client.FromEnv}
-		if d.Host != "" {
-			opts = append(opts, client.WithHost(d.Host))
-		}
-		d.cli, d.err = client.New(opts...)
-		if d.err != nil {
-			d.err = fmt.Errorf("docker client: %w", d.err)
-		}
-	})
-	return d.cli, d.err
+	return d.docker.Client(d.Host)
 }
 
 // Close releases the client's connections; jobs after it fail.
 func (d *Docker) Close() error {
-	d.once.Do(func() { d.err = errors.New("docker client closed") })
-	if d.cli != nil {
-		return d.cli.Close()
-	}
-	return nil
+	return d.docker.Close()
 }
 
 // Register adds the container.* job types to r. On container.stop the

@@ -21,7 +21,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
-	"github.com/capstan-dev/capstan/internal/agent/database"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/compose"
 )
@@ -55,16 +55,7 @@ func volumeName(app, vol string) string { return "capstan-" + strings.ToLower(ap
 // serviceContainers lists the containers of a compose application's
 // services other than its web service, in any state, newest first.
 func serviceContainers(ctx context.Context, cli *client.Client, app string) ([]containerSummary, error) {
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{
-		All:     true,
-		Filters: client.Filters{}.Add("label", agentproto.LabelComposeApp+"="+app),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing the service containers of application %s: %w", app, err)
-	}
-	items := slices.DeleteFunc(res.Items, func(c containerSummary) bool { return c.Labels[agentproto.LabelComposeApp] != app })
-	slices.SortStableFunc(items, func(a, b containerSummary) int { return int(b.Created - a.Created) })
-	return items, nil
+	return labeledContainers(ctx, cli, agentproto.LabelComposeApp, app, "the service containers")
 }
 
 // plannedService is a service as the release creates it.
@@ -129,7 +120,7 @@ func (d *Deployer) runCompose(ctx context.Context, cli *client.Client, p agentpr
 		ps.digest = serviceDigest(ps)
 		plan[name] = ps
 	}
-	shared, err := database.EnsureNetwork(ctx, cli, agentproto.DBNetwork, events)
+	shared, err := dockerc.EnsureNetwork(ctx, cli, agentproto.DBNetwork, events)
 	if err != nil {
 		return agentproto.DeployResult{}, err
 	}

@@ -29,14 +29,20 @@ var loopback = netip.MustParseAddr("127.0.0.1")
 
 // appContainers lists the containers of app, in any state, newest first.
 func appContainers(ctx context.Context, cli *client.Client, app string) ([]containerSummary, error) {
+	return labeledContainers(ctx, cli, agentproto.LabelApp, app, "the containers")
+}
+
+// labeledContainers lists the containers whose label is app, in any
+// state, newest first; what names them in an error.
+func labeledContainers(ctx context.Context, cli *client.Client, label, app, what string) ([]containerSummary, error) {
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
-		Filters: client.Filters{}.Add("label", agentproto.LabelApp+"="+app),
+		Filters: client.Filters{}.Add("label", label+"="+app),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listing the containers of application %s: %w", app, err)
+		return nil, fmt.Errorf("listing %s of application %s: %w", what, app, err)
 	}
-	items := slices.DeleteFunc(res.Items, func(c containerSummary) bool { return c.Labels[agentproto.LabelApp] != app })
+	items := slices.DeleteFunc(res.Items, func(c containerSummary) bool { return c.Labels[label] != app })
 	slices.SortStableFunc(items, func(a, b containerSummary) int { return cmp.Compare(b.Created, a.Created) })
 	return items, nil
 }

@@ -18,7 +18,6 @@ package deploy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"regexp"
@@ -29,6 +28,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -101,9 +101,7 @@ type Deployer struct {
 	// about to run.
 	images sync.RWMutex
 
-	once sync.Once
-	cli  *client.Client
-	err  error
+	docker dockerc.Lazy
 }
 
 // New returns a Deployer.
@@ -133,26 +131,12 @@ func (d *Deployer) Register(r agent.Registry) {
 // client returns the engine's API client, made on first use. Making it
 // does not connect; the API version is negotiated on the first request.
 func (d *Deployer) client() (*client.Client, error) {
-	d.once.Do(func() {
-		opts := []client.Opt{client.FromEnv}
-		if d.opts.Host != "" {
-			opts = append(opts, client.WithHost(d.opts.Host))
-		}
-		d.cli, d.err = client.New(opts...)
-		if d.err != nil {
-			d.err = fmt.Errorf("docker client: %w", d.err)
-		}
-	})
-	return d.cli, d.err
+	return d.docker.Client(d.opts.Host)
 }
 
 // Close releases the client's connections; jobs after it fail.
 func (d *Deployer) Close() error {
-	d.once.Do(func() { d.err = errors.New("docker client closed") })
-	if d.cli != nil {
-		return d.cli.Close()
-	}
-	return nil
+	return d.docker.Close()
 }
 
 // appPattern is an application id as it may reach the engine (in a label

@@ -18,6 +18,7 @@ import (
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 
 	"github.com/capstan-dev/capstan/internal/agent"
+	"github.com/capstan-dev/capstan/internal/agent/service"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -65,15 +66,7 @@ func (d *Deployer) unitDir() string {
 }
 
 func (d *Deployer) systemd(ctx context.Context) (*sddbus.Conn, error) {
-	connect := d.opts.Systemd
-	if connect == nil {
-		connect = sddbus.NewWithContext
-	}
-	c, err := connect(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to systemd over D-Bus: %w", err)
-	}
-	return c, nil
+	return service.Dial(ctx, d.opts.Systemd)
 }
 
 // checkService checks the payload of a service application's release.

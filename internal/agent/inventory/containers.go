@@ -13,6 +13,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -57,7 +58,7 @@ func newDockerContainers() *dockerContainers {
 	return &dockerContainers{
 		newClient: func() (dockerAPI, error) {
 			// DOCKER_HOST and friends if set, else the default socket.
-			return client.New(client.FromEnv)
+			return dockerc.New("")
 		},
 		inspected: map[string]inspected{},
 	}

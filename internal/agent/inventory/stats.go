@@ -15,6 +15,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -56,7 +57,7 @@ type ContainerStats struct {
 // default socket's.
 func NewContainerStats() *ContainerStats {
 	return &ContainerStats{
-		newClient: func() (statsAPI, error) { return client.New(client.FromEnv) },
+		newClient: func() (statsAPI, error) { return dockerc.New("") },
 		prev:      map[string]counters{},
 	}
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
+
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 )
 
 // Delays between two attempts to follow the engine's events: doubling
@@ -40,7 +42,7 @@ type eventsAPI interface {
 // doubles up to 30 s. It has its own connection to the engine, so it may
 // run next to Collect; changed must not block.
 func (c *Collector) Watch(ctx context.Context, changed func()) {
-	newClient := func() (eventsAPI, error) { return client.New(client.FromEnv) }
+	newClient := func() (eventsAPI, error) { return dockerc.New("") }
 	if c.containers.newEventsClient != nil {
 		newClient = c.containers.newEventsClient
 	}

@@ -59,6 +59,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agent/caddyadmin"
+	"github.com/capstan-dev/capstan/internal/agent/dockerc"
 	"github.com/capstan-dev/capstan/internal/agentproto"
 )
 
@@ -188,7 +189,7 @@ type Docker interface {
 // LocalDocker returns a client of the local engine (DOCKER_HOST, or the
 // default socket). Making it does not connect.
 func LocalDocker() (*client.Client, error) {
-	return client.New(client.FromEnv)
+	return dockerc.New("")
 }
 
 // Proxy applies proxy configurations to one Caddy. It is safe for

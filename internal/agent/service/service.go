@@ -59,7 +59,12 @@ func (s *Systemd) Register(r agent.Registry) {
 }
 
 func (s *Systemd) connect(ctx context.Context) (*sddbus.Conn, error) {
-	connect := s.Connect
+	return Dial(ctx, s.Connect)
+}
+
+// Dial opens a connection to systemd with connect; nil means the system
+// bus.
+func Dial(ctx context.Context, connect func(context.Context) (*sddbus.Conn, error)) (*sddbus.Conn, error) {
 	if connect == nil {
 		connect = sddbus.NewWithContext
 	}
