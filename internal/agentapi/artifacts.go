@@ -2,6 +2,7 @@ package agentapi
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -61,14 +62,25 @@ func registerArtifacts(s *httpapi.Server, d Deps) {
 		if err != nil {
 			return nil, err
 		}
-		log := s.Logger()
-		return &huma.StreamResponse{Body: func(hctx huma.Context) {
-			defer rc.Close()
-			hctx.SetHeader("Content-Type", agentproto.ArtifactContentType)
-			hctx.SetHeader("Content-Length", strconv.FormatInt(a.Size, 10))
-			hctx.SetHeader("Repr-Digest", httpapi.ContentDigest(a.SHA256))
-			hctx.SetStatus(http.StatusOK)
-			httpapi.StreamBody(hctx, rc, func(msg string, args ...any) { log.WarnContext(ctx, msg, args...) })
-		}}, nil
+		return streamFile(ctx, s, rc, a.Size, a.SHA256), nil
 	})
+}
+
+// streamFile answers rc's bytes as an artifact: with its Content-Length
+// when size is known (not negative) and its Repr-Digest when sha256 is
+// given. It closes rc.
+func streamFile(ctx context.Context, s *httpapi.Server, rc io.ReadCloser, size int64, sha256 string) *huma.StreamResponse {
+	log := s.Logger()
+	return &huma.StreamResponse{Body: func(hctx huma.Context) {
+		defer rc.Close()
+		hctx.SetHeader("Content-Type", agentproto.ArtifactContentType)
+		if size >= 0 {
+			hctx.SetHeader("Content-Length", strconv.FormatInt(size, 10))
+		}
+		if sha256 != "" {
+			hctx.SetHeader("Repr-Digest", httpapi.ContentDigest(sha256))
+		}
+		hctx.SetStatus(http.StatusOK)
+		httpapi.StreamBody(hctx, rc, func(msg string, args ...any) { log.WarnContext(ctx, msg, args...) })
+	}}
 }

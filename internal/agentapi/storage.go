@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -72,15 +71,6 @@ func registerStorage(s *httpapi.Server, d Deps) {
 		if err != nil {
 			return nil, err
 		}
-		log := s.Logger()
-		return &huma.StreamResponse{Body: func(hctx huma.Context) {
-			defer rc.Close()
-			hctx.SetHeader("Content-Type", agentproto.ArtifactContentType)
-			if size >= 0 {
-				hctx.SetHeader("Content-Length", strconv.FormatInt(size, 10))
-			}
-			hctx.SetStatus(http.StatusOK)
-			httpapi.StreamBody(hctx, rc, func(msg string, args ...any) { log.WarnContext(ctx, msg, args...) })
-		}}, nil
+		return streamFile(ctx, s, rc, size, ""), nil
 	})
 }
