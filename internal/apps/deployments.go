@@ -152,8 +152,9 @@ func (s *Service) deploy(ctx context.Context, c audit.Caller, appID, ref string,
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
-	if ref != "" && a.Kind == KindCompose && a.Source.Type != SourceGit {
-		return DeploymentDetail{}, fault.Invalidf("ref", "is not used by compose applications with an inline document: each deployment runs the document")
+	k := kindOf(a)
+	if err := k.refProblem(a, ref); err != nil {
+		return DeploymentDetail{}, err
 	}
 	if ref != "" && a.Source.Type != SourceGit {
 		if p := ImageProblem(ref); p != "" {
@@ -166,23 +167,9 @@ func (s *Service) deploy(ctx context.Context, c audit.Caller, appID, ref string,
 	if _, err := s.enrolledServer(ctx, a.ServerID); err != nil {
 		return DeploymentDetail{}, err
 	}
-	var spec Spec
-	if a.Kind == KindCompose && a.Source.Type == SourceGit {
-		if spec, err = s.gitSpec(ctx, a, ref); err == nil {
-			spec.Compose = composeSpec(a)
-		}
-	} else if a.Kind == KindCompose {
-		spec, err = composeSpecOf(a)
-	} else if a.Source.Type == SourceGit {
-		spec, err = s.gitSpec(ctx, a, ref)
-	} else {
-		spec, err = specOf(a, ref)
-	}
+	spec, err := k.spec(ctx, s, a, ref)
 	if err != nil {
 		return DeploymentDetail{}, err
-	}
-	if a.Kind == KindService {
-		spec.Service = &ServiceSpec{ServiceSettings: a.Service}
 	}
 	var build buildValues
 	if build.args, err = s.openBuildArgs("applications", appID, a.SealedBuildArgs); err != nil {

@@ -337,28 +337,12 @@ func (a App) view(r jobs.Reader, reveal bool) Application {
 		p := *a.Publish
 		v.Publish = &p
 	}
-	if a.Source.Type == SourceGit && a.Kind != KindCompose {
-		v.Dockerfile, v.BuildContext, v.BuildArgKeys = a.Build.Dockerfile, a.Build.Context, nonNilKeys(a.Build.ArgKeys)
-		v.BuildSecretKeys = a.Build.SecretKeys
-	}
-	if a.Kind == KindCompose {
-		v.WebService, v.Compose, v.ComposeFile = a.Compose.WebService, a.Compose.Document, a.Compose.File
-		if !reveal && v.Compose != "" {
-			v.Compose, v.ComposeMasked = MaskCompose(v.Compose), true
-		}
-	}
+	kindOf(a).view(a, &v, reveal)
 	if v.EnvKeys == nil {
 		v.EnvKeys = []string{}
 	}
 	if v.Kind == "" {
 		v.Kind = KindContainer
-	}
-	if a.Kind == KindService {
-		svc := a.Service
-		if !reveal {
-			svc = svc.hidden()
-		}
-		v.Service = &svc
 	}
 	switch {
 	case a.State == StateRemoving:
@@ -507,28 +491,8 @@ func (s *Service) Create(ctx context.Context, c audit.Caller, n NewApp) (Applica
 	if n.Kind == "" {
 		n.Kind = KindContainer
 	}
-	stack := ComposeSettings{WebService: n.WebService, Document: n.Compose, File: n.ComposeFile}
-	if n.Kind == KindCompose {
-		validateCompose(ctx, n.Name, n.Source, stack, &errs)
-	} else {
-		validateSource(n.Source, &errs)
-		if stack != (ComposeSettings{}) {
-			errs.Add("compose", "compose and web_service are only for compose applications")
-		}
-	}
-	var svc ServiceSettings
-	if n.Service != nil {
-		svc = *n.Service
-	}
-	if n.Kind == KindService && svc.BuildTimeoutSeconds == 0 {
-		svc.BuildTimeoutSeconds = DefaultBuildTimeoutSeconds
-	}
-	validateService(n.Kind, n.Source, svc, &errs)
-	if n.Kind == KindService && n.ContainerPort == 0 {
-		// The agent picks the port of each release slot.
-	} else if p := PortProblem(n.ContainerPort); p != "" {
-		errs.Add("container_port", "%s", p)
-	}
+	k := kindNamed(n.Kind)
+	svc := k.checkNew(ctx, n, &errs)
 	healthPath := DefaultHealthPath
 	if n.HealthPath != nil {
 		healthPath = *n.HealthPath
@@ -545,11 +509,7 @@ func (s *Service) Create(ctx context.Context, c audit.Caller, n NewApp) (Applica
 		build = BuildSettings{Dockerfile: deref(n.Dockerfile, DefaultDockerfile), Context: deref(n.BuildContext, DefaultBuildContext),
 			ArgKeys: buildArgKeys(n.BuildArgs), SecretKeys: buildSecretKeys(n.BuildSecrets)}
 	}
-	if n.Kind != KindCompose {
-		validateBuild(n.Source, build, n.BuildArgs, &errs)
-	} else if n.Dockerfile != nil || n.BuildContext != nil || len(n.BuildArgs) > 0 {
-		errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
-	}
+	build = k.newBuild(n, build, &errs)
 	validateBuildSecrets(n.Kind, n.Source, n.BuildSecrets, &errs)
 	if _, p := ParseMemory(n.MemoryLimit); p != "" {
 		errs.Add("memory_limit", "%s", p)
@@ -586,10 +546,7 @@ func (s *Service) Create(ctx context.Context, c audit.Caller, n NewApp) (Applica
 	a := App{ID: ids.NewAt(AppIDPrefix, now), ServerID: n.ServerID, Name: n.Name, Kind: n.Kind, Source: n.Source,
 		ContainerPort: n.ContainerPort, HealthPath: healthPath, EnvKeys: envKeys(n.Env), AutoDeploy: n.AutoDeploy,
 		MemoryLimit: lower(n.MemoryLimit), State: StateActive, CreatedBy: c.Actor.ID, CreatedAt: now, UpdatedAt: now, Build: build,
-		Service: svc, Publish: publish}
-	if a.Kind == KindCompose {
-		a.Build, a.Compose = BuildSettings{}, stack
-	}
+		Service: svc, Publish: publish, Compose: n.stack()}
 	sealed, err := s.sealEnv("applications", a.ID, n.Env)
 	if err != nil {
 		return ApplicationDetail{}, err
@@ -664,7 +621,8 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 	if d.Addresses, err = s.addresses(ctx, a); err != nil {
 		return ApplicationDetail{}, err
 	}
-	if reveal && (len(a.EnvKeys) > 0 || a.Compose.Document != "" || a.Kind == KindService) {
+	revealed := kindOf(a).revealed(a)
+	if reveal && (len(a.EnvKeys) > 0 || len(revealed) > 0) {
 		var env []EnvVar
 		if len(a.EnvKeys) > 0 {
 			sealed, err := s.store.AppEnv(ctx, id)
@@ -677,11 +635,8 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 		}
 		// No secret leaves without its audit entry.
 		details := map[string]any{"env_keys": envKeys(env)}
-		if a.Compose.Document != "" {
-			details["compose_document"] = true
-		}
-		if a.Kind == KindService {
-			details["service_commands"] = true
+		for _, r := range revealed {
+			details[r] = true
 		}
 		if err := s.audit.Record(ctx, rd.By, ActionEnvRead, audit.Target{Type: "application", ID: id}, details); err != nil {
 			return ApplicationDetail{}, err
@@ -712,21 +667,8 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 		v := latest[0].view(rd.Reader, reveal)
 		d.Latest = &v
 	}
-	if a.Kind == KindCompose || a.Kind == KindService {
-		var cur *DeploymentRecord
-		if a.CurrentDeploymentID != "" {
-			if c, err := s.store.Deployment(ctx, a.CurrentDeploymentID); err == nil {
-				cur = &c
-			}
-		}
-		if a.Kind == KindCompose {
-			d.Services, err = s.serviceStates(ctx, a, cur)
-		} else {
-			d.Slots, err = s.slotStates(ctx, a, cur)
-		}
-		if err != nil {
-			return ApplicationDetail{}, err
-		}
+	if err := kindOf(a).runtime(ctx, s, a, &d); err != nil {
+		return ApplicationDetail{}, err
 	}
 	return d, nil
 }
@@ -756,14 +698,15 @@ func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch
 	if err != nil {
 		return ApplicationDetail{}, err
 	}
+	k := kindOf(a)
 	var errs fault.Fields
 	var changed []string
 	if p.Name != nil {
 		if pr := NameProblem(*p.Name); pr != "" {
 			errs.Add("name", "%s", pr)
 		}
-		if a.Kind == KindService && *p.Name != a.Name {
-			errs.Add("name", "a service application's units and releases on its server carry its name: it cannot change")
+		if pr := k.renameProblem(a, *p.Name); pr != "" {
+			errs.Add("name", "%s", pr)
 		}
 		a.Name = *p.Name
 		changed = append(changed, "name")
@@ -771,29 +714,22 @@ func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch
 	if p.Kind != nil && *p.Kind != a.Kind {
 		errs.Add("kind", "is fixed at creation: this is a %s application", a.Kind)
 	}
+	k.checkPatch(p, &errs)
 	if p.Source != nil {
-		if a.Kind != KindCompose {
-			validateSource(*p.Source, &errs)
-		}
 		a.Source = *p.Source
 		changed = append(changed, "source")
 	}
-	if p.Compose != nil || p.WebService != nil || p.ComposeFile != nil {
-		if a.Kind != KindCompose {
-			errs.Add("compose", "compose, compose_file and web_service are only for compose applications")
-		}
-		if p.ComposeFile != nil {
-			a.Compose.File = *p.ComposeFile
-			changed = append(changed, "compose_file")
-		}
-		if p.Compose != nil {
-			a.Compose.Document = *p.Compose
-			changed = append(changed, "compose")
-		}
-		if p.WebService != nil {
-			a.Compose.WebService = *p.WebService
-			changed = append(changed, "web_service")
-		}
+	if p.ComposeFile != nil {
+		a.Compose.File = *p.ComposeFile
+		changed = append(changed, "compose_file")
+	}
+	if p.Compose != nil {
+		a.Compose.Document = *p.Compose
+		changed = append(changed, "compose")
+	}
+	if p.WebService != nil {
+		a.Compose.WebService = *p.WebService
+		changed = append(changed, "web_service")
 	}
 	if p.Image != nil {
 		if p.Source != nil {
@@ -864,21 +800,8 @@ func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch
 	if p.Service != (ServicePatch{}) {
 		validateService(a.Kind, a.Source, a.Service, &errs)
 	}
-	var build buildPatch
-	if a.Kind == KindCompose {
-		if p.Dockerfile != nil || p.BuildContext != nil || p.BuildArgs != nil {
-			errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
-		}
-		if p.BuildSecrets != nil && len(*p.BuildSecrets) > 0 {
-			validateBuildSecrets(a.Kind, a.Source, *p.BuildSecrets, &errs)
-		}
-		if p.Name != nil || p.Source != nil || p.Image != nil || p.Compose != nil || p.WebService != nil || p.ComposeFile != nil {
-			validateCompose(ctx, a.Name, a.Source, a.Compose, &errs)
-		}
-	} else {
-		build = s.patchBuild(&a, p, &errs)
-		changed = append(changed, build.changed...)
-	}
+	build := k.patchBuild(ctx, s, &a, p, &errs)
+	changed = append(changed, build.changed...)
 	if len(errs) == 0 && a.Source.Type == SourceGit && (p.Source != nil || p.Image != nil) {
 		if err := s.gitProblems(ctx, a.Source, &errs); err != nil {
 			return ApplicationDetail{}, err
