@@ -257,3 +257,13 @@ func validateSource(src Source, errs *fault.Fields) {
 		errs.Add("source.type", "must be image or git")
 	}
 }
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
