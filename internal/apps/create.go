@@ -119,10 +119,7 @@ func (s *Service) Create(ctx context.Context, c audit.Caller, n NewApp) (Applica
 	if err != nil {
 		return ApplicationDetail{}, err
 	}
-	if a.SealedBuildArgs, err = s.sealBuildArgs("applications", a.ID, n.BuildArgs); err != nil {
-		return ApplicationDetail{}, err
-	}
-	if a.SealedBuildSecrets, err = s.sealBuildSecrets("applications", a.ID, n.BuildSecrets); err != nil {
+	if a.SealedBuildArgs, a.SealedBuildSecrets, err = s.sealBuild("applications", a.ID, buildValues{args: n.BuildArgs, secrets: n.BuildSecrets}); err != nil {
 		return ApplicationDetail{}, err
 	}
 	if err := s.store.InsertApp(ctx, a, sealed); err != nil {

@@ -73,11 +73,7 @@ func (s *Service) deploy(ctx context.Context, c audit.Caller, appID, ref string,
 	if build.secrets, err = s.openBuildSecrets("applications", appID, a.SealedBuildSecrets); err != nil {
 		return DeploymentDetail{}, err
 	}
-	sealed, err := s.store.AppEnv(ctx, appID)
-	if err != nil {
-		return DeploymentDetail{}, err
-	}
-	env, err := s.openEnv("applications", appID, sealed)
+	_, env, err := s.appEnv(ctx, appID)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -128,11 +124,7 @@ func (s *Service) Rollback(ctx context.Context, c audit.Caller, deploymentID str
 	} else if err := s.checkImagePresent(ctx, a.ServerID, old); err != nil {
 		return DeploymentDetail{}, err
 	}
-	sealed, err := s.store.DeploymentEnv(ctx, old.ID)
-	if err != nil {
-		return DeploymentDetail{}, err
-	}
-	env, err := s.openEnv("deployments", old.ID, sealed)
+	env, err := s.deploymentEnv(ctx, old.ID)
 	if err != nil {
 		return DeploymentDetail{}, err
 	}
@@ -218,10 +210,7 @@ func (s *Service) queue(ctx context.Context, a App, spec Spec, env []EnvVar, bui
 	if err != nil {
 		return DeploymentRecord{}, err
 	}
-	if d.SealedBuildArgs, err = s.sealBuildArgs("deployments", d.ID, build.args); err != nil {
-		return DeploymentRecord{}, err
-	}
-	if d.SealedBuildSecrets, err = s.sealBuildSecrets("deployments", d.ID, build.secrets); err != nil {
+	if d.SealedBuildArgs, d.SealedBuildSecrets, err = s.sealBuild("deployments", d.ID, build); err != nil {
 		return DeploymentRecord{}, err
 	}
 	if after == nil {

@@ -159,11 +159,7 @@ func (s *Service) deployPayload(ctx context.Context, d DeploymentRecord) (agentp
 	if err != nil {
 		return agentproto.DeployPayload{}, nil, err
 	}
-	sealed, err := s.store.DeploymentEnv(ctx, d.ID)
-	if err != nil {
-		return agentproto.DeployPayload{}, nil, err
-	}
-	env, err := s.openEnv("deployments", d.ID, sealed)
+	env, err := s.deploymentEnv(ctx, d.ID)
 	if err != nil {
 		return agentproto.DeployPayload{}, nil, err
 	}

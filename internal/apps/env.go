@@ -10,6 +10,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
+	"github.com/capstan-dev/capstan/internal/secrets"
 )
 
 // HasEnvKey reports whether an application's env has key.
@@ -36,11 +37,7 @@ func ValidateEnvKey(key, field string, errs *fault.Fields) {
 // since it was read, and read again otherwise.
 func (s *Service) SetEnvValue(ctx context.Context, appID, key, value string) error {
 	for {
-		old, err := s.store.AppEnv(ctx, appID)
-		if err != nil {
-			return err
-		}
-		env, err := s.openEnv("applications", appID, old)
+		old, env, err := s.appEnv(ctx, appID)
 		if err != nil {
 			return err
 		}
@@ -120,11 +117,7 @@ func (s *Service) ChangeEnv(ctx context.Context, c audit.Caller, id string, ch E
 		if a.State == StateRemoving {
 			return ApplicationDetail{}, errRemoving()
 		}
-		old, err := s.store.AppEnv(ctx, id)
-		if err != nil {
-			return ApplicationDetail{}, err
-		}
-		env, err := s.openEnv("applications", id, old)
+		old, env, err := s.appEnv(ctx, id)
 		if err != nil {
 			return ApplicationDetail{}, err
 		}
@@ -181,30 +174,65 @@ func (s *Service) ChangeEnv(ctx context.Context, c audit.Caller, id string, ch E
 
 func envContext(prefix, id string) string { return prefix + ".env:" + id }
 
-func (s *Service) sealEnv(prefix, id string, env []EnvVar) (string, error) {
-	if len(env) == 0 {
+// sealList seals a list (an env, build arguments, build secrets) under
+// context; an empty list is "".
+func sealList[T any](k *secrets.Key, context string, list []T) (string, error) {
+	if len(list) == 0 {
 		return "", nil
 	}
-	b, err := json.Marshal(env)
+	b, err := json.Marshal(list)
 	if err != nil {
 		return "", err
 	}
-	return s.key.Seal(envContext(prefix, id), b), nil
+	return k.Seal(context, b), nil
 }
 
-func (s *Service) openEnv(prefix, id, sealed string) ([]EnvVar, error) {
+// openList opens what sealList sealed; "" is nil.
+func openList[T any](k *secrets.Key, context, sealed string) ([]T, error) {
 	if sealed == "" {
-		return []EnvVar{}, nil
+		return nil, nil
 	}
-	b, err := s.key.Open(envContext(prefix, id), sealed)
+	b, err := k.Open(context, sealed)
 	if err != nil {
 		return nil, err
 	}
-	var env []EnvVar
-	if err := json.Unmarshal(b, &env); err != nil {
+	var list []T
+	if err := json.Unmarshal(b, &list); err != nil {
 		return nil, err
 	}
-	return env, nil
+	return list, nil
+}
+
+func (s *Service) sealEnv(prefix, id string, env []EnvVar) (string, error) {
+	return sealList(s.key, envContext(prefix, id), env)
+}
+
+// openEnv opens an env; none is an empty one.
+func (s *Service) openEnv(prefix, id, sealed string) ([]EnvVar, error) {
+	env, err := openList[EnvVar](s.key, envContext(prefix, id), sealed)
+	if err == nil && env == nil {
+		env = []EnvVar{}
+	}
+	return env, err
+}
+
+// appEnv is an application's env, sealed and open.
+func (s *Service) appEnv(ctx context.Context, id string) (string, []EnvVar, error) {
+	sealed, err := s.store.AppEnv(ctx, id)
+	if err != nil {
+		return "", nil, err
+	}
+	env, err := s.openEnv("applications", id, sealed)
+	return sealed, env, err
+}
+
+// deploymentEnv is the env sealed to a deployment.
+func (s *Service) deploymentEnv(ctx context.Context, id string) ([]EnvVar, error) {
+	sealed, err := s.store.DeploymentEnv(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.openEnv("deployments", id, sealed)
 }
 
 func envKeys(env []EnvVar) []string {

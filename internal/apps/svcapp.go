@@ -112,18 +112,9 @@ type ServicePatch struct {
 // apply applies p to a's service settings and names what changed.
 func (p ServicePatch) apply(a *App) []string {
 	var changed []string
-	if p.BuildCommand != nil {
-		a.Service.BuildCommand = *p.BuildCommand
-		changed = append(changed, "build_command")
-	}
-	if p.StartCommand != nil {
-		a.Service.StartCommand = *p.StartCommand
-		changed = append(changed, "start_command")
-	}
-	if p.BuildTimeoutSeconds != nil {
-		a.Service.BuildTimeoutSeconds = *p.BuildTimeoutSeconds
-		changed = append(changed, "build_timeout_seconds")
-	}
+	setField(&a.Service.BuildCommand, p.BuildCommand, "build_command", &changed)
+	setField(&a.Service.StartCommand, p.StartCommand, "start_command", &changed)
+	setField(&a.Service.BuildTimeoutSeconds, p.BuildTimeoutSeconds, "build_timeout_seconds", &changed)
 	return changed
 }
 

@@ -36,6 +36,14 @@ type Patch struct {
 	Publish *Publish
 }
 
+// setField sets *dst to *v when v is set, and names field in changed.
+func setField[T any](dst, v *T, field string, changed *[]string) {
+	if v != nil {
+		*dst = *v
+		*changed = append(*changed, field)
+	}
+}
+
 // Update changes settings for the next deployment; the running container
 // is untouched.
 func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch) (ApplicationDetail, error) {
@@ -60,22 +68,10 @@ func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch
 		errs.Add("kind", "is fixed at creation: this is a %s application", a.Kind)
 	}
 	k.checkPatch(p, &errs)
-	if p.Source != nil {
-		a.Source = *p.Source
-		changed = append(changed, "source")
-	}
-	if p.ComposeFile != nil {
-		a.Compose.File = *p.ComposeFile
-		changed = append(changed, "compose_file")
-	}
-	if p.Compose != nil {
-		a.Compose.Document = *p.Compose
-		changed = append(changed, "compose")
-	}
-	if p.WebService != nil {
-		a.Compose.WebService = *p.WebService
-		changed = append(changed, "web_service")
-	}
+	setField(&a.Source, p.Source, "source", &changed)
+	setField(&a.Compose.File, p.ComposeFile, "compose_file", &changed)
+	setField(&a.Compose.Document, p.Compose, "compose", &changed)
+	setField(&a.Compose.WebService, p.WebService, "web_service", &changed)
 	if p.Image != nil {
 		if p.Source != nil {
 			errs.Add("image", "give image or source, not both")
@@ -116,10 +112,7 @@ func (s *Service) Update(ctx context.Context, c audit.Caller, id string, p Patch
 		a.EnvKeys = envKeys(env)
 		changed = append(changed, "env")
 	}
-	if p.AutoDeploy != nil {
-		a.AutoDeploy = *p.AutoDeploy
-		changed = append(changed, "auto_deploy")
-	}
+	setField(&a.AutoDeploy, p.AutoDeploy, "auto_deploy", &changed)
 	if p.MemoryLimit != nil {
 		if _, pr := ParseMemory(*p.MemoryLimit); pr != "" {
 			errs.Add("memory_limit", "%s", pr)

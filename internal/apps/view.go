@@ -152,11 +152,7 @@ func (s *Service) Get(ctx context.Context, id string, rd Reading) (ApplicationDe
 	if reveal && (len(a.EnvKeys) > 0 || len(revealed) > 0) {
 		var env []EnvVar
 		if len(a.EnvKeys) > 0 {
-			sealed, err := s.store.AppEnv(ctx, id)
-			if err != nil {
-				return ApplicationDetail{}, err
-			}
-			if env, err = s.openEnv("applications", id, sealed); err != nil {
+			if _, env, err = s.appEnv(ctx, id); err != nil {
 				return ApplicationDetail{}, err
 			}
 		}
