@@ -304,3 +304,96 @@ func succeededReleases(list []DeploymentRecord) []DeploymentRecord {
 	}
 	return out
 }
+
+// composeKind is the kind of a multi-container stack, from an inline
+// compose document or a compose file in git.
+type composeKind struct{}
+
+// view shows the stack, the document masked unless reveal.
+func (composeKind) view(a App, v *Application, reveal bool) {
+	v.WebService, v.Compose, v.ComposeFile = a.Compose.WebService, a.Compose.Document, a.Compose.File
+	if !reveal && v.Compose != "" {
+		v.Compose, v.ComposeMasked = MaskCompose(v.Compose), true
+	}
+}
+
+func (composeKind) revealed(a App) []string {
+	if a.Compose.Document != "" {
+		return []string{"compose_document"}
+	}
+	return nil
+}
+
+func (composeKind) checkNew(ctx context.Context, n NewApp, errs *fault.Fields) ServiceSettings {
+	validateCompose(ctx, n.Name, n.Source, n.stack(), errs)
+	svc := n.serviceSettings()
+	validateService(KindCompose, n.Source, svc, errs)
+	checkPort(n.ContainerPort, errs)
+	return svc
+}
+
+// newBuild refuses build fields: the stack's services name their images.
+func (composeKind) newBuild(n NewApp, _ BuildSettings, errs *fault.Fields) BuildSettings {
+	if n.Dockerfile != nil || n.BuildContext != nil || len(n.BuildArgs) > 0 {
+		errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
+	}
+	return BuildSettings{}
+}
+
+func (composeKind) renameProblem(App, string) string { return "" }
+
+// checkPatch leaves the source to patchBuild's check of the stack.
+func (composeKind) checkPatch(Patch, *fault.Fields) {}
+
+func (composeKind) patchBuild(ctx context.Context, _ *Service, a *App, p Patch, errs *fault.Fields) buildPatch {
+	if p.Dockerfile != nil || p.BuildContext != nil || p.BuildArgs != nil {
+		errs.Add("dockerfile", "dockerfile, build_context and build_args are not used by compose applications")
+	}
+	if p.BuildSecrets != nil && len(*p.BuildSecrets) > 0 {
+		validateBuildSecrets(a.Kind, a.Source, *p.BuildSecrets, errs)
+	}
+	if p.Name != nil || p.Source != nil || p.Image != nil || p.Compose != nil || p.WebService != nil || p.ComposeFile != nil {
+		validateCompose(ctx, a.Name, a.Source, a.Compose, errs)
+	}
+	return buildPatch{}
+}
+
+// refProblem refuses a ref for an inline document: there is nothing else
+// to deploy than the document.
+func (composeKind) refProblem(a App, ref string) error {
+	if ref != "" && a.Source.Type != SourceGit {
+		return fault.Invalidf("ref", "is not used by compose applications with an inline document: each deployment runs the document")
+	}
+	return nil
+}
+
+func (composeKind) spec(ctx context.Context, s *Service, a App, ref string) (Spec, error) {
+	if a.Source.Type != SourceGit {
+		return composeSpecOf(a)
+	}
+	spec, err := s.gitSpec(ctx, a, ref)
+	if err == nil {
+		spec.Compose = composeSpec(a)
+	}
+	return spec, err
+}
+
+func (composeKind) runtime(ctx context.Context, s *Service, a App, d *ApplicationDetail) (err error) {
+	d.Services, err = s.serviceStates(ctx, a, s.currentRecord(ctx, a))
+	return err
+}
+
+// keptImages are every service's image of the releases of the
+// application's newest KeepImages succeeded deployments.
+func (composeKind) keptImages(ctx context.Context, st Store, a App) ([]string, error) {
+	deps, err := st.ListDeployments(ctx, a.ID, MaxDeploymentLimit)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	rs := succeededReleases(deps)
+	for _, r := range rs[:min(len(rs), KeepImages)] {
+		ids = append(ids, sortedValues(r.Release.Services)...)
+	}
+	return ids, nil
+}

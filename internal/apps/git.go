@@ -2,7 +2,6 @@ package apps
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -171,16 +170,9 @@ func validateBuildSecrets(kind string, src Source, secrets []BuildSecret, errs *
 	}
 	seen := map[string]bool{}
 	for i, e := range secrets {
-		key := fmt.Sprintf("build_secrets[%d].key", i)
-		switch {
-		case e.Key == "":
-			errs.Add(key, "is required")
-		case len(e.Key) > MaxBuildSecretKeyLen:
-			errs.Add(key, "must be at most %d characters", MaxBuildSecretKeyLen)
-		case !buildSecretKeyPattern.MatchString(e.Key):
-			errs.Add(key, "must be letters, digits, '_', '-' and '.', starting and ending with a letter or digit")
-		case seen[e.Key]:
-			errs.Add(key, "is a duplicate")
+		if p := keyProblem(e.Key, MaxBuildSecretKeyLen, buildSecretKeyPattern, seen,
+			"must be letters, digits, '_', '-' and '.', starting and ending with a letter or digit"); p != "" {
+			errs.Add(fmt.Sprintf("build_secrets[%d].key", i), "%s", p)
 		}
 		seen[e.Key] = true
 		val := fmt.Sprintf("build_secrets[%d].value", i)
@@ -308,51 +300,30 @@ func nonNilKeys(k []string) []string {
 func buildArgsContext(prefix, id string) string { return prefix + ".build_args:" + id }
 
 func (s *Service) sealBuildArgs(prefix, id string, args []EnvVar) (string, error) {
-	if len(args) == 0 {
-		return "", nil
-	}
-	b, err := json.Marshal(args)
-	if err != nil {
-		return "", err
-	}
-	return s.key.Seal(buildArgsContext(prefix, id), b), nil
+	return sealList(s.key, buildArgsContext(prefix, id), args)
 }
 
 func (s *Service) openBuildArgs(prefix, id, sealed string) ([]EnvVar, error) {
-	if sealed == "" {
-		return nil, nil
-	}
-	b, err := s.key.Open(buildArgsContext(prefix, id), sealed)
-	if err != nil {
-		return nil, err
-	}
-	var args []EnvVar
-	return args, json.Unmarshal(b, &args)
+	return openList[EnvVar](s.key, buildArgsContext(prefix, id), sealed)
 }
 
 func buildSecretsContext(prefix, id string) string { return prefix + ".build_secrets:" + id }
 
 func (s *Service) sealBuildSecrets(prefix, id string, secrets []BuildSecret) (string, error) {
-	if len(secrets) == 0 {
-		return "", nil
-	}
-	b, err := json.Marshal(secrets)
-	if err != nil {
-		return "", err
-	}
-	return s.key.Seal(buildSecretsContext(prefix, id), b), nil
+	return sealList(s.key, buildSecretsContext(prefix, id), secrets)
 }
 
 func (s *Service) openBuildSecrets(prefix, id, sealed string) ([]BuildSecret, error) {
-	if sealed == "" {
-		return nil, nil
+	return openList[BuildSecret](s.key, buildSecretsContext(prefix, id), sealed)
+}
+
+// sealBuild seals build values to an application or a deployment.
+func (s *Service) sealBuild(prefix, id string, b buildValues) (args, secrets string, err error) {
+	if args, err = s.sealBuildArgs(prefix, id, b.args); err != nil {
+		return "", "", err
 	}
-	b, err := s.key.Open(buildSecretsContext(prefix, id), sealed)
-	if err != nil {
-		return nil, err
-	}
-	var secrets []BuildSecret
-	return secrets, json.Unmarshal(b, &secrets)
+	secrets, err = s.sealBuildSecrets(prefix, id, b.secrets)
+	return args, secrets, err
 }
 
 // buildPayload is the build of a deployment from git with its secrets:
@@ -436,14 +407,8 @@ func (s *Service) patchBuild(a *App, p Patch, errs *fault.Fields) buildPatch {
 		a.Build.Dockerfile = cmpOr(a.Build.Dockerfile, DefaultDockerfile)
 		a.Build.Context = cmpOr(a.Build.Context, DefaultBuildContext)
 	}
-	if p.Dockerfile != nil {
-		a.Build.Dockerfile = *p.Dockerfile
-		bp.changed = append(bp.changed, "dockerfile")
-	}
-	if p.BuildContext != nil {
-		a.Build.Context = *p.BuildContext
-		bp.changed = append(bp.changed, "build_context")
-	}
+	setField(&a.Build.Dockerfile, p.Dockerfile, "dockerfile", &bp.changed)
+	setField(&a.Build.Context, p.BuildContext, "build_context", &bp.changed)
 	var args []EnvVar
 	if p.BuildArgs != nil {
 		args = *p.BuildArgs

@@ -25,26 +25,12 @@ func keptImageIDs(ctx context.Context, st Store, serverID string) ([]string, err
 		}
 	}
 	for _, a := range list {
-		switch a.Kind {
-		case KindCompose:
-			deps, err := st.ListDeployments(ctx, a.ID, MaxDeploymentLimit)
-			if err != nil {
-				return nil, err
-			}
-			rs := succeededReleases(deps)
-			for _, r := range rs[:min(len(rs), KeepImages)] {
-				for _, id := range sortedValues(r.Release.Services) {
-					add(id)
-				}
-			}
-		case KindContainer:
-			ids, err := st.SucceededImageIDs(ctx, a.ID, KeepImages)
-			if err != nil {
-				return nil, err
-			}
-			for _, id := range ids {
-				add(id)
-			}
+		ids, err := kindOf(a).keptImages(ctx, st, a)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			add(id)
 		}
 	}
 	return keep, nil

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/capstan-dev/capstan/internal/fault"
 )
 
 // DefaultPublishBind is the address a published port listens on unless
@@ -92,4 +94,20 @@ func portURL(p Publish) string {
 		}
 	}
 	return "http://" + net.JoinHostPort(host, strconv.Itoa(p.HostPort)) + "/"
+}
+
+// addPublishProblems adds p's problems under publish.<field>.
+func addPublishProblems(p Publish, errs *fault.Fields) {
+	for _, f := range []string{"host_port", "bind"} {
+		if pr, ok := PublishProblems(p)[f]; ok {
+			errs.Add("publish."+f, "%s", pr)
+		}
+	}
+}
+
+func samePublish(a, b *Publish) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

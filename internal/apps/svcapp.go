@@ -112,18 +112,9 @@ type ServicePatch struct {
 // apply applies p to a's service settings and names what changed.
 func (p ServicePatch) apply(a *App) []string {
 	var changed []string
-	if p.BuildCommand != nil {
-		a.Service.BuildCommand = *p.BuildCommand
-		changed = append(changed, "build_command")
-	}
-	if p.StartCommand != nil {
-		a.Service.StartCommand = *p.StartCommand
-		changed = append(changed, "start_command")
-	}
-	if p.BuildTimeoutSeconds != nil {
-		a.Service.BuildTimeoutSeconds = *p.BuildTimeoutSeconds
-		changed = append(changed, "build_timeout_seconds")
-	}
+	setField(&a.Service.BuildCommand, p.BuildCommand, "build_command", &changed)
+	setField(&a.Service.StartCommand, p.StartCommand, "start_command", &changed)
+	setField(&a.Service.BuildTimeoutSeconds, p.BuildTimeoutSeconds, "build_timeout_seconds", &changed)
 	return changed
 }
 
@@ -273,3 +264,73 @@ func slotState(active string) string {
 	}
 	return "stopped"
 }
+
+// serviceKind is the kind of a program built from git on its server and
+// run under its service manager.
+type serviceKind struct{}
+
+// view shows the build settings and the service's, its commands hidden
+// unless reveal.
+func (serviceKind) view(a App, v *Application, reveal bool) {
+	viewBuild(a, v)
+	svc := a.Service
+	if !reveal {
+		svc = svc.hidden()
+	}
+	v.Service = &svc
+}
+
+func (serviceKind) revealed(App) []string { return []string{"service_commands"} }
+
+// checkNew defaults the build timeout; the container port may be 0: the
+// agent picks the port of each release slot.
+func (serviceKind) checkNew(_ context.Context, n NewApp, errs *fault.Fields) ServiceSettings {
+	checkNotCompose(n, errs)
+	svc := n.serviceSettings()
+	if svc.BuildTimeoutSeconds == 0 {
+		svc.BuildTimeoutSeconds = DefaultBuildTimeoutSeconds
+	}
+	validateService(KindService, n.Source, svc, errs)
+	if n.ContainerPort != 0 {
+		checkPort(n.ContainerPort, errs)
+	}
+	return svc
+}
+
+func (serviceKind) newBuild(n NewApp, build BuildSettings, errs *fault.Fields) BuildSettings {
+	validateBuild(n.Source, build, n.BuildArgs, errs)
+	return build
+}
+
+func (serviceKind) renameProblem(a App, name string) string {
+	if name != a.Name {
+		return "a service application's units and releases on its server carry its name: it cannot change"
+	}
+	return ""
+}
+
+func (serviceKind) checkPatch(p Patch, errs *fault.Fields) { checkPatchNotCompose(p, errs) }
+
+func (serviceKind) patchBuild(_ context.Context, s *Service, a *App, p Patch, errs *fault.Fields) buildPatch {
+	return s.patchBuild(a, p, errs)
+}
+
+func (serviceKind) refProblem(App, string) error { return nil }
+
+// spec adds the build and start of the service.
+func (serviceKind) spec(ctx context.Context, s *Service, a App, ref string) (Spec, error) {
+	spec, err := s.imageSpec(ctx, a, ref)
+	if err != nil {
+		return Spec{}, err
+	}
+	spec.Service = &ServiceSpec{ServiceSettings: a.Service}
+	return spec, nil
+}
+
+func (serviceKind) runtime(ctx context.Context, s *Service, a App, d *ApplicationDetail) (err error) {
+	d.Slots, err = s.slotStates(ctx, a, s.currentRecord(ctx, a))
+	return err
+}
+
+// keptImages is none: a service keeps releases, not images.
+func (serviceKind) keptImages(context.Context, Store, App) ([]string, error) { return nil, nil }

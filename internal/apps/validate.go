@@ -200,6 +200,23 @@ func ParseMemory(s string) (int64, string) {
 	return b, ""
 }
 
+// keyProblem says what is wrong with the key of a list's entry: at most
+// max characters matching pattern (shape says how otherwise), not one
+// seen before.
+func keyProblem(key string, max int, pattern *regexp.Regexp, seen map[string]bool, shape string) string {
+	switch {
+	case key == "":
+		return "is required"
+	case len(key) > max:
+		return fmt.Sprintf("must be at most %d characters", max)
+	case !pattern.MatchString(key):
+		return shape
+	case seen[key]:
+		return "is a duplicate"
+	}
+	return ""
+}
+
 // validateEnv checks an environment list into errs.
 func validateEnv(env []EnvVar, errs *fault.Fields) {
 	if len(env) > MaxEnvVars {
@@ -208,16 +225,8 @@ func validateEnv(env []EnvVar, errs *fault.Fields) {
 	}
 	seen := map[string]bool{}
 	for i, e := range env {
-		key := fmt.Sprintf("env[%d].key", i)
-		switch {
-		case e.Key == "":
-			errs.Add(key, "is required")
-		case len(e.Key) > MaxEnvKeyLen:
-			errs.Add(key, "must be at most %d characters", MaxEnvKeyLen)
-		case !envKeyPattern.MatchString(e.Key):
-			errs.Add(key, "must be letters, digits and '_', not starting with a digit")
-		case seen[e.Key]:
-			errs.Add(key, "is a duplicate")
+		if p := keyProblem(e.Key, MaxEnvKeyLen, envKeyPattern, seen, "must be letters, digits and '_', not starting with a digit"); p != "" {
+			errs.Add(fmt.Sprintf("env[%d].key", i), "%s", p)
 		}
 		seen[e.Key] = true
 		val := fmt.Sprintf("env[%d].value", i)
@@ -256,4 +265,14 @@ func validateSource(src Source, errs *fault.Fields) {
 	default:
 		errs.Add("source.type", "must be image or git")
 	}
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
