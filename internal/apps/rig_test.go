@@ -3,8 +3,6 @@ package apps_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -15,11 +13,11 @@ import (
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/githost"
 	"github.com/capstan-dev/capstan/internal/jobs"
-	"github.com/capstan-dev/capstan/internal/secrets"
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
 	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // rig is the control plane's application side on a real SQLite store and
@@ -37,7 +35,8 @@ type rig struct {
 	admin    audit.Caller
 	// gh is the git host applications deploy from; nil unless made by
 	// newRigWith.
-	gh *githost.Service
+	gh    *githost.Service
+	plane *planetest.Plane
 }
 
 func newRig(t *testing.T) *rig {
@@ -54,22 +53,17 @@ func newRigOn(t *testing.T, st *store.Store) *rig {
 // newRigWith is newRigOn with the git host git makes (nil: none).
 func newRigWith(t *testing.T, st *store.Store, git func(st *store.Store, now func() time.Time) *githost.Service) *rig {
 	t.Helper()
-	clock := testlab.NewClock(time.Now().UTC().Truncate(time.Second))
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	key := secrets.GenerateKey()
-	log := audit.NewLog(st, clock.Now)
-	js := jobs.NewService(jobs.Deps{Store: st, Key: key, Now: clock.Now, Log: logger})
-	srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: log, Now: clock.Now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-	d := apps.Deps{Store: st, Jobs: js, Servers: srvs, Audit: log, Key: key, Now: clock.Now, Log: logger}
+	p := planetest.New(t, st, planetest.Options{})
+	d := apps.Deps{Store: st, Jobs: p.Jobs, Servers: p.Servers, Audit: p.Audit, Key: p.Key, Now: p.Now, Log: p.Log}
 	var gh *githost.Service
 	if git != nil {
-		gh = git(st, clock.Now)
+		gh = git(st, p.Now)
 		d.GitHost = gh
 	}
 	as := apps.NewService(d)
-	ds := domains.NewService(domains.Deps{Store: st, Apps: as, Jobs: js, Servers: srvs, Audit: log, Now: clock.Now, Log: logger})
-	r := &rig{t: t, ctx: context.Background(), st: st, clock: clock, jobs: js, servers: srvs, apps: as, domains: ds, gh: gh,
-		admin: audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin", Email: "admin@example.com"}, IP: "127.0.0.1"}}
+	ds := domains.NewService(domains.Deps{Store: st, Apps: as, Jobs: p.Jobs, Servers: p.Servers, Audit: p.Audit, Now: p.Now, Log: p.Log})
+	r := &rig{t: t, ctx: p.Ctx, st: st, clock: p.Clock, jobs: p.Jobs, servers: p.Servers, apps: as, domains: ds, gh: gh,
+		admin: p.Admin, plane: p}
 	r.serverID = r.enroll("web-1", agentproto.Facts{Hostname: "web-1", PublicAddresses: []string{"203.0.113.10"}})
 	return r
 }
@@ -77,15 +71,7 @@ func newRigWith(t *testing.T, st *store.Store, git func(st *store.Store, now fun
 // enroll creates and enrolls a server.
 func (r *rig) enroll(name string, facts agentproto.Facts) string {
 	r.t.Helper()
-	e, err := r.servers.CreateEnrollment(r.ctx, r.admin, name, nil)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	res, err := r.servers.Enroll(r.ctx, r.admin, agentproto.EnrollRequest{Token: e.Token, Facts: facts})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return res.ServerID
+	return r.plane.Enroll(name, facts)
 }
 
 func (r *rig) createApp(name string, env []apps.EnvVar, deploy bool) apps.ApplicationDetail {
