@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestLateEvents: the agent of a finished job may add events to it for
@@ -26,12 +26,9 @@ func TestLateEvents(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
 			st := storetest.Open(t, d)
-			var mu sync.Mutex
-			clock := time.Now().UTC()
-			now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-			advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
-			js := jobs.NewService(st, secrets.GenerateKey(), now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			srvs := servers.NewService(st, js, audit.NewLog(st, now), now, "http://capstan.test", time.Hour)
+			clock := testlab.NewClock(time.Now().UTC())
+			js := jobs.NewService(st, secrets.GenerateKey(), clock.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			srvs := servers.NewService(st, js, audit.NewLog(st, clock.Now), clock.Now, "http://capstan.test", time.Hour)
 			e, err := srvs.CreateEnrollment(ctx, audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}, audit.Entry{}, "web-1", nil)
 			if err != nil {
 				t.Fatal(err)
@@ -62,11 +59,11 @@ func TestLateEvents(t *testing.T) {
 			if _, err := js.Complete(ctx, srv, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded}); err != nil {
 				t.Fatal(err)
 			}
-			advance(jobs.LateEventsWindow - time.Second)
+			clock.Advance(jobs.LateEventsWindow - time.Second)
 			if err := js.AddEvents(ctx, srv, j.ID, ev("removed the old container")); err != nil {
 				t.Fatalf("events within the window after the job finished: %v", err)
 			}
-			advance(2 * time.Second)
+			clock.Advance(2 * time.Second)
 			if err := js.AddEvents(ctx, srv, j.ID, ev("too late")); !fault.Is(err, fault.Conflict) {
 				t.Fatalf("events past the window: %v, want a conflict", err)
 			}
