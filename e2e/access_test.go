@@ -272,8 +272,6 @@ func TestAccessByRole(t *testing.T) {
 
 	// The document's operations are exactly the table's, each declared
 	// with the security its access needs.
-	resp := r.Get(t, "/openapi.json", "")
-	expectStatus(t, resp, http.StatusOK)
 	var doc struct {
 		Paths map[string]map[string]struct {
 			Security    *[]map[string][]string `json:"security"`
@@ -285,7 +283,7 @@ func TestAccessByRole(t *testing.T) {
 			} `json:"x-capstan-token"`
 		} `json:"paths"`
 	}
-	resp.JSON(t, &doc)
+	expectJSON(t, r.Get(t, "/openapi.json", ""), http.StatusOK, &doc)
 	var documented []string
 	for path, item := range doc.Paths {
 		for method, o := range item {
@@ -556,26 +554,24 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 		{Step: agentproto.BackupStepWrite, Error: "AccessDenied: " + outputMarker}}}, "write: AccessDenied: "+outputMarker)
 	// A backup that failed with the dump tool's text.
 	resp = r.Post(t, "/api/v1/backups/run", r.Token, map[string]any{"instance_id": fx.exportDatabaseID})
-	expectStatus(t, resp, http.StatusAccepted)
 	var queued struct {
 		Run struct {
 			ID string `json:"id"`
 		} `json:"run"`
 	}
-	resp.JSON(t, &queued)
+	expectJSON(t, resp, http.StatusAccepted, &queued)
 	fx.backupRunID = queued.Run.ID
 	complete(r.claimAs(t, agentproto.JobBackupRun).ID, agentproto.StatusFailed, agentproto.BackupRunResult{Step: "dump"},
 		"pg_dump: "+outputMarker)
 
 	// A domain (its proxy.apply job stays queued).
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom struct {
 		Domain struct {
 			ID string `json:"id"`
 		} `json:"domain"`
 	}
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	fx.domainID = dom.Domain.ID
 	if fx.domainID == "" {
 		t.Fatalf("domain reply: %s", resp.Body)
@@ -605,12 +601,10 @@ func TestEnvValuesRevealAudited(t *testing.T) {
 	}
 	envOf := func(path, token string) []envEntry {
 		t.Helper()
-		resp := r.Get(t, path, token)
-		expectStatus(t, resp, http.StatusOK)
 		var d struct {
 			Env []envEntry `json:"env"`
 		}
-		resp.JSON(t, &d)
+		expectJSON(t, r.Get(t, path, token), http.StatusOK, &d)
 		return d.Env
 	}
 	if env := envOf("/api/v1/applications/"+app.ID+"?reveal=false", r.Token); len(env) != 1 || env[0].Value != nil || !env[0].ValueSet ||

@@ -26,10 +26,8 @@ type sessionList struct {
 
 func listSessions(t *testing.T, cp *ControlPlane, token string) sessionList {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/auth/sessions", token)
-	expectStatus(t, r, http.StatusOK)
 	var l sessionList
-	r.JSON(t, &l)
+	expectJSON(t, cp.Get(t, "/api/v1/auth/sessions", token), http.StatusOK, &l)
 	return l
 }
 

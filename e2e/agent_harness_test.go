@@ -400,10 +400,8 @@ func (f *Fleet) enrollHTTP(t testing.TB, token string) agentproto.EnrollResponse
 // server returns GET /api/v1/servers/{id}.
 func (f *Fleet) server(t testing.TB, id string) ServerInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/servers/"+id, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var s ServerInfo
-	r.JSON(t, &s)
+	expectJSON(t, f.Get(t, "/api/v1/servers/"+id, f.Token), http.StatusOK, &s)
 	return s
 }
 
@@ -429,22 +427,18 @@ func (f *Fleet) ping(t testing.TB, serverID, message string) string {
 // job returns GET /api/v1/jobs/{id}.
 func (f *Fleet) job(t testing.TB, id string) JobInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/jobs/"+id, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var j JobInfo
-	r.JSON(t, &j)
+	expectJSON(t, f.Get(t, "/api/v1/jobs/"+id, f.Token), http.StatusOK, &j)
 	return j
 }
 
 // listJobs returns GET /api/v1/jobs with the query.
 func (f *Fleet) listJobs(t testing.TB, query string) []JobInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/jobs"+query, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Jobs []JobInfo `json:"jobs"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/jobs"+query, f.Token), http.StatusOK, &out)
 	return out.Jobs
 }
 

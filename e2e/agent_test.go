@@ -234,12 +234,10 @@ func TestAgentCoreFlow(t *testing.T) {
 // listServers returns GET /api/v1/servers.
 func (f *Fleet) listServers(t testing.TB) []ServerInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/servers", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Servers []ServerInfo `json:"servers"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/servers", f.Token), http.StatusOK, &out)
 	return out.Servers
 }
 
@@ -360,9 +358,8 @@ func TestJobCancel(t *testing.T) {
 
 	id := f.ping(t, e.Server.ID, "never")
 	r := f.Post(t, "/api/v1/jobs/"+id+"/cancel", f.Token, nil)
-	expectStatus(t, r, http.StatusOK)
 	var j JobInfo
-	r.JSON(t, &j)
+	expectJSON(t, r, http.StatusOK, &j)
 	if got, want := j.Status, "cancelled"; got != want {
 		t.Errorf("status: got %q, want %q", got, want)
 	}
@@ -579,9 +576,8 @@ func TestRevokeStopsAgent(t *testing.T) {
 	f.waitJob(t, id, "succeeded", jobTimeout)
 
 	r := f.Post(t, "/api/v1/servers/"+e.Server.ID+"/revoke", f.Token, nil)
-	expectStatus(t, r, http.StatusOK)
 	var srv ServerInfo
-	r.JSON(t, &srv)
+	expectJSON(t, r, http.StatusOK, &srv)
 	if got, want := srv.Status, "revoked"; got != want {
 		t.Errorf("revoke reply: status %q, want %q", got, want)
 	}
@@ -702,10 +698,8 @@ func TestEnrollmentTokens(t *testing.T) {
 	}
 
 	// Reissuing invalidates the previous token.
-	r = f.Post(t, "/api/v1/servers/"+b.Server.ID+"/enrollments", f.Token, nil)
-	expectStatus(t, r, http.StatusCreated)
 	var b2 Enrollment
-	r.JSON(t, &b2)
+	expectJSON(t, f.Post(t, "/api/v1/servers/"+b.Server.ID+"/enrollments", f.Token, nil), http.StatusCreated, &b2)
 	if b2.Token == b.Token || !strings.HasPrefix(b2.Token, "ept_") {
 		t.Fatalf("reissued token: got %q (old %q)", b2.Token, b.Token)
 	}

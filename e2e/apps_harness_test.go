@@ -307,10 +307,8 @@ func (s *appStack) createApp(t testing.TB, body map[string]any) AppInfo {
 	t.Helper()
 	b := map[string]any{"server_id": s.serverID}
 	maps.Copy(b, body)
-	resp := s.Post(t, "/api/v1/applications", s.Token, b)
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, s.Post(t, "/api/v1/applications", s.Token, b), http.StatusCreated, &app)
 	return app
 }
 
@@ -318,9 +316,8 @@ func (s *appStack) createApp(t testing.TB, body map[string]any) AppInfo {
 func (s *appStack) deploy(t testing.TB, appID string, body any) string {
 	t.Helper()
 	resp := s.Post(t, "/api/v1/applications/"+appID+"/deployments", s.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a deployAccepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	if a.DeploymentID == "" {
 		t.Fatalf("deploy reply: %s", resp.Body)
 	}
@@ -330,10 +327,8 @@ func (s *appStack) deploy(t testing.TB, appID string, body any) string {
 // deployment returns GET /api/v1/deployments/{id}.
 func (s *appStack) deployment(t testing.TB, id string) AppDeployment {
 	t.Helper()
-	resp := s.Get(t, "/api/v1/deployments/"+id, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var d AppDeployment
-	resp.JSON(t, &d)
+	expectJSON(t, s.Get(t, "/api/v1/deployments/"+id, s.Token), http.StatusOK, &d)
 	return d
 }
 

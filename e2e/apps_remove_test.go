@@ -25,9 +25,8 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 	}
 	plain, served := create("plain"), create("served")
 	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": served.ID, "tls_mode": "off"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 
 	s.Caddy.Stop()
@@ -36,9 +35,8 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 	// inbox has it.
 	const down = "down.test"
 	resp = s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": down, "application_id": served.ID, "tls_mode": "off"})
-	expectStatus(t, resp, http.StatusCreated)
 	var failed domainChange
-	resp.JSON(t, &failed)
+	expectJSON(t, resp, http.StatusCreated, &failed)
 	s.waitJob(t, failed.JobID, "failed", jobTimeout)
 	var info DomainInfo
 	r := s.Get(t, "/api/v1/domains/"+failed.Domain.ID, s.Token)
@@ -49,15 +47,13 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 		t.Fatalf("a domain whose proxy job failed: %+v", info.Proxy)
 	}
 	eventually(t, jobTimeout, "the inbox tells of the proxy failure", func() bool {
-		r := s.Get(t, "/api/v1/notifications", s.Token)
-		expectStatus(t, r, http.StatusOK)
 		var inbox struct {
 			Notifications []struct {
 				EventType string `json:"event_type"`
 				Body      string `json:"body"`
 			} `json:"notifications"`
 		}
-		r.JSON(t, &inbox)
+		expectJSON(t, s.Get(t, "/api/v1/notifications", s.Token), http.StatusOK, &inbox)
 		for _, n := range inbox.Notifications {
 			if n.EventType == "proxy.failed" && strings.Contains(n.Body, down) {
 				return true

@@ -108,10 +108,8 @@ export PGHOST=127.0.0.1 PGPORT=%d PGUSER=%s PGPASSWORD='%s' PGSSLMODE=disable
 
 		rss = sampleRSS(b, pid)
 		start = time.Now()
-		resp := r.Post(b, "/api/v1/backups/"+run.ID+"/verify", r.Token, nil)
-		expectStatus(b, resp, http.StatusAccepted)
 		var a Accepted
-		resp.JSON(b, &a)
+		expectJSON(b, r.Post(b, "/api/v1/backups/"+run.ID+"/verify", r.Token, nil), http.StatusAccepted, &a)
 		vj := r.backupJob(b, a.JobID)
 		verifyTime := time.Since(start)
 		vbase, vpeak := rss()

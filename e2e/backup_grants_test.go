@@ -113,9 +113,8 @@ func TestBackupStorageGrants(t *testing.T) {
 		t.Fatalf("payload %s, want grants of job %s and no credential", bj.Payload, bj.ID)
 	}
 	sec := r.agentCall(t, b.token, http.MethodGet, "/jobs/"+bj.ID+"/secrets", nil)
-	expectStatus(t, sec, http.StatusOK)
 	var secrets agentproto.SecretsResponse
-	sec.JSON(t, &secrets)
+	expectJSON(t, sec, http.StatusOK, &secrets)
 	if _, ok := secrets.Secrets[agentproto.SecretDBPassword]; !ok || len(secrets.Secrets) != 1 ||
 		strings.Contains(string(sec.Body), marker) || strings.Contains(string(sec.Body), r.s3.AccessKeyID) {
 		t.Fatalf("the job's secrets are %v, want the database password alone and no storage credential", keysOf(secrets.Secrets))

@@ -30,11 +30,10 @@ type BackupPolicy struct {
 func (r *backupRig) policy(t testing.TB, instanceID string) BackupPolicy {
 	t.Helper()
 	resp := r.Get(t, "/api/v1/backups/policies", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Policies []BackupPolicy `json:"policies"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, resp, http.StatusOK, &out)
 	for _, p := range out.Policies {
 		if p.InstanceID == instanceID {
 			return p
@@ -195,9 +194,8 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	// backup stays delete_pending with the storage's error.
 	r.s3.SetUnavailable(true)
 	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/backups/" + runs[1].ID, Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	j := r.backupJob(t, a.JobID)
 	var res struct {
 		Local, Remote struct {

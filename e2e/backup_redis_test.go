@@ -35,7 +35,6 @@ func newRedisBackupRig(t *testing.T) (*backupRig, *managedRig, DatabaseInfo, *re
 		t.Fatalf("redis: %s %s: %+v\nagent log:\n%s", cj.Status, deref(cj.Error), inst, r.agent.Logs())
 	}
 	resp := r.Get(t, "/api/v1/databases/"+inst.ID+"/connection", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var conn struct {
 		Host   string `json:"host"`
 		Port   int    `json:"port"`
@@ -44,7 +43,7 @@ func newRedisBackupRig(t *testing.T) (*backupRig, *managedRig, DatabaseInfo, *re
 			Password string `json:"password"`
 		} `json:"logins"`
 	}
-	resp.JSON(t, &conn)
+	expectJSON(t, resp, http.StatusOK, &conn)
 	if len(conn.Logins) == 0 {
 		t.Fatalf("connection: %s", resp.Body)
 	}

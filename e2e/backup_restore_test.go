@@ -83,10 +83,8 @@ func databaseImagesFile(t testing.TB, images map[string]map[string]string) strin
 // post queues a verify or restore and waits for its job.
 func (r *backupRig) post(t *testing.T, path string, body any) JobInfo {
 	t.Helper()
-	resp := r.Post(t, path, r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, path, r.Token, body), http.StatusAccepted, &a)
 	return r.backupJob(t, a.JobID)
 }
 
@@ -225,9 +223,8 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	r.restoreIntoExisting(t, run.ID, copyDB)
 	same(copyDB)
 	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + pg.ID + "/databases/" + copyDB, Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var dropped Accepted
-	resp.JSON(t, &dropped)
+	expectJSON(t, resp, http.StatusAccepted, &dropped)
 	if dj := r.wait(t, pg.ID, dropped.JobID); dj.Status != "succeeded" {
 		t.Fatalf("dropping %s: %s", copyDB, deref(dj.Error))
 	}

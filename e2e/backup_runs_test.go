@@ -73,12 +73,11 @@ func (r *backupRig) backup(t testing.TB, instanceID, database string) (BackupRun
 		body["database"] = database
 	}
 	resp := r.Post(t, "/api/v1/backups/run", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a struct {
 		JobID string    `json:"job_id"`
 		Run   BackupRun `json:"run"`
 	}
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	// The agent may have claimed the job already.
 	if a.Run.Status != "queued" && a.Run.Status != "running" || a.Run.JobID != a.JobID || a.Run.Trigger != "manual" {
 		t.Fatalf("run reply: %s", resp.Body)
@@ -101,12 +100,10 @@ func (r *backupRig) run(t testing.TB, id string) BackupRun {
 
 func (r *backupRig) runs(t testing.TB, query string) []BackupRun {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/backups?limit=200"+query, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Runs []BackupRun `json:"runs"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, r.Get(t, "/api/v1/backups?limit=200"+query, r.Token), http.StatusOK, &out)
 	return out.Runs
 }
 

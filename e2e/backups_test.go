@@ -85,10 +85,8 @@ func (r *backupRig) putSettings(t testing.TB, body map[string]any) *Response {
 
 func (r *backupRig) settings(t testing.TB) BackupSettings {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/backups/settings", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var s BackupSettings
-	resp.JSON(t, &s)
+	expectJSON(t, r.Get(t, "/api/v1/backups/settings", r.Token), http.StatusOK, &s)
 	return s
 }
 
@@ -97,10 +95,8 @@ func (r *backupRig) backupJob(t testing.TB, jobID string) JobInfo {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		resp := r.Get(t, "/api/v1/backups/jobs/"+jobID+"?wait=20", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var j JobInfo
-		resp.JSON(t, &j)
+		expectJSON(t, r.Get(t, "/api/v1/backups/jobs/"+jobID+"?wait=20", r.Token), http.StatusOK, &j)
 		switch j.Status {
 		case "succeeded", "failed", "cancelled":
 			return j
@@ -115,9 +111,8 @@ func (r *backupRig) backupJob(t testing.TB, jobID string) JobInfo {
 func (r *backupRig) testStorage(t testing.TB) (JobInfo, StorageTestResult) {
 	t.Helper()
 	resp := r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	if got, want := resp.Header.Get("Location"), "/api/v1/backups/jobs/"+a.JobID; got != want {
 		t.Fatalf("Location %q, want %q", got, want)
 	}

@@ -71,10 +71,8 @@ func verifyStandardWebhook(t testing.TB, r testlab.Received, secret string) int 
 
 func (f *Fleet) channel(t testing.TB, id string) ChannelInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/notifications/channels/"+id, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var c ChannelInfo
-	r.JSON(t, &c)
+	expectJSON(t, f.Get(t, "/api/v1/notifications/channels/"+id, f.Token), http.StatusOK, &c)
 	return c
 }
 
@@ -173,12 +171,11 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 
 		// A test message goes at once.
 		r = f.Post(t, "/api/v1/notifications/channels/"+ch.ID+"/test", f.Token, nil)
-		expectStatus(t, r, http.StatusOK)
 		var res struct {
 			Delivered    bool `json:"delivered"`
 			ResponseCode int  `json:"response_code"`
 		}
-		r.JSON(t, &res)
+		expectJSON(t, r, http.StatusOK, &res)
 		if !res.Delivered || res.ResponseCode != 200 || len(rc.Requests()) != 4 {
 			t.Fatalf("test message: %s; receiver has %d requests", r.Body, len(rc.Requests()))
 		}
@@ -236,12 +233,11 @@ func TestChannelDeliveriesRefuseInternalAddresses(t *testing.T) {
 		var ch ChannelInfo
 		r.JSON(t, &ch)
 		r = f.Post(t, "/api/v1/notifications/channels/"+ch.ID+"/test", f.Token, nil)
-		expectStatus(t, r, http.StatusOK)
 		var res struct {
 			Delivered bool   `json:"delivered"`
 			Error     string `json:"error"`
 		}
-		r.JSON(t, &res)
+		expectJSON(t, r, http.StatusOK, &res)
 		if res.Delivered || !strings.Contains(res.Error, "loopback") {
 			t.Fatalf("test message to %s: %s; want refused as loopback", url, r.Body)
 		}
@@ -311,10 +307,8 @@ func TestChatChannelsSendTheirFormats(t *testing.T) {
 		{"kind": "messenger", "name": "bot", "config": map[string]any{"bot_token": botToken, "chat_id": "-1001", "api_base_url": rc.URL},
 			"events": []string{"alert.opened"}},
 	} {
-		r := f.Post(t, "/api/v1/notifications/channels", f.Token, body)
-		expectStatus(t, r, http.StatusCreated)
 		var ch ChannelInfo
-		r.JSON(t, &ch)
+		expectJSON(t, f.Post(t, "/api/v1/notifications/channels", f.Token, body), http.StatusCreated, &ch)
 		if ch.Secret != "" {
 			t.Fatalf("a %s channel got a signing secret", ch.Kind)
 		}

@@ -79,9 +79,8 @@ func TestComposeAppFromGit(t *testing.T) {
 	// The rollback re-creates the first release: its document and the
 	// image it built, without fetching or building.
 	r := g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil)
-	expectStatus(t, r, http.StatusAccepted)
 	var rb deployAccepted
-	r.JSON(t, &rb)
+	expectJSON(t, r, http.StatusAccepted, &rb)
 	d3, _ := g.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	if d3.Result.Services["web"] != d1.ImageID || d3.Result.Build != nil {
 		t.Fatalf("rollback result: %+v", d3.Result)

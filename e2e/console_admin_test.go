@@ -87,7 +87,6 @@ func TestConsoleAdmin(t *testing.T) {
 			// gave a new second factor: the API agrees, and the new secret
 			// is not the old one.
 			r := f.Get(t, "/api/v1/users", f.Token)
-			expectStatus(t, r, http.StatusOK)
 			var list struct {
 				Users []struct {
 					Email    string `json:"email"`
@@ -95,7 +94,7 @@ func TestConsoleAdmin(t *testing.T) {
 					Disabled bool   `json:"disabled"`
 				} `json:"users"`
 			}
-			r.JSON(t, &list)
+			expectJSON(t, r, http.StatusOK, &list)
 			found := false
 			for _, u := range list.Users {
 				if u.Email == member.Email {

@@ -104,7 +104,6 @@ func TestConsoleTokens(t *testing.T) {
 	// The list: the administrator's token revoked, the member's live and
 	// reading only.
 	r := f.Get(t, "/api/v1/tokens", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var list struct {
 		Tokens []struct {
 			ID         string     `json:"id"`
@@ -116,7 +115,7 @@ func TestConsoleTokens(t *testing.T) {
 			ExpiresAt  *time.Time `json:"expires_at"`
 		} `json:"tokens"`
 	}
-	r.JSON(t, &list)
+	expectJSON(t, r, http.StatusOK, &list)
 	if len(list.Tokens) != 2 {
 		t.Fatalf("%d tokens, want 2: %s", len(list.Tokens), r.Body)
 	}

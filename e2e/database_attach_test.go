@@ -20,15 +20,13 @@ import (
 // appEnv is an application's env as an administrator reads it.
 func (r *dbRig) appEnv(t *testing.T, appID string) map[string]string {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/applications/"+appID, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var a struct {
 		Env []struct {
 			Key   string `json:"key"`
 			Value string `json:"value"`
 		} `json:"env"`
 	}
-	resp.JSON(t, &a)
+	expectJSON(t, r.Get(t, "/api/v1/applications/"+appID, r.Token), http.StatusOK, &a)
 	out := map[string]string{}
 	for _, e := range a.Env {
 		out[e.Key] = e.Value
@@ -140,14 +138,13 @@ func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 
 	// Attach: the login is made, and the env is set when its job succeeded.
 	resp := r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "DATABASE_URL", "database": "shop"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var att struct {
 		CredentialID string `json:"credential_id"`
 		Username     string `json:"username"`
 		Database     string `json:"database"`
 		JobID        string `json:"job_id"`
 	}
-	resp.JSON(t, &att)
+	expectJSON(t, resp, http.StatusAccepted, &att)
 	if !strings.HasPrefix(att.Username, "app_") || att.Database != "shop" || strings.Contains(string(resp.Body), "postgres://") {
 		t.Fatalf("attach reply: %s", resp.Body)
 	}
@@ -271,7 +268,6 @@ func TestDatabaseAttachRedis(t *testing.T) {
 	}
 
 	resp := r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "REDIS_URL"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var att struct {
 		CredentialID string `json:"credential_id"`
 		Username     string `json:"username"`
@@ -279,7 +275,7 @@ func TestDatabaseAttachRedis(t *testing.T) {
 		KeyPattern   string `json:"key_pattern"`
 		JobID        string `json:"job_id"`
 	}
-	resp.JSON(t, &att)
+	expectJSON(t, resp, http.StatusAccepted, &att)
 	if !strings.HasPrefix(att.Username, "app_") || att.Database != "" || att.KeyPattern != "web:*" || strings.Contains(string(resp.Body), "redis://") {
 		t.Fatalf("attach reply: %s", resp.Body)
 	}
@@ -313,12 +309,10 @@ func TestDatabaseAttachRedis(t *testing.T) {
 	}
 
 	// Rotate: the env follows, the old password fails.
-	resp = r.Post(t, "/api/v1/databases/"+id+"/users/"+att.CredentialID+"/rotate", r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rot struct {
 		JobID string `json:"job_id"`
 	}
-	resp.JSON(t, &rot)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/users/"+att.CredentialID+"/rotate", r.Token, nil), http.StatusAccepted, &rot)
 	if j := r.wait(t, id, rot.JobID); j.Status != "succeeded" {
 		t.Fatalf("rotate: %s %s", deref(j.Error), j.Data)
 	}

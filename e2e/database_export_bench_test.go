@@ -57,9 +57,8 @@ func BenchmarkDatabaseExportImport(b *testing.B) {
 		rss := sampleRSS(b, pid)
 		start := time.Now()
 		resp := r.Post(tb, "/api/v1/databases/"+pg.ID+"/export", r.Token, map[string]any{"database": "app"})
-		expectStatus(tb, resp, http.StatusAccepted)
 		var a Accepted
-		resp.JSON(tb, &a)
+		expectJSON(tb, resp, http.StatusAccepted, &a)
 		ej := r.waitLong(b, pg.ID, a.JobID)
 		exportTime := time.Since(start)
 		var res ExportResult
@@ -137,10 +136,8 @@ func (r *dbRig) waitLong(b *testing.B, id, jobID string) DatabaseJob {
 	tb := b
 	deadline := time.Now().Add(time.Hour)
 	for time.Now().Before(deadline) {
-		resp := r.Get(tb, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token)
-		expectStatus(tb, resp, http.StatusOK)
 		var j DatabaseJob
-		resp.JSON(tb, &j)
+		expectJSON(tb, r.Get(tb, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token), http.StatusOK, &j)
 		if j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled" {
 			return j
 		}

@@ -46,10 +46,8 @@ type ImportResult struct {
 // export queues an export of database and waits for its job.
 func (r *dbRig) export(t *testing.T, id, database string) (string, DatabaseJob) {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/export", r.Token, map[string]any{"database": database})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/export", r.Token, map[string]any{"database": database}), http.StatusAccepted, &a)
 	return a.JobID, r.wait(t, id, a.JobID)
 }
 

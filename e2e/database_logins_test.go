@@ -31,9 +31,8 @@ type LoginSecret struct {
 func (r *dbRig) login(t *testing.T, id string, body map[string]any) (LoginSecret, DatabaseJob) {
 	t.Helper()
 	resp := r.Post(t, "/api/v1/databases/"+id+"/users", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var s LoginSecret
-	resp.JSON(t, &s)
+	expectJSON(t, resp, http.StatusAccepted, &s)
 	if s.Password == "" || s.Login.State != "creating" || !strings.Contains(resp.Header.Get("Location"), "/jobs/"+s.JobID) {
 		t.Fatalf("create login: %s", resp.Body)
 	}
@@ -43,20 +42,16 @@ func (r *dbRig) login(t *testing.T, id string, body map[string]any) (LoginSecret
 // rotate rotates a login and waits for its job.
 func (r *dbRig) rotate(t *testing.T, id, credID string) (LoginSecret, DatabaseJob) {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/users/"+credID+"/rotate", r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var s LoginSecret
-	resp.JSON(t, &s)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/users/"+credID+"/rotate", r.Token, nil), http.StatusAccepted, &s)
 	return s, r.wait(t, id, s.JobID)
 }
 
 // del sends a DELETE and waits for its job.
 func (r *dbRig) delJob(t *testing.T, id, path string) DatabaseJob {
 	t.Helper()
-	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + id + path, Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + id + path, Token: r.Token}), http.StatusAccepted, &a)
 	return r.wait(t, id, a.JobID)
 }
 
@@ -64,15 +59,13 @@ func (r *dbRig) delJob(t *testing.T, id, path string) DatabaseJob {
 // audited connection read.
 func (r *dbRig) storedPasswords(t *testing.T, id string) map[string]string {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id+"/connection", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var c struct {
 		Logins []struct {
 			Username string `json:"username"`
 			Password string `json:"password"`
 		} `json:"logins"`
 	}
-	resp.JSON(t, &c)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/connection", r.Token), http.StatusOK, &c)
 	out := map[string]string{}
 	for _, l := range c.Logins {
 		out[l.Username] = l.Password

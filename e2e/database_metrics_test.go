@@ -59,21 +59,17 @@ const loadClients = 8
 // it has none.
 func (r *dbRig) lastMetrics(t *testing.T, id, token string) *LastMetrics {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id, token)
-	expectStatus(t, resp, http.StatusOK)
 	var d struct {
 		LastMetrics *LastMetrics `json:"last_metrics"`
 	}
-	resp.JSON(t, &d)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id, token), http.StatusOK, &d)
 	return d.LastMetrics
 }
 
 func (r *dbRig) metrics(t *testing.T, id, query, token string) MetricSeries {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id+"/metrics"+query, token)
-	expectStatus(t, resp, http.StatusOK)
 	var s MetricSeries
-	resp.JSON(t, &s)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/metrics"+query, token), http.StatusOK, &s)
 	return s
 }
 

@@ -62,12 +62,10 @@ func TestDatabaseImagesFile(t *testing.T) {
 
 	good := write("images.json", `{"postgres": {"16": "registry.example.com/pg:16-local"}, "valkey": {"8": "registry.example.com/valkey:8"}}`)
 	f := newFleet(t, Options{Args: []string{"--database-images", good}})
-	resp := f.Get(t, "/api/v1/databases/engines", f.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Engines []EngineInfo `json:"engines"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/databases/engines", f.Token), http.StatusOK, &out)
 	images := map[string]string{}
 	var names []string
 	for _, e := range out.Engines {
@@ -154,12 +152,11 @@ func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
 	t.Helper()
 	body["server_id"] = r.serverID
 	resp := r.Post(t, "/api/v1/databases/external", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance DatabaseInfo `json:"instance"`
 		JobID    string       `json:"job_id"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	if reg.Instance.State != "checking" || reg.JobID == "" {
 		t.Fatalf("registration: %s", resp.Body)
 	}
@@ -169,10 +166,8 @@ func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
 
 func (r *dbRig) instance(t testing.TB, id string) DatabaseInfo {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var d DatabaseInfo
-	resp.JSON(t, &d)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id, r.Token), http.StatusOK, &d)
 	return d
 }
 
@@ -181,10 +176,8 @@ func (r *dbRig) wait(t testing.TB, id, jobID string) DatabaseJob {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp := r.Get(t, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var j DatabaseJob
-		resp.JSON(t, &j)
+		expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token), http.StatusOK, &j)
 		switch j.Status {
 		case "succeeded", "failed", "cancelled":
 			return j
@@ -199,21 +192,18 @@ func (r *dbRig) wait(t testing.TB, id, jobID string) DatabaseJob {
 func (r *dbRig) retest(t *testing.T, id string, body map[string]any) DatabaseJob {
 	t.Helper()
 	resp := r.Do(t, Req{Method: http.MethodPut, Path: "/api/v1/databases/" + id + "/tls", Token: r.Token, JSON: body})
-	expectStatus(t, resp, http.StatusAccepted)
 	var re struct {
 		JobID string `json:"job_id"`
 	}
-	resp.JSON(t, &re)
+	expectJSON(t, resp, http.StatusAccepted, &re)
 	return r.wait(t, id, re.JobID)
 }
 
 // call queues a database call and waits for its job.
 func (r *dbRig) call(t testing.TB, id, what string, body any) DatabaseJob {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/"+what, r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/"+what, r.Token, body), http.StatusAccepted, &a)
 	return r.wait(t, id, a.JobID)
 }
 
@@ -396,13 +386,11 @@ func TestQueryConsoleRoundTrip(t *testing.T) {
 	for i := range n + 10 {
 		start := time.Now()
 		resp := r.Post(t, "/api/v1/databases/"+pg.ID+"/query", r.Token, map[string]any{"sql": "SELECT 1"})
-		expectStatus(t, resp, http.StatusAccepted)
 		var a Accepted
-		resp.JSON(t, &a)
+		expectJSON(t, resp, http.StatusAccepted, &a)
 		resp = r.Get(t, "/api/v1/databases/"+pg.ID+"/jobs/"+a.JobID+"?wait=30", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var j DatabaseJob
-		resp.JSON(t, &j)
+		expectJSON(t, resp, http.StatusOK, &j)
 		if j.Status != "succeeded" {
 			t.Fatalf("call %d: %s %s", i, j.Status, resp.Body)
 		}

@@ -38,10 +38,8 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 
 	r.agent.Freeze(t)
 	frozenAt := time.Now()
-	resp := r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil), http.StatusAccepted, &a)
 	eventually(t, 20*time.Second, "the frozen agent's waiting claim takes the job", func() bool {
 		return r.job(t, a.JobID).StartedAt != nil
 	})

@@ -225,9 +225,8 @@ func BenchmarkDeployUnderLoad(b *testing.B) {
 	})
 	s.waitDeployment(b, app.Latest.ID, "succeeded", benchPoll, deployTimeout)
 	resp := s.Post(b, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(b, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(b, &dom)
+	expectJSON(b, resp, http.StatusCreated, &dom)
 	s.waitJob(b, dom.JobID, "succeeded", jobTimeout)
 	url := s.Caddy.URL("https", host, "/")
 	s.waitSite(b, s.Client(b), url, "v1 bench", 20*time.Second)

@@ -37,13 +37,12 @@ func TestAlertMailsGoOutOverSTARTTLS(t *testing.T) {
 	quiet := signInUser(t, f.ControlPlane, quietUser).AccessToken
 
 	r := f.Get(t, "/api/v1/notifications/settings", member)
-	expectStatus(t, r, http.StatusOK)
 	var st struct {
 		Success bool `json:"email_deploy_success"`
 		Failure bool `json:"email_deploy_failure"`
 		Alerts  bool `json:"email_alerts"`
 	}
-	r.JSON(t, &st)
+	expectJSON(t, r, http.StatusOK, &st)
 	if st.Success || !st.Failure || !st.Alerts {
 		t.Fatalf("default settings: %+v", st)
 	}

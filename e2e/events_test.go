@@ -30,12 +30,10 @@ func (f *Fleet) listEvents(t testing.TB, typ string) []EventInfo {
 	if typ != "" {
 		path += "&type=" + typ
 	}
-	r := f.Get(t, path, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Events []EventInfo `json:"events"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, path, f.Token), http.StatusOK, &out)
 	slices.Reverse(out.Events)
 	return out.Events
 }

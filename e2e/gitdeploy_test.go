@@ -121,9 +121,8 @@ func TestGitDeploy(t *testing.T) {
 	}
 
 	resp := g.Post(t, "/api/v1/domains", g.Token, map[string]any{"hostname": hostname, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	g.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 	hc := g.Client(t)
 	url := g.Caddy.URL("https", hostname, "/")
@@ -216,10 +215,8 @@ func TestGitDeploy(t *testing.T) {
 
 	// Rollback to commit 1: its image, no fetch, no build.
 	fetches := g.Host.GitFetches(g.Repo)
-	resp = g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
-	resp.JSON(t, &rb)
+	expectJSON(t, g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil), http.StatusAccepted, &rb)
 	d3, _ := g.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	if d3.ImageID != d1.ImageID || d3.Result.Build != nil {
 		t.Fatalf("rollback: image %s, build %+v; want image %s and no build", d3.ImageID, d3.Result.Build, d1.ImageID)

@@ -112,11 +112,10 @@ func TestReplicasOnOnePostgres(t *testing.T) {
 	ops := createUser(t, a, "ops@example.com", "correct horse battery staple", true)
 	opsSession := signInUser(t, a, ops)
 	resp := a.Post(t, "/api/v1/tokens", opsSession.AccessToken, map[string]any{"name": "pipeline", "scopes": []string{"write"}})
-	expectStatus(t, resp, http.StatusCreated)
 	var tok struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &tok)
+	expectJSON(t, resp, http.StatusCreated, &tok)
 	expectStatus(t, b.Post(t, "/api/v1/servers/enrollments", tok.Token, map[string]any{"name": "by-token-1"}), http.StatusCreated)
 	expectStatus(t, a.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/users/" + ops.ID, Token: f.Token,
 		JSON: map[string]any{"admin": false}}), http.StatusOK)

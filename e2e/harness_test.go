@@ -507,6 +507,14 @@ func expectStatus(t testing.TB, r *Response, want int) {
 	}
 }
 
+// expectJSON fails the test unless r has the given status, and decodes
+// its body into v.
+func expectJSON(t testing.TB, r *Response, want int, v any) {
+	t.Helper()
+	expectStatus(t, r, want)
+	r.JSON(t, v)
+}
+
 // Problem is an RFC 9457 problem as the API sends it.
 type Problem struct {
 	Type      string `json:"type"`
@@ -605,13 +613,12 @@ func totpCode(t testing.TB, secret string) string {
 func login(t testing.TB, cp *ControlPlane, email, password string) string {
 	t.Helper()
 	r := cp.Post(t, "/api/v1/auth/login", "", map[string]string{"email": email, "password": password})
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Status      string `json:"status"`
 		ChallengeID string `json:"challenge_id"`
 		Method      string `json:"method"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, r, http.StatusOK, &out)
 	if out.Status != "two_factor_required" || out.Method != "totp" || out.ChallengeID == "" {
 		t.Fatalf("login: unexpected body %s", r.Body)
 	}
@@ -674,12 +681,10 @@ type AuditEntry struct {
 // ending in .*), as an administrator.
 func auditEntries(t testing.TB, cp *ControlPlane, adminToken, action string) []AuditEntry {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/audit-logs?limit=200&action="+action, adminToken)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Entries []AuditEntry `json:"entries"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, cp.Get(t, "/api/v1/audit-logs?limit=200&action="+action, adminToken), http.StatusOK, &out)
 	return out.Entries
 }
 

@@ -25,10 +25,8 @@ type InboxPage struct {
 
 func inbox(t testing.TB, cp *ControlPlane, token, query string) InboxPage {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/notifications"+query, token)
-	expectStatus(t, r, http.StatusOK)
 	var p InboxPage
-	r.JSON(t, &p)
+	expectJSON(t, cp.Get(t, "/api/v1/notifications"+query, token), http.StatusOK, &p)
 	return p
 }
 
@@ -68,12 +66,11 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 		expectStatus(t, f.Get(t, "/api/v1/notifications?before="+mine.NextCursor, f.Token), http.StatusUnprocessableEntity)
 
 		r := f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"ids": []string{p.Notifications[0].ID}})
-		expectStatus(t, r, http.StatusOK)
 		var res struct {
 			Marked      int `json:"marked"`
 			UnreadCount int `json:"unread_count"`
 		}
-		r.JSON(t, &res)
+		expectJSON(t, r, http.StatusOK, &res)
 		if res.Marked != 1 || res.UnreadCount != 1 {
 			t.Fatalf("marking one: %+v", res)
 		}

@@ -34,11 +34,10 @@ func TestMCPServer(t *testing.T) {
 	session := func(scopes ...string) *mcp.ClientSession {
 		t.Helper()
 		resp := r.Post(t, "/api/v1/tokens", r.Token, map[string]any{"name": "assistant " + strings.Join(scopes, "+"), "scopes": scopes})
-		expectStatus(t, resp, http.StatusCreated)
 		var tok struct {
 			Token string `json:"token"`
 		}
-		resp.JSON(t, &tok)
+		expectJSON(t, resp, http.StatusCreated, &tok)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		t.Cleanup(cancel)
 		cmd := exec.CommandContext(ctx, capstanBin, "mcp")

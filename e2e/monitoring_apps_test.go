@@ -41,9 +41,8 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	tls := s.createRule(t, map[string]any{"kind": "tls_expiring", "threshold": 1, "scope": "application", "scope_id": app.ID})
 
 	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 	var di DomainInfo
 	eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {

@@ -58,41 +58,33 @@ type Evaluation struct {
 
 func (f *Fleet) rules(t testing.TB) []RuleInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/monitoring/rules", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Rules []RuleInfo `json:"rules"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/monitoring/rules", f.Token), http.StatusOK, &out)
 	return out.Rules
 }
 
 func (f *Fleet) createRule(t testing.TB, body map[string]any) RuleInfo {
 	t.Helper()
-	r := f.Post(t, "/api/v1/monitoring/rules", f.Token, body)
-	expectStatus(t, r, http.StatusCreated)
 	var rule RuleInfo
-	r.JSON(t, &rule)
+	expectJSON(t, f.Post(t, "/api/v1/monitoring/rules", f.Token, body), http.StatusCreated, &rule)
 	return rule
 }
 
 func (f *Fleet) evaluate(t testing.TB) Evaluation {
 	t.Helper()
-	r := f.Post(t, "/api/v1/monitoring/evaluate", f.Token, nil)
-	expectStatus(t, r, http.StatusOK)
 	var e Evaluation
-	r.JSON(t, &e)
+	expectJSON(t, f.Post(t, "/api/v1/monitoring/evaluate", f.Token, nil), http.StatusOK, &e)
 	return e
 }
 
 func (f *Fleet) alerts(t testing.TB, state string) []AlertInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/monitoring/alerts?limit=200&state="+state, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Alerts []AlertInfo `json:"alerts"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/monitoring/alerts?limit=200&state="+state, f.Token), http.StatusOK, &out)
 	return out.Alerts
 }
 
@@ -288,10 +280,8 @@ func TestHighAlertsOpenAfterDurationResolveWithHysteresis(t *testing.T) {
 		}
 
 		// Acknowledge the open alert; a repeat changes nothing.
-		r := f.Post(t, "/api/v1/monitoring/alerts/"+opened.ID+"/acknowledge", f.Token, nil)
-		expectStatus(t, r, http.StatusOK)
 		var acked AlertInfo
-		r.JSON(t, &acked)
+		expectJSON(t, f.Post(t, "/api/v1/monitoring/alerts/"+opened.ID+"/acknowledge", f.Token, nil), http.StatusOK, &acked)
 		if acked.AcknowledgedBy == nil || *acked.AcknowledgedBy != f.Admin.ID || acked.AcknowledgedAt == nil {
 			t.Fatalf("acknowledged: %+v", acked)
 		}

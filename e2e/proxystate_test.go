@@ -125,9 +125,8 @@ func TestProxyStateNotUndoneByDeploy(t *testing.T) {
 	domainIDs := map[string]string{}
 	for _, host := range []string{gone, kept} {
 		resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-		expectStatus(t, resp, http.StatusCreated)
 		var dom domainChange
-		resp.JSON(t, &dom)
+		expectJSON(t, resp, http.StatusCreated, &dom)
 		s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 		domainIDs[host] = dom.Domain.ID
 	}
@@ -149,10 +148,8 @@ func TestProxyStateNotUndoneByDeploy(t *testing.T) {
 	expectStatus(t, resp, http.StatusOK)
 	var del domainChange
 	resp.JSON(t, &del)
-	resp = s.patch(t, "/api/v1/domains/"+domainIDs[kept], map[string]any{"tls_mode": "off"})
-	expectStatus(t, resp, http.StatusOK)
 	var off domainChange
-	resp.JSON(t, &off)
+	expectJSON(t, s.patch(t, "/api/v1/domains/"+domainIDs[kept], map[string]any{"tls_mode": "off"}), http.StatusOK, &off)
 	for _, id := range []string{del.JobID, off.JobID} {
 		s.waitJob(t, id, "succeeded", jobTimeout)
 	}

@@ -27,10 +27,8 @@ type publishedApp struct {
 
 func (s *appStack) publishedApp(t testing.TB, id string) publishedApp {
 	t.Helper()
-	resp := s.Get(t, "/api/v1/applications/"+id, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var a publishedApp
-	resp.JSON(t, &a)
+	expectJSON(t, s.Get(t, "/api/v1/applications/"+id, s.Token), http.StatusOK, &a)
 	return a
 }
 
@@ -106,9 +104,8 @@ func TestPublishOnRealStack(t *testing.T) {
 
 	// A rollback keeps the port.
 	resp := s.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", s.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
-	resp.JSON(t, &rb)
+	expectJSON(t, resp, http.StatusAccepted, &rb)
 	s.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	s.waitSite(t, fresh, url, "v1 pub", time.Minute)
 

@@ -38,9 +38,8 @@ func TestReleasesDropNoConnection(t *testing.T) {
 	})
 	s.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
 	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 	url := s.Caddy.URL("https", host, "/")
 	s.waitSite(t, s.Client(t), url, "v1 steady", time.Minute)

@@ -96,8 +96,6 @@ func TestSignIn(t *testing.T) {
 		r = cp.Post(t, "/api/v1/auth/2fa/verify", "", map[string]string{"challenge_id": challenge, "code": "000000"})
 		expectProblem(t, r, http.StatusUnauthorized, "invalid-challenge")
 
-		r = cp.Get(t, "/api/v1/auth/me", access)
-		expectStatus(t, r, http.StatusOK)
 		var me struct {
 			User struct {
 				ID       string `json:"id"`
@@ -107,7 +105,7 @@ func TestSignIn(t *testing.T) {
 			} `json:"user"`
 			AccessExpiresAt time.Time `json:"access_expires_at"`
 		}
-		r.JSON(t, &me)
+		expectJSON(t, cp.Get(t, "/api/v1/auth/me", access), http.StatusOK, &me)
 		if got, want := me.User.ID, alice.ID; got != want {
 			t.Fatalf("me id: got %q, want %q", got, want)
 		}
@@ -121,8 +119,6 @@ func TestSignIn(t *testing.T) {
 			t.Fatalf("access_expires_at: %v from now, want about 900 s", left)
 		}
 
-		r = cp.Get(t, "/api/v1/platform", access)
-		expectStatus(t, r, http.StatusOK)
 		var info struct {
 			Name          string `json:"name"`
 			PublicURL     string `json:"public_url"`
@@ -134,7 +130,7 @@ func TestSignIn(t *testing.T) {
 				Version int64  `json:"version"`
 			} `json:"schema"`
 		}
-		r.JSON(t, &info)
+		expectJSON(t, cp.Get(t, "/api/v1/platform", access), http.StatusOK, &info)
 		for _, c := range []struct{ field, got, want string }{
 			{"name", info.Name, "Capstan"},
 			{"public_url", info.PublicURL, cp.URL},
@@ -280,12 +276,10 @@ func TestSignInSecureCookie(t *testing.T) {
 	}
 	r.JSON(t, &tokens)
 
-	r = cp.Get(t, "/api/v1/platform", tokens.AccessToken)
-	expectStatus(t, r, http.StatusOK)
 	var info struct {
 		PublicURL string `json:"public_url"`
 	}
-	r.JSON(t, &info)
+	expectJSON(t, cp.Get(t, "/api/v1/platform", tokens.AccessToken), http.StatusOK, &info)
 	if got, want := info.PublicURL, "https://cp.example.com"; got != want {
 		t.Fatalf("public_url: got %q, want %q", got, want)
 	}

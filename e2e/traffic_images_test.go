@@ -19,10 +19,8 @@ import (
 // request totals over the last hour.
 func (s *appStack) trafficTotals(t testing.TB, path string) AppTraffic {
 	t.Helper()
-	resp := s.Get(t, path, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var tr AppTraffic
-	resp.JSON(t, &tr)
+	expectJSON(t, s.Get(t, path, s.Token), http.StatusOK, &tr)
 	return tr
 }
 
@@ -39,9 +37,8 @@ func TestAppTrafficWithJunkHosts(t *testing.T) {
 	})
 	s.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
 	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "off"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 
 	hc := s.Client(t)
@@ -226,10 +223,8 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 	}
 	// A rollback to a kept image still works.
 	third := s.deployments(t, app.ID, img(3).ID)
-	rb := s.Post(t, "/api/v1/deployments/"+third+"/rollback", s.Token, nil)
-	expectStatus(t, rb, http.StatusAccepted)
 	var a deployAccepted
-	rb.JSON(t, &a)
+	expectJSON(t, s.Post(t, "/api/v1/deployments/"+third+"/rollback", s.Token, nil), http.StatusAccepted, &a)
 	s.waitDeployment(t, a.DeploymentID, "succeeded", pollInterval, deployTimeout)
 }
 
@@ -238,11 +233,10 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 func (s *appStack) deployments(t testing.TB, appID, imageID string) string {
 	t.Helper()
 	resp := s.Get(t, "/api/v1/applications/"+appID+"/deployments", s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var list struct {
 		Deployments []AppDeployment `json:"deployments"`
 	}
-	resp.JSON(t, &list)
+	expectJSON(t, resp, http.StatusOK, &list)
 	for _, d := range list.Deployments {
 		if d.Status == "succeeded" && d.ImageID == imageID {
 			return d.ID
