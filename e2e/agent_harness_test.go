@@ -382,6 +382,15 @@ func (f *Fleet) createEnrollment(t testing.TB, name string, tags ...string) Enro
 	return e
 }
 
+// enrollServer creates a pending server and enrolls an agent for it with
+// capstan-agent enroll; it returns the enrollment and the agent's config
+// path.
+func (f *Fleet) enrollServer(t testing.TB, name string, tags ...string) (Enrollment, string) {
+	t.Helper()
+	e := f.createEnrollment(t, name, tags...)
+	return e, enrollAgent(t, f.ControlPlane, e.Token)
+}
+
 // enrollHTTP redeems an enrollment token over the agent protocol, as an
 // agent would, and returns the agent's credential.
 func (f *Fleet) enrollHTTP(t testing.TB, token string) agentproto.EnrollResponse {

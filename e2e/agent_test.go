@@ -352,8 +352,7 @@ func TestJobIdempotencyAndValidation(t *testing.T) {
 func TestJobCancel(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "cache-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "cache-1")
 	token := readAgentConfig(t, config).AgentToken
 
 	id := f.ping(t, e.Server.ID, "never")
@@ -400,8 +399,7 @@ func TestJobCancel(t *testing.T) {
 func TestAgentReconnectsAfterControlPlaneRestart(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "app-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "app-1")
 	agent := startAgent(t, config)
 	f.waitJob(t, f.ping(t, e.Server.ID, "before"), "succeeded", jobTimeout)
 
@@ -475,8 +473,7 @@ func claimEndedByShutdown(cp *ControlPlane) bool {
 func TestAgentLostJobFails(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "worker-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "worker-1")
 	token := readAgentConfig(t, config).AgentToken
 	agent := startAgent(t, config)
 	f.waitJob(t, f.ping(t, e.Server.ID, "alive"), "succeeded", jobTimeout)
@@ -568,8 +565,7 @@ func TestAgentLostJobFails(t *testing.T) {
 func TestRevokeStopsAgent(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "edge-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "edge-1")
 	token := readAgentConfig(t, config).AgentToken
 	agent := startAgent(t, config)
 	id := f.ping(t, e.Server.ID, "before revoke")
@@ -675,8 +671,7 @@ func TestEnrollmentTokens(t *testing.T) {
 	f := newFleet(t, Options{})
 
 	// Redeemed once with the CLI; not again.
-	a := f.createEnrollment(t, "node-a")
-	config := enrollAgent(t, f.ControlPlane, a.Token)
+	a, config := f.enrollServer(t, "node-a")
 	r := f.Post(t, "/agent/v1/enroll", "", agentproto.EnrollRequest{Token: a.Token})
 	expectProblem(t, r, http.StatusUnauthorized, "invalid-enrollment-token")
 	fresh := t.TempDir() + "/agent.json"

@@ -109,7 +109,7 @@ func bogusAgentToken() string {
 func TestAgentSlotsUnderAbuse(t *testing.T) {
 	const attackers, noisy, share = 1100, 48, 16
 	f := newFleet(t, Options{Args: []string{"--agent-max-in-flight", "64"}})
-	config := enrollAgent(t, f.ControlPlane, f.createEnrollment(t, "real").Token)
+	_, config := f.enrollServer(t, "real")
 	real := readAgentConfig(t, config)
 	startAgent(t, config)
 	eventually(t, 30*time.Second, "the real agent's first heartbeat", func() bool {

@@ -110,8 +110,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		s.DNS = startDNSServer(t, opts.DNS)
 	}
 
-	e := f.createEnrollment(t, "app-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "app-host")
 	s.appRig = &appRig{Fleet: f, serverID: e.Server.ID}
 	// Registered before the agent starts, so it runs after the agent
 	// stopped (cleanups run last first): the agent creates no container

@@ -54,8 +54,7 @@ func TestBackupKeysPerInstance(t *testing.T) {
 	r := newBackupRig(t, store.SQLite)
 	expectStatus(t, r.putSettings(t, r.storageSettings("")), http.StatusOK)
 	configA := r.agent.Config
-	e := r.createEnrollment(t, "db-host-b")
-	configB := enrollAgent(t, r.ControlPlane, e.Token)
+	e, configB := r.enrollServer(t, "db-host-b")
 	agentB := startAgent(t, configB)
 
 	pg := func(serverID, name string) DatabaseInfo {

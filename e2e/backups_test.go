@@ -61,8 +61,7 @@ func newBackupRigWith(t testing.TB, opts Options) *backupRig {
 	local := t.TempDir()
 	opts.Args = append([]string{"--backup-local-dir", local, "--backup-local-keep", "2"}, opts.Args...)
 	f := newFleet(t, opts)
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	return &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}, s3: testlab.StartS3(t),
 		localDir: local}
 }

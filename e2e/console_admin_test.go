@@ -44,8 +44,8 @@ func TestConsoleAdmin(t *testing.T) {
 
 	// A real agent, with a sample reported: a rule on its memory opens an
 	// alert when the browser is ready for it.
-	en := f.createEnrollment(t, "admin-agent")
-	agent := startAgentWith(t, enrollAgent(t, f.ControlPlane, en.Token), nil)
+	en, config := f.enrollServer(t, "admin-agent")
+	agent := startAgentWith(t, config, nil)
 	eventually(t, 90*time.Second, "the agent online with a sample", func() bool {
 		r := f.Get(t, "/api/v1/servers/"+en.Server.ID, f.Token)
 		return r.Status == http.StatusOK && strings.Contains(string(r.Body), `"status":"online"`) &&

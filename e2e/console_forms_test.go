@@ -61,8 +61,8 @@ func TestConsoleFormsApps(t *testing.T) {
 	t.Parallel()
 	host := testlab.StartGitHost(t)
 	f := newFleet(t, gitHostOptions(store.SQLite, host))
-	e := f.createEnrollment(t, "forms-host")
-	startAgent(t, enrollAgent(t, f.ControlPlane, e.Token))
+	e, config := f.enrollServer(t, "forms-host")
+	startAgent(t, config)
 	testlab.Eventually(t, time.Minute, "the server online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
 
 	web := host.AddRepo("acme", "shop", false, map[string]string{"main": strings.Repeat("a", 40), "release": strings.Repeat("b", 40)})

@@ -66,8 +66,7 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 	testlab.CaddyBinary(t)
 	f := newFleet(t, Options{Dialect: d})
 	c := testlab.StartCaddy(t)
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	var env []string
 	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h)

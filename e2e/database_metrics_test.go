@@ -93,8 +93,7 @@ func (r *dbRig) awaitMetrics(t *testing.T, id, what string, cond func(l *LastMet
 func newMetricsRig(t *testing.T, d store.Dialect) *dbRig {
 	t.Helper()
 	f := newFleet(t, Options{Dialect: d, Args: []string{"--metrics-rollup-interval", "1s"}})
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, nil, "--database-metrics-interval", "1s")}
 }
 

@@ -53,8 +53,7 @@ func newManagedRigWith(t testing.TB, d store.Dialect, agentArgs ...string) *mana
 		t.Fatal(err)
 	}
 	f := newFleet(t, Options{Dialect: d, Args: []string{"--database-images", file}})
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	r := &managedRig{docker: docker, run: hex.EncodeToString(b[:])}

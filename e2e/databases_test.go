@@ -126,8 +126,7 @@ type dbRig struct {
 func newDBRig(t *testing.T, d store.Dialect) *dbRig {
 	t.Helper()
 	f := newFleet(t, Options{Dialect: d})
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}
 }
 

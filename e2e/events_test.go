@@ -57,8 +57,7 @@ func (f *Fleet) eventTypesFor(t testing.TB, subjectID string) []string {
 func TestServerEventsFollowTheAgent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Dialect) {
 		f := newFleet(t, Options{Dialect: d})
-		e := f.createEnrollment(t, "events-1")
-		config := enrollAgent(t, f.ControlPlane, e.Token)
+		e, config := f.enrollServer(t, "events-1")
 		agent := startAgent(t, config)
 		eventually(t, 30*time.Second, "server.enrolled", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled"})

@@ -50,8 +50,7 @@ func TestAgentPartitionedMidJob(t *testing.T) {
 	}
 
 	f := newFleet(t, Options{ListenHost: ns.HostAddr.String()})
-	e := f.createEnrollment(t, "partitioned")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "partitioned")
 	env := []string{}
 	if h := testlab.DockerHost(); h != "" {
 		env = append(env, "DOCKER_HOST="+h) // a unix socket: reachable from any network namespace
