@@ -133,11 +133,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		args = append(args, "--dns-server", s.DNS)
 	}
 	args = append(args, opts.AgentArgs...)
-	env := append([]string(nil), opts.AgentEnv...)
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
-	s.Agent = startAgentWith(t, config, env, args...)
+	s.Agent = startAgentWith(t, config, slices.Concat(opts.AgentEnv, testlab.DockerEnv()), args...)
 	eventually(t, startTimeout, "the agent is online", func() bool {
 		if !s.Agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", s.Agent.Logs())

@@ -67,10 +67,7 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 	f := newFleet(t, Options{Dialect: d})
 	c := testlab.StartCaddy(t)
 	e, config := f.enrollServer(t, "db-host")
-	var env []string
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	args := []string{"--caddy-admin", c.AdminURL,
 		"--proxy-http-port", strconv.Itoa(c.HTTPPort), "--proxy-https-port", strconv.Itoa(c.HTTPSPort),
 		"--proxy-listen-host", "127.0.0.1", "--proxy-access-log", c.AccessLog, "--state-dir", filepath.Join(t.TempDir(), "state")}

@@ -60,10 +60,7 @@ func newManagedRigWith(t testing.TB, d store.Dialect, agentArgs ...string) *mana
 	// Registered before the agent starts, so it runs after the agent
 	// stopped: whatever a failed test left behind goes.
 	t.Cleanup(func() { r.removeLeftovers(t) })
-	var env []string
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	r.dbRig = &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, agentArgs...)}
 	eventually(t, startTimeout, "the agent is online", func() bool {
 		if !r.agent.Running() {

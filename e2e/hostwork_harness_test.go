@@ -202,9 +202,6 @@ func hwChatterLine(t testing.TB) func(agentproto.LogLine) (hwSeq, bool) {
 	}
 }
 
-// hwDockerHost is the engine under test (testlab.DockerHost).
-func hwDockerHost() string { return testlab.DockerHost() }
-
 // hwRequireDocker returns a client of the engine under test. Without one
 // the test is skipped, or fails when CI=true.
 func hwRequireDocker(t *testing.T) *client.Client {

@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestHostWorkContainers runs a real agent on this host against the real
@@ -32,10 +33,7 @@ func TestHostWorkContainers(t *testing.T) {
 	e := f.createEnrollment(t, "docker-host-1")
 	id := e.Server.ID
 	config := enrollAgent(t, f.ControlPlane, e.Token)
-	var env []string
-	if h := hwDockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	agent := hwStartAgent(t, config, env...)
 	t.Logf("control plane up, agent enrolled and started after %s", time.Since(begin).Round(time.Millisecond))
 	parse := hwChatterLine(t)
@@ -425,10 +423,7 @@ func TestHostWorkInventoryFollowsDocker(t *testing.T) {
 	e := f.createEnrollment(t, "docker-events-1")
 	id := e.Server.ID
 	config := enrollAgent(t, f.ControlPlane, e.Token)
-	var env []string
-	if h := hwDockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	agent := hwStartAgent(t, config, env...)
 	waitFor(t, hwJobTimeout, "the first inventory", func() (bool, string) {
 		src := f.hwLogSources(t, id)

@@ -51,10 +51,7 @@ func TestAgentPartitionedMidJob(t *testing.T) {
 
 	f := newFleet(t, Options{ListenHost: ns.HostAddr.String()})
 	e, config := f.enrollServer(t, "partitioned")
-	env := []string{}
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h) // a unix socket: reachable from any network namespace
-	}
+	env := testlab.DockerEnv() // a unix socket: reachable from any network namespace
 	agent := startAgentIn(t, ns, config, env)
 	eventually(t, startTimeout, "the agent is online", func() bool {
 		if !agent.Running() {
