@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"filippo.io/age"
@@ -188,48 +186,10 @@ func TestBackupRunPostgres(t *testing.T) {
 	// Inserts go on while the backup runs, each one a query job (not
 	// waited for here: the test's helpers may only fail the test from its
 	// own goroutine).
-	var inserted atomic.Int64
-	stop := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		body, _ := json.Marshal(map[string]any{"readonly": false, "sql": "INSERT INTO orders (item) SELECT 'late' FROM generate_series(1, 50)"})
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			req, _ := http.NewRequest(http.MethodPost, r.URL+"/api/v1/databases/"+pg.ID+"/query", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := r.ControlPlane.Client.Do(req)
-			if err != nil {
-				return
-			}
-			var a struct {
-				JobID string `json:"job_id"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&a)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusAccepted {
-				return
-			}
-			inserted.Add(50)
-			// The next insert is queued once this one ended.
-			req, _ = http.NewRequest(http.MethodGet, r.URL+"/api/v1/databases/"+pg.ID+"/jobs/"+a.JobID+"?wait=20", nil)
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-			if resp, err = r.ControlPlane.Client.Do(req); err != nil {
-				return
-			}
-			resp.Body.Close()
-		}
-	}()
-	var stopOnce sync.Once
-	stopWriter := func() { stopOnce.Do(func() { close(stop); <-writerDone }) }
+	stopWriter := r.writer(pg.ID, "INSERT INTO orders (item) SELECT 'late' FROM generate_series(1, 50)", 50)
 	defer stopWriter()
 	run, j := r.backup(t, pg.ID, "")
-	stopWriter()
+	inserted := stopWriter()
 	if j.Status != "succeeded" || run.Status != "succeeded" {
 		t.Fatalf("backup: job %s (%s), run %s (%s)\nagent log:\n%s", j.Status, deref(j.Error), run.Status, run.Error, r.agent.Logs())
 	}
@@ -262,7 +222,7 @@ func TestBackupRunPostgres(t *testing.T) {
 	if got := copyRows(t, dump, "public.orders"); int64(got) != rows["public.orders"] {
 		t.Fatalf("the dump holds %d orders, the manifest counted %d: not the same snapshot", got, rows["public.orders"])
 	}
-	t.Logf("%d rows queued for insertion while the backup ran; the snapshot holds %d", inserted.Load(), rows["public.orders"])
+	t.Logf("%d rows queued for insertion while the backup ran; the snapshot holds %d", inserted, rows["public.orders"])
 	local, err := os.ReadFile(run.Locations.Local)
 	if err != nil || !bytes.Equal(local, object) || !strings.HasPrefix(run.Locations.Local, r.localDir) {
 		t.Fatalf("local copy %q: %v (equal to the object: %v)", run.Locations.Local, err, bytes.Equal(local, object))

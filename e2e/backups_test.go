@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +66,52 @@ func newBackupRigWith(t testing.TB, opts Options) *backupRig {
 	e, config := f.enrollServer(t, "db-host")
 	return &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}, s3: testlab.StartS3(t),
 		localDir: local}
+}
+
+// writer inserts rows into an instance through query jobs, one after
+// the other, until stopped; stop returns how many rows were queued.
+func (r *backupRig) writer(instanceID, sql string, rowsPerStatement int64) (stop func() int64) {
+	var inserted atomic.Int64
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body, _ := json.Marshal(map[string]any{"readonly": false, "sql": sql})
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			req, _ := http.NewRequest(http.MethodPost, r.URL+"/api/v1/databases/"+instanceID+"/query", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+r.Token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := r.ControlPlane.Client.Do(req)
+			if err != nil {
+				return
+			}
+			var a struct {
+				JobID string `json:"job_id"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&a)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusAccepted {
+				return
+			}
+			inserted.Add(rowsPerStatement)
+			req, _ = http.NewRequest(http.MethodGet, r.URL+"/api/v1/databases/"+instanceID+"/jobs/"+a.JobID+"?wait=20", nil)
+			req.Header.Set("Authorization", "Bearer "+r.Token)
+			if resp, err = r.ControlPlane.Client.Do(req); err != nil {
+				return
+			}
+			resp.Body.Close()
+		}
+	}()
+	var once sync.Once
+	return func() int64 {
+		once.Do(func() { close(quit); <-done })
+		return inserted.Load()
+	}
 }
 
 // storageSettings is a PUT of the settings of the rig's S3 server.
