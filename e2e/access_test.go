@@ -87,11 +87,10 @@ func TestAccessByRole(t *testing.T) {
 	// to it).
 	chResp := r.Post(t, "/api/v1/notifications/channels", r.Token, map[string]any{"kind": "webhook", "name": "access",
 		"config": map[string]any{"url": "https://127.0.0.1:1/hook"}, "events": []string{"server.revoked"}})
-	expectStatus(t, chResp, http.StatusCreated)
 	var channel struct {
 		ID string `json:"id"`
 	}
-	chResp.JSON(t, &channel)
+	expectJSON(t, chResp, http.StatusCreated, &channel)
 
 	const none = "x_none" // an id that names nothing
 	cases := map[string]routeCase{
@@ -463,9 +462,8 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
 		"name": "web", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
 		"container_port": 8080, "env": []map[string]string{{"key": "DATABASE_URL", "value": envMarker}}})
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, resp, http.StatusCreated, &app)
 	fx.appID, fx.failedDeployID = app.ID, app.Latest.ID
 	j = r.claimAs(t, agentproto.JobAppDeploy)
 	events(j.ID)
@@ -483,9 +481,8 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
 		"name": "old", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/old:1.0"},
 		"container_port": 8080, "deploy": false})
-	expectStatus(t, resp, http.StatusCreated)
 	var old AppInfo
-	resp.JSON(t, &old)
+	expectJSON(t, resp, http.StatusCreated, &old)
 	fx.otherAppID = old.ID
 	expectStatus(t, r.del(t, "/api/v1/applications/"+old.ID), http.StatusAccepted)
 	complete(r.claimAs(t, agentproto.JobAppRemove).ID, agentproto.StatusFailed, nil, "docker rm: "+outputMarker)
@@ -495,14 +492,13 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp = r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "main", "server_id": r.serverID,
 		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": envMarker, "database": "app",
 		"tls_mode": "disable"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance struct {
 			ID string `json:"id"`
 		} `json:"instance"`
 		JobID string `json:"job_id"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	fx.databaseID, fx.databaseJobID = reg.Instance.ID, reg.JobID
 	j = r.claimAs(t, agentproto.JobDBConnect)
 	complete(j.ID, agentproto.StatusFailed, agentproto.DBFailure{Error: agentproto.DBError{Code: "28P01",
@@ -513,8 +509,7 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp = r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "reachable", "server_id": r.serverID,
 		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": envMarker, "database": "app",
 		"tls_mode": "disable"})
-	expectStatus(t, resp, http.StatusAccepted)
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	fx.exportDatabaseID = reg.Instance.ID
 	complete(r.claimAs(t, agentproto.JobDBConnect).ID, agentproto.StatusSucceeded, agentproto.DBConnectResult{ServerVersion: "15.4"}, "")
 	eventually(t, time.Minute, "the database is ready", func() bool {
@@ -529,9 +524,8 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	dump := []byte("-- " + outputMarker + "\n")
 	resp = r.Do(t, Req{Method: http.MethodPut, Path: "/agent/v1/jobs/" + j.ID + "/artifact", Token: r.agent, Body: dump,
 		ContentType: agentproto.ArtifactContentType})
-	expectStatus(t, resp, http.StatusOK)
 	var receipt agentproto.ArtifactReceipt
-	resp.JSON(t, &receipt)
+	expectJSON(t, resp, http.StatusOK, &receipt)
 	complete(j.ID, agentproto.StatusSucceeded, agentproto.DBExportResult{Tool: agentproto.DBToolHost, Bytes: receipt.Bytes,
 		SHA256: receipt.SHA256, DumpBytes: 100}, "")
 
@@ -744,11 +738,10 @@ func accessTokens(t *testing.T, r *appRig, memberSession string, fx accessFixtur
 		t.Helper()
 		resp := r.Post(t, "/api/v1/tokens", session, map[string]any{"name": "access " + scope, "scopes": []string{scope},
 			"resources": resources})
-		expectStatus(t, resp, http.StatusCreated)
 		var out struct {
 			Token string `json:"token"`
 		}
-		resp.JSON(t, &out)
+		expectJSON(t, resp, http.StatusCreated, &out)
 		return out.Token
 	}
 	var out []accessToken

@@ -397,9 +397,8 @@ func (f *Fleet) enrollHTTP(t testing.TB, token string) agentproto.EnrollResponse
 	t.Helper()
 	r := f.Post(t, "/agent/v1/enroll", "", agentproto.EnrollRequest{Token: token,
 		Facts: agentproto.Facts{Hostname: "e2e-host", OS: "debian", Arch: "amd64", AgentVersion: buildVersion}})
-	expectStatus(t, r, http.StatusOK)
 	var res agentproto.EnrollResponse
-	r.JSON(t, &res)
+	expectJSON(t, r, http.StatusOK, &res)
 	if !strings.HasPrefix(res.AgentToken, agentproto.AgentTokenPrefix) {
 		t.Fatalf("enroll reply has no agent token: %s", r.Body)
 	}

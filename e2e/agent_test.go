@@ -337,8 +337,7 @@ func TestJobIdempotencyAndValidation(t *testing.T) {
 		} `json:"job"`
 	}
 	r = f.action(t, id, map[string]any{"type": "service.logs", "payload": map[string]any{"unit": "ssh.service"}})
-	expectStatus(t, r, http.StatusAccepted)
-	r.JSON(t, &lines)
+	expectJSON(t, r, http.StatusAccepted, &lines)
 	if got, want := lines.Job.Payload.Lines, 200; got != want {
 		t.Errorf("service.logs default lines: got %d, want %d", got, want)
 	}

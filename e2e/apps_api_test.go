@@ -199,9 +199,8 @@ func TestApplicationDeployFlow(t *testing.T) {
 			"container_port": 8080, "health_path": "/healthz", "memory_limit": "256M",
 			"env": []map[string]string{{"key": "DATABASE_URL", "value": secretOne}, {"key": "MODE", "value": "production"}},
 		})
-		expectStatus(t, resp, http.StatusCreated)
 		var app AppInfo
-		resp.JSON(t, &app)
+		expectJSON(t, resp, http.StatusCreated, &app)
 		if resp.Header.Get("Location") != "/api/v1/applications/"+app.ID || app.Status != "deploying" || app.MemoryLimit != "256m" ||
 			app.Latest == nil || app.Latest.JobID == nil || app.Latest.Status != "queued" || len(app.Env) != 2 || app.Env[0].Value != nil || !app.Env[0].ValueSet {
 			t.Fatalf("create reply: %s", resp.Body)
@@ -376,9 +375,8 @@ func TestApplicationDeployFlow(t *testing.T) {
 
 		resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "api", "server_id": r.serverID, "deploy": false,
 			"source": map[string]any{"type": "image", "image": "ghcr.io/acme/api:2"}, "container_port": 3000})
-		expectStatus(t, resp, http.StatusCreated)
 		var api AppInfo
-		resp.JSON(t, &api)
+		expectJSON(t, resp, http.StatusCreated, &api)
 		if api.Latest != nil || api.Status != "new" || api.HealthPath != "/" {
 			t.Fatalf("deploy false: %s", resp.Body)
 		}
@@ -532,9 +530,8 @@ func TestApplicationAPIRefusesBadInput(t *testing.T) {
 	r := newAppRig(t, store.SQLite)
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, resp, http.StatusCreated, &app)
 	if app.Kind != "container" {
 		t.Fatalf("default kind: %s", resp.Body)
 	}

@@ -40,8 +40,7 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 	s.waitJob(t, failed.JobID, "failed", jobTimeout)
 	var info DomainInfo
 	r := s.Get(t, "/api/v1/domains/"+failed.Domain.ID, s.Token)
-	expectStatus(t, r, http.StatusOK)
-	r.JSON(t, &info)
+	expectJSON(t, r, http.StatusOK, &info)
 	if info.Proxy.Status != "failed" || info.Proxy.Error == nil || !strings.Contains(*info.Proxy.Error, "caddy") ||
 		info.Proxy.JobID == nil || *info.Proxy.JobID != failed.JobID {
 		t.Fatalf("a domain whose proxy job failed: %+v", info.Proxy)

@@ -83,11 +83,10 @@ func TestAppsOnRealStack(t *testing.T) {
 	expectStatus(t, resp, http.StatusOK)
 	resp = s.Post(t, "/api/v1/tokens", s.Token, map[string]any{"name": "pipeline", "scopes": []string{"deploy"},
 		"resources": []string{"app:" + app.ID}})
-	expectStatus(t, resp, http.StatusCreated)
 	var pipeline struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &pipeline)
+	expectJSON(t, resp, http.StatusCreated, &pipeline)
 	for _, c := range []struct {
 		method, path, code string
 		body               any
@@ -221,8 +220,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	deadline := time.Now().Add(trafficTimeout)
 	for {
 		resp = s.Get(t, "/api/v1/applications/"+app.ID+"/requests?range=1h", s.Token)
-		expectStatus(t, resp, http.StatusOK)
-		resp.JSON(t, &tr)
+		expectJSON(t, resp, http.StatusOK, &tr)
 		if tr.Totals.Count >= want[0] {
 			break
 		}
@@ -245,8 +243,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	deadline = time.Now().Add(jobTimeout)
 	for {
 		resp = s.Get(t, "/api/v1/applications/"+app.ID+"/logs/"+la.JobID, s.Token)
-		expectStatus(t, resp, http.StatusOK)
-		resp.JSON(t, &logs)
+		expectJSON(t, resp, http.StatusOK, &logs)
 		if logs.Status == "succeeded" {
 			break
 		}
@@ -313,9 +310,8 @@ func TestAppsAPIRefusesMalformedInput(t *testing.T) {
 	r := newAppRig(t, store.SQLite)
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, resp, http.StatusCreated, &app)
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
 	var dom domainChange
 	expectJSON(t, resp, http.StatusCreated, &dom)

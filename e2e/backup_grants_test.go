@@ -93,11 +93,10 @@ func TestBackupStorageGrants(t *testing.T) {
 	host, port, user, password, database := postgresTarget(t)
 	resp := r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "pg-b", "engine": "postgres", "host": host,
 		"port": port, "username": user, "password": password, "database": database, "tls_mode": "disable", "server_id": b.serverID})
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance DatabaseInfo `json:"instance"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	connect := b.claimType(t, r, agentproto.JobDBConnect)
 	data, _ := json.Marshal(agentproto.DBConnectResult{ServerVersion: "16.4"})
 	expectStatus(t, r.agentCall(t, b.token, http.MethodPost, "/jobs/"+connect.ID+"/complete",

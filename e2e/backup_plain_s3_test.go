@@ -48,8 +48,7 @@ func TestBackupPlainHTTPStorage(t *testing.T) {
 	// Leaving tls out again means https.
 	delete(body, "tls")
 	resp = r.putSettings(t, body)
-	expectStatus(t, resp, http.StatusOK)
-	resp.JSON(t, &saved)
+	expectJSON(t, resp, http.StatusOK, &saved)
 	if !saved.TLS {
 		t.Fatalf("settings without tls: %s", resp.Body)
 	}

@@ -237,8 +237,7 @@ func TestBackupRunPostgres(t *testing.T) {
 	}
 	var sum2 BackupSummary
 	resp := r.Get(t, "/api/v1/backups/summary", r.Token)
-	expectStatus(t, resp, http.StatusOK)
-	resp.JSON(t, &sum2)
+	expectJSON(t, resp, http.StatusOK, &sum2)
 	if sum2.Count != 1 || sum2.TotalSize != run.Size || sum2.UnverifiedCount != 1 || sum2.VerifiedCount != 0 ||
 		len(sum2.RecentFailures) != 1 || sum2.RecentFailures[0].ID != failed.ID || len(sum2.Instances) != 1 ||
 		sum2.Instances[0].Failures != 1 || sum2.Instances[0].LastSuccessAt == nil {

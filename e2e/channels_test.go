@@ -117,9 +117,8 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 
 		r := f.Post(t, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "webhook", "name": "ops",
 			"config": map[string]any{"url": hook}, "events": []string{"server.enrolled", "alert.opened"}})
-		expectStatus(t, r, http.StatusCreated)
 		var ch ChannelInfo
-		r.JSON(t, &ch)
+		expectJSON(t, r, http.StatusCreated, &ch)
 		if !strings.HasPrefix(ch.Secret, "whsec_") || ch.Kind != "webhook" || !ch.Enabled || len(ch.ConfigSet) != 1 || ch.ConfigSet[0] != "url" {
 			t.Fatalf("created channel: %s", r.Body)
 		}
@@ -183,9 +182,8 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 		// Rotation: the new secret is shown once; both sign for the grace.
 		r = f.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/notifications/channels/" + ch.ID, Token: f.Token,
 			JSON: map[string]any{"rotate_secret": true, "grace_seconds": 3600}})
-		expectStatus(t, r, http.StatusOK)
 		var rot ChannelInfo
-		r.JSON(t, &rot)
+		expectJSON(t, r, http.StatusOK, &rot)
 		if !strings.HasPrefix(rot.Secret, "whsec_") || rot.Secret == secret {
 			t.Fatalf("rotation: %s", r.Body)
 		}
@@ -229,9 +227,8 @@ func TestChannelDeliveriesRefuseInternalAddresses(t *testing.T) {
 	for _, url := range []string{rc.URL + "/x", "https://localhost:" + port + "/x"} {
 		r := f.Post(t, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "team_chat", "name": "chat-" + secretToken(t),
 			"config": map[string]any{"url": url}, "events": []string{"deploy.failed"}})
-		expectStatus(t, r, http.StatusCreated)
 		var ch ChannelInfo
-		r.JSON(t, &ch)
+		expectJSON(t, r, http.StatusCreated, &ch)
 		r = f.Post(t, "/api/v1/notifications/channels/"+ch.ID+"/test", f.Token, nil)
 		var res struct {
 			Delivered bool   `json:"delivered"`
@@ -267,9 +264,8 @@ func TestWebhookDeliveredAfterKill9(t *testing.T) {
 	f := newFleet(t, opts)
 	r := f.Post(t, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "webhook", "name": "ops",
 		"config": map[string]any{"url": rc.URL + "/hook"}, "events": []string{"server.enrolled"}})
-	expectStatus(t, r, http.StatusCreated)
 	var ch ChannelInfo
-	r.JSON(t, &ch)
+	expectJSON(t, r, http.StatusCreated, &ch)
 	e := f.createEnrollment(t, "crash-1")
 	f.enrollHTTP(t, e.Token)
 	select {

@@ -28,11 +28,10 @@ func TestCLIOnRealStack(t *testing.T) {
 
 	resp := s.Post(t, "/api/v1/tokens", s.Token, map[string]any{"name": "ci", "scopes": []string{"deploy", "read:secrets"},
 		"resources": []string{"app:" + app.ID}})
-	expectStatus(t, resp, http.StatusCreated)
 	var tok struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &tok)
+	expectJSON(t, resp, http.StatusCreated, &tok)
 	cli := newClientCLI(t, s.URL)
 	run := cli.Run
 	pipeline := cli.Token(tok.Token)

@@ -346,8 +346,7 @@ func TestComposeAppOnRealStack(t *testing.T) {
 		t.Fatalf("volumes of cart: %v", vols)
 	}
 	resp = s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + other.ID + "?purge=true", Token: s.Token})
-	expectStatus(t, resp, http.StatusAccepted)
-	resp.JSON(t, &rm)
+	expectJSON(t, resp, http.StatusAccepted, &rm)
 	s.waitJob(t, rm.Job.ID, "succeeded", jobTimeout)
 	objs, vols, nets = s.composeObjects(t, other.ID)
 	if len(objs) != 0 || len(vols) != 0 || len(nets) != 0 {

@@ -107,9 +107,7 @@ func TestConsoleDatabases(t *testing.T) {
 					Password string `json:"password"`
 				} `json:"logins"`
 			}
-			resp := r.Get(t, "/api/v1/databases/"+pgID+"/connection", r.Token)
-			expectStatus(t, resp, http.StatusOK)
-			resp.JSON(t, &conn)
+			expectJSON(t, r.Get(t, "/api/v1/databases/"+pgID+"/connection", r.Token), http.StatusOK, &conn)
 			found := false
 			for _, l := range conn.Logins {
 				if l.Username == fields[1] {

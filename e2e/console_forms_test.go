@@ -81,9 +81,7 @@ func TestConsoleFormsApps(t *testing.T) {
 				return
 			}
 			var a formApp
-			r := f.Get(t, "/api/v1/applications/"+fields[2], f.Token)
-			expectStatus(t, r, http.StatusOK)
-			r.JSON(t, &a)
+			expectJSON(t, f.Get(t, "/api/v1/applications/"+fields[2], f.Token), http.StatusOK, &a)
 			created[fields[1]] = a
 		}, nil)
 	want := "kinds-switched compose-errors created service-errors created done"

@@ -27,9 +27,8 @@ func TestConsoleTokens(t *testing.T) {
 		t.Helper()
 		r := f.Post(t, "/api/v1/applications", f.Token, map[string]any{"name": name, "server_id": server, "deploy": false,
 			"source": map[string]any{"type": "image", "image": "ghcr.io/acme/" + name + ":1"}, "container_port": 8080})
-		expectStatus(t, r, http.StatusCreated)
 		var a AppInfo
-		r.JSON(t, &a)
+		expectJSON(t, r, http.StatusCreated, &a)
 		return a
 	}
 	web, other := newApp("web"), newApp("shop")

@@ -40,11 +40,10 @@ func (r *dbRig) createApp(t *testing.T, name string, env []map[string]string) st
 	t.Helper()
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": name, "server_id": r.serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "ghcr.io/acme/" + name + ":1"}, "container_port": 8080, "env": env})
-	expectStatus(t, resp, http.StatusCreated)
 	var a struct {
 		ID string `json:"id"`
 	}
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusCreated, &a)
 	return a.ID
 }
 

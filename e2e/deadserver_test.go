@@ -70,9 +70,7 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 			ErrorClass *string `json:"error_class"`
 		} `json:"jobs"`
 	}
-	list := r.Get(t, "/api/v1/jobs?server_id="+r.serverID, r.Token)
-	expectStatus(t, list, http.StatusOK)
-	list.JSON(t, &jobsList)
+	expectJSON(t, r.Get(t, "/api/v1/jobs?server_id="+r.serverID, r.Token), http.StatusOK, &jobsList)
 	for _, l := range jobsList.Jobs {
 		if l.ID == a.JobID && (l.ErrorClass == nil || *l.ErrorClass != serverOffline) {
 			t.Errorf("error class of the job in the list: %v, want %s", l.ErrorClass, serverOffline)

@@ -154,9 +154,7 @@ func TestGitDeploy(t *testing.T) {
 		var list struct {
 			Deployments []AppDeployment `json:"deployments"`
 		}
-		r := g.Get(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token)
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &list)
+		expectJSON(t, g.Get(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token), http.StatusOK, &list)
 		return len(list.Deployments)
 	}
 	count := deployments()

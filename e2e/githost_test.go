@@ -152,8 +152,7 @@ func TestGitHostConnect(t *testing.T) {
 
 		code, state = startManifest(t, cp, host, admin, "acme")
 		r = cp.Post(t, "/api/v1/githost/manifest/complete", admin, map[string]string{"code": code, "state": state})
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &st)
+		expectJSON(t, r, http.StatusOK, &st)
 		if !st.Connected || st.App == nil || st.App.ID != host.AppID() || st.App.Owner != "acme" ||
 			st.App.InstallURL != host.URL+"/apps/"+st.App.Slug+"/installations/new" {
 			t.Fatalf("status after connecting: %s", r.Body)
@@ -183,8 +182,7 @@ func TestGitHostConnect(t *testing.T) {
 			http.StatusUnprocessableEntity, "validation-failed")
 		inst := host.Install(t, "acme")
 		r = cp.Post(t, "/api/v1/githost/installations", admin, map[string]any{"installation_id": inst, "setup_action": "install"})
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &st)
+		expectJSON(t, r, http.StatusOK, &st)
 		if len(st.Installations) != 1 || st.Installations[0].ID != inst || st.Installations[0].Account != "acme" ||
 			st.Installations[0].RepositorySelection != "all" {
 			t.Fatalf("installations: %s", r.Body)

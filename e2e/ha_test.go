@@ -288,8 +288,6 @@ func openLiveStream(t testing.TB, cp *ControlPlane, token string) *testlab.SSE {
 	var tk struct {
 		Ticket string `json:"ticket"`
 	}
-	r := cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/stream/tickets", Token: token})
-	expectStatus(t, r, http.StatusCreated)
-	r.JSON(t, &tk)
+	expectJSON(t, cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/stream/tickets", Token: token}), http.StatusCreated, &tk)
 	return testlab.OpenSSE(t, cp.URL+"/api/v1/stream?ticket="+url.QueryEscape(tk.Ticket))
 }

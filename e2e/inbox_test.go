@@ -80,9 +80,7 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 		for _, body := range []map[string]any{{}, {"all": true, "ids": []string{p.Notifications[0].ID}}} {
 			expectProblem(t, f.Post(t, "/api/v1/notifications/read", f.Token, body), http.StatusUnprocessableEntity, "validation-failed")
 		}
-		r = f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"all": true})
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &res)
+		expectJSON(t, f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"all": true}), http.StatusOK, &res)
 		if res.Marked != 1 || res.UnreadCount != 0 {
 			t.Fatalf("marking all: %+v", res)
 		}

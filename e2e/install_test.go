@@ -85,11 +85,10 @@ func pingAgent(t *testing.T, cp *ControlPlane, token, serverID, message string) 
 	t.Helper()
 	r := cp.Post(t, "/api/v1/servers/"+serverID+"/actions", token,
 		map[string]any{"type": "agent.ping", "payload": map[string]string{"message": message}})
-	expectStatus(t, r, http.StatusAccepted)
 	var queued struct {
 		JobID string `json:"job_id"`
 	}
-	r.JSON(t, &queued)
+	expectJSON(t, r, http.StatusAccepted, &queued)
 	var body []byte
 	waitFor(t, 90*time.Second, "agent.ping "+queued.JobID+" succeeds", func() (bool, string) {
 		r := cp.Get(t, "/api/v1/jobs/"+queued.JobID, token)
@@ -340,11 +339,10 @@ systemctl restart capstan-agent.service`, httpPort, httpsPort))
 	domainHost := "web.install.test"
 	r = cp.Post(t, "/api/v1/applications", tok, map[string]any{"name": "web", "server_id": serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	expectStatus(t, r, http.StatusCreated)
 	var app struct {
 		ID string `json:"id"`
 	}
-	r.JSON(t, &app)
+	expectJSON(t, r, http.StatusCreated, &app)
 	applyDomain(t, cp, tok, map[string]any{"hostname": domainHost, "application_id": app.ID, "tls_mode": "off"})
 	wantDomainServed(t, c, domainHost, httpPort, httpsPort)
 	t.Logf("domain served after %s", time.Since(start).Round(time.Millisecond))

@@ -27,9 +27,8 @@ func TestMCPServer(t *testing.T) {
 	r := newAppRig(t, store.SQLite)
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID,
 		"source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"}, "container_port": 8080, "deploy": false})
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, resp, http.StatusCreated, &app)
 
 	session := func(scopes ...string) *mcp.ClientSession {
 		t.Helper()

@@ -105,9 +105,8 @@ func mxEnroll(t *testing.T, cp *ControlPlane, adminToken, name string) (id, agen
 	_, token := mxEnrollment(t, cp, adminToken, name)
 	r := cp.Post(t, "/agent/v1/enroll", "", agentproto.EnrollRequest{Token: token,
 		Facts: agentproto.Facts{Hostname: name, OS: "debian", Arch: "amd64", AgentVersion: buildVersion}})
-	expectStatus(t, r, http.StatusOK)
 	var res agentproto.EnrollResponse
-	r.JSON(t, &res)
+	expectJSON(t, r, http.StatusOK, &res)
 	return res.ServerID, res.AgentToken
 }
 

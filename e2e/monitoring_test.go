@@ -183,9 +183,8 @@ func TestAlertRulesAPI(t *testing.T) {
 		}
 		p := f.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/monitoring/rules/" + r.ID, Token: f.Token,
 			JSON: map[string]any{"threshold": 75, "duration": 60, "severity": "warning", "enabled": false}})
-		expectStatus(t, p, http.StatusOK)
 		var got RuleInfo
-		p.JSON(t, &got)
+		expectJSON(t, p, http.StatusOK, &got)
 		if got.Threshold != 75 || got.Duration != 60 || got.Severity != "warning" || got.Enabled {
 			t.Fatalf("patched: %+v", got)
 		}

@@ -65,7 +65,6 @@ func TestSignIn(t *testing.T) {
 		challenge := login(t, cp, alice.Email, alice.Password)
 		r := cp.Post(t, "/api/v1/auth/2fa/verify", "", map[string]string{
 			"challenge_id": challenge, "code": totpCode(t, alice.TOTPSecret)})
-		expectStatus(t, r, http.StatusOK)
 		var tokens struct {
 			Status      string `json:"status"`
 			AccessToken string `json:"access_token"`
@@ -76,7 +75,7 @@ func TestSignIn(t *testing.T) {
 				Email string `json:"email"`
 			} `json:"user"`
 		}
-		r.JSON(t, &tokens)
+		expectJSON(t, r, http.StatusOK, &tokens)
 		if got, want := tokens.Status, "authenticated"; got != want {
 			t.Fatalf("verify status: got %q, want %q", got, want)
 		}
@@ -152,14 +151,13 @@ func TestSignIn(t *testing.T) {
 			t.Helper()
 			r := cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
 				Cookies: []*http.Cookie{{Name: c.Name, Value: c.Value}}})
-			expectStatus(t, r, http.StatusOK)
 			var out struct {
 				AccessToken string `json:"access_token"`
 				User        struct {
 					ID string `json:"id"`
 				} `json:"user"`
 			}
-			r.JSON(t, &out)
+			expectJSON(t, r, http.StatusOK, &out)
 			if got, want := out.User.ID, alice.ID; got != want {
 				t.Fatalf("refresh user: got %q, want %q", got, want)
 			}
