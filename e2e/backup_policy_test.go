@@ -74,14 +74,8 @@ func TestBackupPolicySchedule(t *testing.T) {
 	other := startControlPlane(t, Options{Dialect: store.Postgres, DatabaseURL: r.ControlPlane.DatabaseURL,
 		DataDir: r.ControlPlane.DataDir, Args: append([]string{"--backup-local-dir", r.localDir}, args...)})
 	expectStatus(t, r.putSettings(t, r.storageSettings("sched")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
-	var w struct{}
-	for _, sql := range []string{"CREATE TABLE items (id int PRIMARY KEY, name text)",
-		"INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 500) g"} {
-		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": sql}).result(t, &w)
-	}
+	pg, database := r.registerPostgres(t, "pg", "CREATE TABLE items (id int PRIMARY KEY, name text)",
+		"INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 500) g")
 
 	if p := r.policy(t, pg.ID); p.Enabled || p.EveryHours != 24 || p.Keep != 7 || !p.Verify || len(p.Databases) != 0 ||
 		p.NextDueAt != nil || p.UpdatedAt != nil || p.InstanceName != "pg" {

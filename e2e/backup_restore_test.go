@@ -147,9 +147,7 @@ func (r *backupRig) verified(t *testing.T, runID string) Verified {
 func TestBackupVerifyRestorePostgres(t *testing.T) {
 	r := newRestoreRig(t)
 	expectStatus(t, r.putSettings(t, r.storageSettings("")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
+	pg, database := r.registerPostgres(t, "pg")
 	exec := func(db, sql string) {
 		t.Helper()
 		var w struct{}

@@ -173,15 +173,9 @@ func copyRows(t testing.TB, dump []byte, table string) int {
 func TestBackupRunPostgres(t *testing.T) {
 	r := newBackupRig(t, store.SQLite)
 	expectStatus(t, r.putSettings(t, r.storageSettings("fleet")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
 	marker := randomMarker(t)
-	var w struct{}
-	for _, sql := range []string{"CREATE TABLE orders (id serial PRIMARY KEY, item text)", "CREATE TABLE notes (body text)",
-		"INSERT INTO notes VALUES ('" + marker + "')", "INSERT INTO orders (item) SELECT 'item ' || g FROM generate_series(1, 2000) g"} {
-		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": sql}).result(t, &w)
-	}
+	pg, database := r.registerPostgres(t, "pg", "CREATE TABLE orders (id serial PRIMARY KEY, item text)", "CREATE TABLE notes (body text)",
+		"INSERT INTO notes VALUES ('"+marker+"')", "INSERT INTO orders (item) SELECT 'item ' || g FROM generate_series(1, 2000) g")
 
 	// Inserts go on while the backup runs, each one a query job (not
 	// waited for here: the test's helpers may only fail the test from its

@@ -374,9 +374,7 @@ func testExternalPostgres(t *testing.T, d store.Dialect) {
 // that every call succeeded.
 func TestQueryConsoleRoundTrip(t *testing.T) {
 	r := newDBRig(t, store.SQLite)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
+	pg, _ := r.registerPostgres(t, "pg")
 	if pg.State != "ready" {
 		t.Fatalf("instance: %+v", pg)
 	}
