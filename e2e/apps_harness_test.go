@@ -307,6 +307,31 @@ func (s *appStack) createApp(t testing.TB, body map[string]any) AppInfo {
 	return app
 }
 
+// createWebApp creates an application of the v1 web image whose answer
+// greets name, and waits (polling every poll) until its first deployment
+// succeeded.
+func (s *appStack) createWebApp(t testing.TB, name string, poll time.Duration) AppInfo {
+	t.Helper()
+	app := s.createApp(t, map[string]any{
+		"name": name, "source": map[string]any{"type": "image", "image": s.Images["v1"].Ref},
+		"container_port": 8080, "health_path": "/health",
+		"env": []map[string]string{{"key": "GREETING", "value": name}},
+	})
+	s.waitDeployment(t, app.Latest.ID, "succeeded", poll, deployTimeout)
+	return app
+}
+
+// addDomain serves host for the application with the TLS mode and waits
+// until its proxy job ended with want; it returns the reply.
+func (s *appStack) addDomain(t testing.TB, appID, host, tlsMode, want string) domainChange {
+	t.Helper()
+	var dom domainChange
+	expectJSON(t, s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": appID, "tls_mode": tlsMode}),
+		http.StatusCreated, &dom)
+	s.waitJob(t, dom.JobID, want, jobTimeout)
+	return dom
+}
+
 // deploy queues a deployment (body nil: none) and returns its id.
 func (s *appStack) deploy(t testing.TB, appID string, body any) string {
 	t.Helper()
@@ -395,6 +420,18 @@ type loadCounts struct {
 	LastSeen map[string]time.Time
 	Failures int64
 	Errors   []string // the first few
+}
+
+// add counts o's requests and failures in c too.
+func (c *loadCounts) add(o loadCounts) {
+	c.Failures += o.Failures
+	c.Errors = append(c.Errors, o.Errors...)
+	if c.Bodies == nil {
+		c.Bodies = map[string]int64{}
+	}
+	for k, v := range o.Bodies {
+		c.Bodies[k] += v
+	}
 }
 
 func (c loadCounts) Requests() int64 {

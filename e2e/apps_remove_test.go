@@ -24,20 +24,14 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 		return app
 	}
 	plain, served := create("plain"), create("served")
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": served.ID, "tls_mode": "off"})
-	var dom domainChange
-	expectJSON(t, resp, http.StatusCreated, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	dom := s.addDomain(t, served.ID, host, "off", "succeeded")
 
 	s.Caddy.Stop()
 
 	// A domain added now: its proxy job fails, the domain says so and the
 	// inbox has it.
 	const down = "down.test"
-	resp = s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": down, "application_id": served.ID, "tls_mode": "off"})
-	var failed domainChange
-	expectJSON(t, resp, http.StatusCreated, &failed)
-	s.waitJob(t, failed.JobID, "failed", jobTimeout)
+	failed := s.addDomain(t, served.ID, down, "off", "failed")
 	var info DomainInfo
 	r := s.Get(t, "/api/v1/domains/"+failed.Domain.ID, s.Token)
 	expectJSON(t, r, http.StatusOK, &info)

@@ -169,10 +169,7 @@ func (s *composeStack) createStackApp(t testing.TB, name, host, doc string) (App
 		t.Fatalf("created %+v", app)
 	}
 	s.waitDeployment(t, app.Latest.ID, "succeeded", 100*time.Millisecond, deployTimeout)
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	var dom domainChange
-	expectJSON(t, resp, http.StatusCreated, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	s.addDomain(t, app.ID, host, "internal", "succeeded")
 	return app, s.Caddy.URL("https", host, "/")
 }
 
