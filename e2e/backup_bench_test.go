@@ -72,8 +72,7 @@ func BenchmarkBackupPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	dbBytes := fillBench(b, pg.URL("bench"), mb)
-	inst := r.register(b, map[string]any{"name": "bench", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port,
-		"username": pg.User, "password": pg.Password, "database": "bench", "tls_mode": "disable"})
+	inst := r.registerPostgresOn(b, "bench", pg, "bench")
 	b.Logf("database: %.1f MiB", float64(dbBytes)/(1<<20))
 
 	recipient := backupIdentity(b, r.DataDir, "inst-v1:"+inst.ID).Recipient().String()

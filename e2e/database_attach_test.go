@@ -79,8 +79,7 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 	r := newAttachRig(t, d)
 	pg := testlab.StartPostgresServer(t, nil)
-	inst := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
-		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})
+	inst := r.registerPostgresOn(t, "pg", pg, "postgres")
 	if inst.State != "ready" {
 		t.Fatalf("instance: %+v", inst)
 	}

@@ -112,8 +112,7 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 	r := newMetricsRig(t, d)
 	pg, maria, rds := testlab.StartPostgresServer(t, nil), testlab.StartMariaDB(t, nil), testlab.StartRedis(t, nil)
 	shop := maria.Database(t)
-	p := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
-		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})
+	p := r.registerPostgresOn(t, "pg", pg, "postgres")
 	m := r.register(t, map[string]any{"name": "maria", "engine": "mariadb", "host": "127.0.0.1", "port": maria.Port,
 		"username": maria.User, "password": maria.Password, "database": shop, "tls_mode": "disable"})
 	k := r.register(t, map[string]any{"name": "cache", "engine": "redis", "host": "127.0.0.1", "port": rds.Port,

@@ -145,6 +145,15 @@ func (r *dbRig) registerPostgres(t *testing.T, name string, sql ...string) (Data
 	return pg, database
 }
 
+// registerPostgresOn registers database on pg, a PostgreSQL server of
+// the test's own, as the external instance name (superuser login, no
+// TLS) and waits for its connection test.
+func (r *dbRig) registerPostgresOn(t testing.TB, name string, pg *testlab.PostgresServer, database string) DatabaseInfo {
+	t.Helper()
+	return r.register(t, map[string]any{"name": name, "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
+		"password": pg.Password, "database": database, "tls_mode": "disable"})
+}
+
 // register registers an external instance and waits for its connection
 // test; it returns the instance as it is then.
 func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
