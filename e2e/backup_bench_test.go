@@ -21,6 +21,21 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
+// benchDatabaseMB is the size in megabytes of the database a benchmark
+// fills: CAPSTAN_BENCH_DB_MB, 64 by default.
+func benchDatabaseMB(b *testing.B) int {
+	b.Helper()
+	v := os.Getenv("CAPSTAN_BENCH_DB_MB")
+	if v == "" {
+		return 64
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("CAPSTAN_BENCH_DB_MB=%q", v)
+	}
+	return n
+}
+
 // BenchmarkBackupPostgres measures a backup of a PostgreSQL database of
 // CAPSTAN_BENCH_DB_MB megabytes (default 64; the figures are taken with
 // 1024) through Capstan end to end (POST /api/v1/backups/run until its
@@ -50,14 +65,7 @@ import (
 // resident memory in DIR/agent-rss (see holdForTimer). It stops when
 // DIR/done exists (or after an hour).
 func BenchmarkBackupPostgres(b *testing.B) {
-	mb := 64
-	if v := os.Getenv("CAPSTAN_BENCH_DB_MB"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("CAPSTAN_BENCH_DB_MB=%q", v)
-		}
-		mb = n
-	}
+	mb := benchDatabaseMB(b)
 	testlab.Docker(b)
 	pgDump := newestPgDump(b)
 	r := newImagesRig(b, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(b, "postgres")}})

@@ -27,14 +27,7 @@ import (
 //
 //	CAPSTAN_BENCH_DB_MB=1024 go test -run '^$' -bench BenchmarkDatabaseExportImport -benchtime 1x -timeout 60m ./e2e/
 func BenchmarkDatabaseExportImport(b *testing.B) {
-	mb := 64
-	if v := os.Getenv("CAPSTAN_BENCH_DB_MB"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("CAPSTAN_BENCH_DB_MB=%q", v)
-		}
-		mb = n
-	}
+	mb := benchDatabaseMB(b)
 	r := newManagedRig(b, store.SQLite)
 	tb := b
 	pg, j := r.create(tb, map[string]any{"name": "bench-" + r.run, "engine": "postgres", "version": "15", "database": "app"})
