@@ -37,6 +37,21 @@ func clientAt(t testing.TB, ip string) *http.Client {
 
 // postFrom sends a JSON POST with client and reads the whole response. It
 // returns errors rather than failing, so that goroutines can call it.
+// untilClosed calls fn(0), fn(1), … in a goroutine of wg until stop is
+// closed.
+func untilClosed(wg *sync.WaitGroup, stop <-chan struct{}, fn func(n int)) {
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fn(n)
+		}
+	})
+}
+
 func postFrom(cp *ControlPlane, client *http.Client, path, token string, body any) (*Response, error) {
 	return postWith(cp, client, path, token, body, nil)
 }
@@ -375,18 +390,9 @@ func TestSignInStrangersCannotLockOutOwner(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 4 {
 			c := clientAt(t, fmt.Sprintf("127.0.5.%d", i+1))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					_, _ = postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": "more " + strconv.Itoa(n)})
-				}
-			}()
+			untilClosed(&wg, stop, func(n int) {
+				_, _ = postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": "more " + strconv.Itoa(n)})
+			})
 		}
 		start := time.Now()
 		token, again := signInDevice(t, cp, owner, admin, device)
