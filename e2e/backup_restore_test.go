@@ -137,6 +137,16 @@ func (r *backupRig) verified(t *testing.T, runID string) Verified {
 	return v
 }
 
+// verifyOK verifies the run, failing the test unless the verify job
+// succeeded, and returns the run's verification.
+func (r *backupRig) verifyOK(t *testing.T, runID string) Verified {
+	t.Helper()
+	if vj := r.post(t, "/api/v1/backups/"+runID+"/verify", nil); vj.Status != "succeeded" {
+		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
+	}
+	return r.verified(t, runID)
+}
+
 // TestBackupVerifyRestorePostgres: backup → verify (a throwaway database,
 // dropped after) → restore new, whose tables equal the source's at backup
 // time; rows changed after the backup, then restore replace, and the
@@ -189,11 +199,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	if run.Status != "succeeded" {
 		t.Fatalf("backup %s: %s", j.Status, deref(j.Error))
 	}
-	vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil)
-	if vj.Status != "succeeded" {
-		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
-	}
-	v := r.verified(t, run.ID)
+	v := r.verifyOK(t, run.ID)
 	if !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
 		t.Fatalf("verified: %+v", v)
 	}
@@ -270,7 +276,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	if bad.Status != "succeeded" {
 		t.Fatalf("backup: %+v", bad)
 	}
-	vj = r.post(t, "/api/v1/backups/"+bad.ID+"/verify", nil)
+	vj := r.post(t, "/api/v1/backups/"+bad.ID+"/verify", nil)
 	if v := r.verified(t, bad.ID); vj.Status != "failed" || v.OK || !v.Details.ChecksumOK || !strings.Contains(v.Details.Error, "restoring") ||
 		!strings.Contains(v.Details.Error, "a_checked") {
 		t.Fatalf("verify of a backup that does not load: %s: %+v", vj.Status, v)
