@@ -78,17 +78,7 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 
 func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 	r := newAttachRig(t, d)
-	pg := testlab.StartPostgresServer(t, nil)
-	inst := r.registerPostgresOn(t, "pg", pg, "postgres")
-	if inst.State != "ready" {
-		t.Fatalf("instance: %+v", inst)
-	}
-	id := inst.ID
-	for _, name := range []string{"shop", "other"} {
-		if j := r.call(t, id, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
-			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
-		}
-	}
+	pg, id := r.postgresServerWith(t, "shop", "other")
 	var w struct{}
 	r.call(t, id, "query", map[string]any{"sql": "CREATE TABLE secrets (id int)", "database": "other", "readonly": false}).result(t, &w)
 	admin := openSQL(t, "pgx", pg.URL("postgres"))

@@ -89,6 +89,24 @@ func execErr(db *sql.DB, stmt string) error {
 	return err
 }
 
+// postgresServerWith starts a PostgreSQL server of the test's own,
+// registers it as the instance pg and creates the databases on it
+// through the API; it returns the server and the instance's id.
+func (r *dbRig) postgresServerWith(t *testing.T, databases ...string) (*testlab.PostgresServer, string) {
+	t.Helper()
+	pg := testlab.StartPostgresServer(t, nil)
+	inst := r.registerPostgresOn(t, "pg", pg, "postgres")
+	if inst.State != "ready" {
+		t.Fatalf("instance: %+v", inst)
+	}
+	for _, name := range databases {
+		if j := r.call(t, inst.ID, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
+			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
+		}
+	}
+	return pg, inst.ID
+}
+
 // TestDatabaseLoginsPostgres creates databases and logins on a
 // PostgreSQL server through the API and a real agent, and checks them by
 // connecting as each login: readonly reads its database only, readwrite
@@ -102,17 +120,7 @@ func TestDatabaseLoginsPostgres(t *testing.T) {
 
 func testDatabaseLoginsPostgres(t *testing.T, d store.Dialect) {
 	r := newDBRig(t, d)
-	pg := testlab.StartPostgresServer(t, nil)
-	inst := r.registerPostgresOn(t, "pg", pg, "postgres")
-	if inst.State != "ready" {
-		t.Fatalf("instance: %+v", inst)
-	}
-	id := inst.ID
-	for _, name := range []string{"shop", "other"} {
-		if j := r.call(t, id, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
-			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
-		}
-	}
+	pg, id := r.postgresServerWith(t, "shop", "other")
 	admin := openSQL(t, "pgx", pg.URL("postgres"))
 	var n int
 	if err := admin.QueryRow("SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'other')").Scan(&n); err != nil || n != 2 {
