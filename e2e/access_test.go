@@ -459,11 +459,9 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 
 	// An application with a secret: a deployment that failed with a log
 	// tail, one that succeeded, and a log read of its container.
-	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
-		"name": "web", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
+	app := r.createApp(t, map[string]any{
+		"name": "web", "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
 		"container_port": 8080, "env": []map[string]string{{"key": "DATABASE_URL", "value": envMarker}}})
-	var app AppInfo
-	expectJSON(t, resp, http.StatusCreated, &app)
 	fx.appID, fx.failedDeployID = app.ID, app.Latest.ID
 	j = r.claimAs(t, agentproto.JobAppDeploy)
 	events(j.ID)
@@ -478,11 +476,9 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	complete(j.ID, agentproto.StatusSucceeded, agentproto.AppLogsResult{Lines: lines, State: "running", ContainerID: outputMarker}, "")
 
 	// An application whose removal failed with the agent's text.
-	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
-		"name": "old", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/old:1.0"},
+	old := r.createApp(t, map[string]any{
+		"name": "old", "source": map[string]any{"type": "image", "image": "ghcr.io/acme/old:1.0"},
 		"container_port": 8080, "deploy": false})
-	var old AppInfo
-	expectJSON(t, resp, http.StatusCreated, &old)
 	fx.otherAppID = old.ID
 	expectStatus(t, r.del(t, "/api/v1/applications/"+old.ID), http.StatusAccepted)
 	complete(r.claimAs(t, agentproto.JobAppRemove).ID, agentproto.StatusFailed, nil, "docker rm: "+outputMarker)

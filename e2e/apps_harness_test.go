@@ -298,12 +298,12 @@ func (s *appStack) waitSite(t testing.TB, hc *http.Client, url, want string, tim
 
 // createApp creates an application on the stack's server and returns its
 // detail (with its first deployment as latest, unless deploy is false).
-func (s *appStack) createApp(t testing.TB, body map[string]any) AppInfo {
+func (r *appRig) createApp(t testing.TB, body map[string]any) AppInfo {
 	t.Helper()
-	b := map[string]any{"server_id": s.serverID}
+	b := map[string]any{"server_id": r.serverID}
 	maps.Copy(b, body)
 	var app AppInfo
-	expectJSON(t, s.Post(t, "/api/v1/applications", s.Token, b), http.StatusCreated, &app)
+	expectJSON(t, r.Post(t, "/api/v1/applications", r.Token, b), http.StatusCreated, &app)
 	return app
 }
 

@@ -308,11 +308,9 @@ func TestAppsOnRealStack(t *testing.T) {
 func TestAppsAPIRefusesMalformedInput(t *testing.T) {
 	t.Parallel()
 	r := newAppRig(t, store.SQLite)
-	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID, "deploy": false,
+	app := r.createApp(t, map[string]any{"name": "web", "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	var app AppInfo
-	expectJSON(t, resp, http.StatusCreated, &app)
-	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
+	resp := r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
 	var dom domainChange
 	expectJSON(t, resp, http.StatusCreated, &dom)
 	r.claimAs(t, "proxy.apply")

@@ -25,10 +25,8 @@ import (
 func TestMCPServer(t *testing.T) {
 	t.Parallel()
 	r := newAppRig(t, store.SQLite)
-	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID,
+	app := r.createApp(t, map[string]any{"name": "web",
 		"source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"}, "container_port": 8080, "deploy": false})
-	var app AppInfo
-	expectJSON(t, resp, http.StatusCreated, &app)
 
 	session := func(scopes ...string) *mcp.ClientSession {
 		t.Helper()
