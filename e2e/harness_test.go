@@ -90,6 +90,15 @@ func forEachStore(t *testing.T, fn func(t *testing.T, d store.Dialect)) {
 	}
 }
 
+// forEachControlPlane runs fn in parallel subtests, once per store
+// dialect, each on a control plane of its own with that store.
+func forEachControlPlane(t *testing.T, fn func(t *testing.T, cp *ControlPlane)) {
+	t.Helper()
+	forEachStore(t, func(t *testing.T, d store.Dialect) {
+		fn(t, startControlPlane(t, Options{Dialect: d}))
+	})
+}
+
 // startControlPlane starts capstan serve on a free loopback port with a
 // fresh data dir (and database), waits until /healthz answers 200, and stops
 // it with SIGTERM when the test ends, failing the test if it does not exit

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/auth"
-	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -55,8 +54,7 @@ func checkRefreshCookie(t *testing.T, r *Response, name string, secure bool) *ht
 
 func TestSignIn(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		alice := newAdmin(t, cp, "alice@example.com")
 		bob := newAdmin(t, cp, "bob@example.com")
 
@@ -136,7 +134,7 @@ func TestSignIn(t *testing.T) {
 			{"version", info.Version, buildVersion},
 			{"agent_protocol", info.AgentProtocol, "v1"},
 			{"api", info.API, "v1"},
-			{"schema.dialect", info.Schema.Dialect, string(d)},
+			{"schema.dialect", info.Schema.Dialect, string(cp.Dialect)},
 		} {
 			if c.got != c.want {
 				t.Fatalf("platform %s: got %q, want %q", c.field, c.got, c.want)
@@ -327,8 +325,7 @@ func wrongCode(t *testing.T, secret string) string {
 
 func TestSignInRejections(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		carol := createUser(t, cp, "carol@example.com", testPassword, false)
 		dave := createUser(t, cp, "dave@example.com", testPassword, false)
@@ -637,8 +634,7 @@ func TestUserCreateRefusesWeakPasswords(t *testing.T) {
 
 func TestUserDisableEndsSessions(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		frank := createUser(t, cp, "frank@example.com", testPassword, false)
 		sa := signInUser(t, cp, admin)
@@ -688,8 +684,7 @@ func TestUserDisableEndsSessions(t *testing.T) {
 
 func TestUserReset2FA(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		gina := createUser(t, cp, "gina@example.com", testPassword, false)
 
 		res := cp.CLI(t, "", append([]string{"user", "reset-2fa", "--email", gina.Email, "--json"}, cp.StoreArgs()...)...)
