@@ -105,11 +105,7 @@ func readAgentConfig(t testing.TB, path string) AgentConfig {
 // AgentProcess is a running capstan-agent run.
 type AgentProcess struct {
 	Config string
-
-	cmd    *exec.Cmd
-	logs   *lineLog
-	exited chan struct{} // closed when the process has exited
-	err    error         // cmd.Wait's result, valid once exited is closed
+	process
 }
 
 // startAgent starts capstan-agent run with the config at path. When the test
@@ -144,20 +140,12 @@ func launchAgent(t testing.TB, config string, env, args []string) *AgentProcess 
 // or a wrapper that execs it: the process is the agent's).
 func launchAgentCmd(t testing.TB, config string, env, args []string, command func(string, ...string) *exec.Cmd) *AgentProcess {
 	t.Helper()
-	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
-	a.cmd = command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
+	a := &AgentProcess{Config: config, process: process{logs: &lineLog{}}}
+	cmd := command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
 	// Its own state directory unless env or args name one: agents of
 	// parallel tests do not share what they keep across restarts.
-	a.cmd.Env = childEnv(append([]string{"CAPSTAN_AGENT_STATE_DIR=" + t.TempDir()}, env...))
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	a.cmd.WaitDelay = stopTimeout
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start capstan-agent run: %v", err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
+	cmd.Env = childEnv(append([]string{"CAPSTAN_AGENT_STATE_DIR=" + t.TempDir()}, env...))
+	a.start(t, cmd, "capstan-agent run")
 	t.Cleanup(func() {
 		if a.Running() {
 			a.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may just have exited
@@ -185,9 +173,6 @@ func (a *AgentProcess) Running() bool {
 		return true
 	}
 }
-
-// Logs returns what the agent wrote to stdout and stderr so far.
-func (a *AgentProcess) Logs() string { return a.logs.String() }
 
 // Wait waits up to timeout for the agent to exit and returns its exit code
 // (-1 when a signal ended it); it fails the test on timeout.

@@ -70,14 +70,39 @@ type ControlPlane struct {
 	// are returned rather than followed.
 	Client *http.Client
 
-	env    []string
+	env []string
+	process
+
+	stopOnce sync.Once
+}
+
+// process is a child process a test started, with its output.
+type process struct {
 	cmd    *exec.Cmd
 	logs   *lineLog
 	exited chan struct{} // closed when the process has exited
 	err    error         // cmd.Wait's result, valid once exited is closed
-
-	stopOnce sync.Once
 }
+
+// start starts cmd with its output in p.logs (set beforehand), failing
+// the test if it cannot; what names the program in the failure.
+func (p *process) start(t testing.TB, cmd *exec.Cmd, what string) {
+	t.Helper()
+	p.cmd = cmd
+	p.exited = make(chan struct{})
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	cmd.WaitDelay = stopTimeout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", what, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+}
+
+// Logs returns what the process wrote to stdout and stderr so far.
+func (p *process) Logs() string { return p.logs.String() }
 
 // forEachStore runs fn in parallel subtests, once per store dialect.
 func forEachStore(t *testing.T, fn func(t *testing.T, d store.Dialect)) {
@@ -121,7 +146,6 @@ func startControlPlane(t testing.TB, opts Options) *ControlPlane {
 		DatabaseURL: opts.DatabaseURL,
 		Dialect:     opts.Dialect,
 		env:         childEnv(opts.Env),
-		exited:      make(chan struct{}),
 	}
 	listenHost := "127.0.0.1"
 	if opts.ListenHost != "" {
@@ -146,18 +170,9 @@ func startControlPlane(t testing.TB, opts Options) *ControlPlane {
 			}
 		}
 	}}
-	cp.cmd = exec.Command(capstanBin, args...)
-	cp.cmd.Env = cp.env
-	cp.cmd.Stdout = cp.logs
-	cp.cmd.Stderr = cp.logs
-	cp.cmd.WaitDelay = stopTimeout
-	if err := cp.cmd.Start(); err != nil {
-		t.Fatalf("start capstan serve: %v", err)
-	}
-	go func() {
-		cp.err = cp.cmd.Wait()
-		close(cp.exited)
-	}()
+	cmd := exec.Command(capstanBin, args...)
+	cmd.Env = cp.env
+	cp.start(t, cmd, "capstan serve")
 	t.Cleanup(func() {
 		cp.Stop(t)
 		if t.Failed() {
@@ -258,9 +273,6 @@ func (cp *ControlPlane) Kill(t testing.TB) {
 		<-cp.exited
 	})
 }
-
-// Logs returns what the server wrote to stdout and stderr so far.
-func (cp *ControlPlane) Logs() string { return cp.logs.String() }
 
 // LogLines returns the server's JSON log lines, parsed; lines that are not
 // JSON are skipped.
