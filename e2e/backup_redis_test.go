@@ -35,14 +35,7 @@ func newRedisBackupRig(t *testing.T) (*backupRig, *managedRig, DatabaseInfo, *re
 		t.Fatalf("redis: %s %s: %+v\nagent log:\n%s", cj.Status, deref(cj.Error), inst, r.agent.Logs())
 	}
 	resp := r.Get(t, "/api/v1/databases/"+inst.ID+"/connection", r.Token)
-	var conn struct {
-		Host   string `json:"host"`
-		Port   int    `json:"port"`
-		Logins []struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"logins"`
-	}
+	var conn DatabaseConnection
 	expectJSON(t, resp, http.StatusOK, &conn)
 	if len(conn.Logins) == 0 {
 		t.Fatalf("connection: %s", resp.Body)

@@ -196,14 +196,7 @@ func (r *dbRig) uploadFrom(b *testing.B, path, file string) string {
 // adminConn is the libpq environment of the instance's admin login.
 func (r *dbRig) adminConn(b *testing.B, id string) []string {
 	resp := r.Get(b, "/api/v1/databases/"+id+"/connection", r.Token)
-	var c struct {
-		Host   string `json:"host"`
-		Port   int    `json:"port"`
-		Logins []struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"logins"`
-	}
+	var c DatabaseConnection
 	resp.JSON(b, &c)
 	return []string{"PGHOST=" + c.Host, "PGPORT=" + strconv.Itoa(c.Port), "PGUSER=" + c.Logins[0].Username,
 		"PGPASSWORD=" + c.Logins[0].Password, "PGSSLMODE=disable"}

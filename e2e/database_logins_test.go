@@ -59,12 +59,7 @@ func (r *dbRig) delJob(t *testing.T, id, path string) DatabaseJob {
 // audited connection read.
 func (r *dbRig) storedPasswords(t *testing.T, id string) map[string]string {
 	t.Helper()
-	var c struct {
-		Logins []struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"logins"`
-	}
+	var c DatabaseConnection
 	expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/connection", r.Token), http.StatusOK, &c)
 	out := map[string]string{}
 	for _, l := range c.Logins {

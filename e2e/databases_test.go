@@ -116,6 +116,17 @@ type DatabaseJob struct {
 	Data   json.RawMessage `json:"data"`
 }
 
+// DatabaseConnection is GET /api/v1/databases/{id}/connection, the parts
+// the tests read.
+type DatabaseConnection struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Logins []struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	} `json:"logins"`
+}
+
 // dbRig is a control plane with a real agent on one server.
 type dbRig struct {
 	*Fleet
