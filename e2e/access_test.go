@@ -508,7 +508,7 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	expectJSON(t, resp, http.StatusAccepted, &reg)
 	fx.exportDatabaseID = reg.Instance.ID
 	complete(r.claimAs(t, agentproto.JobDBConnect).ID, agentproto.StatusSucceeded, agentproto.DBConnectResult{ServerVersion: "15.4"}, "")
-	eventually(t, time.Minute, "the database is ready", func() bool {
+	testlab.Eventually(t, time.Minute, "the database is ready", func() bool {
 		var in DatabaseInfo
 		r.Get(t, "/api/v1/databases/"+fx.exportDatabaseID, r.Token).JSON(t, &in)
 		return in.State == "ready"

@@ -257,13 +257,6 @@ func restartControlPlane(t testing.TB, cp *ControlPlane, opts Options) *ControlP
 	return next
 }
 
-// eventually polls cond until it returns true, failing the test with what
-// if that takes longer than timeout (testlab.Eventually).
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testlab.Eventually(t, timeout, what, cond)
-}
-
 // Fleet is a control plane with a signed-in administrator.
 type Fleet struct {
 	*ControlPlane

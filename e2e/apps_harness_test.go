@@ -134,7 +134,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 	}
 	args = append(args, opts.AgentArgs...)
 	s.Agent = startAgentWith(t, config, slices.Concat(opts.AgentEnv, testlab.DockerEnv()), args...)
-	eventually(t, startTimeout, "the agent is online", func() bool {
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool {
 		if !s.Agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", s.Agent.Logs())
 		}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestAppRemovalWithProxyDown: the server's Caddy is down. An application
@@ -39,7 +41,7 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 		info.Proxy.JobID == nil || *info.Proxy.JobID != failed.JobID {
 		t.Fatalf("a domain whose proxy job failed: %+v", info.Proxy)
 	}
-	eventually(t, jobTimeout, "the inbox tells of the proxy failure", func() bool {
+	testlab.Eventually(t, jobTimeout, "the inbox tells of the proxy failure", func() bool {
 		var inbox struct {
 			Notifications []struct {
 				EventType string `json:"event_type"`
@@ -62,7 +64,7 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 		resp := s.del(t, "/api/v1/applications/"+app.ID+query)
 		expectStatus(t, resp, http.StatusAccepted)
 		var out string
-		eventually(t, jobTimeout, "the removal of "+app.Name+" ends", func() bool {
+		testlab.Eventually(t, jobTimeout, "the removal of "+app.Name+" ends", func() bool {
 			r := s.Get(t, "/api/v1/applications/"+app.ID, s.Token)
 			if r.Status == http.StatusNotFound {
 				return true

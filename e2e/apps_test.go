@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestAppsOnRealStack runs an application end to end with real processes:
@@ -270,7 +271,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	// Removal: the containers and the domain's route go.
 	resp = s.del(t, "/api/v1/applications/"+app.ID)
 	expectStatus(t, resp, http.StatusAccepted)
-	eventually(t, jobTimeout, "the application is removed", func() bool {
+	testlab.Eventually(t, jobTimeout, "the application is removed", func() bool {
 		r := s.Get(t, "/api/v1/applications/"+app.ID, s.Token)
 		if r.Status == http.StatusOK {
 			var a AppInfo

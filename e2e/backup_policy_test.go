@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // BackupPolicy is a policy as GET /api/v1/backups/policies lists it.
@@ -105,7 +106,7 @@ func TestBackupPolicySchedule(t *testing.T) {
 
 	// The scheduled backup succeeds and its verification restores it.
 	var run BackupRun
-	eventually(t, 4*time.Minute, "a scheduled backup, verified", func() bool {
+	testlab.Eventually(t, 4*time.Minute, "a scheduled backup, verified", func() bool {
 		for _, x := range r.runs(t, "&instance_id="+pg.ID) {
 			if x.Trigger == "schedule" && x.Status == "failed" {
 				t.Fatalf("scheduled backup failed: %s\nagent log:\n%s", x.Error, r.agent.Logs())
@@ -126,7 +127,7 @@ func TestBackupPolicySchedule(t *testing.T) {
 	// Later rounds (in whichever control plane holds the lease) queue no
 	// other backup: the next is due in an hour.
 	rounds := schedulerRounds(r.ControlPlane) + schedulerRounds(other)
-	eventually(t, time.Minute, "five more scheduler rounds", func() bool {
+	testlab.Eventually(t, time.Minute, "five more scheduler rounds", func() bool {
 		return schedulerRounds(r.ControlPlane)+schedulerRounds(other) >= rounds+5
 	})
 	scheduled := 0
@@ -208,7 +209,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	expectProblem(t, r.Post(t, "/api/v1/backups/"+runs[1].ID+"/restore", r.Token, map[string]any{"mode": "new", "into": "x_copy"}),
 		http.StatusConflict, "backup-deleted")
 	r.s3.SetUnavailable(false)
-	eventually(t, 2*time.Minute, "the deletion retried once the storage is back", func() bool {
+	testlab.Eventually(t, 2*time.Minute, "the deletion retried once the storage is back", func() bool {
 		for _, x := range r.runs(t, "&instance_id="+pg.ID) {
 			if x.ID == runs[1].ID {
 				return false
@@ -225,7 +226,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	// newest verified.
 	r.agent.Terminate(t)
 	expectStatus(t, r.putPolicy(t, pg.ID, map[string]any{"enabled": true, "every_hours": 24, "keep": 1}), http.StatusOK)
-	eventually(t, time.Minute, "runs[2] pruned", func() bool { return r.run(t, runs[2].ID).DeletePending })
+	testlab.Eventually(t, time.Minute, "runs[2] pruned", func() bool { return r.run(t, runs[2].ID).DeletePending })
 	for _, run := range []BackupRun{runs[0], runs[3]} {
 		if r.run(t, run.ID).DeletePending {
 			t.Fatalf("%s pruned: it is the newest or the newest verified", run.ID)
@@ -235,7 +236,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	// it is the newest and the newest verified; every other one goes.
 	r.agent = startAgent(t, r.agent.Config)
 	var scheduled BackupRun
-	eventually(t, 4*time.Minute, "only the scheduled backup left", func() bool {
+	testlab.Eventually(t, 4*time.Minute, "only the scheduled backup left", func() bool {
 		left := r.runs(t, "&instance_id="+pg.ID)
 		if len(left) != 1 || left[0].Trigger != "schedule" {
 			return false

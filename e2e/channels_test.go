@@ -128,7 +128,7 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 
 		e := f.createEnrollment(t, "hooked-1")
 		f.enrollHTTP(t, e.Token)
-		eventually(t, 60*time.Second, "the delivery after two 500s", func() bool {
+		testlab.Eventually(t, 60*time.Second, "the delivery after two 500s", func() bool {
 			c := f.channel(t, ch.ID)
 			return len(c.Deliveries) == 1 && c.Deliveries[0].Status == "delivered"
 		})
@@ -276,7 +276,7 @@ func TestWebhookDeliveredAfterKill9(t *testing.T) {
 	f.Kill(t)
 	next := restartControlPlane(t, f.ControlPlane, opts)
 	g := &Fleet{ControlPlane: next, Opts: opts, Admin: f.Admin, Token: signInUser(t, next, f.Admin).AccessToken}
-	eventually(t, 2*time.Minute, "the delivery after the restart", func() bool {
+	testlab.Eventually(t, 2*time.Minute, "the delivery after the restart", func() bool {
 		c := g.channel(t, ch.ID)
 		return len(c.Deliveries) == 1 && c.Deliveries[0].Status == "delivered"
 	})
@@ -349,7 +349,7 @@ func BenchmarkEventToWebhook(b *testing.B) {
 		e := f.createEnrollment(b, "lat-"+strconv.Itoa(i))
 		f.enrollHTTP(b, e.Token)
 	}
-	eventually(b, time.Minute, "every webhook", func() bool { return len(rc.Requests()) >= b.N })
+	testlab.Eventually(b, time.Minute, "every webhook", func() bool { return len(rc.Requests()) >= b.N })
 	b.StopTimer()
 	for _, req := range rc.Requests() {
 		var msg struct {

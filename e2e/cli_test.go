@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestCLIOnRealStack runs the capstan command line against a control
@@ -117,7 +119,7 @@ func TestCLIOnRealStack(t *testing.T) {
 		waited <- r
 	}()
 	// The command is following once its ticket is taken and the job read.
-	eventually(t, cliTimeout, "jobs wait following the job", func() bool {
+	testlab.Eventually(t, cliTimeout, "jobs wait following the job", func() bool {
 		return strings.Contains(s.Logs(), `"method":"GET","path":"/api/v1/jobs/`+queued.JobID+`"`)
 	})
 	expectStatus(t, s.Post(t, "/api/v1/jobs/"+queued.JobID+"/cancel", s.Token, nil), http.StatusOK)

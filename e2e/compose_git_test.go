@@ -36,7 +36,7 @@ func TestComposeAppFromGit(t *testing.T) {
 	serves := func(d AppDeployment, want string) {
 		t.Helper()
 		url := fmt.Sprintf("http://127.0.0.1:%d/", d.Result.HostPort)
-		eventually(t, time.Minute, url+" answers "+want, func() bool {
+		testlab.Eventually(t, time.Minute, url+" answers "+want, func() bool {
 			a, err := fetch(http.DefaultClient, url)
 			return err == nil && a.Body == want
 		})

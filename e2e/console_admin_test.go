@@ -46,7 +46,7 @@ func TestConsoleAdmin(t *testing.T) {
 	// alert when the browser is ready for it.
 	en, config := f.enrollServer(t, "admin-agent")
 	agent := startAgentWith(t, config, nil)
-	eventually(t, 90*time.Second, "the agent online with a sample", func() bool {
+	testlab.Eventually(t, 90*time.Second, "the agent online with a sample", func() bool {
 		r := f.Get(t, "/api/v1/servers/"+en.Server.ID, f.Token)
 		return r.Status == http.StatusOK && strings.Contains(string(r.Body), `"status":"online"`) &&
 			!strings.Contains(string(r.Body), `"latest_metrics":null`)

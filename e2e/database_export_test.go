@@ -24,6 +24,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // ExportResult is the data of a finished db.export.
@@ -449,7 +450,7 @@ func TestDatabaseImportLimitAndArtifactAccess(t *testing.T) {
 	j := f.claim(t, own.AgentToken, 5)
 	expectStatus(t, f.agentCall(t, own.AgentToken, http.MethodPost, "/jobs/"+j.ID+"/complete", agentproto.CompleteRequest{
 		Status: agentproto.StatusSucceeded, Data: json.RawMessage(`{"server_version":"15.4"}`)}), http.StatusOK)
-	eventually(t, time.Minute, "the instance is ready", func() bool {
+	testlab.Eventually(t, time.Minute, "the instance is ready", func() bool {
 		var in DatabaseInfo
 		f.Get(t, "/api/v1/databases/"+id, f.Token).JSON(t, &in)
 		return in.State == "ready"

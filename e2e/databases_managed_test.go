@@ -62,7 +62,7 @@ func newManagedRigWith(t testing.TB, d store.Dialect, agentArgs ...string) *mana
 	t.Cleanup(func() { r.removeLeftovers(t) })
 	env := testlab.DockerEnv()
 	r.dbRig = &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, agentArgs...)}
-	eventually(t, startTimeout, "the agent is online", func() bool {
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool {
 		if !r.agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", r.agent.Logs())
 		}
@@ -113,7 +113,7 @@ func (r *managedRig) create(t testing.TB, body map[string]any) (DatabaseInfo, Da
 func (r *managedRig) settled(t testing.TB, id string) DatabaseInfo {
 	t.Helper()
 	var in DatabaseInfo
-	eventually(t, time.Minute, "instance "+id+" settles after its job", func() bool {
+	testlab.Eventually(t, time.Minute, "instance "+id+" settles after its job", func() bool {
 		in = r.instance(t, id)
 		switch in.State {
 		case "creating", "starting", "stopping", "restarting":
@@ -148,7 +148,7 @@ func (r *managedRig) remove(t *testing.T, id string, purge bool) (volumeKept boo
 		t.Fatalf("delete (purge %t): %s", purge, resp.Body)
 	}
 	r.waitJob(t, out.JobID, "succeeded", 3*time.Minute)
-	eventually(t, time.Minute, "instance "+id+" is gone after its removal job", func() bool {
+	testlab.Eventually(t, time.Minute, "instance "+id+" is gone after its removal job", func() bool {
 		resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
 		if resp.Status == http.StatusNotFound {
 			return true

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // EventInfo is an event as GET /api/v1/events shows it.
@@ -59,13 +60,13 @@ func TestServerEventsFollowTheAgent(t *testing.T) {
 		f := newFleet(t, Options{Dialect: d})
 		e, config := f.enrollServer(t, "events-1")
 		agent := startAgent(t, config)
-		eventually(t, 30*time.Second, "server.enrolled", func() bool {
+		testlab.Eventually(t, 30*time.Second, "server.enrolled", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled"})
 		})
 
 		agent.Kill(t)
 		// Offline 30 s after the last heartbeat.
-		eventually(t, 90*time.Second, "server.offline after the agent was killed", func() bool {
+		testlab.Eventually(t, 90*time.Second, "server.offline after the agent was killed", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled", "server.offline"})
 		})
 		var p struct {
@@ -82,11 +83,11 @@ func TestServerEventsFollowTheAgent(t *testing.T) {
 		}
 
 		startAgent(t, config)
-		eventually(t, 30*time.Second, "server.online after the agent came back", func() bool {
+		testlab.Eventually(t, 30*time.Second, "server.online after the agent came back", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled", "server.offline", "server.online"})
 		})
 		expectStatus(t, f.Post(t, "/api/v1/servers/"+e.Server.ID+"/revoke", f.Token, nil), http.StatusOK)
-		eventually(t, 10*time.Second, "server.revoked", func() bool {
+		testlab.Eventually(t, 10*time.Second, "server.revoked", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID),
 				[]string{"server.enrolled", "server.offline", "server.online", "server.revoked"})
 		})

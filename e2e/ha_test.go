@@ -147,7 +147,7 @@ func TestReplicasOnOnePostgres(t *testing.T) {
 	}
 
 	// The job reaper runs (every 2 s) in one replica only.
-	eventually(t, time.Minute, "three job reaper rounds", func() bool { return taskRounds(a, "job-reaper")+taskRounds(b, "job-reaper") >= 3 })
+	testlab.Eventually(t, time.Minute, "three job reaper rounds", func() bool { return taskRounds(a, "job-reaper")+taskRounds(b, "job-reaper") >= 3 })
 	if ra, rb := taskRounds(a, "job-reaper"), taskRounds(b, "job-reaper"); ra > 0 && rb > 0 {
 		t.Fatalf("the job reaper ran in both replicas: %d and %d rounds", ra, rb)
 	}

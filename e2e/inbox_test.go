@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // InboxPage is the reply of GET /api/v1/notifications.
@@ -50,7 +51,7 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 			t.Fatalf("resolved: %+v", ev.Resolved)
 		}
 		for _, tok := range []string{f.Token, member} {
-			eventually(t, 30*time.Second, "two unread items", func() bool { return inbox(t, f.ControlPlane, tok, "").UnreadCount == 2 })
+			testlab.Eventually(t, 30*time.Second, "two unread items", func() bool { return inbox(t, f.ControlPlane, tok, "").UnreadCount == 2 })
 		}
 		p := inbox(t, f.ControlPlane, f.Token, "?limit=1")
 		if len(p.Notifications) != 1 || p.NextCursor == "" || p.Notifications[0].EventType != "alert.resolved" || p.Notifications[0].Read ||

@@ -79,7 +79,7 @@ var inviteToken = regexp.MustCompile(`/invite#(cin_[0-9a-z]+)`)
 func mailedToken(t *testing.T, s *testlab.SMTPServer, cp *ControlPlane, addr string) string {
 	t.Helper()
 	var token string
-	eventually(t, 30*time.Second, "the invitation mail to "+addr, func() bool {
+	testlab.Eventually(t, 30*time.Second, "the invitation mail to "+addr, func() bool {
 		for _, m := range s.Mails() {
 			if len(m.To) != 1 || m.To[0] != addr {
 				continue

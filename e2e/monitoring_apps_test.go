@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestAppDownAndTLSExpiringOnRealStack runs an application behind a real
@@ -45,7 +46,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	expectJSON(t, resp, http.StatusCreated, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 	var di DomainInfo
-	eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {
+	testlab.Eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {
 		resp := s.Get(t, "/api/v1/domains/"+dom.Domain.ID, s.Token)
 		expectStatus(t, resp, http.StatusOK)
 		di = DomainInfo{}
@@ -87,7 +88,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	failed := time.Now()
 	post("/fail")
 	var a AlertInfo
-	eventually(t, time.Minute, "app_down opened", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down opened", func() bool {
 		var ok bool
 		a, ok = s.alertOf(t, down.ID, "open")
 		return ok
@@ -99,7 +100,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		t.Fatalf("app_down alert: %+v", a)
 	}
 	post("/recover")
-	eventually(t, time.Minute, "app_down resolved", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down resolved", func() bool {
 		_, ok := s.alertOf(t, down.ID, "resolved")
 		return ok
 	})
@@ -107,7 +108,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	// A container made before containers carried their health path is
 	// probed too: the control plane names the application to the agent.
 	s.replaceWithoutHealthLabel(t, app.ID)
-	eventually(t, time.Minute, "the replaced container answers", func() bool {
+	testlab.Eventually(t, time.Minute, "the replaced container answers", func() bool {
 		r, err := http.Get(container + "/health")
 		if err != nil {
 			return false
@@ -116,7 +117,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		return r.StatusCode == http.StatusOK
 	})
 	post("/fail")
-	eventually(t, time.Minute, "app_down opened for the container without the health path label", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down opened for the container without the health path label", func() bool {
 		var ok bool
 		a, ok = s.alertOf(t, down.ID, "open")
 		return ok
@@ -125,7 +126,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		t.Fatalf("app_down of the unlabelled container: %+v", a)
 	}
 	post("/recover")
-	eventually(t, time.Minute, "app_down of the unlabelled container resolved", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down of the unlabelled container resolved", func() bool {
 		_, ok := s.alertOf(t, down.ID, "open")
 		return !ok
 	})

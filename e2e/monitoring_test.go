@@ -103,7 +103,7 @@ func (f *Fleet) alertOf(t testing.TB, ruleID, state string) (AlertInfo, bool) {
 func (f *Fleet) waitAlert(t testing.TB, timeout time.Duration, ruleID, state string) AlertInfo {
 	t.Helper()
 	var a AlertInfo
-	eventually(t, timeout, "an alert of "+ruleID+" "+state, func() bool {
+	testlab.Eventually(t, timeout, "an alert of "+ruleID+" "+state, func() bool {
 		f.evaluate(t)
 		var ok bool
 		a, ok = f.alertOf(t, ruleID, state)
@@ -251,7 +251,7 @@ func TestHighAlertsOpenAfterDurationResolveWithHysteresis(t *testing.T) {
 			t.Fatalf("first evaluation opened %+v; want memory_high and swap_high (duration 0), not cpu_high", ev.Opened)
 		}
 		var opened AlertInfo
-		eventually(t, 60*time.Second, "the cpu alert", func() bool {
+		testlab.Eventually(t, 60*time.Second, "the cpu alert", func() bool {
 			fd.report(t, 95, 95, 60)
 			for _, a := range f.evaluate(t).Opened {
 				if a.RuleID == cpu.ID {
@@ -360,7 +360,7 @@ func TestFilesystemAndOfflineAlertsFromARealAgent(t *testing.T) {
 
 	agent.Kill(t)
 	var a AlertInfo
-	eventually(t, 3*time.Minute, "agent_offline opened by the evaluation loop", func() bool {
+	testlab.Eventually(t, 3*time.Minute, "agent_offline opened by the evaluation loop", func() bool {
 		var ok bool
 		a, ok = f.alertOf(t, offline.ID, "open")
 		return ok
@@ -369,7 +369,7 @@ func TestFilesystemAndOfflineAlertsFromARealAgent(t *testing.T) {
 		t.Fatalf("agent_offline alert: %+v", a)
 	}
 	startAgent(t, config)
-	eventually(t, 60*time.Second, "agent_offline resolved", func() bool {
+	testlab.Eventually(t, 60*time.Second, "agent_offline resolved", func() bool {
 		_, ok := f.alertOf(t, offline.ID, "resolved")
 		return ok
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // caddyLoaded is the part of Caddy's running configuration the proxy
@@ -83,7 +84,7 @@ func (s *appStack) gatedHealthPort(t testing.TB, deploymentID string, timeout ti
 	t.Helper()
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	port := 0
-	eventually(t, timeout, "the release of "+deploymentID+" waits in its health check", func() bool {
+	testlab.Eventually(t, timeout, "the release of "+deploymentID+" waits in its health check", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		res, err := s.Docker.ContainerList(ctx, client.ContainerListOptions{

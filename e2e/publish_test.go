@@ -37,7 +37,7 @@ func (s *appStack) waitRemoved(t testing.TB, id string) {
 	t.Helper()
 	resp := s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + id, Token: s.Token})
 	expectStatus(t, resp, http.StatusAccepted)
-	eventually(t, jobTimeout, "application "+id+" is removed", func() bool {
+	testlab.Eventually(t, jobTimeout, "application "+id+" is removed", func() bool {
 		r := s.Get(t, "/api/v1/applications/"+id, s.Token)
 		if r.Status == http.StatusOK {
 			var a AppInfo
@@ -142,7 +142,7 @@ func TestPublishOnRealStack(t *testing.T) {
 
 	// Removal closes the port.
 	s.waitRemoved(t, app.ID)
-	eventually(t, jobTimeout, addr+" is closed", func() bool {
+	testlab.Eventually(t, jobTimeout, addr+" is closed", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()

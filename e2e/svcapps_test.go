@@ -72,7 +72,7 @@ Environment=CAPSTAN_AGENT_HEALTH_PROBE_INTERVAL=1s
 EOF
 systemctl daemon-reload
 systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.HTTPSPort))
-	eventually(t, startTimeout, "the agent is online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
 
 	s := &appStack{appRig: &appRig{Fleet: f, serverID: e.Server.ID}, Caddy: caddy}
 	repo := gh.AddGitRepo(t, "acme", "svc", true)
@@ -259,7 +259,7 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 	// Deleting the application removes its units and releases.
 	r = s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + app.ID, Token: f.Token})
 	expectStatus(t, r, http.StatusAccepted)
-	eventually(t, jobTimeout, "the application is deleted", func() bool {
+	testlab.Eventually(t, jobTimeout, "the application is deleted", func() bool {
 		return s.Get(t, "/api/v1/applications/"+app.ID, f.Token).Status == http.StatusNotFound
 	})
 	if out := h.Exec(t, "ls /etc/systemd/system/capstan-app-svc@* /var/lib/capstan-apps/svc /etc/capstan-apps/svc 2>/dev/null").Stdout; out != "" {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // appTrafficTotals reads an application's or a server's other-bucket
@@ -86,7 +88,7 @@ func TestAppTrafficWithJunkHosts(t *testing.T) {
 	otherPath := "/api/v1/servers/" + s.serverID + "/requests/other?range=1h"
 	var tr, other AppTraffic
 	var logged map[string]int64
-	eventually(t, trafficTimeout, "the application's and the other bucket's counts to match the access log", func() bool {
+	testlab.Eventually(t, trafficTimeout, "the application's and the other bucket's counts to match the access log", func() bool {
 		logged = accessLogHosts(t, s.Caddy.AccessLog)
 		other = s.trafficTotals(t, otherPath)
 		tr = s.trafficTotals(t, appPath)
@@ -176,7 +178,7 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 		}
 		if i == 7 {
 			// Pruned after the result, reported as a later event.
-			eventually(t, time.Minute, "the seventh deployment's event pruning v1's image", func() bool {
+			testlab.Eventually(t, time.Minute, "the seventh deployment's event pruning v1's image", func() bool {
 				d, _ := s.waitDeployment(t, d.ID, "succeeded", pollInterval, deployTimeout)
 				_, ok := findEvent(d.Events, "pruned image "+strings.TrimPrefix(img(1).ID, "sha256:")[:12])
 				return ok
@@ -199,7 +201,7 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 	// The inventory lists the images with their tags, size and creation
 	// time, and soon no longer v1's.
 	var srv ServerImages
-	eventually(t, 90*time.Second, "an inventory without v1's image", func() bool {
+	testlab.Eventually(t, 90*time.Second, "an inventory without v1's image", func() bool {
 		resp := s.Get(t, "/api/v1/servers/"+s.serverID, s.Token)
 		expectStatus(t, resp, http.StatusOK)
 		srv = ServerImages{}
