@@ -120,10 +120,7 @@ func TestGitDeploy(t *testing.T) {
 		t.Fatalf("no build output in the events:\n%s", eventsText(d1.Events))
 	}
 
-	resp := g.Post(t, "/api/v1/domains", g.Token, map[string]any{"hostname": hostname, "application_id": app.ID, "tls_mode": "internal"})
-	var dom domainChange
-	expectJSON(t, resp, http.StatusCreated, &dom)
-	g.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	g.addDomain(t, app.ID, hostname, "internal", "succeeded")
 	hc := g.Client(t)
 	url := g.Caddy.URL("https", hostname, "/")
 	g.waitSite(t, hc, url, "one "+buildArg, time.Minute)

@@ -41,10 +41,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	down := s.createRule(t, map[string]any{"kind": "app_down", "duration": int(hold / time.Second), "scope": "application", "scope_id": app.ID})
 	tls := s.createRule(t, map[string]any{"kind": "tls_expiring", "threshold": 1, "scope": "application", "scope_id": app.ID})
 
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	var dom domainChange
-	expectJSON(t, resp, http.StatusCreated, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	dom := s.addDomain(t, app.ID, host, "internal", "succeeded")
 	var di DomainInfo
 	testlab.Eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {
 		resp := s.Get(t, "/api/v1/domains/"+dom.Domain.ID, s.Token)

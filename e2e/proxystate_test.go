@@ -125,10 +125,7 @@ func TestProxyStateNotUndoneByDeploy(t *testing.T) {
 
 	domainIDs := map[string]string{}
 	for _, host := range []string{gone, kept} {
-		resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-		var dom domainChange
-		expectJSON(t, resp, http.StatusCreated, &dom)
-		s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+		dom := s.addDomain(t, app.ID, host, "internal", "succeeded")
 		domainIDs[host] = dom.Domain.ID
 	}
 	if c := s.caddyConfig(t); !c.served(gone) || !c.served(kept) || !c.certified(kept) {

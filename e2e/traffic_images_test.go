@@ -38,10 +38,7 @@ func TestAppTrafficWithJunkHosts(t *testing.T) {
 		"container_port": 8080, "health_path": "/health",
 	})
 	s.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "off"})
-	var dom domainChange
-	expectJSON(t, resp, http.StatusCreated, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	s.addDomain(t, app.ID, host, "off", "succeeded")
 
 	hc := s.Client(t)
 	url := s.Caddy.URL("http", host, "/")
