@@ -87,11 +87,10 @@ func TestAccessByRole(t *testing.T) {
 	// to it).
 	chResp := r.Post(t, "/api/v1/notifications/channels", r.Token, map[string]any{"kind": "webhook", "name": "access",
 		"config": map[string]any{"url": "https://127.0.0.1:1/hook"}, "events": []string{"server.revoked"}})
-	expectStatus(t, chResp, http.StatusCreated)
 	var channel struct {
 		ID string `json:"id"`
 	}
-	chResp.JSON(t, &channel)
+	expectJSON(t, chResp, http.StatusCreated, &channel)
 
 	const none = "x_none" // an id that names nothing
 	cases := map[string]routeCase{
@@ -272,8 +271,6 @@ func TestAccessByRole(t *testing.T) {
 
 	// The document's operations are exactly the table's, each declared
 	// with the security its access needs.
-	resp := r.Get(t, "/openapi.json", "")
-	expectStatus(t, resp, http.StatusOK)
 	var doc struct {
 		Paths map[string]map[string]struct {
 			Security    *[]map[string][]string `json:"security"`
@@ -285,7 +282,7 @@ func TestAccessByRole(t *testing.T) {
 			} `json:"x-capstan-token"`
 		} `json:"paths"`
 	}
-	resp.JSON(t, &doc)
+	expectJSON(t, r.Get(t, "/openapi.json", ""), http.StatusOK, &doc)
 	var documented []string
 	for path, item := range doc.Paths {
 		for method, o := range item {
@@ -462,12 +459,9 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 
 	// An application with a secret: a deployment that failed with a log
 	// tail, one that succeeded, and a log read of its container.
-	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
-		"name": "web", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
+	app := r.createApp(t, map[string]any{
+		"name": "web", "source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"},
 		"container_port": 8080, "env": []map[string]string{{"key": "DATABASE_URL", "value": envMarker}}})
-	expectStatus(t, resp, http.StatusCreated)
-	var app AppInfo
-	resp.JSON(t, &app)
 	fx.appID, fx.failedDeployID = app.ID, app.Latest.ID
 	j = r.claimAs(t, agentproto.JobAppDeploy)
 	events(j.ID)
@@ -482,12 +476,9 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	complete(j.ID, agentproto.StatusSucceeded, agentproto.AppLogsResult{Lines: lines, State: "running", ContainerID: outputMarker}, "")
 
 	// An application whose removal failed with the agent's text.
-	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{
-		"name": "old", "server_id": r.serverID, "source": map[string]any{"type": "image", "image": "ghcr.io/acme/old:1.0"},
+	old := r.createApp(t, map[string]any{
+		"name": "old", "source": map[string]any{"type": "image", "image": "ghcr.io/acme/old:1.0"},
 		"container_port": 8080, "deploy": false})
-	expectStatus(t, resp, http.StatusCreated)
-	var old AppInfo
-	resp.JSON(t, &old)
 	fx.otherAppID = old.ID
 	expectStatus(t, r.del(t, "/api/v1/applications/"+old.ID), http.StatusAccepted)
 	complete(r.claimAs(t, agentproto.JobAppRemove).ID, agentproto.StatusFailed, nil, "docker rm: "+outputMarker)
@@ -497,14 +488,13 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp = r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "main", "server_id": r.serverID,
 		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": envMarker, "database": "app",
 		"tls_mode": "disable"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance struct {
 			ID string `json:"id"`
 		} `json:"instance"`
 		JobID string `json:"job_id"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	fx.databaseID, fx.databaseJobID = reg.Instance.ID, reg.JobID
 	j = r.claimAs(t, agentproto.JobDBConnect)
 	complete(j.ID, agentproto.StatusFailed, agentproto.DBFailure{Error: agentproto.DBError{Code: "28P01",
@@ -515,11 +505,10 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	resp = r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "reachable", "server_id": r.serverID,
 		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": envMarker, "database": "app",
 		"tls_mode": "disable"})
-	expectStatus(t, resp, http.StatusAccepted)
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	fx.exportDatabaseID = reg.Instance.ID
 	complete(r.claimAs(t, agentproto.JobDBConnect).ID, agentproto.StatusSucceeded, agentproto.DBConnectResult{ServerVersion: "15.4"}, "")
-	eventually(t, time.Minute, "the database is ready", func() bool {
+	testlab.Eventually(t, time.Minute, "the database is ready", func() bool {
 		var in DatabaseInfo
 		r.Get(t, "/api/v1/databases/"+fx.exportDatabaseID, r.Token).JSON(t, &in)
 		return in.State == "ready"
@@ -531,9 +520,8 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 	dump := []byte("-- " + outputMarker + "\n")
 	resp = r.Do(t, Req{Method: http.MethodPut, Path: "/agent/v1/jobs/" + j.ID + "/artifact", Token: r.agent, Body: dump,
 		ContentType: agentproto.ArtifactContentType})
-	expectStatus(t, resp, http.StatusOK)
 	var receipt agentproto.ArtifactReceipt
-	resp.JSON(t, &receipt)
+	expectJSON(t, resp, http.StatusOK, &receipt)
 	complete(j.ID, agentproto.StatusSucceeded, agentproto.DBExportResult{Tool: agentproto.DBToolHost, Bytes: receipt.Bytes,
 		SHA256: receipt.SHA256, DumpBytes: 100}, "")
 
@@ -556,26 +544,24 @@ func makeAccessFixtures(t *testing.T, r *appRig) accessFixtures {
 		{Step: agentproto.BackupStepWrite, Error: "AccessDenied: " + outputMarker}}}, "write: AccessDenied: "+outputMarker)
 	// A backup that failed with the dump tool's text.
 	resp = r.Post(t, "/api/v1/backups/run", r.Token, map[string]any{"instance_id": fx.exportDatabaseID})
-	expectStatus(t, resp, http.StatusAccepted)
 	var queued struct {
 		Run struct {
 			ID string `json:"id"`
 		} `json:"run"`
 	}
-	resp.JSON(t, &queued)
+	expectJSON(t, resp, http.StatusAccepted, &queued)
 	fx.backupRunID = queued.Run.ID
 	complete(r.claimAs(t, agentproto.JobBackupRun).ID, agentproto.StatusFailed, agentproto.BackupRunResult{Step: "dump"},
 		"pg_dump: "+outputMarker)
 
 	// A domain (its proxy.apply job stays queued).
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom struct {
 		Domain struct {
 			ID string `json:"id"`
 		} `json:"domain"`
 	}
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	fx.domainID = dom.Domain.ID
 	if fx.domainID == "" {
 		t.Fatalf("domain reply: %s", resp.Body)
@@ -605,12 +591,10 @@ func TestEnvValuesRevealAudited(t *testing.T) {
 	}
 	envOf := func(path, token string) []envEntry {
 		t.Helper()
-		resp := r.Get(t, path, token)
-		expectStatus(t, resp, http.StatusOK)
 		var d struct {
 			Env []envEntry `json:"env"`
 		}
-		resp.JSON(t, &d)
+		expectJSON(t, r.Get(t, path, token), http.StatusOK, &d)
 		return d.Env
 	}
 	if env := envOf("/api/v1/applications/"+app.ID+"?reveal=false", r.Token); len(env) != 1 || env[0].Value != nil || !env[0].ValueSet ||
@@ -750,11 +734,10 @@ func accessTokens(t *testing.T, r *appRig, memberSession string, fx accessFixtur
 		t.Helper()
 		resp := r.Post(t, "/api/v1/tokens", session, map[string]any{"name": "access " + scope, "scopes": []string{scope},
 			"resources": resources})
-		expectStatus(t, resp, http.StatusCreated)
 		var out struct {
 			Token string `json:"token"`
 		}
-		resp.JSON(t, &out)
+		expectJSON(t, resp, http.StatusCreated, &out)
 		return out.Token
 	}
 	var out []accessToken

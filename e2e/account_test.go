@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/auth"
-	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -26,10 +25,8 @@ type sessionList struct {
 
 func listSessions(t *testing.T, cp *ControlPlane, token string) sessionList {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/auth/sessions", token)
-	expectStatus(t, r, http.StatusOK)
 	var l sessionList
-	r.JSON(t, &l)
+	expectJSON(t, cp.Get(t, "/api/v1/auth/sessions", token), http.StatusOK, &l)
 	return l
 }
 
@@ -38,8 +35,7 @@ func listSessions(t *testing.T, cp *ControlPlane, token string) sessionList {
 // another user's session is 404 and stays; revocations are audited.
 func TestSessionsListAndRevoke(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		alice := newAdmin(t, cp, "alice@example.com")
 		bob := newAdmin(t, cp, "bob@example.com")
 		s1 := signInUser(t, cp, alice)
@@ -101,8 +97,7 @@ func TestSessionsListAndRevoke(t *testing.T) {
 // password or code, or a weak new password, changes nothing.
 func TestPasswordChange(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		alice := newAdmin(t, cp, "alice@example.com")
 		ops := newAdmin(t, cp, "ops@example.com")
 		s1 := signInUser(t, cp, alice)
@@ -150,8 +145,7 @@ func TestPasswordChange(t *testing.T) {
 // again after the grace revokes the session.
 func TestRefreshConcurrentTabs(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		alice := newAdmin(t, cp, "alice@example.com")
 		s := signInUser(t, cp, alice)
 		cookie := []*http.Cookie{{Name: s.Refresh.Name, Value: s.Refresh.Value}}
@@ -204,8 +198,7 @@ func TestRefreshConcurrentTabs(t *testing.T) {
 // streams close within seconds; devices are forgotten.
 func TestAdminRevocationEndsSessionsAndStreams(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		gina := createUser(t, cp, "gina@example.com", testPassword, false)
 		sa := signInUser(t, cp, admin)

@@ -105,11 +105,7 @@ func readAgentConfig(t testing.TB, path string) AgentConfig {
 // AgentProcess is a running capstan-agent run.
 type AgentProcess struct {
 	Config string
-
-	cmd    *exec.Cmd
-	logs   *lineLog
-	exited chan struct{} // closed when the process has exited
-	err    error         // cmd.Wait's result, valid once exited is closed
+	process
 }
 
 // startAgent starts capstan-agent run with the config at path. When the test
@@ -144,20 +140,12 @@ func launchAgent(t testing.TB, config string, env, args []string) *AgentProcess 
 // or a wrapper that execs it: the process is the agent's).
 func launchAgentCmd(t testing.TB, config string, env, args []string, command func(string, ...string) *exec.Cmd) *AgentProcess {
 	t.Helper()
-	a := &AgentProcess{Config: config, logs: &lineLog{}, exited: make(chan struct{})}
-	a.cmd = command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
+	a := &AgentProcess{Config: config, process: process{logs: &lineLog{}}}
+	cmd := command(agentBinary(t), append([]string{"run", "--config", config}, args...)...)
 	// Its own state directory unless env or args name one: agents of
 	// parallel tests do not share what they keep across restarts.
-	a.cmd.Env = childEnv(append([]string{"CAPSTAN_AGENT_STATE_DIR=" + t.TempDir()}, env...))
-	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
-	a.cmd.WaitDelay = stopTimeout
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start capstan-agent run: %v", err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.exited)
-	}()
+	cmd.Env = childEnv(append([]string{"CAPSTAN_AGENT_STATE_DIR=" + t.TempDir()}, env...))
+	a.start(t, cmd, "capstan-agent run")
 	t.Cleanup(func() {
 		if a.Running() {
 			a.cmd.Process.Signal(syscall.SIGTERM) //nolint:errcheck // it may just have exited
@@ -185,9 +173,6 @@ func (a *AgentProcess) Running() bool {
 		return true
 	}
 }
-
-// Logs returns what the agent wrote to stdout and stderr so far.
-func (a *AgentProcess) Logs() string { return a.logs.String() }
 
 // Wait waits up to timeout for the agent to exit and returns its exit code
 // (-1 when a signal ended it); it fails the test on timeout.
@@ -270,13 +255,6 @@ func restartControlPlane(t testing.TB, cp *ControlPlane, opts Options) *ControlP
 		t.Fatalf("restarted control plane listens on %s, want %s", got, want)
 	}
 	return next
-}
-
-// eventually polls cond until it returns true, failing the test with what
-// if that takes longer than timeout (testlab.Eventually).
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	testlab.Eventually(t, timeout, what, cond)
 }
 
 // Fleet is a control plane with a signed-in administrator.
@@ -382,15 +360,23 @@ func (f *Fleet) createEnrollment(t testing.TB, name string, tags ...string) Enro
 	return e
 }
 
+// enrollServer creates a pending server and enrolls an agent for it with
+// capstan-agent enroll; it returns the enrollment and the agent's config
+// path.
+func (f *Fleet) enrollServer(t testing.TB, name string, tags ...string) (Enrollment, string) {
+	t.Helper()
+	e := f.createEnrollment(t, name, tags...)
+	return e, enrollAgent(t, f.ControlPlane, e.Token)
+}
+
 // enrollHTTP redeems an enrollment token over the agent protocol, as an
 // agent would, and returns the agent's credential.
 func (f *Fleet) enrollHTTP(t testing.TB, token string) agentproto.EnrollResponse {
 	t.Helper()
 	r := f.Post(t, "/agent/v1/enroll", "", agentproto.EnrollRequest{Token: token,
 		Facts: agentproto.Facts{Hostname: "e2e-host", OS: "debian", Arch: "amd64", AgentVersion: buildVersion}})
-	expectStatus(t, r, http.StatusOK)
 	var res agentproto.EnrollResponse
-	r.JSON(t, &res)
+	expectJSON(t, r, http.StatusOK, &res)
 	if !strings.HasPrefix(res.AgentToken, agentproto.AgentTokenPrefix) {
 		t.Fatalf("enroll reply has no agent token: %s", r.Body)
 	}
@@ -400,10 +386,8 @@ func (f *Fleet) enrollHTTP(t testing.TB, token string) agentproto.EnrollResponse
 // server returns GET /api/v1/servers/{id}.
 func (f *Fleet) server(t testing.TB, id string) ServerInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/servers/"+id, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var s ServerInfo
-	r.JSON(t, &s)
+	expectJSON(t, f.Get(t, "/api/v1/servers/"+id, f.Token), http.StatusOK, &s)
 	return s
 }
 
@@ -429,22 +413,18 @@ func (f *Fleet) ping(t testing.TB, serverID, message string) string {
 // job returns GET /api/v1/jobs/{id}.
 func (f *Fleet) job(t testing.TB, id string) JobInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/jobs/"+id, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var j JobInfo
-	r.JSON(t, &j)
+	expectJSON(t, f.Get(t, "/api/v1/jobs/"+id, f.Token), http.StatusOK, &j)
 	return j
 }
 
 // listJobs returns GET /api/v1/jobs with the query.
 func (f *Fleet) listJobs(t testing.TB, query string) []JobInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/jobs"+query, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Jobs []JobInfo `json:"jobs"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/jobs"+query, f.Token), http.StatusOK, &out)
 	return out.Jobs
 }
 

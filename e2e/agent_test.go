@@ -234,12 +234,10 @@ func TestAgentCoreFlow(t *testing.T) {
 // listServers returns GET /api/v1/servers.
 func (f *Fleet) listServers(t testing.TB) []ServerInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/servers", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Servers []ServerInfo `json:"servers"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/servers", f.Token), http.StatusOK, &out)
 	return out.Servers
 }
 
@@ -339,8 +337,7 @@ func TestJobIdempotencyAndValidation(t *testing.T) {
 		} `json:"job"`
 	}
 	r = f.action(t, id, map[string]any{"type": "service.logs", "payload": map[string]any{"unit": "ssh.service"}})
-	expectStatus(t, r, http.StatusAccepted)
-	r.JSON(t, &lines)
+	expectJSON(t, r, http.StatusAccepted, &lines)
 	if got, want := lines.Job.Payload.Lines, 200; got != want {
 		t.Errorf("service.logs default lines: got %d, want %d", got, want)
 	}
@@ -354,15 +351,13 @@ func TestJobIdempotencyAndValidation(t *testing.T) {
 func TestJobCancel(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "cache-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "cache-1")
 	token := readAgentConfig(t, config).AgentToken
 
 	id := f.ping(t, e.Server.ID, "never")
 	r := f.Post(t, "/api/v1/jobs/"+id+"/cancel", f.Token, nil)
-	expectStatus(t, r, http.StatusOK)
 	var j JobInfo
-	r.JSON(t, &j)
+	expectJSON(t, r, http.StatusOK, &j)
 	if got, want := j.Status, "cancelled"; got != want {
 		t.Errorf("status: got %q, want %q", got, want)
 	}
@@ -403,8 +398,7 @@ func TestJobCancel(t *testing.T) {
 func TestAgentReconnectsAfterControlPlaneRestart(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "app-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "app-1")
 	agent := startAgent(t, config)
 	f.waitJob(t, f.ping(t, e.Server.ID, "before"), "succeeded", jobTimeout)
 
@@ -478,8 +472,7 @@ func claimEndedByShutdown(cp *ControlPlane) bool {
 func TestAgentLostJobFails(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "worker-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "worker-1")
 	token := readAgentConfig(t, config).AgentToken
 	agent := startAgent(t, config)
 	f.waitJob(t, f.ping(t, e.Server.ID, "alive"), "succeeded", jobTimeout)
@@ -571,17 +564,15 @@ func TestAgentLostJobFails(t *testing.T) {
 func TestRevokeStopsAgent(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "edge-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "edge-1")
 	token := readAgentConfig(t, config).AgentToken
 	agent := startAgent(t, config)
 	id := f.ping(t, e.Server.ID, "before revoke")
 	f.waitJob(t, id, "succeeded", jobTimeout)
 
 	r := f.Post(t, "/api/v1/servers/"+e.Server.ID+"/revoke", f.Token, nil)
-	expectStatus(t, r, http.StatusOK)
 	var srv ServerInfo
-	r.JSON(t, &srv)
+	expectJSON(t, r, http.StatusOK, &srv)
 	if got, want := srv.Status, "revoked"; got != want {
 		t.Errorf("revoke reply: status %q, want %q", got, want)
 	}
@@ -679,8 +670,7 @@ func TestEnrollmentTokens(t *testing.T) {
 	f := newFleet(t, Options{})
 
 	// Redeemed once with the CLI; not again.
-	a := f.createEnrollment(t, "node-a")
-	config := enrollAgent(t, f.ControlPlane, a.Token)
+	a, config := f.enrollServer(t, "node-a")
 	r := f.Post(t, "/agent/v1/enroll", "", agentproto.EnrollRequest{Token: a.Token})
 	expectProblem(t, r, http.StatusUnauthorized, "invalid-enrollment-token")
 	fresh := t.TempDir() + "/agent.json"
@@ -702,10 +692,8 @@ func TestEnrollmentTokens(t *testing.T) {
 	}
 
 	// Reissuing invalidates the previous token.
-	r = f.Post(t, "/api/v1/servers/"+b.Server.ID+"/enrollments", f.Token, nil)
-	expectStatus(t, r, http.StatusCreated)
 	var b2 Enrollment
-	r.JSON(t, &b2)
+	expectJSON(t, f.Post(t, "/api/v1/servers/"+b.Server.ID+"/enrollments", f.Token, nil), http.StatusCreated, &b2)
 	if b2.Token == b.Token || !strings.HasPrefix(b2.Token, "ept_") {
 		t.Fatalf("reissued token: got %q (old %q)", b2.Token, b.Token)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // trickler is an agent request whose body comes a byte at a time, as an
@@ -109,10 +110,10 @@ func bogusAgentToken() string {
 func TestAgentSlotsUnderAbuse(t *testing.T) {
 	const attackers, noisy, share = 1100, 48, 16
 	f := newFleet(t, Options{Args: []string{"--agent-max-in-flight", "64"}})
-	config := enrollAgent(t, f.ControlPlane, f.createEnrollment(t, "real").Token)
+	_, config := f.enrollServer(t, "real")
 	real := readAgentConfig(t, config)
 	startAgent(t, config)
-	eventually(t, 30*time.Second, "the real agent's first heartbeat", func() bool {
+	testlab.Eventually(t, 30*time.Second, "the real agent's first heartbeat", func() bool {
 		return f.server(t, real.ServerID).LastSeenAt != nil
 	})
 
@@ -279,7 +280,7 @@ func TestAgentSlotsUnderAbuse(t *testing.T) {
 	// The requests beyond its share are refused at once; those in its
 	// share wait for their bodies until the body read times out.
 	var got []int
-	eventually(t, 30*time.Second, fmt.Sprintf("%d of the noisy server's %d requests refused at once", noisy-share, noisy), func() bool {
+	testlab.Eventually(t, 30*time.Second, fmt.Sprintf("%d of the noisy server's %d requests refused at once", noisy-share, noisy), func() bool {
 		for {
 			select {
 			case s := <-answers:
@@ -295,7 +296,7 @@ func TestAgentSlotsUnderAbuse(t *testing.T) {
 	if n := refused.Load(); n > 0 {
 		t.Fatalf("the real agent's heartbeats were refused while another server trickled: %v", lastRefusal.Load())
 	}
-	eventually(t, 60*time.Second, "every noisy request answered", func() bool {
+	testlab.Eventually(t, 60*time.Second, "every noisy request answered", func() bool {
 		for {
 			select {
 			case s := <-answers:

@@ -102,19 +102,15 @@ func (r *appRig) del(t *testing.T, path string) *Response {
 
 func (r *appRig) appInfo(t *testing.T, id string) AppInfo {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/applications/"+id, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var a AppInfo
-	resp.JSON(t, &a)
+	expectJSON(t, r.Get(t, "/api/v1/applications/"+id, r.Token), http.StatusOK, &a)
 	return a
 }
 
 func (r *appRig) deploymentInfo(t *testing.T, id string) AppDeployment {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/deployments/"+id, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var d AppDeployment
-	resp.JSON(t, &d)
+	expectJSON(t, r.Get(t, "/api/v1/deployments/"+id, r.Token), http.StatusOK, &d)
 	return d
 }
 
@@ -141,10 +137,8 @@ func (r *appRig) noClaim(t *testing.T) {
 
 func (r *appRig) secretsOf(t *testing.T, jobID string) map[string]string {
 	t.Helper()
-	resp := r.agentCall(t, r.agent, http.MethodGet, "/jobs/"+jobID+"/secrets", nil)
-	expectStatus(t, resp, http.StatusOK)
 	var s agentproto.SecretsResponse
-	resp.JSON(t, &s)
+	expectJSON(t, r.agentCall(t, r.agent, http.MethodGet, "/jobs/"+jobID+"/secrets", nil), http.StatusOK, &s)
 	return s.Secrets
 }
 
@@ -205,9 +199,8 @@ func TestApplicationDeployFlow(t *testing.T) {
 			"container_port": 8080, "health_path": "/healthz", "memory_limit": "256M",
 			"env": []map[string]string{{"key": "DATABASE_URL", "value": secretOne}, {"key": "MODE", "value": "production"}},
 		})
-		expectStatus(t, resp, http.StatusCreated)
 		var app AppInfo
-		resp.JSON(t, &app)
+		expectJSON(t, resp, http.StatusCreated, &app)
 		if resp.Header.Get("Location") != "/api/v1/applications/"+app.ID || app.Status != "deploying" || app.MemoryLimit != "256m" ||
 			app.Latest == nil || app.Latest.JobID == nil || app.Latest.Status != "queued" || len(app.Env) != 2 || app.Env[0].Value != nil || !app.Env[0].ValueSet {
 			t.Fatalf("create reply: %s", resp.Body)
@@ -329,9 +322,8 @@ func TestApplicationDeployFlow(t *testing.T) {
 		resp = r.Post(t, "/api/v1/deployments/"+second.DeploymentID+"/rollback", r.Token, nil)
 		expectProblem(t, resp, http.StatusConflict, "deployment-not-succeeded")
 		resp = r.Post(t, "/api/v1/deployments/"+first.ID+"/rollback", r.Token, nil)
-		expectStatus(t, resp, http.StatusAccepted)
 		var rb deployAccepted
-		resp.JSON(t, &rb)
+		expectJSON(t, resp, http.StatusAccepted, &rb)
 		if rb.DeploymentID == first.ID || deref(rb.Deployment.RollbackOf) != first.ID || rb.Deployment.Spec.PinnedImageID != "sha256:aaa" {
 			t.Fatalf("rollback: %s", resp.Body)
 		}
@@ -350,18 +342,16 @@ func TestApplicationDeployFlow(t *testing.T) {
 
 		// Recent deployments across applications, newest first.
 		resp = r.Get(t, "/api/v1/deployments?limit=2", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var recent struct {
 			Deployments []AppDeployment `json:"deployments"`
 		}
-		resp.JSON(t, &recent)
+		expectJSON(t, resp, http.StatusOK, &recent)
 		if len(recent.Deployments) != 2 || recent.Deployments[0].ID != rb.DeploymentID || recent.Deployments[1].ID != waiting.DeploymentID {
 			t.Fatalf("recent deployments: %s", resp.Body)
 		}
 
 		// Domains: every change queues proxy.apply with the whole state.
 		resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID, "tls_mode": "auto", "redirect_www": true})
-		expectStatus(t, resp, http.StatusCreated)
 		var dom struct {
 			Domain struct {
 				ID string `json:"id"`
@@ -369,7 +359,7 @@ func TestApplicationDeployFlow(t *testing.T) {
 			JobID string  `json:"job_id"`
 			Job   JobInfo `json:"job"`
 		}
-		resp.JSON(t, &dom)
+		expectJSON(t, resp, http.StatusCreated, &dom)
 		if dom.JobID == "" || dom.Job.Type != agentproto.JobProxyApply || resp.Header.Get("Location") != "/api/v1/domains/"+dom.Domain.ID {
 			t.Fatalf("domain create: %s", resp.Body)
 		}
@@ -385,9 +375,8 @@ func TestApplicationDeployFlow(t *testing.T) {
 
 		resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "api", "server_id": r.serverID, "deploy": false,
 			"source": map[string]any{"type": "image", "image": "ghcr.io/acme/api:2"}, "container_port": 3000})
-		expectStatus(t, resp, http.StatusCreated)
 		var api AppInfo
-		resp.JSON(t, &api)
+		expectJSON(t, resp, http.StatusCreated, &api)
 		if api.Latest != nil || api.Status != "new" || api.HealthPath != "/" {
 			t.Fatalf("deploy false: %s", resp.Body)
 		}
@@ -420,7 +409,6 @@ func TestApplicationDeployFlow(t *testing.T) {
 		r.completeJob(t, cj.ID, agentproto.StatusSucceeded, agentproto.DomainCheckResult{Addresses: []string{"198.51.100.1"},
 			CertError: "no certificate: TLS is off", CheckedAt: time.Now()}, "")
 		resp = r.Get(t, "/api/v1/domains/"+dom.Domain.ID, r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var checked struct {
 			Check *struct {
 				Addresses      []string `json:"addresses"`
@@ -429,21 +417,18 @@ func TestApplicationDeployFlow(t *testing.T) {
 				Errors         []string `json:"errors"`
 			} `json:"check"`
 		}
-		resp.JSON(t, &checked)
+		expectJSON(t, resp, http.StatusOK, &checked)
 		if checked.Check == nil || checked.Check.PointsToServer || checked.Check.ComparedWith != "none" || len(checked.Check.Errors) != 1 {
 			t.Fatalf("checked domain: %s", resp.Body)
 		}
 
 		// Application logs.
-		resp = r.Post(t, "/api/v1/applications/"+app.ID+"/logs", r.Token, map[string]any{"lines": 20})
-		expectStatus(t, resp, http.StatusAccepted)
 		var la Accepted
-		resp.JSON(t, &la)
+		expectJSON(t, r.Post(t, "/api/v1/applications/"+app.ID+"/logs", r.Token, map[string]any{"lines": 20}), http.StatusAccepted, &la)
 		lj := r.claimAs(t, agentproto.JobAppLogs)
 		r.completeJob(t, lj.ID, agentproto.StatusSucceeded, agentproto.AppLogsResult{State: "running", RestartCount: 1,
 			StartedAt: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Lines: []agentproto.LogLine{{At: time.Now(), Priority: 6, Message: "listening on :8080", Stream: "stdout"}}}, "")
 		resp = r.Get(t, "/api/v1/applications/"+app.ID+"/logs/"+la.JobID, r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var logs struct {
 			Status       string `json:"status"`
 			State        string `json:"state"`
@@ -452,7 +437,7 @@ func TestApplicationDeployFlow(t *testing.T) {
 				Message string `json:"message"`
 			} `json:"lines"`
 		}
-		resp.JSON(t, &logs)
+		expectJSON(t, resp, http.StatusOK, &logs)
 		if logs.Status != "succeeded" || logs.State != "running" || logs.RestartCount != 1 || len(logs.Lines) != 1 {
 			t.Fatalf("logs: %s", resp.Body)
 		}
@@ -467,7 +452,6 @@ func TestApplicationDeployFlow(t *testing.T) {
 		}})
 		expectStatus(t, resp, http.StatusOK)
 		resp = r.Get(t, "/api/v1/applications/"+app.ID+"/requests?range=24h", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var traffic struct {
 			BucketSeconds int `json:"bucket_seconds"`
 			Points        []struct {
@@ -479,7 +463,7 @@ func TestApplicationDeployFlow(t *testing.T) {
 				P95Ms     *float64 `json:"p95_ms"`
 			} `json:"totals"`
 		}
-		resp.JSON(t, &traffic)
+		expectJSON(t, resp, http.StatusOK, &traffic)
 		if traffic.BucketSeconds != 300 || len(traffic.Points) != 288 || traffic.Totals.Count != 12 || traffic.Totals.Status5xx != 1 ||
 			traffic.Totals.P95Ms == nil || *traffic.Totals.P95Ms != 40 {
 			t.Fatalf("traffic: %s", resp.Body)
@@ -546,21 +530,19 @@ func TestApplicationAPIRefusesBadInput(t *testing.T) {
 	r := newAppRig(t, store.SQLite)
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, resp, http.StatusCreated, &app)
 	if app.Kind != "container" {
 		t.Fatalf("default kind: %s", resp.Body)
 	}
 	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom struct {
 		Domain struct {
 			ID      string `json:"id"`
 			TLSMode string `json:"tls_mode"`
 		} `json:"domain"`
 	}
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	if dom.Domain.TLSMode != "auto" {
 		t.Fatalf("default tls_mode: %s", resp.Body)
 	}
@@ -641,9 +623,8 @@ func TestApplicationAPIRefusesBadInput(t *testing.T) {
 	} {
 		// An invalid entry is skipped and named; the report is not refused.
 		resp := r.agentCall(t, r.agent, http.MethodPost, "/requests", agentproto.RequestsReport{Minutes: []agentproto.RequestMinute{m}})
-		expectStatus(t, resp, http.StatusOK)
 		var res agentproto.RequestsResult
-		resp.JSON(t, &res)
+		expectJSON(t, resp, http.StatusOK, &res)
 		if res.Stored != 0 || res.SkippedCount != 1 || len(res.Skipped) != 1 || !strings.HasPrefix(res.Skipped[0].Field, "minutes[0].") {
 			t.Fatalf("invalid entry %+v: %s", m, resp.Body)
 		}

@@ -110,8 +110,7 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		s.DNS = startDNSServer(t, opts.DNS)
 	}
 
-	e := f.createEnrollment(t, "app-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "app-host")
 	s.appRig = &appRig{Fleet: f, serverID: e.Server.ID}
 	// Registered before the agent starts, so it runs after the agent
 	// stopped (cleanups run last first): the agent creates no container
@@ -134,12 +133,8 @@ func newAppStack(t testing.TB, opts appStackOptions) *appStack {
 		args = append(args, "--dns-server", s.DNS)
 	}
 	args = append(args, opts.AgentArgs...)
-	env := append([]string(nil), opts.AgentEnv...)
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
-	s.Agent = startAgentWith(t, config, env, args...)
-	eventually(t, startTimeout, "the agent is online", func() bool {
+	s.Agent = startAgentWith(t, config, slices.Concat(opts.AgentEnv, testlab.DockerEnv()), args...)
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool {
 		if !s.Agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", s.Agent.Logs())
 		}
@@ -303,24 +298,46 @@ func (s *appStack) waitSite(t testing.TB, hc *http.Client, url, want string, tim
 
 // createApp creates an application on the stack's server and returns its
 // detail (with its first deployment as latest, unless deploy is false).
-func (s *appStack) createApp(t testing.TB, body map[string]any) AppInfo {
+func (r *appRig) createApp(t testing.TB, body map[string]any) AppInfo {
 	t.Helper()
-	b := map[string]any{"server_id": s.serverID}
+	b := map[string]any{"server_id": r.serverID}
 	maps.Copy(b, body)
-	resp := s.Post(t, "/api/v1/applications", s.Token, b)
-	expectStatus(t, resp, http.StatusCreated)
 	var app AppInfo
-	resp.JSON(t, &app)
+	expectJSON(t, r.Post(t, "/api/v1/applications", r.Token, b), http.StatusCreated, &app)
 	return app
+}
+
+// createWebApp creates an application of the v1 web image whose answer
+// greets name, and waits (polling every poll) until its first deployment
+// succeeded.
+func (s *appStack) createWebApp(t testing.TB, name string, poll time.Duration) AppInfo {
+	t.Helper()
+	app := s.createApp(t, map[string]any{
+		"name": name, "source": map[string]any{"type": "image", "image": s.Images["v1"].Ref},
+		"container_port": 8080, "health_path": "/health",
+		"env": []map[string]string{{"key": "GREETING", "value": name}},
+	})
+	s.waitDeployment(t, app.Latest.ID, "succeeded", poll, deployTimeout)
+	return app
+}
+
+// addDomain serves host for the application with the TLS mode and waits
+// until its proxy job ended with want; it returns the reply.
+func (s *appStack) addDomain(t testing.TB, appID, host, tlsMode, want string) domainChange {
+	t.Helper()
+	var dom domainChange
+	expectJSON(t, s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": appID, "tls_mode": tlsMode}),
+		http.StatusCreated, &dom)
+	s.waitJob(t, dom.JobID, want, jobTimeout)
+	return dom
 }
 
 // deploy queues a deployment (body nil: none) and returns its id.
 func (s *appStack) deploy(t testing.TB, appID string, body any) string {
 	t.Helper()
 	resp := s.Post(t, "/api/v1/applications/"+appID+"/deployments", s.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a deployAccepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	if a.DeploymentID == "" {
 		t.Fatalf("deploy reply: %s", resp.Body)
 	}
@@ -330,10 +347,8 @@ func (s *appStack) deploy(t testing.TB, appID string, body any) string {
 // deployment returns GET /api/v1/deployments/{id}.
 func (s *appStack) deployment(t testing.TB, id string) AppDeployment {
 	t.Helper()
-	resp := s.Get(t, "/api/v1/deployments/"+id, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var d AppDeployment
-	resp.JSON(t, &d)
+	expectJSON(t, s.Get(t, "/api/v1/deployments/"+id, s.Token), http.StatusOK, &d)
 	return d
 }
 
@@ -405,6 +420,18 @@ type loadCounts struct {
 	LastSeen map[string]time.Time
 	Failures int64
 	Errors   []string // the first few
+}
+
+// add counts o's requests and failures in c too.
+func (c *loadCounts) add(o loadCounts) {
+	c.Failures += o.Failures
+	c.Errors = append(c.Errors, o.Errors...)
+	if c.Bodies == nil {
+		c.Bodies = map[string]int64{}
+	}
+	for k, v := range o.Bodies {
+		c.Bodies[k] += v
+	}
 }
 
 func (c loadCounts) Requests() int64 {

@@ -50,13 +50,12 @@ func TestApplicationSecretsHiddenFromMembers(t *testing.T) {
 
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "stack", "server_id": r.serverID, "kind": "compose",
 		"source": map[string]any{"type": "inline"}, "compose": maskedDoc, "web_service": "web", "container_port": 8080})
-	expectStatus(t, resp, http.StatusCreated)
 	var stack struct {
 		AppInfo
 		Compose       string `json:"compose"`
 		ComposeMasked bool   `json:"compose_masked"`
 	}
-	resp.JSON(t, &stack)
+	expectJSON(t, resp, http.StatusCreated, &stack)
 	if strings.Contains(string(resp.Body), docMarker) || !stack.ComposeMasked || !strings.Contains(stack.Compose, `DATABASE_URL: "********"`) ||
 		!strings.Contains(stack.Compose, `- "API_KEY=********"`) || !strings.Contains(stack.Compose, "image: ghcr.io/acme/web:1.0") {
 		t.Fatalf("the create reply, like env values, shows the masked document: %s", resp.Body)
@@ -70,9 +69,8 @@ func TestApplicationSecretsHiddenFromMembers(t *testing.T) {
 	resp = r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "svc", "server_id": r.serverID, "kind": "service",
 		"source":        map[string]any{"type": "git", "installation_id": inst, "repo_id": repo.ID, "branch": "main"},
 		"start_command": start, "build_command": build})
-	expectStatus(t, resp, http.StatusCreated)
 	var svc AppInfo
-	resp.JSON(t, &svc)
+	expectJSON(t, resp, http.StatusCreated, &svc)
 	if strings.Contains(string(resp.Body), docMarker) {
 		t.Fatalf("the create reply shows the commands: %s", resp.Body)
 	}

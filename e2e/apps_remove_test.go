@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestAppRemovalWithProxyDown: the server's Caddy is down. An application
@@ -24,40 +26,29 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 		return app
 	}
 	plain, served := create("plain"), create("served")
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": served.ID, "tls_mode": "off"})
-	expectStatus(t, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(t, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	dom := s.addDomain(t, served.ID, host, "off", "succeeded")
 
 	s.Caddy.Stop()
 
 	// A domain added now: its proxy job fails, the domain says so and the
 	// inbox has it.
 	const down = "down.test"
-	resp = s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": down, "application_id": served.ID, "tls_mode": "off"})
-	expectStatus(t, resp, http.StatusCreated)
-	var failed domainChange
-	resp.JSON(t, &failed)
-	s.waitJob(t, failed.JobID, "failed", jobTimeout)
+	failed := s.addDomain(t, served.ID, down, "off", "failed")
 	var info DomainInfo
 	r := s.Get(t, "/api/v1/domains/"+failed.Domain.ID, s.Token)
-	expectStatus(t, r, http.StatusOK)
-	r.JSON(t, &info)
+	expectJSON(t, r, http.StatusOK, &info)
 	if info.Proxy.Status != "failed" || info.Proxy.Error == nil || !strings.Contains(*info.Proxy.Error, "caddy") ||
 		info.Proxy.JobID == nil || *info.Proxy.JobID != failed.JobID {
 		t.Fatalf("a domain whose proxy job failed: %+v", info.Proxy)
 	}
-	eventually(t, jobTimeout, "the inbox tells of the proxy failure", func() bool {
-		r := s.Get(t, "/api/v1/notifications", s.Token)
-		expectStatus(t, r, http.StatusOK)
+	testlab.Eventually(t, jobTimeout, "the inbox tells of the proxy failure", func() bool {
 		var inbox struct {
 			Notifications []struct {
 				EventType string `json:"event_type"`
 				Body      string `json:"body"`
 			} `json:"notifications"`
 		}
-		r.JSON(t, &inbox)
+		expectJSON(t, s.Get(t, "/api/v1/notifications", s.Token), http.StatusOK, &inbox)
 		for _, n := range inbox.Notifications {
 			if n.EventType == "proxy.failed" && strings.Contains(n.Body, down) {
 				return true
@@ -73,7 +64,7 @@ func TestAppRemovalWithProxyDown(t *testing.T) {
 		resp := s.del(t, "/api/v1/applications/"+app.ID+query)
 		expectStatus(t, resp, http.StatusAccepted)
 		var out string
-		eventually(t, jobTimeout, "the removal of "+app.Name+" ends", func() bool {
+		testlab.Eventually(t, jobTimeout, "the removal of "+app.Name+" ends", func() bool {
 			r := s.Get(t, "/api/v1/applications/"+app.ID, s.Token)
 			if r.Status == http.StatusNotFound {
 				return true

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestAppsOnRealStack runs an application end to end with real processes:
@@ -52,9 +53,8 @@ func TestAppsOnRealStack(t *testing.T) {
 
 	// A domain with a certificate from Caddy's local CA.
 	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	if dom.JobID == "" || dom.Job.Type != "proxy.apply" {
 		t.Fatalf("domain create: %s", resp.Body)
 	}
@@ -84,11 +84,10 @@ func TestAppsOnRealStack(t *testing.T) {
 	expectStatus(t, resp, http.StatusOK)
 	resp = s.Post(t, "/api/v1/tokens", s.Token, map[string]any{"name": "pipeline", "scopes": []string{"deploy"},
 		"resources": []string{"app:" + app.ID}})
-	expectStatus(t, resp, http.StatusCreated)
 	var pipeline struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &pipeline)
+	expectJSON(t, resp, http.StatusCreated, &pipeline)
 	for _, c := range []struct {
 		method, path, code string
 		body               any
@@ -106,10 +105,8 @@ func TestAppsOnRealStack(t *testing.T) {
 	if r := s.Get(t, "/api/v1/applications/"+app.ID, pipeline.Token); r.Status != http.StatusOK || strings.Contains(string(r.Body), `"one"`) {
 		t.Errorf("the application read with the deploy token: %d %s, want 200 without the environment's values", r.Status, r.Body)
 	}
-	resp = s.Post(t, "/api/v1/applications/"+app.ID+"/deployments", pipeline.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var byToken deployAccepted
-	resp.JSON(t, &byToken)
+	expectJSON(t, s.Post(t, "/api/v1/applications/"+app.ID+"/deployments", pipeline.Token, nil), http.StatusAccepted, &byToken)
 	d2, done := s.waitDeployment(t, byToken.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	load.waitAnswer(t, "v2 one", time.Minute)
 	c := load.Take()
@@ -129,15 +126,12 @@ func TestAppsOnRealStack(t *testing.T) {
 	// Caddy serves a certificate of its local CA's intermediate.
 	d3ID := s.deploy(t, app.ID, map[string]any{"ref": v3.Ref})
 
-	resp = s.Post(t, "/api/v1/domains/"+dom.Domain.ID+"/check", s.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var check Accepted
-	resp.JSON(t, &check)
+	expectJSON(t, s.Post(t, "/api/v1/domains/"+dom.Domain.ID+"/check", s.Token, nil), http.StatusAccepted, &check)
 	s.waitJob(t, check.JobID, "succeeded", jobTimeout)
 	resp = s.Get(t, "/api/v1/domains/"+dom.Domain.ID, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var di DomainInfo
-	resp.JSON(t, &di)
+	expectJSON(t, resp, http.StatusOK, &di)
 	if ch := di.Check; ch == nil || ch.JobID != check.JobID || ch.Status != "succeeded" || !slices.Equal(ch.Addresses, []string{"127.0.0.1"}) ||
 		ch.CertIssuer != s.localIntermediate(t).Subject.String() || ch.CertNotAfter == nil || !ch.CertNotAfter.After(time.Now()) ||
 		!slices.Contains(ch.CertDNSNames, host) || len(ch.Errors) != 0 {
@@ -170,9 +164,8 @@ func TestAppsOnRealStack(t *testing.T) {
 	// Rollback to the first deployment: a new deployment of its image.
 	load.waitAnswer(t, "v2 one", time.Minute)
 	resp = s.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", s.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
-	resp.JSON(t, &rb)
+	expectJSON(t, resp, http.StatusAccepted, &rb)
 	if rb.DeploymentID == d1.ID || deref(rb.Deployment.RollbackOf) != d1.ID || rb.Deployment.Spec.PinnedImageID != v1.ID {
 		t.Fatalf("rollback: %s", resp.Body)
 	}
@@ -228,8 +221,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	deadline := time.Now().Add(trafficTimeout)
 	for {
 		resp = s.Get(t, "/api/v1/applications/"+app.ID+"/requests?range=1h", s.Token)
-		expectStatus(t, resp, http.StatusOK)
-		resp.JSON(t, &tr)
+		expectJSON(t, resp, http.StatusOK, &tr)
 		if tr.Totals.Count >= want[0] {
 			break
 		}
@@ -246,16 +238,13 @@ func TestAppsOnRealStack(t *testing.T) {
 	}
 
 	// The live container's log and state.
-	resp = s.Post(t, "/api/v1/applications/"+app.ID+"/logs", s.Token, map[string]any{"lines": 50})
-	expectStatus(t, resp, http.StatusAccepted)
 	var la Accepted
-	resp.JSON(t, &la)
+	expectJSON(t, s.Post(t, "/api/v1/applications/"+app.ID+"/logs", s.Token, map[string]any{"lines": 50}), http.StatusAccepted, &la)
 	var logs AppLogsRead
 	deadline = time.Now().Add(jobTimeout)
 	for {
 		resp = s.Get(t, "/api/v1/applications/"+app.ID+"/logs/"+la.JobID, s.Token)
-		expectStatus(t, resp, http.StatusOK)
-		resp.JSON(t, &logs)
+		expectJSON(t, resp, http.StatusOK, &logs)
 		if logs.Status == "succeeded" {
 			break
 		}
@@ -282,7 +271,7 @@ func TestAppsOnRealStack(t *testing.T) {
 	// Removal: the containers and the domain's route go.
 	resp = s.del(t, "/api/v1/applications/"+app.ID)
 	expectStatus(t, resp, http.StatusAccepted)
-	eventually(t, jobTimeout, "the application is removed", func() bool {
+	testlab.Eventually(t, jobTimeout, "the application is removed", func() bool {
 		r := s.Get(t, "/api/v1/applications/"+app.ID, s.Token)
 		if r.Status == http.StatusOK {
 			var a AppInfo
@@ -320,15 +309,11 @@ func TestAppsOnRealStack(t *testing.T) {
 func TestAppsAPIRefusesMalformedInput(t *testing.T) {
 	t.Parallel()
 	r := newAppRig(t, store.SQLite)
-	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID, "deploy": false,
+	app := r.createApp(t, map[string]any{"name": "web", "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	expectStatus(t, resp, http.StatusCreated)
-	var app AppInfo
-	resp.JSON(t, &app)
-	resp = r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
-	expectStatus(t, resp, http.StatusCreated)
+	resp := r.Post(t, "/api/v1/domains", r.Token, map[string]any{"hostname": "example.com", "application_id": app.ID})
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	r.claimAs(t, "proxy.apply")
 
 	apps, appPath, domPath := "/api/v1/applications", "/api/v1/applications/"+app.ID, "/api/v1/domains/"+dom.Domain.ID

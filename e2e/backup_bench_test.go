@@ -21,6 +21,21 @@ import (
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
+// benchDatabaseMB is the size in megabytes of the database a benchmark
+// fills: CAPSTAN_BENCH_DB_MB, 64 by default.
+func benchDatabaseMB(b *testing.B) int {
+	b.Helper()
+	v := os.Getenv("CAPSTAN_BENCH_DB_MB")
+	if v == "" {
+		return 64
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("CAPSTAN_BENCH_DB_MB=%q", v)
+	}
+	return n
+}
+
 // BenchmarkBackupPostgres measures a backup of a PostgreSQL database of
 // CAPSTAN_BENCH_DB_MB megabytes (default 64; the figures are taken with
 // 1024) through Capstan end to end (POST /api/v1/backups/run until its
@@ -50,14 +65,7 @@ import (
 // resident memory in DIR/agent-rss (see holdForTimer). It stops when
 // DIR/done exists (or after an hour).
 func BenchmarkBackupPostgres(b *testing.B) {
-	mb := 64
-	if v := os.Getenv("CAPSTAN_BENCH_DB_MB"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("CAPSTAN_BENCH_DB_MB=%q", v)
-		}
-		mb = n
-	}
+	mb := benchDatabaseMB(b)
 	testlab.Docker(b)
 	pgDump := newestPgDump(b)
 	r := newImagesRig(b, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(b, "postgres")}})
@@ -72,8 +80,7 @@ func BenchmarkBackupPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	dbBytes := fillBench(b, pg.URL("bench"), mb)
-	inst := r.register(b, map[string]any{"name": "bench", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port,
-		"username": pg.User, "password": pg.Password, "database": "bench", "tls_mode": "disable"})
+	inst := r.registerPostgresOn(b, "bench", pg, "bench")
 	b.Logf("database: %.1f MiB", float64(dbBytes)/(1<<20))
 
 	recipient := backupIdentity(b, r.DataDir, "inst-v1:"+inst.ID).Recipient().String()
@@ -108,10 +115,8 @@ export PGHOST=127.0.0.1 PGPORT=%d PGUSER=%s PGPASSWORD='%s' PGSSLMODE=disable
 
 		rss = sampleRSS(b, pid)
 		start = time.Now()
-		resp := r.Post(b, "/api/v1/backups/"+run.ID+"/verify", r.Token, nil)
-		expectStatus(b, resp, http.StatusAccepted)
 		var a Accepted
-		resp.JSON(b, &a)
+		expectJSON(b, r.Post(b, "/api/v1/backups/"+run.ID+"/verify", r.Token, nil), http.StatusAccepted, &a)
 		vj := r.backupJob(b, a.JobID)
 		verifyTime := time.Since(start)
 		vbase, vpeak := rss()

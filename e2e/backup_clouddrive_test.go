@@ -23,8 +23,7 @@ func TestBackupCloudDrive(t *testing.T) {
 	opts.Args = append(opts.Args, "--backup-local-keep", "0", "--database-images",
 		databaseImagesFile(t, map[string]map[string]string{"postgres": {"15": testlab.EngineImage(t, "postgres")}}))
 	f := newFleet(t, opts)
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	r := &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID,
 		agent: startAgentWith(t, config, []string{"SSL_CERT_FILE=" + drive.CAFile})}}
 

@@ -93,11 +93,10 @@ func TestBackupStorageGrants(t *testing.T) {
 	host, port, user, password, database := postgresTarget(t)
 	resp := r.Post(t, "/api/v1/databases/external", r.Token, map[string]any{"name": "pg-b", "engine": "postgres", "host": host,
 		"port": port, "username": user, "password": password, "database": database, "tls_mode": "disable", "server_id": b.serverID})
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance DatabaseInfo `json:"instance"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	connect := b.claimType(t, r, agentproto.JobDBConnect)
 	data, _ := json.Marshal(agentproto.DBConnectResult{ServerVersion: "16.4"})
 	expectStatus(t, r.agentCall(t, b.token, http.MethodPost, "/jobs/"+connect.ID+"/complete",
@@ -113,9 +112,8 @@ func TestBackupStorageGrants(t *testing.T) {
 		t.Fatalf("payload %s, want grants of job %s and no credential", bj.Payload, bj.ID)
 	}
 	sec := r.agentCall(t, b.token, http.MethodGet, "/jobs/"+bj.ID+"/secrets", nil)
-	expectStatus(t, sec, http.StatusOK)
 	var secrets agentproto.SecretsResponse
-	sec.JSON(t, &secrets)
+	expectJSON(t, sec, http.StatusOK, &secrets)
 	if _, ok := secrets.Secrets[agentproto.SecretDBPassword]; !ok || len(secrets.Secrets) != 1 ||
 		strings.Contains(string(sec.Body), marker) || strings.Contains(string(sec.Body), r.s3.AccessKeyID) {
 		t.Fatalf("the job's secrets are %v, want the database password alone and no storage credential", keysOf(secrets.Secrets))

@@ -37,10 +37,8 @@ func (f *Fleet) jobSecrets(t testing.TB, agentToken, jobID string) map[string]st
 		if j == nil || j.ID != jobID {
 			continue
 		}
-		resp := f.agentCall(t, agentToken, http.MethodGet, "/jobs/"+jobID+"/secrets", nil)
-		expectStatus(t, resp, http.StatusOK)
 		var s agentproto.SecretsResponse
-		resp.JSON(t, &s)
+		expectJSON(t, f.agentCall(t, agentToken, http.MethodGet, "/jobs/"+jobID+"/secrets", nil), http.StatusOK, &s)
 		return s.Secrets
 	}
 	t.Fatalf("job %s was not claimed within a minute", jobID)
@@ -56,8 +54,7 @@ func TestBackupKeysPerInstance(t *testing.T) {
 	r := newBackupRig(t, store.SQLite)
 	expectStatus(t, r.putSettings(t, r.storageSettings("")), http.StatusOK)
 	configA := r.agent.Config
-	e := r.createEnrollment(t, "db-host-b")
-	configB := enrollAgent(t, r.ControlPlane, e.Token)
+	e, configB := r.enrollServer(t, "db-host-b")
 	agentB := startAgent(t, configB)
 
 	pg := func(serverID, name string) DatabaseInfo {
@@ -89,10 +86,8 @@ func TestBackupKeysPerInstance(t *testing.T) {
 
 	// Server A's agent stops; the test takes its place with its token.
 	r.agent.Terminate(t)
-	resp := r.Post(t, "/api/v1/backups/"+runA.ID+"/verify", r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var queued Accepted
-	resp.JSON(t, &queued)
+	expectJSON(t, r.Post(t, "/api/v1/backups/"+runA.ID+"/verify", r.Token, nil), http.StatusAccepted, &queued)
 	secrets := r.jobSecrets(t, readAgentConfig(t, configA).AgentToken, queued.JobID)
 	identity, err := age.ParseX25519Identity(secrets[agentproto.SecretBackupIdentity])
 	if err != nil {

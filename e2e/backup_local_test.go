@@ -17,9 +17,7 @@ import (
 func TestBackupLocalCopies(t *testing.T) {
 	r := newRestoreRigOn(t, store.SQLite, "--backup-local-keep", "1")
 	expectStatus(t, r.putSettings(t, r.storageSettings("local")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
+	pg, _ := r.registerPostgres(t, "pg")
 	backup := func() BackupRun {
 		t.Helper()
 		run, j := r.backup(t, pg.ID, "")

@@ -3,61 +3,12 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
-
-// writer inserts rows into an instance through query jobs, one after
-// the other, until stopped; stop returns how many rows were queued.
-func (r *backupRig) writer(instanceID, sql string, rowsPerStatement int64) (stop func() int64) {
-	var inserted atomic.Int64
-	quit := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		body, _ := json.Marshal(map[string]any{"readonly": false, "sql": sql})
-		for {
-			select {
-			case <-quit:
-				return
-			default:
-			}
-			req, _ := http.NewRequest(http.MethodPost, r.URL+"/api/v1/databases/"+instanceID+"/query", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := r.ControlPlane.Client.Do(req)
-			if err != nil {
-				return
-			}
-			var a struct {
-				JobID string `json:"job_id"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&a)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusAccepted {
-				return
-			}
-			inserted.Add(rowsPerStatement)
-			req, _ = http.NewRequest(http.MethodGet, r.URL+"/api/v1/databases/"+instanceID+"/jobs/"+a.JobID+"?wait=20", nil)
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-			if resp, err = r.ControlPlane.Client.Do(req); err != nil {
-				return
-			}
-			resp.Body.Close()
-		}
-	}()
-	var once sync.Once
-	return func() int64 {
-		once.Do(func() { close(quit); <-done })
-		return inserted.Load()
-	}
-}
 
 // insertRows counts the rows of a table's INSERT statements in a
 // MariaDB dump, which puts each row of an extended INSERT on a line of
@@ -189,11 +140,7 @@ func TestBackupMariaDB(t *testing.T) {
 	t.Logf("%d rows queued for insertion while the backup ran; the snapshot holds %d orders", inserted, rows["orders"])
 
 	// Verify: a throwaway database, dropped after.
-	vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil)
-	if vj.Status != "succeeded" {
-		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
-	}
-	if v := r.verified(t, run.ID); !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 3 {
+	if v := r.verifyOK(t, run.ID); !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 3 {
 		t.Fatalf("verified: %+v", v)
 	}
 	if n := leftovers(run.ID); n != "0" {

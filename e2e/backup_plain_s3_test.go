@@ -33,9 +33,7 @@ func TestBackupPlainHTTPStorage(t *testing.T) {
 	if j, _ := r.testStorage(t); j.Status != "succeeded" {
 		t.Fatalf("storage test on plain HTTP %s: %s\nagent log:\n%s", j.Status, deref(j.Error), r.agent.Logs())
 	}
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
+	pg, _ := r.registerPostgres(t, "pg")
 	run, j := r.backup(t, pg.ID, "")
 	if j.Status != "succeeded" || run.Status != "succeeded" {
 		t.Fatalf("backup: job %s (%s), run %s (%s)\nagent log:\n%s", j.Status, deref(j.Error), run.Status, run.Error, r.agent.Logs())
@@ -48,8 +46,7 @@ func TestBackupPlainHTTPStorage(t *testing.T) {
 	// Leaving tls out again means https.
 	delete(body, "tls")
 	resp = r.putSettings(t, body)
-	expectStatus(t, resp, http.StatusOK)
-	resp.JSON(t, &saved)
+	expectJSON(t, resp, http.StatusOK, &saved)
 	if !saved.TLS {
 		t.Fatalf("settings without tls: %s", resp.Body)
 	}

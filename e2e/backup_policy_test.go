@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // BackupPolicy is a policy as GET /api/v1/backups/policies lists it.
@@ -30,11 +31,10 @@ type BackupPolicy struct {
 func (r *backupRig) policy(t testing.TB, instanceID string) BackupPolicy {
 	t.Helper()
 	resp := r.Get(t, "/api/v1/backups/policies", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Policies []BackupPolicy `json:"policies"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, resp, http.StatusOK, &out)
 	for _, p := range out.Policies {
 		if p.InstanceID == instanceID {
 			return p
@@ -75,14 +75,8 @@ func TestBackupPolicySchedule(t *testing.T) {
 	other := startControlPlane(t, Options{Dialect: store.Postgres, DatabaseURL: r.ControlPlane.DatabaseURL,
 		DataDir: r.ControlPlane.DataDir, Args: append([]string{"--backup-local-dir", r.localDir}, args...)})
 	expectStatus(t, r.putSettings(t, r.storageSettings("sched")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
-	var w struct{}
-	for _, sql := range []string{"CREATE TABLE items (id int PRIMARY KEY, name text)",
-		"INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 500) g"} {
-		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": sql}).result(t, &w)
-	}
+	pg, database := r.registerPostgres(t, "pg", "CREATE TABLE items (id int PRIMARY KEY, name text)",
+		"INSERT INTO items SELECT g, 'item ' || g FROM generate_series(1, 500) g")
 
 	if p := r.policy(t, pg.ID); p.Enabled || p.EveryHours != 24 || p.Keep != 7 || !p.Verify || len(p.Databases) != 0 ||
 		p.NextDueAt != nil || p.UpdatedAt != nil || p.InstanceName != "pg" {
@@ -112,7 +106,7 @@ func TestBackupPolicySchedule(t *testing.T) {
 
 	// The scheduled backup succeeds and its verification restores it.
 	var run BackupRun
-	eventually(t, 4*time.Minute, "a scheduled backup, verified", func() bool {
+	testlab.Eventually(t, 4*time.Minute, "a scheduled backup, verified", func() bool {
 		for _, x := range r.runs(t, "&instance_id="+pg.ID) {
 			if x.Trigger == "schedule" && x.Status == "failed" {
 				t.Fatalf("scheduled backup failed: %s\nagent log:\n%s", x.Error, r.agent.Logs())
@@ -133,7 +127,7 @@ func TestBackupPolicySchedule(t *testing.T) {
 	// Later rounds (in whichever control plane holds the lease) queue no
 	// other backup: the next is due in an hour.
 	rounds := schedulerRounds(r.ControlPlane) + schedulerRounds(other)
-	eventually(t, time.Minute, "five more scheduler rounds", func() bool {
+	testlab.Eventually(t, time.Minute, "five more scheduler rounds", func() bool {
 		return schedulerRounds(r.ControlPlane)+schedulerRounds(other) >= rounds+5
 	})
 	scheduled := 0
@@ -195,9 +189,8 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	// backup stays delete_pending with the storage's error.
 	r.s3.SetUnavailable(true)
 	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/backups/" + runs[1].ID, Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	j := r.backupJob(t, a.JobID)
 	var res struct {
 		Local, Remote struct {
@@ -216,7 +209,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	expectProblem(t, r.Post(t, "/api/v1/backups/"+runs[1].ID+"/restore", r.Token, map[string]any{"mode": "new", "into": "x_copy"}),
 		http.StatusConflict, "backup-deleted")
 	r.s3.SetUnavailable(false)
-	eventually(t, 2*time.Minute, "the deletion retried once the storage is back", func() bool {
+	testlab.Eventually(t, 2*time.Minute, "the deletion retried once the storage is back", func() bool {
 		for _, x := range r.runs(t, "&instance_id="+pg.ID) {
 			if x.ID == runs[1].ID {
 				return false
@@ -233,7 +226,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	// newest verified.
 	r.agent.Terminate(t)
 	expectStatus(t, r.putPolicy(t, pg.ID, map[string]any{"enabled": true, "every_hours": 24, "keep": 1}), http.StatusOK)
-	eventually(t, time.Minute, "runs[2] pruned", func() bool { return r.run(t, runs[2].ID).DeletePending })
+	testlab.Eventually(t, time.Minute, "runs[2] pruned", func() bool { return r.run(t, runs[2].ID).DeletePending })
 	for _, run := range []BackupRun{runs[0], runs[3]} {
 		if r.run(t, run.ID).DeletePending {
 			t.Fatalf("%s pruned: it is the newest or the newest verified", run.ID)
@@ -243,7 +236,7 @@ func TestBackupDeleteAndPrune(t *testing.T) {
 	// it is the newest and the newest verified; every other one goes.
 	r.agent = startAgent(t, r.agent.Config)
 	var scheduled BackupRun
-	eventually(t, 4*time.Minute, "only the scheduled backup left", func() bool {
+	testlab.Eventually(t, 4*time.Minute, "only the scheduled backup left", func() bool {
 		left := r.runs(t, "&instance_id="+pg.ID)
 		if len(left) != 1 || left[0].Trigger != "schedule" {
 			return false

@@ -145,7 +145,7 @@ func TestBackupRestoreRedis(t *testing.T) {
 	testlab.WriteContainerFile(t, mr.docker, name, "/data", "capstan-redis.conf", strings.Join(lines, "\n"))
 	_, err = mr.docker.ContainerRestart(ctx, name, client.ContainerRestartOptions{})
 	must(err)
-	eventually(t, time.Minute, "the instance answers after its restart", func() bool { return c.Ping(ctx).Err() == nil })
+	testlab.Eventually(t, time.Minute, "the instance answers after its restart", func() bool { return c.Ping(ctx).Err() == nil })
 	if v, err := c.ConfigGet(ctx, "aclfile").Result(); err != nil || v["aclfile"] != "" {
 		t.Fatalf("aclfile of the instance made old: %v, %v", v, err)
 	}

@@ -35,16 +35,8 @@ func newRedisBackupRig(t *testing.T) (*backupRig, *managedRig, DatabaseInfo, *re
 		t.Fatalf("redis: %s %s: %+v\nagent log:\n%s", cj.Status, deref(cj.Error), inst, r.agent.Logs())
 	}
 	resp := r.Get(t, "/api/v1/databases/"+inst.ID+"/connection", r.Token)
-	expectStatus(t, resp, http.StatusOK)
-	var conn struct {
-		Host   string `json:"host"`
-		Port   int    `json:"port"`
-		Logins []struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"logins"`
-	}
-	resp.JSON(t, &conn)
+	var conn DatabaseConnection
+	expectJSON(t, resp, http.StatusOK, &conn)
 	if len(conn.Logins) == 0 {
 		t.Fatalf("connection: %s", resp.Body)
 	}
@@ -168,11 +160,7 @@ func TestBackupRedis(t *testing.T) {
 	}
 	t.Logf("%d keys written while the backup ran; the snapshot holds %d in db0", written.Load(), rows["db0"])
 
-	vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil)
-	if vj.Status != "succeeded" {
-		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
-	}
-	if v := r.verified(t, run.ID); !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
+	if v := r.verifyOK(t, run.ID); !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
 		t.Fatalf("verified: %+v", v)
 	} else if d := v.Details; d.Loader != "image" || d.LoaderVersion != "7.2" || d.LoaderRef != testlab.EngineImage(t, "redis") ||
 		d.EngineVersion == "" {
@@ -281,11 +269,7 @@ func TestBackupRedisExternalOlderVersion(t *testing.T) {
 	if j.Status != "succeeded" || run.Status != "succeeded" {
 		t.Fatalf("backup: job %s (%s), run %s (%s)\nagent log:\n%s", j.Status, deref(j.Error), run.Status, run.Error, r.agent.Logs())
 	}
-	vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil)
-	if vj.Status != "succeeded" {
-		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
-	}
-	v := r.verified(t, run.ID)
+	v := r.verifyOK(t, run.ID)
 	if !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
 		t.Fatalf("verified: %+v", v)
 	}

@@ -83,10 +83,8 @@ func databaseImagesFile(t testing.TB, images map[string]map[string]string) strin
 // post queues a verify or restore and waits for its job.
 func (r *backupRig) post(t *testing.T, path string, body any) JobInfo {
 	t.Helper()
-	resp := r.Post(t, path, r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, path, r.Token, body), http.StatusAccepted, &a)
 	return r.backupJob(t, a.JobID)
 }
 
@@ -139,6 +137,16 @@ func (r *backupRig) verified(t *testing.T, runID string) Verified {
 	return v
 }
 
+// verifyOK verifies the run, failing the test unless the verify job
+// succeeded, and returns the run's verification.
+func (r *backupRig) verifyOK(t *testing.T, runID string) Verified {
+	t.Helper()
+	if vj := r.post(t, "/api/v1/backups/"+runID+"/verify", nil); vj.Status != "succeeded" {
+		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
+	}
+	return r.verified(t, runID)
+}
+
 // TestBackupVerifyRestorePostgres: backup → verify (a throwaway database,
 // dropped after) → restore new, whose tables equal the source's at backup
 // time; rows changed after the backup, then restore replace, and the
@@ -149,9 +157,7 @@ func (r *backupRig) verified(t *testing.T, runID string) Verified {
 func TestBackupVerifyRestorePostgres(t *testing.T) {
 	r := newRestoreRig(t)
 	expectStatus(t, r.putSettings(t, r.storageSettings("")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
+	pg, database := r.registerPostgres(t, "pg")
 	exec := func(db, sql string) {
 		t.Helper()
 		var w struct{}
@@ -193,11 +199,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	if run.Status != "succeeded" {
 		t.Fatalf("backup %s: %s", j.Status, deref(j.Error))
 	}
-	vj := r.post(t, "/api/v1/backups/"+run.ID+"/verify", nil)
-	if vj.Status != "succeeded" {
-		t.Fatalf("verify: %s: %s\n%s", vj.Status, deref(vj.Error), r.agent.Logs())
-	}
-	v := r.verified(t, run.ID)
+	v := r.verifyOK(t, run.ID)
 	if !v.OK || !v.Details.ChecksumOK || len(v.Details.Tables) != 2 {
 		t.Fatalf("verified: %+v", v)
 	}
@@ -225,9 +227,8 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	r.restoreIntoExisting(t, run.ID, copyDB)
 	same(copyDB)
 	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + pg.ID + "/databases/" + copyDB, Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var dropped Accepted
-	resp.JSON(t, &dropped)
+	expectJSON(t, resp, http.StatusAccepted, &dropped)
 	if dj := r.wait(t, pg.ID, dropped.JobID); dj.Status != "succeeded" {
 		t.Fatalf("dropping %s: %s", copyDB, deref(dj.Error))
 	}
@@ -275,7 +276,7 @@ func TestBackupVerifyRestorePostgres(t *testing.T) {
 	if bad.Status != "succeeded" {
 		t.Fatalf("backup: %+v", bad)
 	}
-	vj = r.post(t, "/api/v1/backups/"+bad.ID+"/verify", nil)
+	vj := r.post(t, "/api/v1/backups/"+bad.ID+"/verify", nil)
 	if v := r.verified(t, bad.ID); vj.Status != "failed" || v.OK || !v.Details.ChecksumOK || !strings.Contains(v.Details.Error, "restoring") ||
 		!strings.Contains(v.Details.Error, "a_checked") {
 		t.Fatalf("verify of a backup that does not load: %s: %+v", vj.Status, v)

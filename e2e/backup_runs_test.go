@@ -11,8 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"filippo.io/age"
@@ -73,12 +71,11 @@ func (r *backupRig) backup(t testing.TB, instanceID, database string) (BackupRun
 		body["database"] = database
 	}
 	resp := r.Post(t, "/api/v1/backups/run", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a struct {
 		JobID string    `json:"job_id"`
 		Run   BackupRun `json:"run"`
 	}
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	// The agent may have claimed the job already.
 	if a.Run.Status != "queued" && a.Run.Status != "running" || a.Run.JobID != a.JobID || a.Run.Trigger != "manual" {
 		t.Fatalf("run reply: %s", resp.Body)
@@ -101,12 +98,10 @@ func (r *backupRig) run(t testing.TB, id string) BackupRun {
 
 func (r *backupRig) runs(t testing.TB, query string) []BackupRun {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/backups?limit=200"+query, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Runs []BackupRun `json:"runs"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, r.Get(t, "/api/v1/backups?limit=200"+query, r.Token), http.StatusOK, &out)
 	return out.Runs
 }
 
@@ -178,61 +173,17 @@ func copyRows(t testing.TB, dump []byte, table string) int {
 func TestBackupRunPostgres(t *testing.T) {
 	r := newBackupRig(t, store.SQLite)
 	expectStatus(t, r.putSettings(t, r.storageSettings("fleet")), http.StatusOK)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
 	marker := randomMarker(t)
-	var w struct{}
-	for _, sql := range []string{"CREATE TABLE orders (id serial PRIMARY KEY, item text)", "CREATE TABLE notes (body text)",
-		"INSERT INTO notes VALUES ('" + marker + "')", "INSERT INTO orders (item) SELECT 'item ' || g FROM generate_series(1, 2000) g"} {
-		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": sql}).result(t, &w)
-	}
+	pg, database := r.registerPostgres(t, "pg", "CREATE TABLE orders (id serial PRIMARY KEY, item text)", "CREATE TABLE notes (body text)",
+		"INSERT INTO notes VALUES ('"+marker+"')", "INSERT INTO orders (item) SELECT 'item ' || g FROM generate_series(1, 2000) g")
 
 	// Inserts go on while the backup runs, each one a query job (not
 	// waited for here: the test's helpers may only fail the test from its
 	// own goroutine).
-	var inserted atomic.Int64
-	stop := make(chan struct{})
-	writerDone := make(chan struct{})
-	go func() {
-		defer close(writerDone)
-		body, _ := json.Marshal(map[string]any{"readonly": false, "sql": "INSERT INTO orders (item) SELECT 'late' FROM generate_series(1, 50)"})
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			req, _ := http.NewRequest(http.MethodPost, r.URL+"/api/v1/databases/"+pg.ID+"/query", bytes.NewReader(body))
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := r.ControlPlane.Client.Do(req)
-			if err != nil {
-				return
-			}
-			var a struct {
-				JobID string `json:"job_id"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&a)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusAccepted {
-				return
-			}
-			inserted.Add(50)
-			// The next insert is queued once this one ended.
-			req, _ = http.NewRequest(http.MethodGet, r.URL+"/api/v1/databases/"+pg.ID+"/jobs/"+a.JobID+"?wait=20", nil)
-			req.Header.Set("Authorization", "Bearer "+r.Token)
-			if resp, err = r.ControlPlane.Client.Do(req); err != nil {
-				return
-			}
-			resp.Body.Close()
-		}
-	}()
-	var stopOnce sync.Once
-	stopWriter := func() { stopOnce.Do(func() { close(stop); <-writerDone }) }
+	stopWriter := r.writer(pg.ID, "INSERT INTO orders (item) SELECT 'late' FROM generate_series(1, 50)", 50)
 	defer stopWriter()
 	run, j := r.backup(t, pg.ID, "")
-	stopWriter()
+	inserted := stopWriter()
 	if j.Status != "succeeded" || run.Status != "succeeded" {
 		t.Fatalf("backup: job %s (%s), run %s (%s)\nagent log:\n%s", j.Status, deref(j.Error), run.Status, run.Error, r.agent.Logs())
 	}
@@ -265,7 +216,7 @@ func TestBackupRunPostgres(t *testing.T) {
 	if got := copyRows(t, dump, "public.orders"); int64(got) != rows["public.orders"] {
 		t.Fatalf("the dump holds %d orders, the manifest counted %d: not the same snapshot", got, rows["public.orders"])
 	}
-	t.Logf("%d rows queued for insertion while the backup ran; the snapshot holds %d", inserted.Load(), rows["public.orders"])
+	t.Logf("%d rows queued for insertion while the backup ran; the snapshot holds %d", inserted, rows["public.orders"])
 	local, err := os.ReadFile(run.Locations.Local)
 	if err != nil || !bytes.Equal(local, object) || !strings.HasPrefix(run.Locations.Local, r.localDir) {
 		t.Fatalf("local copy %q: %v (equal to the object: %v)", run.Locations.Local, err, bytes.Equal(local, object))
@@ -280,8 +231,7 @@ func TestBackupRunPostgres(t *testing.T) {
 	}
 	var sum2 BackupSummary
 	resp := r.Get(t, "/api/v1/backups/summary", r.Token)
-	expectStatus(t, resp, http.StatusOK)
-	resp.JSON(t, &sum2)
+	expectJSON(t, resp, http.StatusOK, &sum2)
 	if sum2.Count != 1 || sum2.TotalSize != run.Size || sum2.UnverifiedCount != 1 || sum2.VerifiedCount != 0 ||
 		len(sum2.RecentFailures) != 1 || sum2.RecentFailures[0].ID != failed.ID || len(sum2.Instances) != 1 ||
 		sum2.Instances[0].Failures != 1 || sum2.Instances[0].LastSuccessAt == nil {

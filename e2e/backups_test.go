@@ -1,12 +1,14 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,10 +63,55 @@ func newBackupRigWith(t testing.TB, opts Options) *backupRig {
 	local := t.TempDir()
 	opts.Args = append([]string{"--backup-local-dir", local, "--backup-local-keep", "2"}, opts.Args...)
 	f := newFleet(t, opts)
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	return &backupRig{dbRig: &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}, s3: testlab.StartS3(t),
 		localDir: local}
+}
+
+// writer inserts rows into an instance through query jobs, one after
+// the other, until stopped; stop returns how many rows were queued.
+func (r *backupRig) writer(instanceID, sql string, rowsPerStatement int64) (stop func() int64) {
+	var inserted atomic.Int64
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body, _ := json.Marshal(map[string]any{"readonly": false, "sql": sql})
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			req, _ := http.NewRequest(http.MethodPost, r.URL+"/api/v1/databases/"+instanceID+"/query", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+r.Token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := r.ControlPlane.Client.Do(req)
+			if err != nil {
+				return
+			}
+			var a struct {
+				JobID string `json:"job_id"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&a)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusAccepted {
+				return
+			}
+			inserted.Add(rowsPerStatement)
+			req, _ = http.NewRequest(http.MethodGet, r.URL+"/api/v1/databases/"+instanceID+"/jobs/"+a.JobID+"?wait=20", nil)
+			req.Header.Set("Authorization", "Bearer "+r.Token)
+			if resp, err = r.ControlPlane.Client.Do(req); err != nil {
+				return
+			}
+			resp.Body.Close()
+		}
+	}()
+	var once sync.Once
+	return func() int64 {
+		once.Do(func() { close(quit); <-done })
+		return inserted.Load()
+	}
 }
 
 // storageSettings is a PUT of the settings of the rig's S3 server.
@@ -85,10 +132,8 @@ func (r *backupRig) putSettings(t testing.TB, body map[string]any) *Response {
 
 func (r *backupRig) settings(t testing.TB) BackupSettings {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/backups/settings", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var s BackupSettings
-	resp.JSON(t, &s)
+	expectJSON(t, r.Get(t, "/api/v1/backups/settings", r.Token), http.StatusOK, &s)
 	return s
 }
 
@@ -97,10 +142,8 @@ func (r *backupRig) backupJob(t testing.TB, jobID string) JobInfo {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		resp := r.Get(t, "/api/v1/backups/jobs/"+jobID+"?wait=20", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var j JobInfo
-		resp.JSON(t, &j)
+		expectJSON(t, r.Get(t, "/api/v1/backups/jobs/"+jobID+"?wait=20", r.Token), http.StatusOK, &j)
 		switch j.Status {
 		case "succeeded", "failed", "cancelled":
 			return j
@@ -115,9 +158,8 @@ func (r *backupRig) backupJob(t testing.TB, jobID string) JobInfo {
 func (r *backupRig) testStorage(t testing.TB) (JobInfo, StorageTestResult) {
 	t.Helper()
 	resp := r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	if got, want := resp.Header.Get("Location"), "/api/v1/backups/jobs/"+a.JobID; got != want {
 		t.Fatalf("Location %q, want %q", got, want)
 	}

@@ -71,10 +71,8 @@ func verifyStandardWebhook(t testing.TB, r testlab.Received, secret string) int 
 
 func (f *Fleet) channel(t testing.TB, id string) ChannelInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/notifications/channels/"+id, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var c ChannelInfo
-	r.JSON(t, &c)
+	expectJSON(t, f.Get(t, "/api/v1/notifications/channels/"+id, f.Token), http.StatusOK, &c)
 	return c
 }
 
@@ -119,9 +117,8 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 
 		r := f.Post(t, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "webhook", "name": "ops",
 			"config": map[string]any{"url": hook}, "events": []string{"server.enrolled", "alert.opened"}})
-		expectStatus(t, r, http.StatusCreated)
 		var ch ChannelInfo
-		r.JSON(t, &ch)
+		expectJSON(t, r, http.StatusCreated, &ch)
 		if !strings.HasPrefix(ch.Secret, "whsec_") || ch.Kind != "webhook" || !ch.Enabled || len(ch.ConfigSet) != 1 || ch.ConfigSet[0] != "url" {
 			t.Fatalf("created channel: %s", r.Body)
 		}
@@ -131,7 +128,7 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 
 		e := f.createEnrollment(t, "hooked-1")
 		f.enrollHTTP(t, e.Token)
-		eventually(t, 60*time.Second, "the delivery after two 500s", func() bool {
+		testlab.Eventually(t, 60*time.Second, "the delivery after two 500s", func() bool {
 			c := f.channel(t, ch.ID)
 			return len(c.Deliveries) == 1 && c.Deliveries[0].Status == "delivered"
 		})
@@ -173,12 +170,11 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 
 		// A test message goes at once.
 		r = f.Post(t, "/api/v1/notifications/channels/"+ch.ID+"/test", f.Token, nil)
-		expectStatus(t, r, http.StatusOK)
 		var res struct {
 			Delivered    bool `json:"delivered"`
 			ResponseCode int  `json:"response_code"`
 		}
-		r.JSON(t, &res)
+		expectJSON(t, r, http.StatusOK, &res)
 		if !res.Delivered || res.ResponseCode != 200 || len(rc.Requests()) != 4 {
 			t.Fatalf("test message: %s; receiver has %d requests", r.Body, len(rc.Requests()))
 		}
@@ -186,9 +182,8 @@ func TestWebhookChannelSignedRetriedAndRotated(t *testing.T) {
 		// Rotation: the new secret is shown once; both sign for the grace.
 		r = f.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/notifications/channels/" + ch.ID, Token: f.Token,
 			JSON: map[string]any{"rotate_secret": true, "grace_seconds": 3600}})
-		expectStatus(t, r, http.StatusOK)
 		var rot ChannelInfo
-		r.JSON(t, &rot)
+		expectJSON(t, r, http.StatusOK, &rot)
 		if !strings.HasPrefix(rot.Secret, "whsec_") || rot.Secret == secret {
 			t.Fatalf("rotation: %s", r.Body)
 		}
@@ -232,16 +227,14 @@ func TestChannelDeliveriesRefuseInternalAddresses(t *testing.T) {
 	for _, url := range []string{rc.URL + "/x", "https://localhost:" + port + "/x"} {
 		r := f.Post(t, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "team_chat", "name": "chat-" + secretToken(t),
 			"config": map[string]any{"url": url}, "events": []string{"deploy.failed"}})
-		expectStatus(t, r, http.StatusCreated)
 		var ch ChannelInfo
-		r.JSON(t, &ch)
+		expectJSON(t, r, http.StatusCreated, &ch)
 		r = f.Post(t, "/api/v1/notifications/channels/"+ch.ID+"/test", f.Token, nil)
-		expectStatus(t, r, http.StatusOK)
 		var res struct {
 			Delivered bool   `json:"delivered"`
 			Error     string `json:"error"`
 		}
-		r.JSON(t, &res)
+		expectJSON(t, r, http.StatusOK, &res)
 		if res.Delivered || !strings.Contains(res.Error, "loopback") {
 			t.Fatalf("test message to %s: %s; want refused as loopback", url, r.Body)
 		}
@@ -271,9 +264,8 @@ func TestWebhookDeliveredAfterKill9(t *testing.T) {
 	f := newFleet(t, opts)
 	r := f.Post(t, "/api/v1/notifications/channels", f.Token, map[string]any{"kind": "webhook", "name": "ops",
 		"config": map[string]any{"url": rc.URL + "/hook"}, "events": []string{"server.enrolled"}})
-	expectStatus(t, r, http.StatusCreated)
 	var ch ChannelInfo
-	r.JSON(t, &ch)
+	expectJSON(t, r, http.StatusCreated, &ch)
 	e := f.createEnrollment(t, "crash-1")
 	f.enrollHTTP(t, e.Token)
 	select {
@@ -284,7 +276,7 @@ func TestWebhookDeliveredAfterKill9(t *testing.T) {
 	f.Kill(t)
 	next := restartControlPlane(t, f.ControlPlane, opts)
 	g := &Fleet{ControlPlane: next, Opts: opts, Admin: f.Admin, Token: signInUser(t, next, f.Admin).AccessToken}
-	eventually(t, 2*time.Minute, "the delivery after the restart", func() bool {
+	testlab.Eventually(t, 2*time.Minute, "the delivery after the restart", func() bool {
 		c := g.channel(t, ch.ID)
 		return len(c.Deliveries) == 1 && c.Deliveries[0].Status == "delivered"
 	})
@@ -311,10 +303,8 @@ func TestChatChannelsSendTheirFormats(t *testing.T) {
 		{"kind": "messenger", "name": "bot", "config": map[string]any{"bot_token": botToken, "chat_id": "-1001", "api_base_url": rc.URL},
 			"events": []string{"alert.opened"}},
 	} {
-		r := f.Post(t, "/api/v1/notifications/channels", f.Token, body)
-		expectStatus(t, r, http.StatusCreated)
 		var ch ChannelInfo
-		r.JSON(t, &ch)
+		expectJSON(t, f.Post(t, "/api/v1/notifications/channels", f.Token, body), http.StatusCreated, &ch)
 		if ch.Secret != "" {
 			t.Fatalf("a %s channel got a signing secret", ch.Kind)
 		}
@@ -359,7 +349,7 @@ func BenchmarkEventToWebhook(b *testing.B) {
 		e := f.createEnrollment(b, "lat-"+strconv.Itoa(i))
 		f.enrollHTTP(b, e.Token)
 	}
-	eventually(b, time.Minute, "every webhook", func() bool { return len(rc.Requests()) >= b.N })
+	testlab.Eventually(b, time.Minute, "every webhook", func() bool { return len(rc.Requests()) >= b.N })
 	b.StopTimer()
 	for _, req := range rc.Requests() {
 		var msg struct {

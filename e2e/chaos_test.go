@@ -59,8 +59,8 @@ func TestChaosControlPlaneKilled(t *testing.T) {
 		var servers []string
 		var agents []*AgentProcess
 		for i := range chaosAgents {
-			e := f.createEnrollment(t, fmt.Sprintf("chaos-%d", i))
-			agents = append(agents, startAgentWith(t, enrollAgent(t, f.ControlPlane, e.Token), nil))
+			e, config := f.enrollServer(t, fmt.Sprintf("chaos-%d", i))
+			agents = append(agents, startAgentWith(t, config, nil))
 			servers = append(servers, e.Server.ID)
 		}
 		url := f.URL // the address survives the restarts
@@ -262,8 +262,7 @@ func chaosJobStates(t testing.TB, db *sql.DB) map[string]string {
 func TestLostClaimAnswerRequeued(t *testing.T) {
 	t.Parallel()
 	f := newFleet(t, Options{})
-	e := f.createEnrollment(t, "lost-answer")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "lost-answer")
 	id := f.ping(t, e.Server.ID, "answer lost")
 	if job := f.claim(t, readAgentConfig(t, config).AgentToken, 5); job == nil || job.ID != id {
 		t.Fatalf("claim: got %+v, want job %s", job, id)

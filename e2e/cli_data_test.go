@@ -24,11 +24,10 @@ func TestCLIData(t *testing.T) {
 		"INSERT INTO cli_items VALUES (1, 'anchor'), (2, 'winch')")
 
 	resp := r.Post(t, "/api/v1/tokens", r.Token, map[string]any{"name": "ops", "scopes": []string{"operate", "read:secrets"}})
-	expectStatus(t, resp, http.StatusCreated)
 	var tok struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &tok)
+	expectJSON(t, resp, http.StatusCreated, &tok)
 	cli := newClientCLI(t, r.URL)
 	ops := cli.Token(tok.Token)
 	fail := func(what string, res CLIResult) {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestCLIOnRealStack runs the capstan command line against a control
@@ -28,11 +30,10 @@ func TestCLIOnRealStack(t *testing.T) {
 
 	resp := s.Post(t, "/api/v1/tokens", s.Token, map[string]any{"name": "ci", "scopes": []string{"deploy", "read:secrets"},
 		"resources": []string{"app:" + app.ID}})
-	expectStatus(t, resp, http.StatusCreated)
 	var tok struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &tok)
+	expectJSON(t, resp, http.StatusCreated, &tok)
 	cli := newClientCLI(t, s.URL)
 	run := cli.Run
 	pipeline := cli.Token(tok.Token)
@@ -118,7 +119,7 @@ func TestCLIOnRealStack(t *testing.T) {
 		waited <- r
 	}()
 	// The command is following once its ticket is taken and the job read.
-	eventually(t, cliTimeout, "jobs wait following the job", func() bool {
+	testlab.Eventually(t, cliTimeout, "jobs wait following the job", func() bool {
 		return strings.Contains(s.Logs(), `"method":"GET","path":"/api/v1/jobs/`+queued.JobID+`"`)
 	})
 	expectStatus(t, s.Post(t, "/api/v1/jobs/"+queued.JobID+"/cancel", s.Token, nil), http.StatusOK)

@@ -36,15 +36,7 @@ func BenchmarkComposeRedeployUnderLoad(b *testing.B) {
 		}
 		elapsed += time.Since(start)
 		load.Stop()
-		c := load.Take()
-		total.Failures += c.Failures
-		total.Errors = append(total.Errors, c.Errors...)
-		if total.Bodies == nil {
-			total.Bodies = map[string]int64{}
-		}
-		for k, v := range c.Bodies {
-			total.Bodies[k] += v
-		}
+		total.add(load.Take())
 	}
 	b.ReportMetric(float64(total.Failures), "failed-requests")
 	b.ReportMetric(float64(total.Requests()), "requests")

@@ -36,7 +36,7 @@ func TestComposeAppFromGit(t *testing.T) {
 	serves := func(d AppDeployment, want string) {
 		t.Helper()
 		url := fmt.Sprintf("http://127.0.0.1:%d/", d.Result.HostPort)
-		eventually(t, time.Minute, url+" answers "+want, func() bool {
+		testlab.Eventually(t, time.Minute, url+" answers "+want, func() bool {
 			a, err := fetch(http.DefaultClient, url)
 			return err == nil && a.Body == want
 		})
@@ -79,9 +79,8 @@ func TestComposeAppFromGit(t *testing.T) {
 	// The rollback re-creates the first release: its document and the
 	// image it built, without fetching or building.
 	r := g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil)
-	expectStatus(t, r, http.StatusAccepted)
 	var rb deployAccepted
-	r.JSON(t, &rb)
+	expectJSON(t, r, http.StatusAccepted, &rb)
 	d3, _ := g.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	if d3.Result.Services["web"] != d1.ImageID || d3.Result.Build != nil {
 		t.Fatalf("rollback result: %+v", d3.Result)

@@ -169,11 +169,7 @@ func (s *composeStack) createStackApp(t testing.TB, name, host, doc string) (App
 		t.Fatalf("created %+v", app)
 	}
 	s.waitDeployment(t, app.Latest.ID, "succeeded", 100*time.Millisecond, deployTimeout)
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(t, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	s.addDomain(t, app.ID, host, "internal", "succeeded")
 	return app, s.Caddy.URL("https", host, "/")
 }
 
@@ -273,9 +269,8 @@ func TestComposeAppOnRealStack(t *testing.T) {
 
 	// Rollback to the first release: its document and images.
 	resp := s.Post(t, "/api/v1/deployments/"+app.Latest.ID+"/rollback", s.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
-	resp.JSON(t, &rb)
+	expectJSON(t, resp, http.StatusAccepted, &rb)
 	s.waitDeployment(t, rb.DeploymentID, "succeeded", 100*time.Millisecond, deployTimeout)
 	load.waitAnswer(t, "v1 hello", 20*time.Second)
 	load.Stop()
@@ -320,11 +315,10 @@ func TestComposeAppOnRealStack(t *testing.T) {
 		return true, ""
 	})
 	resp = s.Post(t, "/api/v1/applications/"+app.ID+"/logs", s.Token, map[string]any{"service": "worker", "lines": 20})
-	expectStatus(t, resp, http.StatusAccepted)
 	var lj struct {
 		ID string `json:"job_id"`
 	}
-	resp.JSON(t, &lj)
+	expectJSON(t, resp, http.StatusAccepted, &lj)
 	s.waitJob(t, lj.ID, "succeeded", jobTimeout)
 	r := s.Get(t, "/api/v1/applications/"+app.ID+"/logs/"+lj.ID, s.Token)
 	if !strings.Contains(string(r.Body), "worker counting ticks") {
@@ -332,14 +326,12 @@ func TestComposeAppOnRealStack(t *testing.T) {
 	}
 
 	// Delete keeps the volume; a purge removes it.
-	resp = s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + app.ID, Token: s.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var rm struct {
 		Job struct {
 			ID string `json:"id"`
 		} `json:"job"`
 	}
-	resp.JSON(t, &rm)
+	expectJSON(t, s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + app.ID, Token: s.Token}), http.StatusAccepted, &rm)
 	s.waitJob(t, rm.Job.ID, "succeeded", jobTimeout)
 	objs, vols, nets = s.composeObjects(t, app.ID)
 	if len(objs) != 0 || len(vols) != 1 || len(nets) != 0 {
@@ -351,8 +343,7 @@ func TestComposeAppOnRealStack(t *testing.T) {
 		t.Fatalf("volumes of cart: %v", vols)
 	}
 	resp = s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + other.ID + "?purge=true", Token: s.Token})
-	expectStatus(t, resp, http.StatusAccepted)
-	resp.JSON(t, &rm)
+	expectJSON(t, resp, http.StatusAccepted, &rm)
 	s.waitJob(t, rm.Job.ID, "succeeded", jobTimeout)
 	objs, vols, nets = s.composeObjects(t, other.ID)
 	if len(objs) != 0 || len(vols) != 0 || len(nets) != 0 {

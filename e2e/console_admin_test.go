@@ -44,9 +44,9 @@ func TestConsoleAdmin(t *testing.T) {
 
 	// A real agent, with a sample reported: a rule on its memory opens an
 	// alert when the browser is ready for it.
-	en := f.createEnrollment(t, "admin-agent")
-	agent := startAgentWith(t, enrollAgent(t, f.ControlPlane, en.Token), nil)
-	eventually(t, 90*time.Second, "the agent online with a sample", func() bool {
+	en, config := f.enrollServer(t, "admin-agent")
+	agent := startAgentWith(t, config, nil)
+	testlab.Eventually(t, 90*time.Second, "the agent online with a sample", func() bool {
 		r := f.Get(t, "/api/v1/servers/"+en.Server.ID, f.Token)
 		return r.Status == http.StatusOK && strings.Contains(string(r.Body), `"status":"online"`) &&
 			!strings.Contains(string(r.Body), `"latest_metrics":null`)
@@ -87,7 +87,6 @@ func TestConsoleAdmin(t *testing.T) {
 			// gave a new second factor: the API agrees, and the new secret
 			// is not the old one.
 			r := f.Get(t, "/api/v1/users", f.Token)
-			expectStatus(t, r, http.StatusOK)
 			var list struct {
 				Users []struct {
 					Email    string `json:"email"`
@@ -95,7 +94,7 @@ func TestConsoleAdmin(t *testing.T) {
 					Disabled bool   `json:"disabled"`
 				} `json:"users"`
 			}
-			r.JSON(t, &list)
+			expectJSON(t, r, http.StatusOK, &list)
 			found := false
 			for _, u := range list.Users {
 				if u.Email == member.Email {

@@ -78,10 +78,8 @@ func TestConsoleApps(t *testing.T) {
 					a.Current, arg(1), firstDeployment, v1.ID)
 			}
 		case "env-saved":
-			resp := s.Get(t, "/api/v1/applications/"+appID+"?reveal=true", s.Token)
-			expectStatus(t, resp, http.StatusOK)
 			var a AppInfo
-			resp.JSON(t, &a)
+			expectJSON(t, s.Get(t, "/api/v1/applications/"+appID+"?reveal=true", s.Token), http.StatusOK, &a)
 			var got []string
 			for _, e := range a.Env {
 				got = append(got, e.Key+"="+deref(e.Value))

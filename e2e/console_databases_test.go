@@ -101,15 +101,8 @@ func TestConsoleDatabases(t *testing.T) {
 		case "login-created", "login-rotated":
 			// The password shown once is the one stored (compared by hash,
 			// so that it is not in the test's log).
-			var conn struct {
-				Logins []struct {
-					Username string `json:"username"`
-					Password string `json:"password"`
-				} `json:"logins"`
-			}
-			resp := r.Get(t, "/api/v1/databases/"+pgID+"/connection", r.Token)
-			expectStatus(t, resp, http.StatusOK)
-			resp.JSON(t, &conn)
+			var conn DatabaseConnection
+			expectJSON(t, r.Get(t, "/api/v1/databases/"+pgID+"/connection", r.Token), http.StatusOK, &conn)
 			found := false
 			for _, l := range conn.Logins {
 				if l.Username == fields[1] {

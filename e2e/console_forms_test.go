@@ -61,8 +61,8 @@ func TestConsoleFormsApps(t *testing.T) {
 	t.Parallel()
 	host := testlab.StartGitHost(t)
 	f := newFleet(t, gitHostOptions(store.SQLite, host))
-	e := f.createEnrollment(t, "forms-host")
-	startAgent(t, enrollAgent(t, f.ControlPlane, e.Token))
+	e, config := f.enrollServer(t, "forms-host")
+	startAgent(t, config)
 	testlab.Eventually(t, time.Minute, "the server online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
 
 	web := host.AddRepo("acme", "shop", false, map[string]string{"main": strings.Repeat("a", 40), "release": strings.Repeat("b", 40)})
@@ -81,9 +81,7 @@ func TestConsoleFormsApps(t *testing.T) {
 				return
 			}
 			var a formApp
-			r := f.Get(t, "/api/v1/applications/"+fields[2], f.Token)
-			expectStatus(t, r, http.StatusOK)
-			r.JSON(t, &a)
+			expectJSON(t, f.Get(t, "/api/v1/applications/"+fields[2], f.Token), http.StatusOK, &a)
 			created[fields[1]] = a
 		}, nil)
 	want := "kinds-switched compose-errors created service-errors created done"

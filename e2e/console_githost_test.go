@@ -36,10 +36,8 @@ func TestConsoleGitHost(t *testing.T) {
 
 	status := func() GitHostStatus {
 		t.Helper()
-		r := f.Get(t, "/api/v1/githost/status", f.Token)
-		expectStatus(t, r, http.StatusOK)
 		var st GitHostStatus
-		r.JSON(t, &st)
+		expectJSON(t, f.Get(t, "/api/v1/githost/status", f.Token), http.StatusOK, &st)
 		return st
 	}
 	steps := runConsoleScript(t, f, "githost.mjs", []string{
@@ -78,14 +76,12 @@ func TestConsoleGitHost(t *testing.T) {
 			// Listing mints an installation token with the app's stored
 			// private key: the credentials work.
 			mints := host.Mints()
-			r := f.Get(t, "/api/v1/githost/repositories", f.Token)
-			expectStatus(t, r, http.StatusOK)
 			var list struct {
 				Repositories []struct {
 					FullName string `json:"full_name"`
 				} `json:"repositories"`
 			}
-			r.JSON(t, &list)
+			expectJSON(t, f.Get(t, "/api/v1/githost/repositories", f.Token), http.StatusOK, &list)
 			var names []string
 			for _, x := range list.Repositories {
 				names = append(names, x.FullName)

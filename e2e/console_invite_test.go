@@ -27,7 +27,6 @@ func TestConsoleInvite(t *testing.T) {
 		t.Fatalf("invite.mjs steps %v, want %s", steps, want)
 	}
 	r := f.Get(t, "/api/v1/users", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Users []struct {
 			Email        string  `json:"email"`
@@ -35,7 +34,7 @@ func TestConsoleInvite(t *testing.T) {
 			LastSignInAt *string `json:"last_sign_in_at"`
 		} `json:"users"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, r, http.StatusOK, &out)
 	found := false
 	for _, u := range out.Users {
 		if u.Email == invitee {

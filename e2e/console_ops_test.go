@@ -89,14 +89,8 @@ func TestConsoleMonitoring(t *testing.T) {
 func TestConsoleBackups(t *testing.T) {
 	t.Parallel()
 	r := newRestoreRig(t)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg-orders", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
-	var w struct{}
-	for _, sql := range []string{"CREATE TABLE orders (id int PRIMARY KEY, item text)",
-		"INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 500) g"} {
-		r.call(t, pg.ID, "query", map[string]any{"readonly": false, "sql": sql}).result(t, &w)
-	}
+	pg, database := r.registerPostgres(t, "pg-orders", "CREATE TABLE orders (id int PRIMARY KEY, item text)",
+		"INSERT INTO orders SELECT g, 'item ' || g FROM generate_series(1, 500) g")
 	sums := map[string]string{"orders": `SELECT md5(string_agg(t::text, E'\n' ORDER BY t.id)) FROM orders t`}
 	source := r.checksums(t, pg.ID, database, sums)
 	copyDB := database + "_copy"

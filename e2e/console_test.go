@@ -36,10 +36,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		switch fields[0] {
 		case "enroll-token":
 			config := enrollAgent(t, f.ControlPlane, fields[1])
-			var env []string
-			if h := hwDockerHost(); h != "" {
-				env = append(env, "DOCKER_HOST="+h)
-			}
+			env := testlab.DockerEnv()
 			agent = hwStartAgent(t, config, env...)
 		case "job-succeeded":
 			seen, err := strconv.ParseInt(fields[2], 10, 64)

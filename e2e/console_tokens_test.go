@@ -27,9 +27,8 @@ func TestConsoleTokens(t *testing.T) {
 		t.Helper()
 		r := f.Post(t, "/api/v1/applications", f.Token, map[string]any{"name": name, "server_id": server, "deploy": false,
 			"source": map[string]any{"type": "image", "image": "ghcr.io/acme/" + name + ":1"}, "container_port": 8080})
-		expectStatus(t, r, http.StatusCreated)
 		var a AppInfo
-		r.JSON(t, &a)
+		expectJSON(t, r, http.StatusCreated, &a)
 		return a
 	}
 	web, other := newApp("web"), newApp("shop")
@@ -104,7 +103,6 @@ func TestConsoleTokens(t *testing.T) {
 	// The list: the administrator's token revoked, the member's live and
 	// reading only.
 	r := f.Get(t, "/api/v1/tokens", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var list struct {
 		Tokens []struct {
 			ID         string     `json:"id"`
@@ -116,7 +114,7 @@ func TestConsoleTokens(t *testing.T) {
 			ExpiresAt  *time.Time `json:"expires_at"`
 		} `json:"tokens"`
 	}
-	r.JSON(t, &list)
+	expectJSON(t, r, http.StatusOK, &list)
 	if len(list.Tokens) != 2 {
 		t.Fatalf("%d tokens, want 2: %s", len(list.Tokens), r.Body)
 	}

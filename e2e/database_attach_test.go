@@ -20,15 +20,13 @@ import (
 // appEnv is an application's env as an administrator reads it.
 func (r *dbRig) appEnv(t *testing.T, appID string) map[string]string {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/applications/"+appID, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var a struct {
 		Env []struct {
 			Key   string `json:"key"`
 			Value string `json:"value"`
 		} `json:"env"`
 	}
-	resp.JSON(t, &a)
+	expectJSON(t, r.Get(t, "/api/v1/applications/"+appID, r.Token), http.StatusOK, &a)
 	out := map[string]string{}
 	for _, e := range a.Env {
 		out[e.Key] = e.Value
@@ -42,11 +40,10 @@ func (r *dbRig) createApp(t *testing.T, name string, env []map[string]string) st
 	t.Helper()
 	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": name, "server_id": r.serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "ghcr.io/acme/" + name + ":1"}, "container_port": 8080, "env": env})
-	expectStatus(t, resp, http.StatusCreated)
 	var a struct {
 		ID string `json:"id"`
 	}
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusCreated, &a)
 	return a.ID
 }
 
@@ -68,12 +65,8 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 	testlab.CaddyBinary(t)
 	f := newFleet(t, Options{Dialect: d})
 	c := testlab.StartCaddy(t)
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
-	var env []string
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	e, config := f.enrollServer(t, "db-host")
+	env := testlab.DockerEnv()
 	args := []string{"--caddy-admin", c.AdminURL,
 		"--proxy-http-port", strconv.Itoa(c.HTTPPort), "--proxy-https-port", strconv.Itoa(c.HTTPSPort),
 		"--proxy-listen-host", "127.0.0.1", "--proxy-access-log", c.AccessLog, "--state-dir", filepath.Join(t.TempDir(), "state")}
@@ -85,18 +78,7 @@ func newAttachRig(t *testing.T, d store.Dialect) *dbRig {
 
 func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 	r := newAttachRig(t, d)
-	pg := testlab.StartPostgresServer(t, nil)
-	inst := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
-		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})
-	if inst.State != "ready" {
-		t.Fatalf("instance: %+v", inst)
-	}
-	id := inst.ID
-	for _, name := range []string{"shop", "other"} {
-		if j := r.call(t, id, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
-			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
-		}
-	}
+	pg, id := r.postgresServerWith(t, "shop", "other")
 	var w struct{}
 	r.call(t, id, "query", map[string]any{"sql": "CREATE TABLE secrets (id int)", "database": "other", "readonly": false}).result(t, &w)
 	admin := openSQL(t, "pgx", pg.URL("postgres"))
@@ -140,14 +122,13 @@ func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 
 	// Attach: the login is made, and the env is set when its job succeeded.
 	resp := r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "DATABASE_URL", "database": "shop"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var att struct {
 		CredentialID string `json:"credential_id"`
 		Username     string `json:"username"`
 		Database     string `json:"database"`
 		JobID        string `json:"job_id"`
 	}
-	resp.JSON(t, &att)
+	expectJSON(t, resp, http.StatusAccepted, &att)
 	if !strings.HasPrefix(att.Username, "app_") || att.Database != "shop" || strings.Contains(string(resp.Body), "postgres://") {
 		t.Fatalf("attach reply: %s", resp.Body)
 	}
@@ -271,7 +252,6 @@ func TestDatabaseAttachRedis(t *testing.T) {
 	}
 
 	resp := r.Post(t, path, r.Token, map[string]any{"application_id": web, "env_key": "REDIS_URL"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var att struct {
 		CredentialID string `json:"credential_id"`
 		Username     string `json:"username"`
@@ -279,7 +259,7 @@ func TestDatabaseAttachRedis(t *testing.T) {
 		KeyPattern   string `json:"key_pattern"`
 		JobID        string `json:"job_id"`
 	}
-	resp.JSON(t, &att)
+	expectJSON(t, resp, http.StatusAccepted, &att)
 	if !strings.HasPrefix(att.Username, "app_") || att.Database != "" || att.KeyPattern != "web:*" || strings.Contains(string(resp.Body), "redis://") {
 		t.Fatalf("attach reply: %s", resp.Body)
 	}
@@ -313,12 +293,10 @@ func TestDatabaseAttachRedis(t *testing.T) {
 	}
 
 	// Rotate: the env follows, the old password fails.
-	resp = r.Post(t, "/api/v1/databases/"+id+"/users/"+att.CredentialID+"/rotate", r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rot struct {
 		JobID string `json:"job_id"`
 	}
-	resp.JSON(t, &rot)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/users/"+att.CredentialID+"/rotate", r.Token, nil), http.StatusAccepted, &rot)
 	if j := r.wait(t, id, rot.JobID); j.Status != "succeeded" {
 		t.Fatalf("rotate: %s %s", deref(j.Error), j.Data)
 	}

@@ -27,14 +27,7 @@ import (
 //
 //	CAPSTAN_BENCH_DB_MB=1024 go test -run '^$' -bench BenchmarkDatabaseExportImport -benchtime 1x -timeout 60m ./e2e/
 func BenchmarkDatabaseExportImport(b *testing.B) {
-	mb := 64
-	if v := os.Getenv("CAPSTAN_BENCH_DB_MB"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			b.Fatalf("CAPSTAN_BENCH_DB_MB=%q", v)
-		}
-		mb = n
-	}
+	mb := benchDatabaseMB(b)
 	r := newManagedRig(b, store.SQLite)
 	tb := b
 	pg, j := r.create(tb, map[string]any{"name": "bench-" + r.run, "engine": "postgres", "version": "15", "database": "app"})
@@ -57,9 +50,8 @@ func BenchmarkDatabaseExportImport(b *testing.B) {
 		rss := sampleRSS(b, pid)
 		start := time.Now()
 		resp := r.Post(tb, "/api/v1/databases/"+pg.ID+"/export", r.Token, map[string]any{"database": "app"})
-		expectStatus(tb, resp, http.StatusAccepted)
 		var a Accepted
-		resp.JSON(tb, &a)
+		expectJSON(tb, resp, http.StatusAccepted, &a)
 		ej := r.waitLong(b, pg.ID, a.JobID)
 		exportTime := time.Since(start)
 		var res ExportResult
@@ -137,10 +129,8 @@ func (r *dbRig) waitLong(b *testing.B, id, jobID string) DatabaseJob {
 	tb := b
 	deadline := time.Now().Add(time.Hour)
 	for time.Now().Before(deadline) {
-		resp := r.Get(tb, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token)
-		expectStatus(tb, resp, http.StatusOK)
 		var j DatabaseJob
-		resp.JSON(tb, &j)
+		expectJSON(tb, r.Get(tb, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token), http.StatusOK, &j)
 		if j.Status == "succeeded" || j.Status == "failed" || j.Status == "cancelled" {
 			return j
 		}
@@ -206,14 +196,7 @@ func (r *dbRig) uploadFrom(b *testing.B, path, file string) string {
 // adminConn is the libpq environment of the instance's admin login.
 func (r *dbRig) adminConn(b *testing.B, id string) []string {
 	resp := r.Get(b, "/api/v1/databases/"+id+"/connection", r.Token)
-	var c struct {
-		Host   string `json:"host"`
-		Port   int    `json:"port"`
-		Logins []struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"logins"`
-	}
+	var c DatabaseConnection
 	resp.JSON(b, &c)
 	return []string{"PGHOST=" + c.Host, "PGPORT=" + strconv.Itoa(c.Port), "PGUSER=" + c.Logins[0].Username,
 		"PGPASSWORD=" + c.Logins[0].Password, "PGSSLMODE=disable"}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // ExportResult is the data of a finished db.export.
@@ -46,10 +47,8 @@ type ImportResult struct {
 // export queues an export of database and waits for its job.
 func (r *dbRig) export(t *testing.T, id, database string) (string, DatabaseJob) {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/export", r.Token, map[string]any{"database": database})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/export", r.Token, map[string]any{"database": database}), http.StatusAccepted, &a)
 	return a.JobID, r.wait(t, id, a.JobID)
 }
 
@@ -81,9 +80,8 @@ func (r *dbRig) load(t *testing.T, id, database string, body []byte) DatabaseJob
 	t.Helper()
 	resp := r.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/databases/" + id + "/import?database=" + database, Token: r.Token,
 		Body: body, ContentType: "application/octet-stream"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	return r.wait(t, id, a.JobID)
 }
 
@@ -444,16 +442,15 @@ func TestDatabaseImportLimitAndArtifactAccess(t *testing.T) {
 	own, other := enroll("db-host"), enroll("other-host")
 	resp := f.Post(t, "/api/v1/databases/external", f.Token, map[string]any{"name": "main", "server_id": own.ServerID,
 		"engine": "postgres", "host": "127.0.0.1", "port": 5432, "username": "app", "password": "pw", "database": "app", "tls_mode": "disable"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance DatabaseInfo `json:"instance"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	id := reg.Instance.ID
 	j := f.claim(t, own.AgentToken, 5)
 	expectStatus(t, f.agentCall(t, own.AgentToken, http.MethodPost, "/jobs/"+j.ID+"/complete", agentproto.CompleteRequest{
 		Status: agentproto.StatusSucceeded, Data: json.RawMessage(`{"server_version":"15.4"}`)}), http.StatusOK)
-	eventually(t, time.Minute, "the instance is ready", func() bool {
+	testlab.Eventually(t, time.Minute, "the instance is ready", func() bool {
 		var in DatabaseInfo
 		f.Get(t, "/api/v1/databases/"+id, f.Token).JSON(t, &in)
 		return in.State == "ready"
@@ -492,9 +489,8 @@ func TestDatabaseImportLimitAndArtifactAccess(t *testing.T) {
 	body := bytes.Repeat([]byte("-- y\n"), 204)
 	resp = f.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/databases/" + id + "/import?database=app", Token: f.Token, Body: body,
 		ContentType: "application/octet-stream"})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, resp, http.StatusAccepted, &a)
 	path := "/jobs/" + a.JobID + "/artifact"
 	expectProblem(t, f.agentCall(t, own.AgentToken, http.MethodGet, path, nil), http.StatusForbidden, "job-not-running")
 	j = f.claim(t, own.AgentToken, 5)

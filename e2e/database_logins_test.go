@@ -31,9 +31,8 @@ type LoginSecret struct {
 func (r *dbRig) login(t *testing.T, id string, body map[string]any) (LoginSecret, DatabaseJob) {
 	t.Helper()
 	resp := r.Post(t, "/api/v1/databases/"+id+"/users", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var s LoginSecret
-	resp.JSON(t, &s)
+	expectJSON(t, resp, http.StatusAccepted, &s)
 	if s.Password == "" || s.Login.State != "creating" || !strings.Contains(resp.Header.Get("Location"), "/jobs/"+s.JobID) {
 		t.Fatalf("create login: %s", resp.Body)
 	}
@@ -43,20 +42,16 @@ func (r *dbRig) login(t *testing.T, id string, body map[string]any) (LoginSecret
 // rotate rotates a login and waits for its job.
 func (r *dbRig) rotate(t *testing.T, id, credID string) (LoginSecret, DatabaseJob) {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/users/"+credID+"/rotate", r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var s LoginSecret
-	resp.JSON(t, &s)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/users/"+credID+"/rotate", r.Token, nil), http.StatusAccepted, &s)
 	return s, r.wait(t, id, s.JobID)
 }
 
 // del sends a DELETE and waits for its job.
 func (r *dbRig) delJob(t *testing.T, id, path string) DatabaseJob {
 	t.Helper()
-	resp := r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + id + path, Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/databases/" + id + path, Token: r.Token}), http.StatusAccepted, &a)
 	return r.wait(t, id, a.JobID)
 }
 
@@ -64,15 +59,8 @@ func (r *dbRig) delJob(t *testing.T, id, path string) DatabaseJob {
 // audited connection read.
 func (r *dbRig) storedPasswords(t *testing.T, id string) map[string]string {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id+"/connection", r.Token)
-	expectStatus(t, resp, http.StatusOK)
-	var c struct {
-		Logins []struct {
-			Username string `json:"username"`
-			Password string `json:"password"`
-		} `json:"logins"`
-	}
-	resp.JSON(t, &c)
+	var c DatabaseConnection
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/connection", r.Token), http.StatusOK, &c)
 	out := map[string]string{}
 	for _, l := range c.Logins {
 		out[l.Username] = l.Password
@@ -96,6 +84,24 @@ func execErr(db *sql.DB, stmt string) error {
 	return err
 }
 
+// postgresServerWith starts a PostgreSQL server of the test's own,
+// registers it as the instance pg and creates the databases on it
+// through the API; it returns the server and the instance's id.
+func (r *dbRig) postgresServerWith(t *testing.T, databases ...string) (*testlab.PostgresServer, string) {
+	t.Helper()
+	pg := testlab.StartPostgresServer(t, nil)
+	inst := r.registerPostgresOn(t, "pg", pg, "postgres")
+	if inst.State != "ready" {
+		t.Fatalf("instance: %+v", inst)
+	}
+	for _, name := range databases {
+		if j := r.call(t, inst.ID, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
+			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
+		}
+	}
+	return pg, inst.ID
+}
+
 // TestDatabaseLoginsPostgres creates databases and logins on a
 // PostgreSQL server through the API and a real agent, and checks them by
 // connecting as each login: readonly reads its database only, readwrite
@@ -109,18 +115,7 @@ func TestDatabaseLoginsPostgres(t *testing.T) {
 
 func testDatabaseLoginsPostgres(t *testing.T, d store.Dialect) {
 	r := newDBRig(t, d)
-	pg := testlab.StartPostgresServer(t, nil)
-	inst := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
-		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})
-	if inst.State != "ready" {
-		t.Fatalf("instance: %+v", inst)
-	}
-	id := inst.ID
-	for _, name := range []string{"shop", "other"} {
-		if j := r.call(t, id, "databases", map[string]any{"name": name}); j.Status != "succeeded" {
-			t.Fatalf("create database %s: %s %s", name, deref(j.Error), j.Data)
-		}
-	}
+	pg, id := r.postgresServerWith(t, "shop", "other")
 	admin := openSQL(t, "pgx", pg.URL("postgres"))
 	var n int
 	if err := admin.QueryRow("SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'other')").Scan(&n); err != nil || n != 2 {

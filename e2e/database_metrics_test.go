@@ -59,21 +59,17 @@ const loadClients = 8
 // it has none.
 func (r *dbRig) lastMetrics(t *testing.T, id, token string) *LastMetrics {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id, token)
-	expectStatus(t, resp, http.StatusOK)
 	var d struct {
 		LastMetrics *LastMetrics `json:"last_metrics"`
 	}
-	resp.JSON(t, &d)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id, token), http.StatusOK, &d)
 	return d.LastMetrics
 }
 
 func (r *dbRig) metrics(t *testing.T, id, query, token string) MetricSeries {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id+"/metrics"+query, token)
-	expectStatus(t, resp, http.StatusOK)
 	var s MetricSeries
-	resp.JSON(t, &s)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/metrics"+query, token), http.StatusOK, &s)
 	return s
 }
 
@@ -97,8 +93,7 @@ func (r *dbRig) awaitMetrics(t *testing.T, id, what string, cond func(l *LastMet
 func newMetricsRig(t *testing.T, d store.Dialect) *dbRig {
 	t.Helper()
 	f := newFleet(t, Options{Dialect: d, Args: []string{"--metrics-rollup-interval", "1s"}})
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, nil, "--database-metrics-interval", "1s")}
 }
 
@@ -117,8 +112,7 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 	r := newMetricsRig(t, d)
 	pg, maria, rds := testlab.StartPostgresServer(t, nil), testlab.StartMariaDB(t, nil), testlab.StartRedis(t, nil)
 	shop := maria.Database(t)
-	p := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
-		"password": pg.Password, "database": "postgres", "tls_mode": "disable"})
+	p := r.registerPostgresOn(t, "pg", pg, "postgres")
 	m := r.register(t, map[string]any{"name": "maria", "engine": "mariadb", "host": "127.0.0.1", "port": maria.Port,
 		"username": maria.User, "password": maria.Password, "database": shop, "tls_mode": "disable"})
 	k := r.register(t, map[string]any{"name": "cache", "engine": "redis", "host": "127.0.0.1", "port": rds.Port,

@@ -53,20 +53,16 @@ func newManagedRigWith(t testing.TB, d store.Dialect, agentArgs ...string) *mana
 		t.Fatal(err)
 	}
 	f := newFleet(t, Options{Dialect: d, Args: []string{"--database-images", file}})
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	r := &managedRig{docker: docker, run: hex.EncodeToString(b[:])}
 	// Registered before the agent starts, so it runs after the agent
 	// stopped: whatever a failed test left behind goes.
 	t.Cleanup(func() { r.removeLeftovers(t) })
-	var env []string
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	r.dbRig = &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgentWith(t, config, env, agentArgs...)}
-	eventually(t, startTimeout, "the agent is online", func() bool {
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool {
 		if !r.agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", r.agent.Logs())
 		}
@@ -101,9 +97,8 @@ func (r *managedRig) create(t testing.TB, body map[string]any) (DatabaseInfo, Da
 	t.Helper()
 	body["server_id"] = r.serverID
 	resp := r.Post(t, "/api/v1/databases", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var c ManagedCreated
-	resp.JSON(t, &c)
+	expectJSON(t, resp, http.StatusAccepted, &c)
 	if c.Instance.State != "creating" || !c.Instance.Managed || c.JobID == "" || c.Instance.CheckJobID != c.JobID {
 		t.Fatalf("creation: %s", resp.Body)
 	}
@@ -118,7 +113,7 @@ func (r *managedRig) create(t testing.TB, body map[string]any) (DatabaseInfo, Da
 func (r *managedRig) settled(t testing.TB, id string) DatabaseInfo {
 	t.Helper()
 	var in DatabaseInfo
-	eventually(t, time.Minute, "instance "+id+" settles after its job", func() bool {
+	testlab.Eventually(t, time.Minute, "instance "+id+" settles after its job", func() bool {
 		in = r.instance(t, id)
 		switch in.State {
 		case "creating", "starting", "stopping", "restarting":
@@ -131,10 +126,8 @@ func (r *managedRig) settled(t testing.TB, id string) DatabaseInfo {
 
 func (r *managedRig) control(t *testing.T, id, action string) {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/control", r.Token, map[string]any{"action": action})
-	expectStatus(t, resp, http.StatusAccepted)
 	var c ManagedCreated
-	resp.JSON(t, &c)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/control", r.Token, map[string]any{"action": action}), http.StatusAccepted, &c)
 	if j := r.wait(t, id, c.JobID); j.Status != "succeeded" {
 		t.Fatalf("%s: %s %s: %s\nagent log:\n%s", action, j.Status, deref(j.Error), j.Data, r.agent.Logs())
 	}
@@ -145,18 +138,17 @@ func (r *managedRig) control(t *testing.T, id, action string) {
 func (r *managedRig) remove(t *testing.T, id string, purge bool) (volumeKept bool) {
 	t.Helper()
 	resp := r.Do(t, Req{Method: http.MethodDelete, Path: fmt.Sprintf("/api/v1/databases/%s?purge=%t", id, purge), Token: r.Token})
-	expectStatus(t, resp, http.StatusAccepted)
 	var out struct {
 		JobID      string `json:"job_id"`
 		Managed    bool   `json:"managed"`
 		VolumeKept *bool  `json:"volume_kept"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, resp, http.StatusAccepted, &out)
 	if out.JobID == "" || !out.Managed || out.VolumeKept == nil || *out.VolumeKept == purge {
 		t.Fatalf("delete (purge %t): %s", purge, resp.Body)
 	}
 	r.waitJob(t, out.JobID, "succeeded", 3*time.Minute)
-	eventually(t, time.Minute, "instance "+id+" is gone after its removal job", func() bool {
+	testlab.Eventually(t, time.Minute, "instance "+id+" is gone after its removal job", func() bool {
 		resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
 		if resp.Status == http.StatusNotFound {
 			return true
@@ -257,7 +249,6 @@ func testManagedPostgres(t *testing.T, d store.Dialect) {
 
 	// The connection read: from the server and from an app container.
 	resp = r.Get(t, "/api/v1/databases/"+pg.ID+"/connection", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var conn struct {
 		Logins []struct {
 			Password string `json:"password"`
@@ -265,7 +256,7 @@ func testManagedPostgres(t *testing.T, d store.Dialect) {
 			AppURL   string `json:"app_url"`
 		} `json:"logins"`
 	}
-	resp.JSON(t, &conn)
+	expectJSON(t, resp, http.StatusOK, &conn)
 	if len(conn.Logins) != 1 || len(conn.Logins[0].Password) < 32 ||
 		!strings.Contains(conn.Logins[0].URL, fmt.Sprintf("@127.0.0.1:%d/app", r.instancePort(t, pg.ID))) ||
 		!strings.Contains(conn.Logins[0].AppURL, "@capstan-db-"+name+":5432/app") {
@@ -359,23 +350,19 @@ func TestManagedMariaDBAndRedis(t *testing.T) {
 
 func (r *managedRig) listDatabases(t *testing.T) []DatabaseInfo {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases", r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Databases []DatabaseInfo `json:"databases"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, r.Get(t, "/api/v1/databases", r.Token), http.StatusOK, &out)
 	return out.Databases
 }
 
 func (r *managedRig) instancePort(t *testing.T, id string) int {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Port int `json:"port"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id, r.Token), http.StatusOK, &out)
 	return out.Port
 }
 

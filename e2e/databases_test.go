@@ -62,12 +62,10 @@ func TestDatabaseImagesFile(t *testing.T) {
 
 	good := write("images.json", `{"postgres": {"16": "registry.example.com/pg:16-local"}, "valkey": {"8": "registry.example.com/valkey:8"}}`)
 	f := newFleet(t, Options{Args: []string{"--database-images", good}})
-	resp := f.Get(t, "/api/v1/databases/engines", f.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var out struct {
 		Engines []EngineInfo `json:"engines"`
 	}
-	resp.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/databases/engines", f.Token), http.StatusOK, &out)
 	images := map[string]string{}
 	var names []string
 	for _, e := range out.Engines {
@@ -118,6 +116,17 @@ type DatabaseJob struct {
 	Data   json.RawMessage `json:"data"`
 }
 
+// DatabaseConnection is GET /api/v1/databases/{id}/connection, the parts
+// the tests read.
+type DatabaseConnection struct {
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+	Logins []struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+	} `json:"logins"`
+}
+
 // dbRig is a control plane with a real agent on one server.
 type dbRig struct {
 	*Fleet
@@ -128,8 +137,7 @@ type dbRig struct {
 func newDBRig(t *testing.T, d store.Dialect) *dbRig {
 	t.Helper()
 	f := newFleet(t, Options{Dialect: d})
-	e := f.createEnrollment(t, "db-host")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "db-host")
 	return &dbRig{Fleet: f, serverID: e.Server.ID, agent: startAgent(t, config)}
 }
 
@@ -148,18 +156,26 @@ func (r *dbRig) registerPostgres(t *testing.T, name string, sql ...string) (Data
 	return pg, database
 }
 
+// registerPostgresOn registers database on pg, a PostgreSQL server of
+// the test's own, as the external instance name (superuser login, no
+// TLS) and waits for its connection test.
+func (r *dbRig) registerPostgresOn(t testing.TB, name string, pg *testlab.PostgresServer, database string) DatabaseInfo {
+	t.Helper()
+	return r.register(t, map[string]any{"name": name, "engine": "postgres", "host": "127.0.0.1", "port": pg.Port, "username": pg.User,
+		"password": pg.Password, "database": database, "tls_mode": "disable"})
+}
+
 // register registers an external instance and waits for its connection
 // test; it returns the instance as it is then.
 func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
 	t.Helper()
 	body["server_id"] = r.serverID
 	resp := r.Post(t, "/api/v1/databases/external", r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var reg struct {
 		Instance DatabaseInfo `json:"instance"`
 		JobID    string       `json:"job_id"`
 	}
-	resp.JSON(t, &reg)
+	expectJSON(t, resp, http.StatusAccepted, &reg)
 	if reg.Instance.State != "checking" || reg.JobID == "" {
 		t.Fatalf("registration: %s", resp.Body)
 	}
@@ -169,10 +185,8 @@ func (r *dbRig) register(t testing.TB, body map[string]any) DatabaseInfo {
 
 func (r *dbRig) instance(t testing.TB, id string) DatabaseInfo {
 	t.Helper()
-	resp := r.Get(t, "/api/v1/databases/"+id, r.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var d DatabaseInfo
-	resp.JSON(t, &d)
+	expectJSON(t, r.Get(t, "/api/v1/databases/"+id, r.Token), http.StatusOK, &d)
 	return d
 }
 
@@ -181,10 +195,8 @@ func (r *dbRig) wait(t testing.TB, id, jobID string) DatabaseJob {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		resp := r.Get(t, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var j DatabaseJob
-		resp.JSON(t, &j)
+		expectJSON(t, r.Get(t, "/api/v1/databases/"+id+"/jobs/"+jobID+"?wait=20", r.Token), http.StatusOK, &j)
 		switch j.Status {
 		case "succeeded", "failed", "cancelled":
 			return j
@@ -199,21 +211,18 @@ func (r *dbRig) wait(t testing.TB, id, jobID string) DatabaseJob {
 func (r *dbRig) retest(t *testing.T, id string, body map[string]any) DatabaseJob {
 	t.Helper()
 	resp := r.Do(t, Req{Method: http.MethodPut, Path: "/api/v1/databases/" + id + "/tls", Token: r.Token, JSON: body})
-	expectStatus(t, resp, http.StatusAccepted)
 	var re struct {
 		JobID string `json:"job_id"`
 	}
-	resp.JSON(t, &re)
+	expectJSON(t, resp, http.StatusAccepted, &re)
 	return r.wait(t, id, re.JobID)
 }
 
 // call queues a database call and waits for its job.
 func (r *dbRig) call(t testing.TB, id, what string, body any) DatabaseJob {
 	t.Helper()
-	resp := r.Post(t, "/api/v1/databases/"+id+"/"+what, r.Token, body)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
+	expectJSON(t, r.Post(t, "/api/v1/databases/"+id+"/"+what, r.Token, body), http.StatusAccepted, &a)
 	return r.wait(t, id, a.JobID)
 }
 
@@ -385,9 +394,7 @@ func testExternalPostgres(t *testing.T, d store.Dialect) {
 // that every call succeeded.
 func TestQueryConsoleRoundTrip(t *testing.T) {
 	r := newDBRig(t, store.SQLite)
-	host, port, user, password, database := postgresTarget(t)
-	pg := r.register(t, map[string]any{"name": "pg", "engine": "postgres", "host": host, "port": port, "username": user,
-		"password": password, "database": database, "tls_mode": "disable"})
+	pg, _ := r.registerPostgres(t, "pg")
 	if pg.State != "ready" {
 		t.Fatalf("instance: %+v", pg)
 	}
@@ -396,13 +403,11 @@ func TestQueryConsoleRoundTrip(t *testing.T) {
 	for i := range n + 10 {
 		start := time.Now()
 		resp := r.Post(t, "/api/v1/databases/"+pg.ID+"/query", r.Token, map[string]any{"sql": "SELECT 1"})
-		expectStatus(t, resp, http.StatusAccepted)
 		var a Accepted
-		resp.JSON(t, &a)
+		expectJSON(t, resp, http.StatusAccepted, &a)
 		resp = r.Get(t, "/api/v1/databases/"+pg.ID+"/jobs/"+a.JobID+"?wait=30", r.Token)
-		expectStatus(t, resp, http.StatusOK)
 		var j DatabaseJob
-		resp.JSON(t, &j)
+		expectJSON(t, resp, http.StatusOK, &j)
 		if j.Status != "succeeded" {
 			t.Fatalf("call %d: %s %s", i, j.Status, resp.Body)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/capstan-dev/capstan/internal/jobs"
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestFrozenAgentJobFailsServerOffline: the agent is frozen (SIGSTOP)
@@ -38,11 +39,9 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 
 	r.agent.Freeze(t)
 	frozenAt := time.Now()
-	resp := r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var a Accepted
-	resp.JSON(t, &a)
-	eventually(t, 20*time.Second, "the frozen agent's waiting claim takes the job", func() bool {
+	expectJSON(t, r.Post(t, "/api/v1/backups/settings/test?server_id="+r.serverID, r.Token, nil), http.StatusAccepted, &a)
+	testlab.Eventually(t, 20*time.Second, "the frozen agent's waiting claim takes the job", func() bool {
 		return r.job(t, a.JobID).StartedAt != nil
 	})
 
@@ -72,9 +71,7 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 			ErrorClass *string `json:"error_class"`
 		} `json:"jobs"`
 	}
-	list := r.Get(t, "/api/v1/jobs?server_id="+r.serverID, r.Token)
-	expectStatus(t, list, http.StatusOK)
-	list.JSON(t, &jobsList)
+	expectJSON(t, r.Get(t, "/api/v1/jobs?server_id="+r.serverID, r.Token), http.StatusOK, &jobsList)
 	for _, l := range jobsList.Jobs {
 		if l.ID == a.JobID && (l.ErrorClass == nil || *l.ErrorClass != serverOffline) {
 			t.Errorf("error class of the job in the list: %v, want %s", l.ErrorClass, serverOffline)
@@ -83,7 +80,7 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 	t.Logf("failed %s after the freeze", time.Since(frozenAt).Round(time.Second))
 
 	r.agent.Thaw(t)
-	eventually(t, 30*time.Second, "the thawed agent heartbeats again", func() bool {
+	testlab.Eventually(t, 30*time.Second, "the thawed agent heartbeats again", func() bool {
 		return r.server(t, r.serverID).Status == "online"
 	})
 	// A new job runs: the agent's claim loop is past the stale answer.
@@ -95,7 +92,7 @@ func TestFrozenAgentJobFailsServerOffline(t *testing.T) {
 	// and dropped the job without running it.
 	if strings.Contains(r.agent.Logs(), a.JobID) {
 		t.Logf("the agent read the stale answer to its claim")
-		eventually(t, 10*time.Second, "the agent drops the failed job", func() bool {
+		testlab.Eventually(t, 10*time.Second, "the agent drops the failed job", func() bool {
 			return strings.Contains(r.agent.Logs(), "job abandoned: the control plane no longer hands it to this agent")
 		})
 	}

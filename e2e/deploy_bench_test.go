@@ -42,12 +42,7 @@ const benchPoll = 5 * time.Millisecond
 // events split its side into phases.
 func BenchmarkDeployOverhead(b *testing.B) {
 	s := newAppStack(b, appStackOptions{Images: map[string]int{"v1": 0, "v2": 0}})
-	app := s.createApp(b, map[string]any{
-		"name": "bench", "source": map[string]any{"type": "image", "image": s.Images["v1"].Ref},
-		"container_port": 8080, "health_path": "/health",
-		"env": []map[string]string{{"key": "GREETING", "value": "bench"}},
-	})
-	s.waitDeployment(b, app.Latest.ID, "succeeded", benchPoll, deployTimeout)
+	app := s.createWebApp(b, "bench", benchPoll)
 
 	const deploys = 20
 	var (
@@ -218,17 +213,8 @@ func directDeploy(b *testing.B, cli *client.Client, ref string, interval time.Du
 func BenchmarkDeployUnderLoad(b *testing.B) {
 	const host, redeploys = "app.test", 20
 	s := newAppStack(b, appStackOptions{Images: map[string]int{"v1": 0, "v2": 0}})
-	app := s.createApp(b, map[string]any{
-		"name": "bench", "source": map[string]any{"type": "image", "image": s.Images["v1"].Ref},
-		"container_port": 8080, "health_path": "/health",
-		"env": []map[string]string{{"key": "GREETING", "value": "bench"}},
-	})
-	s.waitDeployment(b, app.Latest.ID, "succeeded", benchPoll, deployTimeout)
-	resp := s.Post(b, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(b, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(b, &dom)
-	s.waitJob(b, dom.JobID, "succeeded", jobTimeout)
+	app := s.createWebApp(b, "bench", benchPoll)
+	s.addDomain(b, app.ID, host, "internal", "succeeded")
 	url := s.Caddy.URL("https", host, "/")
 	s.waitSite(b, s.Client(b), url, "v1 bench", 20*time.Second)
 	valid := func(body string) bool { return body == "v1 bench" || body == "v2 bench" }
@@ -257,15 +243,7 @@ func BenchmarkDeployUnderLoad(b *testing.B) {
 				}
 				elapsed += time.Since(start)
 				load.Stop()
-				c := load.Take()
-				total.Failures += c.Failures
-				total.Errors = append(total.Errors, c.Errors...)
-				if total.Bodies == nil {
-					total.Bodies = map[string]int64{}
-				}
-				for k, v := range c.Bodies {
-					total.Bodies[k] += v
-				}
+				total.add(load.Take())
 			}
 			b.ReportMetric(float64(total.Failures), "failed-requests")
 			b.ReportMetric(float64(total.Requests()), "requests")

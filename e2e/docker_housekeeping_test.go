@@ -171,10 +171,8 @@ func TestDockerHousekeeping(t *testing.T) {
 	}
 	// The rollback to v1 still works.
 	first := s.deployments(t, app.ID, v1)
-	rb := s.Post(t, "/api/v1/deployments/"+first+"/rollback", s.Token, nil)
-	expectStatus(t, rb, http.StatusAccepted)
 	var a deployAccepted
-	rb.JSON(t, &a)
+	expectJSON(t, s.Post(t, "/api/v1/deployments/"+first+"/rollback", s.Token, nil), http.StatusAccepted, &a)
 	s.waitDeployment(t, a.DeploymentID, "succeeded", pollInterval, deployTimeout)
 
 	// An inspection of the application's container hides its secret.

@@ -37,13 +37,12 @@ func TestAlertMailsGoOutOverSTARTTLS(t *testing.T) {
 	quiet := signInUser(t, f.ControlPlane, quietUser).AccessToken
 
 	r := f.Get(t, "/api/v1/notifications/settings", member)
-	expectStatus(t, r, http.StatusOK)
 	var st struct {
 		Success bool `json:"email_deploy_success"`
 		Failure bool `json:"email_deploy_failure"`
 		Alerts  bool `json:"email_alerts"`
 	}
-	r.JSON(t, &st)
+	expectJSON(t, r, http.StatusOK, &st)
 	if st.Success || !st.Failure || !st.Alerts {
 		t.Fatalf("default settings: %+v", st)
 	}
@@ -60,7 +59,7 @@ func TestAlertMailsGoOutOverSTARTTLS(t *testing.T) {
 		t.Fatalf("opened: %+v", ev.Opened)
 	}
 	alertID := ev.Opened[0].ID
-	eventually(t, 60*time.Second, "two alert mails", func() bool { return len(s.Mails()) >= 2 })
+	testlab.Eventually(t, 60*time.Second, "two alert mails", func() bool { return len(s.Mails()) >= 2 })
 	to := map[string]string{}
 	for _, m := range s.Mails() {
 		if !m.TLS || m.User != s.User || m.From != "capstan@example.com" || len(m.To) != 1 {
@@ -84,7 +83,7 @@ func TestAlertMailsGoOutOverSTARTTLS(t *testing.T) {
 	if res.ExitCode != 0 {
 		t.Fatalf("capstan notify test-email: exit %d: %s", res.ExitCode, res.Stderr)
 	}
-	eventually(t, 10*time.Second, "the test e-mail", func() bool {
+	testlab.Eventually(t, 10*time.Second, "the test e-mail", func() bool {
 		for _, m := range s.Mails() {
 			if len(m.To) == 1 && m.To[0] == "ops@example.com" && strings.Contains(string(m.Data), "Test e-mail") {
 				return true
@@ -135,7 +134,7 @@ func TestActionsDoNotWaitForAHungSMTPServer(t *testing.T) {
 	if ev := f.evaluate(t); len(ev.Opened) != 1 {
 		t.Fatalf("opened: %+v", ev.Opened)
 	}
-	eventually(t, 30*time.Second, "the mail's connection to the hung server", func() bool { return accepted.Load() > 0 })
+	testlab.Eventually(t, 30*time.Second, "the mail's connection to the hung server", func() bool { return accepted.Load() > 0 })
 	// The mail hangs; the rest goes on.
 	if got := inbox(t, f.ControlPlane, f.Token, ""); got.UnreadCount != 1 {
 		t.Fatalf("inbox while the mail hangs: %+v", got)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // EventInfo is an event as GET /api/v1/events shows it.
@@ -30,12 +31,10 @@ func (f *Fleet) listEvents(t testing.TB, typ string) []EventInfo {
 	if typ != "" {
 		path += "&type=" + typ
 	}
-	r := f.Get(t, path, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Events []EventInfo `json:"events"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, path, f.Token), http.StatusOK, &out)
 	slices.Reverse(out.Events)
 	return out.Events
 }
@@ -59,16 +58,15 @@ func (f *Fleet) eventTypesFor(t testing.TB, subjectID string) []string {
 func TestServerEventsFollowTheAgent(t *testing.T) {
 	forEachStore(t, func(t *testing.T, d store.Dialect) {
 		f := newFleet(t, Options{Dialect: d})
-		e := f.createEnrollment(t, "events-1")
-		config := enrollAgent(t, f.ControlPlane, e.Token)
+		e, config := f.enrollServer(t, "events-1")
 		agent := startAgent(t, config)
-		eventually(t, 30*time.Second, "server.enrolled", func() bool {
+		testlab.Eventually(t, 30*time.Second, "server.enrolled", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled"})
 		})
 
 		agent.Kill(t)
 		// Offline 30 s after the last heartbeat.
-		eventually(t, 90*time.Second, "server.offline after the agent was killed", func() bool {
+		testlab.Eventually(t, 90*time.Second, "server.offline after the agent was killed", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled", "server.offline"})
 		})
 		var p struct {
@@ -85,11 +83,11 @@ func TestServerEventsFollowTheAgent(t *testing.T) {
 		}
 
 		startAgent(t, config)
-		eventually(t, 30*time.Second, "server.online after the agent came back", func() bool {
+		testlab.Eventually(t, 30*time.Second, "server.online after the agent came back", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID), []string{"server.enrolled", "server.offline", "server.online"})
 		})
 		expectStatus(t, f.Post(t, "/api/v1/servers/"+e.Server.ID+"/revoke", f.Token, nil), http.StatusOK)
-		eventually(t, 10*time.Second, "server.revoked", func() bool {
+		testlab.Eventually(t, 10*time.Second, "server.revoked", func() bool {
 			return slices.Equal(f.eventTypesFor(t, e.Server.ID),
 				[]string{"server.enrolled", "server.offline", "server.online", "server.revoked"})
 		})

@@ -96,14 +96,13 @@ func TestFleetSim(t *testing.T) {
 	// What the simulator did is what the control plane recorded.
 	s := signInUser(t, cp, newAdmin(t, cp, "checker@example.com"))
 	r := cp.Get(t, "/api/v1/servers", s.AccessToken)
-	expectStatus(t, r, http.StatusOK)
 	var list struct {
 		Servers []struct {
 			Status string   `json:"status"`
 			Tags   []string `json:"tags"`
 		} `json:"servers"`
 	}
-	r.JSON(t, &list)
+	expectJSON(t, r, http.StatusOK, &list)
 	online := 0
 	for _, srv := range list.Servers {
 		if srv.Status == "online" && len(srv.Tags) == 1 && srv.Tags[0] == "fleetsim" {
@@ -113,14 +112,12 @@ func TestFleetSim(t *testing.T) {
 	if len(list.Servers) != agents || online != agents {
 		t.Errorf("the control plane lists %d servers, %d of them online simulated ones; want %d", len(list.Servers), online, agents)
 	}
-	r = cp.Get(t, "/api/v1/jobs?limit=100", s.AccessToken)
-	expectStatus(t, r, http.StatusOK)
 	var jobs struct {
 		Jobs []struct {
 			Status string `json:"status"`
 		} `json:"jobs"`
 	}
-	r.JSON(t, &jobs)
+	expectJSON(t, cp.Get(t, "/api/v1/jobs?limit=100", s.AccessToken), http.StatusOK, &jobs)
 	for _, job := range jobs.Jobs {
 		if job.Status != "succeeded" {
 			t.Errorf("a simulated job is %s, want succeeded", job.Status)

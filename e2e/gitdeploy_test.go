@@ -120,11 +120,7 @@ func TestGitDeploy(t *testing.T) {
 		t.Fatalf("no build output in the events:\n%s", eventsText(d1.Events))
 	}
 
-	resp := g.Post(t, "/api/v1/domains", g.Token, map[string]any{"hostname": hostname, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(t, &dom)
-	g.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	g.addDomain(t, app.ID, hostname, "internal", "succeeded")
 	hc := g.Client(t)
 	url := g.Caddy.URL("https", hostname, "/")
 	g.waitSite(t, hc, url, "one "+buildArg, time.Minute)
@@ -155,9 +151,7 @@ func TestGitDeploy(t *testing.T) {
 		var list struct {
 			Deployments []AppDeployment `json:"deployments"`
 		}
-		r := g.Get(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token)
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &list)
+		expectJSON(t, g.Get(t, "/api/v1/applications/"+app.ID+"/deployments", g.Token), http.StatusOK, &list)
 		return len(list.Deployments)
 	}
 	count := deployments()
@@ -216,10 +210,8 @@ func TestGitDeploy(t *testing.T) {
 
 	// Rollback to commit 1: its image, no fetch, no build.
 	fetches := g.Host.GitFetches(g.Repo)
-	resp = g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
-	resp.JSON(t, &rb)
+	expectJSON(t, g.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", g.Token, nil), http.StatusAccepted, &rb)
 	d3, _ := g.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	if d3.ImageID != d1.ImageID || d3.Result.Build != nil {
 		t.Fatalf("rollback: image %s, build %+v; want image %s and no build", d3.ImageID, d3.Result.Build, d1.ImageID)

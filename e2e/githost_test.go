@@ -64,14 +64,12 @@ func startManifest(t testing.TB, cp *ControlPlane, host *testlab.GitHost, token,
 	if org != "" {
 		body["organization"] = org
 	}
-	r := cp.Post(t, "/api/v1/githost/manifest", token, body)
-	expectStatus(t, r, http.StatusOK)
 	var m struct {
 		Manifest map[string]any `json:"manifest"`
 		PostURL  string         `json:"post_url"`
 		State    string         `json:"state"`
 	}
-	r.JSON(t, &m)
+	expectJSON(t, cp.Post(t, "/api/v1/githost/manifest", token, body), http.StatusOK, &m)
 	raw, err := json.Marshal(m.Manifest)
 	if err != nil {
 		t.Fatal(err)
@@ -124,9 +122,8 @@ func TestGitHostConnect(t *testing.T) {
 		admin := signInUser(t, cp, newAdmin(t, cp, "admin@example.com")).AccessToken
 
 		r := cp.Get(t, "/api/v1/githost/status", admin)
-		expectStatus(t, r, http.StatusOK)
 		var st GitHostStatus
-		r.JSON(t, &st)
+		expectJSON(t, r, http.StatusOK, &st)
 		if st.Connected || st.App != nil || st.WebhookURL != cp.URL+"/api/v1/githost/webhook" {
 			t.Fatalf("status before connecting: %s", r.Body)
 		}
@@ -155,8 +152,7 @@ func TestGitHostConnect(t *testing.T) {
 
 		code, state = startManifest(t, cp, host, admin, "acme")
 		r = cp.Post(t, "/api/v1/githost/manifest/complete", admin, map[string]string{"code": code, "state": state})
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &st)
+		expectJSON(t, r, http.StatusOK, &st)
 		if !st.Connected || st.App == nil || st.App.ID != host.AppID() || st.App.Owner != "acme" ||
 			st.App.InstallURL != host.URL+"/apps/"+st.App.Slug+"/installations/new" {
 			t.Fatalf("status after connecting: %s", r.Body)
@@ -186,15 +182,12 @@ func TestGitHostConnect(t *testing.T) {
 			http.StatusUnprocessableEntity, "validation-failed")
 		inst := host.Install(t, "acme")
 		r = cp.Post(t, "/api/v1/githost/installations", admin, map[string]any{"installation_id": inst, "setup_action": "install"})
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &st)
+		expectJSON(t, r, http.StatusOK, &st)
 		if len(st.Installations) != 1 || st.Installations[0].ID != inst || st.Installations[0].Account != "acme" ||
 			st.Installations[0].RepositorySelection != "all" {
 			t.Fatalf("installations: %s", r.Body)
 		}
 
-		r = cp.Get(t, "/api/v1/githost/repositories", admin)
-		expectStatus(t, r, http.StatusOK)
 		var repos struct {
 			Repositories []struct {
 				InstallationID int64  `json:"installation_id"`
@@ -204,7 +197,7 @@ func TestGitHostConnect(t *testing.T) {
 				Private        bool   `json:"private"`
 			} `json:"repositories"`
 		}
-		r.JSON(t, &repos)
+		expectJSON(t, cp.Get(t, "/api/v1/githost/repositories", admin), http.StatusOK, &repos)
 		if got, want := len(repos.Repositories), 105; got != want {
 			t.Fatalf("%d repositories, want %d", got, want)
 		}
@@ -216,14 +209,13 @@ func TestGitHostConnect(t *testing.T) {
 		}
 
 		r = cp.Get(t, "/api/v1/githost/repositories/"+strconv.FormatInt(inst, 10)+"/"+strconv.FormatInt(web.ID, 10)+"/branches", admin)
-		expectStatus(t, r, http.StatusOK)
 		var br struct {
 			Branches []struct {
 				Name      string `json:"name"`
 				CommitSHA string `json:"commit_sha"`
 			} `json:"branches"`
 		}
-		r.JSON(t, &br)
+		expectJSON(t, r, http.StatusOK, &br)
 		if len(br.Branches) != 2 || br.Branches[1].Name != "release" || br.Branches[1].CommitSHA != strings.Repeat("2", 40) {
 			t.Fatalf("branches: %s", r.Body)
 		}
@@ -246,12 +238,11 @@ func TestGitHostConnect(t *testing.T) {
 		}
 
 		r = cp.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/githost/app", Token: admin})
-		expectStatus(t, r, http.StatusOK)
 		var disc struct {
 			Disconnected bool   `json:"disconnected"`
 			SettingsURL  string `json:"settings_url"`
 		}
-		r.JSON(t, &disc)
+		expectJSON(t, r, http.StatusOK, &disc)
 		if !disc.Disconnected || disc.SettingsURL != host.URL+"/organizations/acme/settings/apps/"+st.App.Slug {
 			t.Fatalf("disconnection: %s", r.Body)
 		}

@@ -112,11 +112,10 @@ func TestReplicasOnOnePostgres(t *testing.T) {
 	ops := createUser(t, a, "ops@example.com", "correct horse battery staple", true)
 	opsSession := signInUser(t, a, ops)
 	resp := a.Post(t, "/api/v1/tokens", opsSession.AccessToken, map[string]any{"name": "pipeline", "scopes": []string{"write"}})
-	expectStatus(t, resp, http.StatusCreated)
 	var tok struct {
 		Token string `json:"token"`
 	}
-	resp.JSON(t, &tok)
+	expectJSON(t, resp, http.StatusCreated, &tok)
 	expectStatus(t, b.Post(t, "/api/v1/servers/enrollments", tok.Token, map[string]any{"name": "by-token-1"}), http.StatusCreated)
 	expectStatus(t, a.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/users/" + ops.ID, Token: f.Token,
 		JSON: map[string]any{"admin": false}}), http.StatusOK)
@@ -148,7 +147,7 @@ func TestReplicasOnOnePostgres(t *testing.T) {
 	}
 
 	// The job reaper runs (every 2 s) in one replica only.
-	eventually(t, time.Minute, "three job reaper rounds", func() bool { return taskRounds(a, "job-reaper")+taskRounds(b, "job-reaper") >= 3 })
+	testlab.Eventually(t, time.Minute, "three job reaper rounds", func() bool { return taskRounds(a, "job-reaper")+taskRounds(b, "job-reaper") >= 3 })
 	if ra, rb := taskRounds(a, "job-reaper"), taskRounds(b, "job-reaper"); ra > 0 && rb > 0 {
 		t.Fatalf("the job reaper ran in both replicas: %d and %d rounds", ra, rb)
 	}
@@ -289,8 +288,6 @@ func openLiveStream(t testing.TB, cp *ControlPlane, token string) *testlab.SSE {
 	var tk struct {
 		Ticket string `json:"ticket"`
 	}
-	r := cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/stream/tickets", Token: token})
-	expectStatus(t, r, http.StatusCreated)
-	r.JSON(t, &tk)
+	expectJSON(t, cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/stream/tickets", Token: token}), http.StatusCreated, &tk)
 	return testlab.OpenSSE(t, cp.URL+"/api/v1/stream?ticket="+url.QueryEscape(tk.Ticket))
 }

@@ -70,14 +70,39 @@ type ControlPlane struct {
 	// are returned rather than followed.
 	Client *http.Client
 
-	env    []string
+	env []string
+	process
+
+	stopOnce sync.Once
+}
+
+// process is a child process a test started, with its output.
+type process struct {
 	cmd    *exec.Cmd
 	logs   *lineLog
 	exited chan struct{} // closed when the process has exited
 	err    error         // cmd.Wait's result, valid once exited is closed
-
-	stopOnce sync.Once
 }
+
+// start starts cmd with its output in p.logs (set beforehand), failing
+// the test if it cannot; what names the program in the failure.
+func (p *process) start(t testing.TB, cmd *exec.Cmd, what string) {
+	t.Helper()
+	p.cmd = cmd
+	p.exited = make(chan struct{})
+	cmd.Stdout, cmd.Stderr = p.logs, p.logs
+	cmd.WaitDelay = stopTimeout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", what, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+}
+
+// Logs returns what the process wrote to stdout and stderr so far.
+func (p *process) Logs() string { return p.logs.String() }
 
 // forEachStore runs fn in parallel subtests, once per store dialect.
 func forEachStore(t *testing.T, fn func(t *testing.T, d store.Dialect)) {
@@ -88,6 +113,15 @@ func forEachStore(t *testing.T, fn func(t *testing.T, d store.Dialect)) {
 			fn(t, d)
 		})
 	}
+}
+
+// forEachControlPlane runs fn in parallel subtests, once per store
+// dialect, each on a control plane of its own with that store.
+func forEachControlPlane(t *testing.T, fn func(t *testing.T, cp *ControlPlane)) {
+	t.Helper()
+	forEachStore(t, func(t *testing.T, d store.Dialect) {
+		fn(t, startControlPlane(t, Options{Dialect: d}))
+	})
 }
 
 // startControlPlane starts capstan serve on a free loopback port with a
@@ -112,7 +146,6 @@ func startControlPlane(t testing.TB, opts Options) *ControlPlane {
 		DatabaseURL: opts.DatabaseURL,
 		Dialect:     opts.Dialect,
 		env:         childEnv(opts.Env),
-		exited:      make(chan struct{}),
 	}
 	listenHost := "127.0.0.1"
 	if opts.ListenHost != "" {
@@ -137,18 +170,9 @@ func startControlPlane(t testing.TB, opts Options) *ControlPlane {
 			}
 		}
 	}}
-	cp.cmd = exec.Command(capstanBin, args...)
-	cp.cmd.Env = cp.env
-	cp.cmd.Stdout = cp.logs
-	cp.cmd.Stderr = cp.logs
-	cp.cmd.WaitDelay = stopTimeout
-	if err := cp.cmd.Start(); err != nil {
-		t.Fatalf("start capstan serve: %v", err)
-	}
-	go func() {
-		cp.err = cp.cmd.Wait()
-		close(cp.exited)
-	}()
+	cmd := exec.Command(capstanBin, args...)
+	cmd.Env = cp.env
+	cp.start(t, cmd, "capstan serve")
 	t.Cleanup(func() {
 		cp.Stop(t)
 		if t.Failed() {
@@ -249,9 +273,6 @@ func (cp *ControlPlane) Kill(t testing.TB) {
 		<-cp.exited
 	})
 }
-
-// Logs returns what the server wrote to stdout and stderr so far.
-func (cp *ControlPlane) Logs() string { return cp.logs.String() }
 
 // LogLines returns the server's JSON log lines, parsed; lines that are not
 // JSON are skipped.
@@ -507,6 +528,14 @@ func expectStatus(t testing.TB, r *Response, want int) {
 	}
 }
 
+// expectJSON fails the test unless r has the given status, and decodes
+// its body into v.
+func expectJSON(t testing.TB, r *Response, want int, v any) {
+	t.Helper()
+	expectStatus(t, r, want)
+	r.JSON(t, v)
+}
+
 // Problem is an RFC 9457 problem as the API sends it.
 type Problem struct {
 	Type      string `json:"type"`
@@ -605,13 +634,12 @@ func totpCode(t testing.TB, secret string) string {
 func login(t testing.TB, cp *ControlPlane, email, password string) string {
 	t.Helper()
 	r := cp.Post(t, "/api/v1/auth/login", "", map[string]string{"email": email, "password": password})
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Status      string `json:"status"`
 		ChallengeID string `json:"challenge_id"`
 		Method      string `json:"method"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, r, http.StatusOK, &out)
 	if out.Status != "two_factor_required" || out.Method != "totp" || out.ChallengeID == "" {
 		t.Fatalf("login: unexpected body %s", r.Body)
 	}
@@ -674,12 +702,10 @@ type AuditEntry struct {
 // ending in .*), as an administrator.
 func auditEntries(t testing.TB, cp *ControlPlane, adminToken, action string) []AuditEntry {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/audit-logs?limit=200&action="+action, adminToken)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Entries []AuditEntry `json:"entries"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, cp.Get(t, "/api/v1/audit-logs?limit=200&action="+action, adminToken), http.StatusOK, &out)
 	return out.Entries
 }
 

@@ -88,9 +88,8 @@ type hwLogRead struct {
 func (f *Fleet) hwReadLogs(t testing.TB, body map[string]any) hwLogRead {
 	t.Helper()
 	r := f.Post(t, "/api/v1/logs", f.Token, body)
-	expectStatus(t, r, http.StatusAccepted)
 	var a Accepted
-	r.JSON(t, &a)
+	expectJSON(t, r, http.StatusAccepted, &a)
 	if a.JobID == "" || a.Job.Type != agentproto.JobLogsRead {
 		t.Fatalf("POST /api/v1/logs: unexpected body %s", r.Body)
 	}
@@ -203,9 +202,6 @@ func hwChatterLine(t testing.TB) func(agentproto.LogLine) (hwSeq, bool) {
 	}
 }
 
-// hwDockerHost is the engine under test (testlab.DockerHost).
-func hwDockerHost() string { return testlab.DockerHost() }
-
 // hwRequireDocker returns a client of the engine under test. Without one
 // the test is skipped, or fails when CI=true.
 func hwRequireDocker(t *testing.T) *client.Client {
@@ -285,9 +281,7 @@ type hwLogContainer struct {
 
 func (f *Fleet) hwLogSources(t testing.TB, serverID string) hwLogSources {
 	t.Helper()
-	r := f.Get(t, "/api/v1/logs/sources?server_id="+serverID, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var s hwLogSources
-	r.JSON(t, &s)
+	expectJSON(t, f.Get(t, "/api/v1/logs/sources?server_id="+serverID, f.Token), http.StatusOK, &s)
 	return s
 }

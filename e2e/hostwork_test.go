@@ -14,6 +14,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestHostWorkContainers runs a real agent on this host against the real
@@ -32,10 +33,7 @@ func TestHostWorkContainers(t *testing.T) {
 	e := f.createEnrollment(t, "docker-host-1")
 	id := e.Server.ID
 	config := enrollAgent(t, f.ControlPlane, e.Token)
-	var env []string
-	if h := hwDockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	agent := hwStartAgent(t, config, env...)
 	t.Logf("control plane up, agent enrolled and started after %s", time.Since(begin).Round(time.Millisecond))
 	parse := hwChatterLine(t)
@@ -162,13 +160,12 @@ func TestHostWorkLogsValidation(t *testing.T) {
 	// Valid reads are queued (no agent runs: they stay queued); absent
 	// lines means the default.
 	r := f.Post(t, "/api/v1/logs", f.Token, map[string]any{"server_id": id, "source": "journal", "unit": "nginx.service"})
-	expectStatus(t, r, http.StatusAccepted)
 	var a struct {
 		Job struct {
 			Payload agentproto.LogsReadPayload `json:"payload"`
 		} `json:"job"`
 	}
-	r.JSON(t, &a)
+	expectJSON(t, r, http.StatusAccepted, &a)
 	if got, want := a.Job.Payload.Lines, 200; got != want {
 		t.Errorf("no lines: queued with lines %d, want the default %d", got, want)
 	}
@@ -426,10 +423,7 @@ func TestHostWorkInventoryFollowsDocker(t *testing.T) {
 	e := f.createEnrollment(t, "docker-events-1")
 	id := e.Server.ID
 	config := enrollAgent(t, f.ControlPlane, e.Token)
-	var env []string
-	if h := hwDockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h)
-	}
+	env := testlab.DockerEnv()
 	agent := hwStartAgent(t, config, env...)
 	waitFor(t, hwJobTimeout, "the first inventory", func() (bool, string) {
 		src := f.hwLogSources(t, id)
@@ -447,14 +441,12 @@ func TestHostWorkInventoryFollowsDocker(t *testing.T) {
 	// The metric samples carry its CPU, memory and network, served with
 	// the server.
 	waitFor(t, 90*time.Second, "the server's container metrics list "+name, func() (bool, string) {
-		r := f.Get(t, "/api/v1/servers/"+id, f.Token)
-		expectStatus(t, r, http.StatusOK)
 		var d struct {
 			ContainerMetrics *struct {
 				Containers []agentproto.ContainerSample `json:"containers"`
 			} `json:"container_metrics"`
 		}
-		r.JSON(t, &d)
+		expectJSON(t, f.Get(t, "/api/v1/servers/"+id, f.Token), http.StatusOK, &d)
 		if d.ContainerMetrics == nil {
 			return false, "no container metrics"
 		}

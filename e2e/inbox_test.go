@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // InboxPage is the reply of GET /api/v1/notifications.
@@ -25,10 +26,8 @@ type InboxPage struct {
 
 func inbox(t testing.TB, cp *ControlPlane, token, query string) InboxPage {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/notifications"+query, token)
-	expectStatus(t, r, http.StatusOK)
 	var p InboxPage
-	r.JSON(t, &p)
+	expectJSON(t, cp.Get(t, "/api/v1/notifications"+query, token), http.StatusOK, &p)
 	return p
 }
 
@@ -52,7 +51,7 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 			t.Fatalf("resolved: %+v", ev.Resolved)
 		}
 		for _, tok := range []string{f.Token, member} {
-			eventually(t, 30*time.Second, "two unread items", func() bool { return inbox(t, f.ControlPlane, tok, "").UnreadCount == 2 })
+			testlab.Eventually(t, 30*time.Second, "two unread items", func() bool { return inbox(t, f.ControlPlane, tok, "").UnreadCount == 2 })
 		}
 		p := inbox(t, f.ControlPlane, f.Token, "?limit=1")
 		if len(p.Notifications) != 1 || p.NextCursor == "" || p.Notifications[0].EventType != "alert.resolved" || p.Notifications[0].Read ||
@@ -68,12 +67,11 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 		expectStatus(t, f.Get(t, "/api/v1/notifications?before="+mine.NextCursor, f.Token), http.StatusUnprocessableEntity)
 
 		r := f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"ids": []string{p.Notifications[0].ID}})
-		expectStatus(t, r, http.StatusOK)
 		var res struct {
 			Marked      int `json:"marked"`
 			UnreadCount int `json:"unread_count"`
 		}
-		r.JSON(t, &res)
+		expectJSON(t, r, http.StatusOK, &res)
 		if res.Marked != 1 || res.UnreadCount != 1 {
 			t.Fatalf("marking one: %+v", res)
 		}
@@ -83,9 +81,7 @@ func TestInboxCountsAndReadMarking(t *testing.T) {
 		for _, body := range []map[string]any{{}, {"all": true, "ids": []string{p.Notifications[0].ID}}} {
 			expectProblem(t, f.Post(t, "/api/v1/notifications/read", f.Token, body), http.StatusUnprocessableEntity, "validation-failed")
 		}
-		r = f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"all": true})
-		expectStatus(t, r, http.StatusOK)
-		r.JSON(t, &res)
+		expectJSON(t, f.Post(t, "/api/v1/notifications/read", f.Token, map[string]any{"all": true}), http.StatusOK, &res)
 		if res.Marked != 1 || res.UnreadCount != 0 {
 			t.Fatalf("marking all: %+v", res)
 		}

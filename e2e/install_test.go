@@ -59,10 +59,8 @@ type apiServer struct {
 
 func getServer(t *testing.T, cp *ControlPlane, token, id string) apiServer {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/servers/"+id, token)
-	expectStatus(t, r, http.StatusOK)
 	var s apiServer
-	r.JSON(t, &s)
+	expectJSON(t, cp.Get(t, "/api/v1/servers/"+id, token), http.StatusOK, &s)
 	return s
 }
 
@@ -87,19 +85,17 @@ func pingAgent(t *testing.T, cp *ControlPlane, token, serverID, message string) 
 	t.Helper()
 	r := cp.Post(t, "/api/v1/servers/"+serverID+"/actions", token,
 		map[string]any{"type": "agent.ping", "payload": map[string]string{"message": message}})
-	expectStatus(t, r, http.StatusAccepted)
 	var queued struct {
 		JobID string `json:"job_id"`
 	}
-	r.JSON(t, &queued)
+	expectJSON(t, r, http.StatusAccepted, &queued)
 	var body []byte
 	waitFor(t, 90*time.Second, "agent.ping "+queued.JobID+" succeeds", func() (bool, string) {
 		r := cp.Get(t, "/api/v1/jobs/"+queued.JobID, token)
-		expectStatus(t, r, http.StatusOK)
 		var j struct {
 			Status string `json:"status"`
 		}
-		r.JSON(t, &j)
+		expectJSON(t, r, http.StatusOK, &j)
 		switch j.Status {
 		case "failed", "cancelled":
 			t.Fatalf("agent.ping %s ended %s: %s", queued.JobID, j.Status, r.Body)
@@ -170,13 +166,12 @@ func TestInstallerOnSystemdHost(t *testing.T) {
 	tok := admin.AccessToken
 
 	r := cp.Post(t, "/api/v1/servers/enrollments", tok, map[string]any{"name": "nspawn-1", "tags": []string{"e2e"}})
-	expectStatus(t, r, http.StatusCreated)
 	var enr struct {
 		Server         apiServer `json:"server"`
 		Token          string    `json:"token"`
 		InstallCommand string    `json:"install_command"`
 	}
-	r.JSON(t, &enr)
+	expectJSON(t, r, http.StatusCreated, &enr)
 	serverID := enr.Server.ID
 	if serverID == "" || !strings.HasPrefix(enr.Token, "ept_") {
 		t.Fatalf("enrollment: %s", r.Body)
@@ -344,11 +339,10 @@ systemctl restart capstan-agent.service`, httpPort, httpsPort))
 	domainHost := "web.install.test"
 	r = cp.Post(t, "/api/v1/applications", tok, map[string]any{"name": "web", "server_id": serverID, "deploy": false,
 		"source": map[string]any{"type": "image", "image": "nginx:1.27"}, "container_port": 80})
-	expectStatus(t, r, http.StatusCreated)
 	var app struct {
 		ID string `json:"id"`
 	}
-	r.JSON(t, &app)
+	expectJSON(t, r, http.StatusCreated, &app)
 	applyDomain(t, cp, tok, map[string]any{"hostname": domainHost, "application_id": app.ID, "tls_mode": "off"})
 	wantDomainServed(t, c, domainHost, httpPort, httpsPort)
 	t.Logf("domain served after %s", time.Since(start).Round(time.Millisecond))
@@ -471,21 +465,19 @@ func wantCaddyAdminSocket(t *testing.T, c *Container) {
 func applyDomain(t *testing.T, cp *ControlPlane, token string, body map[string]any) {
 	t.Helper()
 	r := cp.Post(t, "/api/v1/domains", token, body)
-	expectStatus(t, r, http.StatusCreated)
 	var dom struct {
 		JobID string `json:"job_id"`
 	}
-	r.JSON(t, &dom)
+	expectJSON(t, r, http.StatusCreated, &dom)
 	if dom.JobID == "" {
 		t.Fatalf("domain create: %s", r.Body)
 	}
 	waitFor(t, 90*time.Second, "proxy.apply "+dom.JobID+" succeeds", func() (bool, string) {
 		r := cp.Get(t, "/api/v1/jobs/"+dom.JobID, token)
-		expectStatus(t, r, http.StatusOK)
 		var j struct {
 			Status string `json:"status"`
 		}
-		r.JSON(t, &j)
+		expectJSON(t, r, http.StatusOK, &j)
 		if j.Status == "failed" || j.Status == "cancelled" {
 			t.Fatalf("proxy.apply %s ended %s: %s", dom.JobID, j.Status, r.Body)
 		}
@@ -576,12 +568,11 @@ func TestInstallerKeepsTokenOffCommandLines(t *testing.T) {
 	cp := startControlPlane(t, Options{Args: []string{"--agent-dir", agentDir}})
 	admin := signInUser(t, cp, newAdmin(t, cp, "admin@example.com"))
 	r := cp.Post(t, "/api/v1/servers/enrollments", admin.AccessToken, map[string]any{"name": "argv"})
-	expectStatus(t, r, http.StatusCreated)
 	var enr struct {
 		Server apiServer `json:"server"`
 		Token  string    `json:"token"`
 	}
-	r.JSON(t, &enr)
+	expectJSON(t, r, http.StatusCreated, &enr)
 
 	// The enrollment request waits at this proxy until released.
 	target, err := url.Parse(cp.URL)

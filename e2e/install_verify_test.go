@@ -58,12 +58,11 @@ func TestInstallerRefusesTamperedPackage(t *testing.T) {
 	cp := startControlPlane(t, Options{Args: []string{"--agent-dir", agentDir}})
 	admin := signInUser(t, cp, newAdmin(t, cp, "admin@example.com"))
 	r := cp.Post(t, "/api/v1/servers/enrollments", admin.AccessToken, map[string]any{"name": "tampered"})
-	expectStatus(t, r, http.StatusCreated)
 	var enr struct {
 		Server apiServer `json:"server"`
 		Token  string    `json:"token"`
 	}
-	r.JSON(t, &enr)
+	expectJSON(t, r, http.StatusCreated, &enr)
 
 	// The man in the middle: everything passes through but the package,
 	// which is replaced by one whose binary leaves a mark when run.

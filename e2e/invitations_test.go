@@ -37,21 +37,18 @@ type invitationEnrollment struct {
 
 func invite(t *testing.T, cp *ControlPlane, tok, email string, admin bool) inviteAnswer {
 	t.Helper()
-	r := cp.Post(t, "/api/v1/users/invitations", tok, map[string]any{"email": email, "admin": admin})
-	expectStatus(t, r, http.StatusCreated)
 	var a inviteAnswer
-	r.JSON(t, &a)
+	expectJSON(t, cp.Post(t, "/api/v1/users/invitations", tok, map[string]any{"email": email, "admin": admin}), http.StatusCreated, &a)
 	return a
 }
 
 func listInvitations(t *testing.T, cp *ControlPlane, tok string) (map[string]invitationInfo, string) {
 	t.Helper()
 	r := cp.Get(t, "/api/v1/users/invitations", tok)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Invitations []invitationInfo `json:"invitations"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, r, http.StatusOK, &out)
 	m := map[string]invitationInfo{}
 	for _, i := range out.Invitations {
 		if _, ok := m[i.Email]; !ok { // newest first
@@ -63,10 +60,8 @@ func listInvitations(t *testing.T, cp *ControlPlane, tok string) (map[string]inv
 
 func enrollInvitation(t *testing.T, cp *ControlPlane, token string) invitationEnrollment {
 	t.Helper()
-	r := cp.Post(t, "/api/v1/auth/invitation/enrollment", "", map[string]string{"token": token})
-	expectStatus(t, r, http.StatusOK)
 	var en invitationEnrollment
-	r.JSON(t, &en)
+	expectJSON(t, cp.Post(t, "/api/v1/auth/invitation/enrollment", "", map[string]string{"token": token}), http.StatusOK, &en)
 	if en.TOTPSecret == "" || !strings.HasPrefix(en.TOTPURI, "otpauth://totp/") || !strings.HasPrefix(en.QRCode, "<svg") {
 		t.Fatalf("enrollment: %+v", en)
 	}
@@ -84,7 +79,7 @@ var inviteToken = regexp.MustCompile(`/invite#(cin_[0-9a-z]+)`)
 func mailedToken(t *testing.T, s *testlab.SMTPServer, cp *ControlPlane, addr string) string {
 	t.Helper()
 	var token string
-	eventually(t, 30*time.Second, "the invitation mail to "+addr, func() bool {
+	testlab.Eventually(t, 30*time.Second, "the invitation mail to "+addr, func() bool {
 		for _, m := range s.Mails() {
 			if len(m.To) != 1 || m.To[0] != addr {
 				continue
@@ -156,12 +151,11 @@ func TestInvitationsByEmail(t *testing.T) {
 
 	// The invitee: whom it is for; accepting needs the second factor first.
 	r := cp.Post(t, "/api/v1/auth/invitation", "", map[string]string{"token": token})
-	expectStatus(t, r, http.StatusOK)
 	var look struct {
 		Email string `json:"email"`
 		Admin bool   `json:"admin"`
 	}
-	r.JSON(t, &look)
+	expectJSON(t, r, http.StatusOK, &look)
 	if look.Email != "new@example.com" || look.Admin {
 		t.Fatalf("lookup: %s", r.Body)
 	}

@@ -29,12 +29,10 @@ type namedJob struct {
 
 func (f *Fleet) namedJobs(t testing.TB, query string) []namedJob {
 	t.Helper()
-	r := f.Get(t, "/api/v1/jobs"+query, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Jobs []namedJob `json:"jobs"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/jobs"+query, f.Token), http.StatusOK, &out)
 	return out.Jobs
 }
 
@@ -52,14 +50,12 @@ func TestJobListFiltersAndLogReadWait(t *testing.T) {
 	// A read that stays queued: wait=1 answers after about a second, with
 	// the state then and no lines.
 	r := f.Post(t, "/api/v1/logs", f.Token, map[string]any{"server_id": web.Server.ID, "source": "journal", "unit": "web.service"})
-	expectStatus(t, r, http.StatusAccepted)
 	var read Accepted
-	r.JSON(t, &read)
+	expectJSON(t, r, http.StatusAccepted, &read)
 	start := time.Now()
 	r = f.Get(t, "/api/v1/logs/"+read.JobID+"?wait=1", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var res hwLogRead
-	r.JSON(t, &res)
+	expectJSON(t, r, http.StatusOK, &res)
 	if took := time.Since(start); res.Status != "queued" || len(res.Lines) != 0 || took < 900*time.Millisecond || took > 10*time.Second {
 		t.Fatalf("wait=1 on a queued read: status %s, %d lines after %s", res.Status, len(res.Lines), took)
 	}
@@ -131,9 +127,8 @@ func TestJobListFiltersAndLogReadWait(t *testing.T) {
 		t.Errorf("listed log read: %+v actor %+v", j, j.Actor)
 	}
 	r = f.Get(t, "/api/v1/jobs/"+ping, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var one namedJob
-	r.JSON(t, &one)
+	expectJSON(t, r, http.StatusOK, &one)
 	if one.ServerName != "names-db" || one.Actor == nil || one.Actor.Email != f.Admin.Email {
 		t.Errorf("GET /api/v1/jobs/%s: %s", ping, r.Body)
 	}

@@ -25,20 +25,16 @@ import (
 func TestMCPServer(t *testing.T) {
 	t.Parallel()
 	r := newAppRig(t, store.SQLite)
-	resp := r.Post(t, "/api/v1/applications", r.Token, map[string]any{"name": "web", "server_id": r.serverID,
+	app := r.createApp(t, map[string]any{"name": "web",
 		"source": map[string]any{"type": "image", "image": "ghcr.io/acme/web:1.0"}, "container_port": 8080, "deploy": false})
-	expectStatus(t, resp, http.StatusCreated)
-	var app AppInfo
-	resp.JSON(t, &app)
 
 	session := func(scopes ...string) *mcp.ClientSession {
 		t.Helper()
 		resp := r.Post(t, "/api/v1/tokens", r.Token, map[string]any{"name": "assistant " + strings.Join(scopes, "+"), "scopes": scopes})
-		expectStatus(t, resp, http.StatusCreated)
 		var tok struct {
 			Token string `json:"token"`
 		}
-		resp.JSON(t, &tok)
+		expectJSON(t, resp, http.StatusCreated, &tok)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		t.Cleanup(cancel)
 		cmd := exec.CommandContext(ctx, capstanBin, "mcp")

@@ -74,8 +74,8 @@ func TestIdleMemoryBudgets(t *testing.T) {
 		t.Parallel()
 		port := strconv.Itoa(testlab.FreePort(t))
 		f := newFleet(t, Options{Dialect: store.SQLite, Args: []string{"--metrics-listen", "127.0.0.1:" + port}})
-		e := f.createEnrollment(t, "budget-1")
-		agent := startAgent(t, enrollAgent(t, f.ControlPlane, e.Token))
+		_, config := f.enrollServer(t, "budget-1")
+		agent := startAgent(t, config)
 		testlab.Eventually(t, 120*time.Second, "the agent's inventory and three metric reports", func() bool {
 			body := scrape(t, "http://127.0.0.1:"+port+"/metrics")
 			return counterValue(body, `capstan_agent_calls_total{kind="inventory",outcome="ok"}`) >= 1 &&

@@ -88,15 +88,13 @@ type mxFleet struct {
 // mxEnrollment creates a pending server and returns its id and token.
 func mxEnrollment(t *testing.T, cp *ControlPlane, adminToken, name string) (id, token string) {
 	t.Helper()
-	r := cp.Post(t, "/api/v1/servers/enrollments", adminToken, map[string]any{"name": name})
-	expectStatus(t, r, http.StatusCreated)
 	var e struct {
 		Server struct {
 			ID string `json:"id"`
 		} `json:"server"`
 		Token string `json:"token"`
 	}
-	r.JSON(t, &e)
+	expectJSON(t, cp.Post(t, "/api/v1/servers/enrollments", adminToken, map[string]any{"name": name}), http.StatusCreated, &e)
 	return e.Server.ID, e.Token
 }
 
@@ -107,9 +105,8 @@ func mxEnroll(t *testing.T, cp *ControlPlane, adminToken, name string) (id, agen
 	_, token := mxEnrollment(t, cp, adminToken, name)
 	r := cp.Post(t, "/agent/v1/enroll", "", agentproto.EnrollRequest{Token: token,
 		Facts: agentproto.Facts{Hostname: name, OS: "debian", Arch: "amd64", AgentVersion: buildVersion}})
-	expectStatus(t, r, http.StatusOK)
 	var res agentproto.EnrollResponse
-	r.JSON(t, &res)
+	expectJSON(t, r, http.StatusOK, &res)
 	return res.ServerID, res.AgentToken
 }
 
@@ -125,19 +122,15 @@ func mxSample(at time.Time, cpu float64) agentproto.MetricSample {
 
 func mxSeriesOf(t *testing.T, cp *ControlPlane, token, serverID, rangeName string) mxSeries {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/servers/"+serverID+"/metrics?range="+rangeName, token)
-	expectStatus(t, r, http.StatusOK)
 	var s mxSeries
-	r.JSON(t, &s)
+	expectJSON(t, cp.Get(t, "/api/v1/servers/"+serverID+"/metrics?range="+rangeName, token), http.StatusOK, &s)
 	return s
 }
 
 func mxFleetOf(t *testing.T, cp *ControlPlane, token, rangeName string) mxFleet {
 	t.Helper()
-	r := cp.Get(t, "/api/v1/monitoring/fleet?range="+rangeName, token)
-	expectStatus(t, r, http.StatusOK)
 	var f mxFleet
-	r.JSON(t, &f)
+	expectJSON(t, cp.Get(t, "/api/v1/monitoring/fleet?range="+rangeName, token), http.StatusOK, &f)
 	return f
 }
 
@@ -191,11 +184,10 @@ func TestMetricsIngestAndViews(t *testing.T) {
 		// The list shows each server's latest sample, the detail its
 		// inventory too.
 		r := cp.Get(t, "/api/v1/servers", token)
-		expectStatus(t, r, http.StatusOK)
 		var list struct {
 			Servers []mxServer `json:"servers"`
 		}
-		r.JSON(t, &list)
+		expectJSON(t, r, http.StatusOK, &list)
 		if len(list.Servers) != 2 {
 			t.Fatalf("servers: %s", r.Body)
 		}
@@ -224,9 +216,8 @@ func TestMetricsIngestAndViews(t *testing.T) {
 		}
 		expectStatus(t, cp.Post(t, "/agent/v1/inventory", agent, inv), http.StatusNoContent)
 		r = cp.Get(t, "/api/v1/servers/"+id, token)
-		expectStatus(t, r, http.StatusOK)
 		var detail mxServer
-		r.JSON(t, &detail)
+		expectJSON(t, r, http.StatusOK, &detail)
 		if detail.LatestMetrics == nil || detail.LatestMetrics.CPUPercent != 30 || detail.Inventory == nil {
 			t.Fatalf("server detail: %s", r.Body)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // TestAppDownAndTLSExpiringOnRealStack runs an application behind a real
@@ -40,13 +41,9 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	down := s.createRule(t, map[string]any{"kind": "app_down", "duration": int(hold / time.Second), "scope": "application", "scope_id": app.ID})
 	tls := s.createRule(t, map[string]any{"kind": "tls_expiring", "threshold": 1, "scope": "application", "scope_id": app.ID})
 
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(t, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	dom := s.addDomain(t, app.ID, host, "internal", "succeeded")
 	var di DomainInfo
-	eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {
+	testlab.Eventually(t, 2*time.Minute, "the control plane checked the domain's certificate", func() bool {
 		resp := s.Get(t, "/api/v1/domains/"+dom.Domain.ID, s.Token)
 		expectStatus(t, resp, http.StatusOK)
 		di = DomainInfo{}
@@ -88,7 +85,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	failed := time.Now()
 	post("/fail")
 	var a AlertInfo
-	eventually(t, time.Minute, "app_down opened", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down opened", func() bool {
 		var ok bool
 		a, ok = s.alertOf(t, down.ID, "open")
 		return ok
@@ -100,7 +97,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		t.Fatalf("app_down alert: %+v", a)
 	}
 	post("/recover")
-	eventually(t, time.Minute, "app_down resolved", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down resolved", func() bool {
 		_, ok := s.alertOf(t, down.ID, "resolved")
 		return ok
 	})
@@ -108,7 +105,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 	// A container made before containers carried their health path is
 	// probed too: the control plane names the application to the agent.
 	s.replaceWithoutHealthLabel(t, app.ID)
-	eventually(t, time.Minute, "the replaced container answers", func() bool {
+	testlab.Eventually(t, time.Minute, "the replaced container answers", func() bool {
 		r, err := http.Get(container + "/health")
 		if err != nil {
 			return false
@@ -117,7 +114,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		return r.StatusCode == http.StatusOK
 	})
 	post("/fail")
-	eventually(t, time.Minute, "app_down opened for the container without the health path label", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down opened for the container without the health path label", func() bool {
 		var ok bool
 		a, ok = s.alertOf(t, down.ID, "open")
 		return ok
@@ -126,7 +123,7 @@ func TestAppDownAndTLSExpiringOnRealStack(t *testing.T) {
 		t.Fatalf("app_down of the unlabelled container: %+v", a)
 	}
 	post("/recover")
-	eventually(t, time.Minute, "app_down of the unlabelled container resolved", func() bool {
+	testlab.Eventually(t, time.Minute, "app_down of the unlabelled container resolved", func() bool {
 		_, ok := s.alertOf(t, down.ID, "open")
 		return !ok
 	})

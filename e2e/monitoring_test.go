@@ -58,41 +58,33 @@ type Evaluation struct {
 
 func (f *Fleet) rules(t testing.TB) []RuleInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/monitoring/rules", f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Rules []RuleInfo `json:"rules"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/monitoring/rules", f.Token), http.StatusOK, &out)
 	return out.Rules
 }
 
 func (f *Fleet) createRule(t testing.TB, body map[string]any) RuleInfo {
 	t.Helper()
-	r := f.Post(t, "/api/v1/monitoring/rules", f.Token, body)
-	expectStatus(t, r, http.StatusCreated)
 	var rule RuleInfo
-	r.JSON(t, &rule)
+	expectJSON(t, f.Post(t, "/api/v1/monitoring/rules", f.Token, body), http.StatusCreated, &rule)
 	return rule
 }
 
 func (f *Fleet) evaluate(t testing.TB) Evaluation {
 	t.Helper()
-	r := f.Post(t, "/api/v1/monitoring/evaluate", f.Token, nil)
-	expectStatus(t, r, http.StatusOK)
 	var e Evaluation
-	r.JSON(t, &e)
+	expectJSON(t, f.Post(t, "/api/v1/monitoring/evaluate", f.Token, nil), http.StatusOK, &e)
 	return e
 }
 
 func (f *Fleet) alerts(t testing.TB, state string) []AlertInfo {
 	t.Helper()
-	r := f.Get(t, "/api/v1/monitoring/alerts?limit=200&state="+state, f.Token)
-	expectStatus(t, r, http.StatusOK)
 	var out struct {
 		Alerts []AlertInfo `json:"alerts"`
 	}
-	r.JSON(t, &out)
+	expectJSON(t, f.Get(t, "/api/v1/monitoring/alerts?limit=200&state="+state, f.Token), http.StatusOK, &out)
 	return out.Alerts
 }
 
@@ -111,7 +103,7 @@ func (f *Fleet) alertOf(t testing.TB, ruleID, state string) (AlertInfo, bool) {
 func (f *Fleet) waitAlert(t testing.TB, timeout time.Duration, ruleID, state string) AlertInfo {
 	t.Helper()
 	var a AlertInfo
-	eventually(t, timeout, "an alert of "+ruleID+" "+state, func() bool {
+	testlab.Eventually(t, timeout, "an alert of "+ruleID+" "+state, func() bool {
 		f.evaluate(t)
 		var ok bool
 		a, ok = f.alertOf(t, ruleID, state)
@@ -191,9 +183,8 @@ func TestAlertRulesAPI(t *testing.T) {
 		}
 		p := f.Do(t, Req{Method: http.MethodPatch, Path: "/api/v1/monitoring/rules/" + r.ID, Token: f.Token,
 			JSON: map[string]any{"threshold": 75, "duration": 60, "severity": "warning", "enabled": false}})
-		expectStatus(t, p, http.StatusOK)
 		var got RuleInfo
-		p.JSON(t, &got)
+		expectJSON(t, p, http.StatusOK, &got)
 		if got.Threshold != 75 || got.Duration != 60 || got.Severity != "warning" || got.Enabled {
 			t.Fatalf("patched: %+v", got)
 		}
@@ -260,7 +251,7 @@ func TestHighAlertsOpenAfterDurationResolveWithHysteresis(t *testing.T) {
 			t.Fatalf("first evaluation opened %+v; want memory_high and swap_high (duration 0), not cpu_high", ev.Opened)
 		}
 		var opened AlertInfo
-		eventually(t, 60*time.Second, "the cpu alert", func() bool {
+		testlab.Eventually(t, 60*time.Second, "the cpu alert", func() bool {
 			fd.report(t, 95, 95, 60)
 			for _, a := range f.evaluate(t).Opened {
 				if a.RuleID == cpu.ID {
@@ -288,10 +279,8 @@ func TestHighAlertsOpenAfterDurationResolveWithHysteresis(t *testing.T) {
 		}
 
 		// Acknowledge the open alert; a repeat changes nothing.
-		r := f.Post(t, "/api/v1/monitoring/alerts/"+opened.ID+"/acknowledge", f.Token, nil)
-		expectStatus(t, r, http.StatusOK)
 		var acked AlertInfo
-		r.JSON(t, &acked)
+		expectJSON(t, f.Post(t, "/api/v1/monitoring/alerts/"+opened.ID+"/acknowledge", f.Token, nil), http.StatusOK, &acked)
 		if acked.AcknowledgedBy == nil || *acked.AcknowledgedBy != f.Admin.ID || acked.AcknowledgedAt == nil {
 			t.Fatalf("acknowledged: %+v", acked)
 		}
@@ -331,8 +320,7 @@ func TestFilesystemAndOfflineAlertsFromARealAgent(t *testing.T) {
 	t.Parallel()
 	mnt := testlab.LoopFilesystem(t, 16, 64)
 	f := newFleet(t, Options{Dialect: store.SQLite, Args: []string{"--alert-evaluation-interval=1s"}})
-	e := f.createEnrollment(t, "disk-1")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
+	e, config := f.enrollServer(t, "disk-1")
 	agent := startAgent(t, config)
 	disk := f.createRule(t, map[string]any{"kind": "disk_high", "threshold": 50, "duration": 0, "scope": "server", "scope_id": e.Server.ID})
 	inode := f.createRule(t, map[string]any{"kind": "inode_high", "threshold": 50, "duration": 0, "scope": "server", "scope_id": e.Server.ID})
@@ -372,7 +360,7 @@ func TestFilesystemAndOfflineAlertsFromARealAgent(t *testing.T) {
 
 	agent.Kill(t)
 	var a AlertInfo
-	eventually(t, 3*time.Minute, "agent_offline opened by the evaluation loop", func() bool {
+	testlab.Eventually(t, 3*time.Minute, "agent_offline opened by the evaluation loop", func() bool {
 		var ok bool
 		a, ok = f.alertOf(t, offline.ID, "open")
 		return ok
@@ -381,7 +369,7 @@ func TestFilesystemAndOfflineAlertsFromARealAgent(t *testing.T) {
 		t.Fatalf("agent_offline alert: %+v", a)
 	}
 	startAgent(t, config)
-	eventually(t, 60*time.Second, "agent_offline resolved", func() bool {
+	testlab.Eventually(t, 60*time.Second, "agent_offline resolved", func() bool {
 		_, ok := f.alertOf(t, offline.ID, "resolved")
 		return ok
 	})

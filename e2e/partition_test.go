@@ -50,14 +50,10 @@ func TestAgentPartitionedMidJob(t *testing.T) {
 	}
 
 	f := newFleet(t, Options{ListenHost: ns.HostAddr.String()})
-	e := f.createEnrollment(t, "partitioned")
-	config := enrollAgent(t, f.ControlPlane, e.Token)
-	env := []string{}
-	if h := testlab.DockerHost(); h != "" {
-		env = append(env, "DOCKER_HOST="+h) // a unix socket: reachable from any network namespace
-	}
+	e, config := f.enrollServer(t, "partitioned")
+	env := testlab.DockerEnv() // a unix socket: reachable from any network namespace
 	agent := startAgentIn(t, ns, config, env)
-	eventually(t, startTimeout, "the agent is online", func() bool {
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool {
 		if !agent.Running() {
 			t.Fatalf("capstan-agent exited:\n%s", agent.Logs())
 		}
@@ -96,7 +92,7 @@ func TestAgentPartitionedMidJob(t *testing.T) {
 	if err != nil {
 		t.Fatalf("killing %s: %v", name, err)
 	}
-	eventually(t, time.Minute, "the container has exited", func() bool { return containerState() == "exited" })
+	testlab.Eventually(t, time.Minute, "the container has exited", func() bool { return containerState() == "exited" })
 
 	// Failed once a lease passed without a sign of life; never stuck.
 	var lost JobInfo
@@ -130,7 +126,7 @@ func TestAgentPartitionedMidJob(t *testing.T) {
 		t.Errorf("late result %+v (data %s); want succeeded with container %s exited, after the job failed at %v",
 			late.LateResult, late.LateResult.Data, name, lost.FinishedAt)
 	}
-	eventually(t, time.Minute, "the agent heartbeats again", func() bool {
+	testlab.Eventually(t, time.Minute, "the agent heartbeats again", func() bool {
 		s := f.server(t, e.Server.ID)
 		return s.Status == "online" && s.LastSeenAt != nil && s.LastSeenAt.After(*lost.FinishedAt)
 	})

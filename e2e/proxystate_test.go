@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // caddyLoaded is the part of Caddy's running configuration the proxy
@@ -83,7 +84,7 @@ func (s *appStack) gatedHealthPort(t testing.TB, deploymentID string, timeout ti
 	t.Helper()
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	port := 0
-	eventually(t, timeout, "the release of "+deploymentID+" waits in its health check", func() bool {
+	testlab.Eventually(t, timeout, "the release of "+deploymentID+" waits in its health check", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		res, err := s.Docker.ContainerList(ctx, client.ContainerListOptions{
@@ -124,11 +125,7 @@ func TestProxyStateNotUndoneByDeploy(t *testing.T) {
 
 	domainIDs := map[string]string{}
 	for _, host := range []string{gone, kept} {
-		resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-		expectStatus(t, resp, http.StatusCreated)
-		var dom domainChange
-		resp.JSON(t, &dom)
-		s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+		dom := s.addDomain(t, app.ID, host, "internal", "succeeded")
 		domainIDs[host] = dom.Domain.ID
 	}
 	if c := s.caddyConfig(t); !c.served(gone) || !c.served(kept) || !c.certified(kept) {
@@ -149,10 +146,8 @@ func TestProxyStateNotUndoneByDeploy(t *testing.T) {
 	expectStatus(t, resp, http.StatusOK)
 	var del domainChange
 	resp.JSON(t, &del)
-	resp = s.patch(t, "/api/v1/domains/"+domainIDs[kept], map[string]any{"tls_mode": "off"})
-	expectStatus(t, resp, http.StatusOK)
 	var off domainChange
-	resp.JSON(t, &off)
+	expectJSON(t, s.patch(t, "/api/v1/domains/"+domainIDs[kept], map[string]any{"tls_mode": "off"}), http.StatusOK, &off)
 	for _, id := range []string{del.JobID, off.JobID} {
 		s.waitJob(t, id, "succeeded", jobTimeout)
 	}

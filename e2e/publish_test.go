@@ -27,10 +27,8 @@ type publishedApp struct {
 
 func (s *appStack) publishedApp(t testing.TB, id string) publishedApp {
 	t.Helper()
-	resp := s.Get(t, "/api/v1/applications/"+id, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var a publishedApp
-	resp.JSON(t, &a)
+	expectJSON(t, s.Get(t, "/api/v1/applications/"+id, s.Token), http.StatusOK, &a)
 	return a
 }
 
@@ -39,7 +37,7 @@ func (s *appStack) waitRemoved(t testing.TB, id string) {
 	t.Helper()
 	resp := s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + id, Token: s.Token})
 	expectStatus(t, resp, http.StatusAccepted)
-	eventually(t, jobTimeout, "application "+id+" is removed", func() bool {
+	testlab.Eventually(t, jobTimeout, "application "+id+" is removed", func() bool {
 		r := s.Get(t, "/api/v1/applications/"+id, s.Token)
 		if r.Status == http.StatusOK {
 			var a AppInfo
@@ -106,9 +104,8 @@ func TestPublishOnRealStack(t *testing.T) {
 
 	// A rollback keeps the port.
 	resp := s.Post(t, "/api/v1/deployments/"+d1.ID+"/rollback", s.Token, nil)
-	expectStatus(t, resp, http.StatusAccepted)
 	var rb deployAccepted
-	resp.JSON(t, &rb)
+	expectJSON(t, resp, http.StatusAccepted, &rb)
 	s.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	s.waitSite(t, fresh, url, "v1 pub", time.Minute)
 
@@ -145,7 +142,7 @@ func TestPublishOnRealStack(t *testing.T) {
 
 	// Removal closes the port.
 	s.waitRemoved(t, app.ID)
-	eventually(t, jobTimeout, addr+" is closed", func() bool {
+	testlab.Eventually(t, jobTimeout, addr+" is closed", func() bool {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()

@@ -22,8 +22,7 @@ import (
 
 func TestRecoveryKit(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		s := signInUser(t, cp, admin)
 
@@ -85,7 +84,7 @@ func TestRecoveryKit(t *testing.T) {
 			{"format", kit.Format, "capstan-recovery-kit/1"},
 			{"public_url", kit.PublicURL, cp.URL},
 			{"version", kit.Version, buildVersion},
-			{"schema.dialect", kit.Schema.Dialect, string(d)},
+			{"schema.dialect", kit.Schema.Dialect, string(cp.Dialect)},
 		} {
 			if c.got != c.want {
 				t.Fatalf("kit %s: got %q, want %q", c.field, c.got, c.want)
@@ -147,8 +146,7 @@ func TestRecoveryKit(t *testing.T) {
 // would: sign-in works, so the sealed TOTP secrets open with it.
 func TestRecoveryKitRestores(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		s := signInUser(t, cp, admin)
 		r := cp.Post(t, "/api/v1/platform/recovery-kit", s.AccessToken, map[string]string{"password": admin.Password})
@@ -172,7 +170,7 @@ func TestRecoveryKitRestores(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		restored := startControlPlane(t, Options{Dialect: d, DataDir: cp.DataDir, DatabaseURL: cp.DatabaseURL,
+		restored := startControlPlane(t, Options{Dialect: cp.Dialect, DataDir: cp.DataDir, DatabaseURL: cp.DatabaseURL,
 			Env: []string{"CAPSTAN_SECRET_KEY=" + kit.SecretKey}})
 		signIn(t, restored, admin.Email, admin.Password, admin.TOTPSecret)
 		if _, err := os.Stat(filepath.Join(cp.DataDir, "secret.key")); !os.IsNotExist(err) {
@@ -188,8 +186,7 @@ func TestRecoveryKitRestores(t *testing.T) {
 // from any address, while a new sign-in gets the kit at once.
 func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		s := signInUser(t, cp, admin)
 		attacker := clientAt(t, "127.0.0.1")
@@ -202,7 +199,7 @@ func TestRecoveryKitParallelWrongPasswords(t *testing.T) {
 		})
 		counts := got.check(t)
 		refused := auditEntries(t, cp, s.AccessToken, "platform.recovery_kit.refused")
-		t.Logf("%s: password checks for %d parallel wrong recovery-kit passwords: %d", d, n, len(refused))
+		t.Logf("%s: password checks for %d parallel wrong recovery-kit passwords: %d", cp.Dialect, n, len(refused))
 		if got, want := counts["403 wrong-password"], auth.ClientBurst; got != want {
 			t.Fatalf("wrong-password among %d parallel requests: got %d, want %d (all: %v)", n, got, want, counts)
 		}

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"testing"
 	"time"
 
@@ -31,17 +30,8 @@ func TestReleasesDropNoConnection(t *testing.T) {
 	}
 	const host, redeploys = "release.test", 10
 	s := newAppStack(t, appStackOptions{Images: map[string]int{"v1": 0, "v2": 0}})
-	app := s.createApp(t, map[string]any{
-		"name": "steady", "source": map[string]any{"type": "image", "image": s.Images["v1"].Ref},
-		"container_port": 8080, "health_path": "/health",
-		"env": []map[string]string{{"key": "GREETING", "value": "steady"}},
-	})
-	s.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(t, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	app := s.createWebApp(t, "steady", pollInterval)
+	s.addDomain(t, app.ID, host, "internal", "succeeded")
 	url := s.Caddy.URL("https", host, "/")
 	s.waitSite(t, s.Client(t), url, "v1 steady", time.Minute)
 

@@ -19,8 +19,7 @@ import (
 // key does not start. With the server's key the same command works, and
 // its user signs in.
 func TestCommandsRefuseAnotherSecretKey(t *testing.T) {
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		raw, err := os.ReadFile(filepath.Join(cp.DataDir, secrets.KeyFile))
 		if err != nil {
@@ -31,7 +30,7 @@ func TestCommandsRefuseAnotherSecretKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		databaseURL := cp.DatabaseURL
-		if d == store.SQLite {
+		if cp.Dialect == store.SQLite {
 			databaseURL = "sqlite:" + filepath.Join(cp.DataDir, store.FileName)
 		}
 		create := func(env []string, dataDir, email string) CLIResult {

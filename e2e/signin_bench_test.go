@@ -55,23 +55,14 @@ func BenchmarkOwnerSignInUnderAttack(b *testing.B) {
 	var wg sync.WaitGroup
 	var attack statusCounts
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; ; n++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				email := admin.Email
-				if n%2 == 1 {
-					email = "stranger" + strconv.Itoa(n) + "@example.com"
-				}
-				attack.add(postFrom(cp, clients[w][n%perWorker], "/api/v1/auth/login", "",
-					map[string]string{"email": email, "password": "guess " + strconv.Itoa(n)}))
+		untilClosed(&wg, stop, func(n int) {
+			email := admin.Email
+			if n%2 == 1 {
+				email = "stranger" + strconv.Itoa(n) + "@example.com"
 			}
-		}()
+			attack.add(postFrom(cp, clients[w][n%perWorker], "/api/v1/auth/login", "",
+				map[string]string{"email": email, "password": "guess " + strconv.Itoa(n)}))
+		})
 	}
 	testlab.Eventually(b, time.Minute, "strangers' wrong passwords checked", func() bool {
 		attack.mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/auth"
-	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -55,8 +54,7 @@ func checkRefreshCookie(t *testing.T, r *Response, name string, secure bool) *ht
 
 func TestSignIn(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		alice := newAdmin(t, cp, "alice@example.com")
 		bob := newAdmin(t, cp, "bob@example.com")
 
@@ -65,7 +63,6 @@ func TestSignIn(t *testing.T) {
 		challenge := login(t, cp, alice.Email, alice.Password)
 		r := cp.Post(t, "/api/v1/auth/2fa/verify", "", map[string]string{
 			"challenge_id": challenge, "code": totpCode(t, alice.TOTPSecret)})
-		expectStatus(t, r, http.StatusOK)
 		var tokens struct {
 			Status      string `json:"status"`
 			AccessToken string `json:"access_token"`
@@ -76,7 +73,7 @@ func TestSignIn(t *testing.T) {
 				Email string `json:"email"`
 			} `json:"user"`
 		}
-		r.JSON(t, &tokens)
+		expectJSON(t, r, http.StatusOK, &tokens)
 		if got, want := tokens.Status, "authenticated"; got != want {
 			t.Fatalf("verify status: got %q, want %q", got, want)
 		}
@@ -96,8 +93,6 @@ func TestSignIn(t *testing.T) {
 		r = cp.Post(t, "/api/v1/auth/2fa/verify", "", map[string]string{"challenge_id": challenge, "code": "000000"})
 		expectProblem(t, r, http.StatusUnauthorized, "invalid-challenge")
 
-		r = cp.Get(t, "/api/v1/auth/me", access)
-		expectStatus(t, r, http.StatusOK)
 		var me struct {
 			User struct {
 				ID       string `json:"id"`
@@ -107,7 +102,7 @@ func TestSignIn(t *testing.T) {
 			} `json:"user"`
 			AccessExpiresAt time.Time `json:"access_expires_at"`
 		}
-		r.JSON(t, &me)
+		expectJSON(t, cp.Get(t, "/api/v1/auth/me", access), http.StatusOK, &me)
 		if got, want := me.User.ID, alice.ID; got != want {
 			t.Fatalf("me id: got %q, want %q", got, want)
 		}
@@ -121,8 +116,6 @@ func TestSignIn(t *testing.T) {
 			t.Fatalf("access_expires_at: %v from now, want about 900 s", left)
 		}
 
-		r = cp.Get(t, "/api/v1/platform", access)
-		expectStatus(t, r, http.StatusOK)
 		var info struct {
 			Name          string `json:"name"`
 			PublicURL     string `json:"public_url"`
@@ -134,14 +127,14 @@ func TestSignIn(t *testing.T) {
 				Version int64  `json:"version"`
 			} `json:"schema"`
 		}
-		r.JSON(t, &info)
+		expectJSON(t, cp.Get(t, "/api/v1/platform", access), http.StatusOK, &info)
 		for _, c := range []struct{ field, got, want string }{
 			{"name", info.Name, "Capstan"},
 			{"public_url", info.PublicURL, cp.URL},
 			{"version", info.Version, buildVersion},
 			{"agent_protocol", info.AgentProtocol, "v1"},
 			{"api", info.API, "v1"},
-			{"schema.dialect", info.Schema.Dialect, string(d)},
+			{"schema.dialect", info.Schema.Dialect, string(cp.Dialect)},
 		} {
 			if c.got != c.want {
 				t.Fatalf("platform %s: got %q, want %q", c.field, c.got, c.want)
@@ -156,14 +149,13 @@ func TestSignIn(t *testing.T) {
 			t.Helper()
 			r := cp.Do(t, Req{Method: http.MethodPost, Path: "/api/v1/auth/refresh",
 				Cookies: []*http.Cookie{{Name: c.Name, Value: c.Value}}})
-			expectStatus(t, r, http.StatusOK)
 			var out struct {
 				AccessToken string `json:"access_token"`
 				User        struct {
 					ID string `json:"id"`
 				} `json:"user"`
 			}
-			r.JSON(t, &out)
+			expectJSON(t, r, http.StatusOK, &out)
 			if got, want := out.User.ID, alice.ID; got != want {
 				t.Fatalf("refresh user: got %q, want %q", got, want)
 			}
@@ -280,12 +272,10 @@ func TestSignInSecureCookie(t *testing.T) {
 	}
 	r.JSON(t, &tokens)
 
-	r = cp.Get(t, "/api/v1/platform", tokens.AccessToken)
-	expectStatus(t, r, http.StatusOK)
 	var info struct {
 		PublicURL string `json:"public_url"`
 	}
-	r.JSON(t, &info)
+	expectJSON(t, cp.Get(t, "/api/v1/platform", tokens.AccessToken), http.StatusOK, &info)
 	if got, want := info.PublicURL, "https://cp.example.com"; got != want {
 		t.Fatalf("public_url: got %q, want %q", got, want)
 	}
@@ -335,8 +325,7 @@ func wrongCode(t *testing.T, secret string) string {
 
 func TestSignInRejections(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		carol := createUser(t, cp, "carol@example.com", testPassword, false)
 		dave := createUser(t, cp, "dave@example.com", testPassword, false)
@@ -645,8 +634,7 @@ func TestUserCreateRefusesWeakPasswords(t *testing.T) {
 
 func TestUserDisableEndsSessions(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		frank := createUser(t, cp, "frank@example.com", testPassword, false)
 		sa := signInUser(t, cp, admin)
@@ -696,8 +684,7 @@ func TestUserDisableEndsSessions(t *testing.T) {
 
 func TestUserReset2FA(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		gina := createUser(t, cp, "gina@example.com", testPassword, false)
 
 		res := cp.CLI(t, "", append([]string{"user", "reset-2fa", "--email", gina.Email, "--json"}, cp.StoreArgs()...)...)

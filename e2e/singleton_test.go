@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/store"
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // evaluationRounds counts the alert evaluation rounds a control plane's
@@ -29,17 +30,17 @@ func TestTwoControlPlanesEvaluateOnce(t *testing.T) {
 	opts.DatabaseURL, opts.DataDir = a.DatabaseURL, a.DataDir
 	b := startControlPlane(t, opts)
 	first, second := a, b
-	eventually(t, time.Minute, "one control plane evaluating", func() bool {
+	testlab.Eventually(t, time.Minute, "one control plane evaluating", func() bool {
 		return evaluationRounds(a)+evaluationRounds(b) > 0
 	})
 	if evaluationRounds(b) > 0 {
 		first, second = b, a
 	}
-	eventually(t, time.Minute, "four rounds in the lease holder", func() bool { return evaluationRounds(first) >= 4 })
+	testlab.Eventually(t, time.Minute, "four rounds in the lease holder", func() bool { return evaluationRounds(first) >= 4 })
 	if got := evaluationRounds(second); got != 0 {
 		t.Fatalf("the other control plane evaluated %d times while the holder ran %d rounds", got, evaluationRounds(first))
 	}
 	// The holder stops and gives up its lease: the other takes over.
 	first.Stop(t)
-	eventually(t, time.Minute, "rounds in the other control plane", func() bool { return evaluationRounds(second) >= 2 })
+	testlab.Eventually(t, time.Minute, "rounds in the other control plane", func() bool { return evaluationRounds(second) >= 2 })
 }

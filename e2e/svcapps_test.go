@@ -72,7 +72,7 @@ Environment=CAPSTAN_AGENT_HEALTH_PROBE_INTERVAL=1s
 EOF
 systemctl daemon-reload
 systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.HTTPSPort))
-	eventually(t, startTimeout, "the agent is online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
+	testlab.Eventually(t, startTimeout, "the agent is online", func() bool { return f.server(t, e.Server.ID).Status == "online" })
 
 	s := &appStack{appRig: &appRig{Fleet: f, serverID: e.Server.ID}, Caddy: caddy}
 	repo := gh.AddGitRepo(t, "acme", "svc", true)
@@ -139,9 +139,8 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 
 	const hostname = "svc.test"
 	resp := s.Post(t, "/api/v1/domains", f.Token, map[string]any{"hostname": hostname, "application_id": app.ID, "tls_mode": "internal"})
-	expectStatus(t, resp, http.StatusCreated)
 	var dom domainChange
-	resp.JSON(t, &dom)
+	expectJSON(t, resp, http.StatusCreated, &dom)
 	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
 	hc := s.Client(t)
 	url := caddy.URL("https", hostname, "/")
@@ -207,9 +206,8 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 		target, version = redeploys[n-2], fmt.Sprintf("v2.%d", n-2)
 	}
 	r := s.Post(t, "/api/v1/deployments/"+target.ID+"/rollback", f.Token, nil)
-	expectStatus(t, r, http.StatusAccepted)
 	var rb deployAccepted
-	r.JSON(t, &rb)
+	expectJSON(t, r, http.StatusAccepted, &rb)
 	drb, _ := s.waitDeployment(t, rb.DeploymentID, "succeeded", pollInterval, deployTimeout)
 	if drb.Result.Service == nil || drb.Result.Service.Built || drb.Result.Service.Release != target.ID {
 		t.Errorf("rollback result: %+v", drb.Result.Service)
@@ -217,12 +215,10 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 	s.waitSite(t, hc, url, want(version), time.Minute)
 
 	// The journal of the live slot, and the slots' state.
-	r = s.Post(t, "/api/v1/applications/"+app.ID+"/logs", f.Token, map[string]any{"lines": 50})
-	expectStatus(t, r, http.StatusAccepted)
 	var lj struct {
 		JobID string `json:"job_id"`
 	}
-	r.JSON(t, &lj)
+	expectJSON(t, s.Post(t, "/api/v1/applications/"+app.ID+"/logs", f.Token, map[string]any{"lines": 50}), http.StatusAccepted, &lj)
 	var logs struct {
 		Status string               `json:"status"`
 		Lines  []agentproto.LogLine `json:"lines"`
@@ -263,7 +259,7 @@ systemctl restart capstan-agent.service`, caddy.AdminURL, caddy.HTTPPort, caddy.
 	// Deleting the application removes its units and releases.
 	r = s.Do(t, Req{Method: http.MethodDelete, Path: "/api/v1/applications/" + app.ID, Token: f.Token})
 	expectStatus(t, r, http.StatusAccepted)
-	eventually(t, jobTimeout, "the application is deleted", func() bool {
+	testlab.Eventually(t, jobTimeout, "the application is deleted", func() bool {
 		return s.Get(t, "/api/v1/applications/"+app.ID, f.Token).Status == http.StatusNotFound
 	})
 	if out := h.Exec(t, "ls /etc/systemd/system/capstan-app-svc@* /var/lib/capstan-apps/svc /etc/capstan-apps/svc 2>/dev/null").Stdout; out != "" {

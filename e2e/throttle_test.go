@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/auth"
-	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
@@ -37,6 +36,21 @@ func clientAt(t testing.TB, ip string) *http.Client {
 
 // postFrom sends a JSON POST with client and reads the whole response. It
 // returns errors rather than failing, so that goroutines can call it.
+// untilClosed calls fn(0), fn(1), … in a goroutine of wg until stop is
+// closed.
+func untilClosed(wg *sync.WaitGroup, stop <-chan struct{}, fn func(n int)) {
+	wg.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			fn(n)
+		}
+	})
+}
+
 func postFrom(cp *ControlPlane, client *http.Client, path, token string, body any) (*Response, error) {
 	return postWith(cp, client, path, token, body, nil)
 }
@@ -162,8 +176,7 @@ func countFor(entries []AuditEntry, userID string) int {
 // from another address while the attack goes on.
 func TestSignInParallelWrongPasswords(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		so := signInUser(t, cp, newAdmin(t, cp, "ops@example.com"))
 		attacker := clientAt(t, "127.0.0.1")
@@ -184,7 +197,7 @@ func TestSignInParallelWrongPasswords(t *testing.T) {
 		}
 		// Each evaluated wrong password leaves one audit entry.
 		checked := countFor(auditEntries(t, cp, so.AccessToken, "auth.login.failed"), admin.ID)
-		t.Logf("%s: password checks for %d parallel wrong logins: %d", d, n, checked)
+		t.Logf("%s: password checks for %d parallel wrong logins: %d", cp.Dialect, n, checked)
 		if got, want := checked, auth.ClientBurst; got != want {
 			t.Fatalf("auth.login.failed entries for %d parallel wrong logins: got %d, want %d", n, got, want)
 		}
@@ -230,7 +243,7 @@ func TestSignInParallelWrongPasswords(t *testing.T) {
 		// token a minute.
 		failed := countFor(auditEntries(t, cp, so.AccessToken, "auth.login.failed"), admin.ID)
 		max := 2*auth.ClientBurst + 2*int(elapsed/time.Minute+1)
-		t.Logf("%s: %d failed sign-ins checked in all; answers during the owner's sign-in: %v", d, failed, attack.counts)
+		t.Logf("%s: %d failed sign-ins checked in all; answers during the owner's sign-in: %v", cp.Dialect, failed, attack.counts)
 		if failed > max {
 			t.Fatalf("auth.login.failed entries: got %d, want at most %d", failed, max)
 		}
@@ -242,8 +255,7 @@ func TestSignInParallelWrongPasswords(t *testing.T) {
 // get MaxCodeFailures checks; the challenge is used up afterwards.
 func TestSignInParallelWrongCodes(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		ops := newAdmin(t, cp, "ops@example.com")
 		challenge := login(t, cp, admin.Email, admin.Password)
@@ -339,8 +351,7 @@ func strangersAttack(t testing.TB, cp *ControlPlane, email string, base, address
 // before; the delay passes with time, or at once with capstan user unlock.
 func TestSignInStrangersCannotLockOutOwner(t *testing.T) {
 	t.Parallel()
-	forEachStore(t, func(t *testing.T, d store.Dialect) {
-		cp := startControlPlane(t, Options{Dialect: d})
+	forEachControlPlane(t, func(t *testing.T, cp *ControlPlane) {
 		admin := newAdmin(t, cp, "admin@example.com")
 		so := signInUser(t, cp, newAdmin(t, cp, "ops@example.com"))
 		owner := clientAt(t, "127.0.0.2")
@@ -375,25 +386,16 @@ func TestSignInStrangersCannotLockOutOwner(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range 4 {
 			c := clientAt(t, fmt.Sprintf("127.0.5.%d", i+1))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					_, _ = postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": "more " + strconv.Itoa(n)})
-				}
-			}()
+			untilClosed(&wg, stop, func(n int) {
+				_, _ = postFrom(cp, c, "/api/v1/auth/login", "", map[string]string{"email": admin.Email, "password": "more " + strconv.Itoa(n)})
+			})
 		}
 		start := time.Now()
 		token, again := signInDevice(t, cp, owner, admin, device)
 		took := time.Since(start)
 		close(stop)
 		wg.Wait()
-		t.Logf("%s: owner's sign-in (password and code) from the known device during the attack: %v", d, took)
+		t.Logf("%s: owner's sign-in (password and code) from the known device during the attack: %v", cp.Dialect, took)
 		expectStatus(t, cp.Get(t, "/api/v1/auth/me", token), http.StatusOK)
 		if again.Value != device.Value {
 			t.Fatalf("device cookie after a sign-in from it: got a new one, want it kept")

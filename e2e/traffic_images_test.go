@@ -13,16 +13,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // appTrafficTotals reads an application's or a server's other-bucket
 // request totals over the last hour.
 func (s *appStack) trafficTotals(t testing.TB, path string) AppTraffic {
 	t.Helper()
-	resp := s.Get(t, path, s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var tr AppTraffic
-	resp.JSON(t, &tr)
+	expectJSON(t, s.Get(t, path, s.Token), http.StatusOK, &tr)
 	return tr
 }
 
@@ -38,11 +38,7 @@ func TestAppTrafficWithJunkHosts(t *testing.T) {
 		"container_port": 8080, "health_path": "/health",
 	})
 	s.waitDeployment(t, app.Latest.ID, "succeeded", pollInterval, deployTimeout)
-	resp := s.Post(t, "/api/v1/domains", s.Token, map[string]any{"hostname": host, "application_id": app.ID, "tls_mode": "off"})
-	expectStatus(t, resp, http.StatusCreated)
-	var dom domainChange
-	resp.JSON(t, &dom)
-	s.waitJob(t, dom.JobID, "succeeded", jobTimeout)
+	s.addDomain(t, app.ID, host, "off", "succeeded")
 
 	hc := s.Client(t)
 	url := s.Caddy.URL("http", host, "/")
@@ -89,7 +85,7 @@ func TestAppTrafficWithJunkHosts(t *testing.T) {
 	otherPath := "/api/v1/servers/" + s.serverID + "/requests/other?range=1h"
 	var tr, other AppTraffic
 	var logged map[string]int64
-	eventually(t, trafficTimeout, "the application's and the other bucket's counts to match the access log", func() bool {
+	testlab.Eventually(t, trafficTimeout, "the application's and the other bucket's counts to match the access log", func() bool {
 		logged = accessLogHosts(t, s.Caddy.AccessLog)
 		other = s.trafficTotals(t, otherPath)
 		tr = s.trafficTotals(t, appPath)
@@ -179,7 +175,7 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 		}
 		if i == 7 {
 			// Pruned after the result, reported as a later event.
-			eventually(t, time.Minute, "the seventh deployment's event pruning v1's image", func() bool {
+			testlab.Eventually(t, time.Minute, "the seventh deployment's event pruning v1's image", func() bool {
 				d, _ := s.waitDeployment(t, d.ID, "succeeded", pollInterval, deployTimeout)
 				_, ok := findEvent(d.Events, "pruned image "+strings.TrimPrefix(img(1).ID, "sha256:")[:12])
 				return ok
@@ -202,7 +198,7 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 	// The inventory lists the images with their tags, size and creation
 	// time, and soon no longer v1's.
 	var srv ServerImages
-	eventually(t, 90*time.Second, "an inventory without v1's image", func() bool {
+	testlab.Eventually(t, 90*time.Second, "an inventory without v1's image", func() bool {
 		resp := s.Get(t, "/api/v1/servers/"+s.serverID, s.Token)
 		expectStatus(t, resp, http.StatusOK)
 		srv = ServerImages{}
@@ -226,10 +222,8 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 	}
 	// A rollback to a kept image still works.
 	third := s.deployments(t, app.ID, img(3).ID)
-	rb := s.Post(t, "/api/v1/deployments/"+third+"/rollback", s.Token, nil)
-	expectStatus(t, rb, http.StatusAccepted)
 	var a deployAccepted
-	rb.JSON(t, &a)
+	expectJSON(t, s.Post(t, "/api/v1/deployments/"+third+"/rollback", s.Token, nil), http.StatusAccepted, &a)
 	s.waitDeployment(t, a.DeploymentID, "succeeded", pollInterval, deployTimeout)
 }
 
@@ -238,11 +232,10 @@ func TestImagesPrunedAndRollbackRefused(t *testing.T) {
 func (s *appStack) deployments(t testing.TB, appID, imageID string) string {
 	t.Helper()
 	resp := s.Get(t, "/api/v1/applications/"+appID+"/deployments", s.Token)
-	expectStatus(t, resp, http.StatusOK)
 	var list struct {
 		Deployments []AppDeployment `json:"deployments"`
 	}
-	resp.JSON(t, &list)
+	expectJSON(t, resp, http.StatusOK, &list)
 	for _, d := range list.Deployments {
 		if d.Status == "succeeded" && d.ImageID == imageID {
 			return d.ID

@@ -28,12 +28,10 @@ func TestUsersManagedThroughAPI(t *testing.T) {
 	}
 	list := func() map[string]userInfo {
 		t.Helper()
-		r := cp.Get(t, "/api/v1/users", tok)
-		expectStatus(t, r, http.StatusOK)
 		var out struct {
 			Users []userInfo `json:"users"`
 		}
-		r.JSON(t, &out)
+		expectJSON(t, cp.Get(t, "/api/v1/users", tok), http.StatusOK, &out)
 		m := map[string]userInfo{}
 		for _, u := range out.Users {
 			m[u.Email] = u
@@ -91,13 +89,11 @@ func TestUsersManagedThroughAPI(t *testing.T) {
 	signInUser(t, cp, member)
 
 	// A new second factor: the old secret no longer signs in, the new one does.
-	r = cp.Post(t, "/api/v1/users/"+member.ID+"/reset-2fa", tok, nil)
-	expectStatus(t, r, http.StatusOK)
 	var reset struct {
 		TOTPSecret string `json:"totp_secret"`
 		TOTPURI    string `json:"totp_uri"`
 	}
-	r.JSON(t, &reset)
+	expectJSON(t, cp.Post(t, "/api/v1/users/"+member.ID+"/reset-2fa", tok, nil), http.StatusOK, &reset)
 	if reset.TOTPSecret == "" || reset.TOTPSecret == member.TOTPSecret || reset.TOTPURI == "" {
 		t.Fatalf("reset-2fa answer: %+v", reset)
 	}

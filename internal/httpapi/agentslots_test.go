@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/capstan-dev/capstan/internal/testlab"
 )
 
 // Slots taken in parallel never exceed the bound in all nor a server's
@@ -93,8 +95,8 @@ func TestAgentSlotsPerServer(t *testing.T) {
 // and it may try again once its bucket refilled. An IPv6 address counts
 // as its /64.
 func TestAgentAuthFailures(t *testing.T) {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	f := newFailureBuckets(func() time.Time { return now })
+	clock := testlab.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	f := newFailureBuckets(clock.Now)
 	for i := range agentFailureBurst {
 		if w := f.wait("192.0.2.1"); w != 0 {
 			t.Fatalf("failure %d: told to wait %s", i, w)
@@ -107,7 +109,7 @@ func TestAgentAuthFailures(t *testing.T) {
 	if w := f.wait("192.0.2.2"); w != 0 {
 		t.Fatalf("another address told to wait %s", w)
 	}
-	now = now.Add(agentFailureEvery)
+	clock.Advance(agentFailureEvery)
 	if w := f.wait("192.0.2.1"); w != 0 {
 		t.Fatalf("after %s: still told to wait %s", agentFailureEvery, w)
 	}

@@ -2,20 +2,16 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/capstan-dev/capstan/internal/agentproto"
-	"github.com/capstan-dev/capstan/internal/audit"
 	"github.com/capstan-dev/capstan/internal/fault"
 	"github.com/capstan-dev/capstan/internal/jobs"
-	"github.com/capstan-dev/capstan/internal/secrets"
-	"github.com/capstan-dev/capstan/internal/servers"
 	"github.com/capstan-dev/capstan/internal/store"
 	"github.com/capstan-dev/capstan/internal/store/storetest"
+	"github.com/capstan-dev/capstan/internal/testlab"
+	"github.com/capstan-dev/capstan/internal/testlab/planetest"
 )
 
 // TestLateEvents: the agent of a finished job may add events to it for
@@ -26,21 +22,9 @@ func TestLateEvents(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			ctx := context.Background()
 			st := storetest.Open(t, d)
-			var mu sync.Mutex
-			clock := time.Now().UTC()
-			now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-			advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
-			js := jobs.NewService(jobs.Deps{Store: st, Key: secrets.GenerateKey(), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			srvs := servers.NewService(servers.Deps{Store: st, Jobs: js, Audit: audit.NewLog(st, now), Now: now, PublicURL: "http://capstan.test", EnrollmentTTL: time.Hour})
-			e, err := srvs.CreateEnrollment(ctx, audit.Caller{Actor: audit.Actor{Type: audit.ActorUser, ID: "usr_admin"}}, "web-1", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := srvs.Enroll(ctx, audit.Caller{}, agentproto.EnrollRequest{Token: e.Token})
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := res.ServerID
+			p := planetest.New(t, st, planetest.Options{Clock: testlab.NewClock(time.Now().UTC())})
+			clock, js := p.Clock, p.Jobs
+			srv := p.Enroll("web-1", agentproto.Facts{})
 			ev := func(msg string) []agentproto.Event {
 				return []agentproto.Event{{Level: agentproto.LevelInfo, Message: msg}}
 			}
@@ -62,11 +46,11 @@ func TestLateEvents(t *testing.T) {
 			if _, err := js.Complete(ctx, srv, j.ID, agentproto.CompleteRequest{Status: agentproto.StatusSucceeded}); err != nil {
 				t.Fatal(err)
 			}
-			advance(jobs.LateEventsWindow - time.Second)
+			clock.Advance(jobs.LateEventsWindow - time.Second)
 			if err := js.AddEvents(ctx, srv, j.ID, ev("removed the old container")); err != nil {
 				t.Fatalf("events within the window after the job finished: %v", err)
 			}
-			advance(2 * time.Second)
+			clock.Advance(2 * time.Second)
 			if err := js.AddEvents(ctx, srv, j.ID, ev("too late")); !fault.Is(err, fault.Conflict) {
 				t.Fatalf("events past the window: %v, want a conflict", err)
 			}

@@ -35,6 +35,16 @@ func DockerHost() string {
 	return os.Getenv("DOCKER_HOST")
 }
 
+// DockerEnv is the environment that points a child process (an agent) at
+// the engine under test: DOCKER_HOST from DockerHost, or nothing when the
+// default socket is that engine.
+func DockerEnv() []string {
+	if h := DockerHost(); h != "" {
+		return []string{"DOCKER_HOST=" + h}
+	}
+	return nil
+}
+
 // Docker returns a client of the engine under test, closed when the test
 // ends. Without an engine the test is skipped, or fails when CI=true.
 func Docker(t testing.TB) *client.Client {

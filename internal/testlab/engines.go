@@ -200,6 +200,21 @@ func startEngine(t testing.TB, cmd *exec.Cmd, log string) {
 	})
 }
 
+// waitForConnections waits until the engine at dsn (of the database/sql
+// driver) answers a ping.
+func waitForConnections(t testing.TB, engine, driver, dsn string) {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	EventuallyReport(t, time.Minute, engine+" accepts connections", func() (bool, string) {
+		err := db.Ping()
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
 // engineBinary finds an engine's binary or requires its Debian package.
 func engineBinary(t testing.TB, name, pkg string) string {
 	t.Helper()
@@ -276,15 +291,7 @@ func StartPostgresServer(t testing.TB, tls *EngineTLS) *PostgresServer {
 	writeOwned(t, "postgres", filepath.Join(data, "pg_hba.conf"), "local all all scram-sha-256\nhost all all 127.0.0.1/32 scram-sha-256\n", 0o600)
 	cmd := exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bin, "postgres"), "-D", data)
 	startEngine(t, cmd, filepath.Join(dir, "postgres.log"))
-	db, err := sql.Open("pgx", s.URL("postgres"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	EventuallyReport(t, time.Minute, "PostgreSQL accepts connections", func() (bool, string) {
-		err := db.Ping()
-		return err == nil, fmt.Sprint(err)
-	})
+	waitForConnections(t, "PostgreSQL", "pgx", s.URL("postgres"))
 	return s
 }
 
@@ -341,15 +348,7 @@ func StartMariaDB(t testing.TB, tls *EngineTLS) *MariaDB {
 		args = append(args, "--ssl-ca="+filepath.Join(dir, "ca.pem"), "--ssl-cert="+filepath.Join(dir, "server.crt"), "--ssl-key="+filepath.Join(dir, "server.key"))
 	}
 	startEngine(t, exec.Command(server, args...), filepath.Join(dir, "mariadb.log"))
-	db, err := sql.Open("mysql", m.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	EventuallyReport(t, time.Minute, "MariaDB accepts connections", func() (bool, string) {
-		err := db.Ping()
-		return err == nil, fmt.Sprint(err)
-	})
+	waitForConnections(t, "MariaDB", "mysql", m.DSN(""))
 	return m
 }
 

@@ -13,9 +13,10 @@ import (
 	"time"
 )
 
-// httpsStandIn is what every HTTPS stand-in starts from: a CA made for the
-// test, that CA as a PEM file (for the SSL_CERT_FILE of a process under
-// test), and a loopback listener with a certificate from the CA.
+// httpsStandIn is what every HTTPS stand-in (and the SMTP server, for
+// STARTTLS) starts from: a CA made for the test, that CA as a PEM file
+// (for the SSL_CERT_FILE of a process under test), and a loopback
+// listener with a certificate from the CA.
 type httpsStandIn struct {
 	CA     *TestCA
 	CAFile string

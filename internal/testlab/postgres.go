@@ -51,18 +51,7 @@ func PostgresDatabase(t testing.TB) string {
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("creating test database %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		admin, err := sql.Open("pgx", base)
-		if err != nil {
-			return
-		}
-		defer admin.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("dropping test database %s: %v", name, err)
-		}
-	})
+	DropPostgresDatabaseAtCleanup(t, name)
 	u.Path = "/" + name
 	return u.String()
 }

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -58,24 +56,13 @@ func (s *SMTPServer) Refuse(addr string) {
 // StartSMTPServer starts an SMTP server, stopped when the test ends.
 func StartSMTPServer(t testing.TB) *SMTPServer {
 	t.Helper()
-	ca := NewTestCA(t)
-	certPEM, keyPEM := ca.Leaf(t, "127.0.0.1", "localhost")
-	cert, err := tls.X509KeyPair([]byte(certPEM), []byte(keyPEM))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &SMTPServer{Host: "127.0.0.1", CAFile: filepath.Join(t.TempDir(), "smtp-ca.pem"), User: "capstan", Password: "smtp-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
-	if err := os.WriteFile(s.CAFile, []byte(ca.PEM), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	hs := newHTTPSStandIn(t, "smtp")
+	ln := hs.ln
+	s := &SMTPServer{Host: "127.0.0.1", CAFile: hs.CAFile, User: "capstan", Password: "smtp-" + strconv.FormatInt(time.Now().UnixNano(), 36)}
 	s.Port = ln.Addr().(*net.TCPAddr).Port
 	srv := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) { return &smtpSession{srv: s, conn: c}, nil }))
 	srv.Domain = "localhost"
-	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{hs.cert}}
 	srv.ReadTimeout, srv.WriteTimeout = time.Minute, time.Minute
 	srv.MaxMessageBytes = 10 << 20
 	go srv.Serve(ln) //nolint:errcheck // ends at Close

@@ -11,7 +11,8 @@
 //     when CI=true), Eventually and EventuallyReport (a condition with a
 //     deadline), FreePort, Tail.
 //   - clock.go: Clock, a time source the test moves by hand.
-//   - docker.go: Docker (a client of the engine under test, DockerHost),
+//   - docker.go: Docker (a client of the engine under test, DockerHost,
+//     DockerEnv for an agent's environment),
 //     GoProgram (a static Linux build of a Go main package), BuildImage and
 //     ProgramImage (FROM scratch images, legacy builder, no registry),
 //     CreateContainer.
