@@ -183,10 +183,7 @@ func (s *Server) registerApps() {
 		Description: "Lists carry no secrets: environment keys without values, every compose document masked (every value of " +
 			"an environment, build argument, label, command and x- extension is ********, compose_masked true) and service " +
 			"applications' commands hidden (commands_hidden true), for administrators as for members.",
-	}, SignedIn, func(ctx context.Context, in *appListInput) (*appListOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, SignedIn, needs(s.hasApps, func(ctx context.Context, in *appListInput) (*appListOutput, error) {
 		list, err := s.deps.Apps.List(ctx, in.ServerID, reader(ctx))
 		if err == nil {
 			list, err = narrowList(ctx, s, list, func(a apps.Application) target { return target{app: a.ID, server: a.ServerID} })
@@ -197,7 +194,7 @@ func (s *Server) registerApps() {
 		out := &appListOutput{}
 		out.Body.Applications = list
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "create-application", Method: http.MethodPost, Path: "/api/v1/applications", Tags: tags,
 		Summary: "Create an application (and deploy it)",
@@ -206,10 +203,7 @@ func (s *Server) registerApps() {
 			"taken on the server, or (port-published) the published port is another application's there; of two creates racing " +
 			"for one port, one succeeds. The reply's addresses list where the application answers (domains, published port). The reply lists the environment's keys with value_set, not the values, and the build secrets' keys.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict}, MaxBodyBytes: maxAppBody,
-	}, Admin, func(ctx context.Context, in *createAppInput) (*appDetailOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *createAppInput) (*appDetailOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		d, err := s.deps.Apps.Create(ctx, c, apps.NewApp{Name: b.Name, ServerID: b.ServerID, Kind: b.Kind, Source: b.Source,
@@ -222,7 +216,7 @@ func (s *Server) registerApps() {
 			return nil, err
 		}
 		return &appDetailOutput{Location: "/api/v1/applications/" + d.ID, Body: d}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-application", Method: http.MethodGet, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Application detail with its current and latest deployments",
@@ -234,16 +228,13 @@ func (s *Server) registerApps() {
 			"and the masked forms only, never the values, and the class of a removal or deployment error instead of its text. " +
 			"Build secrets are never returned, to anyone, revealed or not: the detail lists their keys (build_secret_keys).",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *appGetInput) (*appDetailOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, SignedIn, needs(s.hasApps, func(ctx context.Context, in *appGetInput) (*appDetailOutput, error) {
 		d, err := s.deps.Apps.Get(ctx, in.ID, apps.Reading{Reader: reader(ctx), Reveal: in.Reveal, By: caller(ctx)})
 		if err != nil {
 			return nil, err
 		}
 		return &appDetailOutput{Body: d}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "update-application", Method: http.MethodPatch, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Change an application's settings for its next deployment",
@@ -252,10 +243,7 @@ func (s *Server) registerApps() {
 			"on the server). 409 port-published when the port is another application's on the server. The reply lists the environment's keys with value_set, not the values, and the " +
 			"build secrets' keys.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
-	}, Admin, func(ctx context.Context, in *patchAppInput) (*appDetailOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *patchAppInput) (*appDetailOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		d, err := s.deps.Apps.Update(ctx, c, in.ID, apps.Patch{Name: b.Name, Kind: b.Kind, Image: b.Image, Source: b.Source,
@@ -267,7 +255,7 @@ func (s *Server) registerApps() {
 			return nil, err
 		}
 		return &appDetailOutput{Body: d}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "change-application-env", Method: http.MethodPatch, Path: "/api/v1/applications/{id}/env", Tags: tags,
 		Summary: "Set or remove some environment variables, keeping the others' values",
@@ -277,17 +265,13 @@ func (s *Server) registerApps() {
 			"remove that is not in the env, or named twice, is a 422 and nothing changes. Concurrent changes are all kept. The " +
 			"reply lists the environment's keys with value_set, not the values.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict}, MaxBodyBytes: maxAppBody,
-	}, Admin, func(ctx context.Context, in *envChangeInput) (*appDetailOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
-		c := caller(ctx)
-		d, err := s.deps.Apps.ChangeEnv(ctx, c, in.ID, apps.EnvChange{Set: in.Body.Set, Remove: in.Body.Remove})
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *envChangeInput) (*appDetailOutput, error) {
+		d, err := s.deps.Apps.ChangeEnv(ctx, caller(ctx), in.ID, apps.EnvChange{Set: in.Body.Set, Remove: in.Body.Remove})
 		if err != nil {
 			return nil, err
 		}
 		return &appDetailOutput{Body: d}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "delete-application", Method: http.MethodDelete, Path: "/api/v1/applications/{id}", Tags: tags,
 		Summary: "Remove an application from its server",
@@ -299,12 +283,8 @@ func (s *Server) registerApps() {
 			"an application without a domain is removed all the same; one with domains fails, its remove_error naming the sites " +
 			"left in the proxy, until it is deleted again with force=true.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *appDeleteInput) (*removalOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
-		c := caller(ctx)
-		r, err := s.deps.Apps.DeleteWith(ctx, c, in.ID, apps.RemoveOptions{Purge: in.Purge, Force: in.Force})
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *appDeleteInput) (*removalOutput, error) {
+		r, err := s.deps.Apps.DeleteWith(ctx, caller(ctx), in.ID, apps.RemoveOptions{Purge: in.Purge, Force: in.Force})
 		if err != nil {
 			return nil, err
 		}
@@ -313,7 +293,7 @@ func (s *Server) registerApps() {
 			status = http.StatusOK
 		}
 		return &removalOutput{Status: status, Body: r}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "deploy-application", Method: http.MethodPost, Path: "/api/v1/applications/{id}/deployments", Tags: tags,
 		Summary: "Deploy an application",
@@ -322,10 +302,7 @@ func (s *Server) registerApps() {
 			"deployment ends (job_id is empty until then); when several are queued, the newest runs and the older ones are " +
 			"superseded. 202 with Location: the deployment.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *deployInput) (*deploymentAcceptedOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *deployInput) (*deploymentAcceptedOutput, error) {
 		c := caller(ctx)
 		ref := ""
 		if in.Body != nil {
@@ -336,16 +313,13 @@ func (s *Server) registerApps() {
 			return nil, err
 		}
 		return deploymentAccepted(d), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "list-application-deployments", Method: http.MethodGet, Path: "/api/v1/applications/{id}/deployments", Tags: tags,
 		Summary: "An application's deployments, newest first", Errors: []int{http.StatusNotFound},
 		Description: "Each spec's compose document is masked and a service's commands are hidden, for administrators as for " +
 			"members; an administrator reads them in the deployment's detail.",
-	}, SignedIn, func(ctx context.Context, in *appDeploymentListInput) (*deploymentListOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, SignedIn, needs(s.hasApps, func(ctx context.Context, in *appDeploymentListInput) (*deploymentListOutput, error) {
 		list, err := s.deps.Apps.ListDeployments(ctx, in.ID, in.Limit, reader(ctx))
 		if err != nil {
 			return nil, err
@@ -353,16 +327,13 @@ func (s *Server) registerApps() {
 		out := &deploymentListOutput{}
 		out.Body.Deployments = list
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "read-application-logs", Method: http.MethodPost, Path: "/api/v1/applications/{id}/logs", Tags: tags,
 		Summary:       "Read the live container's log",
 		Description:   "Queues an app.logs job (202). Poll GET /api/v1/applications/{id}/logs/{job_id} for the lines and the container's state.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *appLogsInput) (*acceptedOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *appLogsInput) (*acceptedOutput, error) {
 		var lines *int
 		since, service := "", ""
 		if in.Body != nil {
@@ -375,18 +346,15 @@ func (s *Server) registerApps() {
 		out := accepted(j, true)
 		out.Location = "/api/v1/applications/" + in.ID + "/logs/" + j.ID
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-application-logs", Method: http.MethodGet, Path: "/api/v1/applications/{id}/logs/{job_id}", Tags: tags,
 		Summary: "Lines and container state of an application log read", Errors: []int{http.StatusNotFound},
 		Description: "Log lines can carry secrets: administrators get the lines and the container's state; members get the " +
 			"read's status and error class only, with no lines and redacted true.",
-	}, SignedIn, func(ctx context.Context, in *appLogsResultInput) (*bodyOutput[apps.AppLogs], error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, SignedIn, needs(s.hasApps, func(ctx context.Context, in *appLogsResultInput) (*bodyOutput[apps.AppLogs], error) {
 		return reply(s.deps.Apps.Logs(ctx, in.ID, in.JobID, reader(ctx)))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-application-requests", Method: http.MethodGet, Path: "/api/v1/applications/{id}/requests", Tags: tags,
 		Summary: "Request traffic of an application's domains",
@@ -394,12 +362,9 @@ func (s *Server) registerApps() {
 			"5-minute buckets; 7d: hourly. Every bucket is present (zeros without requests). p95_ms is the largest per-minute p95 " +
 			"in the bucket, an upper bound of the bucket's true p95. Minutes are kept 8 days.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *trafficInput) (*bodyOutput[domains.Traffic], error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
+	}, SignedIn, needs(s.hasDomains, func(ctx context.Context, in *trafficInput) (*bodyOutput[domains.Traffic], error) {
 		return reply(s.deps.Domains.Traffic(ctx, in.ID, in.Range))
-	})
+	}))
 
 	dtags := []string{"Deployments"}
 	op(s, huma.Operation{
@@ -407,10 +372,7 @@ func (s *Server) registerApps() {
 		Summary: "Recent deployments of every application, newest first",
 		Description: "Each spec's compose document is masked and a service's commands are hidden, for administrators as for " +
 			"members; an administrator reads them in the deployment's detail.",
-	}, SignedIn, func(ctx context.Context, in *deploymentListInput) (*deploymentListOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, SignedIn, needs(s.hasApps, func(ctx context.Context, in *deploymentListInput) (*deploymentListOutput, error) {
 		list, err := s.deps.Apps.ListDeployments(ctx, "", in.Limit, reader(ctx))
 		if err == nil {
 			list, err = narrowList(ctx, s, list, func(d apps.Deployment) target { return target{app: d.ApplicationID, server: d.ServerID} })
@@ -421,7 +383,7 @@ func (s *Server) registerApps() {
 		out := &deploymentListOutput{}
 		out.Body.Deployments = list
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-deployment", Method: http.MethodGet, Path: "/api/v1/deployments/{id}", Tags: dtags,
 		Summary: "A deployment with its frozen spec, job, events and output", Errors: []int{http.StatusNotFound},
@@ -429,25 +391,18 @@ func (s *Server) registerApps() {
 			"and error text are shown to administrators only, and so are the spec's compose document unmasked and a service's " +
 			"commands. Members get the deployment's spec with the document masked and the commands hidden, status, times and " +
 			"error class, the job's metadata, and no events.",
-	}, SignedIn, func(ctx context.Context, in *deploymentIDInput) (*bodyOutput[apps.DeploymentDetail], error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
+	}, SignedIn, needs(s.hasApps, func(ctx context.Context, in *deploymentIDInput) (*bodyOutput[apps.DeploymentDetail], error) {
 		return reply(s.deps.Apps.GetDeployment(ctx, in.ID, reader(ctx)))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "cancel-deployment", Method: http.MethodPost, Path: "/api/v1/deployments/{id}/cancel", Tags: dtags,
 		Summary: "Cancel a queued deployment",
 		Description: "A deployment waiting for the application's previous one, or whose job the agent has not taken yet (the job " +
 			"is cancelled too; POST /api/v1/jobs/{id}/cancel on that job does the same). 409 when it is not queued.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *deploymentIDInput) (*bodyOutput[apps.DeploymentDetail], error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
-		c := caller(ctx)
-		return reply(s.deps.Apps.CancelDeployment(ctx, c, in.ID))
-	})
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *deploymentIDInput) (*bodyOutput[apps.DeploymentDetail], error) {
+		return reply(s.deps.Apps.CancelDeployment(ctx, caller(ctx), in.ID))
+	}))
 	op(s, huma.Operation{
 		OperationID: "rollback-deployment", Method: http.MethodPost, Path: "/api/v1/deployments/{id}/rollback", Tags: dtags,
 		Summary: "Roll back to a deployment",
@@ -455,17 +410,13 @@ func (s *Server) registerApps() {
 			"the exact image id it ran, through the same one-at-a-time queue (202). 409 when this deployment never succeeded. " +
 			"If the image was pruned from the server since, the agent fails the new deployment with an error saying so.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *deploymentIDInput) (*deploymentAcceptedOutput, error) {
-		if s.deps.Apps == nil {
-			return nil, errNoApps
-		}
-		c := caller(ctx)
-		d, err := s.deps.Apps.Rollback(ctx, c, in.ID)
+	}, Admin, needs(s.hasApps, func(ctx context.Context, in *deploymentIDInput) (*deploymentAcceptedOutput, error) {
+		d, err := s.deps.Apps.Rollback(ctx, caller(ctx), in.ID)
 		if err != nil {
 			return nil, err
 		}
 		return deploymentAccepted(d), nil
-	})
+	}))
 }
 
 // serviceSettings are the service settings of a new application: nil

@@ -129,10 +129,7 @@ func (s *Server) registerBackups() {
 			"the control plane does not know the instance has (its initial database and those its agent listed in its newest " +
 			"metric sample are known); nothing changes. 404 for an unknown instance. Audited.",
 		Errors: []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *backupPolicyInput) (*bodyOutput[backups.PolicyView], error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupPolicyInput) (*bodyOutput[backups.PolicyView], error) {
 		c := caller(ctx)
 		b := in.Body
 		verify := b.Verify == nil || *b.Verify
@@ -142,7 +139,7 @@ func (s *Server) registerBackups() {
 			return nil, err
 		}
 		return &bodyOutput[backups.PolicyView]{Body: v}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "verify-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/verify", Tags: tags,
 		Summary: "Test-restore a backup into a throwaway database",
@@ -156,17 +153,13 @@ func (s *Server) registerBackups() {
 			"a failure publishes backup.verify_failed. 409 for a backup that did not succeed, and backup-fleet-key for one " +
 			"made before per-instance keys (encrypted to the fleet-wide key, which no server receives). Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
-		c := caller(ctx)
-		j, err := s.deps.Backups.Verify(ctx, c, in.RunID)
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
+		j, err := s.deps.Backups.Verify(ctx, caller(ctx), in.RunID)
 		if err != nil {
 			return nil, err
 		}
 		return backupAccepted(accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "restore-backup", Method: http.MethodPost, Path: "/api/v1/backups/{run_id}/restore", Tags: tags,
 		Summary: "Restore a backup into a new database or in place of one",
@@ -187,17 +180,13 @@ func (s *Server) registerBackups() {
 			"backup-fleet-key for one made before per-instance keys. " +
 			"Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *backupRestoreInput) (*acceptedOutput, error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
-		c := caller(ctx)
-		j, err := s.deps.Backups.Restore(ctx, c, in.RunID, in.Body.Mode, in.Body.Into)
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupRestoreInput) (*acceptedOutput, error) {
+		j, err := s.deps.Backups.Restore(ctx, caller(ctx), in.RunID, in.Body.Mode, in.Body.Into)
 		if err != nil {
 			return nil, err
 		}
 		return backupAccepted(accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "delete-backup", Method: http.MethodDelete, Path: "/api/v1/backups/{run_id}", Tags: tags,
 		Summary: "Delete a backup locally and in storage",
@@ -208,17 +197,13 @@ func (s *Server) registerBackups() {
 			"(after 1 minute, doubling up to 6 hours). 409 for a backup still running, being verified, or being deleted already. " +
 			"Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
-		c := caller(ctx)
-		j, err := s.deps.Backups.Delete(ctx, c, in.RunID)
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupVerifyInput) (*acceptedOutput, error) {
+		j, err := s.deps.Backups.Delete(ctx, caller(ctx), in.RunID)
 		if err != nil {
 			return nil, err
 		}
 		return backupAccepted(accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "run-backup", Method: http.MethodPost, Path: "/api/v1/backups/run", Tags: tags,
 		Summary: "Back up a database now",
@@ -229,19 +214,15 @@ func (s *Server) registerBackups() {
 			"matched. 422 for an unknown instance or database, or an engine whose backups are not supported; 409 when the " +
 			"instance is not ready or no storage is configured. Audited.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *backupRunInput) (*backupRunOutput, error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
-		c := caller(ctx)
-		run, j, err := s.deps.Backups.Backup(ctx, c, in.Body.InstanceID, in.Body.Database, backups.TriggerManual)
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupRunInput) (*backupRunOutput, error) {
+		run, j, err := s.deps.Backups.Backup(ctx, caller(ctx), in.Body.InstanceID, in.Body.Database, backups.TriggerManual)
 		if err != nil {
 			return nil, err
 		}
 		out := &backupRunOutput{Location: "/api/v1/backups/jobs/" + j.ID}
 		out.Body.JobID, out.Body.Status, out.Body.Run = j.ID, string(j.Status), run
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "list-backups", Method: http.MethodGet, Path: "/api/v1/backups", Tags: tags,
 		Summary: "Backups, newest first",
@@ -249,10 +230,7 @@ func (s *Server) registerBackups() {
 			"manifest, locations {local, remote}, status (queued, running, succeeded, failed), verified (null or {at, ok, " +
 			"details}), error, and delete_pending with delete_error for a backup being deleted. Members get a failed run's error " +
 			"(and delete_error) as its class only.",
-	}, SignedIn, func(ctx context.Context, in *backupListInput) (*backupListOutput, error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
+	}, SignedIn, needs(s.hasBackups, func(ctx context.Context, in *backupListInput) (*backupListOutput, error) {
 		q := backups.RunQuery{InstanceID: in.InstanceID, Status: in.Status, Limit: in.Limit, Before: in.Before}
 		if in.Verified != "" {
 			v := in.Verified == "true"
@@ -268,19 +246,16 @@ func (s *Server) registerBackups() {
 		}
 		out.Body.Runs, err = narrowList(ctx, s, list, func(r backups.RunView) target { return target{db: r.InstanceID, server: r.ServerID} })
 		return out, err
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-backup", Method: http.MethodGet, Path: "/api/v1/backups/{run_id}", Tags: tags,
 		Summary: "One backup", Errors: []int{http.StatusNotFound},
 		Description: "The run as the list shows it: status, size, sha256, manifest, locations, verified (with what the last " +
 			"verification compared), error, delete_pending. 404 for an unknown run and for one whose deletion finished. Members " +
 			"get a failed run's error (and delete_error) as its class only.",
-	}, SignedIn, func(ctx context.Context, in *backupVerifyInput) (*bodyOutput[backups.RunView], error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
+	}, SignedIn, needs(s.hasBackups, func(ctx context.Context, in *backupVerifyInput) (*bodyOutput[backups.RunView], error) {
 		return reply(s.deps.Backups.Run(ctx, in.RunID, reader(ctx)))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "backup-summary", Method: http.MethodGet, Path: "/api/v1/backups/summary", Tags: tags,
 		Summary: "Backup counts, size, recent failures and verified backups",
@@ -312,10 +287,7 @@ func (s *Server) registerBackups() {
 			"returned; leaving it out keeps the stored pair as long as the endpoint stays the same. 422 with field errors for " +
 			"invalid settings (nothing changes). Nothing is contacted: test the storage from a server with POST " +
 			"/api/v1/backups/settings/test. Audited.",
-	}, Admin, func(ctx context.Context, in *backupSettingsInput) (*bodyOutput[backups.SettingsView], error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupSettingsInput) (*bodyOutput[backups.SettingsView], error) {
 		c := caller(ctx)
 		b := in.Body
 		v, err := s.deps.Backups.PutSettings(ctx, c, backups.SettingsInput{Provider: b.Provider, Endpoint: b.Endpoint,
@@ -325,7 +297,7 @@ func (s *Server) registerBackups() {
 			return nil, err
 		}
 		return &bodyOutput[backups.SettingsView]{Body: v}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "test-backup-storage", Method: http.MethodPost, Path: "/api/v1/backups/settings/test", Tags: tags,
 		Summary: "Test the backup storage from a server",
@@ -334,33 +306,26 @@ func (s *Server) registerBackups() {
 			"/api/v1/backups/jobs/{job_id}: data {key, bytes, steps: [{step, ok, duration_ms, error}]}, error holding the " +
 			"provider's error text when a step failed. 409 when no settings are saved or the server has no agent.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *backupStorageTestInput) (*acceptedOutput, error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
-		c := caller(ctx)
-		j, err := s.deps.Backups.TestStorage(ctx, c, in.ServerID)
+	}, Admin, needs(s.hasBackups, func(ctx context.Context, in *backupStorageTestInput) (*acceptedOutput, error) {
+		j, err := s.deps.Backups.TestStorage(ctx, caller(ctx), in.ServerID)
 		if err != nil {
 			return nil, err
 		}
 		return backupAccepted(accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-backup-job", Method: http.MethodGet, Path: "/api/v1/backups/jobs/{job_id}", Tags: tags,
 		Summary: "The status of a backup job", Errors: []int{http.StatusNotFound},
 		Description: "A job of the backups (backup.*) with its events; 404 for any other job. With wait, the call answers as " +
 			"soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error " +
 			"class, not its data, events or error text (redacted true).",
-	}, SignedIn, func(ctx context.Context, in *backupJobInput) (*bodyOutput[jobDetail], error) {
-		if s.deps.Backups == nil {
-			return nil, errNoBackups
-		}
+	}, SignedIn, needs(s.hasBackups, func(ctx context.Context, in *backupJobInput) (*bodyOutput[jobDetail], error) {
 		j, ev, err := s.deps.Backups.Job(ctx, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx))
 		if err != nil {
 			return nil, err
 		}
 		return &bodyOutput[jobDetail]{Body: jobDetail{Job: j, Events: ev}}, nil
-	})
+	}))
 }
 
 // backupAccepted points the reply of a backup call at the backup job

@@ -76,8 +76,7 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			"configured or a drive is connected already.",
 		Errors: []int{http.StatusConflict},
 	}, Admin, func(ctx context.Context, _ *struct{}) (*cloudDriveConnectOutput, error) {
-		c := caller(ctx)
-		consent, browser, err := svc.Connect(ctx, c)
+		consent, browser, err := svc.Connect(ctx, caller(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +123,6 @@ func (s *Server) registerCloudDrive(svc *clouddrive.Service) {
 			"can be removed in the account's settings. Backups already in the drive stay there. 404 when none is connected.",
 		Errors: []int{http.StatusNotFound, http.StatusBadGateway},
 	}, Admin, func(ctx context.Context, in *cloudDriveDisconnectInput) (*bodyOutput[clouddrive.DriveDisconnection], error) {
-		c := caller(ctx)
-		return reply(svc.Disconnect(ctx, c, in.Force))
+		return reply(svc.Disconnect(ctx, caller(ctx), in.Force))
 	})
 }

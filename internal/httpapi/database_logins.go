@@ -70,34 +70,26 @@ func (s *Server) registerDatabaseLogins() {
 			"CONNECT and TEMPORARY are revoked from PUBLIC, so only logins granted it reach the new database. A name the engine would " +
 			"not take is 422 before anything is queued; a key-value instance is 422; an instance that is not ready is 409.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *createDatabaseInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		j, err := s.deps.Databases.CreateDatabase(ctx, c, in.ID, in.Body.Name, in.Body.Owner)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *createDatabaseInput) (*acceptedOutput, error) {
+		j, err := s.deps.Databases.CreateDatabase(ctx, caller(ctx), in.ID, in.Body.Name, in.Body.Owner)
 		if err != nil {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "drop-database-database", Method: http.MethodDelete, Path: "/api/v1/databases/{id}/databases/{name}", Tags: tags,
 		Summary: "Drop a database of an instance",
 		Description: "Queues db.database.drop (202): the database and its data are gone when the job succeeds (its data says " +
 			"whether it existed). The instance's initial database, and a database that stored logins are for, are refused (409).",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *dropDatabaseInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		j, err := s.deps.Databases.DropDatabase(ctx, c, in.ID, in.Name)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *dropDatabaseInput) (*acceptedOutput, error) {
+		j, err := s.deps.Databases.DropDatabase(ctx, caller(ctx), in.ID, in.Name)
 		if err != nil {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "create-database-login", Method: http.MethodPost, Path: "/api/v1/databases/{id}/users", Tags: tags,
 		Summary: "Create a login with an access level",
@@ -106,10 +98,7 @@ func (s *Server) registerDatabaseLogins() {
 			"(Redis/Valkey). The password is in this reply once; later only GET …/connection (audited) shows it. If the job fails " +
 			"the login is forgotten. Bad input is 422 naming the field, with nothing stored or queued; a name in use is 409.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *createLoginInput) (*loginSecretOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *createLoginInput) (*loginSecretOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		out, err := s.deps.Databases.CreateLogin(ctx, c, in.ID, databases.NewLogin{Username: b.Username, Database: b.Database,
@@ -118,7 +107,7 @@ func (s *Server) registerDatabaseLogins() {
 			return nil, err
 		}
 		return &loginSecretOutput{Location: "/api/v1/databases/" + in.ID + "/jobs/" + out.JobID, Body: out}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "attach-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/attach", Tags: tags,
 		Summary: "Attach an application to an instance",
@@ -132,10 +121,7 @@ func (s *Server) registerDatabaseLogins() {
 			"the env key is set already or the application is attached to this instance; 422 for bad input (database on a " +
 			"key-value instance), or an application on another server than a managed instance.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *attachInput) (*attachOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *attachInput) (*attachOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		out, err := s.deps.Databases.Attach(ctx, c, in.ID, databases.AttachRequest{ApplicationID: b.ApplicationID, EnvKey: b.EnvKey,
@@ -144,7 +130,7 @@ func (s *Server) registerDatabaseLogins() {
 			return nil, err
 		}
 		return &attachOutput{Location: "/api/v1/databases/" + in.ID + "/jobs/" + out.JobID, Body: out}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "rotate-database-login", Method: http.MethodPost, Path: "/api/v1/databases/{id}/users/{credential_id}/rotate",
 		Tags: tags, Summary: "Give a login a new random password",
@@ -152,17 +138,13 @@ func (s *Server) registerDatabaseLogins() {
 			"only when the job succeeds: if it fails, the old password stays stored and (on the engine) in force. One rotation or " +
 			"drop at a time per login (409 login-busy); the instance's admin login is not rotated here (409).",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *rotateLoginInput) (*loginSecretOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		out, err := s.deps.Databases.RotateLogin(ctx, c, in.ID, in.CredentialID)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *rotateLoginInput) (*loginSecretOutput, error) {
+		out, err := s.deps.Databases.RotateLogin(ctx, caller(ctx), in.ID, in.CredentialID)
 		if err != nil {
 			return nil, err
 		}
 		return &loginSecretOutput{Location: "/api/v1/databases/" + in.ID + "/jobs/" + out.JobID, Body: out}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "drop-database-login", Method: http.MethodDelete, Path: "/api/v1/databases/{id}/users/{username}", Tags: tags,
 		Summary: "Drop a login",
@@ -170,15 +152,11 @@ func (s *Server) registerDatabaseLogins() {
 			"and its privileges dropped first. A stored login is forgotten when the job succeeds (dropping until then). The " +
 			"instance's admin login cannot be dropped (409).",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *dropLoginInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		j, err := s.deps.Databases.DropLogin(ctx, c, in.ID, in.Username)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *dropLoginInput) (*acceptedOutput, error) {
+		j, err := s.deps.Databases.DropLogin(ctx, caller(ctx), in.ID, in.Username)
 		if err != nil {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 }

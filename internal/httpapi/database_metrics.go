@@ -26,10 +26,7 @@ func (s *Server) registerDatabaseMetrics() {
 			"date every few minutes. A sample the agent could not take (the instance did not answer) counts in errors, with no " +
 			"figures; administrators also get its error text. Raw samples are kept 48 hours, hourly rollups 100 days.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *databaseMetricsInput) (*bodyOutput[databases.MetricSeries], error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, SignedIn, needs(s.hasDatabases, func(ctx context.Context, in *databaseMetricsInput) (*bodyOutput[databases.MetricSeries], error) {
 		return reply(s.deps.Databases.Metrics(ctx, in.ID, in.Hours, reader(ctx)))
-	})
+	}))
 }

@@ -144,10 +144,7 @@ func (s *Server) registerDatabases() {
 			"unreachable, with the engine's own error text in last_error; nothing else works on it until it is ready (409). " +
 			"PUT …/tls tests it again. The password is stored encrypted and sent to the agent only in the job's secrets.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *registerExternalInput) (*registrationOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *registerExternalInput) (*registrationOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		reg, err := s.deps.Databases.RegisterExternal(ctx, c, databases.NewExternal{Name: b.Name, ServerID: b.ServerID, Engine: b.Engine,
@@ -156,18 +153,15 @@ func (s *Server) registerDatabases() {
 			return nil, err
 		}
 		return &registrationOutput{Location: "/api/v1/databases/" + reg.Instance.ID, Body: reg}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-database", Method: http.MethodGet, Path: "/api/v1/databases/{id}", Tags: tags,
 		Summary: "A database instance", Errors: []int{http.StatusNotFound},
 		Description: "State, engine, version, server, managed or external, and its logins' user names (never passwords). " +
 			"Members do not get last_error (a job's output).",
-	}, SignedIn, func(ctx context.Context, in *databaseIDInput) (*bodyOutput[databases.Detail], error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, SignedIn, needs(s.hasDatabases, func(ctx context.Context, in *databaseIDInput) (*bodyOutput[databases.Detail], error) {
 		return reply(s.deps.Databases.Get(ctx, in.ID, reader(ctx)))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "delete-database", Method: http.MethodDelete, Path: "/api/v1/databases/{id}", Tags: tags,
 		Summary: "Delete a database instance", Errors: []int{http.StatusNotFound, http.StatusConflict},
@@ -175,12 +169,8 @@ func (s *Server) registerDatabases() {
 			"data are not touched. Jobs already queued on it still run. Managed (202): queues db.remove, which removes the " +
 			"container; the data volume is kept unless purge=true (volume_kept says which); the record and its logins go " +
 			"when the job succeeded. Backups of the instance are not deleted. 409 while another job of the instance runs.",
-	}, Admin, func(ctx context.Context, in *databaseDeleteInput) (*databaseRemovalOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		d, err := s.deps.Databases.Remove(ctx, c, in.ID, in.Purge)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *databaseDeleteInput) (*databaseRemovalOutput, error) {
+		d, err := s.deps.Databases.Remove(ctx, caller(ctx), in.ID, in.Purge)
 		if err != nil {
 			return nil, err
 		}
@@ -189,36 +179,28 @@ func (s *Server) registerDatabases() {
 			status = http.StatusAccepted
 		}
 		return &databaseRemovalOutput{Status: status, Body: d}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "update-database-tls", Method: http.MethodPut, Path: "/api/v1/databases/{id}/tls", Tags: tags,
 		Summary: "Set an external instance's TLS mode and test it again",
 		Description: "Stores tls_mode and ca, puts the instance back in state checking and queues db.connect (202), also when " +
 			"they are unchanged: this is how an unreachable instance is tried again. 409 for a managed instance.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *databaseTLSInput) (*registrationOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		reg, err := s.deps.Databases.UpdateTLS(ctx, c, in.ID, in.Body.TLSMode, in.Body.CA)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *databaseTLSInput) (*registrationOutput, error) {
+		reg, err := s.deps.Databases.UpdateTLS(ctx, caller(ctx), in.ID, in.Body.TLSMode, in.Body.CA)
 		if err != nil {
 			return nil, err
 		}
 		return &registrationOutput{Location: "/api/v1/databases/" + reg.Instance.ID, Body: reg}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-database-connection", Method: http.MethodGet, Path: "/api/v1/databases/{id}/connection", Tags: tags,
 		Summary: "Logins with passwords and connection URLs", Errors: []int{http.StatusNotFound},
 		Description: "Every login of the instance with its password and its URL as the instance's server reaches it. Each " +
 			"call is recorded in the audit log (database.connection.read) with who made it and from which address.",
-	}, Admin, func(ctx context.Context, in *databaseIDInput) (*bodyOutput[databases.Connection], error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		return reply(s.deps.Databases.Connection(ctx, c, in.ID))
-	})
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *databaseIDInput) (*bodyOutput[databases.Connection], error) {
+		return reply(s.deps.Databases.Connection(ctx, caller(ctx), in.ID))
+	}))
 	op(s, huma.Operation{
 		OperationID: "query-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/query", Tags: tags,
 		Summary: "Run one SQL statement",
@@ -227,10 +209,7 @@ func (s *Server) registerDatabases() {
 			"job, data {error: {code, message, position}} with the engine's error. readonly (default true) is enforced by the " +
 			"engine, never by reading the SQL. 422 for a key-value instance, 409 for an instance that is not ready.",
 		DefaultStatus: http.StatusAccepted, MaxBodyBytes: maxQueryBody, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *queryInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *queryInput) (*acceptedOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		j, err := s.deps.Databases.Query(ctx, c, in.ID, databases.QueryRequest{SQL: b.SQL, Database: b.Database, ReadOnly: b.ReadOnly,
@@ -239,7 +218,7 @@ func (s *Server) registerDatabases() {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "explore-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/explore", Tags: tags,
 		Summary: "Describe a SQL instance",
@@ -247,10 +226,7 @@ func (s *Server) registerDatabases() {
 			"estimated rows and sizes, or a table's columns with keys and indexes. Read it at the instance's job path. 422 for a " +
 			"key-value instance, 409 for an instance that is not ready.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *exploreInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *exploreInput) (*acceptedOutput, error) {
 		b := in.Body
 		j, err := s.deps.Databases.Explore(ctx, principal(ctx).User.ID, in.ID, databases.ExploreRequest{What: b.What,
 			Database: b.Database, Schema: b.Schema, Table: b.Table})
@@ -258,7 +234,7 @@ func (s *Server) registerDatabases() {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "kv-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/kv", Tags: tags,
 		Summary: "Browse a key-value instance",
@@ -266,10 +242,7 @@ func (s *Server) registerDatabases() {
 			"delete (explicit keys; reports how many existed) or acl_list. Read it at the instance's job path. 422 for a SQL " +
 			"instance, 409 for an instance that is not ready.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *kvInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *kvInput) (*acceptedOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		j, err := s.deps.Databases.KV(ctx, c, in.ID, databases.KVRequest{Action: b.Action, DB: b.DB, Cursor: b.Cursor, Match: b.Match,
@@ -278,19 +251,16 @@ func (s *Server) registerDatabases() {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-database-job", Method: http.MethodGet, Path: "/api/v1/databases/{id}/jobs/{job_id}", Tags: tags,
 		Summary: "The result of a database job", Errors: []int{http.StatusNotFound},
 		Description: "{status, error, data} of a job of this instance (404 for another instance's). With wait, the call answers " +
 			"as soon as the job is finished, or after wait seconds with its state then. Members get the job's status and error " +
 			"class, not its data or error text (redacted true).",
-	}, SignedIn, func(ctx context.Context, in *databaseJobInput) (*bodyOutput[databases.JobResult], error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, SignedIn, needs(s.hasDatabases, func(ctx context.Context, in *databaseJobInput) (*bodyOutput[databases.JobResult], error) {
 		return reply(s.deps.Databases.Job(ctx, in.ID, in.JobID, time.Duration(in.Wait)*time.Second, reader(ctx)))
-	})
+	}))
 }
 
 // databaseAccepted points the reply of a database call at the instance's

@@ -122,17 +122,13 @@ func (s *Server) registerDatabaseExports() {
 			"plaintext copy is written on either side. Download it with GET …/exports/{job_id} once the job succeeded, until it " +
 			"expires (7 days by default). 422 for a key-value instance or a bad database name, 409 for an instance that is not ready.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *exportInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		j, err := s.deps.Databases.Export(ctx, c, in.ID, in.Body.Database)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *exportInput) (*acceptedOutput, error) {
+		j, err := s.deps.Databases.Export(ctx, caller(ctx), in.ID, in.Body.Database)
 		if err != nil {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "download-database-export", Method: http.MethodGet, Path: "/api/v1/databases/{id}/exports/{job_id}", Tags: tags,
 		Summary: "Download a finished export",
@@ -143,12 +139,8 @@ func (s *Server) registerDatabaseExports() {
 		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusGone},
 		Responses: map[string]*huma.Response{"200": {Description: "The export, a gzip-compressed SQL dump",
 			Content: map[string]*huma.MediaType{"application/gzip": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}}},
-	}, Admin, func(ctx context.Context, in *exportDownloadInput) (*huma.StreamResponse, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		d, err := s.deps.Databases.Download(ctx, c, in.ID, in.JobID)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *exportDownloadInput) (*huma.StreamResponse, error) {
+		d, err := s.deps.Databases.Download(ctx, caller(ctx), in.ID, in.JobID)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +153,7 @@ func (s *Server) registerDatabaseExports() {
 			hctx.SetStatus(http.StatusOK)
 			StreamBody(hctx, d, func(msg string, args ...any) { s.log.WarnContext(ctx, msg, args...) })
 		}}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "import-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/import", Tags: tags,
 		Summary: "Load a file into a database",
@@ -179,16 +171,12 @@ func (s *Server) registerDatabaseExports() {
 		Errors:        []int{http.StatusNotFound, http.StatusConflict, http.StatusRequestEntityTooLarge},
 		RequestBody: &huma.RequestBody{Required: true, Description: "The file to load: .sql, .sql.gz or a PostgreSQL custom-format dump",
 			Content: map[string]*huma.MediaType{"application/octet-stream": {Schema: &huma.Schema{Type: "string", Format: "binary"}}}},
-	}, Admin, func(ctx context.Context, in *importInput) (*acceptedOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		j, err := s.deps.Databases.Import(ctx, c, in.ID, databases.ImportRequest{Database: in.Database, Body: in.Reader(),
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *importInput) (*acceptedOutput, error) {
+		j, err := s.deps.Databases.Import(ctx, caller(ctx), in.ID, databases.ImportRequest{Database: in.Database, Body: in.Reader(),
 			DeclaredSize: in.Length()})
 		if err != nil {
 			return nil, err
 		}
 		return databaseAccepted(in.ID, j.ID, accepted(j, true)), nil
-	})
+	}))
 }

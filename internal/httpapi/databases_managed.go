@@ -49,10 +49,7 @@ func (s *Server) registerManagedDatabases() {
 			"port), or failed with the error. The admin password is generated here, stored encrypted and sent to the agent " +
 			"only in the job's secrets; read it with GET …/connection. 422 for an unknown engine or version or a name in use.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *createManagedInput) (*registrationOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *createManagedInput) (*registrationOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		reg, err := s.deps.Databases.CreateManaged(ctx, c, databases.NewManaged{Name: b.Name, ServerID: b.ServerID, Engine: b.Engine,
@@ -61,7 +58,7 @@ func (s *Server) registerManagedDatabases() {
 			return nil, err
 		}
 		return &registrationOutput{Location: "/api/v1/databases/" + reg.Instance.ID, Body: reg}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "control-database", Method: http.MethodPost, Path: "/api/v1/databases/{id}/control", Tags: tags,
 		Summary: "Start, stop or restart a managed instance",
@@ -69,15 +66,11 @@ func (s *Server) registerManagedDatabases() {
 			"(after start and restart the job waits until the engine accepts the admin login), stopped, or failed. The data " +
 			"stays in the instance's volume. 409 for an external instance or one whose job is still running.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *databaseControlInput) (*registrationOutput, error) {
-		if s.deps.Databases == nil {
-			return nil, errNoDatabases
-		}
-		c := caller(ctx)
-		reg, err := s.deps.Databases.Control(ctx, c, in.ID, in.Body.Action)
+	}, Admin, needs(s.hasDatabases, func(ctx context.Context, in *databaseControlInput) (*registrationOutput, error) {
+		reg, err := s.deps.Databases.Control(ctx, caller(ctx), in.ID, in.Body.Action)
 		if err != nil {
 			return nil, err
 		}
 		return &registrationOutput{Location: "/api/v1/databases/" + reg.Instance.ID, Body: reg}, nil
-	})
+	}))
 }

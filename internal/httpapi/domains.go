@@ -53,10 +53,7 @@ func (s *Server) registerDomains() {
 	op(s, huma.Operation{
 		OperationID: "list-domains", Method: http.MethodGet, Path: "/api/v1/domains", Tags: tags,
 		Summary: "Domains, with their latest check",
-	}, SignedIn, func(ctx context.Context, in *domainListInput) (*domainListOutput, error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
+	}, SignedIn, needs(s.hasDomains, func(ctx context.Context, in *domainListInput) (*domainListOutput, error) {
 		list, err := s.deps.Domains.List(ctx, in.ApplicationID)
 		if err != nil {
 			return nil, err
@@ -64,7 +61,7 @@ func (s *Server) registerDomains() {
 		out := &domainListOutput{}
 		out.Body.Domains = list
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "create-domain", Method: http.MethodPost, Path: "/api/v1/domains", Tags: tags,
 		Summary: "Serve an application under a hostname",
@@ -72,10 +69,7 @@ func (s *Server) registerDomains() {
 			"are unique across the control plane, counting the www. names of redirect_www domains (409). If the proxy job fails, " +
 			"the previous proxy configuration keeps serving.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *createDomainInput) (*domainChangeOutput, error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
+	}, Admin, needs(s.hasDomains, func(ctx context.Context, in *createDomainInput) (*domainChangeOutput, error) {
 		c := caller(ctx)
 		b := in.Body
 		if b.TLSMode == "" {
@@ -87,46 +81,35 @@ func (s *Server) registerDomains() {
 			return nil, err
 		}
 		return &domainChangeOutput{Location: "/api/v1/domains/" + ch.Domain.ID, Body: ch}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-domain", Method: http.MethodGet, Path: "/api/v1/domains/{id}", Tags: tags,
 		Summary: "A domain with its latest check", Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *domainIDInput) (*bodyOutput[domains.Domain], error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
+	}, SignedIn, needs(s.hasDomains, func(ctx context.Context, in *domainIDInput) (*bodyOutput[domains.Domain], error) {
 		return reply(s.deps.Domains.Get(ctx, in.ID))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "update-domain", Method: http.MethodPatch, Path: "/api/v1/domains/{id}", Tags: tags,
 		Summary: "Change a domain's TLS mode", Description: "Queues proxy.apply with the server's whole proxy state.",
 		Errors: []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *patchDomainInput) (*domainChangeOutput, error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
-		c := caller(ctx)
-		ch, err := s.deps.Domains.UpdateTLS(ctx, c, in.ID, in.Body.TLSMode)
+	}, Admin, needs(s.hasDomains, func(ctx context.Context, in *patchDomainInput) (*domainChangeOutput, error) {
+		ch, err := s.deps.Domains.UpdateTLS(ctx, caller(ctx), in.ID, in.Body.TLSMode)
 		if err != nil {
 			return nil, err
 		}
 		return &domainChangeOutput{Body: ch}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "delete-domain", Method: http.MethodDelete, Path: "/api/v1/domains/{id}", Tags: tags,
 		Summary: "Stop serving a hostname", Description: "Deletes the domain and queues proxy.apply without it (job in the reply).",
 		Errors: []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *domainIDInput) (*domainChangeOutput, error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
-		c := caller(ctx)
-		ch, err := s.deps.Domains.Delete(ctx, c, in.ID)
+	}, Admin, needs(s.hasDomains, func(ctx context.Context, in *domainIDInput) (*domainChangeOutput, error) {
+		ch, err := s.deps.Domains.Delete(ctx, caller(ctx), in.ID)
 		if err != nil {
 			return nil, err
 		}
 		return &domainChangeOutput{Body: ch}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "check-domain", Method: http.MethodPost, Path: "/api/v1/domains/{id}/check", Tags: tags,
 		Summary: "Check a domain's DNS and certificate from its server",
@@ -134,31 +117,23 @@ func (s *Server) registerDomains() {
 			"for the hostname, whether they are the server's (its public addresses, or its private ones when it reports no " +
 			"public address), the certificate the proxy serves and any errors.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *domainIDInput) (*acceptedOutput, error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
-		c := caller(ctx)
-		j, err := s.deps.Domains.QueueCheck(ctx, c, in.ID)
+	}, Admin, needs(s.hasDomains, func(ctx context.Context, in *domainIDInput) (*acceptedOutput, error) {
+		j, err := s.deps.Domains.QueueCheck(ctx, caller(ctx), in.ID)
 		if err != nil {
 			return nil, err
 		}
 		return accepted(j, true), nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "apply-server-proxy", Method: http.MethodPost, Path: "/api/v1/domains/servers/{server_id}/apply", Tags: tags,
 		Summary:       "Apply a server's proxy state again",
 		Description:   "Queues proxy.apply with every domain of the server's applications (202). 409 for a server without an agent.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *serverApplyInput) (*acceptedOutput, error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
-		c := caller(ctx)
-		j, err := s.deps.Domains.Apply(ctx, c, in.ServerID)
+	}, Admin, needs(s.hasDomains, func(ctx context.Context, in *serverApplyInput) (*acceptedOutput, error) {
+		j, err := s.deps.Domains.Apply(ctx, caller(ctx), in.ServerID)
 		if err != nil {
 			return nil, err
 		}
 		return accepted(j, true), nil
-	})
+	}))
 }

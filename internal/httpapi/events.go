@@ -49,10 +49,7 @@ func (s *Server) registerEvents() {
 		Description: "Every event is stored before it is delivered to the inbox, e-mail and notification channels, and kept " +
 			"30 days (longer while a delivery of it is still being retried).\n\n" + eventCatalogueDoc(),
 		Errors: []int{http.StatusUnprocessableEntity},
-	}, Admin, func(ctx context.Context, in *eventListInput) (*eventListOutput, error) {
-		if s.deps.Events == nil {
-			return nil, errNoEvents
-		}
+	}, Admin, needs(s.hasEvents, func(ctx context.Context, in *eventListInput) (*eventListOutput, error) {
 		if in.Type != "" && !events.Known(events.Type(in.Type)) {
 			return nil, fault.Invalidf("type", "unknown event type")
 		}
@@ -70,5 +67,5 @@ func (s *Server) registerEvents() {
 			out.Body.Events[i] = PublishedEvent{ev}
 		}
 		return out, nil
-	})
+	}))
 }

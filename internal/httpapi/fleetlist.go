@@ -98,10 +98,7 @@ func (s *Server) registerFleetList() {
 		Description: "For each server named in ids (1 to 100), its CPU and memory use over the last hour in 30 two-minute " +
 			"slots, oldest first, as whole percentages (null for a slot without samples): one small request for the rows a " +
 			"list shows, instead of each server's full series.",
-	}, SignedIn, func(ctx context.Context, in *sparklinesInput) (*sparklinesOutput, error) {
-		if s.deps.Metrics == nil {
-			return nil, errNoMetrics
-		}
+	}, SignedIn, needs(s.hasMetrics, func(ctx context.Context, in *sparklinesInput) (*sparklinesOutput, error) {
 		var ids []string
 		for id := range strings.SplitSeq(in.IDs, ",") {
 			if id = strings.TrimSpace(id); id != "" {
@@ -119,5 +116,5 @@ func (s *Server) registerFleetList() {
 		out.Body.SlotSeconds = int(3600 / metrics.SparkPoints)
 		out.Body.Servers = list
 		return out, nil
-	})
+	}))
 }

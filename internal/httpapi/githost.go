@@ -78,12 +78,9 @@ func (s *Server) registerGitHost() {
 			"single-use state bound to this session and valid 30 minutes. The provider creates the app and redirects the browser " +
 			"back with ?code=&state=, which POST /api/v1/githost/manifest/complete takes. 409 when an app is connected.",
 		Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *manifestInput) (*bodyOutput[githost.Manifest], error) {
-		if s.deps.GitHost == nil {
-			return nil, errNoGitHost
-		}
+	}, Admin, needs(s.hasGitHost, func(ctx context.Context, in *manifestInput) (*bodyOutput[githost.Manifest], error) {
 		return reply(s.deps.GitHost.StartManifest(ctx, caller(ctx), in.Body.Organization))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "githost-manifest-complete", Method: http.MethodPost, Path: "/api/v1/githost/manifest/complete", Tags: tags,
 		Summary: "Finish connecting the app with the provider's code",
@@ -91,12 +88,9 @@ func (s *Server) registerGitHost() {
 			"provider for the app's id, private key, webhook secret and client credentials, and stores them encrypted. 422 when the " +
 			"provider refuses the code; 502 when the provider fails.",
 		Errors: []int{http.StatusConflict, upstreamErr},
-	}, Admin, func(ctx context.Context, in *manifestCompleteInput) (*bodyOutput[githost.Status], error) {
-		if s.deps.GitHost == nil {
-			return nil, errNoGitHost
-		}
+	}, Admin, needs(s.hasGitHost, func(ctx context.Context, in *manifestCompleteInput) (*bodyOutput[githost.Status], error) {
 		return reply(s.deps.GitHost.CompleteManifest(ctx, caller(ctx), in.Body.Code, in.Body.State))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "githost-add-installation", Method: http.MethodPost, Path: "/api/v1/githost/installations", Tags: tags,
 		Summary: "Record an installation of the app",
@@ -104,12 +98,9 @@ func (s *Server) registerGitHost() {
 			"verified with the provider, as the app, before it is recorded (422 for an installation the provider does not know " +
 			"as this app's).",
 		Errors: []int{http.StatusConflict, upstreamErr},
-	}, Admin, func(ctx context.Context, in *installationInput) (*bodyOutput[githost.Status], error) {
-		if s.deps.GitHost == nil {
-			return nil, errNoGitHost
-		}
+	}, Admin, needs(s.hasGitHost, func(ctx context.Context, in *installationInput) (*bodyOutput[githost.Status], error) {
 		return reply(s.deps.GitHost.AddInstallation(ctx, caller(ctx), in.Body.InstallationID, in.Body.SetupAction))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "githost-repositories", Method: http.MethodGet, Path: "/api/v1/githost/repositories", Tags: tags,
 		Summary:     "Repositories the app's installations can read",
@@ -132,10 +123,7 @@ func (s *Server) registerGitHost() {
 		Tags: tags, Summary: "Branches of a repository, with their head commits",
 		Description: "404 when the installation is not recorded or cannot read the repository.",
 		Errors:      []int{http.StatusNotFound, http.StatusConflict, upstreamErr},
-	}, Admin, func(ctx context.Context, in *branchesInput) (*branchesOutput, error) {
-		if s.deps.GitHost == nil {
-			return nil, errNoGitHost
-		}
+	}, Admin, needs(s.hasGitHost, func(ctx context.Context, in *branchesInput) (*branchesOutput, error) {
 		list, err := s.deps.GitHost.Branches(ctx, in.InstallationID, in.RepoID)
 		if err != nil {
 			return nil, err
@@ -143,7 +131,7 @@ func (s *Server) registerGitHost() {
 		out := &branchesOutput{}
 		out.Body.Branches = list
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "githost-webhook", Method: http.MethodPost, Path: "/api/v1/githost/webhook", Tags: tags,
 		Summary: "Receive the git host's webhook deliveries",
@@ -160,10 +148,7 @@ func (s *Server) registerGitHost() {
 		Metadata: map[string]any{bodySlotsKey: s.webhooks},
 		Errors: []int{http.StatusUnauthorized, http.StatusConflict, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge,
 			http.StatusServiceUnavailable},
-	}, Public, func(ctx context.Context, in *webhookInput) (*bodyOutput[githost.WebhookResult], error) {
-		if s.deps.GitHost == nil {
-			return nil, errNoGitHost
-		}
+	}, Public, needs(s.hasGitHost, func(ctx context.Context, in *webhookInput) (*bodyOutput[githost.WebhookResult], error) {
 		d := githost.Delivery{Event: in.Event, ID: in.Delivery, Signature: in.Signature, Body: in.RawBody}
 		v, err := s.deps.GitHost.VerifyWebhook(ctx, d)
 		// The body is checked: whether it was signed or not, the next
@@ -173,7 +158,7 @@ func (s *Server) registerGitHost() {
 			return nil, err
 		}
 		return reply(s.deps.GitHost.HandleVerified(ctx, v))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "githost-disconnect", Method: http.MethodDelete, Path: "/api/v1/githost/app", Tags: tags,
 		Summary: "Disconnect the git host app",

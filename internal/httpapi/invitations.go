@@ -131,8 +131,7 @@ func (s *Server) registerInvitations() {
 			"`invitation-accepted` when it was accepted (manage the user instead). Audited (`user.invitation_revoked`).",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *userIDInput) (*struct{}, error) {
-		c := caller(ctx)
-		return nil, s.deps.Auth.RevokeInvitation(ctx, c, in.ID)
+		return nil, s.deps.Auth.RevokeInvitation(ctx, caller(ctx), in.ID)
 	})
 
 	const badToken = " An unknown, expired, revoked or used token is 404 `invalid-invitation`, the same for each, and costs the " +

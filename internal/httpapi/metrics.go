@@ -83,12 +83,9 @@ func (s *Server) registerMetrics() {
 			"they are hourly averages and maxima from the rollups, which are brought up to date every few minutes. " +
 			"Raw samples are kept 48 hours, hourly rollups 100 days.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *seriesInput) (*bodyOutput[metrics.ServerSeries], error) {
-		if s.deps.Metrics == nil {
-			return nil, errNoMetrics
-		}
+	}, SignedIn, needs(s.hasMetrics, func(ctx context.Context, in *seriesInput) (*bodyOutput[metrics.ServerSeries], error) {
 		return reply(s.deps.Metrics.Series(ctx, in.ID, in.Range))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-fleet-monitoring", Method: http.MethodGet, Path: "/api/v1/monitoring/fleet", Tags: []string{"Monitoring"},
 		Summary: "Monitoring overview of every server",
@@ -96,10 +93,7 @@ func (s *Server) registerMetrics() {
 			"Each server's series covers the range: for 1h and 24h (resolution raw) as averages of at most 300 time buckets per " +
 			"server (bucket_seconds wide), coarser than a single server's series to keep the reply bounded; for 7d, 30d and 90d " +
 			"(resolution 1h) as hourly averages from the rollups.",
-	}, SignedIn, func(ctx context.Context, in *fleetInput) (*bodyOutput[metrics.Fleet], error) {
-		if s.deps.Metrics == nil {
-			return nil, errNoMetrics
-		}
+	}, SignedIn, needs(s.hasMetrics, func(ctx context.Context, in *fleetInput) (*bodyOutput[metrics.Fleet], error) {
 		return reply(s.deps.Metrics.Fleet(ctx, in.Range))
-	})
+	}))
 }

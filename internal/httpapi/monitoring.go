@@ -115,26 +115,18 @@ func (s *Server) registerMonitoring() {
 		Description: "Fields left out take the kind's defaults. An unknown kind or scope, a scope the kind does not allow, or a threshold " +
 			"or duration out of bounds is a 422 and stores nothing. Audited.\n\n" + rulesDoc,
 		DefaultStatus: http.StatusCreated,
-	}, Admin, func(ctx context.Context, in *ruleCreateInput) (*bodyOutput[monitoring.Rule], error) {
-		if s.deps.Monitoring == nil {
-			return nil, errNoMonitoring
-		}
-		c := caller(ctx)
-		return reply(s.deps.Monitoring.CreateRule(ctx, c, in.Body))
-	})
+	}, Admin, needs(s.hasMonitoring, func(ctx context.Context, in *ruleCreateInput) (*bodyOutput[monitoring.Rule], error) {
+		return reply(s.deps.Monitoring.CreateRule(ctx, caller(ctx), in.Body))
+	}))
 	op(s, huma.Operation{
 		OperationID: "update-alert-rule", Method: http.MethodPatch, Path: "/api/v1/monitoring/rules/{id}", Tags: tags,
 		Summary: "Change an alert rule's threshold, duration, severity, name or enabled flag",
 		Description: "Fields left out stay. Out-of-bounds values are a 422 and change nothing. Disabling a rule resolves its open alerts " +
 			"at the next evaluation. Audited.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *rulePatchInput) (*bodyOutput[monitoring.Rule], error) {
-		if s.deps.Monitoring == nil {
-			return nil, errNoMonitoring
-		}
-		c := caller(ctx)
-		return reply(s.deps.Monitoring.UpdateRule(ctx, c, in.ID, in.Body))
-	})
+	}, Admin, needs(s.hasMonitoring, func(ctx context.Context, in *rulePatchInput) (*bodyOutput[monitoring.Rule], error) {
+		return reply(s.deps.Monitoring.UpdateRule(ctx, caller(ctx), in.ID, in.Body))
+	}))
 	op(s, huma.Operation{
 		OperationID: "delete-alert-rule", Method: http.MethodDelete, Path: "/api/v1/monitoring/rules/{id}", Tags: tags,
 		Summary:       "Delete an alert rule",
@@ -144,18 +136,14 @@ func (s *Server) registerMonitoring() {
 		if s.deps.Monitoring == nil {
 			return nil, errNoMonitoring
 		}
-		c := caller(ctx)
-		return &struct{}{}, s.deps.Monitoring.DeleteRule(ctx, c, in.ID)
+		return &struct{}{}, s.deps.Monitoring.DeleteRule(ctx, caller(ctx), in.ID)
 	})
 	op(s, huma.Operation{
 		OperationID: "list-alerts", Method: http.MethodGet, Path: "/api/v1/monitoring/alerts", Tags: tags,
 		Summary: "Alerts, newest first",
 		Description: "Each alert names its rule, kind, severity, subject, the value that opened it (in the kind's unit), when it opened " +
 			"and resolved, and who acknowledged it.",
-	}, SignedIn, func(ctx context.Context, in *alertListInput) (*alertListOutput, error) {
-		if s.deps.Monitoring == nil {
-			return nil, errNoMonitoring
-		}
+	}, SignedIn, needs(s.hasMonitoring, func(ctx context.Context, in *alertListInput) (*alertListOutput, error) {
 		list, err := s.deps.Monitoring.Alerts(ctx, in.State, in.Limit+1, in.Before)
 		if err != nil {
 			return nil, err
@@ -173,20 +161,16 @@ func (s *Server) registerMonitoring() {
 			out.Body.Alerts = []monitoring.Alert{}
 		}
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "acknowledge-alert", Method: http.MethodPost, Path: "/api/v1/monitoring/alerts/{id}/acknowledge", Tags: tags,
 		Summary: "Acknowledge an open alert",
 		Description: "Records who acknowledged it and when; acknowledging again changes nothing. A resolved alert is a 409 " +
 			"(alert-resolved). Audited.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *alertIDInput) (*bodyOutput[monitoring.Alert], error) {
-		if s.deps.Monitoring == nil {
-			return nil, errNoMonitoring
-		}
-		c := caller(ctx)
-		return reply(s.deps.Monitoring.Acknowledge(ctx, c, in.ID))
-	})
+	}, Admin, needs(s.hasMonitoring, func(ctx context.Context, in *alertIDInput) (*bodyOutput[monitoring.Alert], error) {
+		return reply(s.deps.Monitoring.Acknowledge(ctx, caller(ctx), in.ID))
+	}))
 	op(s, huma.Operation{
 		OperationID: "evaluate-alert-rules", Method: http.MethodPost, Path: "/api/v1/monitoring/evaluate", Tags: tags,
 		Summary:     "Evaluate every alert rule now",

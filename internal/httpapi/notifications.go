@@ -58,10 +58,7 @@ func (s *Server) registerNotifications() {
 		Description: "Every active user gets an item for each of these events: " + inboxEventsDoc() + ". Each item has a title, a " +
 			"body, the path of its object in the web console (link) and the event's subject. A member's items of failed deployments and backups " +
 			"leave out the error.",
-	}, SignedIn, func(ctx context.Context, in *inboxInput) (*inboxOutput, error) {
-		if s.deps.Inbox == nil {
-			return nil, errNoNotify
-		}
+	}, SignedIn, needs(s.hasInbox, func(ctx context.Context, in *inboxInput) (*inboxOutput, error) {
 		list, unread, err := s.deps.Inbox.List(ctx, principal(ctx).User.ID, in.Limit+1, in.Before)
 		if err != nil {
 			return nil, err
@@ -76,15 +73,12 @@ func (s *Server) registerNotifications() {
 			out.Body.Notifications = []notify.Notification{}
 		}
 		return out, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "mark-notifications-read", Method: http.MethodPost, Path: "/api/v1/notifications/read", Tags: tags,
 		Summary:     "Mark inbox items read",
 		Description: "Body {ids: [...]} marks those items of the caller's inbox read, {all: true} every item. Neither, or both: 422.",
-	}, SignedIn, func(ctx context.Context, in *readInput) (*readOutput, error) {
-		if s.deps.Inbox == nil {
-			return nil, errNoNotify
-		}
+	}, SignedIn, needs(s.hasInbox, func(ctx context.Context, in *readInput) (*readOutput, error) {
 		marked, unread, err := s.deps.Inbox.MarkRead(ctx, principal(ctx).User.ID, in.Body.IDs, in.Body.All, time.Now().UTC())
 		if err != nil {
 			return nil, err
@@ -92,7 +86,7 @@ func (s *Server) registerNotifications() {
 		out := &readOutput{}
 		out.Body.Marked, out.Body.UnreadCount = marked, unread
 		return out, nil
-	})
+	}))
 }
 
 type channelIDInput struct {
@@ -160,45 +154,34 @@ func (s *Server) registerChannels() {
 		Description: "events lists event types from the catalogue; an unknown one is a 422. A webhook channel's answer holds its " +
 			"signing secret, shown once. A name in use: 409. Audited.\n\n" + channelsDoc + "\n\n" + eventCatalogueDoc(),
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *channelCreateInput) (*bodyOutput[CreatedChannel], error) {
-		if s.deps.Channels == nil {
-			return nil, errNoNotify
-		}
-		c := caller(ctx)
-		ch, secret, err := s.deps.Channels.Create(ctx, c, in.Body)
+	}, Admin, needs(s.hasChannels, func(ctx context.Context, in *channelCreateInput) (*bodyOutput[CreatedChannel], error) {
+		ch, secret, err := s.deps.Channels.Create(ctx, caller(ctx), in.Body)
 		if err != nil {
 			return nil, err
 		}
 		return &bodyOutput[CreatedChannel]{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "get-notification-channel", Method: http.MethodGet, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
 		Summary:     "A notification channel with its latest deliveries",
 		Description: "Each delivery has its event, status (pending, delivered, failed), attempts, the last response code and error.",
 		Errors:      []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *channelIDInput) (*bodyOutput[notify.ChannelDetail], error) {
-		if s.deps.Channels == nil {
-			return nil, errNoNotify
-		}
+	}, Admin, needs(s.hasChannels, func(ctx context.Context, in *channelIDInput) (*bodyOutput[notify.ChannelDetail], error) {
 		return reply(s.deps.Channels.Get(ctx, in.ID))
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "update-notification-channel", Method: http.MethodPatch, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
 		Summary: "Change a notification channel",
 		Description: "name, events, enabled, config (a new destination, replacing the whole config), and for a webhook rotate_secret: " +
 			"the answer holds the new secret once, and the old one keeps signing for grace_seconds (default a day). Audited.",
 		Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, Admin, func(ctx context.Context, in *channelPatchInput) (*bodyOutput[CreatedChannel], error) {
-		if s.deps.Channels == nil {
-			return nil, errNoNotify
-		}
-		c := caller(ctx)
-		ch, secret, err := s.deps.Channels.Update(ctx, c, in.ID, in.Body)
+	}, Admin, needs(s.hasChannels, func(ctx context.Context, in *channelPatchInput) (*bodyOutput[CreatedChannel], error) {
+		ch, secret, err := s.deps.Channels.Update(ctx, caller(ctx), in.ID, in.Body)
 		if err != nil {
 			return nil, err
 		}
 		return &bodyOutput[CreatedChannel]{Body: CreatedChannel{Channel: ch, Secret: secret}}, nil
-	})
+	}))
 	op(s, huma.Operation{
 		OperationID: "delete-notification-channel", Method: http.MethodDelete, Path: "/api/v1/notifications/channels/{id}", Tags: tags,
 		Summary: "Delete a notification channel", Description: "Its pending deliveries fail. Audited.",
@@ -207,20 +190,16 @@ func (s *Server) registerChannels() {
 		if s.deps.Channels == nil {
 			return nil, errNoNotify
 		}
-		c := caller(ctx)
-		return &struct{}{}, s.deps.Channels.Delete(ctx, c, in.ID)
+		return &struct{}{}, s.deps.Channels.Delete(ctx, caller(ctx), in.ID)
 	})
 	op(s, huma.Operation{
 		OperationID: "test-notification-channel", Method: http.MethodPost, Path: "/api/v1/notifications/channels/{id}/test", Tags: tags,
 		Summary:     "Send a test message now",
 		Description: "Sends at once (no retries) an event of type channel.test and answers with what came of it.",
 		Errors:      []int{http.StatusNotFound},
-	}, Admin, func(ctx context.Context, in *channelIDInput) (*bodyOutput[notify.ChannelTestResult], error) {
-		if s.deps.Channels == nil {
-			return nil, errNoNotify
-		}
+	}, Admin, needs(s.hasChannels, func(ctx context.Context, in *channelIDInput) (*bodyOutput[notify.ChannelTestResult], error) {
 		return reply(s.deps.Channels.Test(ctx, in.ID))
-	})
+	}))
 }
 
 type settingsInput struct {
@@ -243,12 +222,9 @@ func (s *Server) registerNotificationSettings() {
 		OperationID: "put-notification-settings", Method: http.MethodPut, Path: "/api/v1/notifications/settings", Tags: tags,
 		Summary:     "Replace the caller's e-mail preferences",
 		Description: "All three booleans are required and set as given.",
-	}, SignedIn, func(ctx context.Context, in *settingsInput) (*bodyOutput[notify.Settings], error) {
-		if s.deps.Preferences == nil {
-			return nil, errNoNotify
-		}
+	}, SignedIn, needs(s.hasPreferences, func(ctx context.Context, in *settingsInput) (*bodyOutput[notify.Settings], error) {
 		return reply(s.deps.Preferences.Put(ctx, principal(ctx).User.ID, in.Body))
-	})
+	}))
 }
 
 type mailTestInput struct {

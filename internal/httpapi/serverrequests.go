@@ -21,10 +21,7 @@ func (s *Server) registerServerRequests() {
 			"literals, names whose DNS still points here) into this one bucket, without their names. Bucketed as an " +
 			"application's request traffic: 1h per minute, 24h in 5-minute buckets, 7d hourly.",
 		Errors: []int{http.StatusNotFound},
-	}, SignedIn, func(ctx context.Context, in *trafficInput) (*bodyOutput[domains.OtherTraffic], error) {
-		if s.deps.Domains == nil {
-			return nil, errNoDomains
-		}
+	}, SignedIn, needs(s.hasDomains, func(ctx context.Context, in *trafficInput) (*bodyOutput[domains.OtherTraffic], error) {
 		return reply(s.deps.Domains.ServerOtherTraffic(ctx, in.ID, in.Range))
-	})
+	}))
 }

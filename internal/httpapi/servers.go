@@ -76,8 +76,7 @@ func (s *Server) registerServers() {
 		Description:   "Creates a pending server and a one-time enrollment token (valid 1 hour by default) with the shell command that installs the agent.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *enrollmentInput) (*bodyOutput[servers.Enrollment], error) {
-		c := caller(ctx)
-		return reply(s.deps.Servers.CreateEnrollment(ctx, c, in.Body.Name, in.Body.Tags))
+		return reply(s.deps.Servers.CreateEnrollment(ctx, caller(ctx), in.Body.Name, in.Body.Tags))
 	})
 	op(s, huma.Operation{
 		OperationID: "reissue-enrollment", Method: http.MethodPost, Path: "/api/v1/servers/{id}/enrollments", Tags: tags,
@@ -85,8 +84,7 @@ func (s *Server) registerServers() {
 		Description:   "Invalidates the previous token. 409 for a server that already enrolled.",
 		DefaultStatus: http.StatusCreated, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*bodyOutput[servers.Enrollment], error) {
-		c := caller(ctx)
-		return reply(s.deps.Servers.ReissueEnrollment(ctx, c, in.ID))
+		return reply(s.deps.Servers.ReissueEnrollment(ctx, caller(ctx), in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "list-servers", Method: http.MethodGet, Path: "/api/v1/servers", Tags: tags,
@@ -119,8 +117,7 @@ func (s *Server) registerServers() {
 		Description: "The agent token stops working at once and the agent exits with status 78. Queued jobs are cancelled and running jobs failed.",
 		Errors:      []int{http.StatusNotFound},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*bodyOutput[servers.Server], error) {
-		c := caller(ctx)
-		return reply(s.deps.Servers.Revoke(ctx, c, in.ID))
+		return reply(s.deps.Servers.Revoke(ctx, caller(ctx), in.ID))
 	})
 	op(s, huma.Operation{
 		OperationID: "delete-server", Method: http.MethodDelete, Path: "/api/v1/servers/{id}", Tags: tags,
@@ -128,8 +125,7 @@ func (s *Server) registerServers() {
 			"instances are registered on it: delete them first; the server is then left as it was.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *serverIDInput) (*struct{}, error) {
-		c := caller(ctx)
-		return &struct{}{}, s.deps.Servers.Delete(ctx, c, in.ID)
+		return &struct{}{}, s.deps.Servers.Delete(ctx, caller(ctx), in.ID)
 	})
 	op(s, huma.Operation{
 		OperationID: "queue-server-action", Method: http.MethodPost, Path: "/api/v1/servers/{id}/actions", Tags: tags,
@@ -137,8 +133,7 @@ func (s *Server) registerServers() {
 		Description:   "Returns 202 with the queued job (Location: the job). With an idempotency key seen before: 200 and the first job.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *actionInput) (*acceptedOutput, error) {
-		c := caller(ctx)
-		j, created, err := s.deps.Servers.QueueAction(ctx, c, in.ID, in.Body.Type, in.Body.Payload, in.Body.IdempotencyKey)
+		j, created, err := s.deps.Servers.QueueAction(ctx, caller(ctx), in.ID, in.Body.Type, in.Body.Payload, in.Body.IdempotencyKey)
 		if err != nil {
 			return nil, err
 		}

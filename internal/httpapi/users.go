@@ -66,8 +66,7 @@ func (s *Server) registerUsers() {
 		if in.Body.Admin == nil && in.Body.Disabled == nil {
 			return nil, fault.Invalidf("body", "give admin, disabled or both")
 		}
-		c := caller(ctx)
-		return reply(s.deps.Auth.ChangeUser(ctx, c, in.ID, auth.UserChange{Admin: in.Body.Admin, Disabled: in.Body.Disabled}))
+		return reply(s.deps.Auth.ChangeUser(ctx, caller(ctx), in.ID, auth.UserChange{Admin: in.Body.Admin, Disabled: in.Body.Disabled}))
 	})
 
 	op(s, huma.Operation{
@@ -77,8 +76,7 @@ func (s *Server) registerUsers() {
 			"is in this answer only: hand it to the user to add to their authenticator app. Audited (`user.2fa.reset`).",
 		Errors: []int{http.StatusNotFound},
 	}, Admin, func(ctx context.Context, in *userIDInput) (*userTOTPOutput, error) {
-		c := caller(ctx)
-		u, en, err := s.deps.Auth.ResetTOTPByID(ctx, c, in.ID)
+		u, en, err := s.deps.Auth.ResetTOTPByID(ctx, caller(ctx), in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +92,6 @@ func (s *Server) registerUsers() {
 			"administrator cannot be deleted: 409 last-admin. Audited (`user.deleted`).",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, Admin, func(ctx context.Context, in *userIDInput) (*struct{}, error) {
-		c := caller(ctx)
-		return nil, s.deps.Auth.DeleteUser(ctx, c, in.ID)
+		return nil, s.deps.Auth.DeleteUser(ctx, caller(ctx), in.ID)
 	})
 }
