@@ -81,7 +81,7 @@ func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 	pg, id := r.postgresServerWith(t, "shop", "other")
 	var w struct{}
 	r.call(t, id, "query", map[string]any{"sql": "CREATE TABLE secrets (id int)", "database": "other", "readonly": false}).result(t, &w)
-	admin := openSQL(t, "pgx", pg.URL("postgres"))
+	admin := testlab.OpenSQL(t, "pgx", pg.URL("postgres"))
 
 	web := r.createApp(t, "web", []map[string]string{{"key": "MODE", "value": "prod"}})
 	handSet := r.createApp(t, "hand", []map[string]string{{"key": "DATABASE_URL", "value": "postgres://elsewhere/db"}})
@@ -147,13 +147,13 @@ func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 	if env := r.appEnv(t, web); env["MODE"] != "prod" {
 		t.Fatalf("other env values: %v", env)
 	}
-	app := openSQL(t, "pgx", dsn)
+	app := testlab.OpenSQL(t, "pgx", dsn)
 	if err := execErr(app, "CREATE TABLE orders (id int); INSERT INTO orders VALUES (1)"); err != nil {
 		t.Fatalf("attached login writes its database: %v", err)
 	}
 	otherURL := *u
 	otherURL.Path = "/other"
-	if err := execErr(openSQL(t, "pgx", otherURL.String()), "SELECT * FROM secrets"); err == nil {
+	if err := execErr(testlab.OpenSQL(t, "pgx", otherURL.String()), "SELECT * FROM secrets"); err == nil {
 		t.Fatal("attached login read another database")
 	}
 	// The app was not redeployed.
@@ -189,10 +189,10 @@ func testDatabaseAttachPostgres(t *testing.T, d store.Dialect) {
 		rotated = r.appEnv(t, web)["DATABASE_URL"]
 		return rotated != dsn
 	})
-	if err := execErr(openSQL(t, "pgx", dsn), "SELECT 1"); err == nil {
+	if err := execErr(testlab.OpenSQL(t, "pgx", dsn), "SELECT 1"); err == nil {
 		t.Fatal("the old password still works after rotation")
 	}
-	if err := execErr(openSQL(t, "pgx", rotated), "INSERT INTO orders VALUES (2)"); err != nil {
+	if err := execErr(testlab.OpenSQL(t, "pgx", rotated), "INSERT INTO orders VALUES (2)"); err != nil {
 		t.Fatalf("rotated URL: %v", err)
 	}
 

@@ -68,17 +68,6 @@ func (r *dbRig) storedPasswords(t *testing.T, id string) map[string]string {
 	return out
 }
 
-func openSQL(t *testing.T, driver, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxIdleConns(0)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func execErr(db *sql.DB, stmt string) error {
 	_, err := db.Exec(stmt)
 	return err
@@ -116,7 +105,7 @@ func TestDatabaseLoginsPostgres(t *testing.T) {
 func testDatabaseLoginsPostgres(t *testing.T, d store.Dialect) {
 	r := newDBRig(t, d)
 	pg, id := r.postgresServerWith(t, "shop", "other")
-	admin := openSQL(t, "pgx", pg.URL("postgres"))
+	admin := testlab.OpenSQL(t, "pgx", pg.URL("postgres"))
 	var n int
 	if err := admin.QueryRow("SELECT count(*) FROM pg_database WHERE datname IN ('shop', 'other')").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("databases made: %d (%v)", n, err)
@@ -127,7 +116,7 @@ func testDatabaseLoginsPostgres(t *testing.T, d store.Dialect) {
 
 	as := func(user, pw, database string) *sql.DB {
 		s := testlab.PostgresServer{Port: pg.Port, User: user, Password: pw}
-		return openSQL(t, "pgx", s.URL(database))
+		return testlab.OpenSQL(t, "pgx", s.URL(database))
 	}
 	ro, j := r.login(t, id, map[string]any{"username": "reader", "database": "shop", "access": "readonly"})
 	if j.Status != "succeeded" {
@@ -185,7 +174,7 @@ func testDatabaseLoginsPostgres(t *testing.T, d store.Dialect) {
 		t.Fatal(err)
 	}
 	before := r.storedPasswords(t, id)["writer"]
-	if err := execErr(openSQL(t, "pgx", pg.URL("shop")), "DROP OWNED BY writer"); err != nil {
+	if err := execErr(testlab.OpenSQL(t, "pgx", pg.URL("shop")), "DROP OWNED BY writer"); err != nil {
 		t.Fatal(err)
 	}
 	if err := execErr(admin, "DROP OWNED BY writer; DROP ROLE writer"); err != nil {
@@ -348,7 +337,7 @@ func TestDatabaseLoginsMariaDBAndRedis(t *testing.T) {
 	}
 	as := func(user, pw, database string) *sql.DB {
 		a := testlab.MariaDB{Port: maria.Port, User: user, Password: pw}
-		return openSQL(t, "mysql", a.DSN(database))
+		return testlab.OpenSQL(t, "mysql", a.DSN(database))
 	}
 	ro, j := r.login(t, m.ID, map[string]any{"username": "reader", "database": "app_db", "access": "readonly"})
 	if j.Status != "succeeded" {

@@ -129,7 +129,7 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 		l.Keys != nil || len(l.Databases) == 0 {
 		t.Fatalf("first PostgreSQL sample: %+v", *l)
 	}
-	pgAdmin := openSQL(t, "pgx", pg.URL("postgres"))
+	pgAdmin := testlab.OpenSQL(t, "pgx", pg.URL("postgres"))
 	const held = 6
 	pgAdmin.SetMaxIdleConns(held)
 	holdConns(t, pgAdmin, held)
@@ -141,7 +141,7 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 	if _, err := pgAdmin.Exec("CREATE DATABASE metricsdb"); err != nil {
 		t.Fatal(err)
 	}
-	mdb := openSQL(t, "pgx", pg.URL("metricsdb"))
+	mdb := testlab.OpenSQL(t, "pgx", pg.URL("metricsdb"))
 	if _, err := mdb.Exec("CREATE TABLE filler AS SELECT g AS id, repeat('x', 200) AS pad FROM generate_series(1, 40000) g"); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func testDatabaseMetrics(t *testing.T, d store.Dialect) {
 
 	// MariaDB: sizes of its databases, connections, statements a second.
 	mariaFirst := r.awaitMetrics(t, m.ID, "a MariaDB sample", func(l *LastMetrics) bool { return l.Connections != nil })
-	mariaAdmin := openSQL(t, "mysql", maria.DSN(shop))
+	mariaAdmin := testlab.OpenSQL(t, "mysql", maria.DSN(shop))
 	if _, err := mariaAdmin.Exec("CREATE TABLE filler (id INT PRIMARY KEY, pad VARCHAR(200))"); err != nil {
 		t.Fatal(err)
 	}

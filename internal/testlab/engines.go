@@ -417,3 +417,17 @@ func randomHex(n int) string {
 	rand.Read(b)
 	return strings.ToLower(fmt.Sprintf("%x", b))
 }
+
+// OpenSQL opens dsn with driver (the test imports the driver), keeping no
+// idle connection, so that a login dropped or a database renamed is seen
+// by the next statement; it is closed when the test ends.
+func OpenSQL(t testing.TB, driver, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(0)
+	t.Cleanup(func() { db.Close() })
+	return db
+}

@@ -27,17 +27,6 @@ func sqlErr(db *sql.DB, stmt string) error {
 	return err
 }
 
-func openDB(t *testing.T, driver, dsn string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open(driver, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db.SetMaxIdleConns(0)
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 // TestPostgresLogins: a database made here is closed to other logins;
 // readonly reads its database only, readwrite writes it and makes
 // tables, future tables of the owner are covered; rotate replaces the
@@ -47,18 +36,18 @@ func TestPostgresLogins(t *testing.T) {
 	pg := testlab.StartPostgresServer(t, nil)
 	target := agentproto.DBTarget{InstanceID: "db_test", Engine: agentproto.EnginePostgres, Host: "127.0.0.1", Port: pg.Port,
 		Username: pg.User, Database: "postgres"}
-	admin := openDB(t, "pgx", pg.URL("postgres"))
+	admin := testlab.OpenSQL(t, "pgx", pg.URL("postgres"))
 	var created agentproto.DBAdminResult
 	for _, name := range []string{"shop", "other"} {
 		adminJob(t, agentproto.JobDBDatabaseCreate, agentproto.DBDatabasePayload{Target: target, Name: name}, pg.Password, "").OK(t, &created)
 	}
-	shop := openDB(t, "pgx", pg.URL("shop"))
+	shop := testlab.OpenSQL(t, "pgx", pg.URL("shop"))
 	if err := sqlErr(shop, "CREATE TABLE items (id serial PRIMARY KEY, name text); INSERT INTO items (name) VALUES ('a')"); err != nil {
 		t.Fatal(err)
 	}
 	as := func(user, pw, database string) *sql.DB {
 		s := testlab.PostgresServer{Port: pg.Port, User: user, Password: pw}
-		return openDB(t, "pgx", s.URL(database))
+		return testlab.OpenSQL(t, "pgx", s.URL(database))
 	}
 	for _, l := range []struct{ user, access string }{{"reader", "readonly"}, {"writer", "readwrite"}, {"owner_x", "admin"}} {
 		adminJob(t, agentproto.JobDBUserCreate, agentproto.DBUserPayload{Target: target, Username: l.user, Database: "shop",
@@ -157,16 +146,16 @@ func TestMariaDBLogins(t *testing.T) {
 	for _, name := range []string{"my_shop", "myXshop"} {
 		adminJob(t, agentproto.JobDBDatabaseCreate, agentproto.DBDatabasePayload{Target: target, Name: name}, m.Password, "").OK(t, &res)
 	}
-	admin := openDB(t, "mysql", m.DSN("my_shop"))
+	admin := testlab.OpenSQL(t, "mysql", m.DSN("my_shop"))
 	if err := sqlErr(admin, "CREATE TABLE items (id INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	if err := sqlErr(openDB(t, "mysql", m.DSN("myXshop")), "CREATE TABLE items (id INT PRIMARY KEY)"); err != nil {
+	if err := sqlErr(testlab.OpenSQL(t, "mysql", m.DSN("myXshop")), "CREATE TABLE items (id INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
 	as := func(user, pw, database string) *sql.DB {
 		a := testlab.MariaDB{Port: m.Port, User: user, Password: pw}
-		return openDB(t, "mysql", a.DSN(database))
+		return testlab.OpenSQL(t, "mysql", a.DSN(database))
 	}
 	for _, l := range []struct{ user, access string }{{"reader", "readonly"}, {"writer", "readwrite"}} {
 		// A password with quotes and backslashes reaches the engine intact.
